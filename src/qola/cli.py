@@ -1,0 +1,61 @@
+"""Command-line entry point: parse arguments, dispatch, turn errors into exit codes.
+
+Each subcommand lives in ``qola.commands.<name>`` and provides
+``register(subparsers)`` (adds its parser, sets ``func``) — this file only wires
+them together and owns error reporting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from collections.abc import Sequence
+
+from qola import __version__
+from qola.errors import QolaError
+
+# subcommand name -> module under qola.commands (imported lazily, in this order)
+COMMANDS = ("plan", "build", "variants", "embed", "jit", "audit", "doctor")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qola",
+        description="Build JIT-first GPU kernel libraries (AITER layout) ahead of time from a TOML manifest.",
+    )
+    parser.add_argument("--version", action="version", version=f"qola {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show a traceback on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"qola.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"qola.commands.{name}":
+                continue  # subcommand not part of this build
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except QolaError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(exc.render(), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # python -m qola.cli
+    raise SystemExit(main())

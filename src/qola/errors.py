@@ -1,0 +1,59 @@
+"""One place for qola's errors.
+
+User mistakes raise :class:`QolaError` (exit 2); build failures raise
+:class:`BuildFailed` (exit 1); a failed child process raises
+:class:`FailedProcessError`, which shows the command, the return code and the
+indented output.
+"""
+
+from __future__ import annotations
+
+import shlex
+import textwrap
+from collections.abc import Sequence
+
+EXIT_USER = 2
+EXIT_BUILD = 1
+
+
+class QolaError(Exception):
+    """A problem the user can fix: message, optional location and hint."""
+
+    exit_code = EXIT_USER
+
+    def __init__(self, message: str, hint: str | None = None, where: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.where = where
+
+    def render(self) -> str:
+        head = f"{self.where}: {self.message}" if self.where else self.message
+        lines = [f"error: {head}"]
+        if self.hint:
+            lines.append(f"hint: {self.hint}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+class BuildFailed(QolaError):
+    """The build ran but something in it failed (exit 1)."""
+
+    exit_code = EXIT_BUILD
+
+
+class FailedProcessError(BuildFailed):
+    """A child process exited non-zero."""
+
+    def __init__(self, cmd: Sequence[str], returncode: int, output: str = "", hint: str | None = None):
+        self.cmd = list(cmd)
+        self.returncode = returncode
+        self.output = output
+        shown = textwrap.indent(output.rstrip()[-4000:], "    ") if output.strip() else "    (no output)"
+        message = (
+            f"command failed with exit code {returncode}:\n    {shlex.join(self.cmd)}\n"
+            f"  output:\n{shown}"
+        )
+        super().__init__(message, hint=hint)
