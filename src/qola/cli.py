@@ -45,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    args.debug = getattr(args, "debug", False)
     try:
         return int(args.func(args) or 0)
     except QolaError as exc:

@@ -1,0 +1,98 @@
+"""Arguments and preparation shared by the subcommands that read a manifest and a tree."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from qola import manifest as manifest_mod
+from qola.errors import QolaError
+from qola.manifest import Manifest
+from qola.plan import Plan, check_pin, choose_archs, make_plan
+from qola.tree.aiter import AiterTree, open_tree
+
+
+def add_debug(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show a traceback on errors")
+
+
+def add_manifest_args(parser: argparse.ArgumentParser, *, mode: bool = True) -> None:
+    parser.add_argument("--manifest", "-m", required=True, help="path of the qola.toml manifest")
+    parser.add_argument(
+        "--aiter-root", help="root of the kernel tree (default: [qola].aiter_root of the manifest)"
+    )
+    parser.add_argument(
+        "--arch", action="append", dest="archs", metavar="ARCH",
+        help="target architecture (repeatable; beats the manifest and GPU_ARCHS)",
+    )
+    if mode:
+        parser.add_argument("--mode", choices=["pybind", "cpp_itfs"], help="default mode for modules without one")
+    parser.add_argument(
+        "--allow-unpinned", action="store_true", help="warn instead of failing when the tree's commit differs"
+    )
+    add_debug(parser)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    manifest: Manifest
+    tree: AiterTree
+    plan: Plan
+
+
+def tree_root(args: argparse.Namespace, manifest: Manifest) -> Path:
+    if args.aiter_root:
+        return Path(args.aiter_root)
+    if manifest.qola.aiter_root:
+        return manifest.base_dir / manifest.qola.aiter_root
+    raise QolaError(
+        "no kernel tree given", hint="pass --aiter-root DIR or set [qola].aiter_root in the manifest"
+    )
+
+
+def hip_version(env: Mapping[str, str], manifest: Manifest) -> str | None:
+    """The HIP version that answers ``torch.version.hip``: the installed hipcc, else the manifest's first
+    accepted ROCm version."""
+    found = _hipcc_version(env)
+    if found:
+        return found
+    return (manifest.qola.rocm_versions or [None])[0]
+
+
+def _hipcc_version(env: Mapping[str, str]) -> str | None:
+    hipcc = shutil.which("hipcc", path=env.get("PATH"))
+    if not hipcc:
+        return None
+    try:
+        out = subprocess.run([hipcc, "--version"], capture_output=True, text=True, timeout=60,
+                             env={**env, "HIP_PLATFORM": "amd"})
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"HIP version:\s*([0-9]+\.[0-9]+(\.[0-9]+)?)", out.stdout)
+    return m.group(1) if m else None
+
+
+def prepare(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Prepared:
+    env = dict(os.environ) if env is None else env
+    manifest = manifest_mod.load(args.manifest)
+    tree = open_tree(tree_root(args, manifest))
+    archs = choose_archs(args.archs, manifest, env)
+    commit, notes = check_pin(manifest, tree, args.allow_unpinned)
+    hipv = hip_version(env, manifest) if manifest_mod.vendor(archs[0]) == "hip" else None
+    plan = make_plan(
+        manifest, tree, archs=archs, cli_mode=getattr(args, "mode", None), env=env,
+        hip_version=hipv, tree_commit=commit, warnings=notes,
+    )
+    return Prepared(manifest, tree, plan)
+
+
+def warn(messages: list[str] | tuple[str, ...]) -> None:
+    for msg in messages:
+        print(f"warning: {msg}", file=sys.stderr)

@@ -1,0 +1,40 @@
+"""``qola plan``: print what would be built, module by module."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from qola.commands.common import add_manifest_args, prepare, warn
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="resolve the manifest against the tree and print the build plan",
+                       description="Resolve the manifest against the kernel tree and print the plan.")
+    add_manifest_args(p)
+    p.add_argument("--json", action="store_true", help='print {"modules": [...]} as JSON')
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    prepared = prepare(args)
+    plan = prepared.plan
+    warn(plan.warnings)
+    if args.json:
+        print(json.dumps(plan.to_json(), indent=2, sort_keys=True))
+        return 0
+    print(f"namespace {plan.namespace}  archs {', '.join(plan.archs)}  tree {plan.tree_root}"
+          f"  commit {plan.tree_commit or '(not a git checkout)'}")
+    for m in plan.modules:
+        print(f"\n{m.name} -> {m.md_name}  [{m.mode}, {'python module' if m.is_python_module else m.link}]")
+        print(f"  sources     {len(m.sources)}")
+        for s in m.sources:
+            print(f"    {s}")
+        for g in m.generators:
+            print(f"  generator   {g.command}")
+        if m.flags_extra_hip:
+            print(f"  hip flags   {' '.join(m.flags_extra_hip)}")
+        if m.flags_extra_cc:
+            print(f"  cc flags    {' '.join(m.flags_extra_cc)}")
+        print(f"  includes    {len(m.include_dirs)}")
+    return 0

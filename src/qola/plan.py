@@ -1,0 +1,301 @@
+"""Manifest + kernel tree → :class:`Plan`: frozen, JSON-serialisable, one entry per module.
+
+Pure: reads the tree's files, never writes, never runs a generator.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qola.errors import QolaError
+from qola.manifest import Manifest, ModuleSection, check_archs, vendor
+from qola.tree.aiter import AiterTree, expression_names, git_head, load_table, resolve_entry
+
+SOURCE_EXTS = (".cu", ".cpp")
+OUTPUT_DIR = "{}"  # AITER's placeholder for a generator's output dir
+_RECEIPT_RE = re.compile(r"(--receipt|-r)(=|\s+)(\S+)")
+_DIRECTION_RE = re.compile(r"(?:^|\s)(?:-d|--direction|-a|--api)(?:=|\s+)(\S+)")
+
+
+@dataclass(frozen=True)
+class Generator:
+    command: str  # as AITER writes it, "{}" = output dir; run as `python <command>`
+    direction: str | None = None
+    receipt: str | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        return shlex.split(self.command)
+
+    @property
+    def script(self) -> str:
+        return self.argv[0] if self.argv else ""
+
+
+@dataclass(frozen=True)
+class ModulePlan:
+    name: str
+    md_name: str
+    mode: str
+    link: str
+    sources: tuple[str, ...]
+    flags_extra_cc: tuple[str, ...]
+    flags_extra_hip: tuple[str, ...]
+    include_dirs: tuple[str, ...]
+    generators: tuple[Generator, ...]
+    torch_exclude: bool
+    is_python_module: bool
+    is_standalone: bool
+    hip_clang_path: str | None
+    extra_ldflags: tuple[str, ...] = ()
+    embed: tuple[str, ...] = ()
+    missing_sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    namespace: str
+    vendor: str
+    archs: tuple[str, ...]
+    tree_root: str
+    meta_dir: str
+    tree_commit: str | None
+    manifest_path: str
+    manifest_sha256: str
+    modules: tuple[ModulePlan, ...]
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for mod, raw in zip(self.modules, data["modules"]):
+            raw["generators"] = [
+                {"command": g.command, "argv": g.argv, "direction": g.direction, "receipt": g.receipt}
+                for g in mod.generators
+            ]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Plan":
+        mods = []
+        for m in data["modules"]:
+            gens = tuple(Generator(g["command"], g.get("direction"), g.get("receipt")) for g in m["generators"])
+            fields = {k: tuple(v) if isinstance(v, list) else v for k, v in m.items() if k != "generators"}
+            mods.append(ModulePlan(**fields, generators=gens))
+        top = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k != "modules"}
+        return cls(**top, modules=tuple(mods))
+
+
+def choose_archs(cli_archs: list[str] | None, manifest: Manifest, env: Mapping[str, str]) -> tuple[str, ...]:
+    """``--arch`` > manifest > ``GPU_ARCHS`` (``;``-separated, as AITER)."""
+    if cli_archs:
+        where, archs = "--arch", list(cli_archs)
+    elif manifest.build.architectures:
+        return tuple(manifest.build.architectures)
+    elif env.get("GPU_ARCHS", "").strip():
+        where, archs = "GPU_ARCHS", [a.strip() for a in env["GPU_ARCHS"].split(";") if a.strip()]
+    else:
+        raise QolaError(
+            "no GPU architectures given",
+            hint="set [build].architectures in the manifest, pass --arch (e.g. --arch gfx942 or --arch sm_90), "
+            "or set GPU_ARCHS",
+        )
+    if "native" in archs:
+        raise QolaError(f"{where}: 'native' cannot be built ahead of time", hint="name the architectures, e.g. gfx942")
+    try:
+        return tuple(check_archs(archs))
+    except ValueError as exc:
+        raise QolaError(f"{where}: {exc}") from None
+
+
+def choose_mode(module: ModuleSection | None, cli_mode: str | None, manifest: Manifest) -> str:
+    """module ``mode`` > ``--mode`` > ``[build].mode`` > ``pybind``."""
+    if module is not None and module.mode:
+        return module.mode
+    return cli_mode or manifest.build.mode or "pybind"
+
+
+def check_pin(manifest: Manifest, tree: AiterTree, allow_unpinned: bool) -> tuple[str | None, list[str]]:
+    """Return (tree commit or None, warnings). A mismatch is an error unless allowed."""
+    want = manifest.qola.aiter_commit
+    head = git_head(tree)
+    if head is None:
+        note = f"{tree.root} is not a git checkout (an sdist?): its commit cannot be checked"
+        return None, [note + (f" against aiter_commit {want}" if want else "")]
+    if want and not head.startswith(want):
+        msg = f"tree {tree.root} is at commit {head}, but the manifest pins aiter_commit = {want}"
+        if not allow_unpinned:
+            raise QolaError(
+                msg, hint=f"check out {want} in the tree, update aiter_commit, or pass --allow-unpinned"
+            )
+        return head, [msg + " (--allow-unpinned)"]
+    return head, []
+
+
+def _nearest(name: str, keys: list[str]) -> str:
+    close = difflib.get_close_matches(name, keys, n=3, cutoff=0.5)
+    return f"nearest table keys: {', '.join(close)}" if close else "no similar table key"
+
+
+def _expand_sources(items: list[str]) -> tuple[list[str], list[str]]:
+    """Files as given; directories expand to their .cu/.cpp files (not recursive), as AITER."""
+    found, missing = [], []
+    for item in items:
+        p = Path(item)
+        if p.is_dir():
+            found += sorted(str(c) for c in p.iterdir() if c.is_file() and c.suffix in SOURCE_EXTS)
+        elif p.suffix in SOURCE_EXTS:
+            (found if p.exists() else missing).append(str(p))
+    return found, missing
+
+
+def _drop(sources: list[str], patterns: list[str], module: str) -> list[str]:
+    kept = list(sources)
+    for pat in patterns:
+        hit = [s for s in kept if fnmatch.fnmatch(Path(s).name, pat) or s.endswith("/" + pat.lstrip("/"))]
+        if not hit:
+            names = ", ".join(Path(s).name for s in kept) or "none"
+            raise QolaError(
+                f"modules.{module}.drop_srcs: {pat!r} matches none of the module's sources",
+                hint=f"its sources are: {names}",
+            )
+        kept = [s for s in kept if s not in hit]
+    return kept
+
+
+def _generators(cmds: list[str], section: ModuleSection | None, name: str) -> tuple[Generator, ...]:
+    gens = []
+    for cmd in cmds:
+        if not isinstance(cmd, str) or not cmd.strip():
+            continue
+        direction = m.group(1) if (m := _DIRECTION_RE.search(cmd)) else None
+        receipt = r.group(3) if (r := _RECEIPT_RE.search(cmd)) else None
+        if section is not None and section.receipt is not None and direction is not None:
+            receipt = str(section.receipt)
+            if _RECEIPT_RE.search(cmd):
+                cmd = _RECEIPT_RE.sub(lambda mm: f"{mm.group(1)}{mm.group(2)}{receipt}", cmd, count=1)
+            else:
+                cmd = f"{cmd} --receipt {receipt}"
+        gens.append(Generator(cmd, direction, receipt))
+    drops = list(section.drop_directions) if section else []
+    unknown = [d for d in drops if d not in {g.direction for g in gens}]
+    if unknown:
+        have = sorted({g.direction for g in gens if g.direction})
+        raise QolaError(
+            f"modules.{name}.drop_directions: {unknown} match no generator command of the module",
+            hint=f"its generator directions are: {', '.join(have) or 'none'}",
+        )
+    return tuple(g for g in gens if g.direction not in drops)
+
+
+def _overrides(section: ModuleSection, meta: Path) -> dict[str, Any]:
+    """Plain manifest values that replace table values; relative paths resolve against the meta dir."""
+    def path(p: str) -> str:
+        return str(p if Path(p).is_absolute() else meta / p)
+
+    out: dict[str, Any] = {}
+    for key in ("flags_extra_cc", "flags_extra_hip", "extra_ldflags", "hip_clang_path", "md_name",
+                "is_python_module", "is_standalone", "torch_exclude"):
+        value = getattr(section, key)
+        if value is not None:
+            out[key] = value
+    if section.srcs is not None:
+        out["srcs"] = [path(s) for s in section.srcs]
+    if section.extra_include is not None:
+        out["extra_include"] = [path(s) for s in section.extra_include]
+    if section.blob_gen_cmd is not None:
+        out["blob_gen_cmd"] = []
+        for cmd in section.blob_gen_cmd:
+            head, _, rest = cmd.strip().partition(" ")
+            out["blob_gen_cmd"].append(f"{path(head)} {rest}".strip())
+    return out
+
+
+def _default_includes(tree: AiterTree, names: Mapping[str, Any], standalone: bool) -> list[str]:
+    ck = names["CK_3RDPARTY_DIR"]
+    dirs = [names["CK_HELPER_DIR"], f"{ck}/include", f"{ck}/library/include", f"{tree.csrc}/include"]
+    if not standalone:
+        dirs.append(f"{tree.csrc}/include/torch")
+    return [d for d in dirs if Path(d).is_dir()]
+
+
+def make_plan(
+    manifest: Manifest,
+    tree: AiterTree,
+    *,
+    archs: tuple[str, ...],
+    cli_mode: str | None = None,
+    env: Mapping[str, str],
+    hip_version: str | None = None,
+    tree_commit: str | None = None,
+    warnings: list[str] | None = None,
+) -> Plan:
+    table = load_table(tree)
+    names = expression_names(tree, archs=archs, env=env, hip_version=hip_version)
+    ns = manifest.qola.namespace
+    wanted = [m.name for m in manifest.modules] or [k for k in table if not k.endswith("tune")]
+    notes = list(warnings or [])
+    plans = []
+    for name in wanted:
+        section = manifest.module(name)
+        if name in table:
+            entry = resolve_entry(name, table[name], names)
+        elif section is not None and (section.srcs is not None or section.blob_gen_cmd is not None):
+            entry = resolve_entry(name, {}, names)
+        else:
+            raise QolaError(
+                f"module {name!r} is not in the tree's module table and not declared in full in the manifest",
+                hint=f"{_nearest(name, list(table))}; or give it srcs/blob_gen_cmd in its [[modules]] entry",
+                where=manifest.path or None,
+            )
+        if section is not None:
+            entry.update(_overrides(section, tree.meta_dir))
+        mode = choose_mode(section, cli_mode, manifest)
+        srcs = [str(s) for s in entry["srcs"]] + [
+            str(p if Path(p).is_absolute() else tree.meta_dir / p) for p in (section.add_srcs if section else [])
+        ]
+        sources, missing = _expand_sources(srcs)
+        if missing:
+            notes.append(f"module {name}: {len(missing)} source(s) listed in the table do not exist: "
+                         + ", ".join(Path(m).name for m in missing))
+        sources = _drop(sources, list(section.drop_srcs) if section else [], name)
+        cpp_itfs = mode == "cpp_itfs"
+        standalone = bool(entry["is_standalone"])
+        includes = _default_includes(tree, names, standalone) + [str(i) for i in entry["extra_include"]]
+        ldflags = entry["extra_ldflags"] or []
+        plans.append(ModulePlan(
+            name=name,
+            md_name=f"{ns}_{entry['md_name'] or name}",
+            mode=mode,
+            link=(section.link if section and section.link else manifest.build.link),
+            sources=tuple(sources),
+            flags_extra_cc=tuple(f for f in map(str, entry["flags_extra_cc"]) if f.strip()),
+            flags_extra_hip=tuple(f for f in map(str, entry["flags_extra_hip"]) if f.strip()),
+            include_dirs=tuple(dict.fromkeys(includes)),
+            generators=_generators(list(entry["blob_gen_cmd"]), section, name),
+            torch_exclude=True if cpp_itfs else bool(entry["torch_exclude"]),
+            is_python_module=False if cpp_itfs else bool(entry["is_python_module"]),
+            is_standalone=standalone,
+            hip_clang_path=entry["hip_clang_path"] if entry["hip_clang_path"] else None,
+            extra_ldflags=tuple(ldflags if isinstance(ldflags, list) else shlex.split(str(ldflags))),
+            embed=tuple(section.embed) if section else (),
+            missing_sources=tuple(missing),
+        ))
+    return Plan(
+        namespace=ns,
+        vendor=vendor(archs[0]) or "",
+        archs=archs,
+        tree_root=str(tree.root),
+        meta_dir=str(tree.meta_dir),
+        tree_commit=tree_commit,
+        manifest_path=manifest.path,
+        manifest_sha256=manifest.sha256,
+        modules=tuple(plans),
+        warnings=tuple(notes),
+    )
