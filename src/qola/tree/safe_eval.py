@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -285,7 +286,9 @@ def evaluate(expr: str, names: Mapping[str, Any], *, where: str = "expression") 
     if len(expr) > MAX_EXPR_CHARS:
         raise QolaError(f"expression longer than {MAX_EXPR_CHARS} characters: {shown!r}", where=where)
     try:
-        tree = ast.parse(expr.strip(), mode="eval")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarning for odd literals: not the user's concern here
+            tree = ast.parse(expr.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         msg = exc.msg if isinstance(exc, SyntaxError) else type(exc).__name__
         raise QolaError(

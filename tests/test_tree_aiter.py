@@ -1,0 +1,89 @@
+"""The resolver on the real AITER tree (amd-aiter sdist): every module resolves, statically."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from conftest import run_qola
+from qola.manifest import parse
+from qola.plan import make_plan
+from qola.tree.aiter import expression_names, load_table, open_tree, resolve_entry
+
+pytestmark = pytest.mark.aiter
+
+
+def test_installed_layout_detected(aiter_root):
+    tree = open_tree(aiter_root)
+    assert tree.layout == "installed"
+    assert tree.meta_dir == aiter_root / "aiter_meta"
+    assert (tree.csrc / "include").is_dir()
+
+
+def test_every_module_resolves_without_importing_aiter(aiter_root):
+    tree = open_tree(aiter_root)
+    table = load_table(tree)
+    names = expression_names(tree, archs=("gfx942", "gfx950"), env={}, hip_version="7.2.0")
+    resolved = {key: resolve_entry(key, raw, names) for key, raw in table.items()}
+    assert len(resolved) == len(table) >= 60
+    assert "aiter" not in sys.modules and "torch" not in sys.modules
+    for key, entry in resolved.items():
+        for s in entry["srcs"]:
+            assert isinstance(s, str) and not s.startswith("f'"), (key, s)
+    # the config-file names come from core.py's config_env block, read statically
+    assert names["AITER_CONFIG_GEMM_A8W8_FILE"].endswith("/aiter/configs/a8w8_tuned_gemm.csv")
+
+
+def test_libmha_fwd_matches_table(aiter_root):
+    tree = open_tree(aiter_root)
+    raw = json.loads((aiter_root / "aiter/jit/optCompilerConfig.json").read_text())["libmha_fwd"]
+    manifest = parse('[qola]\nnamespace = "te"\n[[modules]]\nname = "libmha_fwd"\n', "m.toml")
+    plan = make_plan(manifest, tree, archs=("gfx950",), env={}, hip_version="7.2.0")
+    mod = plan.modules[0]
+    meta = str(tree.meta_dir)
+    ck = f"{meta}/3rdparty/composable_kernel"
+    assert mod.md_name == "te_libmha_fwd"
+    # sources: the table's (empty for libmha_fwd: everything is generated)
+    assert list(mod.sources) == [e.strip("f'").replace("{AITER_CSRC_DIR}", f"{meta}/csrc") for e in raw["srcs"]]
+    assert f"{ck}/example/ck_tile/01_fmha" in mod.include_dirs
+    assert mod.flags_extra_hip == (
+        "-DCK_TILE_FMHA_FWD_FAST_EXP2=1", "-DCK_TILE_FLOAT_TO_BFLOAT16_DEFAULT=2", "-DCK_TILE_FMHA_FWD_SPLITKV_API=1",
+    )
+    assert [g.command.split()[0] for g in mod.generators] == [
+        f"{ck}/example/ck_tile/01_fmha/generate.py",
+        f"{ck}/example/ck_tile/01_fmha/generate.py",
+        f"{ck}/example/ck_tile/01_fmha/generate.py",
+        f"{meta}/csrc/cpp_itfs/mha_fwd_generate.py",
+        f"{meta}/hsa/gfx950//fmha_v3_fwd/codegen.py",
+    ]
+    assert mod.torch_exclude is True and mod.is_python_module is False
+
+
+def test_te_manifest_plan_receipt_and_directions(aiter_root, tmp_path):
+    m = tmp_path / "te.toml"
+    m.write_text(
+        '[qola]\nnamespace = "te"\n[build]\narchitectures = ["gfx950"]\nmode = "cpp_itfs"\n'
+        '[[modules]]\nname = "libmha_fwd"\nreceipt = 700\ndrop_directions = ["fwd_splitkv", "batch_prefill"]\n'
+    )
+    proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(aiter_root), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "not a git checkout" in proc.stderr and proc.stderr.count("not a git checkout") == 1
+    mod = json.loads(proc.stdout)["modules"][0]
+    dirs = [g["direction"] for g in mod["generators"]]
+    assert "fwd_splitkv" not in dirs and "batch_prefill" not in dirs and "fwd" in dirs
+    fwd = next(g for g in mod["generators"] if g["direction"] == "fwd")
+    assert "--receipt 700" in fwd["command"] and fwd["receipt"] == "700"
+    api = next(g for g in mod["generators"] if "mha_fwd_generate.py" in g["command"])
+    assert "--receipt 5" in api["command"]  # only direction-taking (kernel) generators are rewritten
+
+
+def test_unknown_module_names_nearest(aiter_root, tmp_path):
+    m = tmp_path / "m.toml"
+    m.write_text('[build]\narchitectures = ["gfx950"]\n[[modules]]\nname = "libmha_fwdd"\n')
+    proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(aiter_root))
+    assert proc.returncode == 2
+    assert "module 'libmha_fwdd' is not in the tree's module table" in proc.stderr
+    assert "nearest table keys: libmha_fwd" in proc.stderr
+    assert "Traceback" not in proc.stderr
