@@ -1,0 +1,50 @@
+"""Device toolchains: find the compiler for a set of GPU architectures.
+
+``find_toolchain`` validates the architectures (one vendor), finds hipcc or nvcc,
+checks its version against the manifest, probes optional flags once per compiler
+identity (cached under ``cache_dir``) and returns a :class:`Toolchain` that builds
+compile and link argv. Configuration comes in as arguments; nothing here reads or
+changes ``os.environ`` or does work at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from qola.toolchain.archs import arch_base, validate_archs, vendor_of
+from qola.toolchain.base import Toolchain
+from qola.toolchain.host import default_jobs, find_host_cxx
+
+__all__ = [
+    "Toolchain",
+    "arch_base",
+    "default_jobs",
+    "find_host_cxx",
+    "find_toolchain",
+    "validate_archs",
+    "vendor_of",
+]
+
+
+def find_toolchain(
+    archs: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    accepted_versions: Sequence[str] | None,
+    cache_dir: str | os.PathLike,
+    compiler: str | None = None,
+) -> Toolchain:
+    """The toolchain for ``archs`` (all gfx* -> HIP, all sm_* -> CUDA).
+
+    ``env`` is the environment to search (PATH, HIPCC, ROCM_PATH, CUDA_HOME, ...)
+    and to run the compiler under; ``accepted_versions`` are prefixes from the
+    manifest (``["7.2"]`` accepts 7.2.*; None accepts any); ``compiler`` overrides
+    the search. Raises QolaError with a hint for every user-fixable problem.
+    """
+    kind, archs = validate_archs(archs)
+    if kind == "hip":
+        from qola.toolchain.hip import find_hip as find
+    else:
+        from qola.toolchain.cuda import find_cuda as find
+    return find(archs, env=env, accepted_versions=accepted_versions, cache_dir=cache_dir, compiler=compiler)

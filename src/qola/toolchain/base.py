@@ -1,0 +1,90 @@
+"""The :class:`Toolchain` value: a found compiler and how to drive it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """A device compiler, its identity, and the argv it takes.
+
+    Build argv only through the methods; nothing here touches the file system or
+    spawns processes. Child processes must run with ``child_env`` added to the
+    caller's environment (HIP_PLATFORM=amd for hipcc); it is never set in qola's
+    own process.
+    """
+
+    kind: str  # "hip" | "cuda"
+    compiler: str  # absolute path of hipcc / amdclang++ / nvcc
+    version: str  # HIP "5.2.21153" (hipcc --version), CUDA "13.0"
+    version_output: str  # full `--version` output (part of the identity)
+    identity: str  # sha256 hex of path + version_output
+    archs: tuple[str, ...]
+    host_cxx: str  # host C++ compiler: plain host code and every link
+    child_env: dict[str, str] = field(hash=False)
+    root: str = ""  # ROCm / CUDA install root
+    base_flags: tuple[str, ...] = ()  # what device_flags() returns
+    lang_args: tuple[str, ...] = ()  # put right before the source: -x hip / -x cu
+    link_flags: tuple[str, ...] = ()  # runtime libraries for shared_link_argv
+    libs: tuple[str, ...] = ()  # what consumers link (runtime_link_libs)
+    lib_dirs: tuple[str, ...] = ()  # where those live
+    dropped_flags: tuple[str, ...] = ()  # optional flags the probes found unsupported
+    rocm_version: str | None = None  # ROCm release from <root>/.info/version, when known
+
+    def device_flags(self) -> list[str]:
+        """Base flags for every device-compiled source (.cu, .hip and .cpp alike)."""
+        return list(self.base_flags)
+
+    def compile_argv(
+        self, src: str | os.PathLike, obj: str | os.PathLike, depfile: str | os.PathLike, flags: list[str]
+    ) -> list[str]:
+        """Compile one source to ``obj`` and write a Makefile depfile.
+
+        ``flags`` is the whole flag list, normally ``device_flags()`` + include
+        flags + the module's own flags; nothing is added except the depfile
+        options and the language switch that makes .cpp compile as device code.
+        """
+        obj = os.fspath(obj)
+        return [
+            self.compiler,
+            *flags,
+            "-MD",
+            "-MF",
+            os.fspath(depfile),
+            "-MT",
+            obj,
+            *self.lang_args,
+            "-c",
+            os.fspath(src),
+            "-o",
+            obj,
+        ]
+
+    def shared_link_argv(self, objs_rsp: str | os.PathLike, out: str | os.PathLike, ldflags: list[str]) -> list[str]:
+        """Link a shared library with the host C++ compiler from a response file of
+        objects (nvcc does not read @files; c++ does), then the GPU runtime:
+        static cudart for CUDA (the .so then needs no CUDA toolkit to load),
+        libamdhip64 for HIP."""
+        rsp = os.fspath(objs_rsp)
+        rsp = rsp if rsp.startswith("@") else "@" + rsp
+        return [self.host_cxx, "-shared", rsp, "-o", os.fspath(out), *ldflags, *self.link_flags]
+
+    def runtime_link_libs(self) -> list[str]:
+        """Libraries a consumer of a static archive must link (CMake / pkg-config)."""
+        return list(self.libs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (tuples become lists); ``from_dict`` reverses it."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Toolchain:
+        values = dict(data)
+        for key, spec in cls.__dataclass_fields__.items():
+            if key in values and isinstance(values[key], list) and "tuple" in str(spec.type):
+                values[key] = tuple(values[key])
+        values["child_env"] = dict(values.get("child_env") or {})
+        return cls(**values)

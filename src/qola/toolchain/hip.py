@@ -1,0 +1,232 @@
+"""HIP (ROCm): find hipcc or amdclang++, read its version, build AITER's flag set.
+
+The flags follow what AITER's JIT passes (``aiter/jit/core.py`` ``build_module``
+and ``aiter/jit/utils/cpp_extension.py``): the torch-extension defines and code
+model flags that are always given, then AITER's own HIP set — including the
+flags it adds by HIP version — de-duplicated and sorted as AITER does, each
+optional one kept only if the compiler accepts it (AITER's ``hip_flag_checker``:
+preprocess ``/dev/null`` with the flag; we also make unknown ``-W`` options fatal
+there so they are dropped instead of warning on every file).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from qola.errors import QolaError
+from qola.toolchain.archs import arch_base
+from qola.toolchain.base import Toolchain
+from qola.toolchain.host import (
+    executable,
+    find_host_cxx,
+    first_executable,
+    identity_of,
+    run_checked,
+    which,
+)
+from qola.toolchain.probe import Probes
+from qola.toolchain.versions import check_accepted, hip_version_key, parse_hip_version, rocm_release
+
+CHILD_ENV = {"HIP_PLATFORM": "amd"}  # Debian's hipcc falls back to nvcc without it
+HIPCC_FALLBACKS = ("/opt/rocm/bin/hipcc", "/usr/bin/hipcc")
+CLANG_FALLBACKS = ("/opt/rocm/llvm/bin/amdclang++",)
+INSTALL_HINT = (
+    "install ROCm's HIP compiler: `apt-get install hipcc` (Debian/Ubuntu) or ROCm from "
+    "repo.radeon.com; or set HIPCC / ROCM_PATH, or pass --compiler /path/to/hipcc"
+)
+
+# Given to every HIP compile, in AITER's order: its common flags and -O3/-std, torch's
+# COMMON_HIP_FLAGS and COMMON_HIPCC_FLAGS (visibility hidden: AITER_SYMBOL_VISIBLE unset).
+ALWAYS = (
+    "-DWITH_HIP", "-fPIC", "-std=c++20", "-O3",
+    "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2",
+    "-DCUDA_HAS_FP16=1", "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1",
+    "-mcmodel=large", "-fno-unique-section-names", "-ffunction-sections", "-fdata-sections",
+    "-fvisibility=hidden", "-fvisibility-inlines-hidden",
+)  # fmt: skip
+# AITER's flags_hip. The -U pair comes later than the -D pair above, so half
+# operators and conversions end up enabled, as in AITER.
+AITER_HIP = (
+    "-DLEGACY_HIPBLAS_DIRECT", "-DUSE_PROF_API=1", "-D__HIP_PLATFORM_HCC__=1",
+    "-D__HIP_PLATFORM_AMD__=1", "-U__HIP_NO_HALF_CONVERSIONS__", "-U__HIP_NO_HALF_OPERATORS__",
+    "-mllvm --amdgpu-kernarg-preload-count=16",
+    "-Wno-unused-result", "-Wno-switch-bool", "-Wno-vla-cxx-extension",
+    "-Wno-undefined-func-template", "-Wno-macro-redefined",
+    "-Wno-missing-template-arg-list-after-template-kw", "-fgpu-flush-denormals-to-zero",
+)  # fmt: skip
+AFTER = ("-fno-gpu-rdc",)
+# (test, threshold, flags): composable_kernel's version gates, as AITER copies them.
+BY_VERSION = (
+    ("<=", (6, 3, 42132, 0), ("-mllvm --amdgpu-enable-max-ilp-scheduling-strategy=1",)),
+    (">", (5, 5, 0, 0), ("-mllvm --lsr-drop-solution=1",)),
+    (">", (5, 7, 23302, 0), ("-fno-offload-uniform-block",)),
+    (">", (6, 1, 40090, 0), ("-mllvm -enable-post-misched=0",)),
+    (">", (6, 2, 41132, 0), ("-mllvm -amdgpu-early-inline-all=true", "-mllvm -amdgpu-function-calls=false")),
+    (">", (6, 2, 41133, 0), ("-mllvm -amdgpu-coerce-illegal-types=1",)),
+)
+PROBE_TAIL = ("-Werror=unknown-warning-option", "-x", "hip", "-E", "-P", "/dev/null", "-o", "/dev/null")
+
+
+def locate(env: Mapping[str, str], compiler: str | None = None) -> str:
+    """hipcc (or amdclang++ / clang++ used with -x hip), as an absolute path."""
+    if compiler:
+        found = executable(compiler) or (which(compiler, env) if os.sep not in compiler else None)
+        if not found:
+            raise QolaError(f"HIP compiler {compiler!r} does not exist or is not executable", hint=INSTALL_HINT)
+        return found
+    rocm = env.get("ROCM_PATH") or env.get("HIP_PATH")
+    found = first_executable(
+        [
+            env.get("HIPCC"),
+            which("hipcc", env),
+            os.path.join(rocm, "bin", "hipcc") if rocm else None,
+            *HIPCC_FALLBACKS,
+            which("amdclang++", env),
+            os.path.join(rocm, "llvm", "bin", "amdclang++") if rocm else None,
+            *CLANG_FALLBACKS,
+            which("clang++", env) if rocm else None,  # a plain clang++ only next to a named ROCm
+        ]
+    )
+    if not found:
+        raise QolaError(
+            "no HIP compiler found (looked for $HIPCC, hipcc on PATH, $ROCM_PATH/bin/hipcc, "
+            f"{', '.join(HIPCC_FALLBACKS)}, amdclang++)",
+            hint=INSTALL_HINT,
+        )
+    return found
+
+
+def is_clang(compiler: str) -> bool:
+    return "clang" in os.path.basename(compiler)
+
+
+def rocm_root(compiler: str, env: Mapping[str, str]) -> str:
+    for key in ("ROCM_PATH", "HIP_PATH"):
+        if env.get(key) and os.path.isdir(env[key]):
+            return os.path.abspath(env[key])
+    real = Path(os.path.realpath(compiler))
+    if real.parent.name == "bin" and real.parent.parent.name == "llvm":
+        return str(real.parent.parent.parent)  # <rocm>/llvm/bin/amdclang++
+    if not is_clang(compiler):
+        return str(real.parent.parent)  # <rocm>/bin/hipcc, /usr/bin/hipcc -> /usr
+    if os.path.isdir("/opt/rocm"):
+        return "/opt/rocm"
+    hipconfig = which("hipconfig", env)  # e.g. Debian: /usr/bin/hipconfig -> /usr
+    return str(Path(os.path.realpath(hipconfig)).parent.parent) if hipconfig else str(real.parent.parent)
+
+
+def _lib_dir(root: str) -> str | None:
+    for sub in ("lib", "lib64"):
+        if glob.glob(os.path.join(root, sub, "libamdhip64.so*")):
+            return os.path.join(root, sub)
+    return None  # e.g. Debian: /usr/lib/<triplet>, on the linker's default path
+
+
+def _clang_flags(root: str) -> list[str]:
+    """What hipcc would add for a bare clang: the ROCm root and, in Debian's layout,
+    the device bitcode library directory."""
+    flags = [f"--rocm-path={root}"]
+    if not os.path.isdir(os.path.join(root, "amdgcn", "bitcode")):
+        found = sorted(glob.glob(os.path.join(root, "lib", "*", "amdgcn", "bitcode")))
+        if found:
+            flags.append(f"--hip-device-lib-path={found[0]}")
+    return flags
+
+
+def _version(compiler: str, root: str, env: Mapping[str, str]) -> tuple[str, str, str]:
+    """(version_output, dotted HIP version, suffix)."""
+    output = run_checked([compiler, "--version"], env)
+    if is_clang(compiler):
+        hipconfig = first_executable([os.path.join(root, "bin", "hipconfig"), which("hipconfig", env)])
+        if hipconfig:
+            output += "HIP version: " + run_checked([hipconfig, "--version"], env).strip() + "\n"
+    parsed = parse_hip_version(output)
+    if not parsed:
+        raise QolaError(
+            f"cannot read the HIP version of {compiler} (no 'HIP version:' in its --version output "
+            "and no hipconfig beside it)",
+            hint="use ROCm's hipcc, or set ROCM_PATH to the ROCm install that clang belongs to",
+        )
+    return output, parsed[0], parsed[1]
+
+
+def hip_flag_set(version_key: tuple[int, int, int, int], archs: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """AITER's flags_hip for this HIP version and these archs: sorted, de-duplicated,
+    unprobed. Entries like ``-mllvm X`` are one string (split them for argv)."""
+    flags = list(AITER_HIP)
+    for test, threshold, extra in BY_VERSION:
+        if (version_key <= threshold) if test == "<=" else (version_key > threshold):
+            flags += extra
+    try:
+        fp4 = int(env.get("AITER_FP4x2", "1"))
+    except ValueError:
+        fp4 = 1
+    if fp4 > 0 and any(arch_base(a) == "gfx950" for a in archs):
+        flags.append("-D__Float4_e2m1fn_x2")
+    flags += [f"--offload-arch={a}" for a in archs]
+    return sorted(set(flags))
+
+
+def _needs_probe(flag: str) -> bool:
+    return not flag.startswith(("-D", "-U"))
+
+
+def find_hip(
+    archs: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    accepted_versions: Sequence[str] | None,
+    cache_dir: str | os.PathLike,
+    compiler: str | None = None,
+) -> Toolchain:
+    path = locate(env, compiler)
+    root = rocm_root(path, env)
+    child = {**env, **CHILD_ENV}
+    output, dotted, suffix = _version(path, root, child)
+    release = rocm_release(root)
+    check_accepted("hip", path, [dotted] + ([release] if release else []), accepted_versions)
+    identity = identity_of(path, output)
+    pre = _clang_flags(root) if is_clang(path) else []
+
+    wanted = hip_flag_set(hip_version_key(dotted, suffix), archs, env)
+    probes = Probes(cache_dir, identity, child)
+    arch_flags = [f"--offload-arch={a}" for a in archs]
+    ok = probes.supported(arch_flags, lambda f: [path, *pre, f, *PROBE_TAIL])
+    bad = [f.split("=", 1)[1] for f in arch_flags if not ok[f]]
+    if bad:
+        probes.save()
+        raise QolaError(
+            f"{path} (HIP {dotted}) cannot compile for {', '.join(bad)}",
+            hint="use a ROCm release that knows these targets (set ROCM_PATH / HIPCC or pass --compiler), "
+            "or drop them from [build] architectures",
+        )
+    probe_arch = f"--offload-arch={archs[0]}"
+    optional = [f for f in wanted if _needs_probe(f) and f not in arch_flags]
+    ok.update(probes.supported(optional, lambda f: [path, *pre, probe_arch, *f.split(), *PROBE_TAIL]))
+    probes.save()
+
+    kept = [f for f in wanted if (not _needs_probe(f) or ok[f]) and f not in ALWAYS]
+    dropped = tuple(f for f in wanted if _needs_probe(f) and not ok[f])
+    flags = [*pre, *ALWAYS, *(tok for f in kept for tok in f.split()), *AFTER]
+    lib_dir = _lib_dir(root)
+    return Toolchain(
+        kind="hip",
+        compiler=path,
+        version=dotted,
+        version_output=output,
+        identity=identity,
+        archs=tuple(archs),
+        host_cxx=find_host_cxx(env),
+        child_env=dict(CHILD_ENV),
+        root=root,
+        base_flags=tuple(flags),
+        lang_args=("-x", "hip"),
+        link_flags=(*([f"-L{lib_dir}"] if lib_dir else []), "-lamdhip64"),
+        libs=("amdhip64",),
+        lib_dirs=(lib_dir,) if lib_dir else (),
+        dropped_flags=dropped,
+        rocm_version=release,
+    )

@@ -1,0 +1,137 @@
+"""Host side: finding programs, running them, the host C++ compiler, job count."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from qola.errors import FailedProcessError, QolaError
+
+HOST_CXX_NAMES = ("c++", "g++", "clang++")
+GB_PER_JOB = 0.5
+
+
+def which(name: str, env: Mapping[str, str]) -> str | None:
+    """``name`` on the PATH of ``env`` (not of this process), as an absolute path."""
+    found = shutil.which(name, path=env.get("PATH", ""))
+    return os.path.abspath(found) if found else None
+
+
+def executable(path: str | os.PathLike | None) -> str | None:
+    """``path`` as an absolute path if it is an executable file, else None."""
+    if not path:
+        return None
+    path = os.path.abspath(os.path.expanduser(str(path)))
+    return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
+def first_executable(candidates: Iterable[str | None]) -> str | None:
+    for candidate in candidates:
+        found = executable(candidate)
+        if found:
+            return found
+    return None
+
+
+def child_environ(env: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment for a child process: the caller's mapping plus ``extra``."""
+    merged = dict(env)
+    merged.update(extra)
+    return merged
+
+
+def run_capture(
+    argv: Sequence[str], env: Mapping[str, str], timeout: float = 120.0
+) -> subprocess.CompletedProcess:
+    """Run ``argv`` with stdout and stderr captured together as text; never raises for a
+    non-zero exit (the caller decides), raises QolaError if it cannot start or hangs."""
+    try:
+        return subprocess.run(
+            list(argv),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise QolaError(f"{argv[0]} did not answer within {timeout:.0f}s: {' '.join(argv)}") from exc
+    except OSError as exc:
+        raise QolaError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
+
+
+def run_checked(argv: Sequence[str], env: Mapping[str, str], timeout: float = 120.0) -> str:
+    proc = run_capture(argv, env, timeout)
+    if proc.returncode != 0:
+        raise FailedProcessError(argv, proc.returncode, proc.stdout or "")
+    return proc.stdout or ""
+
+
+def identity_of(compiler: str, version_output: str) -> str:
+    return hashlib.sha256(f"{compiler}\n{version_output}".encode()).hexdigest()
+
+
+def find_host_cxx(env: Mapping[str, str]) -> str:
+    """The host C++ compiler: ``$CXX`` when it names one program, else c++/g++/clang++."""
+    cxx = env.get("CXX", "").strip()
+    if cxx:
+        found = executable(cxx) or which(cxx, env)
+        if not found:
+            raise QolaError(
+                f"CXX={cxx!r} is not an executable program",
+                hint="set CXX to the path of one C++ compiler (a launcher such as ccache "
+                "goes in the manifest or --launcher), or unset it",
+            )
+        return found
+    found = first_executable(which(n, env) for n in HOST_CXX_NAMES) or first_executable(
+        ["/usr/bin/c++", "/usr/bin/g++"]
+    )
+    if not found:
+        raise QolaError(
+            "no host C++ compiler found (looked for $CXX, c++, g++, clang++)",
+            hint="install one: apt-get install g++ (Debian/Ubuntu) or dnf install gcc-c++",
+        )
+    return found
+
+
+def _available_gb(meminfo: Path = Path("/proc/meminfo")) -> float | None:
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / (1024 * 1024)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_jobs(env: Mapping[str, str], cpus: int | None = None, free_gb: float | None = None) -> int:
+    """Parallel compile jobs: ``MAX_JOBS`` when set, else AITER's rule
+    ``max(1, min(int(0.8 * cpus), int(free_GB / 0.5)))``."""
+    raw = env.get("MAX_JOBS")
+    if raw is not None and raw.strip():
+        try:
+            jobs = int(raw.strip())
+        except ValueError:
+            jobs = 0
+        if jobs < 1:
+            raise QolaError(f"MAX_JOBS={raw!r} is not a positive integer", hint="set MAX_JOBS=8, or unset it")
+        return jobs
+    cpus = cpus if cpus is not None else _cpu_count()
+    by_cpu = int(0.8 * cpus)
+    if free_gb is None:
+        free_gb = _available_gb()
+    by_mem = int(free_gb / GB_PER_JOB) if free_gb is not None else by_cpu
+    return max(1, min(by_cpu, by_mem))

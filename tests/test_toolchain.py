@@ -1,0 +1,317 @@
+"""qola.toolchain: finding compilers, versions, flag probes, real compile + link."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from qola.errors import QolaError
+from qola.toolchain import Toolchain, default_jobs, find_toolchain, validate_archs, vendor_of
+from qola.toolchain import cuda as cuda_mod
+from qola.toolchain import hip as hip_mod
+from qola.toolchain.probe import probe_path
+from qola.toolchain.versions import hip_version_key, parse_hip_version, parse_nvcc_version, version_matches
+
+ENV = dict(os.environ)
+
+HEADER = "#pragma once\n#define QOLA_TC_SCALE 2.0f\n"
+SOURCE = r"""
+#include "qola_tc.h"
+#if defined(__HIP_PLATFORM_AMD__)
+#include <hip/hip_runtime.h>
+#define gpu(name) hip##name
+#define gpuMemcpyHostToDevice hipMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost hipMemcpyDeviceToHost
+#else
+#include <cuda_runtime.h>
+#define gpu(name) cuda##name
+#define gpuMemcpyHostToDevice cudaMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
+#endif
+#define API extern "C" __attribute__((visibility("default")))
+
+__global__ void qola_tc_scale(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= QOLA_TC_SCALE;
+}
+static int helper_hidden(void) { return 41; }
+API int qola_tc_probe(void) { return helper_hidden() + 1; }
+API int qola_tc_selftest(void) {
+  enum { N = 1000 };
+  float host[N];
+  for (int i = 0; i < N; ++i) host[i] = (float)i;
+  float* dev = nullptr;
+  if (gpu(Malloc)((void**)&dev, sizeof host) != gpu(Success)) return 1;
+  if (gpu(Memcpy)(dev, host, sizeof host, gpuMemcpyHostToDevice) != gpu(Success)) return 2;
+  qola_tc_scale<<<(N + 255) / 256, 256>>>(dev, N);
+  if (gpu(GetLastError)() != gpu(Success)) return 3;
+  if (gpu(Memcpy)(host, dev, sizeof host, gpuMemcpyDeviceToHost) != gpu(Success)) return 4;
+  gpu(Free)(dev);
+  for (int i = 0; i < N; ++i)
+    if (host[i] != QOLA_TC_SCALE * i) return 5;
+  return 0;
+}
+"""
+
+
+def _nvcc() -> str | None:
+    return shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+
+
+needs_nvcc = pytest.mark.skipif(_nvcc() is None, reason="needs nvcc (the CUDA toolkit)")
+
+
+def build_library(tc: Toolchain, tmp: Path, name: str = "qola_tc") -> Path:
+    """Compile SOURCE and link it into a .so with exactly the argv the toolchain gives."""
+    src_dir = tmp / "src"
+    src_dir.mkdir(exist_ok=True)
+    (src_dir / "qola_tc.h").write_text(HEADER)
+    src = src_dir / f"{name}.cpp"  # .cpp on purpose: it must still compile as device code
+    src.write_text(SOURCE)
+    obj, dep, rsp, out = tmp / f"{name}.o", tmp / f"{name}.o.d", tmp / f"{name}.rsp", tmp / f"lib{name}.so"
+    child = {**ENV, **tc.child_env}
+    for argv in (
+        tc.compile_argv(src, obj, dep, tc.device_flags() + [f"-I{src_dir}"]),
+        tc.shared_link_argv(rsp, out, []),
+    ):
+        rsp.write_text(f"{obj}\n")
+        proc = subprocess.run(argv, env=child, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{argv}\n{proc.stdout}\n{proc.stderr}"
+    deps = dep.read_text()
+    assert "qola_tc.h" in deps, deps
+    assert str(obj) in deps.split(":", 1)[0]
+    return out
+
+
+def forbid_probes(monkeypatch):
+    """Let only `--version` through subprocess.run; anything else fails the test."""
+    real = subprocess.run
+
+    def guarded(argv, *args, **kwargs):
+        if list(argv)[1:] != ["--version"]:
+            raise AssertionError(f"unexpected child process on a warm probe cache: {argv}")
+        return real(argv, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", guarded)
+
+
+# ---- pure: archs, versions, jobs ---------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["gfx90a", "gfx940", "gfx941", "gfx942", "gfx950", "gfx1100", "gfx90a:xnack-"])
+def test_vendor_of_hip(arch):
+    assert vendor_of(arch) == "hip"
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_90a", "sm_100a", "sm_120"])
+def test_vendor_of_cuda(arch):
+    assert vendor_of(arch) == "cuda"
+
+
+@pytest.mark.parametrize("arch", ["native", "sm90", "gfx", "compute_90", "gfx90a:xnack", "GFX90A", ""])
+def test_vendor_of_rejects(arch):
+    with pytest.raises(QolaError, match="unknown GPU architecture"):
+        vendor_of(arch)
+
+
+def test_vendor_mixing_is_an_error(tmp_path):
+    with pytest.raises(QolaError) as info:
+        find_toolchain(["gfx942", "sm_90"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
+    text = str(info.value)
+    assert "mix GPU vendors" in text and "gfx942" in text and "sm_90" in text
+    assert "hint:" in text
+
+
+def test_validate_archs_dedups_and_keeps_order():
+    assert validate_archs(["gfx942", "gfx90a", "gfx942"]) == ("hip", ("gfx942", "gfx90a"))
+    with pytest.raises(QolaError, match="no GPU architectures"):
+        validate_archs([])
+    with pytest.raises(QolaError, match="different features"):
+        validate_archs(["gfx90a:xnack-", "gfx90a:xnack+"])
+
+
+def test_parse_versions():
+    assert parse_hip_version("HIP version: 5.2.21153-0\nDebian clang version 15.0.6\n") == ("5.2.21153", "-0")
+    assert parse_hip_version("6.3.42131-fa1d09cfd") == ("6.3.42131", "-fa1d09cfd")
+    assert parse_nvcc_version("Cuda compilation tools, release 13.0, V13.0.88") == "13.0"
+    assert parse_nvcc_version("nothing here") is None
+    assert version_matches("7.2.0", "7.2") and version_matches("7.2.53211", "7.2") and version_matches("13.0", "13")
+    assert not version_matches("7.20.0", "7.2") and not version_matches("6.4.1", "7.2")
+    # AITER orders "6.3.42132-abc" after "6.3.42132"
+    assert hip_version_key("6.3.42132", "-abc") > hip_version_key("6.3.42132") > hip_version_key("6.3.42131", "-x")
+
+
+def test_aiter_version_dependent_flags():
+    old = hip_mod.hip_flag_set(hip_version_key("5.2.21153", "-0"), ["gfx90a"], {})
+    assert "-mllvm --amdgpu-enable-max-ilp-scheduling-strategy=1" in old
+    assert "-mllvm --lsr-drop-solution=1" not in old and "-fno-offload-uniform-block" not in old
+    new = hip_mod.hip_flag_set(hip_version_key("7.2.53211", "-e5be8a"), ["gfx942", "gfx950"], {})
+    assert "-mllvm --amdgpu-enable-max-ilp-scheduling-strategy=1" not in new
+    for flag in (
+        "-mllvm --lsr-drop-solution=1",
+        "-fno-offload-uniform-block",
+        "-mllvm -enable-post-misched=0",
+        "-mllvm -amdgpu-early-inline-all=true",
+        "-mllvm -amdgpu-function-calls=false",
+        "-mllvm -amdgpu-coerce-illegal-types=1",
+        "-D__Float4_e2m1fn_x2",  # gfx950
+        "--offload-arch=gfx942",
+        "--offload-arch=gfx950",
+    ):
+        assert flag in new
+    assert new == sorted(set(new))
+    assert "-D__Float4_e2m1fn_x2" not in hip_mod.hip_flag_set((7, 2, 0, 0), ["gfx950"], {"AITER_FP4x2": "0"})
+
+
+def test_default_jobs():
+    assert default_jobs({"MAX_JOBS": "3"}, cpus=64, free_gb=1.0) == 3
+    assert default_jobs({}, cpus=16, free_gb=100.0) == 12  # int(0.8 * 16)
+    assert default_jobs({}, cpus=16, free_gb=2.2) == 4  # int(2.2 / 0.5)
+    assert default_jobs({}, cpus=1, free_gb=0.1) == 1
+    assert default_jobs({"MAX_JOBS": ""}, cpus=10, free_gb=100.0) == 8
+    assert default_jobs({}) >= 1  # reads os.sched_getaffinity and /proc/meminfo
+    for bad in ("abc", "0", "-2"):
+        with pytest.raises(QolaError, match="MAX_JOBS"):
+            default_jobs({"MAX_JOBS": bad})
+
+
+def test_toolchain_dict_round_trip():
+    tc = Toolchain("cuda", "/x/nvcc", "13.0", "out", "ab" * 32, ("sm_90",), "/usr/bin/c++", {}, base_flags=("-O3",))
+    assert Toolchain.from_dict(tc.to_dict()) == tc
+    argv = tc.compile_argv("a.cu", "a.o", "a.o.d", ["-O3"])
+    assert argv[:2] == ["/x/nvcc", "-O3"] and argv[argv.index("-MF") + 1] == "a.o.d" and argv[-2:] == ["-o", "a.o"]
+    assert tc.shared_link_argv("objs.rsp", "x.so", ["-Wl,-z,defs"])[:5] == [
+        "/usr/bin/c++", "-shared", "@objs.rsp", "-o", "x.so"
+    ]  # fmt: skip
+
+
+# ---- missing compilers ----------------------------------------------------------------
+
+
+def test_missing_compiler_path(tmp_path):
+    with pytest.raises(QolaError) as info:
+        find_toolchain(["sm_90"], env=ENV, accepted_versions=None, cache_dir=tmp_path, compiler="/nonexistent/nvcc")
+    assert "/nonexistent/nvcc" in str(info.value) and "install the CUDA toolkit (nvcc)" in info.value.hint
+    with pytest.raises(QolaError) as info:
+        find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path, compiler="/nonexistent/hipcc")
+    assert "apt-get install hipcc" in info.value.hint
+
+
+def test_missing_compiler_empty_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(cuda_mod, "FALLBACKS", ())
+    monkeypatch.setattr(hip_mod, "HIPCC_FALLBACKS", ())
+    monkeypatch.setattr(hip_mod, "CLANG_FALLBACKS", ())
+    with pytest.raises(QolaError, match="no CUDA compiler found") as info:
+        find_toolchain(["sm_90"], env={"PATH": ""}, accepted_versions=None, cache_dir=tmp_path)
+    assert "nvcc" in info.value.hint
+    with pytest.raises(QolaError, match="no HIP compiler found") as info:
+        find_toolchain(["gfx942"], env={"PATH": ""}, accepted_versions=None, cache_dir=tmp_path)
+    assert "apt-get install hipcc" in info.value.hint
+
+
+# ---- CUDA (nvcc) --------------------------------------------------------------------
+
+
+@needs_nvcc
+def test_cuda_found_and_flags(tmp_path):
+    tc = find_toolchain(["sm_90", "sm_90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
+    assert tc.kind == "cuda" and os.path.isabs(tc.compiler) and tc.archs == ("sm_90", "sm_90a")
+    assert tc.version == parse_nvcc_version(tc.version_output) and tc.version.count(".") == 1
+    assert len(tc.identity) == 64 and tc.child_env == {}
+    flags = tc.device_flags()
+    pairs = list(zip(flags, flags[1:]))
+    assert ("-gencode", "arch=compute_90,code=sm_90") in pairs
+    assert ("-gencode", "arch=compute_90a,code=sm_90a") in pairs
+    assert ("-Xcompiler", "-fPIC") in pairs and "--expt-relaxed-constexpr" in flags and "-std=c++17" in flags
+    assert "-lcudart_static" in tc.shared_link_argv("o.rsp", "x.so", [])
+    assert tc.runtime_link_libs() == ["cudart"]
+    assert probe_path(tmp_path, tc.identity).is_file()
+
+
+@needs_nvcc
+def test_cuda_version_mismatch(tmp_path):
+    with pytest.raises(QolaError) as info:
+        find_toolchain(["sm_90"], env=ENV, accepted_versions=["12.4", "12.8"], cache_dir=tmp_path)
+    text = str(info.value)
+    assert "found CUDA" in text and "manifest accepts only ['12.4', '12.8']" in text and "cuda_versions" in text
+    assert "CUDA_HOME" in info.value.hint
+
+
+@needs_nvcc
+def test_cuda_unknown_arch(tmp_path):
+    with pytest.raises(QolaError, match="cannot compile for sm_10"):
+        find_toolchain(["sm_10"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
+
+
+@needs_nvcc
+def test_cuda_probe_cache_hit(tmp_path, monkeypatch):
+    first = find_toolchain(["sm_90"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
+    forbid_probes(monkeypatch)
+    second = find_toolchain(["sm_90"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
+    assert second == first
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_cuda_compile_and_link(tmp_path):
+    tc = find_toolchain(["sm_90"], env=ENV, accepted_versions=["13", "12"], cache_dir=tmp_path)
+    lib = build_library(tc, tmp_path)
+    assert ctypes.CDLL(str(lib)).qola_tc_probe() == 42  # loads with no GPU and no libcudart.so
+
+
+@needs_nvcc
+@pytest.mark.gpu
+def test_cuda_kernel_runs(tmp_path):
+    tc = find_toolchain(["sm_90"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
+    assert ctypes.CDLL(str(build_library(tc, tmp_path))).qola_tc_selftest() == 0
+
+
+# ---- HIP (hipcc, ROCm) ----------------------------------------------------------------
+
+
+@pytest.mark.hip
+def test_hip_found_flags_and_probe_cache(tmp_path, monkeypatch):
+    tc = find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
+    assert tc.kind == "hip" and tc.child_env == {"HIP_PLATFORM": "amd"}
+    assert tc.version == parse_hip_version(tc.version_output)[0]
+    flags = tc.device_flags()
+    for flag in ("-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2", "--offload-arch=gfx90a",
+                 "-fno-gpu-rdc", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-std=c++20"):  # fmt: skip
+        assert flag in flags
+    assert flags[-1] == "-fno-gpu-rdc"
+    for dropped in tc.dropped_flags:  # whatever the probes refused stays out
+        assert dropped.split()[-1] not in flags
+    assert probe_path(tmp_path, tc.identity).is_file()
+    forbid_probes(monkeypatch)
+    assert find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path) == tc
+
+
+@pytest.mark.hip
+def test_hip_version_mismatch(tmp_path):
+    with pytest.raises(QolaError) as info:
+        find_toolchain(["gfx90a"], env=ENV, accepted_versions=["7.2"], cache_dir=tmp_path)
+    text = str(info.value)
+    assert "found HIP" in text and "manifest accepts only ['7.2']" in text and "rocm_versions" in text
+
+
+@pytest.mark.hip
+def test_hip_unsupported_arch(tmp_path):
+    tc = find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
+    if hip_version_key(tc.version) >= (6, 0, 0, 0):
+        pytest.skip("this ROCm knows gfx942")
+    with pytest.raises(QolaError, match="cannot compile for gfx942"):
+        find_toolchain(["gfx90a", "gfx942"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
+
+
+@pytest.mark.hip
+@pytest.mark.slow
+def test_hip_compile_and_link(tmp_path):
+    tc = find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
+    lib = build_library(tc, tmp_path)
+    assert ctypes.CDLL(str(lib)).qola_tc_probe() == 42
+    assert "amdhip64" in tc.runtime_link_libs()
