@@ -1,0 +1,224 @@
+"""The build: plan → generated sources → one ninja graph → objects and libraries in the build dir.
+
+Publishing into the output dir is :mod:`qola.publish`'s job; nothing here writes there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qola import ninja
+from qola.codegen import GenJob, run_generators
+from qola.errors import QolaError
+from qola.plan import ModulePlan, Plan
+from qola.pyext import pybind11_flags, torch_flags
+from qola.toolchain import Toolchain
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    build_dir: Path
+    jobs: int
+    launcher: str | None = None
+    dry_run: bool = False
+    verbose: bool = False
+    gen_args: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)  # module -> per-generator args
+
+
+@dataclass
+class ModuleResult:
+    name: str
+    md_name: str
+    mode: str
+    link: str
+    status: str = "pending"  # built | failed
+    sources: int = 0
+    generated: int = 0
+    instances: tuple[str, ...] = ()
+    artifact: Path | None = None  # in the build dir
+    seconds: float = 0.0
+    codegen_seconds: float = 0.0
+    error: str | None = None
+    log: list[str] = field(default_factory=list)
+    exports: list[str] = field(default_factory=list)
+    headers: tuple[Path, ...] = ()
+
+
+@dataclass
+class BuildReport:
+    plan: Plan
+    toolchain: Toolchain
+    modules: list[ModuleResult]
+    build_dir: Path
+    seconds: float
+    ninja_log: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(m.status == "built" for m in self.modules)
+
+
+def artifact_name(mod: ModulePlan) -> str:
+    if mod.is_python_module or mod.link != "static":
+        return f"{mod.md_name}.so"
+    return f"{mod.md_name}.a"
+
+
+def _split(flags: tuple[str, ...] | list[str]) -> list[str]:
+    """AITER writes '-mllvm --x=1' as one entry; compilers want two words."""
+    out: list[str] = []
+    for f in flags:
+        out += shlex.split(f)
+    return out
+
+
+def module_flags(mod: ModulePlan, tc: Toolchain, blob_dir: Path, include_dir: Path) -> list[str]:
+    flags = tc.device_flags()
+    flags += [f"-I{d}" for d in (*mod.include_dirs, str(blob_dir), str(include_dir))]
+    flags += _split(mod.flags_extra_hip)
+    if mod.is_python_module:
+        flags += pybind11_flags(mod.md_name).cflags
+        if not mod.torch_exclude:
+            flags += torch_flags(tc.kind).cflags
+    return flags
+
+
+def module_ldflags(mod: ModulePlan, tc: Toolchain) -> list[str]:
+    flags = _split(mod.extra_ldflags)
+    if mod.is_python_module and not mod.torch_exclude:
+        flags += torch_flags(tc.kind).ldflags
+    return flags
+
+
+def _codegen(plan: Plan, opts: BuildOptions, env: Mapping[str, str], results: dict[str, ModuleResult],
+             on_event: Callable[[str], None]) -> dict[str, tuple[str, ...]]:
+    """Run every module's generators in parallel; failures mark their module failed."""
+    jobs = [GenJob(m.name, m.generators, opts.gen_args.get(m.name, ())) for m in plan.modules if m.generators]
+    generated: dict[str, tuple[str, ...]] = {}
+    if not jobs:
+        return generated
+    gen_root = opts.build_dir / "gen"
+
+    def one(job: GenJob):
+        try:
+            return job.module, run_generators(job, gen_root, env=env, python=sys.executable), None
+        except QolaError as exc:
+            return job.module, None, exc
+
+    with ThreadPoolExecutor(max_workers=max(1, min(opts.jobs, len(jobs)))) as pool:
+        for name, res, exc in pool.map(one, jobs):
+            r = results[name]
+            if exc is not None:
+                r.status, r.error = "failed", exc.message
+                r.log.append(exc.render())
+                on_event(f"generator failed for {name}")
+                continue
+            generated[name] = res.sources
+            r.codegen_seconds = res.seconds
+            on_event(f"{'generated' if not res.skipped else 'up to date'}: {name} ({len(res.sources)} sources)")
+    return generated
+
+
+def graph_for(plan: Plan, tc: Toolchain, opts: BuildOptions, generated: Mapping[str, tuple[str, ...]],
+              results: dict[str, ModuleResult], include_dir: Path,
+              extra: Callable[[ModulePlan, ModuleResult], dict] | None = None,
+              extra_rules: Mapping[str, Mapping[str, str]] | None = None) -> ninja.Graph:
+    """The graph for every module that is still buildable.
+
+    ``extra(mod, result)`` may return {"rule", "ldflags", "extra_inputs", "implicit"} for a module's
+    link edge (isolation, embedding); ``extra_rules`` adds the rules those name.
+    """
+    launcher = [opts.launcher] if opts.launcher else []
+    cc = launcher + tc.compile_argv("$in", "$out", "$out.d", ["$flags"])
+    link = tc.shared_link_argv("$out.rsp", "$out", ["$ldflags"])
+    rules: dict[str, dict[str, str]] = {
+        "cc": {"command": ninja.command_template(cc), "description": "CC $module $in", "depfile": "$out.d",
+               "deps": "gcc"},
+        "link": {"command": ninja.command_template(link), "description": "LINK $module $out",
+                 "rspfile": "$out.rsp", "rspfile_content": "$in_newline"},
+    }
+    variables: dict[str, str] = {}
+    targets = []
+    for mod in plan.modules:
+        r = results[mod.name]
+        if r.status == "failed":
+            continue
+        srcs = list(mod.sources) + list(generated.get(mod.name, ()))
+        r.sources, r.generated = len(mod.sources), len(generated.get(mod.name, ()))
+        r.instances = tuple(sorted(Path(s).stem for s in generated.get(mod.name, ())))
+        if not srcs:
+            r.status, r.error = "failed", "the module has no sources (table srcs empty and no generated files)"
+            continue
+        blob = opts.build_dir / "gen" / mod.name / "blob"
+        var = f"flags_{mod.name}"
+        variables[var] = ninja.escape_flags(module_flags(mod, tc, blob, include_dir))
+        compiles = tuple(ninja.Compile(s, ninja.object_path(mod.name, s), var) for s in srcs)
+        art = f"lib/{artifact_name(mod)}"
+        r.artifact = opts.build_dir / art
+        more = extra(mod, r) if extra else {}
+        targets.append(ninja.Target(
+            module=mod.name, artifact=art, compiles=compiles, rule=more.get("rule", "link"),
+            ldflags=tuple(module_ldflags(mod, tc)) + tuple(more.get("ldflags", ())),
+            extra_inputs=tuple(more.get("extra_inputs", ())), implicit=tuple(more.get("implicit", ())),
+        ))
+    rules.update(extra_rules or {})
+    return ninja.Graph(rules=rules, variables=variables, targets=tuple(targets))
+
+
+def run_build(plan: Plan, tc: Toolchain, opts: BuildOptions, *, env: Mapping[str, str],
+              on_event: Callable[[str], None] = lambda s: None,
+              on_status: Callable[[int, int, str], None] | None = None,
+              extra: Callable[[ModulePlan, ModuleResult], dict] | None = None,
+              extra_rules: Mapping[str, Mapping[str, str]] | None = None) -> BuildReport:
+    start = time.perf_counter()
+    opts.build_dir.mkdir(parents=True, exist_ok=True)
+    results = {m.name: ModuleResult(m.name, m.md_name, m.mode, m.link) for m in plan.modules}
+    include_dir = opts.build_dir / "include"
+    include_dir.mkdir(exist_ok=True)
+    generated = _codegen(plan, opts, env, results, on_event)
+    graph = graph_for(plan, tc, opts, generated, results, include_dir, extra, extra_rules)
+    ninja.write(graph, opts.build_dir / "build.ninja")
+    owners = {t.artifact: t.module for t in graph.targets}
+    owners.update({c.obj: t.module for t in graph.targets for c in t.compiles})
+    log_mark = ninja.log_length(opts.build_dir)
+    outcome = ninja.run(opts.build_dir, jobs=opts.jobs, env={**env, **tc.child_env}, owner=owners.get,
+                        targets=[f"module_{t.module}" for t in graph.targets], dry_run=opts.dry_run,
+                        verbose=opts.verbose, on_status=on_status)
+    times = ninja.compile_times(opts.build_dir, log_mark)
+    failed_mods = {owners.get(o) for o in outcome.failed_outputs}
+    for t in graph.targets:
+        r = results[t.module]
+        r.log += outcome.lines_by_module.get(t.module, [])
+        r.seconds = r.codegen_seconds + sum(times.get(c.obj, 0.0) for c in t.compiles) + times.get(t.artifact, 0.0)
+        if opts.dry_run:
+            r.status = "planned"
+        elif t.module in failed_mods or not (opts.build_dir / t.artifact).is_file():
+            r.status = "failed"
+            first = next((ln for ln in r.log if "error" in ln.lower()), None) or (r.log[0] if r.log else "")
+            r.error = r.error or (first.strip()[:300] or f"ninja exited {outcome.returncode}")
+        else:
+            r.status = "built"
+    if outcome.returncode != 0 and not failed_mods and not opts.dry_run and all(
+            r.status == "built" for r in results.values()):
+        raise QolaError("ninja failed without naming a failed edge:\n" + "\n".join(outcome.log[-20:]))
+    return BuildReport(plan, tc, list(results.values()), opts.build_dir, time.perf_counter() - start, outcome.log)
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def clean_stale(build_dir: Path) -> None:
+    shutil.rmtree(build_dir / "obj", ignore_errors=True)

@@ -1,0 +1,132 @@
+"""Run a module's generator commands into a staging dir and publish it by rename.
+
+A stamp over (commands, generator sources, filters) skips unchanged runs;
+every run starts from an empty staging dir, so instances from an earlier filter
+never survive. A generator's exit code is checked (AITER ignores it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qola.errors import FailedProcessError, QolaError
+from qola.plan import OUTPUT_DIR, Generator
+
+STAMP = "stamp.json"
+GENERATED_EXTS = (".cu", ".cpp")
+
+
+@dataclass(frozen=True)
+class GenJob:
+    """One module's generators, with the extra arguments (filters) qola adds to each."""
+
+    module: str
+    generators: tuple[Generator, ...]
+    extra_args: tuple[tuple[str, ...], ...] = ()  # per generator; () = none
+
+    def argvs(self, out_dir: str, python: str) -> list[list[str]]:
+        result = []
+        for i, gen in enumerate(self.generators):
+            argv = [a.replace(OUTPUT_DIR, out_dir) for a in gen.argv]
+            extra = list(self.extra_args[i]) if i < len(self.extra_args) else []
+            result.append([python, *argv, *extra])
+        return result
+
+
+@dataclass(frozen=True)
+class GenResult:
+    module: str
+    blob_dir: Path
+    sources: tuple[str, ...]
+    skipped: bool
+    seconds: float
+    commands: tuple[str, ...] = field(default=())
+
+
+def _sources_digest(scripts: Sequence[str]) -> str:
+    """Hash of every .py file beside each generator script (CK's generator imports its codegen/ package)."""
+    h = hashlib.sha256()
+    for script in sorted(set(scripts)):
+        p = Path(script)
+        if not p.exists():
+            h.update(f"missing:{script}".encode())
+            continue
+        files = sorted(p.parent.rglob("*.py")) if p.suffix == ".py" else [p]
+        for f in files:
+            if "__pycache__" in f.parts:
+                continue
+            h.update(str(f).encode() + b"\0")
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def stamp_of(job: GenJob, python: str) -> str:
+    payload = {
+        "argv": job.argvs(OUTPUT_DIR, python),
+        "generators": _sources_digest([g.script for g in job.generators]),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def generated_sources(blob_dir: Path) -> tuple[str, ...]:
+    if not blob_dir.is_dir():
+        return ()
+    return tuple(sorted(str(p) for p in blob_dir.rglob("*") if p.suffix in GENERATED_EXTS and p.is_file()))
+
+
+def run_generators(
+    job: GenJob, gen_root: Path, *, env: Mapping[str, str], python: str = sys.executable, force: bool = False
+) -> GenResult:
+    """Generate ``job`` into ``gen_root/<module>/blob``. Raises FailedProcessError on a failing generator."""
+    mod_dir = gen_root / job.module
+    blob = mod_dir / "blob"
+    stamp_file = mod_dir / STAMP
+    stamp = stamp_of(job, python)
+    start = time.perf_counter()
+    if not force and blob.is_dir() and stamp_file.is_file():
+        try:
+            if json.loads(stamp_file.read_text()).get("stamp") == stamp:
+                return GenResult(job.module, blob, generated_sources(blob), True, 0.0)
+        except (OSError, ValueError):
+            pass
+    mod_dir.mkdir(parents=True, exist_ok=True)
+    staging = mod_dir / f".staging-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    commands = []
+    try:
+        for argv in job.argvs(str(staging), python):
+            script = argv[1] if len(argv) > 1 else ""
+            if not Path(script).exists():
+                raise QolaError(
+                    f"module {job.module}: generator script {script} does not exist",
+                    hint="check blob_gen_cmd in the module table or the manifest",
+                )
+            commands.append(" ".join(argv))
+            proc = subprocess.run(argv, cwd=staging, env=dict(env), capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise FailedProcessError(
+                    argv, proc.returncode, proc.stdout + proc.stderr,
+                    hint=f"module {job.module}: its generator failed; fix the command or the generator",
+                )
+        stamp_file.unlink(missing_ok=True)
+        old = mod_dir / f".old-{os.getpid()}"
+        if blob.exists():
+            blob.rename(old)
+        staging.rename(blob)
+        shutil.rmtree(old, ignore_errors=True)
+        tmp = mod_dir / f".{STAMP}.tmp"
+        tmp.write_text(json.dumps({"stamp": stamp, "commands": commands}, indent=1))
+        os.replace(tmp, stamp_file)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return GenResult(job.module, blob, generated_sources(blob), False, time.perf_counter() - start, tuple(commands))

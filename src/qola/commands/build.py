@@ -1,0 +1,93 @@
+"""``qola build``: plan, generate, compile and link every module in one ninja graph, then publish."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from qola.build import BuildOptions, BuildReport, run_build
+from qola.commands.common import add_manifest_args, prepare, warn
+from qola.errors import QolaError
+from qola.publish import publish
+from qola.toolchain import default_jobs, find_toolchain
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("build", help="build the manifest's modules into an output dir",
+                       description="Build every module of the manifest in one ninja graph and publish the results.")
+    add_manifest_args(p)
+    p.add_argument("--output-dir", "-o", required=True, help="where lib/, include/, manifest.json … land")
+    p.add_argument("-j", "--jobs", type=int, help="parallel jobs (default: MAX_JOBS, else AITER's cpu/memory rule)")
+    p.add_argument("--build-dir", help="objects and generated sources (default: <output-dir>.build)")
+    p.add_argument("--launcher", help="compiler launcher, e.g. sccache or ccache")
+    p.add_argument("--dry-run", action="store_true", help="write the graph and show what would run; O untouched")
+    p.add_argument("--verbose", "-v", action="store_true", help="print every command")
+    p.set_defaults(func=run)
+
+
+def _launcher(name: str | None, env: dict[str, str]) -> str | None:
+    if not name:
+        return None
+    found = shutil.which(name, path=env.get("PATH"))
+    if not found:
+        raise QolaError(f"compiler launcher {name!r} not found on PATH",
+                        hint=f"install it (e.g. pip install {name} / apt-get install {name}) or drop --launcher")
+    return found
+
+
+def summary(report: BuildReport, console: Console) -> None:
+    table = Table(title=f"qola build — {len(report.modules)} module(s) in {report.seconds:.1f} s")
+    for col in ("module", "status", "sources", "generated", "artifact", "time"):
+        table.add_column(col)
+    for m in report.modules:
+        style = {"built": "green", "failed": "red"}.get(m.status, "yellow")
+        table.add_row(m.name, f"[{style}]{m.status}[/]", str(m.sources), str(m.generated),
+                      m.artifact.name if m.artifact and m.status == "built" else "-", f"{m.seconds:.1f} s")
+    console.print(table)
+    for m in report.modules:
+        if m.status == "failed":
+            console.print(f"[red]error[/]: {m.name}: {m.error}")
+
+
+def run(args: argparse.Namespace) -> int:
+    env = dict(os.environ)
+    prepared = prepare(args, env)
+    plan, manifest = prepared.plan, prepared.manifest
+    console = Console(stderr=True)
+    warn(plan.warnings)
+    out = Path(args.output_dir).resolve()
+    build_dir = Path(args.build_dir).resolve() if args.build_dir else out.with_name(out.name + ".build")
+    versions = manifest.qola.rocm_versions if plan.vendor == "hip" else manifest.qola.cuda_versions
+    tc = find_toolchain(plan.archs, env=env, accepted_versions=versions, cache_dir=build_dir / "probes")
+    jobs = args.jobs or manifest.build.jobs or default_jobs(env)
+    launcher = _launcher(args.launcher or manifest.build.launcher, env)
+    opts = BuildOptions(build_dir=build_dir, jobs=jobs, launcher=launcher, dry_run=args.dry_run,
+                        verbose=args.verbose)
+    console.print(f"qola: {len(plan.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
+                  f"archs {', '.join(plan.archs)}, -j {jobs}, build dir {build_dir}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True, disable=args.dry_run) as progress:
+        task = progress.add_task("generating", total=None)
+
+        def on_status(done: int, total: int, desc: str) -> None:
+            progress.update(task, completed=done, total=total, description=desc[:60])
+            if args.verbose:
+                console.print(desc)
+
+        report = run_build(plan, tc, opts, env=env, on_event=lambda s: progress.console.print(s) if args.verbose else None,
+                           on_status=on_status)
+    if args.dry_run:
+        for line in report.ninja_log:
+            print(line)
+        console.print(f"dry run: graph written to {build_dir / 'build.ninja'}; {out} untouched")
+        return 0
+    path = publish(report, out, mode=args.mode or manifest.build.mode or "pybind")
+    summary(report, console)
+    console.print(f"manifest: {path}")
+    return 0 if report.ok else 1

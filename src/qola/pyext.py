@@ -1,0 +1,58 @@
+"""Compile and link flags for Python extension modules: pybind11, and torch when a module needs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from functools import lru_cache
+
+from qola.errors import QolaError
+
+
+@dataclass(frozen=True)
+class ExtFlags:
+    cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+
+
+def pybind11_flags(md_name: str) -> ExtFlags:
+    import pybind11  # noqa: PLC0415 (only needed when a Python module is built)
+
+    includes = [pybind11.get_include(), sysconfig.get_paths()["include"]]
+    return ExtFlags(
+        tuple(f"-I{i}" for i in includes) + (f"-DTORCH_EXTENSION_NAME={md_name}", "-DPYBIND11_DETAILED_ERROR_MESSAGES"),
+        (),
+    )
+
+
+_TORCH_PROBE = r"""
+import json, os, torch
+from torch.utils import cpp_extension as c
+print(json.dumps({"include": c.include_paths(), "lib": os.path.join(os.path.dirname(torch.__file__), "lib"),
+                  "abi": int(torch._C._GLIBCXX_USE_CXX11_ABI), "hip": torch.version.hip, "cuda": torch.version.cuda}))
+"""
+
+
+@lru_cache(maxsize=4)
+def torch_flags(kind: str, python: str = sys.executable) -> ExtFlags:
+    """Flags for a torch extension, found by asking torch in a child process (never imported here)."""
+    try:
+        out = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise QolaError(f"cannot run {python} to find torch: {exc}") from None
+    if out.returncode != 0:
+        raise QolaError(
+            "this module is a torch extension (torch_exclude is false) but torch is not importable",
+            hint="install PyTorch in this Python, set torch_exclude = true for the module, or use mode = \"cpp_itfs\"",
+        )
+    info = json.loads(out.stdout.strip().splitlines()[-1])
+    cflags = [f"-I{p}" for p in info["include"]] + [
+        "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={info['abi']}",
+    ]
+    gpu_libs = ["-lc10_hip", "-ltorch_hip"] if kind == "hip" else ["-lc10_cuda", "-ltorch_cuda"]
+    ldflags = [f"-L{info['lib']}", f"-Wl,-rpath,{info['lib']}", "-lc10", "-ltorch", "-ltorch_cpu",
+               "-ltorch_python", *gpu_libs]
+    return ExtFlags(tuple(cflags), tuple(ldflags))
