@@ -133,8 +133,8 @@ def graph_for(plan: Plan, tc: Toolchain, opts: BuildOptions, generated: Mapping[
               extra_rules: Mapping[str, Mapping[str, str]] | None = None) -> ninja.Graph:
     """The graph for every module that is still buildable.
 
-    ``extra(mod, result)`` may return {"rule", "ldflags", "extra_inputs", "implicit"} for a module's
-    link edge (isolation, embedding); ``extra_rules`` adds the rules those name.
+    ``extra(mod, result)`` may return {"rule", "ldflags", "extra_inputs", "implicit", "cflags", "edges"}
+    for a module (isolation, embedding); ``extra_rules`` adds the rules those name.
     """
     launcher = [opts.launcher] if opts.launcher else []
     cc = launcher + tc.compile_argv("$in", "$out", "$out.d", ["$flags"])
@@ -147,6 +147,7 @@ def graph_for(plan: Plan, tc: Toolchain, opts: BuildOptions, generated: Mapping[
     }
     variables: dict[str, str] = {}
     targets = []
+    edges: list[tuple[str, str, tuple[str, ...]]] = []
     for mod in plan.modules:
         r = results[mod.name]
         if r.status == "failed":
@@ -158,19 +159,21 @@ def graph_for(plan: Plan, tc: Toolchain, opts: BuildOptions, generated: Mapping[
             r.status, r.error = "failed", "the module has no sources (table srcs empty and no generated files)"
             continue
         blob = opts.build_dir / "gen" / mod.name / "blob"
-        var = f"flags_{mod.name}"
-        variables[var] = ninja.escape_flags(module_flags(mod, tc, blob, include_dir))
-        compiles = tuple(ninja.Compile(s, ninja.object_path(mod.name, s), var) for s in srcs)
         art = f"lib/{artifact_name(mod)}"
         r.artifact = opts.build_dir / art
         more = extra(mod, r) if extra else {}
+        var = f"flags_{mod.name}"
+        variables[var] = ninja.escape_flags(module_flags(mod, tc, blob, include_dir) + list(more.get("cflags", ())))
+        compiles = tuple(ninja.Compile(s, ninja.object_path(mod.name, s), var) for s in srcs)
+        edges += list(more.get("edges", ()))
         targets.append(ninja.Target(
             module=mod.name, artifact=art, compiles=compiles, rule=more.get("rule", "link"),
             ldflags=tuple(module_ldflags(mod, tc)) + tuple(more.get("ldflags", ())),
             extra_inputs=tuple(more.get("extra_inputs", ())), implicit=tuple(more.get("implicit", ())),
+            variables=tuple(more.get("variables", {}).items()),
         ))
     rules.update(extra_rules or {})
-    return ninja.Graph(rules=rules, variables=variables, targets=tuple(targets))
+    return ninja.Graph(rules=rules, variables=variables, targets=tuple(targets), extra_edges=tuple(edges))
 
 
 def run_build(plan: Plan, tc: Toolchain, opts: BuildOptions, *, env: Mapping[str, str],

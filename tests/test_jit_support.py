@@ -1,0 +1,201 @@
+"""Helpers for the JIT tests (no tests here): a small library built by hand from stubs,
+the generated table and the runtime, a caller program, and a counting fake compiler."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import qola
+from qola.jit import key as jkey
+from qola.jit import layout
+
+DATA = Path(qola.__file__).parent / "data"
+NS = "qt"
+
+API_H = """#pragma once
+#define HEADER_CONST 7
+template <int N> struct Traits {};
+template <typename T> int compute_(int x);
+template <typename T> void store_(int* out, int x);
+"""
+
+UNIT = """#include "api.h"
+
+template <>
+int compute_<Traits<{n}>>(int x)
+{{
+    return x * 10 + HEADER_CONST + {n};
+}}
+
+template <>
+void store_<Traits<{n}>>(int* out, int x)
+{{
+    *out = x + 1000 * {n};
+}}
+"""
+
+DISPATCH = """#include "api.h"
+extern "C" int qt_call(int n, int x)
+{
+    switch(n) {
+    case 1: return compute_<Traits<1>>(x);
+    case 2: return compute_<Traits<2>>(x);
+    }
+    return -100;
+}
+extern "C" int qt_store(int n, int x)
+{
+    int v = -1;
+    if(n == 1) store_<Traits<1>>(&v, x);
+    if(n == 2) store_<Traits<2>>(&v, x);
+    return v;
+}
+"""
+
+CALLER = r"""#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+extern "C" int qt_call(int, int);
+extern "C" int qt_store(int, int);
+extern "C" const char* qt_qola_jit_last_error(void);
+extern "C" int qt_qola_jit_last_status(void);
+int main(int argc, char** argv)
+{
+    int n = atoi(argv[1]), x = atoi(argv[2]);
+    int r = argc > 3 && strcmp(argv[3], "store") == 0 ? qt_store(n, x) : qt_call(n, x);
+    int st = qt_qola_jit_last_status();
+    printf("result %d status %d\n", r, st);
+    if(st) fprintf(stderr, "error: %s\n", qt_qola_jit_last_error());
+    return st ? 3 : 0;
+}
+"""
+
+FAKE_CC = """#!/bin/sh
+# counting fake compiler: --version is not counted; a compile appends its pid to {count}
+if [ "$1" = "--version" ]; then exec {real} --version; fi
+echo "$$" >> {count}
+if [ -f {fail} ]; then echo "fake compiler error: boom" >&2; exit 1; fi
+if [ -f {slow} ]; then sleep "$(cat {slow})"; fi
+exec {real} "$@"
+"""
+
+CXXFLAGS = ["-std=c++17", "-O1", "-fPIC"]
+
+
+def sh(argv, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, argv))} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def write_config(include: Path) -> None:
+    include.mkdir(parents=True, exist_ok=True)
+    (include / "qola_config.h").write_text(
+        f'#define QOLA_NAMESPACE {NS}\n#define QOLA_NAMESPACE_STR "{NS}"\n#define QOLA_VERSION_STR "0"\n'
+    )
+
+
+def build_runtime(objdir: Path) -> list[Path]:
+    """The runtime's objects for namespace qt (compiled once per session)."""
+    write_config(objdir / "include")
+    objs = []
+    for src in layout.runtime_sources():
+        obj = objdir / (src.stem + ".o")
+        sh(["g++", *CXXFLAGS, "-Wall", "-Werror", "-I", objdir / "include", "-I", DATA, "-I", DATA / "jit",
+            "-c", src, "-o", obj])  # fmt: skip
+        objs.append(obj)
+    return objs
+
+
+def fake_compiler(root: Path, real: str = "g++") -> Path:
+    cc = root / "fakecc"
+    cc.write_text(FAKE_CC.format(real=real, count=root / "count", slow=root / "slow", fail=root / "fail"))
+    cc.chmod(0o755)
+    return cc
+
+
+@dataclass
+class TestLib:
+    root: Path
+    env: dict
+    compiler: Path
+    caller: Path
+
+    __test__ = False  # not a pytest class
+
+    @property
+    def cache(self) -> Path:
+        return Path(self.env["QOLA_JIT_CACHE_DIR"])
+
+    def compiles(self) -> int:
+        try:
+            return len((self.root / "count").read_text().split())
+        except FileNotFoundError:
+            return 0
+
+    def run(self, n: int = 1, x: int = 5, *, extra: dict | None = None, store: bool = False):
+        env = {**self.env, **(extra or {})}
+        argv = [str(self.caller), str(n), str(x)] + (["store"] if store else [])
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+
+    def spawn(self, n: int = 1, x: int = 5, extra: dict | None = None) -> subprocess.Popen:
+        return subprocess.Popen([str(self.caller), str(n), str(x)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env={**self.env, **(extra or {})})  # fmt: skip
+
+    def entries(self) -> list[Path]:
+        return sorted(self.cache.glob("*.so")) if self.cache.exists() else []
+
+
+def expected(n: int, x: int) -> int:
+    return x * 10 + 7 + n
+
+
+def make_lib(root: Path, runtime: list[Path], *, lang: str = "cxx", compiler: str | None = None,
+             archs=(), flags=("-O1",), child_env: dict | None = None, units=(1, 2)) -> TestLib:  # fmt: skip
+    """Sources -> OUT/jit + stubs + table -> lib/libqt.so + bin/caller, with a fake compiler
+    (counting, optionally slow) unless ``compiler`` names a real one."""
+    root.mkdir(parents=True, exist_ok=True)
+    src = root / "src"
+    (src / "include").mkdir(parents=True, exist_ok=True)
+    (src / "include" / "api.h").write_text(API_H)
+    ext = ".cu" if lang == "cuda" else ".cpp"
+    unit_files = []
+    for n in units:
+        p = src / f"unit_{n}{ext}"
+        p.write_text(UNIT.format(n=n))
+        unit_files.append((f"unit_{n}", p))
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(root / "home"),
+        "QOLA_JIT_CACHE_DIR": str(root / "cache"),
+        **(child_env or {}),
+    }
+    cc = Path(compiler) if compiler else fake_compiler(root)
+    jc = jkey.probe_compiler(str(cc), env)
+    spec = layout.JitModuleSpec(
+        module="tm", lang=lang, arch=";".join(archs) or "host", compiler=jc,
+        flags=(*layout.shared_object_flags(lang, archs), *flags), include_dirs=(src / "include",), style="generic",
+    )  # fmt: skip
+    out = layout.write_jit_module(spec, unit_files, out_jit=root / "out" / "jit", stub_dir=root / "build")
+    write_config(root / "build" / "include")
+    (root / "build" / "dispatch.cpp").write_text(DISPATCH)
+    (root / "out" / "lib").mkdir(parents=True, exist_ok=True)
+    (root / "out" / "bin").mkdir(parents=True, exist_ok=True)
+    lib = root / "out" / "lib" / f"lib{NS}.so"
+    incs = ["-I", root / "build" / "include", "-I", DATA, "-I", DATA / "jit", "-I", src / "include"]
+    sh(["g++", *CXXFLAGS, "-shared", *incs, "-x", "c++", *out.stub_sources, out.table_source,
+        root / "build" / "dispatch.cpp", "-x", "none", *runtime, "-o", lib, "-ldl", "-pthread"])  # fmt: skip
+    caller = root / "out" / "bin" / "caller"
+    (root / "build" / "caller.cpp").write_text(CALLER)
+    sh(["g++", "-O1", root / "build" / "caller.cpp", "-L", lib.parent, f"-l{NS}", f"-Wl,-rpath,{lib.parent}",
+        "-o", caller])  # fmt: skip
+    return TestLib(root=root, env=env, compiler=cc, caller=caller)
+
+
+def remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
