@@ -76,12 +76,15 @@ print(time.perf_counter() - t0)
         bdir.mkdir(parents=True, exist_ok=True)
         import pybind11  # noqa: PLC0415
         mods.append({"md_name": "t_" + m["name"], "sources": srcs, "bdir": str(bdir),
-                     "includes": list(m["include_dirs"]) + [str(gen), pybind11.get_include()],
+                     "includes": list(m["include_dirs"]) + [str(gen), str(build_dir / "include"),
+                                                             pybind11.get_include()],
                      "flags": [f for f in m["flags_extra_hip"]]})
     (work / "plan.json").write_text(json.dumps(mods))
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, str(script)], check=True, env={**os.environ, "MAX_JOBS": str(jobs)},
-                   capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, str(script)], env={**os.environ, "MAX_JOBS": str(jobs)},
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"torch cpp_extension build failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return time.perf_counter() - t0
 
 
@@ -94,7 +97,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="qola-bench-"))
     manifest = work / "bench.toml"
     manifest.write_text(f'[qola]\nnamespace = "bench"\n[build]\narchitectures = ["{args.arch}"]\n'
-                        + "".join(f'[[modules]]\nname = "{m}"\n' for m in MODULES))
+                        + "".join(f'[[modules]]\nname = "{m}"\n' + ('mode = "cpp_itfs"\n' if m.startswith("lib") else "")
+                                  for m in MODULES))
     out, bdir = work / "out", work / "build"
     common = ["build", "--manifest", str(manifest), "--aiter-root", str(KERNELS), "-o", str(out),
               "--build-dir", str(bdir), "-j", str(args.jobs)]

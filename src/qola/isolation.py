@@ -88,7 +88,8 @@ def audit(report: BuildReport, plan: Plan) -> None:
         mod = mods[r.name]
         extra = (f"PyInit_{mod.md_name}",) if mod.is_python_module else ()
         try:
-            result = audit_artifact(r.artifact, plan.namespace, extra=extra, check=True)
+            result = audit_artifact(r.artifact, plan.namespace, extra=extra,
+                                    check=isolated(mod) or mod.is_python_module)
         except QolaError as exc:
             r.status, r.error = "failed", exc.message
             r.log.append(exc.render())
