@@ -72,7 +72,7 @@ def _sources_digest(scripts: Sequence[str]) -> str:
 def stamp_of(job: GenJob, python: str) -> str:
     payload = {
         "argv": job.argvs(OUTPUT_DIR, python),
-        "generators": _sources_digest([g.script for g in job.generators]),
+        "generators": _sources_digest([a for g in job.generators for a in g.argv[:2] if a.endswith(".py")]),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 

@@ -157,16 +157,15 @@ def _expand_sources(items: list[str]) -> tuple[list[str], list[str]]:
     return found, missing
 
 
-def _drop(sources: list[str], patterns: list[str], module: str) -> list[str]:
+def _drop(sources: list[str], patterns: list[str], module: str, notes: list[str]) -> list[str]:
+    """Remove matching sources; a pattern matching nothing is a warning (trees differ between
+    AITER versions, and QoLA manifests name files of the version they were written for)."""
     kept = list(sources)
     for pat in patterns:
         hit = [s for s in kept if fnmatch.fnmatch(Path(s).name, pat) or s.endswith("/" + pat.lstrip("/"))]
         if not hit:
             names = ", ".join(Path(s).name for s in kept) or "none"
-            raise QolaError(
-                f"modules.{module}.drop_srcs: {pat!r} matches none of the module's sources",
-                hint=f"its sources are: {names}",
-            )
+            notes.append(f"modules.{module}.drop_srcs: {pat!r} matches none of the module's sources ({names})")
         kept = [s for s in kept if s not in hit]
     return kept
 
@@ -266,7 +265,7 @@ def make_plan(
         if missing:
             notes.append(f"module {name}: {len(missing)} source(s) listed in the table do not exist: "
                          + ", ".join(Path(m).name for m in missing))
-        sources = _drop(sources, list(section.drop_srcs) if section else [], name)
+        sources = _drop(sources, list(section.drop_srcs) if section else [], name, notes)
         cpp_itfs = mode == "cpp_itfs"
         standalone = bool(entry["is_standalone"])
         includes = _default_includes(tree, names, standalone) + [str(i) for i in entry["extra_include"]]

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from qola import isolation
+from qola import isolation, variants
 from qola.build import BuildOptions, BuildReport, run_build
 from qola.commands.common import add_manifest_args, prepare, warn
 from qola.errors import QolaError
@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     prepared = prepare(args, env)
     plan, manifest = prepared.plan, prepared.manifest
+    plan, gen_args = variants.apply(plan, manifest, env)  # declared variants -> generator filters
     console = Console(stderr=True)
     warn(plan.warnings)
     out = Path(args.output_dir).resolve()
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = args.jobs or manifest.build.jobs or default_jobs(env)
     launcher = _launcher(args.launcher or manifest.build.launcher, env)
     opts = BuildOptions(build_dir=build_dir, jobs=jobs, launcher=launcher, dry_run=args.dry_run,
-                        verbose=args.verbose)
+                        verbose=args.verbose, gen_args=gen_args)
     console.print(f"qola: {len(plan.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
                   f"archs {', '.join(plan.archs)}, -j {jobs}, build dir {build_dir}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
