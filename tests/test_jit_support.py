@@ -14,6 +14,8 @@ from qola.jit import key as jkey
 from qola.jit import layout
 
 DATA = Path(qola.__file__).parent / "data"
+NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if os.path.exists("/usr/local/bin/nvcc") else None)
+HIPCC = shutil.which("hipcc") or ("/usr/bin/hipcc" if os.path.exists("/usr/bin/hipcc") else None)
 NS = "qt"
 
 API_H = """#pragma once
@@ -59,14 +61,31 @@ extern "C" int qt_store(int n, int x)
 CALLER = r"""#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
+#include <vector>
 extern "C" int qt_call(int, int);
 extern "C" int qt_store(int, int);
 extern "C" const char* qt_qola_jit_last_error(void);
 extern "C" int qt_qola_jit_last_status(void);
+extern "C" int qt_qola_jit_prepare(const char*, const char*);
 int main(int argc, char** argv)
 {
     int n = atoi(argv[1]), x = atoi(argv[2]);
-    int r = argc > 3 && strcmp(argv[3], "store") == 0 ? qt_store(n, x) : qt_call(n, x);
+    const char* mode = argc > 3 ? argv[3] : "call";
+    if(strcmp(mode, "threads") == 0) { // 16 threads, both units, all at once
+        std::vector<int> got(16);
+        std::vector<std::thread> ts;
+        for(int i = 0; i < 16; ++i) ts.emplace_back([&got, i, x] { got[i] = qt_call(1 + i % 2, x); });
+        for(auto& t : ts) t.join();
+        for(int i = 0; i < 16; ++i) printf("%d ", got[i]);
+        printf("\n");
+        return 0;
+    }
+    if(strcmp(mode, "prepare") == 0) {
+        printf("failed %d unknown %d\n", qt_qola_jit_prepare("tm", argv[4]), qt_qola_jit_prepare("nope", nullptr));
+        return 0;
+    }
+    int r = strcmp(mode, "store") == 0 ? qt_store(n, x) : qt_call(n, x);
     int st = qt_qola_jit_last_status();
     printf("result %d status %d\n", r, st);
     if(st) fprintf(stderr, "error: %s\n", qt_qola_jit_last_error());
@@ -138,9 +157,9 @@ class TestLib:
         except FileNotFoundError:
             return 0
 
-    def run(self, n: int = 1, x: int = 5, *, extra: dict | None = None, store: bool = False):
+    def run(self, n: int = 1, x: int = 5, *, extra: dict | None = None, store: bool = False, mode: tuple = ()):
         env = {**self.env, **(extra or {})}
-        argv = [str(self.caller), str(n), str(x)] + (["store"] if store else [])
+        argv = [str(self.caller), str(n), str(x)] + (["store"] if store else []) + list(mode)
         return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
 
     def spawn(self, n: int = 1, x: int = 5, extra: dict | None = None) -> subprocess.Popen:
@@ -148,17 +167,20 @@ class TestLib:
                                 text=True, env={**self.env, **(extra or {})})  # fmt: skip
 
     def entries(self) -> list[Path]:
-        return sorted(self.cache.glob("*.so")) if self.cache.exists() else []
+        if not self.cache.exists():
+            return []
+        return sorted(p for p in self.cache.glob("*.so") if not p.name.startswith("."))
 
 
 def expected(n: int, x: int) -> int:
     return x * 10 + 7 + n
 
 
-def make_lib(root: Path, runtime: list[Path], *, lang: str = "cxx", compiler: str | None = None,
-             archs=(), flags=("-O1",), child_env: dict | None = None, units=(1, 2)) -> TestLib:  # fmt: skip
-    """Sources -> OUT/jit + stubs + table -> lib/libqt.so + bin/caller, with a fake compiler
-    (counting, optionally slow) unless ``compiler`` names a real one."""
+def make_lib(root: Path, runtime: list[Path], *, lang: str = "cxx", real: str = "g++",
+             archs=(), flags=("-O1",), child_env: dict | None = None, units=(1, 2),
+             batch: int = 1) -> TestLib:  # fmt: skip
+    """Sources -> OUT/jit + stubs + table -> lib/libqt.so + bin/caller. The JIT compiler is a
+    wrapper around ``real`` that counts compiles (and sleeps/fails on request)."""
     root.mkdir(parents=True, exist_ok=True)
     src = root / "src"
     (src / "include").mkdir(parents=True, exist_ok=True)
@@ -175,13 +197,13 @@ def make_lib(root: Path, runtime: list[Path], *, lang: str = "cxx", compiler: st
         "QOLA_JIT_CACHE_DIR": str(root / "cache"),
         **(child_env or {}),
     }
-    cc = Path(compiler) if compiler else fake_compiler(root)
+    cc = fake_compiler(root, real)
     jc = jkey.probe_compiler(str(cc), env)
     spec = layout.JitModuleSpec(
         module="tm", lang=lang, arch=";".join(archs) or "host", compiler=jc,
         flags=(*layout.shared_object_flags(lang, archs), *flags), include_dirs=(src / "include",), style="generic",
     )  # fmt: skip
-    out = layout.write_jit_module(spec, unit_files, out_jit=root / "out" / "jit", stub_dir=root / "build")
+    out = layout.write_jit_module(spec, unit_files, out_jit=root / "out" / "jit", stub_dir=root / "build", batch=batch)
     write_config(root / "build" / "include")
     (root / "build" / "dispatch.cpp").write_text(DISPATCH)
     (root / "out" / "lib").mkdir(parents=True, exist_ok=True)
@@ -193,7 +215,7 @@ def make_lib(root: Path, runtime: list[Path], *, lang: str = "cxx", compiler: st
     caller = root / "out" / "bin" / "caller"
     (root / "build" / "caller.cpp").write_text(CALLER)
     sh(["g++", "-O1", root / "build" / "caller.cpp", "-L", lib.parent, f"-l{NS}", f"-Wl,-rpath,{lib.parent}",
-        "-o", caller])  # fmt: skip
+        "-pthread", "-o", caller])  # fmt: skip
     return TestLib(root=root, env=env, compiler=cc, caller=caller)
 
 

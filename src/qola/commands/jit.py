@@ -59,7 +59,8 @@ def _env() -> dict[str, str]:
 def _cache(args: argparse.Namespace, *, create: bool = True) -> JitCache:
     path = args.cache_dir or default_cache_dir(_env())
     if not create and not path.exists():
-        raise QolaError(f"JIT cache dir {path} does not exist", hint="nothing was compiled yet, or set QOLA_JIT_CACHE_DIR")
+        hint = "nothing was compiled yet, or set QOLA_JIT_CACHE_DIR"
+        raise QolaError(f"JIT cache dir {path} does not exist", hint=hint)
     return JitCache(path, create=create)
 
 
@@ -127,7 +128,7 @@ def run_verify(args: argparse.Namespace) -> int:
                     p.unlink(missing_ok=True) if not p.is_dir() else None
     print(f"{total - len(broken)} of {total} entries ok in {cache.path}")
     if broken and not args.fix:
-        print("hint: `qola jit verify --fix` removes the broken entries (they are rebuilt on next use)", file=sys.stderr)
+        print("hint: `qola jit verify --fix` removes the broken entries (rebuilt on next use)", file=sys.stderr)
         return EXIT_BROKEN
     return 0
 

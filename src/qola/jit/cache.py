@@ -275,5 +275,8 @@ class JitCache:
             if d.is_dir():
                 for p in d.iterdir():
                     removed.append(p)
-                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+                    if p.is_dir() and not p.is_symlink():
+                        shutil.rmtree(p, ignore_errors=True)
+                    else:
+                        p.unlink(missing_ok=True)
         return removed

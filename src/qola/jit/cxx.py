@@ -68,73 +68,63 @@ def normalize(text: str) -> str:
     return text.replace(",", ", ")
 
 
+_MASKED = re.compile(
+    r"//[^\n]*"  # line comment
+    r"|/\*.*?\*/"  # block comment
+    r'|"(?:\\.|[^"\\\n])*"'  # string literal
+    r"|'(?:\\.|[^'\\\n])*'"  # char literal
+    r"|^[ \t]*\#(?:[^\n]*\\\n)*[^\n]*",  # preprocessor line, with continuations
+    re.S | re.M,
+)
+_BRACKETS = re.compile(r"[()\[\]{}]")
+
+
+def _blank(s: str) -> str:
+    return re.sub(r"[^\n]", " ", s)
+
+
 def mask(text: str) -> tuple[str, str]:
     """Return (no_comments, structural): comments blanked in both; string/char literal
-    contents and preprocessor lines also blanked in ``structural``. Lengths are kept."""
-    nc, st = list(text), list(text)
-    i, n, line_start = 0, len(text), True
-    while i < n:
-        c = text[i]
-        if line_start and c in " \t":
-            i += 1
-            continue
-        if line_start and c == "#":  # preprocessor line (with continuations)
-            j = i
-            while j < n and not (text[j] == "\n" and text[j - 1] != "\\"):
-                j += 1
-            for k in range(i, j):
-                st[k] = " "
-            i, line_start = j, False
-            continue
-        line_start = c == "\n"
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            for k in range(i, j):
-                nc[k] = st[k] = " "
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            for k in range(i, j):
-                if text[k] != "\n":
-                    nc[k] = st[k] = " "
-            i = j
-        elif c in "\"'":
-            if c == '"' and i > 0 and text[i - 1] == "R":
-                m = re.compile(r'R"([^(\s]*)\(').match(text, i - 1)
-                end = text.find(f"){m.group(1)}\"", i) if m else -1
-                j = end + len(m.group(1)) + 2 if m and end >= 0 else n
-            else:
-                j = i + 1
-                while j < n and text[j] != c:
-                    j += 2 if text[j] == "\\" else 1
-                j += 1
-            for k in range(i + 1, min(j - 1, n)):
-                st[k] = " "
-            i = j
+    contents and preprocessor lines also blanked in ``structural``. Lengths are kept.
+    (Raw string literals and digit separators are not understood.)"""
+    nc, st = [], []
+    pos = 0
+    for m in _MASKED.finditer(text):
+        a, b, tok = m.start(), m.end(), m.group(0)
+        nc.append(text[pos:a])
+        st.append(text[pos:a])
+        if tok.startswith(("//", "/*")):
+            nc.append(_blank(tok))
+            st.append(_blank(tok))
+        elif tok[0] in "\"'":
+            nc.append(tok)
+            st.append(tok[0] + _blank(tok[1:-1]) + tok[-1])
         else:
-            i += 1
+            nc.append(tok)
+            st.append(_blank(tok))
+        pos = b
+    nc.append(text[pos:])
+    st.append(text[pos:])
     return "".join(nc), "".join(st)
 
 
 def _match(st: str, i: int) -> int:
     """Offset just after the bracket that closes the one at ``st[i]`` ((), [], {})."""
     depth = 0
-    for j in range(i, len(st)):
-        ch = st[j]
-        if ch in "([{":
+    for m in _BRACKETS.finditer(st, i):
+        if m.group(0) in "([{":
             depth += 1
-        elif ch in ")]}":
+        else:
             depth -= 1
             if depth == 0:
-                return j + 1
+                return m.end()
     raise CxxError(f"unbalanced bracket at offset {i}")
 
 
-_NS = re.compile(r"\b(?:inline\s+)?namespace\s*([A-Za-z_][\w:]*)?\s*\{")
+_NS = re.compile(r"namespace\s*([A-Za-z_][\w:]*)?\s*\{")
 _EXTERN = re.compile(r'\bextern\s*"C(?:\+\+)?"\s*\{')
 _TEMPLATE0 = re.compile(r"\btemplate\s*<\s*>")
+_CLASS = re.compile(r"\s*(?:struct|class|union)\b")
 
 
 def find_specializations(text: str) -> list[Specialization]:
@@ -145,38 +135,55 @@ def find_specializations(text: str) -> list[Specialization]:
     return out
 
 
+_NEXT = re.compile(r"\{|namespace|extern|template")  # literal alternatives: fast to search
+_END_DECL = re.compile(r"[{;(\[]")
+
+
 def _scan(text: str, nc: str, st: str, lo: int, hi: int, ns: tuple[str, ...], out: list) -> None:
     i = lo
-    while i < hi:
-        ch = st[i]
-        if ch == "{":
+    while (m := _NEXT.search(st, i, hi)) is not None:
+        i, tok = m.start(), m.group(0)
+        if tok == "{":
             i = _match(st, i)
             continue
-        if ch == "n" and (m := _NS.match(st, i)) and (i == 0 or not (st[i - 1].isalnum() or st[i - 1] == "_")):
-            close = _match(st, m.end() - 1)
-            inner = ns + tuple(filter(None, (m.group(1) or "").split("::")))
-            if m.group(1) is None:
-                inner = ns + ("",)
-            _scan(text, nc, st, m.end(), close - 1, inner, out)
-            i = close
+        if i > 0 and (st[i - 1].isalnum() or st[i - 1] == "_"):
+            i = m.end()
             continue
-        if ch == "e" and (m := _EXTERN.match(st, i)):
-            close = _match(st, m.end() - 1)
-            _scan(text, nc, st, m.end(), close - 1, ns, out)
-            i = close
-            continue
-        if ch == "t" and (m := _TEMPLATE0.match(st, i)) and (i == 0 or not (st[i - 1].isalnum() or st[i - 1] == "_")):
-            j = m.end()
-            while j < hi and st[j] not in "{;":
-                j = _match(st, j) if st[j] in "([" else j + 1
-            if j < hi and st[j] == "{":
-                end = _match(st, j)
-                out.append(_parse_header(nc[m.end() : j], i, j, end, ns))
-                i = end
+        if tok == "namespace":
+            nsm = _NS.match(st, i)
+            if not nsm:  # namespace alias or using-directive
+                i = m.end()
                 continue
-            i = j + 1
-            continue
-        i += 1
+            close = _match(st, nsm.end() - 1)
+            inner = ns + (tuple(nsm.group(1).split("::")) if nsm.group(1) else ("",))
+            _scan(text, nc, st, nsm.end(), close - 1, inner, out)
+            i = close
+        elif tok == "extern":
+            em = _EXTERN.match(st, i)
+            if not em:
+                i = m.end()
+                continue
+            close = _match(st, em.end() - 1)
+            _scan(text, nc, st, em.end(), close - 1, ns, out)
+            i = close
+        else:
+            tm = _TEMPLATE0.match(st, i)
+            if not tm:
+                i = m.end()
+                continue
+            j = tm.end()
+            while (d := _END_DECL.search(st, j, hi)) is not None and d.group(0) in "([":
+                j = _match(st, d.start())
+            if d is None:
+                return
+            j = d.start()
+            if st[j] == "{":
+                end = _match(st, j)
+                if not _CLASS.match(nc, tm.end()):  # class specialisations are not stubbed
+                    out.append(_parse_header(nc[tm.end() : j], i, j, end, ns))
+                i = end
+            else:
+                i = j + 1
 
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
@@ -197,6 +204,23 @@ def _split_top(text: str, sep: str = ",") -> list[str]:
             cur.append(ch)
     parts.append("".join(cur))
     return parts
+
+
+def _outside_angles(text: str) -> str:
+    """The characters of ``text`` that are not inside template argument lists."""
+    out, stack = [], []
+    for ch in text:
+        if ch == "<" and (not stack or stack[-1] == "<"):
+            stack.append(ch)
+        elif ch == "(" and stack:
+            stack.append(ch)
+        elif ch == ")" and stack and stack[-1] == "(":
+            stack.pop()
+        elif ch == ">" and stack and stack[-1] == "<":
+            stack.pop()
+        elif not stack:
+            out.append(ch)
+    return "".join(out)
 
 
 def _template_open(head: str) -> int:
@@ -271,7 +295,7 @@ def _parse_params(text: str, where: str) -> tuple[Param, ...]:
     params = []
     for raw in _split_top(text):
         decl = _split_top(raw, "=")[0].strip()  # drop a default argument
-        if "(" in decl or "[" in decl or "..." in decl:
+        if "(" in _outside_angles(decl) or "[" in decl or "..." in decl:
             raise CxxError(f"unsupported parameter {decl!r} in: {normalize(where)!r}")
         tokens = _TOKEN.findall(decl)
         name = None

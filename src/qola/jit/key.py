@@ -109,6 +109,7 @@ def probe_compiler(name: str, env: Mapping[str, str]) -> JitCompiler:
     except (OSError, subprocess.SubprocessError) as exc:
         raise QolaError(f"cannot run {path} --version: {exc}") from exc
     if proc.returncode != 0:
-        raise QolaError(f"`{path} --version` exited with {proc.returncode}", hint="is the compiler installed correctly?")
+        hint = "is the compiler installed correctly?"
+        raise QolaError(f"`{path} --version` exited with {proc.returncode}", hint=hint)
     first = proc.stdout.decode(errors="replace").strip().splitlines()
     return JitCompiler(path=path, identity=compiler_identity(path, proc.stdout), version=first[0] if first else "")

@@ -77,7 +77,7 @@ def runtime_dir() -> Path:
 def runtime_sources() -> tuple[Path, ...]:
     """Compile these once into every library that has deferred units (C++17, -fPIC)."""
     d = runtime_dir()
-    return (d / "qola_jit.cpp", d / "qola_jit_sys.cpp")
+    return tuple(d / f for f in ("qola_jit.cpp", "qola_jit_store.cpp", "qola_jit_sys.cpp", "qola_jit_sha256.cpp"))
 
 
 def shared_object_flags(lang: str, archs: Sequence[str]) -> list[str]:
@@ -237,7 +237,8 @@ def read_index(jit_dir: Path) -> dict:
     try:
         data = json.loads((jit_dir / "index.json").read_text())
     except (OSError, ValueError) as exc:
-        raise QolaError(f"cannot read {jit_dir / 'index.json'}: {exc}", hint="is this an OUT/jit/<module> dir?") from exc
+        hint = "is this an OUT/jit/<module> dir?"
+        raise QolaError(f"cannot read {jit_dir / 'index.json'}: {exc}", hint=hint) from exc
     if data.get("format") != INDEX_FORMAT or data.get("version") != INDEX_VERSION:
         raise QolaError(f"{jit_dir / 'index.json'} is not a qola JIT index (version {INDEX_VERSION})")
     return data

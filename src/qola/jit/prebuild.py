@@ -133,7 +133,8 @@ def build_one(cache: JitCache, u: Unit, env: Mapping[str, str]) -> tuple[str, st
         argv = compile_argv(u, headers, Path(tmp))
         try:
             with open(log, "w") as lf:
-                lf.write(f"# qola jit prebuild: unit {u.unit['name']} of {u.module}\n# key {u.key}\n# {' '.join(argv)}\n")
+                lf.write(f"# qola jit prebuild: unit {u.unit['name']} of {u.module}\n# key {u.key}\n")
+                lf.write(f"# {' '.join(argv)}\n")
                 lf.flush()
                 rc = subprocess.run(argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT,
                                     check=False).returncode  # fmt: skip

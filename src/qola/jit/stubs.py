@@ -176,7 +176,8 @@ def stub_batch(units: Sequence[tuple[str, str]], *, module: str, style: StubStyl
                 out.append(text[a:b] + "\n")
             else:
                 spec = specs[a]
-                out.append(_stub_definition(spec, ident, unit, which, style, lambda s: cxx.qualify(s, names, ns + "::")))
+                qualify = lambda s: cxx.qualify(s, names, ns + "::")  # noqa: E731
+                out.append(_stub_definition(spec, ident, unit, which, style, qualify))
                 which += 1
         if open_ns:
             out.append(f"}} // namespace {ns}\n")

@@ -15,14 +15,13 @@ QOLA_NS_BEGIN
 namespace jit {
 namespace sys {
 
-// SHA-256 (FIPS 180-4), used for keys, compiler identities and entry verification.
+// SHA-256 (qola_jit_sha256.cpp), used for keys, compiler identities and entry verification.
 class Sha256 {
 public:
     Sha256();
     void update(const void* data, size_t n);
     std::string hex(); // finalises
 private:
-    void block(const unsigned char* p);
     uint32_t h_[8];
     unsigned char buf_[64];
     uint64_t len_;
@@ -65,6 +64,27 @@ std::string tail_of_file(const std::string& path, size_t max_bytes);
 double now_seconds();
 
 } // namespace sys
+
+// qola_jit_store.cpp: the cache on disk
+namespace store {
+struct Failure {
+    int status;
+    std::string msg;
+};
+enum class Load { missing, broken, loaded, failed };
+bool verbose(); // QOLA_JIT_VERBOSE set and not "0"
+void say(const std::string& msg); // "qola-jit: msg" on stderr when verbose
+// Verify <dir>/<key>.meta and <key>.so (size, sha256, key) and dlopen exactly the verified file.
+Load try_load(const std::string& dir, const std::string& key, void** handle, std::string* why);
+// flock the key's lock (on a network file system in /tmp/qola-jit-locks-<uid>/, said once).
+int lock_key(const std::string& cache, const std::string& key, std::string* err);
+// Temp files of dead holders of this key's lock (call with the lock held).
+void remove_stale_temps(const std::string& cache, const std::string& key, bool network);
+// Under the key's lock: compile the unit into <cache>/<key>.so + .meta.
+bool compile_entry(const qola_jit_module& m, const qola_jit_entry& e, const std::string& jit_dir,
+                   const std::string& cache, const std::string& compiler, const std::string& compiler_id,
+                   const std::string& key, Failure* fail);
+} // namespace store
 } // namespace jit
 QOLA_NS_END
 

@@ -1,0 +1,105 @@
+"""qola.jit.cache: the Python side of the cache (same checks, entry format and locks as the runtime)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from qola.errors import QolaError
+from qola.jit import cache as jc
+
+
+def test_default_cache_dir():
+    assert jc.default_cache_dir({"QOLA_JIT_CACHE_DIR": "/x/y", "XDG_CACHE_HOME": "/c"}) == jc.Path("/x/y")
+    assert jc.default_cache_dir({"XDG_CACHE_HOME": "/c", "HOME": "/h"}) == jc.Path("/c/qola/jit")
+    assert jc.default_cache_dir({"XDG_CACHE_HOME": "rel", "HOME": "/h"}) == jc.Path("/h/.cache/qola/jit")
+
+
+def test_private_dir_checks(tmp_path):
+    d = tmp_path / "c"
+    cache = jc.JitCache(d)
+    assert oct(d.stat().st_mode & 0o777) == "0o700"
+    assert all((d / s).is_dir() for s in jc.SUBDIRS)
+    os.chmod(d, 0o775)
+    with pytest.raises(QolaError, match=r"writable by group or others \(mode 0775\)") as exc:
+        jc.JitCache(d)
+    assert "chmod go-w" in (exc.value.hint or "")
+    os.chmod(d, 0o755)
+    jc.JitCache(d)  # readable by others is fine
+    (tmp_path / "file").write_text("")
+    with pytest.raises(QolaError, match="not a directory"):
+        jc.check_private_dir(tmp_path / "file")
+    assert cache.network is None
+
+
+def _entry(cache: jc.JitCache, key: str, data: bytes) -> None:
+    built = cache.path / f".tmp-{key}-x.so"
+    built.write_bytes(b"\x7fELF" + data)
+    cache.publish(key, built, {"unit": "u", "module": "m"})
+
+
+def test_entry_states(tmp_path):
+    cache = jc.JitCache(tmp_path / "c")
+    key = "a" * 64
+    assert cache.entry(key).problem == "missing"
+    _entry(cache, key, b"payload" * 100)
+    assert cache.entry(key).problem is None
+    assert cache.entry(key).fields["unit"] == "u"
+    so = cache.path / f"{key}.so"
+    so.write_bytes(so.read_bytes()[:-1])
+    assert "truncated" in cache.entry(key).problem
+    (cache.path / f"{key}.meta").unlink()
+    assert "no .meta" in cache.entry(key).problem
+    with pytest.raises(QolaError, match="not a shared object"):
+        bad = cache.path / ".tmp-x"
+        bad.write_bytes(b"text")
+        cache.publish(key, bad, {})
+    assert cache.keys() == [key]
+
+
+def test_locks_are_exclusive_across_processes(tmp_path):
+    cache = jc.JitCache(tmp_path / "c")
+    key = "b" * 64
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR|os.O_CREAT);"
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(30)",
+         str(cache.path / "locks" / f"{key}.lock")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with cache.lock(key, blocking=False) as got:
+            assert got is False
+    finally:
+        holder.kill()
+        holder.wait()
+    with cache.lock(key, blocking=False) as got:  # a dead holder's lock is gone with it
+        assert got is True
+
+
+def test_network_file_systems_lock_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setattr(jc, "network_fs", lambda path: "nfs")
+    cache = jc.JitCache(tmp_path / "c")
+    assert cache.network == "nfs"
+    assert cache.lock_dir() == jc.Path(f"/tmp/qola-jit-locks-{os.geteuid()}")
+    with cache.lock("c" * 64) as got:
+        assert got and (cache.lock_dir() / f"{'c' * 64}.lock").exists()
+
+
+def test_clean_keeps_valid_entries_unless_all(tmp_path):
+    cache = jc.JitCache(tmp_path / "c")
+    _entry(cache, "d" * 64, b"ok")
+    _entry(cache, "e" * 64, b"broken")
+    (cache.path / f"{'e' * 64}.so").write_bytes(b"\x7fELFbrokeN")
+    (cache.path / "logs" / "x.log").write_text("log")
+    (cache.path / "headers" / "h").mkdir()
+    removed = cache.clean(everything=False)
+    assert cache.keys() == ["d" * 64] and (cache.path / "headers" / "h").exists()
+    assert any(p.name == "x.log" for p in removed)
+    cache.clean(everything=True)
+    assert cache.keys() == [] and not (cache.path / "headers" / "h").exists()
+    shutil.rmtree(cache.path)
