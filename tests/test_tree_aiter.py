@@ -87,3 +87,23 @@ def test_unknown_module_names_nearest(aiter_root, tmp_path):
     assert "module 'libmha_fwdd' is not in the tree's module table" in proc.stderr
     assert "nearest table keys: libmha_fwd" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_dry_run_te_manifest_writes_graph_with_aiters_flags(aiter_root, tmp_path):
+    """`qola build --dry-run` plans the TE build (gfx950, ROCm 7.2) even where that toolchain is absent."""
+    repo = __import__("conftest").REPO
+    out = tmp_path / "out"
+    proc = run_qola("build", "--manifest", str(repo / "examples/te-manifest.toml"), "--aiter-root", str(aiter_root),
+                    "-o", str(out), "--build-dir", str(tmp_path / "b"), "--dry-run")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not out.exists()
+    graph = (tmp_path / "b" / "build.ninja").read_text().replace("$\n", "")
+    for target in ("module_libmha_fwd", "module_libmha_bwd", "lib/te_libmha_fwd.so", "lib/te_libmha_bwd.so"):
+        assert target in graph
+    flat = " ".join(graph.split())
+    for flag in ("--offload-arch=gfx950", "-DCK_TILE_FMHA_FWD_FAST_EXP2=1", "-D__HIP_PLATFORM_AMD__=1",
+                 "--amdgpu-kernarg-preload-count=16", "-fgpu-flush-denormals-to-zero", "-std=c++20",
+                 "-Wl,--version-script="):
+        assert flag in flat, flag
+    assert graph.count(" cc ") > 1000  # thousands of CK instances (variant-filtered), one graph
+    assert "qola_embedded_libmha_fwd" in graph  # fmha_v3 code objects embedded

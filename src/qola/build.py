@@ -106,10 +106,12 @@ def _codegen(plan: Plan, opts: BuildOptions, env: Mapping[str, str], results: di
     if not jobs:
         return generated
     gen_root = opts.build_dir / "gen"
+    # AITER's generators ask chip_info for the targets: GPU_ARCHS, else rocminfo (absent on build hosts)
+    gen_env = {**env, "GPU_ARCHS": ";".join(plan.archs)}
 
     def one(job: GenJob):
         try:
-            return job.module, run_generators(job, gen_root, env=env, python=sys.executable), None
+            return job.module, run_generators(job, gen_root, env=gen_env, python=sys.executable), None
         except QolaError as exc:
             return job.module, None, exc
 

@@ -100,7 +100,8 @@ def write(graph: Graph, path: Path) -> None:
             )
             w.build(f"module_{t.module}", "phony", [t.artifact])
             w.newline()
-        w.default([f"module_{t.module}" for t in graph.targets])
+        if graph.targets:
+            w.default([f"module_{t.module}" for t in graph.targets])
     os.replace(tmp, path)
 
 
@@ -144,6 +145,8 @@ def run(
     if verbose:
         argv.append("-v")
     argv += list(targets)
+    if not targets:
+        return NinjaRun(0, [], {}, [])
     child_env = {**env, "NINJA_STATUS": STATUS}
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env,
                             errors="replace")

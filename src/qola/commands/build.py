@@ -14,6 +14,7 @@ from rich.table import Table
 from qola import isolation, variants
 from qola.build import BuildOptions, BuildReport, run_build
 from qola.commands.common import add_manifest_args, prepare, warn
+from qola.commands.common import hip_version as prepared_hip_version
 from qola.errors import QolaError
 from qola.publish import publish
 from qola.toolchain import default_jobs, find_toolchain
@@ -68,7 +69,12 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output_dir).resolve()
     build_dir = Path(args.build_dir).resolve() if args.build_dir else out.with_name(out.name + ".build")
     versions = manifest.qola.rocm_versions if plan.vendor == "hip" else manifest.qola.cuda_versions
-    tc = find_toolchain(plan.archs, env=env, accepted_versions=versions, cache_dir=build_dir / "probes")
+    # a dry run only plans: with HIP it takes AITER's flags for the manifest's ROCm version, unprobed
+    assume = (versions or [None])[0] if args.dry_run and plan.vendor == "hip" else None
+    if args.dry_run and plan.vendor == "hip" and assume is None:
+        assume = prepared_hip_version(env, manifest) or "7.0"
+    tc = find_toolchain(plan.archs, env=env, accepted_versions=versions, cache_dir=build_dir / "probes",
+                        assume_version=assume)
     jobs = args.jobs or manifest.build.jobs or default_jobs(env)
     launcher = _launcher(args.launcher or manifest.build.launcher, env)
     opts = BuildOptions(build_dir=build_dir, jobs=jobs, launcher=launcher, dry_run=args.dry_run,
@@ -91,8 +97,11 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         for line in report.ninja_log:
             print(line)
+        for m in report.modules:
+            if m.status == "failed":
+                console.print(f"[red]error[/]: {m.name}: {m.error}")
         console.print(f"dry run: graph written to {build_dir / 'build.ninja'}; {out} untouched")
-        return 0
+        return 0 if all(m.status != "failed" for m in report.modules) else 1
     isolation.audit(report, plan)
     path = publish(report, out, headers=hdrs, mode=args.mode or manifest.build.mode
                    or "pybind", texts=isolation.consumers(report, plan, tc))

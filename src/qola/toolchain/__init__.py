@@ -34,17 +34,22 @@ def find_toolchain(
     accepted_versions: Sequence[str] | None,
     cache_dir: str | os.PathLike,
     compiler: str | None = None,
+    assume_version: str | None = None,
 ) -> Toolchain:
     """The toolchain for ``archs`` (all gfx* -> HIP, all sm_* -> CUDA).
 
     ``env`` is the environment to search (PATH, HIPCC, ROCM_PATH, CUDA_HOME, ...)
     and to run the compiler under; ``accepted_versions`` are prefixes from the
     manifest (``["7.2"]`` accepts 7.2.*; None accepts any); ``compiler`` overrides
-    the search. Raises QolaError with a hint for every user-fixable problem.
+    the search; ``assume_version`` (HIP only) plans with AITER's flags for that version without
+    probing (``--dry-run``). Raises QolaError with a hint for every user-fixable problem.
     """
     kind, archs = validate_archs(archs)
     if kind == "hip":
-        from qola.toolchain.hip import find_hip as find
-    else:
-        from qola.toolchain.cuda import find_cuda as find
-    return find(archs, env=env, accepted_versions=accepted_versions, cache_dir=cache_dir, compiler=compiler)
+        from qola.toolchain.hip import find_hip
+
+        return find_hip(archs, env=env, accepted_versions=accepted_versions, cache_dir=cache_dir,
+                        compiler=compiler, assume_version=assume_version)
+    from qola.toolchain.cuda import find_cuda
+
+    return find_cuda(archs, env=env, accepted_versions=accepted_versions, cache_dir=cache_dir, compiler=compiler)

@@ -181,12 +181,17 @@ def find_hip(
     accepted_versions: Sequence[str] | None,
     cache_dir: str | os.PathLike,
     compiler: str | None = None,
+    assume_version: str | None = None,
 ) -> Toolchain:
+    """``assume_version`` (planning, e.g. ``--dry-run``): take AITER's flag set for that HIP version,
+    skip the version check and every probe, keep every flag — nothing is compiled with it."""
     path = locate(env, compiler)
     root = rocm_root(path, env)
     child = {**env, **CHILD_ENV}
     output, dotted, suffix = _version(path, root, child)
     release = rocm_release(root)
+    if assume_version is not None:
+        return _planning(path, root, output, assume_version, archs, env)
     check_accepted("hip", path, [dotted] + ([release] if release else []), accepted_versions)
     identity = identity_of(path, output)
     pre = _clang_flags(root) if is_clang(path) else []
@@ -229,4 +234,18 @@ def find_hip(
         lib_dirs=(lib_dir,) if lib_dir else (),
         dropped_flags=dropped,
         rocm_version=release,
+    )
+
+
+def _planning(path: str, root: str, output: str, version: str, archs: Sequence[str],
+              env: Mapping[str, str]) -> Toolchain:
+    pre = _clang_flags(root) if is_clang(path) else []
+    wanted = hip_flag_set(hip_version_key(version), archs, env)
+    kept = [f for f in wanted if f not in ALWAYS]
+    flags = [*pre, *ALWAYS, *(tok for f in kept for tok in f.split()), *AFTER]
+    return Toolchain(
+        kind="hip", compiler=path, version=version, version_output=output,
+        identity=identity_of(path, output), archs=tuple(archs), host_cxx=find_host_cxx(env),
+        child_env=dict(CHILD_ENV), root=root, base_flags=tuple(flags), lang_args=("-x", "hip"),
+        link_flags=("-lamdhip64",), libs=("amdhip64",),
     )
