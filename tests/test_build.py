@@ -214,3 +214,15 @@ def test_hip_build_gfx90a(tmp_path):
     data = check_published(out)
     assert data["toolchain"]["kind"] == "hip" and all(x["status"] == "built" for x in data["modules"])
     assert "--offload-arch=gfx90a" in (tmp_path / "out.build" / "build.ninja").read_text()
+
+
+def test_per_source_flags_reach_only_their_source(tmp_path):
+    extra = '[modules.flags_extra_hip_per_source]\n"softmax_pybind.cu" = ["-DQOLA_PER_SOURCE=1", "-O1"]\n'
+    m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_softmax",), extra=extra)
+    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(tmp_path / "out"),
+                    "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    graph = (tmp_path / "out.build" / "build.ninja").read_text().replace("$\n", "")
+    edges = [blk for blk in graph.split("\nbuild ") if blk.startswith("obj/module_softmax/")]
+    with_flag = [e.split(":")[0] for e in edges if "-DQOLA_PER_SOURCE=1" in e]
+    assert len(edges) == 2 and len(with_flag) == 1 and "softmax_pybind" in with_flag[0]

@@ -166,7 +166,8 @@ def graph_for(plan: Plan, tc: Toolchain, opts: BuildOptions, generated: Mapping[
         more = extra(mod, r) if extra else {}
         var = f"flags_{mod.name}"
         variables[var] = ninja.escape_flags(module_flags(mod, tc, blob, include_dir) + list(more.get("cflags", ())))
-        compiles = tuple(ninja.Compile(s, ninja.object_path(mod.name, s), var) for s in srcs)
+        compiles = tuple(ninja.Compile(s, ninja.object_path(mod.name, s), var, tuple(_split(mod.flags_for(s))))
+                         for s in srcs)
         edges += list(more.get("edges", ()))
         targets.append(ninja.Target(
             module=mod.name, artifact=art, compiles=compiles, rule=more.get("rule", "link"),

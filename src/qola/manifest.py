@@ -121,6 +121,7 @@ class ModuleSection(_Model):
     add_srcs: list[str] = Field(default_factory=list)
     flags_extra_cc: list[str] | None = None
     flags_extra_hip: list[str] | None = None
+    flags_extra_hip_per_source: dict[str, list[str]] | None = None  # file-name glob -> extra flags
     extra_include: list[str] | None = None
     extra_ldflags: list[str] | None = None
     blob_gen_cmd: list[str] | None = None

@@ -59,6 +59,11 @@ class ModulePlan:
     embed: tuple[str, ...] = ()
     missing_sources: tuple[str, ...] = ()
     headers: tuple[str, ...] = ()  # published into OUT/include (cpp_itfs API headers)
+    per_source_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (file-name glob, extra flags)
+
+    def flags_for(self, source: str) -> tuple[str, ...]:
+        name = Path(source).name
+        return tuple(f for pat, flags in self.per_source_flags if fnmatch.fnmatch(name, pat) for f in flags)
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,7 @@ class Plan:
         for m in data["modules"]:
             gens = tuple(Generator(g["command"], g.get("direction"), g.get("receipt")) for g in m["generators"])
             fields = {k: tuple(v) if isinstance(v, list) else v for k, v in m.items() if k != "generators"}
+            fields["per_source_flags"] = tuple((p, tuple(f)) for p, f in m.get("per_source_flags", []))
             mods.append(ModulePlan(**fields, generators=gens))
         top = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k != "modules"}
         return cls(**top, modules=tuple(mods))
@@ -201,7 +207,8 @@ def _overrides(section: ModuleSection, meta: Path) -> dict[str, Any]:
         return str(p if Path(p).is_absolute() else meta / p)
 
     out: dict[str, Any] = {}
-    for key in ("flags_extra_cc", "flags_extra_hip", "extra_ldflags", "hip_clang_path", "md_name",
+    for key in ("flags_extra_cc", "flags_extra_hip", "flags_extra_hip_per_source", "extra_ldflags",
+                "hip_clang_path", "md_name",
                 "is_python_module", "is_standalone", "torch_exclude"):
         value = getattr(section, key)
         if value is not None:
@@ -298,6 +305,10 @@ def make_plan(
             embed=tuple(embed),
             missing_sources=tuple(missing),
             headers=tuple(headers),
+            per_source_flags=tuple(
+                (str(k), tuple(str(f) for f in v))
+                for k, v in sorted((entry.get("flags_extra_hip_per_source") or {}).items())
+            ),
         ))
     return Plan(
         namespace=ns,

@@ -226,7 +226,13 @@ def resolve_entry(key: str, raw: Mapping[str, Any], names: Mapping[str, Any]) ->
     out = dict(DEFAULTS)
     for field, value in raw.items():
         where = f"{TABLE}: module {key!r}, key {field!r}"
-        if isinstance(value, list):
+        if isinstance(value, dict):  # flags_extra_hip_per_source: {glob: [expr, ...]}
+            out[field] = {
+                str(k): [evaluate(v, names, where=f"{where}[{k!r}]") if isinstance(v, str) else v
+                         for v in (vals if isinstance(vals, list) else [vals])]
+                for k, vals in value.items()
+            }
+        elif isinstance(value, list):
             items = []
             for i, item in enumerate(value):
                 items.append(evaluate(item, names, where=f"{where}[{i}]") if isinstance(item, str) else item)
