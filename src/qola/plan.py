@@ -282,7 +282,7 @@ def make_plan(
         if reg is not None:
             sources = reg.apply_sources(sources)
             includes += reg.include_dirs()
-            headers = reg.header_paths()
+            headers = [h for h in reg.header_paths(tree.meta_dir) if Path(h).is_file()]
             embed = embed or list(reg.embed)
         elif cpp_itfs:
             includes.append(str(registry.data_dir()))

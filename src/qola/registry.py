@@ -26,6 +26,7 @@ class RegistryEntry:
     add_includes: tuple[str, ...] = ()
     drop_srcs: tuple[str, ...] = ()
     embed: tuple[str, ...] = ()
+    tree_headers: tuple[str, ...] = ()
 
     def apply_sources(self, sources: list[str]) -> list[str]:
         kept = [s for s in sources if not any(fnmatch.fnmatch(Path(s).name, p) for p in self.drop_srcs)]
@@ -34,8 +35,8 @@ class RegistryEntry:
     def include_dirs(self) -> list[str]:
         return [str(data_dir())] + [str(data_dir() / d) for d in self.add_includes]
 
-    def header_paths(self) -> list[str]:
-        return [str(data_dir() / h) for h in self.headers]
+    def header_paths(self, meta_dir: Path) -> list[str]:
+        return [str(data_dir() / h) for h in self.headers] + [str(meta_dir / h) for h in self.tree_headers]
 
 
 @lru_cache(maxsize=1)
