@@ -124,13 +124,22 @@ def test_user_errors_exit_2_without_traceback(tmp_path, variants, message):
 def test_build_compiles_only_the_declared_instances(tmp_path):
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
-    m = example_manifest(tmp_path / "q.toml")
+    # the same two variants for the pybind module and for the torch-free cpp_itfs library
+    both = EXAMPLE_VARIANTS + EXAMPLE_VARIANTS.replace('module = "module_attn_fwd"', 'module = "libattn_fwd"')
+    m = example_manifest(tmp_path / "q.toml", both, modules=("module_attn_fwd",))
+    m.write_text(m.read_text().replace('name = "module_attn_fwd"\n',
+                                       'name = "module_attn_fwd"\n\n[[modules]]\nname = "libattn_fwd"\n'
+                                       'mode = "cpp_itfs"\n', 1))
     out = tmp_path / "out"
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((out / "manifest.json").read_text())
-    mod = next(x for x in data["modules"] if x["name"] == "module_attn_fwd")
-    assert set(mod["instances"]["names"]) == expected_example() | {"attn_fwd_api"}
+    for name in ("module_attn_fwd", "libattn_fwd"):
+        mod = next(x for x in data["modules"] if x["name"] == name)
+        assert mod["status"] == "built"
+        assert set(mod["instances"]["names"]) == expected_example() | {"attn_fwd_api"}
+        objs = {p.name.rsplit("-", 1)[0] for p in (tmp_path / "out.build" / "obj" / name).glob("*.o")}
+        assert {o for o in objs if o.startswith("attn_fwd_d")} == expected_example()  # compiled: exactly those
 
 
 # ------------------------------------------------------------------------------------------- real AITER tree
