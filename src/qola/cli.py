@@ -20,7 +20,13 @@ from qola.errors import QolaError
 COMMANDS = ("plan", "build", "variants", "embed", "jit", "audit", "doctor")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _wanted(argv: Sequence[str]) -> tuple[str, ...]:
+    """The subcommand named in ``argv`` (only it is imported: start-up stays fast), else all of them."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return (first,) if first in COMMANDS else COMMANDS
+
+
+def _parser(names: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="qola",
         description="Build JIT-first GPU kernel libraries (AITER layout) ahead of time from a TOML manifest.",
@@ -28,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"qola {__version__}")
     parser.add_argument("--debug", action="store_true", help="show a traceback on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in names:
         try:
             module = importlib.import_module(f"qola.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -40,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser(_wanted(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
