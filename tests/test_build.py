@@ -226,3 +226,17 @@ def test_per_source_flags_reach_only_their_source(tmp_path):
     edges = [blk for blk in graph.split("\nbuild ") if blk.startswith("obj/module_softmax/")]
     with_flag = [e.split(":")[0] for e in edges if "-DQOLA_PER_SOURCE=1" in e]
     assert len(edges) == 2 and len(with_flag) == 1 and "softmax_pybind" in with_flag[0]
+
+
+def test_torch_extension_without_torch_is_a_clear_error(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here (the GPU test covers the torch extension build)")
+    extra = ('\n[[modules]]\nname = "module_needs_torch"\nsrcs = ["csrc/kernels/softmax.cu"]\n'
+             'torch_exclude = false\nis_python_module = true\n')
+    m = manifest(tmp_path / "q.toml", ["sm_90"], modules=(), extra=extra)
+    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stderr
+    assert "torch is not importable" in proc.stderr and "torch_exclude = true" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
