@@ -12,6 +12,14 @@ measures, each in a fresh process:
   when a GPU answers, a real attn_fwd launch (async, one sync at the end).
 
     python bench/jit.py [--compiler nvcc|hipcc] [--arch sm_90|gfx942] [--work DIR] [--json OUT]
+
+``--qola`` measures a library built by ``qola build`` instead: ``libattn_fwd`` (cpp_itfs) twice from
+the example tree, ``jit`` with ``[jit]`` building the no-mask half of the instances ahead (the
+causal half deferred) and ``aot`` with everything built ahead; a caller of the C++ API
+``qola::qb::attn_fwd`` then times a deferred (causal) variant: first call with a cold cache, first
+call in a new process with a warm cache, and steady state against the same variant in ``aot``.
+
+    python bench/jit.py --qola [--dtypes fp16|all] [--arch sm_90] [--work DIR] [--json OUT]
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,7 +58,13 @@ CALLER = r"""#include <chrono>
 #define qkMalloc cudaMalloc
 #define qkDeviceSynchronize cudaDeviceSynchronize
 #endif
+#ifdef QOLA_API
+#include "qola_attn_fwd.h"
+#define attn_fwd QOLA_NS(attn_fwd)  // the library's C++ API (the tree's attn_fwd is hidden in it)
+static int bench_triv(int x) { return x; }
+#else
 extern "C" int bench_triv(int);
+#endif
 static double now()
 {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -58,7 +73,7 @@ int main(int argc, char** argv)
 {
     const char* mode = argv[1];
     long n = argc > 2 ? atol(argv[2]) : 1;
-    attn_fwd_traits t{64, "fp16", false, false, false};
+    attn_fwd_traits t{64, argc > 4 ? argv[4] : "fp16", false, argc > 3 && atoi(argv[3]) != 0, false};
     attn_fwd_args a{};
     a.nhead_q = a.nhead_k = 1; a.hdim = 64; a.scale = 0.125f;
     if(!strcmp(mode, "launch")) {
@@ -101,6 +116,80 @@ def sh(argv, env=None) -> str:
     return proc.stdout
 
 
+QOLA_MANIFEST = """[qola]
+namespace = "qb"
+[build]
+architectures = ["{arch}"]
+[[modules]]
+name = "libattn_fwd"
+mode = "cpp_itfs"
+{space}{jit}"""
+QOLA_SPACE = """[[variants]]
+module = "libattn_fwd"
+pattern = "attn_fwd_d*_{{dtype}}_*"
+options = {{dtype = "{dtype}"}}
+"""
+QOLA_JIT = """[jit]
+[[jit.aot.variants]]
+module = "libattn_fwd"
+pattern = "attn_fwd_*_{mask}_*"
+options = {mask = false}
+tokens = {mask = {true = "mask", false = "nmask"}}
+"""
+
+
+def qola_main(args: argparse.Namespace, hip: bool, arch: str, work: Path, env: dict) -> dict:
+    """Build ``jit`` (causal half deferred) and ``aot`` with qola, time a deferred variant."""
+    space = "" if args.dtypes == "all" else QOLA_SPACE.format(dtype=args.dtypes)
+    dtype = "fp16" if args.dtypes == "all" else args.dtypes
+    cc = jkey.probe_compiler(args.compiler, env)
+    dev = [cc.path, "-std=c++17", "-O3"] + (["-x", "hip", f"--offload-arch={arch}", "-fPIC"] if hip else
+                                            [f"-arch={arch}", "-Xcompiler", "-fPIC"])  # fmt: skip
+    res: dict = {"compiler": cc.version, "arch": arch, "dtypes": args.dtypes, "build_s": {}}
+    callers = {}
+    for kind in ("jit", "aot"):
+        m = work / f"{kind}.toml"
+        m.write_text(QOLA_MANIFEST.format(arch=arch, space=space, jit=QOLA_JIT if kind == "jit" else ""))
+        out = work / kind
+        t0 = time.perf_counter()
+        sh([sys.executable, "-m", "qola", "build", "-m", m, "--aiter-root", KERNELS.parent, "-o", out]
+           + (["-j", str(args.jobs)] if args.jobs else []), env)  # fmt: skip
+        res["build_s"][kind] = round(time.perf_counter() - t0, 1)
+        data = json.loads((out / "manifest.json").read_text())["modules"][0]
+        res[f"{kind}_instances"] = {"aot": data["jit"]["aot"]["count"], "deferred": data["jit"]["deferred"]["count"]} \
+            if "jit" in data else {"aot": data["instances"]["count"] - 1, "deferred": 0}
+        src = work / f"caller_{kind}.cu"
+        src.write_text(CALLER)
+        callers[kind] = work / f"caller_{kind}"
+        lib = out / "lib"
+        sh([*dev, "-DQOLA_API", *(["-x", "hip"] if hip else []), "-I", out / "include", src, lib / "qb_libattn_fwd.so",
+            f"-Wl,-rpath,{lib}" if hip else f"-Xlinker=-rpath,{lib}", "-o", callers[kind]], env)  # fmt: skip
+
+    def run(kind: str, mode: str, n: int = 1) -> float | None:
+        out = sh([callers[kind], mode, n, 1, dtype], env).strip()  # has_mask = 1: deferred in `jit`
+        return None if out == "nogpu" else float(out)
+
+    shutil.rmtree(work / "cache", ignore_errors=True)
+    res["first_call_compile_ms"] = run("jit", "first_attn")
+    res["cached_first_call_ms"] = statistics.median(run("jit", "first_attn") for _ in range(args.repeat))
+    res["aot_first_call_ms"] = statistics.median(run("aot", "first_attn") for _ in range(args.repeat))
+    steady = {}
+    for mode, n in (("steady_attn", 2_000_000), ("launch", 20_000)):
+        jit = [run("jit", mode, n) for _ in range(args.repeat)]
+        aot = [run("aot", mode, n) for _ in range(args.repeat)]
+        if None in jit or None in aot:
+            steady[mode] = "no GPU"
+            continue
+        j, a = statistics.median(jit), statistics.median(aot)  # type: ignore[type-var]
+        steady[mode] = {"jit_ns": j, "aot_ns": a, "overhead_ns": j - a}
+    res["steady_ns_per_call"] = steady
+    res["goals"] = {
+        "cached_resolve_le_2ms": res["cached_first_call_ms"] - res["aot_first_call_ms"] <= 2.0,
+        "steady_overhead_le_1us": all(isinstance(v, str) or v["overhead_ns"] <= 1000 for v in steady.values()),
+    }
+    return res
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compiler", default=shutil.which("nvcc") and "nvcc" or "hipcc")
@@ -108,6 +197,9 @@ def main() -> int:
     ap.add_argument("--work", type=Path, help="build dir (default: a temp dir)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--qola", action="store_true", help="bench libraries built by `qola build` (see above)")
+    ap.add_argument("--dtypes", default="fp16", help="--qola: the library's dtype (fp16|bf16|fp32) or all")
+    ap.add_argument("-j", "--jobs", type=int, help="--qola: qola build -j")
     args = ap.parse_args()
     hip = "hipcc" in args.compiler
     lang, arch = ("hip", args.arch or "gfx942") if hip else ("cuda", args.arch or "sm_90")
@@ -116,6 +208,14 @@ def main() -> int:
     if hip:
         env.setdefault("HIP_PLATFORM", "amd")  # a copy for the children, never os.environ
     env["QOLA_JIT_CACHE_DIR"] = str(work / "cache")
+    if args.qola:
+        work.mkdir(parents=True, exist_ok=True)
+        res = qola_main(args, hip, arch, work, {**env, "PYTHONPATH": os.pathsep.join(
+            [str(REPO / "src"), *filter(None, [env.get("PYTHONPATH")])])})  # fmt: skip
+        print(json.dumps(res, indent=1))
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1) + "\n")
+        return 0 if all(res["goals"].values()) else 1
     cc = jkey.probe_compiler(args.compiler, env)
     dev = [cc.path, "-std=c++17", "-O3"] + (["-x", "hip", f"--offload-arch={arch}", "-fPIC"] if hip else
                                             [f"-arch={arch}", "-Xcompiler", "-fPIC"])  # fmt: skip

@@ -135,8 +135,10 @@ def graph_for(plan: Plan, tc: Toolchain, opts: BuildOptions, generated: Mapping[
               extra_rules: Mapping[str, Mapping[str, str]] | None = None) -> ninja.Graph:
     """The graph for every module that is still buildable.
 
-    ``extra(mod, result)`` may return {"rule", "ldflags", "extra_inputs", "implicit", "cflags", "edges"}
-    for a module (isolation, embedding); ``extra_rules`` adds the rules those name.
+    ``extra(mod, result)`` may return {"rule", "ldflags", "extra_inputs", "implicit", "cflags", "edges",
+    "variables", "drop_sources", "add_sources"} for a module (isolation, embedding, JIT: sources it
+    does not compile / compiles in addition, like instances) or mark it failed; ``extra_rules`` adds
+    the rules those name.
     """
     launcher = [opts.launcher] if opts.launcher else []
     cc = launcher + tc.compile_argv("$in", "$out", "$out.d", ["$flags"])
@@ -164,6 +166,10 @@ def graph_for(plan: Plan, tc: Toolchain, opts: BuildOptions, generated: Mapping[
         art = f"lib/{artifact_name(mod)}"
         r.artifact = opts.build_dir / art
         more = extra(mod, r) if extra else {}
+        if r.status == "failed":  # the hook could not prepare it (its error is in the result)
+            continue
+        drop = set(more.get("drop_sources", ()))
+        srcs = [s for s in srcs if s not in drop] + list(more.get("add_sources", ()))
         var = f"flags_{mod.name}"
         variables[var] = ninja.escape_flags(module_flags(mod, tc, blob, include_dir) + list(more.get("cflags", ())))
         compiles = tuple(ninja.Compile(s, ninja.object_path(mod.name, s), var, tuple(_split(mod.flags_for(s))))
@@ -194,6 +200,7 @@ def run_build(plan: Plan, tc: Toolchain, opts: BuildOptions, *, env: Mapping[str
     ninja.write(graph, opts.build_dir / "build.ninja")
     owners = {t.artifact: t.module for t in graph.targets}
     owners.update({c.obj: t.module for t in graph.targets for c in t.compiles})
+    owners.update({e[1]: e[3].get("module") for e in graph.extra_edges if len(e) > 3 and e[3]})
     log_mark = ninja.log_length(opts.build_dir)
     outcome = ninja.run(opts.build_dir, jobs=opts.jobs, env={**env, **tc.child_env}, owner=owners.get,
                         targets=[f"module_{t.module}" for t in graph.targets], dry_run=opts.dry_run,

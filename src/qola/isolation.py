@@ -20,7 +20,7 @@ from qola.link import static_archive_steps, version_script, write_if_changed
 from qola.plan import ModulePlan, Plan
 from qola.toolchain import Toolchain
 
-ASM_RULE = {"command": "cc -c -x assembler-with-cpp $in -o $out -Wa,--MD,$out.d", "depfile": "$out.d",
+ASM_RULE = {"command": "cc -c -x assembler $in -o $out -Wa,--MD,$out.d", "depfile": "$out.d", "deps": "gcc",
             "description": "AS $module $out"}
 ARCHIVE_RULE = {"command": "rm -f $out && $archive_cmd", "description": "AR $module $out"}
 
@@ -36,13 +36,19 @@ class Hooks:
     rules: dict[str, dict[str, str]]
 
 
-def hooks(plan: Plan, tc: Toolchain, build_dir: Path, *, isolate: bool = True) -> Hooks:
+def hooks(plan: Plan, tc: Toolchain, build_dir: Path, *, isolate: bool = True,
+          inner: Hooks | None = None) -> Hooks:
+    """``inner`` (the JIT's, :mod:`qola.jitbuild`) runs first; its sources and objects go into the
+    static archive too, and its ``localize_hidden`` makes the archive's hidden symbols local."""
     ns = plan.namespace
     vscript = write_if_changed(build_dir / "link" / f"{ns}.version", version_script(ns))
     hsa = Path(plan.meta_dir) / "hsa"
 
     def extra(mod: ModulePlan, r: ModuleResult) -> dict:
         more: dict = {"cflags": [], "ldflags": [], "extra_inputs": [], "implicit": [], "edges": []}
+        if inner is not None:
+            for k, v in inner.extra(mod, r).items():
+                more[k] = list(more.get(k, [])) + list(v) if isinstance(v, (list, tuple)) else v
         if mod.embed:
             files = embed.embed(hsa, plan.archs, list(mod.embed), build_dir / "embed" / mod.name, ns, mod.name)
             obj = f"obj/{mod.name}/qola_embedded_{mod.name}.o"
@@ -50,9 +56,11 @@ def hooks(plan: Plan, tc: Toolchain, build_dir: Path, *, isolate: bool = True) -
             more["extra_inputs"].append(obj)
             more["cflags"] += [f"-I{files.header.parent}", embed.aiter_define(mod.name)]
         if mod.link == "static" and not mod.is_python_module:
-            objs = [Path(build_dir) / ninja_obj for ninja_obj in _objects(mod, r)]
+            objs = [Path(build_dir) / ninja_obj for ninja_obj in _objects(mod, r, more)]
             steps = static_archive_steps(objs, build_dir / "lib" / f"{mod.md_name}.a", ns,
                                          build_dir / "link" / mod.name, isolate=isolate and isolated(mod))
+            if more.get("localize_hidden") and isolate and isolated(mod):
+                steps = [s[:1] + ["--localize-hidden"] + s[1:] if s[0].endswith("objcopy") else s for s in steps]
             more["rule"] = "archive"
             more["variables"] = {"archive_cmd": " && ".join(shlex.join(s) for s in steps)}
         elif isolate and isolated(mod):
@@ -65,18 +73,21 @@ def hooks(plan: Plan, tc: Toolchain, build_dir: Path, *, isolate: bool = True) -
             more["implicit"].append(str(pyscript))
         return more
 
-    return Hooks(extra, {"asm": ASM_RULE, "archive": ARCHIVE_RULE})
+    return Hooks(extra, {"asm": ASM_RULE, "archive": ARCHIVE_RULE, **(inner.rules if inner else {})})
 
 
-def _objects(mod: ModulePlan, r: ModuleResult) -> list[str]:
+def _objects(mod: ModulePlan, r: ModuleResult, more: dict) -> list[str]:
+    """Every object of the module's link: its sources' (less dropped, plus added ones) and extra inputs."""
     from qola import ninja  # noqa: PLC0415
 
     gen = Path(r.artifact).parent.parent / "gen" / mod.name / "blob" if r.artifact else None
     srcs = list(mod.sources) + (sorted(str(p) for p in gen.rglob("*") if p.suffix in (".cu", ".cpp")) if gen else [])
+    drop = set(more.get("drop_sources", ()))
+    srcs = [s for s in srcs if s not in drop] + list(more.get("add_sources", ()))
     objs = [ninja.object_path(mod.name, s) for s in srcs]
     if mod.embed:
         objs.append(f"obj/{mod.name}/qola_embedded_{mod.name}.o")
-    return objs
+    return objs + [o for o in more.get("extra_inputs", ()) if o not in objs]
 
 
 def audit(report: BuildReport, plan: Plan) -> None:

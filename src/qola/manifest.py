@@ -149,12 +149,6 @@ class VariantSection(_Model):
     tokens: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
-class JitSection(_Model):
-    enabled: bool = True
-    aot: list[dict[str, Option]] = Field(default_factory=list)
-    compiler: str | None = None
-
-
 class MhaFwdVariant(_Model):
     module: str | None = None
     dtype: Option | None = None
@@ -176,6 +170,23 @@ class MhaBwdVariant(_Model):
     has_mask: Option | None = None
     has_dropout: Option | None = None
     deterministic: Option | None = None
+
+
+class JitAot(_Model):
+    """``[jit.aot]``: the variants built ahead, as the top-level variant tables (same keys)."""
+
+    variants: list[VariantSection] = Field(default_factory=list)
+    mha_fwd_variants: list[MhaFwdVariant] = Field(default_factory=list)
+    mha_bwd_variants: list[MhaBwdVariant] = Field(default_factory=list)
+
+
+class JitSection(_Model):
+    """``[jit]``: instances outside ``aot`` are deferred to the on-demand JIT (docs/manifest.md)."""
+
+    enabled: bool = True
+    modules: list[str] | None = None  # modules the JIT applies to (default: every module with generators)
+    aot: JitAot = Field(default_factory=JitAot)
+    compiler: str | None = None  # the compiler the library runs (default: the build's)
 
 
 class Manifest(_Model):

@@ -82,10 +82,34 @@ def copy_configs(tree_root: Path, out: Path) -> list[str]:
     return copied
 
 
+def publish_tree(src: Path | None, dst: Path) -> None:
+    """Make ``dst`` hold exactly the files of ``src`` (each copied by temp + rename, then files no
+    longer in ``src`` removed); ``src`` None removes ``dst``."""
+    if src is None:
+        shutil.rmtree(dst, ignore_errors=True)
+        return
+    files = sorted(p.relative_to(src) for p in src.rglob("*") if p.is_file())
+    for rel in files:
+        atomic_copy(src / rel, dst / rel)
+    keep = set(files)
+    for p in sorted(dst.rglob("*"), reverse=True) if dst.is_dir() else []:
+        if p.is_file() and p.relative_to(dst) not in keep:
+            p.unlink()
+        elif p.is_dir() and not any(p.iterdir()):
+            p.rmdir()
+
+
 def publish(report: BuildReport, out: Path, *, headers: Iterable[Path] = (), extra: Mapping[str, Any] | None = None,
-            mode: str | None = None, texts: Mapping[str, str] | None = None) -> Path:
-    """Copy what built into ``out``; write logs and manifest.json. Returns the manifest.json path."""
+            mode: str | None = None, texts: Mapping[str, str] | None = None,
+            trees: Mapping[str, Path | None] | None = None,
+            module_extra: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
+    """Copy what built into ``out``; write logs and manifest.json. Returns the manifest.json path.
+
+    ``trees``: OUT-relative dir -> build dir to mirror there (None: remove it), published before
+    the libraries (the JIT sources a library reads); ``module_extra``: keys added to a module's record."""
     out.mkdir(parents=True, exist_ok=True)
+    for rel, src in (trees or {}).items():
+        publish_tree(src, out / rel)
     for r in report.modules:
         atomic_write(out / "logs" / f"{r.name}.log", ("\n".join(r.log) + "\n").encode())
         if r.status == "built" and r.artifact is not None:
@@ -107,7 +131,7 @@ def publish(report: BuildReport, out: Path, *, headers: Iterable[Path] = (), ext
         "archs": list(plan.archs),
         "mode": mode,
         "configs": copy_configs(Path(plan.tree_root), out),
-        "modules": [module_record(r, out) for r in report.modules],
+        "modules": [{**module_record(r, out), **(module_extra or {}).get(r.name, {})} for r in report.modules],
         "duration_s": round(report.seconds, 3),
         **(extra or {}),
     }

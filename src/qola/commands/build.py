@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from qola import isolation, variants
+from qola import isolation, jitbuild, variants
 from qola.build import BuildOptions, BuildReport, run_build
 from qola.commands.common import add_manifest_args, prepare, warn
 from qola.commands.common import hip_version as prepared_hip_version
@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     prepared = prepare(args, env)
     plan, manifest = prepared.plan, prepared.manifest
     plan, gen_args = variants.apply(plan, manifest, env)  # declared variants -> generator filters
+    jplan = jitbuild.plan_jit(prepared.plan, manifest, env)  # [jit]: instances built ahead; None without it
     console = Console(stderr=True)
     warn(plan.warnings)
     out = Path(args.output_dir).resolve()
@@ -90,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
             if args.verbose:
                 console.print(desc)
 
-        hk = isolation.hooks(plan, tc, build_dir, isolate=not args.no_isolation)
+        jhk = jitbuild.hooks(jplan, plan, tc, build_dir, env) if jplan else None
+        hk = isolation.hooks(plan, tc, build_dir, isolate=not args.no_isolation, inner=jhk)
         hdrs = isolation.headers(plan, build_dir)  # qola_config.h must exist before the compiles
         report = run_build(plan, tc, opts, env=env, on_event=lambda s: progress.console.print(s) if args.verbose else None,
                            on_status=on_status, extra=hk.extra, extra_rules=hk.rules)
@@ -103,8 +105,9 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"dry run: graph written to {build_dir / 'build.ninja'}; {out} untouched")
         return 0 if all(m.status != "failed" for m in report.modules) else 1
     isolation.audit(report, plan)
+    trees, records = jitbuild.publish_items(jhk, report)
     path = publish(report, out, headers=hdrs, mode=args.mode or manifest.build.mode
-                   or "pybind", texts=isolation.consumers(report, plan, tc))
+                   or "pybind", texts=isolation.consumers(report, plan, tc), trees=trees, module_extra=records)
     summary(report, console)
     console.print(f"manifest: {path}")
     return 0 if report.ok else 1

@@ -14,7 +14,8 @@ def register(subparsers) -> None:
         description="Write qola_embedded_<module>.S (.incbin of every hsa/<arch>/<type>/**/*.co, "
         "deduplicated, plus a sorted index), qola_embedded_<module>.h (C lookup and "
         "AITER_EMBEDDED_HSA_MAP) and qola_embedded_<module>.json (the index). "
-        "Assemble the .S with the host compiler: cc -c qola_embedded_<module>.S.",
+        "Assemble the .S with the host compiler: cc -c -x assembler qola_embedded_<module>.S "
+        "(add -Wa,--MD,FILE for a depfile naming every embedded file).",
     )
     p.add_argument("--hsa-dir", required=True, metavar="DIR",
                    help="the hsa/ directory, or a tree root holding hsa/ or aiter_meta/hsa/")

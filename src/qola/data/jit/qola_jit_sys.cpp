@@ -193,8 +193,17 @@ int run(const std::vector<std::string>& argv, const std::string& log_path, std::
         posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0600);
         posix_spawn_file_actions_adddup2(&fa, 1, 2);
     }
+    // hipcc needs HIP_PLATFORM=amd (Debian's falls back to nvcc without it): the child gets it when unset;
+    // our own process environment is never changed
+    std::vector<char*> envp;
+    static char hip_platform[] = "HIP_PLATFORM=amd";
+    const std::string& exe = argv[0];
+    const std::string base = exe.substr(exe.find_last_of('/') == std::string::npos ? 0 : exe.find_last_of('/') + 1);
+    for(char** e = environ; e && *e; ++e) envp.push_back(*e);
+    if(base.find("hip") != std::string::npos && getenv("HIP_PLATFORM") == nullptr) envp.push_back(hip_platform);
+    envp.push_back(nullptr);
     pid_t pid;
-    int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+    int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
     if(out) close(pipefd[1]);
     if(rc != 0) {

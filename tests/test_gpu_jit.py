@@ -1,0 +1,107 @@
+"""On a GPU: a qola-built library with [jit] runs a deferred variant correctly. libattn_fwd (cpp_itfs,
+bf16 only) builds the no-mask half ahead and defers the causal half; a child process (torch +
+ctypes on the C ABI) calls a deferred causal variant: compiled once, matches a torch reference; a
+second process uses the cache (no compile) and gets the same result; an AOT variant never compiles."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import KERNELS, run_qola
+from test_jit_support import NVCC
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+MANIFEST = """[qola]
+namespace = "qg"
+[build]
+architectures = ["sm_90"]
+[[modules]]
+name = "libattn_fwd"
+mode = "cpp_itfs"
+[[variants]]
+module = "libattn_fwd"
+pattern = "attn_fwd_d*_{dtype}_*"
+options = {dtype = "bf16"}
+[jit]
+[[jit.aot.variants]]
+module = "libattn_fwd"
+pattern = "attn_fwd_*_{mask}_*"
+options = {mask = false}
+tokens = {mask = {true = "mask", false = "nmask"}}
+"""
+
+CHILD = r"""
+import ctypes, math, sys, torch
+class P(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_void_p) for n in ("q", "k", "v", "out", "lse", "cu_q", "cu_k")] + \
+        [(n, ctypes.c_int) for n in ("batch", "seqlen_q", "seqlen_k", "nhead_q", "nhead_k", "hdim")] + \
+        [("scale", ctypes.c_float), ("dtype", ctypes.c_char_p), ("causal", ctypes.c_int), ("stream", ctypes.c_void_p)]
+lib = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_LOCAL)
+f = lib.qg_libattn_fwd_attn_fwd
+f.argtypes, f.restype = [ctypes.POINTER(P)], ctypes.c_int
+lib.qg_qola_jit_last_error.restype = ctypes.c_char_p
+causal = int(sys.argv[2])
+torch.manual_seed(0)
+b, sq, sk, h, d = 2, 64, 80, 4, 128
+q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for s in (sq, sk, sk))
+o = torch.empty_like(q)
+lse = torch.empty(b, h, sq, device="cuda", dtype=torch.float32)
+scale = 1 / math.sqrt(d)
+p = P(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), None, None,
+      b, sq, sk, h, h, d, scale, b"bf16", causal, None)
+r = f(ctypes.byref(p))
+torch.cuda.synchronize()
+s = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * scale
+if causal:
+    s = s.masked_fill(~torch.ones(sq, sk, device="cuda", dtype=torch.bool).tril(sk - sq), float("-inf"))
+ref = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), v.float())
+err = (o.float() - ref).abs().max().item()
+lerr = (lse - torch.logsumexp(s, -1)).abs().max().item()
+print(r, f"{err:.5f}", f"{lerr:.6f}", lib.qg_qola_jit_last_error().decode())
+"""
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_deferred_variant_on_gpu_compiles_once_and_matches_torch(tmp_path):
+    pytest.importorskip("torch")
+    m = tmp_path / "q.toml"
+    m.write_text(MANIFEST)
+    out = tmp_path / "out"
+    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rec = json.loads((out / "manifest.json").read_text())["modules"][0]
+    assert rec["jit"]["aot"]["count"] == 8 and rec["jit"]["deferred"]["count"] == 8
+    assert all("_mask_" in n for n in rec["jit"]["deferred"]["names"])
+    assert run_qola("audit", str(out)).returncode == 0
+
+    count = tmp_path / "count"
+    cc = tmp_path / "countcc"
+    cc.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then exec {NVCC} --version; fi\n'
+                  f'echo "$$" >> {count}\nexec {NVCC} "$@"\n')
+    cc.chmod(0o755)
+    (tmp_path / "child.py").write_text(CHILD)
+    env = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT_COMPILER": str(cc)}
+
+    def call(causal: int) -> list[str]:
+        p = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(out / "lib/qg_libattn_fwd.so"),
+                            str(causal)], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout.split()
+
+    def compiles() -> int:
+        return len(count.read_text().split()) if count.exists() else 0
+
+    r, err, lerr, *msg = call(0)  # AOT (no mask): no compile
+    assert r == "0" and float(err) < 5e-2 and float(lerr) < 1e-3 and compiles() == 0, msg
+    first = call(1)  # deferred (causal): compiled on first use
+    assert first[0] == "0" and float(first[1]) < 5e-2 and float(first[2]) < 1e-3, first
+    assert compiles() == 1
+    second = call(1)  # a new process: from the cache, same result
+    assert second[:3] == first[:3] and compiles() == 1
+    assert len([p for p in (tmp_path / "cache").glob("*.so") if not p.name.startswith(".")]) == 1
