@@ -22,7 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 KERNELS = REPO / "examples" / "kernels"
-MODULES = ("module_rmsnorm", "module_softmax", "module_attn_fwd", "libattn_fwd")
+MODULES = ("module_rmsnorm", "module_softmax", "module_attn_fwd", "libattn_fwd", "module_asm")  # the whole example table
 
 
 def child_cpu() -> float:

@@ -240,3 +240,32 @@ def test_torch_extension_without_torch_is_a_clear_error(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "torch is not importable" in proc.stderr and "torch_exclude = true" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_noop_fast_path_and_what_invalidates_it(cuda_build):
+    tmp, tree, m, out = cuda_build
+    args = ("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
+    assert run_qola(*args).returncode == 0  # settle
+    proc = run_qola(*args)
+    assert proc.returncode == 0 and "is up to date" in proc.stderr
+    # an environment variable the module table reads changes a module's flags: rebuilds it
+    before = len(ninja_runs(tmp / "out.build"))
+    proc = run_qola(*args, env={"QK_RMSNORM_USE_RSQRT": "0"})
+    assert proc.returncode == 0 and "is up to date" not in proc.stderr, proc.stderr
+    rebuilt = ninja_runs(tmp / "out.build")[before:]
+    assert rebuilt and all("module_rmsnorm" in r for r in rebuilt), rebuilt
+    assert run_qola(*args).returncode == 0  # back to the default flags
+    # a deleted published file is noticed and republished
+    (out / "lib" / "qk_module_softmax.so").unlink()
+    proc = run_qola(*args)
+    assert proc.returncode == 0 and "is up to date" not in proc.stderr
+    check_published(out)
+    # an edited generator script re-runs codegen
+    gen = tree / "csrc" / "attn" / "generate.py"
+    gen.write_text(gen.read_text() + "\n# edited\n")
+    proc = run_qola(*args)
+    assert proc.returncode == 0 and "is up to date" not in proc.stderr
+    assert "is up to date" in run_qola(*args).stderr
+    # the manifest itself
+    m.write_text(m.read_text() + "\n# a comment\n")
+    assert "is up to date" not in run_qola(*args).stderr

@@ -49,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser(_wanted(argv))
     args = parser.parse_args(argv)
+    args.argv = argv  # the command line as given (the build's no-op record keys on it)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

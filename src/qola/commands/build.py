@@ -5,19 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 from pathlib import Path
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
-from qola import isolation, jitbuild, variants
-from qola.build import BuildOptions, BuildReport, run_build
-from qola.commands.common import add_manifest_args, prepare, warn
-from qola.commands.common import hip_version as prepared_hip_version
+from qola import fastpath
+from qola.commands.common import add_manifest_args
 from qola.errors import QolaError
-from qola.publish import publish
-from qola.toolchain import default_jobs, find_toolchain
+
+# everything else is imported in run(), after the no-op fast path had its chance
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,7 +40,9 @@ def _launcher(name: str | None, env: dict[str, str]) -> str | None:
     return found
 
 
-def summary(report: BuildReport, console: Console) -> None:
+def summary(report, console) -> None:
+    from rich.table import Table  # noqa: PLC0415
+
     table = Table(title=f"qola build — {len(report.modules)} module(s) in {report.seconds:.1f} s")
     for col in ("module", "status", "sources", "generated", "artifact", "time"):
         table.add_column(col)
@@ -61,14 +58,36 @@ def summary(report: BuildReport, console: Console) -> None:
 
 def run(args: argparse.Namespace) -> int:
     env = dict(os.environ)
+    argv = list(getattr(args, "argv", None) or [])
+    out = Path(args.output_dir).resolve()
+    build_dir = Path(args.build_dir).resolve() if args.build_dir else out.with_name(out.name + ".build")
+    if not args.dry_run and argv:
+        from ninja import BIN_DIR  # noqa: PLC0415 (light: the package's __init__)
+
+        if fastpath.up_to_date(build_dir, out, argv, env, os.path.join(BIN_DIR, "ninja")):
+            print(f"qola: {out} is up to date (nothing to do)", file=sys.stderr)
+            return 0
+    return _run(args, env, argv, out, build_dir)
+
+
+def _run(args: argparse.Namespace, env: dict[str, str], argv: list[str], out: Path, build_dir: Path) -> int:
+    from rich.console import Console  # noqa: PLC0415
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
+
+    from qola import isolation, jitbuild, variants  # noqa: PLC0415
+    from qola.build import BuildOptions, run_build  # noqa: PLC0415
+    from qola.commands.common import hip_version as prepared_hip_version  # noqa: PLC0415
+    from qola.commands.common import prepare, warn  # noqa: PLC0415
+    from qola.publish import publish  # noqa: PLC0415
+    from qola.toolchain import default_jobs, find_toolchain  # noqa: PLC0415
+
+    fastpath.forget(build_dir)
     prepared = prepare(args, env)
     plan, manifest = prepared.plan, prepared.manifest
     plan, gen_args = variants.apply(plan, manifest, env)  # declared variants -> generator filters
     jplan = jitbuild.plan_jit(prepared.plan, manifest, env)  # [jit]: instances built ahead; None without it
     console = Console(stderr=True)
     warn(plan.warnings)
-    out = Path(args.output_dir).resolve()
-    build_dir = Path(args.build_dir).resolve() if args.build_dir else out.with_name(out.name + ".build")
     versions = manifest.qola.rocm_versions if plan.vendor == "hip" else manifest.qola.cuda_versions
     # a dry run only plans: with HIP it takes AITER's flags for the manifest's ROCm version, unprobed
     assume = (versions or [None])[0] if args.dry_run and plan.vendor == "hip" else None
@@ -110,4 +129,26 @@ def run(args: argparse.Namespace) -> int:
                    or "pybind", texts=isolation.consumers(report, plan, tc), trees=trees, module_extra=records)
     summary(report, console)
     console.print(f"manifest: {path}")
+    if report.ok and argv:
+        _remember(prepared, plan, tc, launcher, build_dir, out, argv, env)
     return 0 if report.ok else 1
+
+
+def _remember(prepared, plan, tc, launcher, build_dir: Path, out: Path, argv: list[str], env: dict[str, str]) -> None:
+    """Record what this (successful) build was derived from, for the next no-op."""
+    tree = prepared.tree
+    tree_files = [str(tree.table_path), str(tree.root / "aiter" / "jit" / "core.py")]
+    texts = []
+    for f in tree_files:
+        try:
+            texts.append(Path(f).read_text())
+        except OSError:
+            pass
+    dirs = {str(Path(s).parent) for m in plan.modules for s in m.sources}
+    dirs |= {d for m in plan.modules for d in m.include_dirs}
+    if any(m.embed for m in plan.modules):
+        dirs.add(str(tree.hsa))
+    scripts = [g.script for m in plan.modules for g in m.generators]
+    files = fastpath.input_files(manifest=prepared.manifest.path, tree_files=tree_files, dirs=sorted(dirs),
+                                 generator_scripts=scripts, tools=[tc.compiler, tc.host_cxx, launcher])
+    fastpath.record(build_dir, out, argv, env, fastpath.env_keys_of(texts), files)

@@ -12,11 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from qola import manifest as manifest_mod
+from typing import TYPE_CHECKING
+
 from qola.errors import QolaError
-from qola.manifest import Manifest
-from qola.plan import Plan, check_pin, choose_archs, make_plan
-from qola.tree.aiter import AiterTree, open_tree
+
+if TYPE_CHECKING:  # the heavy modules are imported where they are used (keeps `qola build`'s no-op fast)
+    from qola.manifest import Manifest
+    from qola.plan import Plan
+    from qola.tree.aiter import AiterTree
 
 
 def add_debug(parser: argparse.ArgumentParser) -> None:
@@ -80,6 +83,10 @@ def _hipcc_version(env: Mapping[str, str]) -> str | None:
 
 
 def prepare(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Prepared:
+    from qola import manifest as manifest_mod  # noqa: PLC0415
+    from qola.plan import check_pin, choose_archs, make_plan  # noqa: PLC0415
+    from qola.tree.aiter import open_tree  # noqa: PLC0415
+
     env = dict(os.environ) if env is None else env
     manifest = manifest_mod.load(args.manifest)
     tree = open_tree(tree_root(args, manifest))
