@@ -182,7 +182,22 @@ def graph_for(plan: Plan, tc: Toolchain, opts: BuildOptions, generated: Mapping[
             variables=tuple(more.get("variables", {}).items()),
         ))
     rules.update(extra_rules or {})
-    return ninja.Graph(rules=rules, variables=variables, targets=tuple(targets), extra_edges=tuple(edges))
+    return ninja.Graph(rules=rules, variables=variables, targets=tuple(targets), extra_edges=tuple(edges),
+                       priority=_priorities(plan, targets, opts.build_dir))
+
+
+def _priorities(plan: Plan, targets: list, build_dir: Path) -> dict[str, float]:
+    """Expected compile seconds per object: the last build's time when known, else a guess — a module's
+    own sources (entry points including pybind11 or torch) before generated instances."""
+    last = ninja.compile_times(build_dir)
+    mods = {m.name: m for m in plan.modules}
+    prio: dict[str, float] = {}
+    for t in targets:
+        mod = mods[t.module]
+        for c in t.compiles:
+            guess = (10.0 if mod.is_python_module else 5.0) if c.src in mod.sources else 1.0
+            prio[c.obj] = last.get(c.obj, guess)
+    return prio
 
 
 def run_build(plan: Plan, tc: Toolchain, opts: BuildOptions, *, env: Mapping[str, str],

@@ -54,6 +54,7 @@ class Graph:
     variables: Mapping[str, str]
     targets: tuple[Target, ...]
     extra_edges: tuple[tuple, ...] = field(default=())  # (rule, out, inputs[, variables])
+    priority: Mapping[str, float] = field(default_factory=dict)  # object -> expected seconds (bigger first)
 
 
 def object_path(module: str, src: str) -> str:
@@ -87,13 +88,16 @@ def write(graph: Graph, path: Path) -> None:
             w.newline()
         for rule, out, inputs, *more in graph.extra_edges:
             w.build(out, rule, list(inputs), variables=more[0] if more else None)
+        # ninja starts ready edges in file order: the expected-slowest compiles go first, across modules,
+        # so a heavy source of the last module does not become the build's tail
+        compiles = [(t, c) for t in graph.targets for c in t.compiles]
+        compiles.sort(key=lambda tc: -graph.priority.get(tc[1].obj, 0.0))
+        for t, c in compiles:
+            variables = {"flags": f"${c.flags_var}" + (" " + escape_flags(c.extra_flags) if c.extra_flags else ""),
+                         "module": t.module}
+            w.build(c.obj, "cc", [ninja_syntax.escape_path(c.src)], variables=variables)
         for t in graph.targets:
-            objs = []
-            for c in t.compiles:
-                variables = {"flags": f"${c.flags_var}" + (" " + escape_flags(c.extra_flags) if c.extra_flags else ""),
-                             "module": t.module}
-                w.build(c.obj, "cc", [ninja_syntax.escape_path(c.src)], variables=variables)
-                objs.append(c.obj)
+            objs = [c.obj for c in t.compiles]
             w.build(
                 t.artifact, t.rule, objs + list(t.extra_inputs), implicit=list(t.implicit),
                 variables={"ldflags": escape_flags(t.ldflags), "module": t.module, **dict(t.variables)},
