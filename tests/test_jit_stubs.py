@@ -214,3 +214,19 @@ def test_ck_fmha_batch_stub_qualifies_aliases(ck_fmha):
     for k, s in enumerate(specs):
         assert s.targs.startswith(f"qola_jit_u{k}::trait_0, ck_tile::gfx")
         assert f"namespace qola_jit_u{k} {{" in text
+
+
+@pytest.mark.aiter
+@pytest.mark.slow
+@pytest.mark.parametrize("direction", ["fwd_splitkv", "batch_prefill"])
+def test_ck_fmha_splitkv_and_batch_prefill_stubs_match_their_declarations(aiter_root, tmp_path, direction):
+    src = aiter_root / FMHA
+    subprocess.run([sys.executable, str(src / "generate.py"), "-d", direction, "--receipt", "600", "-o",
+                    str(tmp_path)], check=True, stdout=subprocess.DEVNULL)
+    decls = declarations((src / "fmha_fwd.hpp").read_text())
+    units = sorted(p for p in tmp_path.glob("*.cpp") if not p.stem.endswith("_api"))
+    assert len(units) >= 50
+    defined = set()
+    for p in units:
+        defined |= check_stub(p.stem, p.read_text(), stubs.CK_FMHA, decls, set())
+    assert len({name for name, _ in defined}) >= 1
