@@ -14,6 +14,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,10 +52,11 @@ def compile_phase(build_dir: Path, jobs: int) -> tuple[float, float]:
     return span, busy / (span * jobs)
 
 
-def torch_one_by_one(build_dir: Path, arch: str, jobs: int, work: Path) -> float:
+def torch_one_by_one(build_dir: Path, arch: str, jobs: int, work: Path, manifest: Path) -> float:
     """Each module with torch.utils.cpp_extension.load, one after the other (sources incl. generated)."""
+    work.mkdir(parents=True, exist_ok=True)
     plan = json.loads(subprocess.run(
-        [sys.executable, "-m", "qola", "plan", "--manifest", str(work / "bench.toml"), "--aiter-root", str(KERNELS),
+        [sys.executable, "-m", "qola", "plan", "--manifest", str(manifest), "--aiter-root", str(KERNELS),
          "--json"], capture_output=True, text=True, check=True).stdout)
     script = work / "torch_load.py"
     script.write_text(f"""
@@ -93,19 +95,27 @@ def main() -> None:
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count())
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="full builds per side (fresh dirs); medians reported")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="qola-bench-"))
     manifest = work / "bench.toml"
     manifest.write_text(f'[qola]\nnamespace = "bench"\n[build]\narchitectures = ["{args.arch}"]\n'
                         + "".join(f'[[modules]]\nname = "{m}"\n' + ('mode = "cpp_itfs"\n' if m.startswith("lib") else "")
                                   for m in MODULES))
-    out, bdir = work / "out", work / "build"
-    common = ["build", "--manifest", str(manifest), "--aiter-root", str(KERNELS), "-o", str(out),
-              "--build-dir", str(bdir), "-j", str(args.jobs)]
+    def full_build(i: int) -> tuple[float, float, Path, list[str]]:
+        o, b = work / f"out{i}", work / f"build{i}"
+        cmd = ["build", "--manifest", str(manifest), "--aiter-root", str(KERNELS), "-o", str(o),
+               "--build-dir", str(b), "-j", str(args.jobs)]
+        wall, cpu = qola(cmd)
+        return wall, cpu, b, cmd
+
     # warm-up into a scratch dir (page cache, compiler start-up), so neither side pays for a cold machine
-    qola(["build", "--manifest", str(manifest), "--aiter-root", str(KERNELS), "-o", str(work / "warm"),
-          "--build-dir", str(work / "warm.build"), "-j", str(args.jobs)])
-    full_wall, full_cpu = qola(common)
+    full_build(99)
+    runs = [full_build(i) for i in range(args.repeat)]
+    walls = sorted(r[0] for r in runs)
+    full_wall = statistics.median(walls)
+    full_wall_run = min(runs, key=lambda r: abs(r[0] - full_wall))
+    _, full_cpu, bdir, common = full_wall_run
     span, util = compile_phase(bdir, args.jobs)
     noop_wall = min(qola(common)[0] for _ in range(3))
     t0 = time.perf_counter()
@@ -117,7 +127,8 @@ def main() -> None:
     rows = [
         ("modules", str(len(MODULES))),
         ("objects compiled", str(sum(1 for _ in (bdir / "obj").rglob("*.o")))),
-        ("qola full build, wall", f"{full_wall:.1f} s"),
+        (f"qola full build, wall (median of {args.repeat}; min–max)",
+         f"{full_wall:.1f} s ({walls[0]:.1f}–{walls[-1]:.1f})"),
         ("qola full build, CPU time of children", f"{full_cpu:.1f} s"),
         ("compile-phase core utilisation (edge-seconds / (span × jobs))", f"{util * 100:.0f} %"),
         ("whole-build core utilisation (CPU / (wall × jobs))", f"{full_cpu / (full_wall * args.jobs) * 100:.0f} %"),
@@ -126,8 +137,10 @@ def main() -> None:
         ("  of which: ninja's own no-op", f"{ninja_noop:.3f} s"),
     ]
     if not args.skip_torch:
-        torch_wall = torch_one_by_one(bdir, args.arch, args.jobs, work)
-        rows += [("module by module, torch.utils.cpp_extension.load", f"{torch_wall:.1f} s"),
+        twalls = sorted(torch_one_by_one(bdir, args.arch, args.jobs, work / f"t{i}", manifest) for i in range(args.repeat))
+        torch_wall = statistics.median(twalls)
+        rows += [(f"module by module, torch.utils.cpp_extension.load (median of {args.repeat}; min–max)",
+                  f"{torch_wall:.1f} s ({twalls[0]:.1f}–{twalls[-1]:.1f})"),
                  ("speed-up (module by module / qola)", f"{torch_wall / full_wall:.2f}×")]
     slow = sorted(((int(ln.split("\t")[1]) - int(ln.split("\t")[0])) / 1000, ln.split("\t")[3])
                   for ln in (bdir / ".ninja_log").read_text().splitlines()[1:] if ln.count("\t") >= 4)[-6:]
