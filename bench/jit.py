@@ -109,6 +109,20 @@ int main(int argc, char** argv)
 """
 
 
+def steady_times(run, modes, repeat: int) -> dict:
+    """Median ns per call through the JIT stub and the AOT library, per mode ("no GPU" without one)."""
+    steady: dict = {}
+    for mode, n in modes:
+        jit = [run("jit", mode, n) for _ in range(repeat)]
+        aot = [run("aot", mode, n) for _ in range(repeat)]
+        if None in jit or None in aot:
+            steady[mode] = "no GPU"
+            continue
+        j, a = statistics.median(jit), statistics.median(aot)
+        steady[mode] = {"jit_ns": j, "aot_ns": a, "overhead_ns": j - a}
+    return steady
+
+
 def sh(argv, env=None) -> str:
     proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -173,15 +187,7 @@ def qola_main(args: argparse.Namespace, hip: bool, arch: str, work: Path, env: d
     res["first_call_compile_ms"] = run("jit", "first_attn")
     res["cached_first_call_ms"] = statistics.median(run("jit", "first_attn") for _ in range(args.repeat))
     res["aot_first_call_ms"] = statistics.median(run("aot", "first_attn") for _ in range(args.repeat))
-    steady = {}
-    for mode, n in (("steady_attn", 2_000_000), ("launch", 20_000)):
-        jit = [run("jit", mode, n) for _ in range(args.repeat)]
-        aot = [run("aot", mode, n) for _ in range(args.repeat)]
-        if None in jit or None in aot:
-            steady[mode] = "no GPU"
-            continue
-        j, a = statistics.median(jit), statistics.median(aot)  # type: ignore[type-var]
-        steady[mode] = {"jit_ns": j, "aot_ns": a, "overhead_ns": j - a}
+    steady = steady_times(run, (("steady_attn", 2_000_000), ("launch", 20_000)), args.repeat)
     res["steady_ns_per_call"] = steady
     res["goals"] = {
         "cached_resolve_le_2ms": res["cached_first_call_ms"] - res["aot_first_call_ms"] <= 2.0,
@@ -281,15 +287,8 @@ def main() -> int:
     }
     res["aot_first_call_ms"] = {m: statistics.median(run("aot", f"first_{m}") for _ in range(args.repeat))
                                 for m in ("triv", "attn")}  # fmt: skip
-    steady = {}
-    for mode, n in (("steady_triv", 20_000_000), ("steady_attn", 2_000_000), ("launch", 20_000)):
-        jit = [run("jit", mode, n) for _ in range(args.repeat)]
-        aot = [run("aot", mode, n) for _ in range(args.repeat)]
-        if None in jit or None in aot:
-            steady[mode] = "no GPU"
-            continue
-        j, a = statistics.median(jit), statistics.median(aot)  # type: ignore[type-var]
-        steady[mode] = {"jit_ns": j, "aot_ns": a, "overhead_ns": j - a}
+    steady = steady_times(run, (("steady_triv", 20_000_000), ("steady_attn", 2_000_000), ("launch", 20_000)),
+                          args.repeat)
     res["steady_ns_per_call"] = steady
     res["goals"] = {
         "cached_resolve_le_2ms": max(res["cached_first_call_ms"][m] - res["aot_first_call_ms"][m]

@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 
 from qola.errors import QolaError
+from qola.link import write_if_changed
 from qola.jit import headers as hdr
 from qola.jit import key as jkey
 from qola.jit import stubs
@@ -130,14 +131,7 @@ def render_table(spec: JitModuleSpec, records: Sequence[JitUnitRecord], flags: S
 
 def _write(path: Path, text: str) -> None:
     """Write only when changed (stable mtimes for ninja), via temp + rename."""
-    try:
-        if path.read_text() == text:
-            return
-    except OSError:
-        pass
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_if_changed(path, text)
 
 
 def write_jit_module(spec: JitModuleSpec, units: Sequence[tuple[str, Path]], *, out_jit: Path,
