@@ -45,7 +45,7 @@ def summary(report, console) -> None:
 
     table = Table(title=f"qola build — {len(report.modules)} module(s) in {report.seconds:.1f} s")
     for col in ("module", "status", "sources", "generated", "artifact", "time"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for m in report.modules:
         style = {"built": "green", "failed": "red"}.get(m.status, "yellow")
         table.add_row(m.name, f"[{style}]{m.status}[/]", str(m.sources), str(m.generated),
