@@ -269,3 +269,20 @@ def test_noop_fast_path_and_what_invalidates_it(cuda_build):
     # the manifest itself
     m.write_text(m.read_text() + "\n# a comment\n")
     assert "is up to date" not in run_qola(*args).stderr
+
+
+def test_builds_are_repeatable_across_build_dirs(tmp_path):
+    """The same inputs built into two different build dirs give byte-identical libraries (generated
+    sources live in the build dir; nvcc's pid-named temporaries must not leak into the output)."""
+    extra = ('\n[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\nblob_gen_cmd = ["csrc/attn/generate.py -d fwd '
+             '--filter attn_fwd_d64_fp16_batch*_nmask_nlse --output_dir {}"]\n')
+    m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_softmax",), extra=extra)
+    outs = []
+    for i in (1, 2):
+        out = tmp_path / f"o{i}"
+        proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out),
+                        "--build-dir", str(tmp_path / f"elsewhere{i}" / "b"), "-j", "2")
+        assert proc.returncode == 0, proc.stderr
+        outs.append(json.loads((out / "manifest.json").read_text()))
+    shas = [{m["name"]: m["sha256"] for m in data["modules"]} for data in outs]
+    assert shas[0] == shas[1] and len(shas[0]) == 2

@@ -140,7 +140,9 @@ def find_cuda(
         root=layout["root"],
         base_flags=tuple(flags),
         lang_args=("-x", "cu"),
-        link_flags=(f"-L{libs_at}", *RUNTIME),
+        # --discard-all: nvcc names its intermediate files after its pid (tmpxft_<pid>_…), and those
+        # names would land in the library's local FILE symbols — dropping locals makes builds repeatable
+        link_flags=(f"-L{libs_at}", *RUNTIME, "-Wl,--discard-all"),
         libs=("cudart",),
         lib_dirs=(libs_at,),
     )
