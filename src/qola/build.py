@@ -5,7 +5,6 @@ Publishing into the output dir is :mod:`qola.publish`'s job; nothing here writes
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 import shutil
 import sys
@@ -238,14 +237,6 @@ def run_build(plan: Plan, tc: Toolchain, opts: BuildOptions, *, env: Mapping[str
             r.status == "built" for r in results.values()):
         raise QolaError("ninja failed without naming a failed edge:\n" + "\n".join(outcome.log[-20:]))
     return BuildReport(plan, tc, list(results.values()), opts.build_dir, time.perf_counter() - start, outcome.log)
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def clean_stale(build_dir: Path) -> None:

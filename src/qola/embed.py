@@ -32,7 +32,6 @@ once loaded) would cost 5.0 MB of padding on that set against 0.3 MB for 256;
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from qola.errors import QolaError
+from qola.hashing import file_sha256
 
 ALIGN = 256
 SUFFIX = ".co"
@@ -125,12 +125,7 @@ def _key_of(hsa_dir: Path, path: Path) -> str:
     return f"hsa/{rel}"
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+sha256_file = file_sha256  # the name this module's callers use
 
 
 def collect(hsa_dir: str | os.PathLike, archs: Sequence[str],

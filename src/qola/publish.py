@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from qola import __version__
-from qola.build import BuildReport, ModuleResult, file_sha256
+from qola.build import BuildReport, ModuleResult
+from qola.hashing import file_sha256
 
 MANIFEST_JSON = "manifest.json"
 

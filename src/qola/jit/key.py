@@ -24,18 +24,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from qola.errors import QolaError
+from qola.hashing import file_sha256  # noqa: F401 (the JIT modules import it from here)
 
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def headers_digest(files: Iterable[tuple[str, bytes]]) -> str:
