@@ -8,18 +8,10 @@ import math
 
 import pytest
 
+from attn_abi import Params
 from conftest import KERNELS, run_qola
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
-
-
-class Params(ctypes.Structure):  # mirrors qola_attn_fwd_params in qola_attn_fwd.h
-    _fields_ = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("out", ctypes.c_void_p),
-                ("lse", ctypes.c_void_p), ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
-                ("batch", ctypes.c_int), ("seqlen_q", ctypes.c_int), ("seqlen_k", ctypes.c_int),
-                ("nhead_q", ctypes.c_int), ("nhead_k", ctypes.c_int), ("hdim", ctypes.c_int),
-                ("scale", ctypes.c_float), ("dtype", ctypes.c_char_p), ("causal", ctypes.c_int),
-                ("stream", ctypes.c_void_p)]
 
 
 def test_ctypes_c_abi_matches_torch(tmp_path):

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from attn_abi import child_preamble
 from conftest import KERNELS, run_qola
 from test_jit_support import NVCC
 
@@ -38,10 +39,6 @@ tokens = {mask = {true = "mask", false = "nmask"}}
 
 CHILD = r"""
 import ctypes, math, sys, torch
-class P(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_void_p) for n in ("q", "k", "v", "out", "lse", "cu_q", "cu_k")] + \
-        [(n, ctypes.c_int) for n in ("batch", "seqlen_q", "seqlen_k", "nhead_q", "nhead_k", "hdim")] + \
-        [("scale", ctypes.c_float), ("dtype", ctypes.c_char_p), ("causal", ctypes.c_int), ("stream", ctypes.c_void_p)]
 lib = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_LOCAL)
 f = lib.qg_libattn_fwd_attn_fwd
 f.argtypes, f.restype = [ctypes.POINTER(P)], ctypes.c_int
@@ -85,7 +82,7 @@ def test_deferred_variant_on_gpu_compiles_once_and_matches_torch(tmp_path):
     cc.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then exec {NVCC} --version; fi\n'
                   f'echo "$$" >> {count}\nexec {NVCC} "$@"\n')
     cc.chmod(0o755)
-    (tmp_path / "child.py").write_text(CHILD)
+    (tmp_path / "child.py").write_text(child_preamble() + CHILD)
     env = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT_COMPILER": str(cc)}
 
     def call(causal: int) -> list[str]:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from attn_abi import child_preamble
 from conftest import KERNELS, run_qola
 from test_jit_support import HIPCC, NVCC
 
@@ -40,10 +41,6 @@ FOUR = TWO | {"attn_fwd_d64_fp16_batch_b64x64_mask_nlse", "attn_fwd_d64_fp16_bat
 
 CALL = r"""
 import ctypes, sys
-class P(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_void_p) for n in ("q", "k", "v", "out", "lse", "cu_q", "cu_k")] + \
-        [(n, ctypes.c_int) for n in ("batch", "seqlen_q", "seqlen_k", "nhead_q", "nhead_k", "hdim")] + \
-        [("scale", ctypes.c_float), ("dtype", ctypes.c_char_p), ("causal", ctypes.c_int), ("stream", ctypes.c_void_p)]
 lib = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_LOCAL)
 f = lib.qj_libattn_fwd_attn_fwd
 f.argtypes, f.restype = [ctypes.POINTER(P)], ctypes.c_int
@@ -180,7 +177,7 @@ def test_build_defers_all_but_aot_and_runtime_compiles_once(tmp_path):
     cc = tmp_path / "countcc"
     cc.write_text(COUNTING.format(real=NVCC, count=tmp_path / "count"))
     cc.chmod(0o755)
-    (tmp_path / "call.py").write_text(CALL)
+    (tmp_path / "call.py").write_text(child_preamble() + CALL)
     env = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT_COMPILER": str(cc)}
 
     def call(dtype: str, hdim: int, nhead: int, causal: int = 0, **extra: str) -> str:
