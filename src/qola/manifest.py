@@ -159,6 +159,10 @@ class MhaFwdVariant(_Model):
     has_dropout: Option | None = None
     has_skip: Option | None = None
     has_sink: Option | None = None
+    has_logits: Option | None = None
+    hdim: Option | None = None
+    mode: Option | None = None
+    name: Option | None = None
 
 
 class MhaBwdVariant(_Model):
@@ -170,6 +174,9 @@ class MhaBwdVariant(_Model):
     has_mask: Option | None = None
     has_dropout: Option | None = None
     deterministic: Option | None = None
+    hdim: Option | None = None
+    mode: Option | None = None
+    name: Option | None = None
 
 
 class JitAot(_Model):

@@ -55,6 +55,7 @@ def _flag(option: str, token: str) -> tuple[tuple[str, ...], dict[str, tuple[boo
 
 SLOTS: dict[str, dict[str, tuple[tuple[str, ...], dict[str, tuple[bool, ...]]]]] = {
     "fwd": {"bias": _BIAS, "mask": _flag("has_mask", "mask"), "lse": _flag("has_lse", "lse"),
+            "logits": _flag("has_logits", "logits"),
             "dropout": _flag("has_dropout", "dropout"), "skip": _flag("has_skip", "skip"),
             "sink": _flag("has_sink", "sink")},
     "bwd": {"bias": _BIAS, "dbias": _flag("has_dbias", "dbias"), "mask": _flag("has_mask", "mask"),
@@ -229,6 +230,45 @@ def patterns(variant: Mapping[str, Any], fam: str, layout: Layout, where: str) -
     return tuple(out)
 
 
+NARROW = ("hdim", "mode", "name")  # options checked on names directly; the filter then names instances exactly
+MODES = ("batch", "group")
+
+
+def _check_value(opt: str, v: Any, dtypes: Sequence[str], where: str) -> None:
+    ok, hint = {
+        "dtype": (v in dtypes, f"values in this tree's generator: {', '.join(dtypes)}"),
+        "hdim": (isinstance(v, int) and not isinstance(v, bool) and v > 0, "a head dimension, e.g. 128"),
+        "mode": (v in MODES, "batch or group"),
+        "name": (isinstance(v, str) and bool(v), "an fnmatch glob on CK kernel names, e.g. '*_npad_*'"),
+    }.get(opt, (isinstance(v, bool), "true or false"))
+    if not ok:
+        raise QolaError(f"{where}.{opt}: {v!r} is not a value of this option", hint=hint)
+
+
+def _keeps(name: str, variant: Mapping[str, Any], layout: Layout) -> bool:
+    """``hdim``/``mode`` on kernel kinds whose names carry them; ``name`` on kinds where the glob matches."""
+    toks = name.split("_")
+    hdim = next((t for t in toks if HDIM.match(t)), None)
+    if "hdim" in variant and hdim is not None and hdim != f"d{variant['hdim']}":
+        return False
+    mode = next((t for t in toks if t in MODES), None)
+    if "mode" in variant and mode is not None and mode != variant["mode"]:
+        return False
+    glob = variant.get("name")
+    if glob and any(fnmatch.fnmatchcase(n, glob) for n in layout.names):
+        return fnmatch.fnmatchcase(name, glob)
+    return True
+
+
+def narrow(pats: tuple[str, ...], layout: Layout, variant: Mapping[str, Any]) -> tuple[str, ...]:
+    """``pats`` further narrowed by the NARROW options: the exact kernel names left, when fewer."""
+    if not pats or not any(k in variant for k in NARROW):
+        return pats
+    chosen = [n for n in layout.names if any(fnmatch.fnmatchcase(n, p) for p in pats)]
+    kept = [n for n in chosen if _keeps(n, variant, layout)]
+    return pats if len(kept) == len(chosen) else tuple(kept)
+
+
 @dataclass
 class Resolution:
     """Every selection, per (module, generator index), with the unfiltered listing it was checked against."""
@@ -302,14 +342,13 @@ def resolve(plan: Plan, manifest: Manifest, env: Mapping[str, str], python: str 
             dtypes = sorted({d for ls in layouts.values() for lay in ls for d in lay.dtypes})
             for opt, value in declared.items():
                 for v in value if isinstance(value, list) else [value]:
-                    if (v not in dtypes) if opt == "dtype" else not isinstance(v, bool):
-                        raise QolaError(f"{where}.{opt}: {v!r} is not a value of this option", hint=(
-                            f"values in this tree's generator: {', '.join(dtypes)}" if opt == "dtype" else "true or false"))
+                    _check_value(opt, v, dtypes, where)
             for variant in expand(declared):
                 hits = 0
+                slotted = {k: v for k, v in variant.items() if k not in NARROW}
                 for mod, i in targets:
                     gen = mod.generators[i]
-                    kinds = tuple(patterns(variant, fam, lay, f"{mod.name}: {gen.command}")
+                    kinds = tuple(narrow(patterns(slotted, fam, lay, f"{mod.name}: {gen.command}"), lay, variant)
                                   for lay in layouts[(mod.name, i)])
                     if all(kinds):
                         hits += 1

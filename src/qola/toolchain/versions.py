@@ -71,7 +71,13 @@ def check_accepted(
     shown = " / ".join(v for v in versions if v)
     wanted = ", ".join(repr(str(a)) for a in accepted) or "(nothing)"
     if kind == "hip":
-        how = "install a matching ROCm and point ROCM_PATH (or HIPCC) at it"
+        # "ROCm N" here means the HIP headers and runtime the compiler builds against (HIP N.x): they
+        # decide the ABI (libamdhip64.so.N) and AITER's version-gated flags. A hipcc driver packaged
+        # with a newer ROCm number (Debian's hipcc 7.0.2 ships HIP 6.4) still builds HIP 6.4 binaries.
+        how = (f"rocm_versions is matched against the HIP version (headers and runtime, which decide "
+               f"the ABI: libamdhip64.so.{versions[0].split('.')[0]}) and the ROCm release in "
+               "<ROCM_PATH>/.info/version, not the hipcc driver's package number; install a matching "
+               "ROCm and point ROCM_PATH (or HIPCC) at it")
     else:
         how = "install a matching CUDA toolkit and point CUDA_HOME (or PATH) at it"
     raise QolaError(

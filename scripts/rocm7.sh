@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# A ROCm 7 build environment for qola's `rocm` tests: Debian unstable's hipcc 7.0.2
+# (HIP 6.4, clang 21; targets gfx942 and gfx950) in a chroot, created once and cached.
+#
+#   scripts/rocm7.sh setup            create the chroot if it is missing or stale (~1-2 min, ~1.9 GB)
+#   scripts/rocm7.sh run CMD [ARG..]  run CMD inside it, in the current directory
+#   scripts/rocm7.sh path             print where the chroot lives
+#
+# The chroot lives in $QOLA_ROCM7_ROOT (default ~/.cache/qola-rocm7/sid). `run` works in a
+# private mount namespace (unshare -m): the project, qola's test cache and shared/ beside the
+# project are bind-mounted at the same absolute paths, with /proc and /dev; the mounts vanish
+# with the command, even when it is killed. Inside, a venv (/opt/qola-venv) holds qola's
+# dependencies, the test tools and AITER's generator requirements; qola itself is the
+# bind-mounted project (installed editable). Needs root (debootstrap, chroot, mount).
+set -euo pipefail
+
+RECIPE=3   # bump when the package lists below change: a stale chroot is rebuilt
+APT_PKGS=(hipcc python3 python3-venv python3-dev ninja-build g++ git ca-certificates cmake make)
+# qola's own dependencies + test tools + what AITER's generators import (setuptools,
+# packaging, jinja2, pandas for its tuned-config merge)
+PIP_PKGS=("ninja>=1.11" "pyelftools>=0.30" "rich>=13" "pydantic>=2.5" "pybind11>=2.11"
+          pytest hypothesis setuptools packaging jinja2 pandas)
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}
+ROOT=${QOLA_ROCM7_ROOT:-$CACHE/qola-rocm7/sid}
+TEST_CACHE=${QOLA_TEST_CACHE:-$CACHE/qola-test}
+APT=(-o Acquire::Check-Valid-Until=false -o APT::Install-Recommends=false -qq)
+
+die() { echo "rocm7.sh: $*" >&2; exit 2; }
+log() { echo "rocm7.sh: $*" >&2; }
+
+need_root() {
+  [ "$(id -u)" -eq 0 ] || die "needs root (debootstrap, chroot and bind mounts); run it with sudo"
+}
+
+is_ready() { [ -f "$ROOT/.qola-recipe" ] && [ "$(cat "$ROOT/.qola-recipe")" = "$RECIPE" ]; }
+
+# Mount what a command inside needs, in the current (private) mount namespace.
+mount_into() {
+  local root=$1
+  mount -t proc proc "$root/proc"
+  mount --rbind /dev "$root/dev"
+  local p
+  for p in "$@"; do
+    [ "$p" = "$root" ] && continue
+    [ -e "$p" ] || continue
+    mkdir -p "$root$p"
+    mount --bind "$p" "$root$p"
+  done
+}
+
+setup() {
+  need_root
+  is_ready && return 0
+  command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
+  local parent tmp start=$SECONDS
+  parent=$(dirname "$ROOT")
+  mkdir -p "$parent"
+  tmp=$(mktemp -d "$parent/.building-XXXXXX")
+  chmod 755 "$tmp"
+  trap 'rm -rf --one-file-system "$tmp"' EXIT
+  log "creating the ROCm 7 chroot in $ROOT (debootstrap sid, minbase)"
+  debootstrap --variant=minbase sid "$tmp" >"$tmp.log" 2>&1 || { cat "$tmp.log" >&2; die "debootstrap failed"; }
+  rm -f "$tmp.log"
+  # the host's CA bundle: pip inside talks to the registries the host is configured for
+  cp /etc/ssl/certs/ca-certificates.crt "$tmp/etc/qola-host-ca.crt"
+  local index
+  index=$(python3 -m pip config get global.index-url 2>/dev/null || true)
+  unshare -m --propagation private bash -euo pipefail -c '
+    root=$1; shift
+    mount -t proc proc "$root/proc"
+    chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+      bash -euo pipefail -c "apt-get $APT_OPTS update && apt-get $APT_OPTS install -y $APT_LIST >/dev/null"
+  ' _ "$tmp" || die "apt-get inside the chroot failed"
+  log "installing Python packages into /opt/qola-venv"
+  chroot "$tmp" /usr/bin/env -i PATH=/usr/bin:/bin PIP_CERT=/etc/qola-host-ca.crt \
+    ${index:+PIP_INDEX_URL=$index} PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    bash -euo pipefail -c 'python3 -m venv /opt/qola-venv && /opt/qola-venv/bin/pip install -q "$@"' _ "${PIP_PKGS[@]}" \
+    || die "pip inside the chroot failed"
+  echo "$RECIPE" >"$tmp/.qola-recipe"
+  rm -rf --one-file-system "$ROOT"
+  mv "$tmp" "$ROOT"
+  trap - EXIT
+  log "ready in $((SECONDS - start)) s: $(du -sh "$ROOT" | cut -f1)"
+}
+export APT_OPTS="${APT[*]}" APT_LIST="${APT_PKGS[*]}"
+
+run() {
+  need_root
+  is_ready || setup
+  [ $# -gt 0 ] || die "run: give a command"
+  local shared
+  shared=$(cd "$REPO/.." && pwd)/shared
+  mkdir -p "$TEST_CACHE"
+  # shellcheck disable=SC2016
+  exec unshare -m --propagation private bash -euo pipefail -c '
+    root=$1 repo=$2 cache=$3 shared=$4 cwd=$5; shift 5
+    '"$(declare -f mount_into)"'
+    mount_into "$root" "$repo" "$cache" "$shared"
+    # qola editable from the bind-mounted project (same path inside and out)
+    if [ ! -f "$root/opt/qola-venv/.qola-editable" ] || [ "$(cat "$root/opt/qola-venv/.qola-editable")" != "$repo" ]; then
+      chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root \
+        /opt/qola-venv/bin/pip install -q --no-deps --no-build-isolation -e "$repo" >/dev/null
+      echo "$repo" >"$root/opt/qola-venv/.qola-editable"
+    fi
+    exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
+      PATH=/opt/qola-venv/bin:/usr/local/bin:/usr/bin:/bin QOLA_TEST_CACHE="$cache" \
+      QOLA_ROCM7_ENV=1 ${MAX_JOBS:+MAX_JOBS=$MAX_JOBS} \
+      bash -c "cd \"\$0\" && exec \"\$@\"" "$cwd" "$@"
+  ' _ "$ROOT" "$REPO" "$TEST_CACHE" "$shared" "$PWD" "$@"
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  run) shift; run "$@" ;;
+  path) echo "$ROOT" ;;
+  *) die "usage: scripts/rocm7.sh setup | run CMD [ARG...] | path" ;;
+esac
