@@ -15,13 +15,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from qola.errors import FailedProcessError, QolaError
+from qola.genrules import asm_arch, missing_package_hint, skip_warning
 from qola.plan import OUTPUT_DIR, Generator
+from qola.tree.aiter_configs import CONFIGS_TOKEN, MergedConfig, merge, render, write_merged
 
 STAMP = "stamp.json"
+CONFIGS_DIR = "configs"  # gen_root/configs: merged tuned configs ({qola_configs} in commands)
 GENERATED_EXTS = (".cu", ".cpp")
 
 
@@ -32,11 +35,16 @@ class GenJob:
     module: str
     generators: tuple[Generator, ...]
     extra_args: tuple[tuple[str, ...], ...] = ()  # per generator; () = none
+    configs: tuple[MergedConfig, ...] = ()  # merged tuned configs its commands name as {qola_configs}/<name>
+    configs_dir: str | None = None  # where they were written (set by write_configs)
+    config_digests: tuple[tuple[str, str], ...] = ()  # (name, sha256 of the written file)
 
     def argvs(self, out_dir: str, python: str) -> list[list[str]]:
         result = []
         for i, gen in enumerate(self.generators):
             argv = [a.replace(OUTPUT_DIR, out_dir) for a in gen.argv]
+            if self.configs_dir is not None:
+                argv = [a.replace(CONFIGS_TOKEN, self.configs_dir) for a in argv]
             extra = list(self.extra_args[i]) if i < len(self.extra_args) else []
             result.append([python, *argv, *extra])
         return result
@@ -50,6 +58,7 @@ class GenResult:
     skipped: bool
     seconds: float
     commands: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = field(default=())  # absent per-arch asm generators, skipped
 
 
 def _sources_digest(scripts: Sequence[str]) -> str:
@@ -70,10 +79,15 @@ def _sources_digest(scripts: Sequence[str]) -> str:
 
 
 def stamp_of(job: GenJob, python: str) -> str:
+    digests = dict(job.config_digests) or {
+        c.name: hashlib.sha256(render(merge(c)).encode()).hexdigest() for c in job.configs
+    }
     payload = {
         "argv": job.argvs(OUTPUT_DIR, python),
         "generators": _sources_digest([a for g in job.generators for a in g.argv[:2] if a.endswith(".py")]),
     }
+    if digests:  # merged tuned configs: their content, not just their name, decides a rerun
+        payload["configs"] = digests
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -83,10 +97,24 @@ def generated_sources(blob_dir: Path) -> tuple[str, ...]:
     return tuple(sorted(str(p) for p in blob_dir.rglob("*") if p.suffix in GENERATED_EXTS and p.is_file()))
 
 
+def write_configs(job: GenJob, gen_root: Path) -> GenJob:
+    """Write the merged tuned configs ``job`` names into ``gen_root/configs`` (each atomically, and
+    only when its content changed); the job, now with their dir and digests."""
+    if not job.configs:
+        return job
+    directory = gen_root / CONFIGS_DIR
+    digests = tuple((cfg.name, write_merged(cfg, directory)) for cfg in job.configs)
+    return replace(job, configs_dir=str(directory), config_digests=digests)
+
+
 def run_generators(
-    job: GenJob, gen_root: Path, *, env: Mapping[str, str], python: str = sys.executable, force: bool = False
+    job: GenJob, gen_root: Path, *, env: Mapping[str, str], python: str = sys.executable, force: bool = False,
+    hsa_dir: str | os.PathLike | None = None,
 ) -> GenResult:
-    """Generate ``job`` into ``gen_root/<module>/blob``. Raises FailedProcessError on a failing generator."""
+    """Generate ``job`` into ``gen_root/<module>/blob``. Raises FailedProcessError on a failing generator,
+    QolaError on an absent one — except an absent script under ``hsa_dir/<gfx…>/`` (a per-arch asm
+    generator, :mod:`qola.genrules`), which is skipped and named in ``GenResult.warnings``."""
+    job = write_configs(job, gen_root)
     mod_dir = gen_root / job.module
     blob = mod_dir / "blob"
     stamp_file = mod_dir / STAMP
@@ -94,29 +122,38 @@ def run_generators(
     start = time.perf_counter()
     if not force and blob.is_dir() and stamp_file.is_file():
         try:
-            if json.loads(stamp_file.read_text()).get("stamp") == stamp:
-                return GenResult(job.module, blob, generated_sources(blob), True, 0.0)
+            done = json.loads(stamp_file.read_text())
+            if done.get("stamp") == stamp:
+                return GenResult(job.module, blob, generated_sources(blob), True, 0.0,
+                                 warnings=tuple(done.get("warnings", ())))
         except (OSError, ValueError):
             pass
     mod_dir.mkdir(parents=True, exist_ok=True)
     staging = mod_dir / f".staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    commands = []
+    commands, warnings = [], []
     try:
         for argv in job.argvs(str(staging), python):
             script = argv[1] if len(argv) > 1 else ""
+            arch = asm_arch(script, hsa_dir)
+            if arch and not Path(script).exists():
+                warnings.append(skip_warning(job.module, script, arch))
+                continue
             if not Path(script).exists():
                 raise QolaError(
                     f"module {job.module}: generator script {script} does not exist",
                     hint="check blob_gen_cmd in the module table or the manifest",
                 )
             commands.append(" ".join(argv))
-            proc = subprocess.run(argv, cwd=staging, env=dict(env), capture_output=True, text=True)
+            proc = subprocess.run(argv, cwd=staging, env=dict(env), capture_output=True, text=True,
+                                  errors="replace")
             if proc.returncode != 0:
+                output = proc.stdout + proc.stderr
                 raise FailedProcessError(
-                    argv, proc.returncode, proc.stdout + proc.stderr,
-                    hint=f"module {job.module}: its generator failed; fix the command or the generator",
+                    argv, proc.returncode, output,
+                    hint=missing_package_hint(output, python)
+                    or f"module {job.module}: its generator failed; fix the command or the generator",
                 )
         stamp_file.unlink(missing_ok=True)
         old = mod_dir / f".old-{os.getpid()}"
@@ -125,8 +162,9 @@ def run_generators(
         staging.rename(blob)
         shutil.rmtree(old, ignore_errors=True)
         tmp = mod_dir / f".{STAMP}.tmp"
-        tmp.write_text(json.dumps({"stamp": stamp, "commands": commands}, indent=1))
+        tmp.write_text(json.dumps({"stamp": stamp, "commands": commands, "warnings": warnings}, indent=1))
         os.replace(tmp, stamp_file)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return GenResult(job.module, blob, generated_sources(blob), False, time.perf_counter() - start, tuple(commands))
+    return GenResult(job.module, blob, generated_sources(blob), False, time.perf_counter() - start, tuple(commands),
+                     tuple(warnings))

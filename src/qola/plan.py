@@ -17,7 +17,8 @@ from typing import Any
 from qola.errors import QolaError
 from qola import registry
 from qola.manifest import Manifest, ModuleSection, check_archs, vendor
-from qola.tree.aiter import AiterTree, expression_names, git_head, load_table, resolve_entry
+from qola.tree.aiter import TABLE, AiterTree, git_head, load_table, namespace, resolve_entry, unknown_keys
+from qola.tree.aiter_configs import MergedConfig, merge
 
 SOURCE_EXTS = (".cu", ".cpp")
 OUTPUT_DIR = "{}"  # AITER's placeholder for a generator's output dir
@@ -60,6 +61,7 @@ class ModulePlan:
     missing_sources: tuple[str, ...] = ()
     headers: tuple[str, ...] = ()  # published into OUT/include (cpp_itfs API headers)
     per_source_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (file-name glob, extra flags)
+    configs: tuple[MergedConfig, ...] = ()  # merged tuned configs its generators read ({qola_configs}/<name>)
 
     def flags_for(self, source: str) -> tuple[str, ...]:
         name = Path(source).name
@@ -95,6 +97,9 @@ class Plan:
             gens = tuple(Generator(g["command"], g.get("direction"), g.get("receipt")) for g in m["generators"])
             fields = {k: tuple(v) if isinstance(v, list) else v for k, v in m.items() if k != "generators"}
             fields["per_source_flags"] = tuple((p, tuple(f)) for p, f in m.get("per_source_flags", []))
+            fields["configs"] = tuple(
+                MergedConfig(c["name"], tuple(c["sources"]), c["untuned"]) for c in m.get("configs", [])
+            )
             mods.append(ModulePlan(**fields, generators=gens))
         top = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k != "modules"}
         return cls(**top, modules=tuple(mods))
@@ -233,6 +238,51 @@ def _default_includes(tree: AiterTree, names: Mapping[str, Any], standalone: boo
     return [d for d in dirs if Path(d).is_dir()]
 
 
+def _all_modules(table: Mapping[str, Mapping[str, Any]], names: Mapping[str, Any], env: Mapping[str, str],
+                 notes: list[str]) -> list[str]:
+    """AITER's "all": every module but the ``*tune`` ones and, unless ``AITER_ENABLE_EXPERIMENTAL``
+    is a non-zero integer, those whose ``is_experimental`` is true (AITER main)."""
+    try:
+        experimental = int(env.get("AITER_ENABLE_EXPERIMENTAL", "0")) != 0
+    except ValueError:
+        experimental = False
+    wanted = []
+    for key, raw in table.items():
+        if key.endswith("tune"):
+            continue
+        if not experimental and "is_experimental" in raw:
+            flag = resolve_entry(key, {"is_experimental": raw["is_experimental"]}, names)["is_experimental"]
+            if flag:
+                notes.append(f"module {key} is experimental: left out (set AITER_ENABLE_EXPERIMENTAL=1 to build it)")
+                continue
+        wanted.append(key)
+    return wanted
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    if isinstance(value, Mapping):
+        return [s for v in value.values() for s in _strings(v)]
+    return []
+
+
+def _configs_used(name: str, entry: Mapping[str, Any], merges: Mapping[str, MergedConfig],
+                  notes: list[str]) -> tuple[MergedConfig, ...]:
+    """The merged configs the module's values name; only generator commands can use them."""
+    used = []
+    for path, cfg in sorted(merges.items()):
+        keys = [k for k, v in entry.items() if any(path in s for s in _strings(v))]
+        if keys:
+            used.append(cfg)
+        if [k for k in keys if k != "blob_gen_cmd"]:
+            notes.append(f"module {name}: {path} (a merged tuned config) appears in {keys}; qola writes it for "
+                         "generator commands only")
+    return tuple(used)
+
+
 def make_plan(
     manifest: Manifest,
     tree: AiterTree,
@@ -245,15 +295,20 @@ def make_plan(
     warnings: list[str] | None = None,
 ) -> Plan:
     table = load_table(tree)
-    names = expression_names(tree, archs=archs, env=env, hip_version=hip_version)
+    space = namespace(tree, archs=archs, env=env, hip_version=hip_version)
+    names = space.names
     ns = manifest.qola.namespace
-    wanted = [m.name for m in manifest.modules] or [k for k in table if not k.endswith("tune")]
     notes = list(warnings or [])
+    wanted = [m.name for m in manifest.modules] or _all_modules(table, names, env, notes)
     plans = []
+    unknown: dict[str, list[str]] = {}
+    merged: dict[str, MergedConfig] = {}
     for name in wanted:
         section = manifest.module(name)
         if name in table:
-            entry = resolve_entry(name, table[name], names)
+            entry = resolve_entry(name, table[name], names, notes)
+            for key in unknown_keys(table[name]):
+                unknown.setdefault(key, []).append(name)
         elif section is not None and (section.srcs is not None or section.blob_gen_cmd is not None):
             entry = resolve_entry(name, {}, names)
         else:
@@ -287,6 +342,14 @@ def make_plan(
         elif cpp_itfs:
             includes.append(str(registry.data_dir()))
         ldflags = entry["extra_ldflags"] or []
+        configs = _configs_used(name, entry, space.merges, notes)
+        for cfg in configs:
+            if cfg.path not in merged:  # merge once now (pure) so that a bad CSV fails the plan, not the build
+                merged[cfg.path] = cfg
+                notes += merge(cfg).notes
+        if entry.get("third_party"):
+            notes.append(f"module {name}: third_party {entry['third_party']} is not fetched by qola (AITER clones "
+                         "it at build time); place it under the tree's 3rdparty/ and add its include dir")
         plans.append(ModulePlan(
             name=name,
             md_name=f"{ns}_{entry['md_name'] or name}",
@@ -306,10 +369,15 @@ def make_plan(
             missing_sources=tuple(missing),
             headers=tuple(headers),
             per_source_flags=tuple(
-                (str(k), tuple(str(f) for f in v))
+                (str(k), tuple(str(f) for f in (v if isinstance(v, list) else [v])))
                 for k, v in sorted((entry.get("flags_extra_hip_per_source") or {}).items())
             ),
+            configs=configs,
         ))
+    for key, mods in unknown.items():
+        shown = ", ".join(mods[:3]) + (f" and {len(mods) - 3} more" if len(mods) > 3 else "")
+        notes.append(f"{TABLE}: key {key!r} ({shown}) is not one AITER's get_args_of_build knows; "
+                     "passed through, unused by qola")
     return Plan(
         namespace=ns,
         vendor=vendor(archs[0]) or "",

@@ -7,7 +7,7 @@ installed/sdist tree (``csrc/``, ``hsa/``, ``3rdparty/`` under ``aiter_meta/``).
 
 from __future__ import annotations
 
-import ast
+import copy
 import json
 import subprocess
 from collections.abc import Mapping
@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from qola.errors import QolaError
+from qola.tree.aiter_configs import MergedConfig
+from qola.tree.aiter_core import read_core, resolve_core_names
 from qola.tree.safe_eval import SafeFunction, SafeObject, evaluate
 
 TABLE = "aiter/jit/optCompilerConfig.json"
@@ -36,7 +38,12 @@ DEFAULTS: dict[str, Any] = {
     "hip_clang_path": None,
     "blob_gen_cmd": [],
     "hipify": False,
+    # AITER main (2026): plain per-source flags, never evaluated; third-party trees AITER clones
+    "flags_extra_hip_per_source": {},
+    "third_party": [],
 }
+# keys AITER reads with a fallback rather than a default (AITER main: "all" skips experimental modules)
+KNOWN_KEYS = ("is_experimental",)
 LIST_KEYS = ("srcs", "flags_extra_cc", "flags_extra_hip", "extra_include", "blob_gen_cmd")
 # fp8/fp4 dtypes present in the torch releases AITER supports; hasattr(torch, X) is answered from this
 TORCH_ATTRS = ("float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn_x2")
@@ -117,43 +124,10 @@ def git_head(tree: AiterTree) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _config_env_block(core: Path) -> str:
-    try:
-        text = core.read_text()
-    except OSError:
-        return ""
-    start, end = text.find("# config_env start here"), text.find("# config_env end here")
-    return text[start:end] if 0 <= start < end else ""
-
-
-def config_files(tree: AiterTree, env: Mapping[str, str], base: Mapping[str, Any]) -> dict[str, str]:
-    """The ``AITER_CONFIG_*`` names of core.py's ``# config_env`` block, read statically.
-
-    ``NAME = os.getenv("ENV", <default>)`` takes the environment or the default;
-    ``NAME_FILE = get_config_file("ENV", NAME, "stem")`` takes the environment or NAME.
-    Anything else in the block is ignored.
-    """
-    try:
-        module = ast.parse(_config_env_block(tree.root / CORE))
-    except SyntaxError:
-        return {}
-    found: dict[str, str] = {}
-    for stmt in module.body:
-        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
-            continue
-        name, call = stmt.targets[0].id, stmt.value
-        if not (isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Constant)):
-            continue
-        func = ast.unparse(call.func)
-        env_name = call.args[0].value
-        if not isinstance(env_name, str):
-            continue
-        if func in ("os.getenv", "os.environ.get") and len(call.args) == 2:
-            default = evaluate(ast.unparse(call.args[1]), {**base, **found}, where=f"{CORE}: {name}")
-            found[name] = env.get(env_name) or str(default)
-        elif func == "get_config_file" and len(call.args) >= 2 and isinstance(call.args[1], ast.Name):
-            found[name] = env.get(env_name) or found.get(call.args[1].id, "")
-    return found
+@dataclass(frozen=True)
+class Namespace:
+    names: dict[str, Any]  # the globals AITER's expressions see
+    merges: dict[str, MergedConfig]  # merged tuned-config path ("{qola_configs}/<stem>.csv") -> recipe
 
 
 def expression_names(
@@ -164,6 +138,17 @@ def expression_names(
     hip_version: str | None,
 ) -> dict[str, Any]:
     """The globals AITER's expressions see, reconstructed without importing aiter or torch."""
+    return namespace(tree, archs=archs, env=env, hip_version=hip_version).names
+
+
+def namespace(
+    tree: AiterTree,
+    *,
+    archs: tuple[str, ...],
+    env: Mapping[str, str],
+    hip_version: str | None,
+) -> Namespace:
+    """:func:`expression_names` and the merged config files they name."""
     meta = str(tree.meta_dir)
     gfx = archs[-1] if archs else "native"
     ck = env.get("CK_DIR") or f"{meta}/3rdparty/composable_kernel"
@@ -202,11 +187,8 @@ def expression_names(
         "str": SafeFunction("str", _to_str, 1),
         "True": True, "False": False, "None": None,
     }
-    configs = config_files(tree, env, names)
-    names.update(configs)
-    short = {k.removeprefix("AITER_CONFIG_"): v for k, v in configs.items()}
-    names["AITER_CONFIGS"] = SafeObject("AITER_CONFIGS", {**configs, **short})
-    return names
+    core = resolve_core_names(read_core(tree.root / CORE), base=names, env=env, root=tree.root)
+    return Namespace({**names, **core.names}, core.merges)
 
 
 def _to_int(value: Any, base: Any = 10) -> int:
@@ -221,24 +203,30 @@ def _to_str(value: Any) -> str:
     return str(value)
 
 
-def resolve_entry(key: str, raw: Mapping[str, Any], names: Mapping[str, Any]) -> dict[str, Any]:
-    """Evaluate one table entry; AITER's defaults fill the keys it leaves out."""
-    out = dict(DEFAULTS)
+def unknown_keys(raw: Mapping[str, Any]) -> list[str]:
+    """Table keys AITER's get_args_of_build has no default for (newer AITERs add some)."""
+    return [k for k in raw if k not in DEFAULTS and k not in KNOWN_KEYS]
+
+
+def resolve_entry(
+    key: str, raw: Mapping[str, Any], names: Mapping[str, Any], notes: list[str] | None = None
+) -> dict[str, Any]:
+    """Evaluate one table entry as AITER's ``get_args_of_build`` does; its defaults fill the keys it leaves out.
+
+    Strings, and the strings of lists, are expressions; everything else (dicts such as
+    ``flags_extra_hip_per_source``, whose strings are plain flags, booleans, numbers) is taken
+    as it is, as AITER does. A key AITER does not know is kept, and a string of such a key that
+    is not an expression qola evaluates is kept as plain text, with a note in ``notes``.
+    """
+    out = {k: copy.copy(v) for k, v in DEFAULTS.items()}
     for field, value in raw.items():
         where = f"{TABLE}: module {key!r}, key {field!r}"
-        if isinstance(value, dict):  # flags_extra_hip_per_source: {glob: [expr, ...]}
-            out[field] = {
-                str(k): [evaluate(v, names, where=f"{where}[{k!r}]") if isinstance(v, str) else v
-                         for v in (vals if isinstance(vals, list) else [vals])]
-                for k, vals in value.items()
-            }
-        elif isinstance(value, list):
-            items = []
-            for i, item in enumerate(value):
-                items.append(evaluate(item, names, where=f"{where}[{i}]") if isinstance(item, str) else item)
-            out[field] = items
+        lenient = field not in DEFAULTS and field not in KNOWN_KEYS
+        if isinstance(value, list):
+            out[field] = [_evaluate(item, names, f"{where}[{i}]", lenient, notes) if isinstance(item, str) else item
+                          for i, item in enumerate(value)]
         elif isinstance(value, str):
-            out[field] = evaluate(value, names, where=where)
+            out[field] = _evaluate(value, names, where, lenient, notes)
         else:
             out[field] = value
     for field in LIST_KEYS:
@@ -250,3 +238,14 @@ def resolve_entry(key: str, raw: Mapping[str, Any], names: Mapping[str, Any]) ->
         elif not isinstance(value, list):
             raise QolaError(f"{TABLE}: module {key!r}, key {field!r} must be a list, got {value!r}")
     return out
+
+
+def _evaluate(expr: str, names: Mapping[str, Any], where: str, lenient: bool, notes: list[str] | None) -> Any:
+    try:
+        return evaluate(expr, names, where=where)
+    except QolaError as exc:
+        if not lenient:
+            raise
+        if notes is not None:
+            notes.append(f"{where}: kept as plain text ({exc.message})")
+        return expr

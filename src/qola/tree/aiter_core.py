@@ -1,0 +1,156 @@
+"""The names ``aiter/jit/core.py`` defines for its module table, read from its syntax tree.
+
+Nothing in core.py is imported or run. Three statement forms are recognised at module level,
+wherever they stand; every other statement is ignored:
+
+- ``NAME = os.getenv("ENV", <default>)`` / ``os.environ.get(...)``: the environment's value,
+  else ``<default>`` evaluated by the restricted evaluator (skipped if it cannot be);
+- ``NAME = get_config_file("ENV", <default>, "stem")`` (older trees): a tuned-config file;
+- ``OBJ = Cls()`` where ``Cls`` is a class of the module whose ``@property`` methods
+  ``return self.get_config_file("ENV", <default>, "stem")`` (AITER's ``AITER_CONFIGS``): an
+  object whose attributes are those config files.
+
+No config name is known in advance: AITER adds new ones often.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qola.errors import QolaError
+from qola.tree.aiter_configs import MergedConfig, config_file
+from qola.tree.safe_eval import SafeObject, evaluate
+
+GETENV = ("os.getenv", "os.environ.get")
+GET_CONFIG_FILE = "get_config_file"
+
+
+@dataclass(frozen=True)
+class EnvName:
+    name: str
+    env: str
+    default: str  # the default's expression source
+
+
+@dataclass(frozen=True)
+class ConfigName:
+    owner: str | None  # the instance (AITER_CONFIGS) whose property it is; None for a module global
+    name: str  # AITER_CONFIG_GEMM_A8W8_FILE
+    env: str  # AITER_CONFIG_GEMM_A8W8
+    default: str  # expression source of the default file (usually a name of an EnvName)
+    stem: str  # a8w8_tuned_gemm
+
+
+@dataclass(frozen=True)
+class CoreNames:
+    env_names: tuple[EnvName, ...] = ()
+    configs: tuple[ConfigName, ...] = ()
+
+
+def _str_const(node: ast.AST) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _config_call(call: ast.AST, func_ok) -> tuple[str, str, str] | None:
+    """(env, default source, stem) of ``get_config_file("ENV", <default>, "stem")``."""
+    if not (isinstance(call, ast.Call) and func_ok(call.func) and len(call.args) == 3 and not call.keywords):
+        return None
+    env, stem = _str_const(call.args[0]), _str_const(call.args[2])
+    if env is None or stem is None:
+        return None
+    return env, ast.unparse(call.args[1]), stem
+
+
+def _properties(cls: ast.ClassDef, owner: str) -> list[ConfigName]:
+    found = []
+    for fn in cls.body:
+        if not (isinstance(fn, ast.FunctionDef) and fn.args.args
+                and any(isinstance(d, ast.Name) and d.id == "property" for d in fn.decorator_list)):
+            continue
+        body = [s for s in fn.body if not (isinstance(s, ast.Expr) and _str_const(s.value) is not None)]
+        if len(body) != 1 or not isinstance(body[0], ast.Return):
+            continue
+        self_name = fn.args.args[0].arg
+
+        def is_method(f: ast.AST) -> bool:
+            return (isinstance(f, ast.Attribute) and f.attr == GET_CONFIG_FILE
+                    and isinstance(f.value, ast.Name) and f.value.id == self_name)
+
+        call = _config_call(body[0].value, is_method)
+        if call is not None:
+            found.append(ConfigName(owner, fn.name, *call))
+    return found
+
+
+def read_core(path: Path) -> CoreNames:
+    """The recognised statements of core.py, in file order. A missing or unparsable file has none."""
+    try:
+        module = ast.parse(path.read_text())
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return CoreNames()
+    classes = {s.name: s for s in module.body if isinstance(s, ast.ClassDef)}
+    env_names: list[EnvName] = []
+    configs: list[ConfigName] = []
+    for stmt in module.body:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+            continue
+        name, value = stmt.targets[0].id, stmt.value
+        if not isinstance(value, ast.Call) or value.keywords:
+            continue
+        func = ast.unparse(value.func)
+        if func in GETENV and len(value.args) == 2 and _str_const(value.args[0]) is not None:
+            env_names.append(EnvName(name, _str_const(value.args[0]), ast.unparse(value.args[1])))
+        elif (call := _config_call(value, lambda f: isinstance(f, ast.Name) and f.id == GET_CONFIG_FILE)):
+            configs.append(ConfigName(None, name, *call))
+        elif func in classes and not value.args:
+            configs += _properties(classes[func], name)
+    return CoreNames(tuple(env_names), tuple(configs))
+
+
+@dataclass(frozen=True)
+class ResolvedNames:
+    names: dict[str, Any]  # to add to the expression namespace
+    merges: dict[str, MergedConfig]  # "{qola_configs}/<stem>.csv" -> how to make it
+
+
+def resolve_core_names(core: CoreNames, *, base: Mapping[str, Any], env: Mapping[str, str],
+                       root: Path) -> ResolvedNames:
+    """Values for core.py's names, as AITER's import would give them in ``env``.
+
+    Names ``base`` already has (qola's own reconstruction of the tree's paths) are kept."""
+    names: dict[str, Any] = {}
+    for item in core.env_names:
+        if item.name in base or item.name in names:
+            continue
+        if item.env in env:  # os.getenv(k, d) returns a set variable even when it is empty
+            names[item.name] = env[item.env]
+            continue
+        try:
+            names[item.name] = evaluate(item.default, {**base, **names}, where=f"aiter/jit/core.py: {item.name}")
+        except QolaError:
+            continue  # a default qola cannot evaluate: a table expression using it fails with the name
+    merges: dict[str, MergedConfig] = {}
+    objects: dict[str, dict[str, Any]] = {}
+    scope = {**base, **names}
+    for cfg in core.configs:
+        where = f"aiter/jit/core.py: {cfg.owner + '.' if cfg.owner else ''}{cfg.name}"
+        try:
+            default = evaluate(cfg.default, scope, where=where)
+        except QolaError:
+            continue
+        value = config_file(cfg.env, str(default), cfg.stem, env=env, root=root)
+        if isinstance(value, MergedConfig):
+            merges[value.path] = value
+            value = value.path
+        if cfg.owner is None:
+            names.setdefault(cfg.name, value)
+        else:
+            objects.setdefault(cfg.owner, {}).setdefault(cfg.name, value)
+    for owner, attrs in objects.items():
+        if owner not in base:
+            names[owner] = SafeObject(owner, attrs)
+    return ResolvedNames(names, merges)
