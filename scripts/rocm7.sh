@@ -9,7 +9,7 @@
 # The chroot lives in $QOLA_ROCM7_ROOT (default ~/.cache/qola-rocm7/sid). `run` works in a
 # private mount namespace (unshare -m): the project, qola's test cache and shared/ beside the
 # project are bind-mounted at the same absolute paths, with /proc and /dev; the mounts vanish
-# with the command, even when it is killed. Inside, a venv (/opt/qola-venv) holds qola's
+# with the command, even when it is killed. More directories: QOLA_ROCM7_BIND="/dir1:/dir2". Inside, a venv (/opt/qola-venv) holds qola's
 # dependencies, the test tools and AITER's generator requirements; qola itself is the
 # bind-mounted project (installed editable). Needs root (debootstrap, chroot, mount).
 set -euo pipefail
@@ -97,7 +97,8 @@ run() {
   exec unshare -m --propagation private bash -euo pipefail -c '
     root=$1 repo=$2 cache=$3 shared=$4 cwd=$5; shift 5
     '"$(declare -f mount_into)"'
-    mount_into "$root" "$repo" "$cache" "$shared"
+    IFS=: read -r -a more <<<"${QOLA_ROCM7_BIND:-}"
+    mount_into "$root" "$repo" "$cache" "$shared" "${more[@]}"
     # qola editable from the bind-mounted project (same path inside and out)
     if [ ! -f "$root/opt/qola-venv/.qola-editable" ] || [ "$(cat "$root/opt/qola-venv/.qola-editable")" != "$repo" ]; then
       chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root \

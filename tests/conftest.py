@@ -28,15 +28,34 @@ def _hipcc() -> str | None:
     return path
 
 
+def _rocm7() -> bool:
+    """A hipcc whose HIP is 6.4 or newer (targets gfx942 and gfx950): the ROCm 7 environment."""
+    hipcc = _hipcc()
+    if hipcc is None:
+        return False
+    try:
+        out = subprocess.run([hipcc, "--version"], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "HIP_PLATFORM": "amd"}).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    from qola.toolchain.versions import hip_version_key, parse_hip_version
+
+    parsed = parse_hip_version(out)
+    return parsed is not None and hip_version_key(parsed[0]) >= (6, 4, 0, 0)
+
+
 def pytest_collection_modifyitems(config, items):
     gpu = _has_gpu()
     hip = _hipcc() is not None
+    rocm = any("rocm" in item.keywords for item in items) and _rocm7()
     no_aiter = os.environ.get("QOLA_TEST_NO_AITER") == "1"
     for item in items:
         if "gpu" in item.keywords and not gpu:
             item.add_marker(pytest.mark.skip(reason="needs a GPU (marker gpu)"))
         if "hip" in item.keywords and not hip:
             item.add_marker(pytest.mark.skip(reason="needs hipcc (apt-get install hipcc)"))
+        if "rocm" in item.keywords and not rocm:
+            item.add_marker(pytest.mark.skip(reason="needs ROCm 6.4+ hipcc (run: scripts/rocm7.sh run pytest -m rocm)"))
         if "aiter" in item.keywords and no_aiter:
             item.add_marker(pytest.mark.skip(reason="QOLA_TEST_NO_AITER=1"))
 

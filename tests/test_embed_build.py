@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import KERNELS, run_qola
+from libdata import embedded_blobs
 from qola import embed
 
 pytestmark = pytest.mark.slow
@@ -66,30 +66,7 @@ def imported_keys(so: Path) -> subprocess.CompletedProcess:
 
 
 def elf_embedded(so: Path) -> tuple[dict[str, bytes], int]:
-    """{key: bytes} decoded from the linked library's index, key table and blobs; and the blobs' size."""
-    from elftools.elf.elffile import ELFFile
-
-    with open(so, "rb") as f:
-        elf = ELFFile(f)
-        syms = {s.name: s for s in elf.get_section_by_name(".symtab").iter_symbols() if s.name.startswith(PREFIX)}
-        assert set(syms) == {f"{PREFIX}_{k}" for k in ("blobs", "index", "keys", "count")}, sorted(syms)
-
-        def read(name: str) -> bytes:
-            s = syms[f"{PREFIX}_{name}"]
-            sec = elf.get_section(s["st_shndx"])
-            assert sec["sh_type"] == "SHT_PROGBITS" and not sec["sh_flags"] & 0x1  # read-only data
-            f.seek(sec["sh_offset"] + s["st_value"] - sec["sh_addr"])
-            return f.read(s["st_size"])
-
-        (count,) = struct.unpack("<Q", read("count"))
-        index, keys, blobs = read("index"), read("keys"), read("blobs")
-    assert len(index) == 24 * count
-    found = {}
-    for i in range(count):
-        k, klen, off, size = struct.unpack_from("<IIQQ", index, 24 * i)
-        assert off % embed.ALIGN == 0
-        found[keys[k:k + klen].decode()] = blobs[off:off + size]
-    return found, len(blobs)
+    return embedded_blobs(so, PREFIX, embed.ALIGN)
 
 
 def check_build(proc: subprocess.CompletedProcess, out: Path, tree: Path, arch: str, *, need_import: bool) -> None:

@@ -16,10 +16,11 @@ from pathlib import Path
 
 from qola import ninja
 from qola.codegen import GenJob, run_generators
-from qola.errors import QolaError
+from qola.errors import FailedProcessError, QolaError, tail
 from qola.plan import ModulePlan, Plan
 from qola.pyext import pybind11_flags, torch_flags
 from qola.toolchain import Toolchain
+from qola.toolchain.hipconfig import generator_env
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,9 @@ class ModuleResult:
     seconds: float = 0.0
     codegen_seconds: float = 0.0
     error: str | None = None
+    detail: str | None = None  # the error as the summary shows it (command, rc, output tail, hint)
     log: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     exports: list[str] = field(default_factory=list)
     headers: tuple[Path, ...] = ()
 
@@ -59,6 +62,7 @@ class BuildReport:
     build_dir: Path
     seconds: float
     ninja_log: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # build-wide, one line each (e.g. the hipconfig shim)
 
     @property
     def ok(self) -> bool:
@@ -97,31 +101,47 @@ def module_ldflags(mod: ModulePlan, tc: Toolchain) -> list[str]:
     return flags
 
 
-def _codegen(plan: Plan, opts: BuildOptions, env: Mapping[str, str], results: dict[str, ModuleResult],
+def fail(r: ModuleResult, exc: QolaError) -> None:
+    """Mark ``r`` failed by ``exc``: the summary shows its rendering, the log gets the whole output."""
+    r.status, r.error, r.detail = "failed", exc.message, exc.render()
+    if isinstance(exc, FailedProcessError):
+        r.log += [f"$ {shlex.join(exc.cmd)}", exc.output.rstrip(), f"(exit code {exc.returncode})"]
+    r.log.append(exc.render())
+
+
+def _codegen(plan: Plan, tc: Toolchain, opts: BuildOptions, env: Mapping[str, str],
+             results: dict[str, ModuleResult], notes: list[str],
              on_event: Callable[[str], None]) -> dict[str, tuple[str, ...]]:
     """Run every module's generators in parallel; failures mark their module failed."""
-    jobs = [GenJob(m.name, m.generators, opts.gen_args.get(m.name, ())) for m in plan.modules if m.generators]
+    jobs = [GenJob(m.name, m.generators, opts.gen_args.get(m.name, ()), m.configs)
+            for m in plan.modules if m.generators]
     generated: dict[str, tuple[str, ...]] = {}
     if not jobs:
         return generated
     gen_root = opts.build_dir / "gen"
+    hsa_dir = Path(plan.meta_dir) / "hsa"
     # AITER's generators ask chip_info for the targets: GPU_ARCHS, else rocminfo (absent on build hosts)
-    gen_env = {**env, "GPU_ARCHS": ";".join(plan.archs)}
+    gen_env, note = generator_env(tc, {**env, "GPU_ARCHS": ";".join(plan.archs)}, opts.build_dir / "tools" / "bin")
+    notes += [note] if note else []
 
     def one(job: GenJob):
         try:
-            return job.module, run_generators(job, gen_root, env=gen_env, python=sys.executable), None
+            return job.module, run_generators(job, gen_root, env=gen_env, python=sys.executable,
+                                              hsa_dir=hsa_dir), None
         except QolaError as exc:
             return job.module, None, exc
+        except OSError as exc:  # the interpreter or the build dir: still this module's failure
+            return job.module, None, QolaError(f"module {job.module}: cannot run its generators: {exc}")
 
     with ThreadPoolExecutor(max_workers=max(1, min(opts.jobs, len(jobs)))) as pool:
         for name, res, exc in pool.map(one, jobs):
             r = results[name]
             if exc is not None:
-                r.status, r.error = "failed", exc.message
-                r.log.append(exc.render())
+                fail(r, exc)
                 on_event(f"generator failed for {name}")
                 continue
+            r.warnings += res.warnings
+            r.log += [f"warning: {w}" for w in res.warnings]
             generated[name] = res.sources
             r.codegen_seconds = res.seconds
             on_event(f"{'generated' if not res.skipped else 'up to date'}: {name} ({len(res.sources)} sources)")
@@ -209,7 +229,8 @@ def run_build(plan: Plan, tc: Toolchain, opts: BuildOptions, *, env: Mapping[str
     results = {m.name: ModuleResult(m.name, m.md_name, m.mode, m.link) for m in plan.modules}
     include_dir = opts.build_dir / "include"
     include_dir.mkdir(exist_ok=True)
-    generated = _codegen(plan, opts, env, results, on_event)
+    notes: list[str] = []
+    generated = _codegen(plan, tc, opts, env, results, notes, on_event)
     graph = graph_for(plan, tc, opts, generated, results, include_dir, extra, extra_rules)
     ninja.write(graph, opts.build_dir / "build.ninja")
     owners = {t.artifact: t.module for t in graph.targets}
@@ -231,12 +252,20 @@ def run_build(plan: Plan, tc: Toolchain, opts: BuildOptions, *, env: Mapping[str
             r.status = "failed"
             first = next((ln for ln in r.log if "error" in ln.lower()), None) or (r.log[0] if r.log else "")
             r.error = r.error or (first.strip()[:300] or f"ninja exited {outcome.returncode}")
+            r.detail = r.detail or _failed_excerpt(r.log)
         else:
             r.status = "built"
     if outcome.returncode != 0 and not failed_mods and not opts.dry_run and all(
             r.status == "built" for r in results.values()):
         raise QolaError("ninja failed without naming a failed edge:\n" + "\n".join(outcome.log[-20:]))
-    return BuildReport(plan, tc, list(results.values()), opts.build_dir, time.perf_counter() - start, outcome.log)
+    return BuildReport(plan, tc, list(results.values()), opts.build_dir, time.perf_counter() - start, outcome.log,
+                       notes)
+
+
+def _failed_excerpt(log: list[str]) -> str | None:
+    """From ninja's first ``FAILED:`` line of a module on (the command and the compiler's output), bounded."""
+    at = next((i for i, ln in enumerate(log) if ln.startswith("FAILED: ")), None)
+    return None if at is None else "error: " + tail("\n".join(log[at:]))
 
 
 def clean_stale(build_dir: Path) -> None:

@@ -44,6 +44,16 @@ class BuildFailed(QolaError):
     exit_code = EXIT_BUILD
 
 
+def tail(output: str, lines: int = 40, chars: int = 4000) -> str:
+    """The last ``lines`` lines (at most ``chars`` characters) of ``output``, with a note of what was cut."""
+    kept = output.rstrip().splitlines()
+    cut = max(0, len(kept) - lines)
+    text = "\n".join(kept[cut:])
+    if len(text) > chars:
+        text, cut = text[-chars:], cut + 1
+    return (f"[… {cut} earlier line(s) cut; the whole output is in the module's log]\n" if cut else "") + text
+
+
 class FailedProcessError(BuildFailed):
     """A child process exited non-zero."""
 
@@ -51,7 +61,7 @@ class FailedProcessError(BuildFailed):
         self.cmd = list(cmd)
         self.returncode = returncode
         self.output = output
-        shown = textwrap.indent(output.rstrip()[-4000:], "    ") if output.strip() else "    (no output)"
+        shown = textwrap.indent(tail(output), "    ") if output.strip() else "    (no output)"
         message = (
             f"command failed with exit code {returncode}:\n    {shlex.join(self.cmd)}\n"
             f"  output:\n{shown}"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from qola import __version__, embed
 from qola.audit import audit_artifact
-from qola.build import BuildReport, ModuleResult
+from qola.build import BuildReport, ModuleResult, fail
 from qola.consumers import ConsumerModule, common_header_text, consumer_files, render_config_header
 from qola.errors import QolaError
 from qola.link import static_archive_steps, version_script, write_if_changed
@@ -50,7 +50,11 @@ def hooks(plan: Plan, tc: Toolchain, build_dir: Path, *, isolate: bool = True,
             for k, v in inner.extra(mod, r).items():
                 more[k] = list(more.get(k, [])) + list(v) if isinstance(v, (list, tuple)) else v
         if mod.embed:
-            files = embed.embed(hsa, plan.archs, list(mod.embed), build_dir / "embed" / mod.name, ns, mod.name)
+            try:
+                files = _embed(mod, r, hsa, plan.archs, build_dir, ns)
+            except QolaError as exc:
+                fail(r, exc)
+                return {}
             obj = f"obj/{mod.name}/qola_embedded_{mod.name}.o"
             more["edges"].append(("asm", obj, (str(files.asm),), {"module": mod.name}))
             more["extra_inputs"].append(obj)
@@ -74,6 +78,24 @@ def hooks(plan: Plan, tc: Toolchain, build_dir: Path, *, isolate: bool = True,
         return more
 
     return Hooks(extra, {"asm": ASM_RULE, "archive": ARCHIVE_RULE, **(inner.rules if inner else {})})
+
+
+def _embed(mod: ModulePlan, r: ModuleResult, hsa: Path, archs: tuple[str, ...], build_dir: Path,
+           ns: str) -> embed.EmbedFiles:
+    """The module's embed files. An arch the tree has no ``hsa/<arch>/`` for (AITER ships no assembly
+    kernels for it, and skips their generators) contributes nothing, with a warning; with no arch
+    left the module embeds an empty set (its header and lookup still exist)."""
+    present = [a for a in archs if (hsa / a).is_dir()]
+    for arch in archs:
+        if arch not in present:
+            msg = (f"module {mod.name}: {hsa / arch} does not exist: nothing of {', '.join(mod.embed)} "
+                   f"embedded for {arch}")
+            r.warnings.append(msg)
+            r.log.append(f"warning: {msg}")
+    out = build_dir / "embed" / mod.name
+    if present:
+        return embed.embed(hsa, present, list(mod.embed), out, ns, mod.name)
+    return embed.write(embed.render([], ns, mod.name), out)
 
 
 def _objects(mod: ModulePlan, r: ModuleResult, more: dict) -> list[str]:
@@ -102,25 +124,36 @@ def audit(report: BuildReport, plan: Plan) -> None:
             result = audit_artifact(r.artifact, plan.namespace, extra=extra,
                                     check=isolated(mod) or mod.is_python_module)
         except QolaError as exc:
-            r.status, r.error = "failed", exc.message
-            r.log.append(exc.render())
+            fail(r, exc)
             continue
         r.exports = sorted(s.name for s in result.exports)
 
 
 def headers(plan: Plan, build_dir: Path) -> list[Path]:
-    """qola_common.h, qola_config.h (namespace baked in) and the cpp_itfs modules' API headers."""
+    """qola_common.h and qola_config.h (namespace baked in), written now: the compiles include them."""
     inc = build_dir / "include"
-    out = [write_if_changed(inc / "qola_config.h", render_config_header(plan.namespace, __version__)),
-           write_if_changed(inc / "qola_common.h", common_header_text())]
+    return [write_if_changed(inc / "qola_config.h", render_config_header(plan.namespace, __version__)),
+            write_if_changed(inc / "qola_common.h", common_header_text())]
+
+
+def module_headers(report: BuildReport, plan: Plan, build_dir: Path) -> tuple[list[Path], list[str]]:
+    """(the API and embed headers of the modules that built, the names of the failed modules' headers):
+    a failed module publishes nothing, and its headers from an earlier build leave OUT/include."""
+    status = {r.name: r.status for r in report.modules}
+    built: list[Path] = []
+    failed: list[Path] = []
     for mod in plan.modules:
-        out += [Path(h) for h in mod.headers]
+        own = [Path(h) for h in mod.headers]
         if mod.embed:
-            out.append(build_dir / "embed" / mod.name / f"qola_embedded_{mod.name}.h")
-    return out
+            own.append(build_dir / "embed" / mod.name / f"qola_embedded_{mod.name}.h")
+        (built if status.get(mod.name) == "built" else failed).extend(own)
+    keep = {h.name for h in built}
+    return built, sorted({h.name for h in failed} - keep)
 
 
-def consumers(report: BuildReport, plan: Plan, tc: Toolchain) -> dict[str, str]:
+def consumers(report: BuildReport, plan: Plan, tc: Toolchain) -> dict[str, str | None]:
+    """{OUT-relative path: text} of the consumer files (CMake, pkg-config) naming the libraries that
+    built; None removes the file (no library built)."""
     mods = {m.name: m for m in plan.modules}
     entries = [
         ConsumerModule(r.name, r.artifact.name, "static" if r.artifact.suffix == ".a" else "shared",
@@ -128,4 +161,9 @@ def consumers(report: BuildReport, plan: Plan, tc: Toolchain) -> dict[str, str]:
         for r in report.modules
         if r.status == "built" and r.artifact is not None and not mods[r.name].is_python_module
     ]
-    return consumer_files(plan.namespace, entries, __version__) if entries else {}
+    if entries:
+        return consumer_files(plan.namespace, entries, __version__)
+    if any(r.status != "built" and not mods[r.name].is_python_module for r in report.modules):
+        # every library failed: the consumer files of an earlier build would name them
+        return {rel: None for rel in consumer_files(plan.namespace, [], __version__) if not rel.startswith("include/")}
+    return {}

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from qola import ninja, variants
-from qola.build import BuildReport, ModuleResult, module_flags
+from qola.build import BuildReport, ModuleResult, fail, module_flags
 from qola.codegen import generated_sources
 from qola.errors import QolaError
 from qola.manifest import Manifest
@@ -211,9 +211,7 @@ def hooks(jp: JitPlan, plan: Plan, tc: Toolchain, build_dir: Path, env: Mapping[
 
 
 def _fail(r: ModuleResult, message: str, hint: str | None) -> dict:
-    err = QolaError(message, hint=hint)
-    r.status, r.error = "failed", message
-    r.log.append(err.render())
+    fail(r, QolaError(message, hint=hint))
     return {}
 
 

@@ -62,7 +62,7 @@ def module_record(r: ModuleResult, out: Path) -> dict[str, Any]:
     rec: dict[str, Any] = {
         "name": r.name, "md_name": r.md_name, "mode": r.mode, "link": r.link, "status": r.status,
         "sources": r.sources, "generated": r.generated, "instances": _instances(r.instances),
-        "duration_s": round(r.seconds, 3), "log": f"logs/{r.name}.log",
+        "duration_s": round(r.seconds, 3), "log": f"logs/{r.name}.log", "warnings": list(r.warnings),
     }
     if r.status == "built" and r.artifact is not None:
         dst = out / "lib" / r.artifact.name
@@ -101,13 +101,16 @@ def publish_tree(src: Path | None, dst: Path) -> None:
 
 
 def publish(report: BuildReport, out: Path, *, headers: Iterable[Path] = (), extra: Mapping[str, Any] | None = None,
-            mode: str | None = None, texts: Mapping[str, str] | None = None,
+            mode: str | None = None, texts: Mapping[str, str | None] | None = None,
             trees: Mapping[str, Path | None] | None = None,
-            module_extra: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
+            module_extra: Mapping[str, Mapping[str, Any]] | None = None, withdrawn: Iterable[str] = ()) -> Path:
     """Copy what built into ``out``; write logs and manifest.json. Returns the manifest.json path.
 
-    ``trees``: OUT-relative dir -> build dir to mirror there (None: remove it), published before
-    the libraries (the JIT sources a library reads); ``module_extra``: keys added to a module's record."""
+    ``headers`` go to OUT/include (only what the modules that built need); ``withdrawn``: names in
+    OUT/include to remove (a failed module's headers from an earlier build); ``texts``: OUT-relative
+    path -> text (None: remove the file); ``trees``: OUT-relative dir -> build dir to mirror there
+    (None: remove it), published before the libraries (the JIT sources a library reads);
+    ``module_extra``: keys added to a module's record."""
     out.mkdir(parents=True, exist_ok=True)
     for rel, src in (trees or {}).items():
         publish_tree(src, out / rel)
@@ -118,10 +121,16 @@ def publish(report: BuildReport, out: Path, *, headers: Iterable[Path] = (), ext
         else:
             for stale in (out / "lib").glob(f"{r.md_name}.*") if (out / "lib").is_dir() else []:
                 stale.unlink()
+    headers = list(headers)
     for h in headers:
         atomic_copy(h, out / "include" / h.name)
+    for name in set(withdrawn) - {h.name for h in headers}:
+        (out / "include" / name).unlink(missing_ok=True)
     for rel, text in (texts or {}).items():
-        atomic_write(out / rel, text.encode())
+        if text is None:
+            (out / rel).unlink(missing_ok=True)
+        else:
+            atomic_write(out / rel, text.encode())
     plan, tc = report.plan, report.toolchain
     data = {
         "qola_version": __version__,

@@ -217,11 +217,13 @@ def patterns(variant: Mapping[str, Any], fam: str, layout: Layout, where: str) -
         if not idx:
             out.append("*")
             continue
-        pat = "*_" + str(combo[idx[0]])
-        for a, b in itertools.pairwise(idx):
-            pat += ("_" if b == a + 1 and layout.adjacent[a] else "_*_") + str(combo[b])
-        pat += "" if idx[-1] == len(combo) - 1 and layout.last else "_*"
-        out.append(pat)
+        # slots adjacent in every name join with "_"; others may be adjacent in some names only: both joins
+        seps = [("_",) if b == a + 1 and layout.adjacent[a] else ("_", "_*_") for a, b in itertools.pairwise(idx)]
+        for sep in itertools.product(*seps):
+            pat = "*_" + str(combo[idx[0]])
+            for s, b in zip(sep, idx[1:]):
+                pat += s + str(combo[b])
+            out.append(pat + ("" if idx[-1] == len(combo) - 1 and layout.last else "_*"))
     got = {n for n in layout.names if any(fnmatch.fnmatchcase(n, p) for p in out)}
     want_set = {n for n in layout.names if satisfies(n, fam, variant, layout)}
     if got != want_set:
@@ -246,7 +248,8 @@ def _check_value(opt: str, v: Any, dtypes: Sequence[str], where: str) -> None:
 
 
 def _keeps(name: str, variant: Mapping[str, Any], layout: Layout) -> bool:
-    """``hdim``/``mode`` on kernel kinds whose names carry them; ``name`` on kinds where the glob matches."""
+    """``hdim``/``mode`` on kernel kinds whose names carry them; ``name`` (any-of globs) on each kind
+    with the globs that match some name of that kind (bwd's dot_do_o/convert_dq/dq_dk_dv differ)."""
     toks = name.split("_")
     hdim = next((t for t in toks if HDIM.match(t)), None)
     if "hdim" in variant and hdim is not None and hdim != f"d{variant['hdim']}":
@@ -254,10 +257,8 @@ def _keeps(name: str, variant: Mapping[str, Any], layout: Layout) -> bool:
     mode = next((t for t in toks if t in MODES), None)
     if "mode" in variant and mode is not None and mode != variant["mode"]:
         return False
-    glob = variant.get("name")
-    if glob and any(fnmatch.fnmatchcase(n, glob) for n in layout.names):
-        return fnmatch.fnmatchcase(name, glob)
-    return True
+    globs = [g for g in variant.get("name", ()) if any(fnmatch.fnmatchcase(n, g) for n in layout.names)]
+    return not globs or any(fnmatch.fnmatchcase(name, g) for g in globs)
 
 
 def narrow(pats: tuple[str, ...], layout: Layout, variant: Mapping[str, Any]) -> tuple[str, ...]:
@@ -343,7 +344,10 @@ def resolve(plan: Plan, manifest: Manifest, env: Mapping[str, str], python: str 
             for opt, value in declared.items():
                 for v in value if isinstance(value, list) else [value]:
                     _check_value(opt, v, dtypes, where)
+            globs = declared.pop("name", None)  # any-of name globs: one variant, not a product
             for variant in expand(declared):
+                if globs is not None:
+                    variant["name"] = tuple(globs) if isinstance(globs, list) else (globs,)
                 hits = 0
                 slotted = {k: v for k, v in variant.items() if k not in NARROW}
                 for mod, i in targets:

@@ -40,7 +40,7 @@ def _launcher(name: str | None, env: dict[str, str]) -> str | None:
     return found
 
 
-def summary(report, console) -> None:
+def summary(report, console, out: Path | None = None) -> None:
     from rich.table import Table  # noqa: PLC0415
 
     table = Table(title=f"qola build — {len(report.modules)} module(s) in {report.seconds:.1f} s")
@@ -51,9 +51,28 @@ def summary(report, console) -> None:
         table.add_row(m.name, f"[{style}]{m.status}[/]", str(m.sources), str(m.generated),
                       m.artifact.name if m.artifact and m.status == "built" else "-", f"{m.seconds:.1f} s")
     console.print(table)
+    problems(report, console, out)
+
+
+def problems(report, console, out: Path | None = None) -> None:
+    """Notes, warnings and every failed module's error (the command and the tail of its output),
+    printed as plain text (no markup, no wrapping: commands stay copyable)."""
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     for m in report.modules:
-        if m.status == "failed":
-            console.print(f"[red]error[/]: {m.name}: {m.error}")
+        for w in m.warnings:
+            console.print(f"warning: {w}", markup=False, highlight=False, soft_wrap=True)
+    for m in report.modules:
+        if m.status != "failed":
+            continue
+        text = m.detail or f"error: {m.error}"
+        head, _, rest = text.partition("\n")
+        head = head.removeprefix("error: ")
+        console.print(f"error: {m.name} failed: {head}", *([rest] if rest else []), sep="\n", markup=False,
+                      highlight=False, soft_wrap=True)
+        if out is not None:
+            console.print(f"  full log: {out / 'logs' / f'{m.name}.log'}", markup=False, highlight=False,
+                          soft_wrap=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,22 +131,22 @@ def _run(args: argparse.Namespace, env: dict[str, str], argv: list[str], out: Pa
 
         jhk = jitbuild.hooks(jplan, plan, tc, build_dir, env) if jplan else None
         hk = isolation.hooks(plan, tc, build_dir, isolate=not args.no_isolation, inner=jhk)
-        hdrs = isolation.headers(plan, build_dir)  # qola_config.h must exist before the compiles
+        hdrs = isolation.headers(plan, build_dir)  # qola_config.h, qola_common.h: before the compiles
         report = run_build(plan, tc, opts, env=env, on_event=lambda s: progress.console.print(s) if args.verbose else None,
                            on_status=on_status, extra=hk.extra, extra_rules=hk.rules)
     if args.dry_run:
         for line in report.ninja_log:
             print(line)
-        for m in report.modules:
-            if m.status == "failed":
-                console.print(f"[red]error[/]: {m.name}: {m.error}")
+        problems(report, console)
         console.print(f"dry run: graph written to {build_dir / 'build.ninja'}; {out} untouched")
         return 0 if all(m.status != "failed" for m in report.modules) else 1
     isolation.audit(report, plan)
     trees, records = jitbuild.publish_items(jhk, report)
-    path = publish(report, out, headers=hdrs, mode=args.mode or manifest.build.mode
-                   or "pybind", texts=isolation.consumers(report, plan, tc), trees=trees, module_extra=records)
-    summary(report, console)
+    built_hdrs, withdrawn = isolation.module_headers(report, plan, build_dir)
+    path = publish(report, out, headers=[*hdrs, *built_hdrs], withdrawn=withdrawn,
+                   mode=args.mode or manifest.build.mode or "pybind", texts=isolation.consumers(report, plan, tc),
+                   trees=trees, module_extra=records)
+    summary(report, console, out)
     console.print(f"manifest: {path}")
     if report.ok and argv:
         _remember(prepared, plan, tc, launcher, build_dir, out, argv, env)

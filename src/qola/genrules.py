@@ -1,0 +1,59 @@
+"""What a generator's absence or failure means, as AITER treats it (pure functions, no I/O but ``stat``).
+
+* :func:`asm_arch`: a script under the tree's ``hsa/<gfx…>/`` is a per-arch assembly-kernel generator
+  (``hsa/gfx942/fmha_v3_fwd/codegen.py``). AITER ships those only for the archs it has hand-written
+  kernels for and builds the module without them elsewhere (its ``os.system`` call fails and it goes
+  on), so an absent one is skipped with a warning; any other absent or failing generator fails the
+  module.
+* :func:`missing_package_hint`: a generator that died on ``ModuleNotFoundError`` gets a hint naming
+  the interpreter that ran it and the ``pip install`` that fixes it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import sys
+from pathlib import Path
+
+_NO_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '([A-Za-z0-9_.]+)'")
+# import name -> distribution name, where they differ (kept tiny: what generators import)
+PACKAGES = {"yaml": "PyYAML", "PIL": "Pillow", "sklearn": "scikit-learn", "cv2": "opencv-python"}
+AITER_REQUIREMENTS = "packaging, pandas, jinja2, setuptools …"
+
+
+def asm_arch(script: str, hsa_dir: str | os.PathLike | None) -> str | None:
+    """The arch (``gfx90a``) when ``script`` lies under ``<hsa_dir>/<gfx…>/``, else None."""
+    if not hsa_dir or not script:
+        return None
+    try:
+        rel = Path(os.path.normpath(script)).relative_to(os.path.normpath(hsa_dir))
+    except ValueError:
+        return None
+    return rel.parts[0] if len(rel.parts) > 1 and rel.parts[0].startswith("gfx") else None
+
+
+def skip_warning(module: str, script: str, arch: str) -> str:
+    return (f"module {module}: skipped generator {os.path.normpath(script)}: the tree has no {arch} "
+            f"assembly kernels of this kind (AITER builds the module without them)")
+
+
+def missing_module(output: str) -> str | None:
+    """The module a Python traceback in ``output`` could not import (the last one named)."""
+    found = _NO_MODULE.findall(output or "")
+    return found[-1] if found else None
+
+
+def missing_package_hint(output: str, python: str) -> str | None:
+    """``None`` unless ``output`` shows a missing Python module."""
+    name = missing_module(output)
+    if name is None:
+        return None
+    top = name.split(".")[0]
+    package = PACKAGES.get(top, top)
+    version = f" (Python {platform.python_version()})" if os.path.realpath(python) == os.path.realpath(
+        sys.executable) else ""  # fmt: skip
+    return (f"the generator ran under {python}{version}, which has no module {top!r}: "
+            f"install it there with `{python} -m pip install {package}` "
+            f"(AITER's generators need its build requirements: {AITER_REQUIREMENTS})")

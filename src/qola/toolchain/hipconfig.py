@@ -1,0 +1,85 @@
+"""A ``hipconfig`` AITER's generators can parse.
+
+AITER reads the HIP version from ``hipconfig --version`` (``shutil.which("hipconfig")`` in
+``aiter/jit/utils/cpp_extension.py``) and parses it as ``parse(out.split()[-1].rstrip("-")
+.replace("-", "+"))`` or by ``int()`` of its dotted parts: it needs the bare form ROCm's hipconfig
+prints, ``6.4.43484-9999`` with no newline. Some layouts (Debian's, where ``hipconfig`` may be
+``hipcc``) print ``HIP version: 6.4.43484-9999`` instead, and the generator dies.
+
+:func:`generator_env` checks what the generators' PATH gives; when it is absent or not bare, it
+writes a shim into ``tools_dir`` that prints the HIP version the toolchain probed (so AITER computes
+what it would with a working hipconfig) and hands every other argument to the real one, and puts
+that dir first on the generators' PATH only — never the compilers'.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from qola.toolchain.base import Toolchain
+from qola.toolchain.versions import parse_hip_version
+
+NAME = "hipconfig"
+_BARE = re.compile(r"\A[0-9]+\.[0-9]+\.[0-9]+(?:-[0-9A-Za-z.]*)?\Z")
+
+
+def parses(output: str) -> bool:
+    """Whether AITER's parses accept ``output`` (one bare ``X.Y.Z[-suffix]`` token)."""
+    return bool(_BARE.match(output.strip())) and len(output.split()) == 1
+
+
+def probed_version(tc: Toolchain) -> str | None:
+    """``6.4.43484-9999``: the toolchain's probed HIP version with its suffix, as hipconfig prints it."""
+    found = parse_hip_version(tc.version_output)
+    return found[0] + found[1] if found else None
+
+
+def shim_text(version: str, real: str | None) -> str:
+    fallback = (f"exec {shlex.quote(real)} \"$@\"" if real else
+                f"echo \"qola's {NAME} shim answers --version only (no {NAME} on PATH)\" >&2; exit 1")
+    return ("#!/bin/sh\n"
+            "# Written by qola for AITER's generators: the bare version its parse needs, from the toolchain's\n"
+            "# probe; any other argument goes to the real hipconfig.\n"
+            f"case \"$1\" in --version|-v) printf '%s' {shlex.quote(version)}; exit 0 ;; esac\n"
+            f"{fallback}\n")
+
+
+def _version_output(path: str, env: Mapping[str, str]) -> str | None:
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, env=dict(env), timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def generator_env(tc: Toolchain, env: Mapping[str, str], tools_dir: Path) -> tuple[dict[str, str], str | None]:
+    """(the generators' environment, a one-line note or None). Unchanged for CUDA, when the
+    hipconfig on ``env``'s PATH already prints a bare version, or when the probe gave no version."""
+    version = probed_version(tc) if tc.kind == "hip" else None
+    if version is None:
+        return dict(env), None
+    real = shutil.which(NAME, path=env.get("PATH", os.defpath))
+    # AITER runs os.path.realpath(shutil.which("hipconfig")) (cpp_extension.executable_path): on Debian
+    # that is hipcc itself, which prints "HIP version: ..." although /usr/bin/hipconfig answers bare
+    out = _version_output(os.path.realpath(real), env) if real else None
+    if out is not None and parses(out):
+        return dict(env), None
+    shim = tools_dir / NAME
+    text = shim_text(version, real)
+    tools_dir.mkdir(parents=True, exist_ok=True)
+    if not shim.is_file() or shim.read_text() != text:
+        tmp = tools_dir / f".{NAME}.tmp-{os.getpid()}"
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        os.replace(tmp, shim)
+    said = "is not on PATH" if real is None else (
+        "failed" if out is None else f"prints {(out.strip().splitlines() or [''])[0][:60]!r}")
+    note = (f"{real or NAME} {said}, which AITER's generators cannot parse; they run with {shim} "
+            f"(--version: {version}, the probed HIP version)")
+    return {**env, "PATH": f"{tools_dir}{os.pathsep}{env.get('PATH', os.defpath)}"}, note

@@ -1,0 +1,317 @@
+"""Real AITER (the amd-aiter sdist) compiled with a ROCm 7 compiler for gfx942 and gfx950.
+
+Runs in the project's ROCm 7 environment (``scripts/rocm7.sh run python -m pytest -m rocm``):
+Debian's hipcc 7.0.2 with HIP 6.4 and clang 21. Nothing runs on an AMD GPU; what a build can
+prove is checked: exported symbols, device code objects per arch in the fat binary, complete
+dispatch files, byte-exact embedded code objects, consumers that link and load the libraries.
+
+The compile set is Transformer Engine's manifest shape narrowed by variants to a slice that fits
+CI: one fMHA forward kernel and one backward kernel (+ its dot_do_o/convert_dq kernels).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import run_qola
+from libdata import bundles, embedded_blobs, kernels_by_arch
+from qola import embed
+
+pytestmark = [pytest.mark.rocm, pytest.mark.aiter, pytest.mark.slow]
+
+ARCHS = ("gfx942", "gfx950")
+NS = "te"
+HIP_VERSION = "6.4"  # what Debian's hipcc 7.0.2 builds against (see test_rocm7_pin_is_explained)
+# one forward kernel: a generic gfx9 instance (real code for gfx942) and its gfx950 twin
+FWD = ('dtype = "bf16"\nhdim = 32\nmode = "batch"\nhas_bias = false\nhas_alibi = false\nhas_logits = false\n'
+       'has_lse = true\nhas_mask = false\nhas_dropout = false\nhas_skip = false\nhas_sink = false\n')
+FWD_ONE = 'name = "*_b128x64x16x32x32x32_*_psddv_*"\n'
+BWD = ('dtype = "bf16"\nhdim = 128\nmode = "batch"\nhas_bias = false\nhas_alibi = false\nhas_dbias = false\n'
+       'has_mask = false\nhas_dropout = false\ndeterministic = false\n')
+# one dq_dk_dv kernel (gfx9 and gfx950 files), with the dot_do_o / convert_dq kernels CK pairs with it
+BWD_ONE = 'name = "*_b16x128x128x16x128x16x32x128x128_*_npad_*"\n'
+
+
+def manifest(path: Path, ns: str, archs=ARCHS, *, fwd: bool = True, bwd: bool = True, link: str = "shared",
+             extra: str = "", rocm: str = HIP_VERSION, fwd_variant: str = FWD + FWD_ONE) -> Path:
+    """Transformer Engine's manifest shape (QoLA's example/te-manifest.toml), narrowed by variants."""
+    text = (f'[qola]\nnamespace = "{ns}"\nrocm_versions = ["{rocm}"]\n\n'
+            f'[build]\narchitectures = {json.dumps(list(archs))}\nmode = "cpp_itfs"\nlink = "{link}"\n\n')
+    if fwd:
+        text += ('[[modules]]\nname = "libmha_fwd"\nreceipt = 700\n'
+                 'drop_srcs = ["mha_fwd_split.cu", "mha_fwd_batch_prefill.cu"]\n'
+                 'drop_directions = ["fwd_splitkv", "batch_prefill"]\nembed = ["fmha_v3_fwd"]\n\n')
+    if bwd:
+        text += '[[modules]]\nname = "libmha_bwd"\nreceipt = 700\nembed = ["fmha_v3_bwd"]\n\n'
+    if fwd:
+        text += f"[[mha_fwd_variants]]\n{fwd_variant}\n"
+    if bwd:
+        text += f"[[mha_bwd_variants]]\n{BWD}{BWD_ONE}\n"
+    path.write_text(text + extra)
+    return path
+
+
+def build(tmp: Path, tree: Path, m: Path, name: str = "out", *more: str):
+    out = tmp / name
+    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2", *more)
+    return proc, out
+
+
+def record(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def te(aiter_root, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("te")
+    proc, out = build(tmp, aiter_root, manifest(tmp / "te.toml", NS))
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    return out
+
+
+def test_te_libraries_built_from_ck_instances(te):
+    data = record(te)
+    assert data["toolchain"]["version"].startswith(HIP_VERSION)
+    mods = {m["name"]: m for m in data["modules"]}
+    assert set(mods) == {"libmha_fwd", "libmha_bwd"}
+    for name, m in mods.items():
+        assert m["status"] == "built", m
+        assert m["artifact"] == f"lib/{NS}_{name}.so"
+        names = m["instances"]["names"]
+        kernels = [n for n in names if n.startswith("fmha_") and not n.endswith("_api")]
+        assert kernels, names
+        # the declared slice, nothing else: every kernel is bf16, batch mode
+        assert all("_bf16_" in n and "_batch_" in n for n in kernels), kernels
+    fwd = [n for n in mods["libmha_fwd"]["instances"]["names"] if n.startswith("fmha_fwd_d")]
+    assert {n.rsplit("_", 1)[-1] for n in fwd} == {"gfx9", "gfx950"}  # one kernel, both arch files
+
+
+def test_audit_clean(te):
+    proc = run_qola("audit", str(te))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _defined_dynamic(lib: Path) -> list[str]:
+    from elftools.elf.elffile import ELFFile
+
+    with open(lib, "rb") as f:
+        dyn = ELFFile(f).get_section_by_name(".dynsym")
+        return [s.name for s in dyn.iter_symbols()
+                if s.name and s["st_shndx"] != "SHN_UNDEF" and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")]
+
+
+def test_only_namespace_symbols_exported(te):
+    for name, entry in (("libmha_fwd", "mha_fwd"), ("libmha_bwd", "mha_bwd")):
+        lib = te / "lib" / f"{NS}_{name}.so"
+        syms = _defined_dynamic(lib)
+        assert syms and all(s.startswith((f"_ZN4qola{len(NS)}{NS}", f"{NS}_")) for s in syms), syms
+        assert any(s.startswith(f"_ZN4qola2te{len(entry)}{entry}") for s in syms), syms  # qola::te::mha_fwd
+        assert f"{NS}_qola_version" in syms
+        assert not any("aiter" in s or "ck_tile" in s for s in syms)
+
+
+@pytest.mark.parametrize("name,kernel", [("libmha_fwd", "FmhaFwdKernel"), ("libmha_bwd", "FmhaBwd")])
+def test_device_code_for_both_archs(te, name, kernel):
+    lib = te / "lib" / f"{NS}_{name}.so"
+    found = kernels_by_arch(lib)
+    assert set(ARCHS) <= set(found), sorted(found)
+    for arch in ARCHS:
+        assert any(kernel in k for k in found[arch]), (arch, sorted(found[arch])[:10])
+    # cross-check the bundle reader against the compiler's own tool, on one instance object
+    obj = next((te.parent / "out.build" / "obj" / name).glob("fmha_*_d128_*gfx9-*.o"))
+    listed = subprocess.run(["clang-offload-bundler", "--list", "--type=o", f"--input={obj}"],
+                            capture_output=True, text=True, env=_llvm_env())
+    assert listed.returncode == 0, listed.stderr
+    mine = {t for b in bundles(_section(obj)) for t, _ in b}
+    assert set(listed.stdout.split()) == mine and any(t.endswith("gfx942") for t in mine), (listed.stdout, mine)
+
+
+def _llvm_env() -> dict[str, str]:
+    llvm = sorted(Path("/usr/lib").glob("llvm-*/bin"))
+    return {**os.environ, "PATH": os.pathsep.join([*(str(p) for p in llvm[-1:]), os.environ.get("PATH", "")])}
+
+
+def _section(obj: Path) -> bytes:
+    from elftools.elf.elffile import ELFFile
+
+    with open(obj, "rb") as f:
+        return ELFFile(f).get_section_by_name(".hip_fatbin").data()
+
+
+@pytest.mark.parametrize("name,api", [("libmha_fwd", "fmha_fwd_api.cpp"), ("libmha_bwd", "fmha_bwd_api.cpp")])
+def test_dispatch_file_calls_exactly_the_instances(te, name, api):
+    blob = te.parent / "out.build" / "gen" / name / "blob"
+    special = re.compile(r"template\s*<>\s*(?:float|void)\s+(fmha_\w+_)<\s*([^(]*?)\s*>\s*\(", re.S)
+    defined = set()
+    for f in blob.glob("fmha_*_d*.cpp"):
+        text = f.read_text()
+        traits = dict(re.findall(r"using (trait_\w*)\s*=\s*([^;]+);", text))
+        for fn, args in special.findall(text):
+            first, _, rest = args.partition(",")
+            defined.add((fn, " ".join(traits.get(first.strip(), first).split()), " ".join(rest.split())))
+    assert defined
+    called = set()
+    text = (blob / api).read_text()
+    for trait, fn, arch in re.findall(r"using trait_\s*=\s*([^;]+);\s*return (fmha_\w+_)<trait_,\s*([^>]+)>", text):
+        called.add((fn, " ".join(trait.split()), " ".join(arch.split())))
+    norm = lambda s: re.sub(r"\s+", "", s)  # noqa: E731
+    assert {tuple(map(norm, d)) for d in defined if d[0] in {c[0] for c in called}} == {tuple(map(norm, c)) for c in called}
+
+
+@pytest.mark.parametrize("name,kind", [("libmha_fwd", "fmha_v3_fwd"), ("libmha_bwd", "fmha_v3_bwd")])
+def test_embedded_code_objects_byte_exact(te, aiter_root, name, kind):
+    lib = te / "lib" / f"{NS}_{name}.so"
+    found, _ = embedded_blobs(lib, embed.symbol_prefix(NS, name), embed.ALIGN)
+    hsa = aiter_root / "aiter_meta" / "hsa"
+    want = {b.key: b.path for b in embed.collect(hsa, list(ARCHS), [kind])}
+    assert want and set(found) == set(want)
+    assert {k.split("/")[1] for k in want} == set(ARCHS)
+    for key, path in want.items():
+        assert found[key] == Path(path).read_bytes(), key
+
+
+C_MAIN = r"""#include <stdio.h>
+extern const char* te_qola_version(void);
+int main(void) { printf("qola %s\n", te_qola_version()); return 0; }
+"""
+
+
+def test_c_and_cmake_consumers_link_and_load(te, tmp_path):
+    src = tmp_path / "use.c"
+    src.write_text(C_MAIN)
+    lib = te / "lib"
+    exe = tmp_path / "use"
+    cc = subprocess.run(["cc", str(src), "-o", str(exe), f"-L{lib}", f"-l:{NS}_libmha_fwd.so",
+                         f"-l:{NS}_libmha_bwd.so", f"-Wl,-rpath,{lib}"], capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.startswith("qola "), run.stdout + run.stderr
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "CMakeLists.txt").write_text(
+        f"cmake_minimum_required(VERSION 3.16)\nproject(use C CXX)\nfind_package(qola-{NS} REQUIRED)\n"
+        f"add_executable(use {src})\n"
+        f"target_link_libraries(use PRIVATE qola::{NS}::libmha_fwd qola::{NS}::libmha_bwd)\n")
+    bld = tmp_path / "build"
+    cfg = subprocess.run(["cmake", "-S", str(proj), "-B", str(bld), f"-DCMAKE_PREFIX_PATH={te}"],
+                         capture_output=True, text=True)
+    assert cfg.returncode == 0, cfg.stdout + cfg.stderr
+    made = subprocess.run(["cmake", "--build", str(bld)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stdout + made.stderr
+    run = subprocess.run([str(bld / "use")], capture_output=True, text=True,
+                         env={**os.environ, "LD_LIBRARY_PATH": str(lib)})
+    assert run.returncode == 0 and run.stdout.startswith("qola "), run.stdout + run.stderr
+
+
+CXX_MAIN = r"""#include <cstdio>
+#include "qola_mha_fwd.h"
+int main() {
+    auto fn = &qola::te::mha_fwd;  // the C++ API resolves from the library
+    std::printf("%s %d\n", te_qola_version(), fn != nullptr);
+}
+"""
+
+
+def test_cpp_api_header_compiles_and_links(te, aiter_root, tmp_path):
+    src = tmp_path / "use.cpp"
+    src.write_text(CXX_MAIN)
+    meta = aiter_root / "aiter_meta"
+    inc = [te / "include", meta / "csrc" / "include", meta / "3rdparty" / "composable_kernel" / "include",
+           meta / "3rdparty" / "composable_kernel" / "example" / "ck_tile" / "01_fmha"]
+    exe = tmp_path / "use"
+    cc = subprocess.run(["hipcc", "-std=c++20", *(f"-I{d}" for d in inc), str(src), "-o", str(exe),
+                         f"-L{te / 'lib'}", f"-l:{NS}_libmha_fwd.so", f"-Wl,-rpath,{te / 'lib'}"],
+                        capture_output=True, text=True, env={**os.environ, "HIP_PLATFORM": "amd"})
+    assert cc.returncode == 0, cc.stderr[-4000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.split()[-1] == "1", run.stdout + run.stderr
+
+
+def test_static_archives_of_two_namespaces_link_into_one_program(aiter_root, tmp_path):
+    for ns in ("ta", "tb"):
+        proc, out = build(tmp_path, aiter_root, manifest(tmp_path / f"{ns}.toml", ns, ("gfx942",), bwd=False,
+                                                         link="static"), f"out_{ns}")
+        assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+        assert (out / "lib" / f"{ns}_libmha_fwd.a").is_file()
+    main = tmp_path / "main.c"
+    main.write_text('#include <stdio.h>\nextern const char* ta_qola_version(void);\n'
+                    'extern const char* tb_qola_version(void);\n'
+                    'int main(void) { printf("%s %s\\n", ta_qola_version(), tb_qola_version()); return 0; }\n')
+    exe = tmp_path / "prog"
+    link = subprocess.run(["hipcc", str(main), str(tmp_path / "out_ta/lib/ta_libmha_fwd.a"),
+                           str(tmp_path / "out_tb/lib/tb_libmha_fwd.a"), "-o", str(exe)],
+                          capture_output=True, text=True, env={**os.environ, "HIP_PLATFORM": "amd"})
+    assert link.returncode == 0, link.stderr[-4000:]  # no duplicate symbols between the two copies
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0 and len(run.stdout.split()) == 2, run.stdout + run.stderr
+
+
+JIT = """
+[jit]
+modules = ["libmha_fwd"]
+
+[[jit.aot.mha_fwd_variants]]
+dtype = "bf16"
+name = "*_d128_*_b128x128x32x128x32x128_*_psddv_*"
+"""
+
+
+def test_jit_build_and_prebuild_of_deferred_ck_instances(aiter_root, tmp_path):
+    # three forward kernels: one ahead of time, two deferred to the JIT
+    three = FWD.replace("hdim = 128\n", "hdim = [64, 128]\n") + (
+        'name = ["*_d128_*_b128x128x32x128x32x128_*_psddv_*", "*_d128_*_b128x128x32x128x32x128_*_psskddv_*", '
+        '"*_d64_*_b128x64x32x64x32x64_*_psddv_*"]\n')
+    m = manifest(tmp_path / "jit.toml", NS, ("gfx942",), bwd=False, extra=JIT, fwd_variant=three)
+    proc, out = build(tmp_path, aiter_root, m)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    (mod,) = record(out)["modules"]
+    assert mod["jit"]["aot"]["count"] >= 1 and mod["jit"]["deferred"]["count"] >= 1, mod["jit"]
+    cache = tmp_path / "cache"
+    pre = run_qola("jit", "--cache-dir", str(cache), "prebuild", str(out), "-j", "2")
+    assert pre.returncode == 0, pre.stdout + pre.stderr[-4000:]
+    ls = run_qola("jit", "--cache-dir", str(cache), "ls", str(out))
+    assert ls.returncode == 0 and "ready" in ls.stdout, ls.stdout + ls.stderr
+    ver = run_qola("jit", "--cache-dir", str(cache), "verify")
+    assert ver.returncode == 0, ver.stdout + ver.stderr
+    entries = [p for p in cache.rglob("*.so")]
+    assert len(entries) == mod["jit"]["deferred"]["count"], entries
+    for so in entries:
+        assert "gfx942" in {t.rsplit("-", 1)[-1] for b in bundles(_dyn_fatbin(so)) for t, _ in b}
+
+
+def _dyn_fatbin(so: Path) -> bytes:
+    from elftools.elf.elffile import ELFFile
+
+    with open(so, "rb") as f:
+        sec = ELFFile(f).get_section_by_name(".hip_fatbin")
+        return sec.data() if sec is not None else b""
+
+
+def test_pybind_module_from_the_real_table(aiter_root, tmp_path):
+    m = tmp_path / "enum.toml"
+    m.write_text(f'[qola]\nnamespace = "{NS}"\n[build]\narchitectures = ["gfx942"]\nmode = "pybind"\n\n'
+                 '[[modules]]\nname = "module_aiter_enum"\n')
+    proc, out = build(tmp_path, aiter_root, m)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    (mod,) = record(out)["modules"]
+    assert mod["status"] == "built" and mod["exports"] == [f"PyInit_{NS}_module_aiter_enum"], mod
+    assert (out / mod["artifact"]).is_file()
+
+
+def test_rocm7_pin_is_explained(aiter_root, tmp_path):
+    """hipcc 7.0.2 over HIP 6.4: "ROCm 7" means HIP 7 (its ABI, libamdhip64.so.7) and is refused, saying why."""
+    m = manifest(tmp_path / "r7.toml", NS, ("gfx942",), bwd=False, rocm="7")
+    proc, _ = build(tmp_path, aiter_root, m)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "HIP 6.4" in proc.stderr and "libamdhip64.so.6" in proc.stderr and "['7']" in proc.stderr, proc.stderr
+
+
+def test_rocm_environment_is_what_the_tests_claim():
+    assert shutil.which("hipcc") and shutil.which("clang-offload-bundler", path=_llvm_env()["PATH"])
