@@ -25,6 +25,7 @@ from libdata import bundles, embedded_blobs, kernels_by_arch
 from qola import embed
 
 pytestmark = [pytest.mark.rocm, pytest.mark.aiter, pytest.mark.slow]
+ck = pytest.mark.ck  # compiles CK fMHA instances: minutes each with clang 21 (docs/benchmarks.md)
 
 ARCHS = ("gfx942", "gfx950")
 NS = "te"
@@ -48,8 +49,15 @@ def manifest(path: Path, ns: str, archs=ARCHS, *, fwd: bool = True, bwd: bool = 
         text += ('[[modules]]\nname = "libmha_fwd"\nreceipt = 700\n'
                  'drop_srcs = ["mha_fwd_split.cu", "mha_fwd_batch_prefill.cu"]\n'
                  'drop_directions = ["fwd_splitkv", "batch_prefill"]\nembed = ["fmha_v3_fwd"]\n\n')
-    if bwd:
-        text += '[[modules]]\nname = "libmha_bwd"\nreceipt = 700\nembed = ["fmha_v3_bwd"]\n\n'
+    if bwd:  # AITER's own pre/post generator has no --list_blobs: its filter is narrowed by hand
+        text += ('[[modules]]\nname = "libmha_bwd"\nreceipt = 700\nembed = ["fmha_v3_bwd"]\nblob_gen_cmd = [\n'
+                 '  "3rdparty/composable_kernel/example/ck_tile/01_fmha/generate.py -d bwd --receipt 700 '
+                 '--output_dir {}",\n'
+                 '  "csrc/py_itfs_cu/fmha_bwd_pre_post_kernel_generate.py --filter '
+                 '\'*_d128_bf16_*batch*_npad*@*_d128_bf16_*batch*_npad_ndeterministic\' --output_dir {}",\n'
+                 '  "hsa/{arch}/fmha_v3_bwd/codegen.py --output_dir {}",\n'
+                 '  "csrc/cpp_itfs/mha_bwd_generate.py --receipt 3 --output_dir {}",\n]\n\n').replace(
+                     "{arch}", archs[-1])
     if fwd:
         text += f"[[mha_fwd_variants]]\n{fwd_variant}\n"
     if bwd:
@@ -76,6 +84,7 @@ def te(aiter_root, tmp_path_factory):
     return out
 
 
+@ck
 def test_te_libraries_built_from_ck_instances(te):
     data = record(te)
     assert data["toolchain"]["version"].startswith(HIP_VERSION)
@@ -93,6 +102,7 @@ def test_te_libraries_built_from_ck_instances(te):
     assert {n.rsplit("_", 1)[-1] for n in fwd} == {"gfx9", "gfx950"}  # one kernel, both arch files
 
 
+@ck
 def test_audit_clean(te):
     proc = run_qola("audit", str(te))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -107,6 +117,7 @@ def _defined_dynamic(lib: Path) -> list[str]:
                 if s.name and s["st_shndx"] != "SHN_UNDEF" and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")]
 
 
+@ck
 def test_only_namespace_symbols_exported(te):
     for name, entry in (("libmha_fwd", "mha_fwd"), ("libmha_bwd", "mha_bwd")):
         lib = te / "lib" / f"{NS}_{name}.so"
@@ -117,6 +128,7 @@ def test_only_namespace_symbols_exported(te):
         assert not any("aiter" in s or "ck_tile" in s for s in syms)
 
 
+@ck
 @pytest.mark.parametrize("name,kernel", [("libmha_fwd", "FmhaFwdKernel"), ("libmha_bwd", "FmhaBwd")])
 def test_device_code_for_both_archs(te, name, kernel):
     lib = te / "lib" / f"{NS}_{name}.so"
@@ -145,6 +157,7 @@ def _section(obj: Path) -> bytes:
         return ELFFile(f).get_section_by_name(".hip_fatbin").data()
 
 
+@ck
 @pytest.mark.parametrize("name,api", [("libmha_fwd", "fmha_fwd_api.cpp"), ("libmha_bwd", "fmha_bwd_api.cpp")])
 def test_dispatch_file_calls_exactly_the_instances(te, name, api):
     blob = te.parent / "out.build" / "gen" / name / "blob"
@@ -165,6 +178,7 @@ def test_dispatch_file_calls_exactly_the_instances(te, name, api):
     assert {tuple(map(norm, d)) for d in defined if d[0] in {c[0] for c in called}} == {tuple(map(norm, c)) for c in called}
 
 
+@ck
 @pytest.mark.parametrize("name,kind", [("libmha_fwd", "fmha_v3_fwd"), ("libmha_bwd", "fmha_v3_bwd")])
 def test_embedded_code_objects_byte_exact(te, aiter_root, name, kind):
     lib = te / "lib" / f"{NS}_{name}.so"
@@ -183,6 +197,7 @@ int main(void) { printf("qola %s\n", te_qola_version()); return 0; }
 """
 
 
+@ck
 def test_c_and_cmake_consumers_link_and_load(te, tmp_path):
     src = tmp_path / "use.c"
     src.write_text(C_MAIN)
@@ -219,6 +234,7 @@ int main() {
 """
 
 
+@ck
 def test_cpp_api_header_compiles_and_links(te, aiter_root, tmp_path):
     src = tmp_path / "use.cpp"
     src.write_text(CXX_MAIN)
@@ -234,6 +250,7 @@ def test_cpp_api_header_compiles_and_links(te, aiter_root, tmp_path):
     assert run.returncode == 0 and run.stdout.split()[-1] == "1", run.stdout + run.stderr
 
 
+@ck
 def test_static_archives_of_two_namespaces_link_into_one_program(aiter_root, tmp_path):
     for ns in ("ta", "tb"):
         proc, out = build(tmp_path, aiter_root, manifest(tmp_path / f"{ns}.toml", ns, ("gfx942",), bwd=False,
@@ -263,6 +280,7 @@ name = "*_d128_*_b128x128x32x128x32x128_*_psddv_*"
 """
 
 
+@ck
 def test_jit_build_and_prebuild_of_deferred_ck_instances(aiter_root, tmp_path):
     # three forward kernels: one ahead of time, two deferred to the JIT
     three = FWD.replace("hdim = 128\n", "hdim = [64, 128]\n") + (
@@ -294,6 +312,8 @@ def _dyn_fatbin(so: Path) -> bytes:
         return sec.data() if sec is not None else b""
 
 
+@pytest.mark.xfail(strict=True, reason="AITER's aiter_enum_pybind.cu hard-codes PYBIND11_MODULE(module_aiter_enum, m): "
+                   "PyInit_module_aiter_enum, not qola's PyInit_te_module_aiter_enum; the audit refuses it (open)")
 def test_pybind_module_from_the_real_table(aiter_root, tmp_path):
     m = tmp_path / "enum.toml"
     m.write_text(f'[qola]\nnamespace = "{NS}"\n[build]\narchitectures = ["gfx942"]\nmode = "pybind"\n\n'
