@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_qola
-from libdata import bundles, embedded_blobs, kernels_by_arch
+from libdata import bundles, embedded_blobs, fatbin_section, kernels_by_arch
 from qola import embed
 
 pytestmark = [pytest.mark.rocm, pytest.mark.aiter, pytest.mark.slow]
@@ -141,20 +141,13 @@ def test_device_code_for_both_archs(te, name, kernel):
     listed = subprocess.run(["clang-offload-bundler", "--list", "--type=o", f"--input={obj}"],
                             capture_output=True, text=True, env=_llvm_env())
     assert listed.returncode == 0, listed.stderr
-    mine = {t for b in bundles(_section(obj)) for t, _ in b}
+    mine = {t for b in bundles(fatbin_section(obj)) for t, _ in b}
     assert set(listed.stdout.split()) == mine and any(t.endswith("gfx942") for t in mine), (listed.stdout, mine)
 
 
 def _llvm_env() -> dict[str, str]:
     llvm = sorted(Path("/usr/lib").glob("llvm-*/bin"))
     return {**os.environ, "PATH": os.pathsep.join([*(str(p) for p in llvm[-1:]), os.environ.get("PATH", "")])}
-
-
-def _section(obj: Path) -> bytes:
-    from elftools.elf.elffile import ELFFile
-
-    with open(obj, "rb") as f:
-        return ELFFile(f).get_section_by_name(".hip_fatbin").data()
 
 
 @ck
@@ -301,15 +294,7 @@ def test_jit_build_and_prebuild_of_deferred_ck_instances(aiter_root, tmp_path):
     entries = [p for p in cache.rglob("*.so")]
     assert len(entries) == mod["jit"]["deferred"]["count"], entries
     for so in entries:
-        assert "gfx942" in {t.rsplit("-", 1)[-1] for b in bundles(_dyn_fatbin(so)) for t, _ in b}
-
-
-def _dyn_fatbin(so: Path) -> bytes:
-    from elftools.elf.elffile import ELFFile
-
-    with open(so, "rb") as f:
-        sec = ELFFile(f).get_section_by_name(".hip_fatbin")
-        return sec.data() if sec is not None else b""
+        assert "gfx942" in {t.rsplit("-", 1)[-1] for b in bundles(fatbin_section(so)) for t, _ in b}
 
 
 @pytest.mark.xfail(strict=True, reason="AITER's aiter_enum_pybind.cu hard-codes PYBIND11_MODULE(module_aiter_enum, m): "
