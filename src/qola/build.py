@@ -88,7 +88,7 @@ def module_flags(mod: ModulePlan, tc: Toolchain, blob_dir: Path, include_dir: Pa
     flags += [f"-I{d}" for d in (*mod.include_dirs, str(blob_dir), str(include_dir))]
     flags += _split(mod.flags_extra_hip)
     if mod.is_python_module:
-        flags += pybind11_flags(mod.md_name).cflags
+        flags += pybind11_flags(mod.md_name, mod.table_md_name).cflags
         if not mod.torch_exclude:
             flags += torch_flags(tc.kind).cflags
     return flags

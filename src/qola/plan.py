@@ -62,6 +62,7 @@ class ModulePlan:
     headers: tuple[str, ...] = ()  # published into OUT/include (cpp_itfs API headers)
     per_source_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (file-name glob, extra flags)
     configs: tuple[MergedConfig, ...] = ()  # merged tuned configs its generators read ({qola_configs}/<name>)
+    table_md_name: str = ""  # md_name as the tree's table has it (md_name is namespaced: <ns>_<table_md_name>)
 
     def flags_for(self, source: str) -> tuple[str, ...]:
         name = Path(source).name
@@ -353,6 +354,7 @@ def make_plan(
         plans.append(ModulePlan(
             name=name,
             md_name=f"{ns}_{entry['md_name'] or name}",
+            table_md_name=entry["md_name"] or name,
             mode=mode,
             link=(section.link if section and section.link else manifest.build.link),
             sources=tuple(sources),

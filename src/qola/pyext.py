@@ -18,14 +18,17 @@ class ExtFlags:
     ldflags: tuple[str, ...]
 
 
-def pybind11_flags(md_name: str) -> ExtFlags:
+def pybind11_flags(md_name: str, table_md_name: str = "") -> ExtFlags:
+    """``md_name`` is the namespaced module name (``<ns>_<table_md_name>``): sources name their module
+    ``TORCH_EXTENSION_NAME``, or (AITER's aiter_enum_pybind.cu) spell the table's md_name itself, which
+    AITER's own build makes the module name; the macro maps that spelling to the namespaced name too."""
     import pybind11  # noqa: PLC0415 (only needed when a Python module is built)
 
     includes = [pybind11.get_include(), sysconfig.get_paths()["include"]]
-    return ExtFlags(
-        tuple(f"-I{i}" for i in includes) + (f"-DTORCH_EXTENSION_NAME={md_name}", "-DPYBIND11_DETAILED_ERROR_MESSAGES"),
-        (),
-    )
+    defines = [f"-DTORCH_EXTENSION_NAME={md_name}", "-DPYBIND11_DETAILED_ERROR_MESSAGES"]
+    if table_md_name and table_md_name != md_name:
+        defines.append(f"-D{table_md_name}={md_name}")
+    return ExtFlags(tuple(f"-I{i}" for i in includes) + tuple(defines), ())
 
 
 _TORCH_PROBE = r"""
