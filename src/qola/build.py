@@ -17,6 +17,7 @@ from pathlib import Path
 from qola import ninja
 from qola.codegen import GenJob, run_generators
 from qola.errors import FailedProcessError, QolaError, tail
+from qola.fsutil import inside
 from qola.plan import ModulePlan, Plan
 from qola.pyext import pybind11_flags, torch_flags
 from qola.toolchain import Toolchain
@@ -183,7 +184,12 @@ def graph_for(plan: Plan, tc: Toolchain, opts: BuildOptions, generated: Mapping[
             continue
         blob = opts.build_dir / "gen" / mod.name / "blob"
         art = f"lib/{artifact_name(mod)}"
-        r.artifact = opts.build_dir / art
+        try:  # names from the table never leave the build dir (checked at plan time too)
+            r.artifact = inside(opts.build_dir, art)
+            inside(opts.build_dir, "obj", mod.name)
+        except QolaError as exc:
+            fail(r, exc)
+            continue
         more = extra(mod, r) if extra else {}
         if r.status == "failed":  # the hook could not prepare it (its error is in the result)
             continue

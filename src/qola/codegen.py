@@ -2,7 +2,8 @@
 
 A stamp over (commands, generator sources, filters) skips unchanged runs;
 every run starts from an empty staging dir, so instances from an earlier filter
-never survive. A generator's exit code is checked (AITER ignores it).
+never survive. A generator's exit code is checked (AITER ignores it). Staging dirs carry their owner's pid
+(``.staging-<pid>``, ``.old-<pid>``): :func:`clean_stale` removes those of killed runs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from qola.errors import FailedProcessError, QolaError
+from qola.fsutil import atomic_write, inside, remove_stale
 from qola.genrules import asm_arch, missing_package_hint, skip_warning
 from qola.plan import OUTPUT_DIR, Generator
 from qola.tree.aiter_configs import CONFIGS_TOKEN, MergedConfig, merge, render, write_merged
@@ -26,6 +28,8 @@ from qola.tree.aiter_configs import CONFIGS_TOKEN, MergedConfig, merge, render, 
 STAMP = "stamp.json"
 CONFIGS_DIR = "configs"  # gen_root/configs: merged tuned configs ({qola_configs} in commands)
 GENERATED_EXTS = (".cu", ".cpp")
+STAGING_PREFIXES = (".staging-", ".old-")  # gen_root/<module>/.staging-<pid>, .old-<pid>
+LISTING_PREFIX = "qola-list-"  # <tmp>/qola-list-<pid>-…: a generator's --list_blobs run (qola.variants)
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,7 @@ def run_generators(
     QolaError on an absent one — except an absent script under ``hsa_dir/<gfx…>/`` (a per-arch asm
     generator, :mod:`qola.genrules`), which is skipped and named in ``GenResult.warnings``."""
     job = write_configs(job, gen_root)
-    mod_dir = gen_root / job.module
+    mod_dir = inside(gen_root, job.module)
     blob = mod_dir / "blob"
     stamp_file = mod_dir / STAMP
     stamp = stamp_of(job, python)
@@ -161,10 +165,23 @@ def run_generators(
             blob.rename(old)
         staging.rename(blob)
         shutil.rmtree(old, ignore_errors=True)
-        tmp = mod_dir / f".{STAMP}.tmp"
-        tmp.write_text(json.dumps({"stamp": stamp, "commands": commands, "warnings": warnings}, indent=1))
-        os.replace(tmp, stamp_file)
+        atomic_write(stamp_file, json.dumps({"stamp": stamp, "commands": commands, "warnings": warnings},
+                                            indent=1).encode())
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return GenResult(job.module, blob, generated_sources(blob), False, time.perf_counter() - start, tuple(commands),
                      tuple(warnings))
+
+
+def clean_stale(gen_root: Path) -> list[Path]:
+    """Remove the staging dirs that killed runs left in ``gen_root/<module>/`` (owner pid gone);
+    the paths removed."""
+    gone: list[Path] = []
+    try:
+        mods = sorted(p for p in Path(gen_root).iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return gone
+    for mod_dir in mods:
+        for prefix in STAGING_PREFIXES:
+            gone += remove_stale(mod_dir, prefix)
+    return gone

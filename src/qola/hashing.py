@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -12,3 +13,21 @@ def file_sha256(path: str | os.PathLike) -> str:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
+
+
+def regular_file_sha256(path: str | os.PathLike) -> tuple[str, int]:
+    """(sha256, size) of a regular file, opened without following a final symlink and checked with
+    ``fstat`` before reading: a FIFO, device or symlink raises OSError instead of hanging or being
+    followed."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{os.fspath(path)}: not a regular file")
+        h = hashlib.sha256()
+        size = 0
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size

@@ -16,6 +16,7 @@ from qola.audit import audit_artifact
 from qola.build import BuildReport, ModuleResult, fail
 from qola.consumers import ConsumerModule, common_header_text, consumer_files, render_config_header
 from qola.errors import QolaError
+from qola.fsutil import inside
 from qola.link import static_archive_steps, version_script, write_if_changed
 from qola.plan import ModulePlan, Plan
 from qola.toolchain import Toolchain
@@ -59,10 +60,15 @@ def hooks(plan: Plan, tc: Toolchain, build_dir: Path, *, isolate: bool = True,
             more["edges"].append(("asm", obj, (str(files.asm),), {"module": mod.name}))
             more["extra_inputs"].append(obj)
             more["cflags"] += [f"-I{files.header.parent}", embed.aiter_define(mod.name)]
+        try:  # names from the table never leave the build dir (checked at plan time too)
+            archive, work = inside(build_dir, "lib", f"{mod.md_name}.a"), inside(build_dir, "link", mod.name)
+            pyversion = inside(build_dir, "link", f"{mod.md_name}.pyversion")
+        except QolaError as exc:
+            fail(r, exc)
+            return {}
         if mod.link == "static" and not mod.is_python_module:
             objs = [Path(build_dir) / ninja_obj for ninja_obj in _objects(mod, r, more)]
-            steps = static_archive_steps(objs, build_dir / "lib" / f"{mod.md_name}.a", ns,
-                                         build_dir / "link" / mod.name, isolate=isolate and isolated(mod))
+            steps = static_archive_steps(objs, archive, ns, work, isolate=isolate and isolated(mod))
             if more.get("localize_hidden") and isolate and isolated(mod):
                 steps = [s[:1] + ["--localize-hidden"] + s[1:] if s[0].endswith("objcopy") else s for s in steps]
             more["rule"] = "archive"
@@ -71,7 +77,7 @@ def hooks(plan: Plan, tc: Toolchain, build_dir: Path, *, isolate: bool = True,
             more["ldflags"] += [f"-Wl,--version-script={vscript}", f"-Wl,-soname,{mod.md_name}.so"]
             more["implicit"].append(str(vscript))
         elif isolate and mod.is_python_module:  # a Python module needs nothing but its init function
-            pyscript = write_if_changed(build_dir / "link" / f"{mod.md_name}.pyversion",
+            pyscript = write_if_changed(pyversion,
                                         f"{{\n  global:\n    PyInit_{mod.md_name};\n  local:\n    *;\n}};\n")
             more["ldflags"].append(f"-Wl,--version-script={pyscript}")
             more["implicit"].append(str(pyscript))

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from qola.audit import ExportRule, demangle
 from qola.errors import FailedProcessError, QolaError
+from qola.fsutil import inside, write_if_changed  # write_if_changed: callers import it from here too
 
 _RSP_SPECIAL = set(" \t\n\r\v\f'\"\\")
 
@@ -67,21 +68,6 @@ def rsp_text(paths: Iterable[str | os.PathLike]) -> str:
     def esc(arg: str) -> str:
         return "".join("\\" + c if c in _RSP_SPECIAL else c for c in arg)
     return "".join(esc(os.fspath(p)) + "\n" for p in paths)
-
-
-def write_if_changed(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` unless it already holds exactly that (keeps mtimes for ninja)."""
-    path = Path(path)
-    try:
-        if path.read_text(encoding="utf-8") == text:
-            return path
-    except OSError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
 
 
 def shared_link_argv(linker: str, objs_rsp: Path, out: Path, version_script: Path | None,
@@ -137,12 +123,12 @@ def static_archive_steps(objs: Sequence[Path], out: Path, namespace: str, work_d
         raise QolaError(f"no objects to archive into {out}")
     work = Path(work_dir)
     stem = _stem(out)
-    rsp = write_if_changed(work / f"{stem}.objs.rsp", rsp_text(objs))
-    partial, member = work / f"{stem}.r.o", work / f"{stem}.o"
+    rsp = write_if_changed(inside(work, f"{stem}.objs.rsp"), rsp_text(objs))
+    partial, member = inside(work, f"{stem}.r.o"), inside(work, f"{stem}.o")
     relink = [tools.ld, "-r"] + (["--force-group-allocation"] if isolate else [])
     steps = [relink + ["-o", os.fspath(partial if isolate else member), f"@{rsp}"]]
     if isolate:
-        symlist = work / f"{stem}.localize"
+        symlist = inside(work, f"{stem}.localize")
         ask = [tools.python, "-m", "qola.link", "localize-list", "--namespace", rule.namespace]
         if c_prefix is not None:
             ask += ["--c-prefix", c_prefix]

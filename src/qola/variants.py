@@ -22,13 +22,13 @@ import itertools
 import re
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from qola.errors import QolaError
+from qola.fsutil import pid_tempdir
 from qola.manifest import Manifest
 from qola.plan import OUTPUT_DIR, Generator, ModulePlan, Plan
 
@@ -106,7 +106,7 @@ def flavor_of(gen: Generator) -> str:
 
 def list_blobs(gen: Generator, env: Mapping[str, str], filt: str | None = None, python: str = sys.executable) -> list[str]:
     """File stems the generator would write (``--list_blobs``), optionally under ``filt``."""
-    with tempfile.TemporaryDirectory(prefix="qola-list-") as tmp:
+    with pid_tempdir("qola-list-") as tmp:  # pid in the name: a killed run's is removed later
         out = Path(tmp) / "blobs.txt"
         argv = [a.replace(OUTPUT_DIR, str(Path(tmp) / "out")) for a in gen.argv]
         extra = ["--filter", filt] if filt else []
