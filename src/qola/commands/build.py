@@ -97,6 +97,7 @@ def _run(args: argparse.Namespace, env: dict[str, str], argv: list[str], out: Pa
     from qola.build import BuildOptions, run_build  # noqa: PLC0415
     from qola.commands.common import hip_version as prepared_hip_version  # noqa: PLC0415
     from qola.commands.common import prepare, warn  # noqa: PLC0415
+    from qola.publish import prepare as prepare_output  # noqa: PLC0415
     from qola.publish import publish  # noqa: PLC0415
     from qola.toolchain import default_jobs, find_toolchain  # noqa: PLC0415
 
@@ -107,6 +108,9 @@ def _run(args: argparse.Namespace, env: dict[str, str], argv: list[str], out: Pa
     jplan = jitbuild.plan_jit(prepared.plan, manifest, env)  # [jit]: instances built ahead; None without it
     console = Console(stderr=True)
     warn(plan.warnings)
+    if not args.dry_run:  # refuse an OUT qola did not write, and clear what killed runs left, before compiling
+        for note in prepare_output(out, build_dir):
+            console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     versions = manifest.qola.rocm_versions if plan.vendor == "hip" else manifest.qola.cuda_versions
     # a dry run only plans: with HIP it takes AITER's flags for the manifest's ROCm version, unprobed
     assume = (versions or [None])[0] if args.dry_run and plan.vendor == "hip" else None
