@@ -294,14 +294,16 @@ def fake_output(built, out: Path, isolate: bool = True) -> Path:
 
 def test_qola_audit_clean_and_tampered(built, tmp_path):
     out = fake_output(built, tmp_path / "O")
-    proc = run_qola("audit", str(out))
+    proc = run_qola("audit", str(out), "--allow-failed")
     assert proc.returncode == 0, proc.stderr
     assert "1 artifact(s) clean" in proc.stdout
+    proc = run_qola("audit", str(out))  # the failed module: the output lacks it
+    assert proc.returncode == 1 and "broken: failed to build" in proc.stderr, proc.stderr
     # an unexpected export: the manifest no longer lists one the library has
     data = json.loads((out / "manifest.json").read_text())
     dropped = data["modules"][0]["exports"].pop()
     (out / "manifest.json").write_text(json.dumps(data))
-    proc = run_qola("audit", str(out))
+    proc = run_qola("audit", str(out), "--allow-failed")
     assert proc.returncode == 1 and "unexpected export" in proc.stderr, proc.stderr
     data["modules"][0]["exports"].append(dropped)
     (out / "manifest.json").write_text(json.dumps(data))
@@ -310,7 +312,7 @@ def test_qola_audit_clean_and_tampered(built, tmp_path):
     blob = bytearray(so.read_bytes())
     blob[blob.index(b"GCC: (") + 1] ^= 0x20
     so.write_bytes(bytes(blob))
-    proc = run_qola("audit", str(out))
+    proc = run_qola("audit", str(out), "--allow-failed")
     assert proc.returncode == 1 and "sha256" in proc.stderr and "size" not in proc.stderr, proc.stderr
 
 

@@ -1,68 +1,156 @@
-"""``qola audit O``: re-check every built artifact of an output directory against its manifest.json.
+"""``qola audit OUT``: check a whole output directory against the manifest.json qola wrote there.
 
-For each module with an artifact: the file exists, its size and sha256 match, the ELF export
-audit passes (only ``qola::<ns>::…`` / ``<ns>_…``), and the exported names equal the recorded
-``exports``. Exit 0 when clean, 1 listing every mismatch, 2 when manifest.json is missing or
-unreadable.
+Exit 0 when clean, 1 listing every problem, 2 when manifest.json is missing or unreadable.
 
-manifest.json, as far as this command reads it::
+* **Layout.** ``OUT/current`` names a version ``OUT/.qola/v<N>`` and ``OUT/lib``, ``include``, …,
+  ``manifest.json`` are the links ``current/<entry>``; nothing else at the top of OUT. The audit
+  reads one version, resolved once, so a publish switching versions meanwhile cannot mix two.
+* **Files.** Every file of the version is in manifest.json's ``files`` with its size and sha256,
+  and every recorded file exists: an extra library in ``lib/``, garbage in ``jit/`` or a missing
+  header is a problem. Symlinks, FIFOs and devices are problems and are never opened.
+* **Modules.** A ``built`` module's artifact is one of those files, passes the ELF export audit
+  (only ``qola::<ns>::…`` / ``<ns>_…``; a ``pybind`` module also ``PyInit_<module>``) and exports
+  exactly its recorded ``exports`` (mangled or demangled names). A ``failed`` module is a problem
+  — the output lacks it — unless ``--allow-failed``; it must have no artifact either way. Any other
+  status (qola writes none, e.g. ``skipped``) is a problem: its files would go unchecked.
 
-    {"namespace": "te",
-     "modules": [{"name": "libmha_fwd", "status": "built", "artifact": "lib/te_libmha_fwd.so",
-                  "sha256": "…", "size": 123, "exports": ["_ZN4qola2te…", "te_…"],
-                  "mode": "cpp_itfs", "allowed_extra": []}]}
-
-``exports`` entries may be mangled or demangled names. Modules whose status is ``failed`` or
-``skipped`` (or that have no artifact) are not checked. A ``pybind`` module may also export
-``PyInit_<module>``.
+An output written before versioned publishing (no ``OUT/current``) is read in place; one whose
+manifest.json has no ``files`` record gets the checks that need none: ``lib/`` holds only recorded
+artifacts (and ``pkgconfig/``), ``jit/`` only dirs of modules with a ``jit`` record.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 
 from qola import audit
 from qola.errors import BuildFailed, QolaError
+from qola.hashing import regular_file_sha256
 
-SKIPPED_STATUS = ("failed", "skipped", "not_built", "error")
+STATUSES = ("built", "failed")  # what qola writes
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "audit",
-        help="re-check built libraries: checksums, exported symbols, isolation",
-        description="Re-check each artifact listed in OUT/manifest.json: size and sha256, the ELF "
-        "export audit (only qola::<ns>:: and <ns>_ symbols), and the recorded export list.",
+        help="check an output dir against its manifest.json: every file, checksums, exports",
+        description="Check OUT against OUT/manifest.json: the layout, every file (nothing unrecorded, "
+        "nothing missing, sizes and sha256), each built library's ELF exports (only qola::<ns>:: and "
+        "<ns>_ symbols, exactly the recorded list), and that every module built.",
     )
     p.add_argument("output_dir", metavar="OUT", help="a qola output directory (holds manifest.json)")
     p.add_argument("--namespace", help="check against this namespace instead of the manifest's")
+    p.add_argument("--allow-failed", action="store_true",
+                   help="a module recorded as failed (and absent) is not a problem")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show a traceback on errors")
     p.set_defaults(func=run)
 
 
-def load_manifest(out_dir: Path) -> dict:
-    path = Path(out_dir) / "manifest.json"
+def load_manifest(root: Path) -> dict:
+    path = Path(root) / "manifest.json"
     try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise QolaError(f"{path} is not a regular file")
+        if st.st_size > 1 << 30:
+            raise QolaError(f"{path} is {st.st_size} bytes: not a manifest qola wrote")
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise QolaError(f"{path} does not exist", hint="is OUT the --output-dir of a qola build?") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise QolaError(f"cannot read {path}: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("modules"), list):
         raise QolaError(f"{path}: not a qola manifest (no 'modules' list)")
     return data
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def resolve_root(out: Path) -> tuple[Path, list[str]]:
+    """(the dir holding the published files, layout problems). Versioned: the version
+    ``OUT/current`` names (resolved once); otherwise OUT itself."""
+    from qola.publish import CURRENT, ENTRIES, STORE, current_version  # noqa: PLC0415
+
+    out = Path(out)
+    if not os.path.lexists(out / CURRENT):
+        return out, []
+    root = current_version(out)
+    if root is None:
+        raise QolaError(f"{out / CURRENT} does not name a version under {out / STORE}",
+                        hint="rebuild into OUT (qola build -o OUT)")
+    problems = []
+    for name in ENTRIES:
+        p = out / name
+        if not p.is_symlink() or os.readlink(p) != f"{CURRENT}/{name}":
+            problems.append(f"layout: {p} is not the link {CURRENT}/{name}")
+    for entry in sorted(os.listdir(out)):
+        if entry not in (*ENTRIES, CURRENT, STORE):
+            problems.append(f"layout: {out / entry} is not part of a qola output")
+    return root, problems
+
+
+def _walk(root: Path) -> tuple[dict[str, os.stat_result], list[str]]:
+    """(root-relative path -> lstat of every regular file except manifest.json, problems for
+    entries that are neither files nor dirs). Never follows a symlink."""
+    found, problems = {}, []
+    for d, dirs, files in os.walk(root):
+        for name in sorted(dirs + files):
+            p = Path(d) / name
+            rel = p.relative_to(root).as_posix()
+            st = os.lstat(p)
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+                problems.append(f"files: {rel} is {kind}")
+            elif rel != "manifest.json":
+                found[rel] = st
+    return found, problems
+
+
+def check_files(root: Path, recorded: dict) -> tuple[int, list[str]]:
+    """(files checked, problems): the tree under ``root`` equals ``recorded`` exactly."""
+    present, problems = _walk(root)
+    for rel in sorted(set(present) - set(recorded)):
+        problems.append(f"files: {rel} is not recorded in manifest.json")
+    for rel in sorted(recorded):
+        want = recorded[rel]
+        if rel not in present:
+            if not isinstance(rel, str) or rel.startswith("/") or ".." in rel.split("/"):
+                problems.append(f"files: recorded path {rel!r} is not inside the output")
+            else:
+                problems.append(f"files: {rel} is recorded but missing")
+            continue
+        if not isinstance(want, dict):
+            problems.append(f"files: {rel}: record {want!r} is not an object")
+            continue
+        try:
+            digest, size = regular_file_sha256(root / rel)
+        except OSError as exc:
+            problems.append(f"files: {rel}: cannot read: {exc}")
+            continue
+        if want.get("size") != size:
+            problems.append(f"files: {rel} size {size} != recorded {want.get('size')}")
+        if want.get("sha256") != digest:
+            problems.append(f"files: {rel} sha256 {digest[:16]}… != recorded {str(want.get('sha256'))[:16]}…")
+    return len(present), problems
+
+
+def check_unrecorded_legacy(root: Path, modules: list) -> list[str]:
+    """For a manifest without ``files``: lib/ and jit/ hold nothing the modules do not record."""
+    arts = {m.get("artifact") for m in modules if isinstance(m, dict)}
+    jits = {(m.get("jit") or {}).get("dir") for m in modules if isinstance(m, dict) and isinstance(m.get("jit"), dict)}
+    present, problems = _walk(root)
+    for rel in sorted(present):
+        top = rel.split("/")[0]
+        if top == "lib" and rel not in arts and not rel.startswith("lib/pkgconfig/"):
+            problems.append(f"files: {rel} is not a recorded artifact")
+        elif top == "jit" and "/".join(rel.split("/")[:2]) not in jits:
+            problems.append(f"files: {rel} belongs to no module's recorded JIT dir")
+    return problems
 
 
 def _extra(module: dict, artifact: Path) -> tuple[str, ...]:
@@ -72,20 +160,24 @@ def _extra(module: dict, artifact: Path) -> tuple[str, ...]:
     return tuple(extra)
 
 
-def check_module(out_dir: Path, module: dict, namespace: str) -> list[str]:
-    """Every mismatch of one module, as lines (empty when clean)."""
+def check_module(root: Path, module: dict, namespace: str, files: dict | None = None) -> list[str]:
+    """Every problem of one built module, as lines (empty when clean)."""
     name = module.get("name", "?")
     rel = module.get("artifact")
     if not isinstance(rel, str) or not rel:
-        return [f"{name}: no artifact recorded (status {module.get('status')!r})"]
-    path = Path(out_dir) / rel
-    if not path.is_file():
+        return [f"{name}: status built but no artifact recorded"]
+    if files is not None and rel not in files:
+        return [f"{name}: artifact {rel} is not in manifest.json's files"]
+    path = Path(root) / rel
+    try:
+        digest, size = regular_file_sha256(path)
+    except FileNotFoundError:
         return [f"{name}: {rel} is missing"]
+    except OSError as exc:
+        return [f"{name}: {rel}: cannot read: {exc}"]
     problems = []
-    size = path.stat().st_size
     if module.get("size") is not None and module["size"] != size:
         problems.append(f"{name}: {rel} size {size} != recorded {module['size']}")
-    digest = _sha256(path)
     if module.get("sha256") and module["sha256"] != digest:
         problems.append(f"{name}: {rel} sha256 {digest[:16]}… != recorded {str(module['sha256'])[:16]}…")
     try:
@@ -108,26 +200,51 @@ def check_module(out_dir: Path, module: dict, namespace: str) -> list[str]:
     return problems
 
 
-def audit_output(out_dir: Path, namespace: str | None = None) -> tuple[int, list[str]]:
-    """(number of artifacts checked, mismatch lines) for an output directory."""
-    data = load_manifest(out_dir)
+def audit_output(out_dir: Path, namespace: str | None = None, *,
+                 allow_failed: bool = False) -> tuple[int, list[str], list[str]]:
+    """(artifacts checked, problem lines, notes) for an output directory."""
+    root, problems = resolve_root(Path(out_dir))
+    data = load_manifest(root)
     ns = audit.check_namespace(namespace or data.get("namespace") or "")
-    checked, problems = 0, []
+    notes: list[str] = []
+    files = data.get("files")
+    if isinstance(files, dict):
+        nfiles, more = check_files(root, files)
+        problems += more
+        notes.append(f"{nfiles} file(s)")
+    else:
+        files = None
+        problems += check_unrecorded_legacy(root, data["modules"])
+        notes.append("manifest.json records no file list (written by an older qola): only lib/ and jit/ "
+                     "were checked for unrecorded files")
+    checked = 0
     for module in data["modules"]:
         if not isinstance(module, dict):
             problems.append(f"manifest.json: module entry {module!r} is not an object")
             continue
-        if module.get("status") in SKIPPED_STATUS or (not module.get("artifact") and module.get("status") != "built"):
-            continue
-        checked += 1
-        problems += check_module(Path(out_dir), module, ns)
-    return checked, problems
+        name, status = module.get("name", "?"), module.get("status")
+        if status == "built":
+            checked += 1
+            problems += check_module(root, module, ns, files)
+        elif status == "failed":
+            if module.get("artifact"):
+                problems.append(f"{name}: status failed but artifact {module['artifact']} recorded")
+            md = module.get("md_name")
+            for lib in (f"lib/{md}.so", f"lib/{md}.a") if isinstance(md, str) and md else ():
+                if lib in (files or {}) or os.path.lexists(root / lib):  # exact names, never a pattern
+                    problems.append(f"{name}: status failed but its library {lib} is present")
+            line = f"{name}: failed to build (see {module.get('log') or 'its log'})"
+            (notes if allow_failed else problems).append(line)
+        else:
+            problems.append(f"{name}: status {status!r} is not one qola writes ({' or '.join(STATUSES)}): "
+                            "its files are not checked")
+    return checked, problems, notes
 
 
 def run(args: argparse.Namespace) -> int:
-    checked, problems = audit_output(Path(args.output_dir), args.namespace)
+    checked, problems, notes = audit_output(Path(args.output_dir), args.namespace, allow_failed=args.allow_failed)
     if problems:
         body = "\n".join(f"  {p}" for p in problems)
         raise BuildFailed(f"audit of {args.output_dir}: {len(problems)} problem(s) in {checked} artifact(s):\n{body}")
-    print(f"audit of {args.output_dir}: {checked} artifact(s) clean")
+    print(f"audit of {args.output_dir}: {checked} artifact(s) clean; " + "; ".join(notes))
     return 0
