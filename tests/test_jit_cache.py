@@ -11,6 +11,7 @@ import pytest
 
 from qola.errors import QolaError
 from qola.jit import cache as jc
+from qola.jit.key import entry_key
 
 
 def test_default_cache_dir():
@@ -36,15 +37,21 @@ def test_private_dir_checks(tmp_path):
     assert cache.network is None
 
 
-def _entry(cache: jc.JitCache, key: str, data: bytes) -> None:
+def _key(tag: str) -> str:
+    return entry_key(tag * 64, "c" * 64)
+
+
+def _entry(cache: jc.JitCache, key: str, data: bytes, tag: str = "a") -> None:
+    """Publish an entry as prebuild does (with the record of its sources); ``key`` = _key(tag)."""
     built = cache.path / f".tmp-{key}-x.so"
     built.write_bytes(b"\x7fELF" + data)
-    cache.publish(key, built, {"unit": "u", "module": "m"})
+    cache.publish(key, built, {"unit": "u", "module": "m", "compiler_id": "c" * 64, "content_key": tag * 64,
+                               "source_sha256": "5" * 64, "headers_sha256": ""})  # fmt: skip
 
 
 def test_entry_states(tmp_path):
     cache = jc.JitCache(tmp_path / "c")
-    key = "a" * 64
+    key = _key("a")
     assert cache.entry(key).problem == "missing"
     _entry(cache, key, b"payload" * 100)
     assert cache.entry(key).problem is None
@@ -92,13 +99,13 @@ def test_network_file_systems_lock_in_tmp(tmp_path, monkeypatch):
 
 def test_clean_keeps_valid_entries_unless_all(tmp_path):
     cache = jc.JitCache(tmp_path / "c")
-    _entry(cache, "d" * 64, b"ok")
-    _entry(cache, "e" * 64, b"broken")
-    (cache.path / f"{'e' * 64}.so").write_bytes(b"\x7fELFbrokeN")
+    _entry(cache, _key("d"), b"ok", "d")
+    _entry(cache, _key("e"), b"broken", "e")
+    (cache.path / f"{_key('e')}.so").write_bytes(b"\x7fELFbrokeN")
     (cache.path / "logs" / "x.log").write_text("log")
     (cache.path / "headers" / "h").mkdir()
     removed = cache.clean(everything=False)
-    assert cache.keys() == ["d" * 64] and (cache.path / "headers" / "h").exists()
+    assert cache.keys() == [_key("d")] and (cache.path / "headers" / "h").exists()
     assert any(p.name == "x.log" for p in removed)
     cache.clean(everything=True)
     assert cache.keys() == [] and not (cache.path / "headers" / "h").exists()

@@ -1,17 +1,22 @@
 """``qola jit``: prebuild, list, verify and clean the on-demand JIT cache.
 
 The cache dir is the runtime's (QOLA_JIT_CACHE_DIR, else $XDG_CACHE_HOME/qola/jit, else
-~/.cache/qola/jit) and gets the same checks: owned by you, not writable by others.
+~/.cache/qola/jit) and gets the same checks: owned by you, not writable by others, and every
+subdir and file in it a real directory / regular file owned by you or root. What OUT/jit says
+is checked against the table its library recorded (qola.jit.libtable).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from qola.errors import QolaError
+from qola.jit import headers as hdr
+from qola.jit import libtable, safeio
 from qola.jit import prebuild as pb
 from qola.jit.cache import JitCache, default_cache_dir
 
@@ -37,13 +42,22 @@ def register(subparsers) -> None:
     b.add_argument("-j", "--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2), metavar="N")
     b.add_argument("--prebuilt-dir", type=Path, metavar="D",
                    help="write here (for QOLA_JIT_PREBUILT_DIR or OUT/jit/prebuilt) instead of the cache")
+    b.add_argument("--library", type=Path, action="append", default=[], metavar="LIB",
+                   help="the library (.so/.a) whose recorded JIT table OUT/jit is checked against "
+                        "(default: the libraries in OUT/lib)")
     b.set_defaults(func=run_prebuild)
 
     ls = sub.add_parser("ls", help="list cache entries, or the units of OUT and whether they are ready")
     ls.add_argument("out", type=Path, nargs="?", metavar="OUT")
+    ls.add_argument("--library", type=Path, action="append", default=[], metavar="LIB", help="as for prebuild")
     ls.set_defaults(func=run_ls)
 
-    v = sub.add_parser("verify", help="re-hash every cache entry; exit 1 if any is broken")
+    v = sub.add_parser("verify", help="re-hash every cache entry, report stale temp files; exit 1 if any is broken",
+                       description="Check every cache entry (file types, owner, mode, size, sha256, the record "
+                       "of its sources), the unpacked headers and leftover temp files. With OUT (or --library), "
+                       "entries of its units must have been built from the sources its library recorded.")
+    v.add_argument("out", type=Path, nargs="?", metavar="OUT", help="also check against this build output")
+    v.add_argument("--library", type=Path, action="append", default=[], metavar="LIB", help="as for prebuild")
     v.add_argument("--fix", action="store_true", help="remove broken entries and stale temp files")
     v.set_defaults(func=run_verify)
 
@@ -64,14 +78,27 @@ def _cache(args: argparse.Namespace, *, create: bool = True) -> JitCache:
     return JitCache(path, create=create)
 
 
+def _tables(args: argparse.Namespace) -> list[libtable.LibModule]:
+    """The tables of OUT's libraries (or of --library), each checked against its index.json."""
+    if args.out is not None:
+        return list(pb.module_tables(pb.find_jit_dirs(args.out), args.library).values())
+    mods: list[libtable.LibModule] = []
+    for lib in args.library:
+        found = libtable.read_library(lib)
+        if not found:
+            raise QolaError(f"{lib} records no JIT table", hint="give a library built by qola with deferred units")
+        mods += found
+    return mods
+
+
 def run_prebuild(args: argparse.Namespace) -> int:
     env = _env()
     if args.jobs < 1:
         raise QolaError(f"-j must be at least 1, got {args.jobs}")
-    cache = JitCache(args.prebuilt_dir) if args.prebuilt_dir else _cache(args)
-    units = pb.select_units(pb.find_jit_dirs(args.out), env, args.filter)
+    units = pb.select_units(pb.find_jit_dirs(args.out), env, args.filter, args.library)
     if not units:
         raise QolaError(f"no JIT unit matches {args.filter!r}", hint="`qola jit ls OUT` lists them")
+    cache = JitCache(args.prebuilt_dir) if args.prebuilt_dir else _cache(args)
 
     def progress(status: str, msg: str) -> None:
         print(f"{status:8} {msg}", file=sys.stderr if status == "failed" else sys.stdout)
@@ -92,43 +119,87 @@ def run_ls(args: argparse.Namespace) -> int:
             print(f"{e.key[:16]}  {e.size:>10}  {e.fields.get('module', '?')}/{e.fields.get('unit', '?')}  {status}")
         print(f"{n} entries in {cache.path}")
         return 0
+    units = pb.select_units(pb.find_jit_dirs(args.out), env, libraries=args.library)
     cache_path = args.cache_dir or default_cache_dir(env)
     caches = [JitCache(cache_path, create=False)] if cache_path.exists() else []
     prebuilt = [Path(p) for p in env.get("QOLA_JIT_PREBUILT_DIR", "").split(":") if p]
-    dirs = pb.find_jit_dirs(args.out)
-    prebuilt += [d for d in {jd.parent / "prebuilt" for jd in dirs} if d.is_dir()]
-    caches += [JitCache(p, create=False, check=False) for p in prebuilt if p.is_dir()]
+    prebuilt += sorted({u.jit_dir.parent / "prebuilt" for u in units})
+    for p in prebuilt:
+        if p.is_dir():
+            try:
+                caches.append(JitCache(p, create=False, readonly=True))
+            except QolaError as exc:
+                print(f"note: skipping prebuilt dir: {exc.message}", file=sys.stderr)
     ready = 0
-    units = pb.select_units(dirs, env)
     for u in units:
-        where = next((str(c.path) for c in caches if c.entry(u.key).problem is None), None)
+        where = None
+        for c in caches:
+            e = c.entry(u.key)
+            if e.problem is None and pb.entry_matches(e.fields, u.table, u.unit):
+                where = str(c.path)
+                break
         ready += where is not None
-        print(f"{u.module}/{u.unit['name']}  {u.key[:16]}  {'ready in ' + where if where else 'not compiled'}")
+        print(f"{u.module}/{u.unit.name}  {u.key[:16]}  {'ready in ' + where if where else 'not compiled'}")
     print(f"{ready} of {len(units)} units ready")
     return 0
 
 
+def _header_problems(cache: JitCache, tables: list[libtable.LibModule]) -> list[tuple[Path, str]]:
+    digests = {t.headers_sha256: t.headers_digest for t in tables if t.headers_sha256}
+    problems = []
+    heads = cache.path / "headers"
+    for p in sorted(heads.iterdir()) if heads.is_dir() else []:
+        if p.name.startswith(".tmp-"):
+            continue
+        try:
+            digest = hdr.tree_digest(p)
+        except safeio.Refused as exc:
+            problems.append((p, exc.message))
+            continue
+        if p.name in digests and digest != digests[p.name]:
+            problems.append((p, "does not hold the headers the library recorded (digest differs)"))
+    return problems
+
+
 def run_verify(args: argparse.Namespace) -> int:
+    tables = _tables(args)
     cache = _cache(args, create=False)
-    broken = [e for e in cache.entries() if e.problem is not None]
-    total = len(cache.keys())
-    for e in broken:
-        print(f"BROKEN {e.key}: {e.problem}")
+    by_content = {u.content_key: (t, u) for t in tables for u in t.units.values()}
+    broken: list[tuple[str, str]] = []
+    total = 0
+    for e in cache.entries():
+        total += 1
+        problem = e.problem
+        hit = by_content.get(e.fields.get("content_key", ""))
+        if problem is None and hit and not pb.entry_matches(e.fields, *hit):
+            problem = f"not built from the sources {hit[0].library} recorded for unit {hit[1].name}"
+        if problem is not None:
+            broken.append((e.key, problem))
+    for key, problem in broken:
+        print(f"BROKEN {key}: {problem}")
         if args.fix:
-            with cache.lock(e.key, blocking=False) as got:
+            with cache.lock(key, blocking=False) as got:
                 if got:
-                    cache.remove(e.key)
-                    print(f"  removed {e.key}")
+                    cache.remove(key)
+                    print(f"  removed {key}")
                 else:
-                    print(f"  skipped {e.key}: being compiled right now")
-    if args.fix:
-        for p in cache.temp_files():
-            with cache.lock(p.name[5:69], blocking=False) as got:
-                if got:
-                    p.unlink(missing_ok=True) if not p.is_dir() else None
-    print(f"{total - len(broken)} of {total} entries ok in {cache.path}")
-    if broken and not args.fix:
-        print("hint: `qola jit verify --fix` removes the broken entries (rebuilt on next use)", file=sys.stderr)
+                    print(f"  skipped {key}: being compiled right now")
+    bad_headers = _header_problems(cache, tables)
+    for p, why in bad_headers:
+        print(f"BROKEN {p}: {why}")
+        if args.fix:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+            print(f"  removed {p}")
+    stale = [t for t in cache.temps() if t.stale]
+    for t in stale:
+        print(f"STALE {t.path}: temp file of an interrupted compile or write")
+        if args.fix:
+            print(f"  removed {t.path}" if cache.remove_temp(t) else f"  skipped {t.path}: in use now")
+    checked = f" (checked against {len(tables)} library table(s))" if tables else ""
+    print(f"{total - len(broken)} of {total} entries ok, {len(stale)} stale temp file(s) in {cache.path}{checked}")
+    if (broken or stale or bad_headers) and not args.fix:
+        print("hint: `qola jit verify --fix` removes the broken entries and stale temp files "
+              "(entries are rebuilt on next use)", file=sys.stderr)  # fmt: skip
         return EXIT_BROKEN
     return 0
 

@@ -7,7 +7,10 @@ Pieces (each module has one job):
 * :mod:`qola.jit.headers`  header closure of a unit, deterministic ``headers.tar.gz``
 * :mod:`qola.jit.key`      the key definition shared with the C++ runtime
 * :mod:`qola.jit.layout`   writes ``OUT/jit/<module>/`` + stubs + the runtime's table (build engine API)
-* :mod:`qola.jit.cache`    the cache on disk: checks, entries, locks, clean
+* :mod:`qola.jit.libtable` the table a library records (ELF section .qola_jit): the authority on its units
+* :mod:`qola.jit.schema`   shape checks of index.json and of that table (hostile input -> one QolaError)
+* :mod:`qola.jit.safeio`   open only trusted regular files (no symlink/FIFO/device, bounded, owner/mode)
+* :mod:`qola.jit.cache`    the cache on disk: checks, entries, temp files, locks, clean
 * :mod:`qola.jit.prebuild` ``qola jit prebuild``: compile units ahead of time, runtime-compatible
 * ``qola/data/jit/``       the C++17 runtime (libc + libdl): qola_jit.h and qola_jit*.cpp
 

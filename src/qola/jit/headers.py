@@ -10,22 +10,32 @@ bundle.
 
 The bundle is a deterministic ``headers.tar.gz`` (sorted, mtime 0, uid 0, PAX):
 the runtime unpacks it with the system ``tar -xzf`` once per bundle hash into the
-cache (libc + libdl only, no zlib), ``qola jit prebuild`` with Python's tarfile.
+cache (libc + libdl only, no zlib), ``qola jit prebuild`` with Python's tarfile. Both
+check the unpacked tree against the digest the library records (:func:`tree_digest`)
+before every use.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
+import hashlib
 import io
 import os
 import re
+import shutil
+import stat
 import tarfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from qola.errors import QolaError
+from qola.jit import safeio
 
+COMPLETE = ".qola-complete"  # marker of a finished unpack, left out of the digest
+MAX_TREE_ENTRIES = 200_000
+MAX_TREE_DEPTH = 64
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 SRCDIR = "srcdir"
 
@@ -113,13 +123,77 @@ def write_tar_gz(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
     os.replace(tmp, path)
 
 
-def unpack_tar_gz(bundle: Path, dest: Path) -> None:
-    """Extract a bundle written by :func:`write_tar_gz` (regular files only, no escapes)."""
-    with tarfile.open(bundle, "r:gz") as tf:
+def unpack_tar_gz(data: bytes, dest: Path, where: object = "header bundle") -> None:
+    """Extract a bundle written by :func:`write_tar_gz` (its bytes, already verified) into the
+    fresh directory ``dest``: regular files only (0644, created exclusively, never through a
+    link), directories 0755, no member outside ``dest``."""
+    try:
+        tf = tarfile.open(fileobj=io.BytesIO(data), mode="r:gz")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise QolaError(f"{where}: not a readable .tar.gz ({exc})") from None
+    with tf:
         for m in tf.getmembers():
-            if not m.isfile() or m.name.startswith("/") or ".." in Path(m.name).parts:
-                raise QolaError(f"{bundle}: unexpected member {m.name!r}")
-            target = dest / m.name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tf.extractfile(m) as src, open(target, "wb") as out:  # type: ignore[union-attr]
-                out.write(src.read())
+            parts = m.name.split("/")
+            if not m.isfile() or m.name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\n" in m.name:
+                raise QolaError(f"{where}: unexpected member {m.name!r}")
+            target = dest.joinpath(*parts)
+            for i in range(1, len(parts)):
+                d = dest.joinpath(*parts[:i])
+                if not d.is_dir() or d.is_symlink():
+                    d.mkdir(mode=0o755)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            with tf.extractfile(m) as src, os.fdopen(fd, "wb") as out:  # type: ignore[union-attr]
+                shutil.copyfileobj(src, out)
+
+
+def tree_digest(root: Path, *, skip: str = COMPLETE) -> str:
+    """:func:`qola.jit.key.headers_digest` of the regular files under ``root`` (paths relative to
+    it; ``skip`` at the top left out), as the runtime computes it (qola_jit_files.cpp). Raises
+    :class:`qola.jit.safeio.Refused` for a symlink, a special file, an untrusted entry (owner,
+    mode) or a tree too large or deep."""
+    files: list[tuple[bytes, str]] = []
+    count = 0
+
+    def walk(dfd: int, rel: str, depth: int) -> None:
+        nonlocal count
+        with os.scandir(dfd) as it:
+            names = [e.name for e in it]
+        for name in names:
+            if depth == 0 and name == skip:
+                continue
+            r = f"{rel}/{name}" if rel else name
+            shown = root / r
+            count += 1
+            if count > MAX_TREE_ENTRIES or depth >= MAX_TREE_DEPTH or "\n" in name:
+                raise safeio.Refused(f"refusing {shown}: the tree is too large or deep, or a name has a newline")
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+                try:
+                    if why := safeio.untrusted(os.fstat(sub)):
+                        raise safeio.Refused(f"refusing {shown}: {why}")
+                    walk(sub, r, depth + 1)
+                finally:
+                    os.close(sub)
+            elif stat.S_ISREG(st.st_mode):
+                with safeio.open_regular(name, dir_fd=dfd, max_size=safeio.MAX_SOURCE, trusted=True) as (fd, _):
+                    files.append((os.fsencode(r), safeio.sha256_fd(fd, safeio.MAX_SOURCE)[0]))
+            else:
+                raise safeio.Refused(f"refusing {shown}: not a regular file or directory")
+
+    try:
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise safeio.Refused(f"cannot open {root}: {exc.strerror}", missing=exc.errno == errno.ENOENT) from None
+    try:
+        if why := safeio.untrusted(os.fstat(top)):
+            raise safeio.Refused(f"refusing {root}: {why}")
+        walk(top, "", 0)
+    except OSError as exc:
+        raise safeio.Refused(f"cannot read {root}: {exc.strerror}") from None
+    finally:
+        os.close(top)
+    h = hashlib.sha256(b"qola-jit-headers-v1\n")
+    for rel, digest in sorted(files):
+        h.update(rel + b"\n" + digest.encode() + b"\n")
+    return h.hexdigest()

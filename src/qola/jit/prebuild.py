@@ -2,6 +2,12 @@
 
 Same keys, command line, entry format and locking as the runtime, so the runtime
 uses what this writes and the two never compile the same key at the same time.
+
+The library is the authority: what is compiled (flags, source hash, content key, header bundle
+and digest) comes from the table the library records (:mod:`qola.jit.libtable`); an
+``index.json`` that says otherwise is refused, a source or bundle whose bytes differ from the
+library's hashes is not compiled, and the unpacked headers are checked against the library's
+digest before every compile. The source is compiled from a private copy of the verified bytes.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +25,7 @@ from pathlib import Path
 from qola.errors import QolaError
 from qola.jit import headers as hdr
 from qola.jit import key as jkey
+from qola.jit import libtable, safeio
 from qola.jit.cache import JitCache
 from qola.jit.layout import read_index
 
@@ -27,10 +34,10 @@ from qola.jit.layout import read_index
 class Unit:
     module: str
     jit_dir: Path
-    index: dict
-    unit: dict
+    table: libtable.LibModule  # what the library recorded: the authority
+    unit: libtable.LibUnit
     key: str
-    compiler: jkey.JitCompiler
+    compiler: jkey.JitCompiler | None
 
 
 @dataclass
@@ -43,6 +50,8 @@ class PrebuildResult:
 def find_jit_dirs(out: Path) -> list[Path]:
     """OUT, OUT/jit or OUT/jit/<module> -> the module dirs holding an index.json."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise QolaError(f"{out} is not a directory", hint="give the build's output dir (it has jit/<module>/index.json)")
     for base in (out / "jit", out):
         found = sorted(p.parent for p in base.glob("*/index.json"))
         if found:
@@ -52,10 +61,10 @@ def find_jit_dirs(out: Path) -> list[Path]:
     raise QolaError(f"no JIT modules under {out}", hint="give the build's output dir (it has jit/<module>/index.json)")
 
 
-def resolve_compiler(index: dict, env: Mapping[str, str], memo: dict) -> jkey.JitCompiler | None:
+def resolve_compiler(table: libtable.LibModule, env: Mapping[str, str], memo: dict) -> jkey.JitCompiler | None:
     """The compiler the runtime would use: QOLA_JIT_COMPILER, else the recorded path (or its
     name in PATH). None if there is none."""
-    want = env.get("QOLA_JIT_COMPILER") or index["compiler"]["path"]
+    want = env.get("QOLA_JIT_COMPILER") or table.compiler
     path = jkey.which(want, env)
     if path is None and not env.get("QOLA_JIT_COMPILER"):
         path = jkey.which(os.path.basename(want), env)
@@ -66,74 +75,120 @@ def resolve_compiler(index: dict, env: Mapping[str, str], memo: dict) -> jkey.Ji
     return memo[path]
 
 
-def select_units(jit_dirs: Sequence[Path], env: Mapping[str, str], pattern: str | None = None) -> list[Unit]:
+def module_tables(jit_dirs: Sequence[Path], libraries: Iterable[Path] = ()) -> dict[Path, libtable.LibModule]:
+    """jit dir -> its library's table, after checking its index.json against that table."""
+    tables = libtable.tables_for(jit_dirs, libraries)
+    for d in jit_dirs:
+        libtable.check_index(read_index(d), tables[d], str(d / "index.json"))
+    return tables
+
+
+def select_units(jit_dirs: Sequence[Path], env: Mapping[str, str], pattern: str | None = None,
+                 libraries: Iterable[Path] = ()) -> list[Unit]:  # fmt: skip
     memo: dict = {}
     units = []
-    for d in jit_dirs:
-        index = read_index(d)
-        comp = resolve_compiler(index, env, memo)
-        for u in index["units"]:
-            if pattern and not fnmatch.fnmatch(u["name"], pattern):
+    for d, table in module_tables(jit_dirs, libraries).items():
+        comp = resolve_compiler(table, env, memo)
+        for name in sorted(table.units):
+            if pattern and not fnmatch.fnmatch(name, pattern):
                 continue
-            key = jkey.entry_key(u["content_key"], comp.identity) if comp else u["key"]
-            units.append(Unit(index["module"], d, index, u, key, comp))  # type: ignore[arg-type]
+            u = table.units[name]
+            key = jkey.entry_key(u.content_key, comp.identity if comp else table.compiler_id)
+            units.append(Unit(table.module, d, table, u, key, comp))
     return units
 
 
+def entry_matches(fields: Mapping[str, str], table: libtable.LibModule, unit: libtable.LibUnit) -> bool:
+    """Whether an entry's .meta says it was built from this unit of this library (as the runtime checks)."""
+    return (fields.get("content_key") == unit.content_key and fields.get("source_sha256") == unit.source_sha256
+            and fields.get("headers_sha256") == table.headers_sha256)  # fmt: skip
+
+
 def ensure_headers(cache: JitCache, u: Unit) -> Path:
-    """Unpack the module's bundle once into <cache>/headers/<sha> (as the runtime does)."""
-    h = u.index["headers"]
-    if not h["bundle"]:
+    """The module's bundle, unpacked into <cache>/headers/<sha> under the lock headers-<sha> (as the
+    runtime does) and checked against the library's digest; a tree that fails the check (owner,
+    mode, links, content) is moved aside and unpacked again."""
+    t = u.table
+    if not t.headers:
         return u.jit_dir
-    dest = cache.path / "headers" / h["sha256"]
-    if (dest / ".qola-complete").exists():
-        return dest
-    bundle = u.jit_dir / h["bundle"]
-    if jkey.file_sha256(bundle) != h["sha256"]:
-        raise QolaError(f"{bundle} does not match {u.jit_dir / 'index.json'}", hint="rebuild the output dir")
-    tmp = Path(tempfile.mkdtemp(dir=cache.path / "headers", prefix=f".tmp-{h['sha256']}-"))
-    try:
-        hdr.unpack_tar_gz(bundle, tmp)
-        (tmp / ".qola-complete").write_text("ok\n")
-        os.rename(tmp, dest)
-    except OSError:
-        if not (dest / ".qola-complete").exists():
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if not (t.headers_sha256 and t.headers_digest):
+        raise QolaError(f"module {t.module}: its library records no header digest", hint="rebuild the library")
+    heads = cache.path / "headers"
+    dest = heads / t.headers_sha256
+    with cache.lock(f"headers-{t.headers_sha256}"):
+        for p in heads.glob(f".tmp-{t.headers_sha256}-*"):  # we hold its lock: leftovers of dead unpacks
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+        if os.path.lexists(dest):
+            try:
+                if hdr.tree_digest(dest) == t.headers_digest:
+                    return dest
+            except safeio.Refused:
+                pass
+            aside = heads / f".tmp-{t.headers_sha256}-stale-{os.getpid()}"
+            os.rename(dest, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+        bundle = u.jit_dir / t.headers
+        data = safeio.read_regular(bundle, max_size=safeio.MAX_SOURCE, follow=True)
+        if jkey.sha256_hex(data) != t.headers_sha256:
+            raise QolaError(f"{bundle} does not match the library {t.library} (sha256 differs)",
+                            hint="restore OUT/jit from the build that produced the library")  # fmt: skip
+        tmp = Path(tempfile.mkdtemp(dir=heads, prefix=f".tmp-{t.headers_sha256}-"))
+        try:
+            hdr.unpack_tar_gz(data, tmp, bundle)
+            if hdr.tree_digest(tmp) != t.headers_digest:
+                raise QolaError(f"{bundle}: the unpacked headers do not match the library's digest")
+            (tmp / hdr.COMPLETE).write_text("ok\n")
+            os.rename(tmp, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return dest
 
 
-def compile_argv(u: Unit, headers: Path, out: Path) -> list[str]:
+def compile_argv(u: Unit, headers: Path, source: Path, out: Path) -> list[str]:
     subst = {"@QOLA_JIT_HEADERS@": str(headers), "@QOLA_JIT_DIR@": str(u.jit_dir)}
     flags = []
-    for f in u.index["flags"]:
+    for f in u.table.flags:
         for a, b in subst.items():
             f = f.replace(a, b)
-        flags.append(f)
-    return [u.compiler.path, *flags, "-o", str(out), str(u.jit_dir / u.unit["source"])]
+        if f:
+            flags.append(f)
+    return [u.compiler.path, *flags, "-o", str(out), str(source)]  # type: ignore[union-attr]
+
+
+def _suffix(source_rel: str) -> str:
+    ext = os.path.splitext(source_rel)[1]
+    return ext if len(ext) <= 8 and all(c.isalnum() or c in ".+" for c in ext) else ".cpp"
 
 
 def build_one(cache: JitCache, u: Unit, env: Mapping[str, str]) -> tuple[str, str]:
     """("built" | "present" | "failed", message). Holds the key's lock while compiling."""
-    name = f"{u.module}/{u.unit['name']}"
+    name = f"{u.module}/{u.unit.name}"
     if u.compiler is None:
-        return "failed", f"{name}: compiler {u.index['compiler']['path']} not found (set QOLA_JIT_COMPILER)"
+        return "failed", f"{name}: compiler {u.table.compiler} not found (set QOLA_JIT_COMPILER)"
     with cache.lock(u.key):
-        if cache.entry(u.key).problem is None:
+        e = cache.entry(u.key)
+        if e.problem is None and entry_matches(e.fields, u.table, u.unit):
             return "present", name
         cache.remove_stale_temps(u.key)
-        src = u.jit_dir / u.unit["source"]
-        if jkey.file_sha256(src) != u.unit["source_sha256"]:
-            return "failed", f"{name}: {src} does not match index.json"
+        src = u.jit_dir / u.unit.source
+        try:
+            text = safeio.read_regular(src, max_size=safeio.MAX_SOURCE, follow=True)
+        except safeio.Refused as exc:
+            return "failed", f"{name}: {exc.message}"
+        if jkey.sha256_hex(text) != u.unit.source_sha256:
+            return "failed", f"{name}: {src} does not match the library {u.table.library} (sha256 differs)"
         headers = ensure_headers(cache, u)
+        fd, copy = tempfile.mkstemp(dir=cache.path, prefix=f".tmp-{u.key}-", suffix=_suffix(u.unit.source))
+        with os.fdopen(fd, "wb") as f:
+            f.write(text)
         fd, tmp = tempfile.mkstemp(dir=cache.path, prefix=f".tmp-{u.key}-", suffix=".so")
         os.close(fd)
         log = cache.path / "logs" / f"{u.key}.log"
-        argv = compile_argv(u, headers, Path(tmp))
+        argv = compile_argv(u, headers, Path(copy), Path(tmp))
         try:
-            with open(log, "w") as lf:
-                lf.write(f"# qola jit prebuild: unit {u.unit['name']} of {u.module}\n# key {u.key}\n")
+            lfd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(lfd, "w") as lf:
+                lf.write(f"# qola jit prebuild: unit {u.unit.name} of {u.module} ({src})\n# key {u.key}\n")
                 lf.write(f"# {' '.join(argv)}\n")
                 lf.flush()
                 rc = subprocess.run(argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT,
@@ -141,8 +196,9 @@ def build_one(cache: JitCache, u: Unit, env: Mapping[str, str]) -> tuple[str, st
             if rc != 0 or os.path.getsize(tmp) == 0:
                 tail = log.read_text(errors="replace")[-2000:]
                 return "failed", f"{name}: compiler exited with {rc}; log: {log}\n{tail}"
-            fields = {"unit": u.unit["name"], "module": u.module, "compiler": u.compiler.path,
-                      "compiler_id": u.compiler.identity}  # fmt: skip
+            fields = {"unit": u.unit.name, "module": u.module, "compiler": u.compiler.path,
+                      "compiler_id": u.compiler.identity, "content_key": u.unit.content_key,
+                      "source_sha256": u.unit.source_sha256, "headers_sha256": u.table.headers_sha256}  # fmt: skip
             entry = cache.publish(u.key, Path(tmp), fields)
             if entry.problem:
                 return "failed", f"{name}: entry broken after writing: {entry.problem}"
@@ -150,17 +206,19 @@ def build_one(cache: JitCache, u: Unit, env: Mapping[str, str]) -> tuple[str, st
             return "built", name
         finally:
             Path(tmp).unlink(missing_ok=True)
+            Path(copy).unlink(missing_ok=True)
 
 
 def prebuild(units: Sequence[Unit], cache: JitCache, env: Mapping[str, str], jobs: int,
              progress: Callable[[str, str], None] | None = None) -> PrebuildResult:  # fmt: skip
     result = PrebuildResult()
+    cache.remove_stale_temps()  # what killed compiles left behind
 
     def work(u: Unit) -> tuple[str, str]:
         try:
             return build_one(cache, u, env)
         except (OSError, QolaError) as exc:
-            return "failed", f"{u.module}/{u.unit['name']}: {exc}"
+            return "failed", f"{u.module}/{u.unit.name}: {getattr(exc, 'message', None) or exc}"
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for status, msg in pool.map(work, units):

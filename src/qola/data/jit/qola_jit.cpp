@@ -113,14 +113,15 @@ std::string cache_dir_path()
     return home.empty() ? std::string() : home + "/.cache/qola/jit";
 }
 
-// Create (0700) and check the cache dir and its subdirs.
+// Create (0700) and check the cache dir and its subdirs: the root owned by us, every subdir a real
+// directory owned by us or root, none of them writable by group or others.
 bool prepare_cache(std::string* dir, std::string* err)
 {
     *dir = cache_dir_path();
     if(dir->empty()) { *err = "no JIT cache dir: set QOLA_JIT_CACHE_DIR (HOME is unset)"; return false; }
     if(!make_dirs(*dir, 0700, err) || !check_private_dir(*dir, true, err)) return false;
     for(const char* sub : {"/logs", "/headers", "/compilers", "/locks"})
-        if(!make_dirs(*dir + sub, 0700, err)) return false;
+        if(!make_dirs(*dir + sub, 0700, err) || !check_trusted_dir(*dir + sub, err)) return false;
     return true;
 }
 
@@ -138,7 +139,7 @@ bool compiler_identity(const std::string& path, const std::string& cache, std::s
     std::string memo_name = sha256_hex(path).substr(0, 32) + ".id", text;
     std::string memo_dir = cache.empty() ? std::string() : cache + "/compilers";
     std::string want_head = "qola-jit-compiler 1\npath " + path + "\nsig " + sig + "\nid ";
-    if(!memo_dir.empty() && read_file(memo_dir + "/" + memo_name, &text, 4096) &&
+    if(!memo_dir.empty() && read_file(memo_dir + "/" + memo_name, &text, 4096, true) &&
        text.compare(0, want_head.size(), want_head) == 0 && text.size() >= want_head.size() + 64) {
         *id = text.substr(want_head.size(), 64);
     } else {
@@ -192,7 +193,7 @@ void* load_unit(const qola_jit_module& m, const qola_jit_entry& e, Failure* fail
     for(const auto& dir : prebuilt) {
         std::string derr;
         if(!check_readonly_dir(dir, &derr)) { notes += "\n  " + derr; continue; }
-        Load r = try_load(dir, key, &h, &why);
+        Load r = try_load(dir, key, m, e, &h, &why);
         if(r == Load::loaded) {
             say("loaded " + std::string(e.name) + " from prebuilt " + dir + " in " + ms_since(t0));
             return h;
@@ -200,7 +201,7 @@ void* load_unit(const qola_jit_module& m, const qola_jit_entry& e, Failure* fail
         if(r == Load::broken || r == Load::failed) notes += "\n  skipped prebuilt entry: " + why;
     }
     if(!cache_ok) { *fail = {QOLA_JIT_E_CACHE, cache_err + notes}; return nullptr; }
-    Load r = try_load(cache, key, &h, &why);
+    Load r = try_load(cache, key, m, e, &h, &why);
     if(r == Load::loaded) {
         say("loaded " + std::string(e.name) + " from cache " + cache + " in " + ms_since(t0));
         return h;
@@ -221,10 +222,13 @@ void* load_unit(const qola_jit_module& m, const qola_jit_entry& e, Failure* fail
     std::string lerr, fs;
     int lock = lock_key(cache, key, &lerr);
     if(lock < 0) { *fail = {QOLA_JIT_E_CACHE, lerr}; return nullptr; }
-    r = try_load(cache, key, &h, &why); // another process may have built it meanwhile
+    r = try_load(cache, key, m, e, &h, &why); // another process may have built it meanwhile
     if(r == Load::missing || r == Load::broken) {
-        remove_stale_temps(cache, key, is_network_fs(cache, &fs));
-        if(compile_entry(m, e, jit_dir, cache, compiler, compiler_id, key, fail)) r = try_load(cache, key, &h, &why);
+        bool network = is_network_fs(cache, &fs);
+        remove_stale_temps(cache, key, network);
+        sweep_temps(cache, cache, "", network); // what killed compiles of other keys left behind
+        if(compile_entry(m, e, jit_dir, cache, compiler, compiler_id, key, fail))
+            r = try_load(cache, key, m, e, &h, &why);
         else { close(lock); return nullptr; }
     }
     close(lock);

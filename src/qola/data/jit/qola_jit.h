@@ -72,10 +72,13 @@ struct qola_jit_module {
     const char* lang; /* "hip" | "cuda" | "cxx" */
     const char* compiler; /* build-time compiler path (used unless QOLA_JIT_COMPILER is set) */
     const char* compiler_id; /* build-time compiler identity (sha256 hex) */
-    const char* headers; /* "headers.tar.gz", a directory name, or "" (none) */
-    const char* headers_sha256; /* sha256 of the bundle file ("" for a directory) */
+    const char* headers; /* "headers.tar.gz" or "" (none) */
+    const char* headers_sha256; /* sha256 of the bundle file ("" if none) */
+    const char* headers_digest; /* qola.jit.key.headers_digest of all bundled files: the unpacked
+                                   tree is checked against it before every compile */
     const qola_jit_entry* entries;
     unsigned n_entries;
+    const char* record; /* the same table as text (section .qola_jit): what `qola jit` reads back */
 };
 
 /* Slow path: find unit `unit` of `mod`, load or compile it, return function `which` and store

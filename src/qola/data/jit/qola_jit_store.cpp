@@ -43,18 +43,20 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
 }
 } // namespace
 
-// Verify <dir>/<key>.meta and <key>.so (size, sha256, key) and dlopen exactly the verified file.
-Load try_load(const std::string& dir, const std::string& key, void** handle, std::string* why)
+namespace {
+const uint64_t k_max_meta = 1u << 16;
+const uint64_t k_max_object = 8ull << 30; // a compiled unit
+const uint64_t k_max_source = 256ull << 20; // a unit's source, the header bundle
+
+bool is_hex64(const std::string& s)
 {
-    std::string so = dir + "/" + key + ".so", meta;
-    if(!read_file(dir + "/" + key + ".meta", &meta, 1u << 16)) {
-        if(access(so.c_str(), F_OK) != 0) return Load::missing;
-        *why = so + " has no valid .meta (interrupted write)";
-        return Load::broken;
-    }
+    return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+std::map<std::string, std::string> parse_meta(const std::string& meta)
+{
     std::map<std::string, std::string> f;
-    size_t pos = 0;
-    while(pos < meta.size()) {
+    for(size_t pos = 0; pos < meta.size();) {
         size_t nl = meta.find('\n', pos);
         if(nl == std::string::npos) nl = meta.size();
         std::string line = meta.substr(pos, nl - pos);
@@ -62,27 +64,61 @@ Load try_load(const std::string& dir, const std::string& key, void** handle, std
         if(sp != std::string::npos) f[line.substr(0, sp)] = line.substr(sp + 1);
         pos = nl + 1;
     }
-    if(meta.compare(0, 17, "qola-jit-entry 1\n") != 0 || f["key"] != key || f["sha256"].size() != 64) {
-        *why = dir + "/" + key + ".meta is malformed";
+    return f;
+}
+} // namespace
+
+// Verify <dir>/<key>.meta and <key>.so and dlopen exactly the verified file. Checks, in order: both
+// are trusted regular files (no symlink, FIFO or device is ever read); the .meta names the key and
+// was written for this unit of this library (content key, source and bundle hashes; the key is
+// sha256 of the content key and the recorded compiler identity); the .so has the recorded size
+// (before hashing); then its sha256.
+Load try_load(const std::string& dir, const std::string& key, const qola_jit_module& m, const qola_jit_entry& e,
+              void** handle, std::string* why)
+{
+    std::string so = dir + "/" + key + ".so", meta_path = dir + "/" + key + ".meta", meta, err;
+    if(!read_file(meta_path, &meta, k_max_meta, true, &err)) {
+        struct stat st;
+        if(errno == ENOENT) {
+            if(lstat(so.c_str(), &st) != 0) return Load::missing;
+            *why = so + " has no .meta (interrupted write)";
+        } else {
+            *why = err;
+        }
         return Load::broken;
     }
-    int fd = open(so.c_str(), O_RDONLY | O_CLOEXEC);
-    if(fd < 0) { *why = so + ": " + errno_text(errno); return Load::broken; }
+    std::map<std::string, std::string> f = parse_meta(meta);
+    if(meta.compare(0, 17, "qola-jit-entry 1\n") != 0 || f["key"] != key || !is_hex64(f["sha256"]) ||
+       f["size"].empty() || f["size"].find_first_not_of("0123456789") != std::string::npos || f["size"].size() > 19) {
+        *why = meta_path + " is malformed";
+        return Load::broken;
+    }
+    if(f["content_key"] != e.content_key || f["source_sha256"] != e.source_sha256 ||
+       f["headers_sha256"] != m.headers_sha256 || !is_hex64(f["compiler_id"]) ||
+       sha256_hex("qola-jit-key-v1\n" + f["content_key"] + "\n" + f["compiler_id"] + "\n") != key) {
+        *why = so + " was not built from this library's unit " + e.name + " (its .meta records other sources)";
+        return Load::broken;
+    }
+    struct stat a, b;
+    int fd = open_regular(so, false, true, k_max_object, &a, &err);
+    if(fd < 0) { *why = err; return Load::broken; }
     std::string hex;
     uint64_t size = 0;
-    struct stat a, b;
-    bool ok = fstat(fd, &a) == 0 && sha256_fd(fd, &hex, &size);
-    if(!ok || std::to_string(size) != f["size"] || hex != f["sha256"]) {
+    if(std::to_string(a.st_size) != f["size"]) {
         close(fd);
-        *why = so + (ok && std::to_string(size) != f["size"] ? " has the wrong size (truncated?)"
-                                                              : " fails its sha256 check (corrupted)");
+        *why = so + " has the wrong size (truncated?)";
+        return Load::broken;
+    }
+    if(!sha256_fd(fd, &hex, &size) || hex != f["sha256"]) {
+        close(fd);
+        *why = so + " fails its sha256 check (corrupted)";
         return Load::broken;
     }
     void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
     if(!h) {
-        const char* e = dlerror();
+        const char* de = dlerror();
         close(fd);
-        *why = "dlopen(" + so + "): " + (e ? e : "unknown error");
+        *why = "dlopen(" + so + "): " + (de ? de : "unknown error");
         return Load::failed;
     }
     bool same = stat(so.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
@@ -96,7 +132,7 @@ Load try_load(const std::string& dir, const std::string& key, void** handle, std
     return Load::loaded;
 }
 
-int lock_key(const std::string& cache, const std::string& key, std::string* err)
+int lock_key(const std::string& cache, const std::string& name, std::string* err, bool blocking)
 {
     std::string dir = cache + "/locks", fs;
     if(is_network_fs(cache, &fs)) {
@@ -108,7 +144,7 @@ int lock_key(const std::string& cache, const std::string& key, std::string* err)
         if(mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) { *err = dir + ": " + errno_text(errno); return -1; }
         if(!check_private_dir(dir, false, err)) return -1;
     }
-    return lock_file(dir + "/" + key + ".lock", true, err);
+    return lock_file(dir + "/" + name + ".lock", blocking, err);
 }
 
 // Remove temp files left by dead holders of this key's lock (we hold it now).
@@ -128,72 +164,162 @@ void remove_stale_temps(const std::string& cache, const std::string& key, bool n
     closedir(d);
 }
 
-// Unpack the module's header bundle once per bundle hash into <cache>/headers/<sha>.
-bool ensure_headers(const qola_jit_module& m, const std::string& jit_dir, const std::string& cache,
-                    std::string* out, Failure* fail)
+void sweep_temps(const std::string& cache, const std::string& dir, const std::string& lock_prefix, bool network)
 {
-    std::string h = m.headers;
-    if(h.empty()) { *out = jit_dir; return true; }
-    if(h.size() < 7 || h.compare(h.size() - 7, 7, ".tar.gz") != 0) { *out = jit_dir + "/" + h; return true; }
-    std::string dst = cache + "/headers/" + m.headers_sha256;
-    if(access((dst + "/.qola-complete").c_str(), F_OK) == 0) { *out = dst; return true; }
-    std::string bundle = jit_dir + "/" + h, hex;
+    std::vector<std::string> names;
+    if(DIR* d = opendir(dir.c_str())) {
+        while(struct dirent* de = readdir(d))
+            if(strncmp(de->d_name, ".tmp-", 5) == 0 && is_hex64(std::string(de->d_name + 5).substr(0, 64)))
+                names.push_back(de->d_name);
+        closedir(d);
+    }
+    time_t now = time(nullptr);
+    for(const auto& n : names) {
+        std::string p = dir + "/" + n, err;
+        struct stat st;
+        if(lstat(p.c_str(), &st) != 0 || (network && now - st.st_mtime < 3600)) continue;
+        int fd = lock_key(cache, lock_prefix + n.substr(5, 64), &err, false);
+        if(fd < 0) continue; // held: a compile or unpack in progress (or our own key: removed by its holder)
+        say("removing stale temp " + p);
+        remove_tree(p);
+        close(fd);
+    }
+}
+
+namespace {
+// <cache>/headers/<sha> holds the verified bundle: a trusted tree whose digest is the library's.
+bool headers_ok(const qola_jit_module& m, const std::string& dir, bool fix, std::string* why)
+{
+    std::string digest;
+    if(!tree_digest(dir, ".qola-complete", fix, &digest, why)) return false;
+    if(digest != m.headers_digest) { *why = dir + " does not hold this library's headers (digest differs)"; return false; }
+    return true;
+}
+
+bool unpack_headers(const qola_jit_module& m, const std::string& bundle, const std::string& cache,
+                    const std::string& dst, Failure* fail)
+{
+    struct stat st;
+    std::string err, hex;
     uint64_t size = 0;
-    int fd = open(bundle.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = open_regular(bundle, true, false, k_max_source, &st, &err);
     bool ok = fd >= 0 && sha256_fd(fd, &hex, &size);
-    if(fd >= 0) close(fd);
     if(!ok || hex != m.headers_sha256) {
+        if(fd >= 0) close(fd);
         *fail = {QOLA_JIT_E_SOURCE, ok ? bundle + " does not match this library (sha256 differs)"
-                                       : "cannot read " + bundle + " (is OUT/jit shipped next to lib/?)"};
+                                       : err + " (is OUT/jit shipped next to lib/?)"};
         return false;
     }
     std::string tmpl = cache + "/headers/.tmp-" + m.headers_sha256 + "-XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
-    if(!mkdtemp(buf.data())) { *fail = {QOLA_JIT_E_CACHE, tmpl + ": " + errno_text(errno)}; return false; }
-    std::string tmp(buf.data()), err, log = cache + "/logs/headers-" + m.headers_sha256 + ".log";
+    if(!mkdtemp(buf.data())) {
+        close(fd);
+        *fail = {QOLA_JIT_E_CACHE, tmpl + ": " + errno_text(errno)};
+        return false;
+    }
+    // tar reads the very bytes we hashed (our fd on stdin), never the path again
+    std::string tmp(buf.data()), log = cache + "/logs/headers-" + m.headers_sha256 + ".log", why;
     std::string tar = which("tar");
-    int rc = tar.empty() ? -1 : run({tar, "-xzf", bundle, "-C", tmp}, log, nullptr, &err);
-    std::string marker_err;
-    if(rc != 0 || !write_file_atomic(tmp, ".qola-complete", "ok\n", &marker_err)) {
+    int rc = tar.empty() || lseek(fd, 0, SEEK_SET) != 0 ? -1 : run({tar, "-xzf", "-", "-C", tmp}, log, nullptr, &err, fd);
+    close(fd);
+    if(rc != 0 || !headers_ok(m, tmp, true, &why) || !write_file_atomic(tmp, ".qola-complete", "ok\n", &err)) {
         remove_tree(tmp);
         *fail = {QOLA_JIT_E_CACHE, "cannot unpack " + bundle + (tar.empty() ? ": `tar` not found in PATH"
-                                                                            : " with tar; log: " + log)};
+                                                                : rc != 0 ? " with tar; log: " + log : ": " + why + err)};
         return false;
     }
     unlink(log.c_str());
-    if(rename(tmp.c_str(), dst.c_str()) != 0) remove_tree(tmp); // another process won: use theirs
-    if(access((dst + "/.qola-complete").c_str(), F_OK) != 0) {
-        *fail = {QOLA_JIT_E_CACHE, "cannot publish headers into " + dst};
+    if(rename(tmp.c_str(), dst.c_str()) != 0) {
+        remove_tree(tmp);
+        *fail = {QOLA_JIT_E_CACHE, "cannot publish headers into " + dst + ": " + errno_text(errno)};
         return false;
     }
-    *out = dst;
     return true;
 }
+} // namespace
 
+// The module's header bundle, unpacked once per bundle hash into <cache>/headers/<sha> under the
+// lock headers-<sha>, and verified against the library's digest before every use: a tree that is
+// not ours (owner, mode, symlinks, other content) is moved aside and unpacked again.
+bool ensure_headers(const qola_jit_module& m, const std::string& jit_dir, const std::string& cache,
+                    std::string* out, Failure* fail)
+{
+    std::string h = m.headers;
+    if(h.empty()) { *out = jit_dir; return true; }
+    if(!is_hex64(m.headers_sha256) || !is_hex64(m.headers_digest)) {
+        *fail = {QOLA_JIT_E_SOURCE, std::string("module ") + m.name + ": its table records no header digest"};
+        return false;
+    }
+    std::string dst = cache + "/headers/" + m.headers_sha256, err, why, fs;
+    int lock = lock_key(cache, "headers-" + std::string(m.headers_sha256), &err);
+    if(lock < 0) { *fail = {QOLA_JIT_E_CACHE, err}; return false; }
+    bool network = is_network_fs(cache, &fs);
+    remove_stale_temps(cache + "/headers", m.headers_sha256, network); // ours: we hold its lock
+    sweep_temps(cache, cache + "/headers", "headers-", network);
+    struct stat st;
+    bool ok = true;
+    if(lstat(dst.c_str(), &st) == 0 && !headers_ok(m, dst, false, &why)) {
+        say("unpacking again: " + why);
+        std::string aside = cache + "/headers/.tmp-" + m.headers_sha256 + "-stale-" + std::to_string(getpid());
+        remove_tree(aside);
+        if(rename(dst.c_str(), aside.c_str()) != 0) {
+            *fail = {QOLA_JIT_E_CACHE, "cannot move aside " + dst + " (" + why + "): " + errno_text(errno)};
+            ok = false;
+        } else {
+            remove_tree(aside);
+        }
+    }
+    if(ok && lstat(dst.c_str(), &st) != 0) ok = unpack_headers(m, jit_dir + "/" + h, cache, dst, fail);
+    close(lock);
+    if(ok) *out = dst;
+    return ok;
+}
 
-// Under the key's lock: compile the unit into <cache>/<key>.so + .meta.
+// Under the key's lock: compile the unit into <cache>/<key>.so + .meta. The source is read once
+// (a bounded regular file), checked against the library's hash, and compiled from a private copy.
 bool compile_entry(const qola_jit_module& m, const qola_jit_entry& e, const std::string& jit_dir,
                    const std::string& cache, const std::string& compiler, const std::string& compiler_id,
                    const std::string& key, Failure* fail)
 {
-    std::string src = jit_dir + "/" + e.source_rel, hex, err;
+    std::string src = jit_dir + "/" + e.source_rel, text, hex, err;
     uint64_t size = 0;
-    int fd = open(src.c_str(), O_RDONLY | O_CLOEXEC);
-    bool ok = fd >= 0 && sha256_fd(fd, &hex, &size);
-    if(fd >= 0) close(fd);
+    bool ok = read_file_follow(src, &text, k_max_source, &err);
+    if(ok) hex = sha256_hex(text);
     if(!ok || hex != e.source_sha256) {
         *fail = {QOLA_JIT_E_SOURCE, ok ? src + " does not match this library (sha256 differs)"
-                                       : "cannot read " + src + " (is OUT/jit shipped next to lib/?)"};
+                                       : (err.empty() ? "cannot read " + src : err) + " (is OUT/jit shipped next to lib/?)"};
         return false;
     }
     std::string headers;
     if(!ensure_headers(m, jit_dir, cache, &headers, fail)) return false;
-    std::string tmpl = cache + "/.tmp-" + key + "-XXXXXX.so";
+    std::string ext = e.source_rel;
+    ext = ext.find('.') == std::string::npos || ext.rfind('/') > ext.rfind('.') ? "" : ext.substr(ext.rfind('.'));
+    if(ext.size() > 8 || ext.find_first_not_of(".abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+") !=
+                             std::string::npos)
+        ext = ".cpp";
+    std::string tmpl = cache + "/.tmp-" + key + "-XXXXXX" + ext, copy;
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
-    int tfd = mkostemps(buf.data(), 3, O_CLOEXEC);
-    if(tfd < 0) { *fail = {QOLA_JIT_E_CACHE, tmpl + ": " + errno_text(errno)}; return false; }
+    int sfd = mkostemps(buf.data(), int(ext.size()), O_CLOEXEC);
+    if(sfd < 0) { *fail = {QOLA_JIT_E_CACHE, tmpl + ": " + errno_text(errno)}; return false; }
+    copy = buf.data();
+    for(size_t done = 0; ok && done < text.size();) {
+        ssize_t n = write(sfd, text.data() + done, text.size() - done);
+        if(n < 0 && errno == EINTR) continue;
+        ok = n > 0;
+        done += n > 0 ? size_t(n) : 0;
+    }
+    close(sfd);
+    tmpl = cache + "/.tmp-" + key + "-XXXXXX.so";
+    buf.assign(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    int tfd = ok ? mkostemps(buf.data(), 3, O_CLOEXEC) : (errno = ENOSPC, -1);
+    if(tfd < 0) {
+        unlink(copy.c_str());
+        *fail = {QOLA_JIT_E_CACHE, "cannot write into " + cache + ": " + errno_text(errno)};
+        return false;
+    }
     close(tfd);
     std::string tmp(buf.data()), log = cache + "/logs/" + key + ".log";
     std::vector<std::string> argv{compiler};
@@ -207,17 +333,18 @@ bool compile_entry(const qola_jit_module& m, const qola_jit_entry& e, const std:
         }
         pos = nl + 1;
     }
-    argv.insert(argv.end(), {"-o", tmp, src});
+    argv.insert(argv.end(), {"-o", tmp, copy});
     std::string cmd;
     for(const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
     std::string werr;
     write_file_atomic(cache + "/logs", key + ".log", "# qola-jit: unit " + std::string(e.name) + " of " + m.name +
-                      "\n# key " + key + "\n# " + cmd + "\n", &werr);
+                      " (" + src + ")\n# key " + key + "\n# " + cmd + "\n", &werr);
     say("compiling " + std::string(e.name) + ": " + cmd);
     double t0 = now_seconds();
     int rc = run(argv, log, nullptr, &err);
+    unlink(copy.c_str());
     char magic[4] = {0, 0, 0, 0};
-    fd = open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = open(tmp.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     bool elf = fd >= 0 && pread(fd, magic, 4, 0) == 4 && memcmp(magic, "\177ELF", 4) == 0 && fsync(fd) == 0;
     ok = elf && sha256_fd(fd, &hex, &size);
     if(fd >= 0) close(fd);
@@ -229,10 +356,11 @@ bool compile_entry(const qola_jit_module& m, const qola_jit_entry& e, const std:
         return false;
     }
     std::string so = cache + "/" + key + ".so";
-    char meta[1024];
-    snprintf(meta, sizeof meta, "qola-jit-entry 1\nkey %s\nsize %llu\nsha256 %s\nunit %s\nmodule %s\ncompiler %s\n"
-             "compiler_id %s\ncreated %lld\n", key.c_str(), (unsigned long long)size, hex.c_str(), e.name, m.name,
-             compiler.c_str(), compiler_id.c_str(), (long long)time(nullptr));
+    std::string meta = "qola-jit-entry 1\nkey " + key + "\nsize " + std::to_string(size) + "\nsha256 " + hex +
+                       "\nunit " + e.name + "\nmodule " + m.name + "\ncompiler " + compiler + "\ncompiler_id " +
+                       compiler_id + "\ncontent_key " + e.content_key + "\nsource_sha256 " + e.source_sha256 +
+                       "\nheaders_sha256 " + m.headers_sha256 + "\ncreated " + std::to_string((long long)time(nullptr)) +
+                       "\n";
     if(rename(tmp.c_str(), so.c_str()) != 0 || !write_file_atomic(cache, key + ".meta", meta, &err)) {
         unlink(tmp.c_str());
         *fail = {QOLA_JIT_E_CACHE, "cannot publish " + so + ": " + (err.empty() ? errno_text(errno) : err)};

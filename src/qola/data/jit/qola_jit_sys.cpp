@@ -36,21 +36,6 @@ std::string env(const char* name)
     return v ? std::string(v) : std::string();
 }
 
-bool read_file(const std::string& path, std::string* out, size_t max_bytes)
-{
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if(fd < 0) return false;
-    out->clear();
-    char buf[8192];
-    for(;;) {
-        ssize_t n = read(fd, buf, sizeof buf);
-        if(n < 0 && errno == EINTR) continue;
-        if(n <= 0) { close(fd); return n == 0; }
-        out->append(buf, size_t(n));
-        if(out->size() > max_bytes) { close(fd); return false; }
-    }
-}
-
 bool fsync_path(const std::string& path, bool directory)
 {
     int fd = open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
@@ -131,8 +116,9 @@ bool check_readonly_dir(const std::string& path, std::string* err)
 {
     struct stat st;
     if(stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) { *err = path + " is not a directory"; return false; }
-    if((st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & (S_IWGRP | S_IWOTH))) {
-        *err = "refusing prebuilt dir " + path + ": writable by others than you or root";
+    std::string why;
+    if(!trusted_stat(st, &why)) {
+        *err = "refusing prebuilt dir " + path + ": " + why;
         return false;
     }
     return true;
@@ -155,7 +141,7 @@ bool is_network_fs(const std::string& path, std::string* fs_name)
 int lock_file(const std::string& path, bool blocking, std::string* err)
 {
     for(int attempt = 0; attempt < 100; ++attempt) {
-        int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
         if(fd < 0) { *err = "cannot open lock " + path + ": " + errno_text(errno); return -1; }
         int rc;
         do rc = flock(fd, blocking ? LOCK_EX : LOCK_EX | LOCK_NB);
@@ -175,14 +161,16 @@ int lock_file(const std::string& path, bool blocking, std::string* err)
 }
 
 // ---------------------------------------------------------------- processes
-int run(const std::vector<std::string>& argv, const std::string& log_path, std::string* out, std::string* err)
+int run(const std::vector<std::string>& argv, const std::string& log_path, std::string* out, std::string* err,
+        int stdin_fd)
 {
     std::vector<char*> args;
     for(const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if(stdin_fd >= 0) posix_spawn_file_actions_adddup2(&fa, stdin_fd, 0);
+    else posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     int pipefd[2] = {-1, -1};
     if(out) {
         if(pipe2(pipefd, O_CLOEXEC) != 0) { *err = "pipe: " + errno_text(errno); return -1; }
@@ -190,7 +178,7 @@ int run(const std::vector<std::string>& argv, const std::string& log_path, std::
         posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     } else {
         const char* log = log_path.empty() ? "/dev/null" : log_path.c_str();
-        posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
         posix_spawn_file_actions_adddup2(&fa, 1, 2);
     }
     // hipcc needs HIP_PLATFORM=amd (Debian's falls back to nvcc without it): the child gets it when unset;
@@ -293,13 +281,6 @@ std::string file_signature(const std::string& path)
              (unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
              st.st_mtim.tv_nsec, (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
     return real_path(path) + buf;
-}
-
-std::string tail_of_file(const std::string& path, size_t max_bytes)
-{
-    std::string all;
-    if(!read_file(path, &all, 64u << 20)) return std::string();
-    return all.size() > max_bytes ? "..." + all.substr(all.size() - max_bytes) : all;
 }
 
 double now_seconds()
