@@ -107,3 +107,17 @@ def test_dry_run_te_manifest_writes_graph_with_aiters_flags(aiter_root, tmp_path
         assert flag in flat, flag
     assert graph.count(" cc ") > 1000  # thousands of CK instances (variant-filtered), one graph
     assert "qola_embedded_libmha_fwd" in graph  # fmha_v3 code objects embedded
+
+
+@pytest.mark.parametrize("name,kind", [("libmha_fwd", "fmha_v3_fwd"), ("libmha_bwd", "fmha_v3_bwd")])
+def test_asm_generators_run_once_per_target_arch(aiter_root, name, kind):
+    """AITER's API generators dispatch to <gfx>::fmha_*_v3 for every arch of GPU_ARCHS, while its table
+    names one arch's asm generator (get_asm_dir(): the last): a two-arch build needs both, or the
+    library references gfx942::fmha_*_v3 and never defines it."""
+    tree = open_tree(aiter_root)
+    manifest = parse(f'[qola]\nnamespace = "te"\n[[modules]]\nname = "{name}"\n', "m.toml")
+    asm = lambda archs: [g.command.split()[0] for g in make_plan(  # noqa: E731
+        manifest, tree, archs=archs, env={}, hip_version="6.4").modules[0].generators if "/hsa/" in g.command]
+    meta = str(tree.meta_dir)
+    assert asm(("gfx942", "gfx950")) == [f"{meta}/hsa/gfx942//{kind}/codegen.py", f"{meta}/hsa/gfx950//{kind}/codegen.py"]
+    assert asm(("gfx950",)) == [f"{meta}/hsa/gfx950//{kind}/codegen.py"]  # one arch: the table's command as is

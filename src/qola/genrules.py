@@ -5,6 +5,10 @@
   kernels for and builds the module without them elsewhere (its ``os.system`` call fails and it goes
   on), so an absent one is skipped with a warning; any other absent or failing generator fails the
   module.
+* :func:`per_arch`: AITER names one arch's asm dir in a command (``get_asm_dir()``: the GPU it runs
+  on, the last of ``GPU_ARCHS``), while its API generators (``mha_fwd_generate.py``, …) dispatch to
+  ``<gfx>::fmha_*_v3`` for every target; a multi-arch build runs the asm generator once per target arch,
+  else the library references the other archs' v3 entry points and never defines them.
 * :func:`missing_package_hint`: a generator that died on ``ModuleNotFoundError`` gets a hint naming
   the interpreter that ran it and the ``pip install`` that fixes it.
 """
@@ -32,6 +36,19 @@ def asm_arch(script: str, hsa_dir: str | os.PathLike | None) -> str | None:
     except ValueError:
         return None
     return rel.parts[0] if len(rel.parts) > 1 and rel.parts[0].startswith("gfx") else None
+
+
+def per_arch(command: str, script: str, hsa_dir: str | os.PathLike | None, archs: tuple[str, ...]) -> list[str]:
+    """``command`` once per target arch when ``script`` is a per-arch asm generator, else ``[command]``.
+    The arch dir segment ``/hsa/<gfx>/`` is replaced by each target's (its script may be absent there:
+    skipped with a warning when it runs)."""
+    arch = asm_arch(script, hsa_dir)
+    if arch is None or not archs:
+        return [command]
+    seg = f"{os.path.normpath(hsa_dir)}/{arch}/"
+    if seg not in command:
+        return [command]
+    return list(dict.fromkeys(command.replace(seg, f"{os.path.normpath(hsa_dir)}/{a}/") for a in archs))
 
 
 def skip_warning(module: str, script: str, arch: str) -> str:

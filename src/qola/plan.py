@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from qola.errors import QolaError
-from qola import registry
+from qola import genrules, registry
 from qola.manifest import Manifest, ModuleSection, check_archs, vendor
 from qola.tree.aiter import TABLE, AiterTree, git_head, load_table, namespace, resolve_entry, unknown_keys
 from qola.tree.aiter_configs import MergedConfig, merge
@@ -180,6 +180,15 @@ def _drop(sources: list[str], patterns: list[str], module: str, notes: list[str]
             notes.append(f"modules.{module}.drop_srcs: {pat!r} matches none of the module's sources ({names})")
         kept = [s for s in kept if s not in hit]
     return kept
+
+
+def _per_arch(cmds: Any, tree: AiterTree, archs: tuple[str, ...]) -> list[Any]:
+    """Per-arch asm generators (``hsa/<gfx>/…``) once per target arch (:func:`genrules.per_arch`)."""
+    out: list[Any] = []
+    for cmd in list(cmds):
+        argv = shlex.split(cmd) if isinstance(cmd, str) and cmd.strip() else []
+        out += genrules.per_arch(cmd, argv[0], tree.hsa, archs) if argv else [cmd]
+    return out
 
 
 def _generators(cmds: list[str], section: ModuleSection | None, name: str) -> tuple[Generator, ...]:
@@ -361,7 +370,7 @@ def make_plan(
             flags_extra_cc=tuple(f for f in map(str, entry["flags_extra_cc"]) if f.strip()),
             flags_extra_hip=tuple(f for f in map(str, entry["flags_extra_hip"]) if f.strip()),
             include_dirs=tuple(dict.fromkeys(includes)),
-            generators=_generators(list(entry["blob_gen_cmd"]), section, name),
+            generators=_generators(_per_arch(entry["blob_gen_cmd"], tree, archs), section, name),
             torch_exclude=True if cpp_itfs else bool(entry["torch_exclude"]),
             is_python_module=False if cpp_itfs else bool(entry["is_python_module"]),
             is_standalone=standalone,
