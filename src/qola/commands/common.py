@@ -6,7 +6,6 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -73,10 +72,11 @@ def _hipcc_version(env: Mapping[str, str]) -> str | None:
     hipcc = shutil.which("hipcc", path=env.get("PATH"))
     if not hipcc:
         return None
+    from qola import proc  # noqa: PLC0415
+
     try:
-        out = subprocess.run([hipcc, "--version"], capture_output=True, text=True, timeout=60,
-                             env={**env, "HIP_PLATFORM": "amd"})
-    except (OSError, subprocess.SubprocessError):
+        out = proc.run([hipcc, "--version"], timeout=60, env={**env, "HIP_PLATFORM": "amd"}, stderr=proc.PIPE)
+    except (OSError, proc.TimeoutExpired):
         return None
     m = re.search(r"HIP version:\s*([0-9]+\.[0-9]+(\.[0-9]+)?)", out.stdout)
     return m.group(1) if m else None

@@ -18,10 +18,10 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from qola import proc
 from qola.toolchain.base import Toolchain
 from qola.toolchain.versions import parse_hip_version
 
@@ -52,10 +52,10 @@ def shim_text(version: str, real: str | None) -> str:
 
 def _version_output(path: str, env: Mapping[str, str]) -> str | None:
     try:
-        proc = subprocess.run([path, "--version"], capture_output=True, text=True, env=dict(env), timeout=60)
-    except (OSError, subprocess.SubprocessError):
+        done = proc.run([path, "--version"], env=env, timeout=60, stderr=proc.PIPE)
+    except (OSError, proc.TimeoutExpired):
         return None
-    return proc.stdout if proc.returncode == 0 else None
+    return done.stdout if done.returncode == 0 else None
 
 
 def generator_env(tc: Toolchain, env: Mapping[str, str], tools_dir: Path) -> tuple[dict[str, str], str | None]:

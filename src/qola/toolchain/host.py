@@ -9,6 +9,7 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from qola import proc
 from qola.errors import FailedProcessError, QolaError
 
 HOST_CXX_NAMES = ("c++", "g++", "clang++")
@@ -50,17 +51,8 @@ def run_capture(
     """Run ``argv`` with stdout and stderr captured together as text; never raises for a
     non-zero exit (the caller decides), raises QolaError if it cannot start or hangs."""
     try:
-        return subprocess.run(
-            list(argv),
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
+        return proc.run(argv, env=env, timeout=timeout)
+    except proc.TimeoutExpired as exc:
         raise QolaError(f"{argv[0]} did not answer within {timeout:.0f}s: {' '.join(argv)}") from exc
     except OSError as exc:
         raise QolaError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
