@@ -21,6 +21,7 @@ from qola.fsutil import inside
 from qola.plan import ModulePlan, Plan
 from qola.pyext import pybind11_flags, torch_flags
 from qola.toolchain import Toolchain
+from qola.toolchain import identity
 from qola.toolchain.hipconfig import generator_env
 
 
@@ -208,7 +209,7 @@ def graph_for(plan: Plan, tc: Toolchain, opts: BuildOptions, generated: Mapping[
         ))
     rules.update(extra_rules or {})
     return ninja.Graph(rules=rules, variables=variables, targets=tuple(targets), extra_edges=tuple(edges),
-                       priority=_priorities(plan, targets, opts.build_dir))
+                       priority=_priorities(plan, targets, opts.build_dir), stamp=identity.STAMP)
 
 
 def _priorities(plan: Plan, targets: list, build_dir: Path) -> dict[str, float]:
@@ -238,6 +239,9 @@ def run_build(plan: Plan, tc: Toolchain, opts: BuildOptions, *, env: Mapping[str
     notes: list[str] = []
     generated = _codegen(plan, tc, opts, env, results, notes, on_event)
     graph = graph_for(plan, tc, opts, generated, results, include_dir, extra, extra_rules)
+    # the compilers' identity and environment: a replaced compiler or a changed NVCC_APPEND_FLAGS
+    # rebuilds every edge, though no command line changed
+    identity.write_stamp(opts.build_dir, identity.stamp_text(tc, {**env, **tc.child_env}))
     ninja.write(graph, opts.build_dir / "build.ninja")
     owners = {t.artifact: t.module for t in graph.targets}
     owners.update({c.obj: t.module for t in graph.targets for c in t.compiles})

@@ -2,11 +2,14 @@
 milliseconds instead of paying for the manifest schema, the resolver and the toolchain probe.
 
 After a fully successful build, :func:`record` stores a digest over everything the graph was
-derived from: the command line and working dir, the environment variables that can change it,
-and the (size, mtime) of every input file and directory that ninja itself does not track (the
-manifest, the module table, generator scripts, source and include dirs, hsa dirs, compilers,
-qola's own files) plus every file it published. :func:`up_to_date` recomputes that digest and
-asks ``ninja -n`` whether any edge is dirty; only when both agree is the build skipped.
+derived from: the command line and working dir, the environment variables that can change it
+(:data:`ENV_KEYS`, every ``AITER_CONFIG_*`` variable, and what the module table reads), where the
+paths given on the command line resolve to (``--manifest``, ``--aiter-root`` and the compilers may be
+symlinks, re-pointed between two runs), and the (size, mtime, ctime, inode) of every input file and
+directory that ninja itself does not track (the manifest, the module table, generator scripts and
+the tuned-config CSVs they read, source and include dirs, hsa dirs, compilers, qola's own files)
+plus every file it published. :func:`up_to_date` recomputes that digest and asks ``ninja -n``
+whether any edge is dirty; only when both agree is the build skipped.
 """
 
 from __future__ import annotations
@@ -15,18 +18,25 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from qola import proc
+from qola.toolchain.identity import COMPILER_ENV, TOOLCHAIN_ENV
+
 RECORD = ".qola-noop.json"
-ENV_KEYS = ("GPU_ARCHS", "MAX_JOBS", "CK_DIR", "PATH", "HIPCC", "ROCM_PATH", "HIP_PATH", "HIP_PLATFORM",
-            "CUDA_HOME", "CUDA_PATH", "CXX", "CC", "CUDAHOSTCXX", "QOLA_JIT_COMPILER", "PYTHONPATH")
-_ENV_REF = re.compile(r"""(?:environ\.get|getenv)\(\s*\\?['"]([A-Za-z_][A-Za-z0-9_]*)""")
+FORMAT = 2
+# what planning reads, what finds and configures the toolchain, what the compilers read (one list,
+# qola.toolchain.identity, shared with the build graph's toolchain stamp)
+ENV_KEYS = tuple(sorted({"GPU_ARCHS", "MAX_JOBS", "CK_DIR", "PYTHONPATH", *TOOLCHAIN_ENV, *COMPILER_ENV}))
+ENV_PREFIXES = ("AITER_CONFIG_",)  # AITER's tuned-config overrides: every one set counts, by name and value
+_ENV_REF = re.compile(
+    r"""(?:environ\.get|getenv|get_config_file)\(\s*\\?['"]([A-Za-z_][A-Za-z0-9_]*)""")
 
 
 def env_keys_of(texts: Iterable[str]) -> list[str]:
-    """The fixed keys plus every variable an expression text reads with os.environ.get / os.getenv."""
+    """The fixed keys plus every variable an expression text reads with os.environ.get / os.getenv
+    (or names as an AITER config variable)."""
     keys = set(ENV_KEYS)
     for text in texts:
         keys.update(_ENV_REF.findall(text))
@@ -38,13 +48,17 @@ def _stat(path: str) -> list:
         st = os.stat(path)
     except OSError:
         return [path, None]
-    return [path, st.st_size, st.st_mtime_ns]
+    # ctime and inode: a file replaced or rewritten with its size and mtime kept still differs
+    return [path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
-def digest(argv: Sequence[str], env: Mapping[str, str], env_keys: Sequence[str], files: Sequence[str]) -> str:
+def digest(argv: Sequence[str], env: Mapping[str, str], env_keys: Sequence[str], files: Sequence[str],
+           resolved: Sequence[str] = ()) -> str:
     payload = {
-        "argv": list(argv), "cwd": os.getcwd(),
+        "format": FORMAT, "argv": list(argv), "cwd": os.getcwd(),
         "env": {k: env.get(k) for k in env_keys},
+        "env_prefixed": sorted((k, v) for k, v in env.items() if k.startswith(ENV_PREFIXES)),
+        "resolved": {p: os.path.realpath(p) for p in resolved},
         "files": [_stat(f) for f in files],
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
@@ -55,10 +69,12 @@ def published_files(out: Path) -> list[str]:
 
 
 def record(build_dir: Path, out: Path, argv: Sequence[str], env: Mapping[str, str], env_keys: Sequence[str],
-           inputs: Iterable[str]) -> None:
+           inputs: Iterable[str], resolved: Iterable[str] = ()) -> None:
+    """``resolved``: paths as given (absolute, not resolved) whose target must stay the same."""
     files = sorted(set(inputs)) + published_files(out)
-    data = {"argv": list(argv), "env_keys": list(env_keys), "files": files,
-            "digest": digest(argv, env, env_keys, files)}
+    links = sorted(set(resolved))
+    data = {"format": FORMAT, "argv": list(argv), "env_keys": list(env_keys), "files": files, "resolved": links,
+            "digest": digest(argv, env, env_keys, files, links)}
     tmp = build_dir / f"{RECORD}.tmp"
     tmp.write_text(json.dumps(data))
     os.replace(tmp, build_dir / RECORD)
@@ -74,24 +90,32 @@ def forget(build_dir: Path) -> None:
 def up_to_date(build_dir: Path, out: Path, argv: Sequence[str], env: Mapping[str, str], ninja: str) -> bool:
     try:
         data = json.loads((build_dir / RECORD).read_text())
-    except (OSError, ValueError):
-        return False
-    if data.get("argv") != list(argv) or published_files(out) != [f for f in data["files"] if
-                                                                     f.startswith(str(out) + os.sep)]:
-        return False
-    if digest(argv, env, data.get("env_keys", []), data.get("files", [])) != data.get("digest"):
-        return False
+        if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("argv") != list(argv):
+            return False
+        files, keys, links = data["files"], data["env_keys"], data["resolved"]
+        if published_files(out) != [f for f in files if f.startswith(str(out) + os.sep)]:
+            return False
+        if digest(argv, env, keys, files, links) != data.get("digest"):
+            return False
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False  # no record, or not one this qola wrote: build
     try:
-        proc = subprocess.run([ninja, "-C", str(build_dir), "-n"], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.SubprocessError):
+        done = proc.run([ninja, "-C", str(build_dir), "-n"], timeout=120, stderr=proc.PIPE)
+    except (OSError, proc.TimeoutExpired):
         return False
-    return proc.returncode == 0 and "no work to do" in proc.stdout
+    return done.returncode == 0 and "no work to do" in done.stdout
 
 
 def input_files(*, manifest: str, tree_files: Iterable[str], dirs: Iterable[str], generator_scripts: Iterable[str],
-                tools: Iterable[str | None]) -> list[str]:
-    """Everything the graph depends on that ninja does not track itself."""
-    files = [manifest, *tree_files]
+                tools: Iterable[str | None], data: Iterable[str] = (), data_dirs: Iterable[str] = ()) -> list[str]:
+    """Everything the graph depends on that ninja does not track itself. ``data``: files generators
+    read (tuned-config CSVs, absent ones too: their appearance counts); ``data_dirs``: directories
+    whose every file and subdir counts (``aiter/configs``: a new per-model CSV changes a merge)."""
+    files = [manifest, *tree_files, *data]
+    for d in data_dirs:
+        if os.path.isdir(d):
+            files.append(d)
+            files += [str(p) for p in Path(d).rglob("*")]
     pkg = Path(__file__).resolve().parent
     files += [str(p) for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     for d in dirs:
@@ -103,5 +127,6 @@ def input_files(*, manifest: str, tree_files: Iterable[str], dirs: Iterable[str]
         if p.suffix == ".py" and p.exists():
             files += [str(f) for f in p.parent.rglob("*.py") if "__pycache__" not in f.parts]
             files.append(str(p.parent))
+    files += [t for t in tools if t]
     files += [os.path.realpath(t) for t in tools if t]
     return files

@@ -11,7 +11,6 @@ import hashlib
 import os
 import re
 import shlex
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import ninja as ninja_pkg
 from ninja import ninja_syntax
 
+from qola import proc
 from qola.errors import QolaError
 
 STATUS = "[qola %f/%t] "
@@ -55,6 +55,7 @@ class Graph:
     targets: tuple[Target, ...]
     extra_edges: tuple[tuple, ...] = field(default=())  # (rule, out, inputs[, variables])
     priority: Mapping[str, float] = field(default_factory=dict)  # object -> expected seconds (bigger first)
+    stamp: str | None = None  # a file every compile, link and extra edge depends on (the toolchain's identity)
 
 
 def object_path(module: str, src: str) -> str:
@@ -86,8 +87,9 @@ def write(graph: Graph, path: Path) -> None:
         for name, rule in graph.rules.items():
             w.rule(name, **rule)
             w.newline()
+        stamp = [graph.stamp] if graph.stamp else []
         for rule, out, inputs, *more in graph.extra_edges:
-            w.build(out, rule, list(inputs), variables=more[0] if more else None)
+            w.build(out, rule, list(inputs), implicit=stamp, variables=more[0] if more else None)
         # ninja starts ready edges in file order: the expected-slowest compiles go first, across modules,
         # so a heavy source of the last module does not become the build's tail
         compiles = [(t, c) for t in graph.targets for c in t.compiles]
@@ -95,11 +97,11 @@ def write(graph: Graph, path: Path) -> None:
         for t, c in compiles:
             variables = {"flags": f"${c.flags_var}" + (" " + escape_flags(c.extra_flags) if c.extra_flags else ""),
                          "module": t.module}
-            w.build(c.obj, "cc", [ninja_syntax.escape_path(c.src)], variables=variables)
+            w.build(c.obj, "cc", [ninja_syntax.escape_path(c.src)], implicit=stamp, variables=variables)
         for t in graph.targets:
             objs = [c.obj for c in t.compiles]
             w.build(
-                t.artifact, t.rule, objs + list(t.extra_inputs), implicit=list(t.implicit),
+                t.artifact, t.rule, objs + list(t.extra_inputs), implicit=list(t.implicit) + stamp,
                 variables={"ldflags": escape_flags(t.ldflags), "module": t.module, **dict(t.variables)},
             )
             w.build(f"module_{t.module}", "phony", [t.artifact])
@@ -152,30 +154,30 @@ def run(
     if not targets:
         return NinjaRun(0, [], {}, [])
     child_env = {**env, "NINJA_STATUS": STATUS}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env,
-                            errors="replace")
     failed: list[str] = []
     by_module: dict[str, list[str]] = {}
     log: list[str] = []
     current: str | None = None
-    assert proc.stdout is not None
-    for raw in proc.stdout:
-        line = raw.rstrip("\n")
-        log.append(line)
-        m = _STATUS_RE.match(line)
-        if m:
-            d = _DESC_RE.match(m.group(3))
-            current = d.group(1) if d else None
-            if on_status:
-                on_status(int(m.group(1)), int(m.group(2)), m.group(3))
-            continue
-        if line.startswith("FAILED: "):
-            outs = [o for o in line[len("FAILED: "):].split() if not o.endswith(".d")]
-            failed.extend(outs)
-            current = next((mod for o in outs if (mod := owner(o))), current)
-        if current is not None:
-            by_module.setdefault(current, []).append(line)
-    rc = proc.wait()
+    # its own process group; SIGTERM if qola dies (ninja then stops its compilers); ended on an exception
+    with proc.started(argv, env=child_env) as child:
+        assert child.stdout is not None
+        for raw in child.stdout:
+            line = raw.rstrip("\n")
+            log.append(line)
+            m = _STATUS_RE.match(line)
+            if m:
+                d = _DESC_RE.match(m.group(3))
+                current = d.group(1) if d else None
+                if on_status:
+                    on_status(int(m.group(1)), int(m.group(2)), m.group(3))
+                continue
+            if line.startswith("FAILED: "):
+                outs = [o for o in line[len("FAILED: "):].split() if not o.endswith(".d")]
+                failed.extend(outs)
+                current = next((mod for o in outs if (mod := owner(o))), current)
+            if current is not None:
+                by_module.setdefault(current, []).append(line)
+        rc = child.wait()
     return NinjaRun(rc, failed, by_module, log)
 
 

@@ -9,12 +9,20 @@ changes ``os.environ`` or does work at import time.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from qola.toolchain.archs import arch_base, validate_archs, vendor_of
-from qola.toolchain.base import Toolchain
-from qola.toolchain.host import default_jobs, find_host_cxx
+if TYPE_CHECKING:
+    from qola.toolchain.archs import arch_base, validate_archs, vendor_of
+    from qola.toolchain.base import Toolchain
+    from qola.toolchain.host import default_jobs, find_host_cxx
+
+# re-exported names -> their module, imported on first use (``qola.toolchain.identity`` stays cheap
+# for the no-op fast path)
+_LAZY = {"arch_base": "archs", "validate_archs": "archs", "vendor_of": "archs", "Toolchain": "base",
+         "default_jobs": "host", "find_host_cxx": "host"}
 
 __all__ = [
     "Toolchain",
@@ -27,6 +35,12 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"qola.toolchain.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'qola.toolchain' has no attribute {name!r}")
+
+
 def find_toolchain(
     archs: Sequence[str],
     *,
@@ -35,7 +49,7 @@ def find_toolchain(
     cache_dir: str | os.PathLike,
     compiler: str | None = None,
     assume_version: str | None = None,
-) -> Toolchain:
+) -> "Toolchain":
     """The toolchain for ``archs`` (all gfx* -> HIP, all sm_* -> CUDA).
 
     ``env`` is the environment to search (PATH, HIPCC, ROCM_PATH, CUDA_HOME, ...)
@@ -44,6 +58,8 @@ def find_toolchain(
     the search; ``assume_version`` (HIP only) plans with AITER's flags for that version without
     probing (``--dry-run``). Raises QolaError with a hint for every user-fixable problem.
     """
+    from qola.toolchain.archs import validate_archs  # noqa: PLC0415
+
     kind, archs = validate_archs(archs)
     if kind == "hip":
         from qola.toolchain.hip import find_hip
