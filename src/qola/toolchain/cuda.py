@@ -24,7 +24,7 @@ from qola.toolchain.versions import check_accepted, parse_nvcc_version
 FALLBACKS = ("/usr/local/cuda/bin/nvcc",)
 INSTALL_HINT = (
     "install the CUDA toolkit (nvcc), e.g. from developer.nvidia.com/cuda-downloads or "
-    "`apt-get install cuda-toolkit`; or set CUDA_HOME, or pass --compiler /path/to/nvcc"
+    "`apt-get install cuda-toolkit`; or point qola at one: CUDACXX=/path/to/nvcc or CUDA_HOME=/path/to/cuda"
 )
 # -std=c++17 -O3, position-independent host code, constexpr host functions usable in
 # device code, hidden visibility (only what the version script exports leaves a .so).
@@ -118,7 +118,8 @@ def find_cuda(
         if bad:
             raise QolaError(
                 f"{path} (CUDA {version}) cannot compile for {', '.join(bad)}; it knows {', '.join(codes)}",
-                hint="use a CUDA toolkit that supports these architectures (CUDA_HOME or --compiler), "
+                hint="use a CUDA toolkit that supports these architectures (set CUDACXX=/path/to/nvcc or "
+                "CUDA_HOME), "
                 "or drop them from [build] architectures",
             )
 

@@ -35,7 +35,7 @@ HIPCC_FALLBACKS = ("/opt/rocm/bin/hipcc", "/usr/bin/hipcc")
 CLANG_FALLBACKS = ("/opt/rocm/llvm/bin/amdclang++",)
 INSTALL_HINT = (
     "install ROCm's HIP compiler: `apt-get install hipcc` (Debian/Ubuntu) or ROCm from "
-    "repo.radeon.com; or set HIPCC / ROCM_PATH, or pass --compiler /path/to/hipcc"
+    "repo.radeon.com; or point qola at one: HIPCC=/path/to/hipcc or ROCM_PATH=/path/to/rocm"
 )
 
 # Given to every HIP compile, in AITER's order: its common flags and -O3/-std, torch's
@@ -205,7 +205,7 @@ def find_hip(
         probes.save()
         raise QolaError(
             f"{path} (HIP {dotted}) cannot compile for {', '.join(bad)}",
-            hint="use a ROCm release that knows these targets (set ROCM_PATH / HIPCC or pass --compiler), "
+            hint="use a ROCm release that knows these targets (set HIPCC=/path/to/hipcc or ROCM_PATH), "
             "or drop them from [build] architectures",
         )
     probe_arch = f"--offload-arch={archs[0]}"

@@ -79,9 +79,9 @@ def check_accepted(
                "<ROCM_PATH>/.info/version, not the hipcc driver's package number; install a matching "
                "ROCm and point ROCM_PATH (or HIPCC) at it")
     else:
-        how = "install a matching CUDA toolkit and point CUDA_HOME (or PATH) at it"
+        how = "install a matching CUDA toolkit and point CUDACXX (or CUDA_HOME, or PATH) at it"
     raise QolaError(
         f"found {kind.upper()} {shown} at {compiler}, but the manifest accepts only [{wanted}] "
         f"([qola] {key})",
-        hint=f"{how}, pass --compiler, or add {'.'.join(versions[0].split('.')[:2])!r} to {key}",
+        hint=f"{how}, or add {'.'.join(versions[0].split('.')[:2])!r} to {key}",
     )
