@@ -8,13 +8,14 @@ them together and owns error reporting.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 import traceback
 from collections.abc import Sequence
 
-from qola import __version__
-from qola.errors import QolaError
+from qola import __version__, proc
+from qola.errors import EXIT_USER, QolaError
 
 # subcommand name -> module under qola.commands (imported lazily, in this order)
 COMMANDS = ("plan", "build", "variants", "embed", "jit", "audit", "doctor")
@@ -55,15 +56,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args.debug = getattr(args, "debug", False)
     try:
-        return int(args.func(args) or 0)
+        # Ctrl-C, SIGTERM, SIGHUP: every child process group qola started is ended, then we exit here
+        with proc.signals_end_children():
+            return int(args.func(args) or 0)
     except QolaError as exc:
         if args.debug:
             traceback.print_exc()
         print(exc.render(), file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        code = exc.exit_code if isinstance(exc, proc.Interrupted) else 130
+        print("interrupted" if code == 130 else f"terminated (signal {code - 128})", file=sys.stderr)
+        return code
+    except (OSError, RecursionError, MemoryError) as exc:  # last resort: one line, no traceback
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {last_resort(exc)}" + ("" if args.debug else " (--debug shows the traceback)"),
+              file=sys.stderr)
+        return EXIT_USER
+
+
+def last_resort(exc: BaseException) -> str:
+    """One line for an error nothing more specific caught: the path(s) and errno of an OSError."""
+    if isinstance(exc, OSError):
+        name = errno.errorcode.get(exc.errno or 0, "")
+        what = exc.strerror or str(exc) or type(exc).__name__
+        paths = " -> ".join(repr(str(p)) for p in (exc.filename, exc.filename2) if p is not None)
+        code = f" (errno {exc.errno}{', ' + name if name else ''})" if exc.errno else ""
+        return f"{what}{': ' + paths if paths else ''}{code}"
+    if isinstance(exc, RecursionError):
+        return f"input nested too deeply for qola to process ({exc})"
+    return "out of memory (an input is far larger than expected)"
 
 
 if __name__ == "__main__":  # python -m qola.cli
