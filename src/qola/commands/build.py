@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from qola import fastpath
+from qola import fastpath, lock, preflight
 from qola.commands.common import add_manifest_args
 from qola.errors import QolaError
 
@@ -20,11 +20,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Build every module of the manifest in one ninja graph and publish the results.")
     add_manifest_args(p)
     p.add_argument("--output-dir", "-o", required=True, help="where lib/, include/, manifest.json … land")
-    p.add_argument("-j", "--jobs", type=int, help="parallel jobs (default: MAX_JOBS, else AITER's cpu/memory rule)")
+    p.add_argument("-j", "--jobs", type=preflight.jobs_arg, metavar="N",
+                   help="parallel jobs (default: MAX_JOBS, else AITER's cpu/memory rule)")
     p.add_argument("--build-dir", help="objects and generated sources (default: <output-dir>.build)")
     p.add_argument("--launcher", help="compiler launcher, e.g. sccache or ccache")
     p.add_argument("--dry-run", action="store_true", help="write the graph and show what would run; O untouched")
     p.add_argument("--verbose", "-v", action="store_true", help="print every command")
+    p.add_argument("--wait", nargs="?", type=preflight.seconds_arg, const=float("inf"), metavar="SECONDS",
+                   help="when another qola build uses the same build or output dir, wait for it (at most SECONDS) "
+                   "instead of failing at once")
     p.add_argument("--no-isolation", action="store_true",
                    help="debug: link cpp_itfs libraries without the version script (the audit then fails on leaks)")
     p.set_defaults(func=run)
@@ -78,15 +82,27 @@ def problems(report, console, out: Path | None = None) -> None:
 def run(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     argv = list(getattr(args, "argv", None) or [])
-    out = Path(args.output_dir).resolve()
-    build_dir = Path(args.build_dir).resolve() if args.build_dir else out.with_name(out.name + ".build")
-    if not args.dry_run and argv:
-        from ninja import BIN_DIR  # noqa: PLC0415 (light: the package's __init__)
+    # before anything is written or run: numbers, directories (never /, never nested in each other or
+    # in the tree), then one build per build dir and output dir
+    preflight.check_jobs(args.jobs, None, env)
+    out, build_dir = preflight.output_dirs(args.output_dir, args.build_dir)
+    preflight.disjoint({"the output dir": out, "the build dir": build_dir,
+                        "the kernel tree": preflight.early_tree_root(args.aiter_root, args.manifest)})
+    dirs = {"the build dir": (build_dir, "--build-dir")} | ({} if args.dry_run else {"the output dir": (out, "-o")})
+    preflight.writable(dirs)
+    locks = {lock.build_lock_path(build_dir): f"the build dir {build_dir}"}
+    if not args.dry_run:
+        locks[lock.output_lock_path(out)] = f"the output dir {out}"
+    with lock.acquire(locks, ["qola", *argv], wait=args.wait):
+        if not args.dry_run and argv:
+            from ninja import BIN_DIR  # noqa: PLC0415 (light: the package's __init__)
 
-        if fastpath.up_to_date(build_dir, out, argv, env, os.path.join(BIN_DIR, "ninja")):
-            print(f"qola: {out} is up to date (nothing to do)", file=sys.stderr)
-            return 0
-    return _run(args, env, argv, out, build_dir)
+            if fastpath.up_to_date(build_dir, out, argv, env, os.path.join(BIN_DIR, "ninja")):
+                print(f"qola: {out} is up to date (nothing to do)", file=sys.stderr)
+                return 0
+        if not args.dry_run:
+            preflight.room(out, build_dir)
+        return _run(args, env, argv, out, build_dir)
 
 
 def _run(args: argparse.Namespace, env: dict[str, str], argv: list[str], out: Path, build_dir: Path) -> int:
@@ -96,7 +112,7 @@ def _run(args: argparse.Namespace, env: dict[str, str], argv: list[str], out: Pa
     from qola import isolation, jitbuild, variants  # noqa: PLC0415
     from qola.build import BuildOptions, run_build  # noqa: PLC0415
     from qola.commands.common import hip_version as prepared_hip_version  # noqa: PLC0415
-    from qola.commands.common import prepare, warn  # noqa: PLC0415
+    from qola.commands.common import prepare, tree_root, warn  # noqa: PLC0415
     from qola.publish import prepare as prepare_output  # noqa: PLC0415
     from qola.publish import publish  # noqa: PLC0415
     from qola.toolchain import default_jobs, find_toolchain  # noqa: PLC0415
@@ -104,6 +120,8 @@ def _run(args: argparse.Namespace, env: dict[str, str], argv: list[str], out: Pa
     fastpath.forget(build_dir)
     prepared = prepare(args, env)
     plan, manifest = prepared.plan, prepared.manifest
+    preflight.check_jobs(args.jobs, manifest.build.jobs, env)
+    preflight.disjoint({"the output dir": out, "the build dir": build_dir, "the kernel tree": prepared.tree.root})
     plan, gen_args = variants.apply(plan, manifest, env)  # declared variants -> generator filters
     jplan = jitbuild.plan_jit(prepared.plan, manifest, env)  # [jit]: instances built ahead; None without it
     console = Console(stderr=True)
@@ -153,12 +171,16 @@ def _run(args: argparse.Namespace, env: dict[str, str], argv: list[str], out: Pa
     summary(report, console, out)
     console.print(f"manifest: {path}")
     if report.ok and argv:
-        _remember(prepared, plan, tc, launcher, build_dir, out, argv, env)
+        given = [args.manifest, str(tree_root(args, manifest))]
+        _remember(prepared, plan, tc, launcher, build_dir, out, argv, env, given)
     return 0 if report.ok else 1
 
 
-def _remember(prepared, plan, tc, launcher, build_dir: Path, out: Path, argv: list[str], env: dict[str, str]) -> None:
-    """Record what this (successful) build was derived from, for the next no-op."""
+def _remember(prepared, plan, tc, launcher, build_dir: Path, out: Path, argv: list[str], env: dict[str, str],
+              given: list[str]) -> None:
+    """Record what this (successful) build was derived from, for the next no-op. ``given``: the
+    manifest and tree paths as the command line (or manifest) named them: symlinks re-pointed to
+    another manifest or tree are noticed."""
     tree = prepared.tree
     tree_files = [str(tree.table_path), str(tree.root / "aiter" / "jit" / "core.py")]
     texts = []
@@ -172,6 +194,14 @@ def _remember(prepared, plan, tc, launcher, build_dir: Path, out: Path, argv: li
     if any(m.embed for m in plan.modules):
         dirs.add(str(tree.hsa))
     scripts = [g.script for m in plan.modules for g in m.generators]
+    # the tuned-config CSVs generators read: merged configs' sources, files named in their commands,
+    # and the tree's configs dir (a new per-model CSV joins a merge)
+    data = [f for m in plan.modules for c in m.configs for f in (*c.sources, c.untuned) if f]
+    data += [a for m in plan.modules for g in m.generators for a in g.argv[1:]
+             if os.path.isabs(a) and os.path.isfile(a)]
+    tools = [tc.compiler, tc.host_cxx, launcher]
     files = fastpath.input_files(manifest=prepared.manifest.path, tree_files=tree_files, dirs=sorted(dirs),
-                                 generator_scripts=scripts, tools=[tc.compiler, tc.host_cxx, launcher])
-    fastpath.record(build_dir, out, argv, env, fastpath.env_keys_of(texts), files)
+                                 generator_scripts=scripts, tools=tools, data=data,
+                                 data_dirs=[str(tree.root / "aiter" / "configs")])
+    resolved = [os.path.abspath(p) for p in [*given, *(t for t in tools if t)]]
+    fastpath.record(build_dir, out, argv, env, fastpath.env_keys_of(texts), files, resolved)

@@ -1,0 +1,161 @@
+"""Exclusive locks for a build: one ``qola build`` at a time per build dir and per output dir.
+
+Each lock is an ``flock`` on a small file that also says who holds it (pid, host, start time,
+command, working dir). The kernel drops an ``flock`` when its holder dies, however it dies, so a
+stale file never blocks anyone; what it says is only read when the lock is busy.
+
+* the build dir's lock: ``<build dir>/.qola.lock``;
+* the output dir's lock: ``<parent>/.<name>.qola.lock`` beside the output dir (its contents are
+  published, audited and may be replaced as a whole, so the lock lives next to it, not in it);
+  where that parent is not writable, the output dir itself (an ``flock`` on the directory: the
+  holder is then named from ``/proc/locks``).
+
+Standard library only (taken before the no-op fast path).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from qola.errors import QolaError
+
+BUILD_LOCK = ".qola.lock"
+POLL = 0.2
+
+
+def build_lock_path(build_dir: Path) -> Path:
+    return build_dir / BUILD_LOCK
+
+
+def output_lock_path(out: Path) -> Path:
+    beside = out.with_name(f".{out.name}.qola.lock")
+    parent = out.parent
+    if out.is_dir() and not out.is_symlink() and parent.is_dir() and not os.access(parent, os.W_OK | os.X_OK):
+        return out
+    return beside
+
+
+@dataclass
+class Held:
+    paths: list[Path]
+    fds: list[int]
+
+    def release(self) -> None:
+        while self.fds:
+            fd = self.fds.pop()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
+    def __enter__(self) -> Held:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _from_proc_locks(fd: int) -> dict:
+    """pid and command of the process holding an flock on ``fd``'s file, from /proc/locks."""
+    try:
+        st = os.fstat(fd)
+        key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        with open("/proc/locks") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == key:
+                    pid = int(parts[4])
+                    with open(f"/proc/{pid}/cmdline", "rb") as cf:
+                        cmd = cf.read().replace(b"\0", b" ").decode(errors="replace").strip()
+                    return {"pid": pid, "command": cmd or "?"}
+    except (OSError, ValueError, IndexError):
+        pass
+    return {}
+
+
+def holder_text(path: Path, fd: int | None = None) -> str:
+    """Who holds the lock at ``path``, as one phrase (from the file the holder wrote, else from
+    /proc/locks)."""
+    data: object = {}
+    if not path.is_dir():
+        try:
+            with open(path, "rb") as fh:
+                data = json.loads(fh.read(64 * 1024) or b"{}")
+        except (OSError, ValueError):
+            data = {}
+    if (not isinstance(data, dict) or "pid" not in data) and fd is not None:
+        data = _from_proc_locks(fd)
+    if not isinstance(data, dict) or "pid" not in data:
+        return "its holder has not said who it is yet"
+    started = data.get("started")
+    when = ""
+    if isinstance(started, (int, float)):
+        ago = max(0, int(time.time() - started))
+        when = f", started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))} ({ago} s ago)"
+    host = data.get("host")
+    where = f" on {host}" if host and host != socket.gethostname() else ""
+    cwd = f" (in {data['cwd']})" if data.get("cwd") else ""
+    return f"pid {data.get('pid')}{where}{when}, command: {data.get('command', '?')}{cwd}"
+
+
+def _open(path: Path) -> int:
+    if path.is_dir() and not path.is_symlink():
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+
+
+def _write_info(fd: int, command: Sequence[str]) -> None:
+    info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+            "command": " ".join(command), "cwd": os.getcwd()}
+    data = json.dumps(info).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+
+
+def acquire(locks: Mapping[Path, str], command: Sequence[str], *, wait: float | None = None) -> Held:
+    """Take every lock file in ``locks`` (lock file -> what it guards, for messages), in a fixed
+    order so that waiters never deadlock.
+
+    ``wait``: None fails at once when one is busy; a number waits up to that many seconds
+    (``float('inf')``: as long as it takes). Raises QolaError naming the holder."""
+    held = Held([], [])
+    deadline = None if wait is None else time.monotonic() + wait
+    try:
+        for path in sorted(Path(p) for p in locks):
+            try:
+                fd = _open(path)
+            except OSError as exc:
+                raise QolaError(f"cannot create the lock file {path}: {exc.strerror or exc}",
+                                hint="check that its directory exists and is writable") from None
+            held.fds.append(fd)
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        raise QolaError(f"cannot lock {path}: {exc.strerror or exc}") from None
+                if deadline is None or time.monotonic() >= deadline:
+                    waited = "" if wait is None else f" (waited {wait:g} s)"
+                    raise QolaError(
+                        f"another qola build is using {locks[path]}{waited}: {holder_text(path, fd)}",
+                        hint="wait for it to finish, or pass --wait to queue behind it"
+                        if wait is None else "try again later, or raise --wait",
+                    )
+                time.sleep(POLL)
+            if not path.is_dir():
+                _write_info(fd, command)
+            held.paths.append(path)
+    except BaseException:
+        held.release()
+        raise
+    return held
