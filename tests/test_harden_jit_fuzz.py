@@ -171,7 +171,8 @@ def hostile_meta(draw, world) -> bytes:
         if draw(st.booleans()):
             del fields[name]
         else:
-            fields[name] = draw(st.text(max_size=80) | st.sampled_from(["", " ", "\n", "0" * 64, "99999999999999999999"]))
+            odd = st.sampled_from(["", " ", "\n", "0" * 64, "99999999999999999999"])
+            fields[name] = draw(st.text(max_size=80) | odd)
     head = draw(st.sampled_from(["qola-jit-entry 1\n", "qola-jit-entry 2\n", ""]))
     return (head + "".join(f"{k} {v}\n" for k, v in fields.items())).encode("utf-8", "surrogatepass")
 

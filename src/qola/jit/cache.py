@@ -52,6 +52,7 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _TEMP = re.compile(r"\.tmp-([0-9a-f]{64})")
 LOCKLESS_STALE_S = 600  # a temp file without a lock (e.g. a memo being written) is stale after this
 NETWORK_STALE_S = 3600  # on network file systems a compile on another host may own it
+NOT_A_DIR_HINT = "give a directory (it is created if missing) with --cache-dir or QOLA_JIT_CACHE_DIR"
 
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:
@@ -73,7 +74,7 @@ def check_private_dir(path: Path, *, follow: bool = True) -> None:
         raise QolaError(f"cannot use JIT cache dir {path}: {exc.strerror}") from exc
     if not stat.S_ISDIR(st.st_mode):
         raise QolaError(f"JIT cache dir {path} is not a directory",
-                        hint="give a directory (it is created if missing) with --cache-dir or QOLA_JIT_CACHE_DIR")  # fmt: skip
+                        hint=NOT_A_DIR_HINT)
     if st.st_uid != os.geteuid():
         raise QolaError(
             f"refusing JIT cache dir {path}: owned by uid {st.st_uid}, not by the current user (uid {os.geteuid()})",
@@ -166,13 +167,13 @@ class JitCache:
         self.readonly = readonly
         if self.path.exists() and not self.path.is_dir():
             raise QolaError(f"JIT cache dir {self.path} is not a directory",
-                            hint="give a directory (it is created if missing) with --cache-dir or QOLA_JIT_CACHE_DIR")  # fmt: skip
+                            hint=NOT_A_DIR_HINT)
         if create and not readonly:
             try:
                 self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
             except OSError as exc:
-                raise QolaError(f"cannot create JIT cache dir {self.path}: {exc.strerror}",
-                                hint="give a writable directory with --cache-dir or QOLA_JIT_CACHE_DIR") from None  # fmt: skip
+                hint = "give a writable directory with --cache-dir or QOLA_JIT_CACHE_DIR"
+                raise QolaError(f"cannot create JIT cache dir {self.path}: {exc.strerror}", hint=hint) from None
         if readonly:
             try:
                 safeio.check_dir(self.path, follow=True, what="prebuilt JIT dir")
@@ -202,7 +203,8 @@ class JitCache:
             text = safeio.read_regular(meta, max_size=safeio.MAX_META, trusted=True).decode(errors="surrogateescape")
         except safeio.Refused as exc:
             if exc.missing:
-                return Entry(key, so, meta, {}, "missing" if not os.path.lexists(so) else "no .meta (interrupted write)")
+                why = "missing" if not os.path.lexists(so) else "no .meta (interrupted write)"
+                return Entry(key, so, meta, {}, why)
             return Entry(key, so, meta, {}, exc.message)
         fields = parse_meta(text)
         size_text = fields.get("size", "")

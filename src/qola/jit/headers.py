@@ -26,6 +26,7 @@ import re
 import shutil
 import stat
 import tarfile
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,22 +129,22 @@ def unpack_tar_gz(data: bytes, dest: Path, where: object = "header bundle") -> N
     fresh directory ``dest``: regular files only (0644, created exclusively, never through a
     link), directories 0755, no member outside ``dest``."""
     try:
-        tf = tarfile.open(fileobj=io.BytesIO(data), mode="r:gz")
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise QolaError(f"{where}: not a readable .tar.gz ({exc})") from None
-    with tf:
-        for m in tf.getmembers():
-            parts = m.name.split("/")
-            if not m.isfile() or m.name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\n" in m.name:
-                raise QolaError(f"{where}: unexpected member {m.name!r}")
-            target = dest.joinpath(*parts)
-            for i in range(1, len(parts)):
-                d = dest.joinpath(*parts[:i])
-                if not d.is_dir() or d.is_symlink():
-                    d.mkdir(mode=0o755)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            with tf.extractfile(m) as src, os.fdopen(fd, "wb") as out:  # type: ignore[union-attr]
-                shutil.copyfileobj(src, out)
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tf:
+            for m in tf.getmembers():
+                parts = m.name.split("/")
+                bad_path = m.name.startswith("/") or "\n" in m.name or any(p in ("", ".", "..") for p in parts)
+                if not m.isfile() or bad_path:
+                    raise QolaError(f"{where}: unexpected member {m.name!r}")
+                for i in range(1, len(parts)):
+                    d = dest.joinpath(*parts[:i])
+                    if not d.is_dir() or d.is_symlink():
+                        d.mkdir(mode=0o755)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                fd = os.open(dest.joinpath(*parts), flags, 0o644)
+                with tf.extractfile(m) as src, os.fdopen(fd, "wb") as out:  # type: ignore[union-attr]
+                    shutil.copyfileobj(src, out)
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
+        raise QolaError(f"{where}: a damaged .tar.gz ({exc})") from None
 
 
 def tree_digest(root: Path, *, skip: str = COMPLETE) -> str:

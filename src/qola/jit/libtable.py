@@ -132,8 +132,10 @@ def _sections(stream: BinaryIO) -> bytes | None:
     try:
         sec = ELFFile(stream).get_section_by_name(SECTION)
         return None if sec is None or sec["sh_type"] == "SHT_NOBITS" else sec.data()
-    except (ELFError, ValueError, KeyError, IndexError, OSError, EOFError, AssertionError):
+    except (ELFError, OSError, EOFError):
         return None  # not an ELF object pyelftools can read: it records nothing
+    except Exception:  # noqa: BLE001 - pyelftools/construct raise many kinds on damaged headers
+        return None
 
 
 def read_library(path: Path) -> list[LibModule]:

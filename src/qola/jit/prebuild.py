@@ -50,15 +50,16 @@ class PrebuildResult:
 def find_jit_dirs(out: Path) -> list[Path]:
     """OUT, OUT/jit or OUT/jit/<module> -> the module dirs holding an index.json."""
     out = Path(out)
+    hint = "give the build's output dir (it has jit/<module>/index.json)"
     if out.exists() and not out.is_dir():
-        raise QolaError(f"{out} is not a directory", hint="give the build's output dir (it has jit/<module>/index.json)")
+        raise QolaError(f"{out} is not a directory", hint=hint)
     for base in (out / "jit", out):
         found = sorted(p.parent for p in base.glob("*/index.json"))
         if found:
             return found
     if (out / "index.json").is_file():
         return [out]
-    raise QolaError(f"no JIT modules under {out}", hint="give the build's output dir (it has jit/<module>/index.json)")
+    raise QolaError(f"no JIT modules under {out}", hint=hint)
 
 
 def resolve_compiler(table: libtable.LibModule, env: Mapping[str, str], memo: dict) -> jkey.JitCompiler | None:

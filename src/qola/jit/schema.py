@@ -107,7 +107,8 @@ def loads(data: bytes, where: str) -> Any:
         raise QolaError(f"{where} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
                         hint="rebuild the output dir") from None  # fmt: skip
     except (RecursionError, MemoryError):
-        raise QolaError(f"{where}: JSON nested too deeply or too large to read", hint="rebuild the output dir") from None
+        hint = "rebuild the output dir"
+        raise QolaError(f"{where}: JSON nested too deeply or too large to read", hint=hint) from None
 
 
 def read_json(path: Path, max_size: int = safeio.MAX_INDEX) -> Any:
