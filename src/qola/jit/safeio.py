@@ -125,9 +125,13 @@ def read_regular(path: str | os.PathLike, *, max_size: int, trusted: bool = Fals
     """The bytes of a regular file. Untrusted inputs that are followed through links (index.json,
     sources, the bundle: all verified afterwards) go through the tree inputs' reader
     (:func:`qola.tree.files.read_small`); cache files through :func:`open_regular` (owner, mode)."""
+    read_small = None
     if follow and not trusted:
-        from qola.tree.files import read_small  # noqa: PLC0415
-
+        try:
+            from qola.tree.files import read_small  # noqa: PLC0415
+        except ImportError:  # a tree without the tree inputs' reader: the same checks below
+            pass
+    if read_small is not None:
         try:
             return read_small(path, limit=max_size, what="JIT input")
         except FileNotFoundError:
