@@ -89,15 +89,20 @@ def build_library(tc: Toolchain, tmp: Path, name: str = "qola_tc") -> Path:
 
 
 def forbid_probes(monkeypatch):
-    """Let only `--version` through subprocess.run; anything else fails the test."""
-    real = subprocess.run
+    """Let only `--version` through qola's process runner (every child it starts); anything else fails."""
+    from qola import proc
+
+    real = proc.run
+    seen = []
 
     def guarded(argv, *args, **kwargs):
         if list(argv)[1:] != ["--version"]:
             raise AssertionError(f"unexpected child process on a warm probe cache: {argv}")
+        seen.append(argv)
         return real(argv, *args, **kwargs)
 
-    monkeypatch.setattr(subprocess, "run", guarded)
+    monkeypatch.setattr(proc, "run", guarded)
+    return seen
 
 
 # ---- pure: archs, versions, jobs ---------------------------------------------------
@@ -251,9 +256,10 @@ def test_cuda_unknown_arch(tmp_path):
 @needs_nvcc
 def test_cuda_probe_cache_hit(tmp_path, monkeypatch):
     first = find_toolchain(["sm_90"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
-    forbid_probes(monkeypatch)
+    seen = forbid_probes(monkeypatch)
     second = find_toolchain(["sm_90"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
     assert second == first
+    assert seen  # the guard is on the path children take (the --version identity check went through it)
 
 
 @needs_nvcc
@@ -287,8 +293,9 @@ def test_hip_found_flags_and_probe_cache(tmp_path, monkeypatch):
     for dropped in tc.dropped_flags:  # whatever the probes refused stays out
         assert dropped.split()[-1] not in flags
     assert probe_path(tmp_path, tc.identity).is_file()
-    forbid_probes(monkeypatch)
+    seen = forbid_probes(monkeypatch)
     assert find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path) == tc
+    assert seen
 
 
 @pytest.mark.hip
