@@ -35,12 +35,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from qola.errors import QolaError
+from qola.fsutil import write_if_changed
 from qola.hashing import file_sha256
 
 ALIGN = 256
@@ -345,24 +345,8 @@ def render(blobs: Sequence[Blob], namespace: str, module: str, align: int = ALIG
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    data = text.encode()
-    try:
-        if path.read_bytes() == data:
-            return  # unchanged: keep the mtime so nothing rebuilds
-    except OSError:
-        pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            os.fchmod(f.fileno(), 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Atomically, and only when the content changed (the mtime stays: nothing rebuilds)."""
+    write_if_changed(path, text)
 
 
 def write(sources: EmbedSources, output_dir: str | os.PathLike) -> EmbedFiles:

@@ -69,27 +69,29 @@ def load_manifest(root: Path) -> dict:
     return data
 
 
-def resolve_root(out: Path) -> tuple[Path, list[str]]:
-    """(the dir holding the published files, layout problems). Versioned: the version
+def resolve_root(out: Path) -> tuple[Path, list[str], list[str]]:
+    """(the dir holding the published files, layout problems, notes). Versioned: the version
     ``OUT/current`` names (resolved once); otherwise OUT itself."""
-    from qola.publish import CURRENT, ENTRIES, STORE, current_version  # noqa: PLC0415
+    from qola.publish import CURRENT, ENTRIES, LINK_TMP, STORE, current_version  # noqa: PLC0415
 
     out = Path(out)
     if not os.path.lexists(out / CURRENT):
-        return out, []
+        return out, [], []
     root = current_version(out)
     if root is None:
         raise QolaError(f"{out / CURRENT} does not name a version under {out / STORE}",
                         hint="rebuild into OUT (qola build -o OUT)")
-    problems = []
+    problems, notes = [], []
     for name in ENTRIES:
         p = out / name
         if not p.is_symlink() or os.readlink(p) != f"{CURRENT}/{name}":
             problems.append(f"layout: {p} is not the link {CURRENT}/{name}")
     for entry in sorted(os.listdir(out)):
-        if entry not in (*ENTRIES, CURRENT, STORE):
+        if entry.startswith(LINK_TMP) and (out / entry).is_symlink():  # a publish killed mid-switch
+            notes.append(f"{out / entry} is left from an interrupted publish (the next build removes it)")
+        elif entry not in (*ENTRIES, CURRENT, STORE):
             problems.append(f"layout: {out / entry} is not part of a qola output")
-    return root, problems
+    return root, problems, notes
 
 
 def _walk(root: Path) -> tuple[dict[str, os.stat_result], list[str]]:
@@ -203,10 +205,9 @@ def check_module(root: Path, module: dict, namespace: str, files: dict | None = 
 def audit_output(out_dir: Path, namespace: str | None = None, *,
                  allow_failed: bool = False) -> tuple[int, list[str], list[str]]:
     """(artifacts checked, problem lines, notes) for an output directory."""
-    root, problems = resolve_root(Path(out_dir))
+    root, problems, notes = resolve_root(Path(out_dir))
     data = load_manifest(root)
     ns = audit.check_namespace(namespace or data.get("namespace") or "")
-    notes: list[str] = []
     files = data.get("files")
     if isinstance(files, dict):
         nfiles, more = check_files(root, files)
