@@ -42,10 +42,11 @@ from typing import Iterable, Sequence
 from qola.errors import QolaError
 from qola.fsutil import write_if_changed
 from qola.hashing import file_sha256
+from qola.rules import C_IDENT_RE
 
 ALIGN = 256
 SUFFIX = ".co"
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_IDENT = C_IDENT_RE  # the one identifier rule (qola.rules)
 _ARCH = re.compile(r"[A-Za-z0-9_]+\Z")
 _PART = re.compile(r"[A-Za-z0-9._+=,@-]+\Z")  # one path component of a key
 

@@ -9,31 +9,25 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import keyword
-import re
+import math
 import sys
 from pathlib import Path
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from qola import rules
 from qola.errors import QolaError
+from qola.rules import C_IDENT_RE, C_KEYWORDS, GFX_RE, SHA_RE, SM_RE, is_c_keyword  # noqa: F401 (re-exported)
+from qola.tree.files import MAX_MANIFEST, read_small
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-GFX_RE = re.compile(r"^gfx[0-9]{2,4}[a-z]?(:(xnack|sramecc)[+-])*$")
-SM_RE = re.compile(r"^sm_[0-9]{2,3}[af]?$")
-C_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SHA_RE = re.compile(r"^[0-9a-f]{4,40}$")
-C_KEYWORDS = frozenset(
-    "auto break case char const continue default do double else enum extern float for goto if inline int "
-    "long register restrict return short signed sizeof static struct switch typedef union unsigned void "
-    "volatile while bool class namespace template typename this new delete operator private public "
-    "protected virtual friend using true false nullptr".split()
-)
+MAX_VARIANTS = 1024  # concrete variants one variant table may expand to (the product of its lists)
+MAX_VARIANTS_TOTAL = 4096  # … and all of the manifest's variant tables together
 MODES = ("pybind", "cpp_itfs")
 LINKS = ("shared", "static")
 
@@ -42,11 +36,7 @@ Option = Union[Scalar, list[Scalar]]
 
 
 def vendor(arch: str) -> str | None:
-    if GFX_RE.match(arch):
-        return "hip"
-    if SM_RE.match(arch):
-        return "cuda"
-    return None
+    return rules.vendor(arch)
 
 
 def check_archs(archs: list[str]) -> list[str]:
@@ -82,7 +72,10 @@ class QolaSection(_Model):
     @field_validator("namespace")
     @classmethod
     def _ns(cls, v: str) -> str:
-        if not C_IDENT_RE.match(v) or v in C_KEYWORDS or v.startswith("__"):
+        problem = rules.namespace_problem(v)
+        if problem and len(v) > rules.MAX_NAMESPACE:
+            raise ValueError(f"the namespace {problem}")
+        if problem:
             raise ValueError("expected a valid C identifier that is not a keyword (letters, digits, _; e.g. \"te\")")
         return v
 
@@ -90,7 +83,7 @@ class QolaSection(_Model):
     @classmethod
     def _versions(cls, v: list[str] | None) -> list[str] | None:
         for item in v or []:
-            if not re.match(r"^[0-9]+(\.[0-9]+){0,2}$", item):
+            if not rules.VERSION_RE.match(item):
                 raise ValueError(f"expected versions like \"7.2\" or \"13.0\", got {item!r}")
         return v
 
@@ -134,9 +127,35 @@ class ModuleSection(_Model):
     @field_validator("name", "md_name")
     @classmethod
     def _ident(cls, v: str | None) -> str | None:
-        if v is not None and not C_IDENT_RE.match(v):
+        problem = None if v is None else rules.module_key_problem(v)
+        if problem and len(v) > rules.MAX_NAME:
+            raise ValueError(f"the name {problem}")
+        if problem:
             raise ValueError("expected a module name made of letters, digits and _")
         return v
+
+    @field_validator("drop_srcs")
+    @classmethod
+    def _patterns(cls, v: list[str]) -> list[str]:
+        for item in v:
+            problem = rules.relative_pattern_problem(item)
+            if problem:
+                raise ValueError(f"{item!r} {problem}")
+        return v
+
+
+def variant_count(options: dict[str, Any]) -> int:
+    """How many concrete variants ``options`` expand to (lists multiply; computed, never expanded)."""
+    return math.prod(len({(type(x), x) for x in v}) for v in options.values() if isinstance(v, list))
+
+
+def _check_count(options: dict[str, Any]) -> None:
+    total = variant_count(options)
+    if total > MAX_VARIANTS:
+        sizes = " × ".join(f"{len({(type(x), x) for x in v})} {k}" for k, v in options.items()
+                           if isinstance(v, list) and len(v) > 1)
+        raise ValueError(f"expands to {total:,} variants ({sizes}); at most {MAX_VARIANTS:,} are allowed per table: "
+                         "split it, or leave an option out (omitted = every value, without expanding)")
 
 
 class VariantSection(_Model):
@@ -148,8 +167,31 @@ class VariantSection(_Model):
     options: dict[str, Option] = Field(default_factory=dict)
     tokens: dict[str, dict[str, str]] = Field(default_factory=dict)
 
+    def count(self) -> int:
+        return variant_count(self.options)
 
-class MhaFwdVariant(_Model):
+    @model_validator(mode="after")
+    def _bounded(self) -> "VariantSection":
+        _check_count(self.options)
+        return self
+
+
+class _MhaVariant(_Model):
+    """Shared by the CK fMHA variant tables: ``name`` (any-of globs) is not an option of the product."""
+
+    def options(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in type(self).model_fields if k not in ("module", "name")}
+
+    def count(self) -> int:
+        return variant_count(self.options())
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "_MhaVariant":
+        _check_count(self.options())
+        return self
+
+
+class MhaFwdVariant(_MhaVariant):
     module: str | None = None
     dtype: Option | None = None
     has_bias: Option | None = None
@@ -165,7 +207,7 @@ class MhaFwdVariant(_Model):
     name: Option | None = None
 
 
-class MhaBwdVariant(_Model):
+class MhaBwdVariant(_MhaVariant):
     module: str | None = None
     dtype: Option | None = None
     has_bias: Option | None = None
@@ -185,6 +227,18 @@ class JitAot(_Model):
     variants: list[VariantSection] = Field(default_factory=list)
     mha_fwd_variants: list[MhaFwdVariant] = Field(default_factory=list)
     mha_bwd_variants: list[MhaBwdVariant] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "JitAot":
+        _check_total(self)
+        return self
+
+
+def _check_total(tables: Any) -> None:
+    total = sum(t.count() for t in (*tables.variants, *tables.mha_fwd_variants, *tables.mha_bwd_variants))
+    if total > MAX_VARIANTS_TOTAL:
+        raise ValueError(f"the variant tables expand to {total:,} variants together; at most "
+                         f"{MAX_VARIANTS_TOTAL:,} are allowed")
 
 
 class JitSection(_Model):
@@ -215,6 +269,7 @@ class Manifest(_Model):
             if m.name in seen:
                 raise ValueError(f"modules[{i}].name: module {m.name!r} is listed twice")
             seen.add(m.name)
+        _check_total(self)
         return self
 
     @property
@@ -282,6 +337,8 @@ def _describe(err: dict[str, Any]) -> str:
         return f"{key}: got {err['input']!r}; expected one of {err['ctx']['expected']}"
     if kind == "value_error":
         got = err.get("input")
+        if isinstance(got, str) and len(got) > 80:
+            got = got[:60] + f"…({len(got)} characters)"
         shown = f"got {got!r}; " if isinstance(got, (str, int)) and key else ""
         return f"{key}: {shown}{err['ctx']['error']}" if key else str(err["ctx"]["error"])
     expected = _EXPECT.get(kind)
@@ -313,6 +370,9 @@ def parse(text: str, path: str = "<string>") -> Manifest:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise QolaError(f"not valid TOML: {exc}", where=path, hint="check the line named above") from None
+    except (RecursionError, MemoryError):
+        raise QolaError("manifest nests arrays or tables too deeply to read", where=path,
+                        hint="a qola.toml needs only a few levels; see docs/manifest.md") from None
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:
@@ -326,20 +386,16 @@ def parse(text: str, path: str = "<string>") -> Manifest:
 
 
 def load(path: str | Path) -> Manifest:
+    """Read and validate the manifest at ``path``: a regular file of at most 4 MiB (a FIFO or
+    ``/dev/zero`` is refused before anything is read from it)."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        raw = read_small(p, limit=MAX_MANIFEST, what="manifest", hint="pass --manifest with the path of a qola.toml")
     except FileNotFoundError:
         raise QolaError(f"manifest {str(p)!r} not found", hint="pass --manifest with the path of a qola.toml") from None
-    except OSError as exc:
-        raise QolaError(f"cannot read manifest {str(p)!r}: {exc.strerror}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise QolaError("manifest is not UTF-8 text", where=str(p)) from None
     manifest = parse(text, str(p))
     return manifest.model_copy(update={"path": str(p.resolve()), "sha256": hashlib.sha256(raw).hexdigest()})
-
-
-def is_c_keyword(name: str) -> bool:
-    return name in C_KEYWORDS or keyword.iskeyword(name)

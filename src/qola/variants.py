@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import itertools
+import math
 import re
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from typing import Any
 
 from qola.errors import QolaError
 from qola.fsutil import pid_tempdir
-from qola.manifest import Manifest
+from qola.manifest import MAX_VARIANTS, Manifest
 from qola.plan import OUTPUT_DIR, Generator, ModulePlan, Plan
 
 SHIM = Path(__file__).parent / "data" / "genwrap" / "filter_any.py"
@@ -95,6 +96,10 @@ def expand(options: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Cartesian product of ``options`` (scalar | list; None = omitted, i.e. unconstrained), de-duplicated."""
     items = [(k, list({(type(x), x): x for x in (v if isinstance(v, list) else [v])}.values()))
              for k, v in options.items() if v is not None]
+    total = math.prod(len(v) for _, v in items)  # the manifest bounds it; computed before expanding anyway
+    if total > MAX_VARIANTS:
+        raise QolaError(f"variant options expand to {total:,} variants; at most {MAX_VARIANTS:,} per table",
+                        hint="split the table, or leave an option out (omitted = every value)")
     out = [dict(zip([k for k, _ in items], combo)) for combo in itertools.product(*(v for _, v in items))]
     return list({tuple((k, type(v).__name__, v) for k, v in d.items()): d for d in out}.values())
 
