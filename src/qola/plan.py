@@ -169,15 +169,23 @@ def _expand_sources(items: list[str]) -> tuple[list[str], list[str]]:
     return found, missing
 
 
-def _drop(sources: list[str], patterns: list[str], module: str, notes: list[str]) -> list[str]:
-    """Remove matching sources; a pattern matching nothing is a warning (trees differ between
-    AITER versions, and QoLA manifests name files of the version they were written for)."""
+def _drop(sources: list[str], patterns: list[str], module: str, notes: list[str], pinned: bool) -> list[str]:
+    """Remove matching sources. A pattern matching none of them is an error when the tree is the
+    commit the manifest pins (the manifest was written for this tree); otherwise a warning: trees
+    differ between AITER versions, and QoLA manifests name files of the version they were written for."""
     kept = list(sources)
     for pat in patterns:
         hit = [s for s in kept if fnmatch.fnmatch(Path(s).name, pat) or s.endswith("/" + pat.lstrip("/"))]
         if not hit:
-            names = ", ".join(Path(s).name for s in kept) or "none"
-            notes.append(f"modules.{module}.drop_srcs: {pat!r} matches none of the module's sources ({names})")
+            names = sorted({Path(s).name for s in sources})
+            close = difflib.get_close_matches(pat, names, n=3, cutoff=0.4)
+            near = (f"nearest source names: {', '.join(close)}" if close else
+                    f"its sources: {', '.join(names[:8])}{' …' if len(names) > 8 else ''}" if names else
+                    "the module lists no sources in this tree (its instances come from generators)")
+            msg = f"modules.{module}.drop_srcs: {pat!r} matches none of the module's sources"
+            if pinned:
+                raise QolaError(msg, hint=f"{near}; remove or fix the pattern (a file name or glob)")
+            notes.append(f"{msg} ({near}); an error when the tree is the commit the manifest pins")
         kept = [s for s in kept if s not in hit]
     return kept
 
@@ -293,6 +301,39 @@ def _configs_used(name: str, entry: Mapping[str, Any], merges: Mapping[str, Merg
     return tuple(used)
 
 
+def _check_itfs(name: str, entry: Mapping[str, Any], section: ModuleSection | None, manifest: Manifest,
+                in_table: bool) -> None:
+    """cpp_itfs builds a torch-free library, never a Python module. A manifest asking for both is an
+    error; so is a table module that is a Python module (its sources are pybind glue) unless qola's
+    registry has its cpp_itfs wrapper or the manifest declares it ``is_python_module = false``."""
+    if section is not None and section.is_python_module:
+        raise QolaError(
+            f"modules.{name}: is_python_module = true contradicts mode cpp_itfs (a torch-free C/C++ library)",
+            hint="drop is_python_module, or build the module with mode = \"pybind\"", where=manifest.path or None)
+    if section is not None and section.is_python_module is False:
+        return
+    if in_table and entry["is_python_module"] and registry.entry(name) is None:
+        raise QolaError(
+            f"module {name!r} is a Python extension module in the tree's table (is_python_module is true) "
+            "and qola has no cpp_itfs wrapper for it: its pybind sources cannot build as a torch-free library",
+            hint=f"build it with mode = \"pybind\" in its [[modules]] entry, or declare it torch-free there: "
+            "is_python_module = false (with srcs or drop_srcs that leave out its pybind sources)",
+            where=manifest.path or None)
+
+
+def _check_unique(plans: list[ModulePlan], manifest: Manifest) -> None:
+    """Two modules with one library name would overwrite each other's library, log and JIT dir."""
+    seen: dict[str, str] = {}
+    for mod in plans:
+        other = seen.setdefault(mod.md_name, mod.name)
+        if other != mod.name:
+            raise QolaError(
+                f"modules {other!r} and {mod.name!r} both build {mod.md_name!r} (the same md_name): "
+                "their libraries would overwrite each other",
+                hint="give one of them another md_name in its [[modules]] entry, or build only one",
+                where=manifest.path or None)
+
+
 def make_plan(
     manifest: Manifest,
     tree: AiterTree,
@@ -310,6 +351,8 @@ def make_plan(
     ns = manifest.qola.namespace
     notes = list(warnings or [])
     wanted = [m.name for m in manifest.modules] or _all_modules(table, names, env, notes)
+    want = manifest.qola.aiter_commit
+    pinned = bool(want and tree_commit and tree_commit.startswith(want))
     plans = []
     unknown: dict[str, list[str]] = {}
     merged: dict[str, MergedConfig] = {}
@@ -337,8 +380,10 @@ def make_plan(
         if missing:
             notes.append(f"module {name}: {len(missing)} source(s) listed in the table do not exist: "
                          + ", ".join(Path(m).name for m in missing))
-        sources = _drop(sources, list(section.drop_srcs) if section else [], name, notes)
+        sources = _drop(sources, list(section.drop_srcs) if section else [], name, notes, pinned)
         cpp_itfs = mode == "cpp_itfs"
+        if cpp_itfs:
+            _check_itfs(name, entry, section, manifest, name in table)
         standalone = bool(entry["is_standalone"])
         includes = _default_includes(tree, names, standalone) + [str(i) for i in entry["extra_include"]]
         reg = registry.entry(name) if cpp_itfs else None
@@ -385,6 +430,7 @@ def make_plan(
             ),
             configs=configs,
         ))
+    _check_unique(plans, manifest)
     for key, mods in unknown.items():
         shown = ", ".join(mods[:3]) + (f" and {len(mods) - 3} more" if len(mods) > 3 else "")
         notes.append(f"{TABLE}: key {key!r} ({shown}) is not one AITER's get_args_of_build knows; "

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qola import rules
 from qola.errors import QolaError
 from qola.tree.aiter_configs import MergedConfig
 from qola.tree.aiter_core import read_core, resolve_core_names
+from qola.tree.files import MAX_TABLE, read_text
 from qola.tree.safe_eval import SafeFunction, SafeObject, evaluate
 
 TABLE = "aiter/jit/optCompilerConfig.json"
@@ -45,6 +47,8 @@ DEFAULTS: dict[str, Any] = {
 # keys AITER reads with a fallback rather than a default (AITER main: "all" skips experimental modules)
 KNOWN_KEYS = ("is_experimental",)
 LIST_KEYS = ("srcs", "flags_extra_cc", "flags_extra_hip", "extra_include", "blob_gen_cmd")
+BOOL_KEYS = ("is_python_module", "is_standalone", "torch_exclude")
+MAX_VALUE_DEPTH = 16  # nesting of one table value (AITER's: a dict of lists of strings, 3)
 # fp8/fp4 dtypes present in the torch releases AITER supports; hasattr(torch, X) is answered from this
 TORCH_ATTRS = ("float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn_x2")
 
@@ -84,7 +88,7 @@ def open_tree(root: str | Path) -> AiterTree:
             hint="pass --aiter-root with the root of an AITER checkout or unpacked sdist",
         )
     path = path.resolve()
-    if not (path / TABLE).is_file():
+    if not (path / TABLE).exists():  # a FIFO or a directory there is refused by load_table, by name
         raise QolaError(
             f"{path} has no {TABLE}",
             hint="--aiter-root must be the tree's root (the directory holding aiter/ and csrc/ or aiter_meta/)",
@@ -100,15 +104,38 @@ def open_tree(root: str | Path) -> AiterTree:
 
 
 def load_table(tree: AiterTree) -> dict[str, dict[str, Any]]:
+    """The module table as JSON data: a regular file of at most 16 MiB, nested at most as deep as the
+    JSON reader's recursion allows (deeper is an error, not a RecursionError). Keys and values are
+    checked when a module is resolved (:func:`resolve_entry`)."""
+    path = tree.table_path
     try:
-        data = json.loads(tree.table_path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise QolaError(f"cannot read {tree.table_path}: {exc}") from None
+        text = read_text(path, limit=MAX_TABLE, what="module table")
+    except FileNotFoundError:
+        raise QolaError(f"{path} does not exist", hint="--aiter-root must be the tree's root") from None
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise QolaError(f"{tree.table_path} is not valid JSON: {exc}") from None
+        raise QolaError(f"{path} is not valid JSON: {exc}") from None
+    except (RecursionError, MemoryError):
+        raise QolaError(f"{path}: JSON nested too deeply to read",
+                        hint=f"table values nest at most {MAX_VALUE_DEPTH} levels (AITER's: 3)") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise QolaError(f"{tree.table_path} must map module names to objects")
+        raise QolaError(f"{path} must map module names to objects")
     return data
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of JSON data (a string is 0, ``[]`` 1), counted without recursion; stops past ``limit``."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                break
+            stack.extend((v, depth) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def git_head(tree: AiterTree) -> str | None:
@@ -218,9 +245,17 @@ def resolve_entry(
     as it is, as AITER does. A key AITER does not know is kept, and a string of such a key that
     is not an expression qola evaluates is kept as plain text, with a note in ``notes``.
     """
+    problem = rules.module_key_problem(key)
+    if problem:
+        raise QolaError(f"{TABLE}: module key {key!r} {problem}",
+                        hint="a module key names files and build targets: letters, digits and _ only "
+                        "(the rule for [[modules]].name); fix the tree's table")
     out = {k: copy.copy(v) for k, v in DEFAULTS.items()}
     for field, value in raw.items():
         where = f"{TABLE}: module {key!r}, key {field!r}"
+        if _depth(value, MAX_VALUE_DEPTH) > MAX_VALUE_DEPTH:
+            raise QolaError(f"{where}: value nested more than {MAX_VALUE_DEPTH} levels deep",
+                            hint="AITER's table values are strings, lists of strings or a table of lists")
         lenient = field not in DEFAULTS and field not in KNOWN_KEYS
         if isinstance(value, list):
             out[field] = [_evaluate(item, names, f"{where}[{i}]", lenient, notes) if isinstance(item, str) else item
@@ -236,8 +271,58 @@ def resolve_entry(
         elif isinstance(value, str):
             out[field] = [value]
         elif not isinstance(value, list):
-            raise QolaError(f"{TABLE}: module {key!r}, key {field!r} must be a list, got {value!r}")
+            raise QolaError(f"{TABLE}: module {key!r}, key {field!r} must be a list, got {_show(value)}")
+    _check_types(key, out)
     return out
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:100] + f"…({len(text)} characters)"
+
+
+def _check_types(key: str, out: dict[str, Any]) -> None:
+    """The evaluated values qola uses have the types AITER's build gives them; strings carry no NUL or
+    line breaks (they become paths, flags and ninja text); ``md_name`` passes the manifest's rule."""
+    def bad(field: str, what: str, value: Any) -> QolaError:
+        return QolaError(f"{TABLE}: module {key!r}, key {field!r}: {what}, got {_show(value)}",
+                         hint="fix the tree's table (values evaluate as AITER's get_args_of_build reads them)")
+
+    def text(field: str, value: Any) -> None:
+        if not isinstance(value, str):
+            raise bad(field, "expected a string", value)
+        if any(c in value for c in "\x00\n\r"):
+            raise bad(field, "a NUL or line break in a string", value)
+
+    for field in LIST_KEYS:
+        for item in out[field]:
+            text(field, item)
+    if out.get("md_name") is None:
+        out["md_name"] = ""
+    md = out["md_name"]
+    if md != "":
+        problem = rules.md_name_problem(md)
+        if problem:
+            raise bad("md_name", f"the md_name {problem}", md)
+    ld = out.get("extra_ldflags")
+    if ld is not None:
+        for item in (ld if isinstance(ld, list) else [ld]):
+            text("extra_ldflags", item)
+    if out.get("hip_clang_path") is not None:
+        text("hip_clang_path", out["hip_clang_path"])
+    per_source = out.get("flags_extra_hip_per_source")
+    if per_source is None:
+        out["flags_extra_hip_per_source"] = {}
+    elif not isinstance(per_source, dict):
+        raise bad("flags_extra_hip_per_source", "expected a table of file-name globs to flags", per_source)
+    else:
+        for glob, flags in per_source.items():
+            text("flags_extra_hip_per_source", glob)
+            for flag in (flags if isinstance(flags, list) else [flags]):
+                text("flags_extra_hip_per_source", flag)
+    for field in BOOL_KEYS:
+        if not isinstance(out.get(field), (bool, int, type(None))):
+            raise bad(field, "expected true or false", out.get(field))
 
 
 def _evaluate(expr: str, names: Mapping[str, Any], where: str, lenient: bool, notes: list[str] | None) -> Any:

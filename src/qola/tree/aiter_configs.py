@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qola.errors import QolaError
+from qola.tree.files import MAX_CSV, read_small
 
 CONFIGS_TOKEN = "{qola_configs}"  # the directory of merged configs; never "{}" (a generator's output dir)
 MODEL_CONFIGS = "aiter/configs/model_configs"
@@ -103,9 +104,11 @@ def _split(file_path: str, stem: str, root: Path) -> str | MergedConfig:
 
 def _read(path: str) -> tuple[list[str], list[list[str]]]:
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            lines = [r for r in csv.reader(f) if r]  # pandas skips blank lines
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        text = read_small(path, limit=MAX_CSV, what="tuned config").decode("utf-8-sig")
+        lines = [r for r in csv.reader(io.StringIO(text, newline="")) if r]  # pandas skips blank lines
+    except FileNotFoundError:
+        raise QolaError(f"cannot read tuned config {path}: it does not exist") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
         raise QolaError(f"cannot read tuned config {path}: {exc}") from None
     if not lines:
         raise QolaError(f"tuned config {path} is empty (no header line)", hint="AITER's pandas.read_csv fails on it too")

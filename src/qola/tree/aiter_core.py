@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qola import rules
 from qola.errors import QolaError
 from qola.tree.aiter_configs import MergedConfig, config_file
+from qola.tree.files import MAX_CORE, read_small
 from qola.tree.safe_eval import SafeObject, evaluate
 
 GETENV = ("os.getenv", "os.environ.get")
@@ -87,10 +89,15 @@ def _properties(cls: ast.ClassDef, owner: str) -> list[ConfigName]:
 
 
 def read_core(path: Path) -> CoreNames:
-    """The recognised statements of core.py, in file order. A missing or unparsable file has none."""
+    """The recognised statements of core.py, in file order. A missing or unparsable file has none;
+    one that is not a regular file (a FIFO would block forever) or is over 8 MiB is an error."""
     try:
-        module = ast.parse(path.read_text())
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+        raw = read_small(path, limit=MAX_CORE, what="AITER's JIT core module")
+    except FileNotFoundError:
+        return CoreNames()
+    try:
+        module = ast.parse(raw.decode("utf-8"))
+    except (UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
         return CoreNames()
     classes = {s.name: s for s in module.body if isinstance(s, ast.ClassDef)}
     env_names: list[EnvName] = []
@@ -138,6 +145,10 @@ def resolve_core_names(core: CoreNames, *, base: Mapping[str, Any], env: Mapping
     scope = {**base, **names}
     for cfg in core.configs:
         where = f"aiter/jit/core.py: {cfg.owner + '.' if cfg.owner else ''}{cfg.name}"
+        problem = rules.file_stem_problem(cfg.stem)
+        if problem:  # the stem names the merged CSV qola writes into its build dir
+            raise QolaError(f"{where}: tuned-config name {cfg.stem!r} {problem}",
+                            hint="AITER's config names are plain file stems such as a8w8_tuned_gemm")
         try:
             default = evaluate(cfg.default, scope, where=where)
         except QolaError:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,9 +24,10 @@ from typing import Any
 from qola.errors import QolaError
 
 MAX_EXPR_CHARS = 20_000
-MAX_STR = 100_000  # longest string or list an expression may build
+MAX_STR = 100_000  # largest string or list an expression may build (a list counts its items' sizes too)
 MAX_INT_BITS = 128
 MAX_DEPTH = 60
+MAX_FORMAT_NUMBER = 1_000  # largest width or precision in an f-string's format spec
 
 
 @dataclass(frozen=True)
@@ -67,13 +69,30 @@ class _Refused(Exception):
         self.reason = reason
 
 
+def size_of(value: Any, budget: int = MAX_STR) -> int:
+    """Characters of every string in ``value`` plus one per list/tuple item, counted without
+    recursion; stops counting once past ``budget`` (so ``[["a" * 100000] * 100000]``, whose text
+    would be 10^10 characters, costs nothing to refuse)."""
+    total, stack = 0, [value]
+    while stack and total <= budget:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, (list, tuple)):
+            total += len(item)
+            stack.extend(item)
+        else:
+            total += 1
+    return total
+
+
 def _check_size(value: Any) -> Any:
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
         raise _Refused(f"integer result larger than {MAX_INT_BITS} bits")
-    if isinstance(value, (str, list, tuple)) and len(value) > MAX_STR:
-        raise _Refused(f"result longer than {MAX_STR} items")
+    if isinstance(value, (str, list, tuple)) and size_of(value) > MAX_STR:
+        raise _Refused(f"result longer than {MAX_STR} characters/items")
     return value
 
 
@@ -139,6 +158,8 @@ class _Evaluator:
         spec = self.visit(node.format_spec, d) if node.format_spec is not None else ""
         if len(spec) > 20:
             raise _Refused("format spec too long")
+        if any(int(n) > MAX_FORMAT_NUMBER for n in re.findall(r"[0-9]+", spec)):
+            raise _Refused(f"format width or precision larger than {MAX_FORMAT_NUMBER} in {spec!r}")
         try:
             return format(value, spec)
         except (ValueError, TypeError) as exc:
@@ -245,9 +266,9 @@ class _Evaluator:
         if isinstance(node.op, ast.Mult):
             if any(isinstance(v, (str, list, tuple)) for v in (left, right)):
                 n = right if isinstance(right, int) else left
-                size = len(left) if isinstance(left, (str, list, tuple)) else len(right)
-                if not isinstance(n, int) or n * size > MAX_STR:
-                    raise _Refused(f"repetition longer than {MAX_STR} items")
+                seq = left if isinstance(left, (str, list, tuple)) else right
+                if not isinstance(n, int) or n * size_of(seq) > MAX_STR:
+                    raise _Refused(f"repetition longer than {MAX_STR} characters/items")
         if isinstance(node.op, ast.Mod) and isinstance(left, str):
             raise _Refused("%-formatting is not allowed")
         try:
@@ -290,7 +311,8 @@ def evaluate(expr: str, names: Mapping[str, Any], *, where: str = "expression") 
             warnings.simplefilter("ignore")  # SyntaxWarning for odd literals: not the user's concern here
             tree = ast.parse(expr.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        msg = exc.msg if isinstance(exc, SyntaxError) else type(exc).__name__
+        msg = (exc.msg if isinstance(exc, SyntaxError) else "nested too deeply or too large to parse"
+               if isinstance(exc, (RecursionError, MemoryError)) else str(exc))
         raise QolaError(
             f"cannot parse expression {shown!r}: {msg}",
             hint="module-table values must be Python expression strings as AITER writes them",
@@ -307,6 +329,8 @@ def evaluate(expr: str, names: Mapping[str, Any], *, where: str = "expression") 
         ) from None
     except RecursionError:
         raise QolaError(f"refused expression {shown!r}: nested too deeply", where=where) from None
+    except MemoryError:  # a bound above was not enough: still the user's input, not a crash
+        raise QolaError(f"refused expression {shown!r}: it needs too much memory", where=where) from None
     if isinstance(value, (SafeObject, SafeFunction)):
         raise QolaError(f"expression {shown!r} evaluates to {value.name}, not a value", where=where)
     return value
