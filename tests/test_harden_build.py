@@ -359,8 +359,11 @@ def _alive(pids: list[int], timeout: float) -> list[int]:
 def test_killed_build_leaves_no_children(setup, sig, code):
     tmp, tree, m, env, build = setup
     args = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(tmp / "out")]
+    # a shell's background job inherits SIGINT ignored (and qola rightly keeps it so): give the child
+    # the disposition a terminal user's qola has
     qola = subprocess.Popen([sys.executable, "-m", "qola", *args], env={**os.environ, **env, "FAKE_NVCC_SLEEP": "120"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     ours: list[int] = []
     try:
         deadline = time.time() + 60
