@@ -84,3 +84,15 @@ def run_qola(*args: str, cwd: Path | None = None, env: dict | None = None, check
     if check and proc.returncode != 0:
         raise AssertionError(f"qola {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def wait_for(cond, timeout: float = 60.0) -> bool:
+    """Poll ``cond`` until it is true (True) or ``timeout`` seconds pass (False)."""
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False

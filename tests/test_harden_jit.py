@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_qola
+from conftest import run_qola, wait_for
 from test_jit_support import build_runtime, expected, make_lib, sh
 
 from qola.jit.cache import JitCache
@@ -355,19 +355,11 @@ def test_cache_dir_that_is_a_file_is_exit_2(lib, tmp_path, action):
 # ------------------------------------------------------------------ item 5: stale temp files
 
 
-def _wait_for(cond, timeout=60.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
-
 
 def test_killed_compile_leaves_a_temp_that_verify_reports_and_the_next_compile_removes(lib):
     (lib.root / "slow").write_text("30")
     victim = lib.spawn(1, 5)
-    assert _wait_for(lambda: lib.compiles() == 1), "the compiler never started"
+    assert wait_for(lambda: lib.compiles() == 1), "the compiler never started"
     compiler = int((lib.root / "count").read_text().split()[0])
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=30)

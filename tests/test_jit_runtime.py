@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
+
+from conftest import wait_for
 from test_jit_support import build_runtime, expected, fake_compiler, make_lib
 
 from qola.jit import key as jkey
@@ -66,19 +67,11 @@ def test_32_processes_one_compile(lib):
     assert len(lib.entries()) == 1
 
 
-def _wait_for(cond, timeout=60.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
-
 
 def test_sigkill_during_compile_recovers(lib):
     (lib.root / "slow").write_text("3")
     victim = lib.spawn(1, 5)
-    assert _wait_for(lambda: lib.compiles() == 1), "the compiler never started"
+    assert wait_for(lambda: lib.compiles() == 1), "the compiler never started"
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=30)
     (lib.root / "slow").unlink()
@@ -87,7 +80,7 @@ def test_sigkill_during_compile_recovers(lib):
     assert lib.compiles() == 2
     # the orphaned compiler of the killed process finishes later: it must not break the entry
     orphan = int((lib.root / "count").read_text().split()[0])
-    _wait_for(lambda: not Path(f"/proc/{orphan}").exists(), 60)
+    wait_for(lambda: not Path(f"/proc/{orphan}").exists(), 60)
     cache = JitCache(lib.cache)
     assert [cache.entry(p.stem).problem for p in lib.entries()] == [None]
     ok(lib.run(1, 5))
@@ -219,7 +212,7 @@ def test_prepare_compiles_ahead(lib):
 def test_killed_compiler_leaves_no_entry(lib):
     (lib.root / "slow").write_text("5")
     victim = lib.spawn(1, 5)
-    assert _wait_for(lambda: lib.compiles() == 1)
+    assert wait_for(lambda: lib.compiles() == 1)
     os.kill(int((lib.root / "count").read_text().split()[0]), signal.SIGKILL)  # the compiler, not the caller
     out, err = victim.communicate(timeout=60)
     assert victim.returncode == 3 and f"status {E_COMPILE}" in out and "exit status 137" in err
