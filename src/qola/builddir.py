@@ -152,6 +152,7 @@ class BuildLayout:
     def log(self, module: str) -> Path:
         return self.out / self.log_rel(module)
 
-    def jit_rel(self, md_name: str) -> str:
+    @staticmethod
+    def jit_rel(md_name: str) -> str:
         """``jit/<md_name>``, relative to OUT: where a module's deferred instances are published."""
         return f"jit/{md_name}"

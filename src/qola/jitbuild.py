@@ -125,7 +125,7 @@ class JitRecord:
     compiler: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"dir": f"jit/{self.md_name}", "style": self.style, "compiler": self.compiler,
+        return {"dir": BuildLayout.jit_rel(self.md_name), "style": self.style, "compiler": self.compiler,
                 "aot": summary(self.aot), "deferred": summary(self.deferred)}  # fmt: skip
 
 
