@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from qola.fsutil import replace_tree, write_if_changed
+
+if TYPE_CHECKING:
+    from qola.jitbuild import JitRecord
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ class ModuleExtra:
     writes: tuple[FileWrite, ...] = ()
     trees: tuple[TreeWrite, ...] = ()
     warnings: tuple[str, ...] = ()
-    jit: Any = None  # qola.jitbuild.JitRecord of a module with deferred instances
+    jit: JitRecord | None = None  # what the JIT records of a module with deferred instances
 
     def then(self, other: ModuleExtra) -> ModuleExtra:
         """This extra followed by ``other``: lists concatenate, ``other``'s rule, variables and

@@ -6,11 +6,14 @@ import argparse
 import contextlib
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from qola import preflight
-from qola.builddir import BuildLayout
 from qola.commands.common import add_manifest_args
 from qola.pipeline import BuildSpec, Reporter, build
+
+if TYPE_CHECKING:
+    from qola.builddir import BuildLayout
 
 # light imports only: the pipeline loads the rest after the no-op fast path had its chance
 
