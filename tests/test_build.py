@@ -1,4 +1,8 @@
-"""The build engine on the example tree: real compiles with nvcc (sm_90) and hipcc (gfx90a)."""
+"""The build engine on the example tree: real compiles with nvcc (sm_90) and hipcc (gfx90a).
+
+Most tests call the library's pipeline (:func:`qola.pipeline.build`) directly; those about the
+command line itself (the no-op fast path keyed on argv, a SIGKILL mid-build, exit codes and what
+the user reads) run ``qola build`` in a subprocess."""
 
 from __future__ import annotations
 
@@ -16,6 +20,10 @@ import pytest
 
 from conftest import KERNELS, run_qola
 
+from qola import pipeline
+from qola.errors import QolaError
+from qola.pipeline import BuildSpec
+
 pytestmark = pytest.mark.slow
 
 PLAIN = ("module_rmsnorm", "module_softmax")
@@ -27,6 +35,11 @@ def manifest(path: Path, archs: list[str], modules=PLAIN, extra: str = "", ns: s
         body += f'\n[[modules]]\nname = "{m}"\n'
     path.write_text(body + extra)
     return path
+
+
+def build(m: Path, tree: Path, out: Path, **kw) -> pipeline.BuildReport:
+    """``qola build -j 2`` through the library."""
+    return pipeline.build(BuildSpec(manifest=str(m), aiter_root=str(tree), output_dir=str(out), jobs=2, **kw))
 
 
 def sha256(p: Path) -> str:
@@ -58,8 +71,8 @@ def cuda_build(tmp_path_factory):
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     m = manifest(tmp / "q.toml", ["sm_90"], modules=(*PLAIN, "module_attn_fwd"))
     out = tmp / "out"
-    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = build(m, tree, out)
+    assert report.ok, [r.detail for r in report.modules]
     return tmp, tree, m, out
 
 
@@ -81,8 +94,8 @@ def test_cuda_build_publishes_everything(cuda_build):
 def test_noop_rebuild_compiles_nothing(cuda_build):
     tmp, tree, m, out = cuda_build
     before = len(ninja_runs(tmp / "out.build"))
-    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
-    assert proc.returncode == 0, proc.stderr
+    report = build(m, tree, out)  # no argv: no fast path, the whole pipeline runs
+    assert report.ok and not report.up_to_date
     assert len(ninja_runs(tmp / "out.build")) == before
     check_published(out)
 
@@ -93,8 +106,7 @@ def test_touch_header_rebuilds_only_dependents(cuda_build):
     before = len(ninja_runs(bdir))
     header = tree / "csrc" / "include" / "softmax.h"
     os.utime(header, (time.time() + 5, time.time() + 5))
-    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
-    assert proc.returncode == 0, proc.stderr
+    assert build(m, tree, out).ok
     rebuilt = ninja_runs(bdir)[before:]
     assert rebuilt, "nothing rebuilt after touching a header"
     assert all("module_softmax" in r for r in rebuilt), rebuilt
@@ -109,8 +121,8 @@ def test_broken_module_does_not_stop_others(tmp_path):
     extra = '\n[[modules]]\nname = "module_broken"\nsrcs = ["csrc/kernels/broken.cu"]\nis_python_module = false\n'
     m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_rmsnorm",), extra=extra)
     out = tmp_path / "out"
-    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
-    assert proc.returncode == 1, proc.stderr
+    report = build(m, tree, out)
+    assert not report.ok and report.exit_code == 1
     data = check_published(out)
     status = {x["name"]: x for x in data["modules"]}
     assert status["module_rmsnorm"]["status"] == "built"
@@ -118,8 +130,13 @@ def test_broken_module_does_not_stop_others(tmp_path):
     assert broken["status"] == "failed" and broken["artifact"] is None
     assert "not_declared_anywhere" in (out / "logs" / "module_broken.log").read_text()
     assert broken["error"]["log"] == "logs/module_broken.log"
-    assert "module_broken" in proc.stderr and "not_declared_anywhere" in proc.stderr
+    failed = {r.name: r for r in report.modules if r.status == "failed"}
+    assert list(failed) == ["module_broken"] and "not_declared_anywhere" in failed["module_broken"].detail
     assert not list((out / "lib").glob("qk_module_broken*"))
+    # what the user reads: the failed module, the compiler's error, no traceback
+    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
+    assert proc.returncode == 1, proc.stderr
+    assert "module_broken" in proc.stderr and "not_declared_anywhere" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -131,11 +148,12 @@ def test_failing_generator_is_a_clear_error(tmp_path):
              'is_python_module = false\n')
     m = manifest(tmp_path / "q.toml", ["sm_90"], modules=(), extra=extra)
     out = tmp_path / "out"
-    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out))
-    assert proc.returncode == 1
+    report = pipeline.build(BuildSpec(manifest=str(m), aiter_root=str(tree), output_dir=str(out)))
+    assert report.exit_code == 1
+    (r,) = report.modules
+    assert r.status == "failed" and "exit code 3" in r.detail and "cannot generate: no recipe" in r.detail
     log = (out / "logs" / "module_gen.log").read_text()
     assert "exit code 3" in log and "cannot generate: no recipe" in log and "gen_fail.py" in log
-    assert "module_gen" in proc.stderr
 
 
 def test_sigkill_then_rebuild_never_shows_corrupt_output(tmp_path):
@@ -144,7 +162,7 @@ def test_sigkill_then_rebuild_never_shows_corrupt_output(tmp_path):
     m = manifest(tmp_path / "q.toml", ["sm_90"])
     out = tmp_path / "out"
     # a first complete build, so O holds a published result while the second one is killed
-    assert run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out)).returncode == 0
+    assert build(m, tree, out).ok
     published = {p: sha256(p) for p in (out / "lib").iterdir()}
     for src in (tree / "csrc" / "kernels").glob("*.cu"):
         src.write_text(src.read_text() + "\n// changed\n")
@@ -166,19 +184,22 @@ def test_sigkill_then_rebuild_never_shows_corrupt_output(tmp_path):
     # what O shows is exactly the last published state: every file complete and matching manifest.json
     check_published(out)
     assert {p: sha256(p) for p in (out / "lib").iterdir() if not p.name.startswith(".")} == published
-    proc2 = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
-    assert proc2.returncode == 0, proc2.stderr
+    assert build(m, tree, out).ok
     check_published(out)
 
 
 def test_dry_run_touches_nothing(tmp_path):
     m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_attn_fwd",))
     out = tmp_path / "out"
+    report = build(m, KERNELS, out, dry_run=True)
+    assert report.dry_run and report.ok and report.manifest_json is None
+    assert not out.exists()
+    assert report.layout.graph == tmp_path / "out.build" / "build.ninja" and report.layout.graph.is_file()
+    assert any("attn_fwd_api" in line for line in report.compiled.ninja_log)
+    # the command prints what ninja would run
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out), "--dry-run")
     assert proc.returncode == 0, proc.stderr
-    assert not out.exists()
-    assert (tmp_path / "out.build" / "build.ninja").is_file()
-    assert "attn_fwd_api" in proc.stdout
+    assert "attn_fwd_api" in proc.stdout and not out.exists()
 
 
 def test_sccache_launcher_hits_cache_in_new_build_dir(tmp_path):
@@ -219,9 +240,7 @@ def test_hip_build_gfx90a(tmp_path):
 def test_per_source_flags_reach_only_their_source(tmp_path):
     extra = '[modules.flags_extra_hip_per_source]\n"softmax_pybind.cu" = ["-DQOLA_PER_SOURCE=1", "-O1"]\n'
     m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_softmax",), extra=extra)
-    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(tmp_path / "out"),
-                    "--dry-run")
-    assert proc.returncode == 0, proc.stderr
+    assert build(m, KERNELS, tmp_path / "out", dry_run=True).ok
     graph = (tmp_path / "out.build" / "build.ninja").read_text().replace("$\n", "")
     edges = [blk for blk in graph.split("\nbuild ") if blk.startswith("obj/module_softmax/")]
     with_flag = [e.split(":")[0] for e in edges if "-DQOLA_PER_SOURCE=1" in e]
@@ -236,10 +255,10 @@ def test_torch_extension_without_torch_is_a_clear_error(tmp_path):
     extra = ('\n[[modules]]\nname = "module_needs_torch"\nsrcs = ["csrc/kernels/softmax.cu"]\n'
              'torch_exclude = false\nis_python_module = true\n')
     m = manifest(tmp_path / "q.toml", ["sm_90"], modules=(), extra=extra)
-    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(tmp_path / "out"))
-    assert proc.returncode == 2, proc.stderr
-    assert "torch is not importable" in proc.stderr and "torch_exclude = true" in proc.stderr
-    assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+    with pytest.raises(QolaError) as info:
+        build(m, KERNELS, tmp_path / "out")
+    assert "torch is not importable" in info.value.message and "torch_exclude = true" in info.value.hint
+    assert info.value.exit_code == 2 and not (tmp_path / "out").exists()
 
 
 def test_noop_fast_path_and_what_invalidates_it(cuda_build):
@@ -280,9 +299,7 @@ def test_builds_are_repeatable_across_build_dirs(tmp_path):
     outs = []
     for i in (1, 2):
         out = tmp_path / f"o{i}"
-        proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out),
-                        "--build-dir", str(tmp_path / f"elsewhere{i}" / "b"), "-j", "2")
-        assert proc.returncode == 0, proc.stderr
+        assert build(m, KERNELS, out, build_dir=str(tmp_path / f"elsewhere{i}" / "b")).ok
         outs.append(json.loads((out / "manifest.json").read_text()))
     shas = [{m["name"]: m["sha256"] for m in data["modules"]} for data in outs]
     assert shas[0] == shas[1] and len(shas[0]) == 2

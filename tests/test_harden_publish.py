@@ -19,7 +19,7 @@ import pytest
 
 from conftest import KERNELS, run_qola
 from qola import codegen
-from qola.build import BuildReport, ModuleResult
+from qola.build import CompileReport, ModuleResult
 from qola.errors import QolaError
 from qola.plan import Generator
 from qola.publish import publish
@@ -37,8 +37,8 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def fake_report(tmp: Path, modules: list[tuple[str, str, str, bytes | None]]) -> BuildReport:
-    """A BuildReport of (name, md_name, status, library bytes or None) with artifacts in tmp/b/lib."""
+def fake_report(tmp: Path, modules: list[tuple[str, str, str, bytes | None]]) -> CompileReport:
+    """A CompileReport of (name, md_name, status, library bytes or None) with artifacts in tmp/b/lib."""
     lib = tmp / "b" / "lib"
     lib.mkdir(parents=True, exist_ok=True)
     results = []
@@ -51,7 +51,7 @@ def fake_report(tmp: Path, modules: list[tuple[str, str, str, bytes | None]]) ->
     plan = SimpleNamespace(manifest_path="q.toml", manifest_sha256="0" * 64, tree_root=str(tmp / "tree"),
                            tree_commit=None, namespace="qk", archs=("sm_90",))
     tc = SimpleNamespace(kind="cuda", compiler="nvcc", version="12", identity="x")
-    return BuildReport(plan, tc, results, tmp / "b", 1.0)
+    return CompileReport(plan, tc, results, tmp / "b", 1.0)
 
 
 def outside_files(tmp: Path, roots: list[Path]) -> list[Path]:

@@ -23,6 +23,7 @@ from qola import jitbuild
 from qola.commands.common import prepare
 from qola.errors import QolaError
 from qola.manifest import parse
+from qola.plantypes import JitSplit
 from qola.publish import publish_tree
 
 GEN = KERNELS / "csrc" / "attn" / "generate.py"
@@ -105,15 +106,15 @@ def _prepared(tmp: Path, jit: str):
 
 def test_plan_jit_selects_the_aot_instances(tmp_path):
     prep = _prepared(tmp_path, AOT_TWO)
-    jp = jitbuild.plan_jit(prep.plan, prep.manifest, dict(os.environ))
-    assert jp is not None and jp.aot == {"libattn_fwd": frozenset(TWO)} and jp.declared == {"libattn_fwd"}
-    assert jp.styles == {"libattn_fwd": "example_attn"}
+    (mod,) = jitbuild.plan_jit(prep.plan, prep.manifest, dict(os.environ)).modules
+    assert mod.jit == JitSplit(tuple(sorted(TWO)), declared=True, style="example_attn")
     # [jit] without aot: everything deferred; enabled = false or no [jit]: nothing changes
     prep = _prepared(tmp_path, "[jit]\n")
-    assert jitbuild.plan_jit(prep.plan, prep.manifest, {}).aot == {"libattn_fwd": frozenset()}
+    assert jitbuild.plan_jit(prep.plan, prep.manifest, {}).modules[0].jit == JitSplit((), False, "example_attn")
     for text in ("[jit]\nenabled = false\n", ""):
         prep = _prepared(tmp_path, text)
-        assert jitbuild.plan_jit(prep.plan, prep.manifest, {}) is None
+        assert jitbuild.plan_jit(prep.plan, prep.manifest, {}) == prep.plan
+        assert prep.plan.modules[0].jit is None
 
 
 @pytest.mark.parametrize("jit, message", [

@@ -91,9 +91,12 @@ def test_example_filters_select_exactly_the_declared_set(tmp_path):
     # and the library call the build uses gives the same argv
     prep = prepare(argparse.Namespace(manifest=str(m), aiter_root=str(KERNELS), archs=None, mode=None,
                                       allow_unpinned=False), dict(os.environ))
-    plan, args = V.apply(prep.plan, prep.manifest, dict(os.environ))
-    assert args == {"module_attn_fwd": (("--filter", tot["filter"]),)}
-    assert plan == prep.plan  # the example generator takes ',' any-of itself: no wrapper
+    plan = V.apply(prep.plan, prep.manifest, dict(os.environ))
+    (gen,) = plan.modules[0].generators
+    assert gen.filter == tot["filter"] and gen.run_argv[-2:] == ["--filter", tot["filter"]]
+    assert gen.wrapper is None  # the example generator takes ',' any-of itself: no wrapper
+    assert gen.argv == prep.plan.modules[0].generators[0].argv  # the command itself is unchanged
+    assert V.apply(plan, prep.manifest, dict(os.environ)) == plan  # applying again changes nothing
     assert mf.load(m).variants[0].options["hdim"] == 128
 
 

@@ -19,14 +19,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from qola.builddir import BLOB, CONFIGS, gen_module_dir
 from qola.errors import FailedProcessError, QolaError
-from qola.fsutil import atomic_write, inside, remove_stale
+from qola.fsutil import atomic_write, remove_stale
 from qola.genrules import asm_arch, missing_package_hint, skip_warning
-from qola.plan import OUTPUT_DIR, Generator
+from qola.plan import OUTPUT_DIR
+from qola.plantypes import Generator
 from qola.tree.aiter_configs import CONFIGS_TOKEN, MergedConfig, merge, render, write_merged
 
 STAMP = "stamp.json"
-CONFIGS_DIR = "configs"  # gen_root/configs: merged tuned configs ({qola_configs} in commands)
 GENERATED_EXTS = (".cu", ".cpp")
 STAGING_PREFIXES = (".staging-", ".old-")  # gen_root/<module>/.staging-<pid>, .old-<pid>
 LISTING_PREFIX = "qola-list-"  # <tmp>/qola-list-<pid>-…: a generator's --list_blobs run (qola.variants)
@@ -46,7 +47,7 @@ class GenJob:
     def argvs(self, out_dir: str, python: str) -> list[list[str]]:
         result = []
         for i, gen in enumerate(self.generators):
-            argv = [a.replace(OUTPUT_DIR, out_dir) for a in gen.argv]
+            argv = [a.replace(OUTPUT_DIR, out_dir) for a in gen.run_argv]
             if self.configs_dir is not None:
                 argv = [a.replace(CONFIGS_TOKEN, self.configs_dir) for a in argv]
             extra = list(self.extra_args[i]) if i < len(self.extra_args) else []
@@ -88,7 +89,7 @@ def stamp_of(job: GenJob, python: str) -> str:
     }
     payload = {
         "argv": job.argvs(OUTPUT_DIR, python),
-        "generators": _sources_digest([a for g in job.generators for a in g.argv[:2] if a.endswith(".py")]),
+        "generators": _sources_digest([a for g in job.generators for a in g.run_argv[:2] if a.endswith(".py")]),
     }
     if digests:  # merged tuned configs: their content, not just their name, decides a rerun
         payload["configs"] = digests
@@ -106,7 +107,7 @@ def write_configs(job: GenJob, gen_root: Path) -> GenJob:
     only when its content changed); the job, now with their dir and digests."""
     if not job.configs:
         return job
-    directory = gen_root / CONFIGS_DIR
+    directory = gen_root / CONFIGS
     digests = tuple((cfg.name, write_merged(cfg, directory)) for cfg in job.configs)
     return replace(job, configs_dir=str(directory), config_digests=digests)
 
@@ -119,8 +120,8 @@ def run_generators(
     QolaError on an absent one — except an absent script under ``hsa_dir/<gfx…>/`` (a per-arch asm
     generator, :mod:`qola.genrules`), which is skipped and named in ``GenResult.warnings``."""
     job = write_configs(job, gen_root)
-    mod_dir = inside(gen_root, job.module)
-    blob = mod_dir / "blob"
+    mod_dir = gen_module_dir(gen_root, job.module)
+    blob = mod_dir / BLOB
     stamp_file = mod_dir / STAMP
     stamp = stamp_of(job, python)
     start = time.perf_counter()

@@ -345,22 +345,30 @@ def render(blobs: Sequence[Blob], namespace: str, module: str, align: int = ALIG
     return EmbedSources(namespace, module, asm, header, index, inputs)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Atomically, and only when the content changed (the mtime stays: nothing rebuilds)."""
-    write_if_changed(path, text)
+def files_in(output_dir: str | os.PathLike, module: str) -> EmbedFiles:
+    """Where :func:`write` puts a module's three files in ``output_dir``."""
+    out, base = Path(output_dir), f"qola_embedded_{module}"
+    return EmbedFiles(out / f"{base}.S", out / f"{base}.h", out / f"{base}.json")
+
+
+def texts(sources: EmbedSources, output_dir: str | os.PathLike) -> tuple[EmbedFiles, list[tuple[Path, str]]]:
+    """(the files, [(path, text)]) :func:`write` writes; nothing is written."""
+    files = files_in(output_dir, sources.module)
+    return files, [(files.asm, sources.asm), (files.header, sources.header),
+                   (files.index, json.dumps(sources.index, indent=1) + "\n")]
 
 
 def write(sources: EmbedSources, output_dir: str | os.PathLike) -> EmbedFiles:
-    """Write ``<base>.S``, ``<base>.h`` and ``<base>.json`` into ``output_dir`` (created)."""
+    """Write ``<base>.S``, ``<base>.h`` and ``<base>.json`` into ``output_dir`` (created), each
+    atomically and only when its content changed (the mtime stays: nothing rebuilds)."""
     out = Path(output_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise QolaError(f"cannot create output directory {out}: {exc.strerror}") from None
-    files = EmbedFiles(out / f"{sources.basename}.S", out / f"{sources.basename}.h", out / f"{sources.basename}.json")
-    _write_atomic(files.asm, sources.asm)
-    _write_atomic(files.header, sources.header)
-    _write_atomic(files.index, json.dumps(sources.index, indent=1) + "\n")
+    files, items = texts(sources, out)
+    for path, text in items:
+        write_if_changed(path, text)
     return files
 
 

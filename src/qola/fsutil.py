@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from qola.errors import QolaError
@@ -195,3 +195,28 @@ def remove_stale(parent: str | os.PathLike, prefix: str) -> list[Path]:
     for path in gone:
         remove(path)
     return gone
+
+
+def replace_tree(path: str | os.PathLike, files: Iterable[tuple[str, bytes]]) -> Path:
+    """Make the directory ``path`` hold exactly ``files`` ((relative path, bytes)): they are written
+    into a staging dir beside it (``.<name>.stage-<pid>``), which then replaces ``path`` by rename
+    (the old tree is moved aside to ``.<name>.old-<pid>`` and removed). Relative paths go through
+    :func:`inside`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stage, old = path.parent / f".{path.name}.stage-{os.getpid()}", path.parent / f".{path.name}.old-{os.getpid()}"
+    remove(stage)
+    stage.mkdir()
+    try:
+        for rel, data in files:
+            dst = inside(stage, rel)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(data)
+        remove(old)
+        if os.path.lexists(path):
+            os.replace(path, old)
+        os.replace(stage, path)
+    finally:
+        remove(stage)
+        remove(old)
+    return path

@@ -1,54 +1,51 @@
 """``[jit]`` in ``qola build``: generated instances outside ``[jit.aot]`` are deferred to the on-demand JIT.
 
-Two steps, called by :mod:`qola.commands.build`:
+Two steps, called by :mod:`qola.pipeline`:
 
-* :func:`plan_jit` (before the build): which modules the JIT applies to and, per module, the
-  instance file stems ``[jit.aot]`` selects — the variant tables are resolved exactly as the
-  top-level ones (:mod:`qola.variants`) and each generator lists what its AOT filter would write.
-  The generators themselves still run with the top-level filter only (or none): every instance
-  and the dispatch file that calls them all.
-* :func:`hooks` (during the build): after codegen, per module, the generated files that are not
-  AOT instances and not the dispatch (``*_api``) are deferred: their JIT copies, header bundle and
-  ``index.json`` go to ``BUILD/jit-out/<md_name>/`` (:func:`qola.jit.layout.write_jit_module`),
-  their stubs are compiled into the library like instances, and the runtime + table are compiled
-  as host C++17 (hidden visibility) and linked with ``-ldl``. :func:`publish_items` then tells
-  :func:`qola.publish.publish` to copy ``BUILD/jit-out/<md_name>`` to ``OUT/jit/<md_name>`` and
-  what manifest.json records per module.
+* :func:`plan_jit` (planning): which modules the JIT applies to and, per module, the instance file
+  stems ``[jit.aot]`` selects — the variant tables are resolved exactly as the top-level ones
+  (:mod:`qola.variants`) and each generator lists what its AOT filter would write. The result is
+  each module's :class:`qola.plantypes.JitSplit` in the Plan. The generators themselves still run
+  with the top-level filter only (or none): every instance and the dispatch file that calls them all.
+* :func:`extra` (after codegen, per module, given its generated files): the generated files that
+  are not AOT instances and not the dispatch (``*_api``) are deferred: their JIT copies, header
+  bundle and ``index.json`` (a tree for ``BUILD/jit-out/<md_name>/``, :func:`qola.jit.layout.render_jit_module`),
+  their stubs compiled into the library like instances, and the runtime + table compiled as host
+  C++17 (hidden visibility) and linked with ``-ldl``. It computes; the pipeline writes.
+  :func:`publish_items` then tells :func:`qola.publish.publish` to copy ``BUILD/jit-out/<md_name>``
+  to ``OUT/jit/<md_name>`` and what manifest.json records per module.
 
 The library finds its units in ``<libdir>/../jit/<md_name>`` (``OUT/lib`` → ``OUT/jit``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import re
 import shlex
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qola import ninja, variants
-from qola.build import BuildReport, ModuleResult, fail, module_flags
-from qola.codegen import generated_sources
+from qola.build import CompileReport, module_flags
+from qola.builddir import BuildLayout, object_path
 from qola.errors import QolaError
+from qola.extras import Edge, FileWrite, ModuleExtra, TreeWrite
 from qola.manifest import Manifest
-from qola.plan import ModulePlan, Plan
+from qola.plantypes import JitSplit, ModulePlan, Plan
 from qola.toolchain import Toolchain
 
-OUT_DIR = "jit-out"  # BUILD/jit-out/<md_name>: what publish copies to OUT/jit/<md_name>
+if TYPE_CHECKING:
+    from qola.jit.key import JitCompiler
+
 STUB_BATCH = 64
 _SPECIALISATION = re.compile(rb"template\s*<\s*>")
 # flags that name paths of the build machine: include dirs are bundled instead, the host compiler is the user's
 _PATH_PAIRS = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-ccbin", "--compiler-bindir")
-
-
-@dataclass(frozen=True)
-class JitPlan:
-    aot: Mapping[str, frozenset[str]]  # module -> instance stems built ahead (every module the JIT applies to)
-    declared: frozenset[str]  # modules [jit.aot] names at least one variant for
-    styles: Mapping[str, str]  # module -> stub style
-    compiler: str | None = None  # [jit] compiler; None = the build's
 
 
 def _aot_manifest(manifest: Manifest) -> Manifest:
@@ -57,13 +54,14 @@ def _aot_manifest(manifest: Manifest) -> Manifest:
                                        "mha_bwd_variants": aot.mha_bwd_variants})  # fmt: skip
 
 
-def plan_jit(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> JitPlan | None:
-    """None without ``[jit]`` (or ``enabled = false``). ``plan`` is the plan *before*
-    :func:`qola.variants.apply` (its generators unwrapped). Raises QolaError for a ``[jit]``
-    naming a module outside the plan or a variant that matches nothing."""
+def plan_jit(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> Plan:
+    """The plan with each module the JIT applies to carrying its :class:`JitSplit`; the plan as it
+    is without ``[jit]`` (or with ``enabled = false``). Generator filters of the plan do not matter
+    (listings use each generator's own command). Raises QolaError for a ``[jit]`` naming a module
+    outside the plan or a variant that matches nothing."""
     jit = manifest.jit
     if jit is None or not jit.enabled:
-        return None
+        return plan
     names = [m.name for m in plan.modules]
     for name in jit.modules or []:
         if name not in names:
@@ -84,8 +82,9 @@ def plan_jit(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> JitPlan 
             filt = variants.join_filter(sels, sels[0].flavor)
             aot[mod.name] |= {s for s in variants.list_blobs(mod.generators[i], env, filt) if not variants.is_api(s)}
             declared.add(mod.name)
-    styles = {m.name: _style(m) for m in mods}
-    return JitPlan({k: frozenset(v) for k, v in aot.items()}, frozenset(declared), styles, jit.compiler)
+    splits = {m.name: JitSplit(tuple(sorted(aot[m.name])), m.name in declared, _style(m), jit.compiler) for m in mods}
+    return dataclasses.replace(plan, modules=tuple(dataclasses.replace(m, jit=splits.get(m.name, m.jit))
+                                                   for m in plan.modules))
 
 
 def _style(mod: ModulePlan) -> str:
@@ -116,7 +115,7 @@ def summary(names: Sequence[str]) -> dict[str, Any]:
     return {"count": len(names), "sha256": hashlib.sha256("\n".join(names).encode()).hexdigest(), "names": names}
 
 
-@dataclass
+@dataclass(frozen=True)
 class JitRecord:
     md_name: str
     jit_dir: Path  # BUILD/jit-out/<md_name>
@@ -126,17 +125,8 @@ class JitRecord:
     compiler: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"dir": f"jit/{self.md_name}", "style": self.style, "compiler": self.compiler,
+        return {"dir": BuildLayout.jit_rel(self.md_name), "style": self.style, "compiler": self.compiler,
                 "aot": summary(self.aot), "deferred": summary(self.deferred)}  # fmt: skip
-
-
-@dataclass
-class JitHooks:
-    """``extra`` / ``rules`` for :func:`qola.isolation.hooks` (``inner=``); ``records`` fill as it runs."""
-
-    extra: Any
-    rules: dict[str, dict[str, str]]
-    records: dict[str, JitRecord] = field(default_factory=dict)
 
 
 def _specialises(path: str) -> bool:
@@ -146,85 +136,88 @@ def _specialises(path: str) -> bool:
         return False
 
 
-def hooks(jp: JitPlan, plan: Plan, tc: Toolchain, build_dir: Path, env: Mapping[str, str]) -> JitHooks:
-    """Hooks that defer every generated non-AOT instance of the modules in ``jp``.
-    ``env`` is the environment the build runs children under (for the compiler's identity)."""
-    from qola.jit import key as jkey  # noqa: PLC0415
-    from qola.jit import layout  # noqa: PLC0415
-
-    include_dir = build_dir / "include"
-    compilers: dict[str, jkey.JitCompiler] = {}
+def rules(tc: Toolchain) -> dict[str, dict[str, str]]:
+    """The ninja rule of the JIT runtime and table: host C++17, hidden visibility."""
     cxx = ninja.command_template([tc.host_cxx, "-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden",
                                   "-fvisibility-inlines-hidden", "$flags", "-MD", "-MF", "$out.d", "-c", "$in",
                                   "-o", "$out"])  # fmt: skip
-    rules = {"jit_cxx": {"command": cxx, "description": "CC $module $in", "depfile": "$out.d", "deps": "gcc"}}
-    hk = JitHooks(None, rules)
-
-    def compiler() -> jkey.JitCompiler:
-        if "cc" not in compilers:
-            compilers["cc"] = jkey.probe_compiler(jp.compiler or tc.compiler, {**env, **tc.child_env})
-        return compilers["cc"]
-
-    def extra(mod: ModulePlan, r: ModuleResult) -> dict:
-        if mod.name not in jp.aot:
-            return {}
-        blob = build_dir / "gen" / mod.name / "blob"
-        files = generated_sources(blob)
-        aot_set = jp.aot[mod.name]
-        instances = [f for f in files if not Path(f).stem.endswith("_api")]
-        deferred = [f for f in instances if Path(f).stem not in aot_set and _specialises(f)]
-        aot = tuple(sorted(Path(f).stem for f in instances if f not in deferred))
-        if mod.name in jp.declared and not aot_set & {Path(f).stem for f in instances}:
-            return _fail(r, f"[jit.aot] selects no instance that module {mod.name}'s generators write",
-                         "check the [jit.aot] tables against the top-level variants / receipt")
-        if not deferred:
-            return {}
-        try:
-            per_source = {tuple(shlex.split(" ".join(mod.flags_for(f)))) for f in deferred}
-            if len(per_source) > 1:
-                raise QolaError(f"module {mod.name}: its deferred instances take different per-source flags",
-                                hint="build those instances ahead ([jit.aot]) or give them the same flags")
-            flags = portable_flags(module_flags(mod, tc, blob, include_dir))
-            spec = layout.JitModuleSpec(
-                module=mod.md_name, lang=tc.kind, arch=";".join(plan.archs), compiler=compiler(),
-                flags=(*layout.shared_object_flags(tc.kind, plan.archs), *flags, *next(iter(per_source))),
-                include_dirs=(*map(Path, mod.include_dirs), blob, include_dir), style=jp.styles[mod.name])
-            out = layout.write_jit_module(spec, [(Path(f).stem, Path(f)) for f in deferred],
-                                          out_jit=build_dir / OUT_DIR, stub_dir=build_dir / "jit" / mod.md_name,
-                                          batch=STUB_BATCH)  # fmt: skip
-        except QolaError as exc:
-            return _fail(r, exc.message, exc.hint)
-        incs = [f"-I{include_dir}", f"-I{out.include_dir}"]  # qola_config.h + qola_common.h, qola_jit.h
-        edges, objs = [], []
-        for src in (out.table_source, *out.runtime_sources):
-            obj = ninja.object_path(mod.name, str(src))
-            edges.append(("jit_cxx", obj, (str(src),), {"module": mod.name, "flags": ninja.escape_flags(incs)}))
-            objs.append(obj)
-        hk.records[mod.name] = JitRecord(mod.md_name, out.jit_dir, aot, tuple(sorted(Path(f).stem for f in deferred)),
-                                         spec.style, spec.compiler.path)  # fmt: skip
-        return {"drop_sources": deferred, "add_sources": [str(p) for p in out.stub_sources],
-                "cflags": [f"-I{out.include_dir}"], "edges": edges, "extra_inputs": objs, "ldflags": ["-ldl"],
-                "localize_hidden": True}  # fmt: skip
-
-    hk.extra = extra
-    return hk
+    return {"jit_cxx": {"command": cxx, "description": "CC $module $in", "depfile": "$out.d", "deps": "gcc"}}
 
 
-def _fail(r: ModuleResult, message: str, hint: str | None) -> dict:
-    fail(r, QolaError(message, hint=hint))
-    return {}
+def split(mod: ModulePlan, generated: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(stems built ahead, deferred files) of ``mod``'s generated files under its JIT split."""
+    assert mod.jit is not None
+    ahead = set(mod.jit.ahead)
+    instances = [f for f in generated if not variants.is_api(Path(f).stem)]
+    deferred = tuple(f for f in instances if Path(f).stem not in ahead and _specialises(f))
+    gone = set(deferred)
+    return tuple(sorted(Path(f).stem for f in instances if f not in gone)), deferred
 
 
-def publish_items(hk: JitHooks | None, report: BuildReport) -> tuple[dict[str, Path | None], dict[str, dict]]:
+def extra(mod: ModulePlan, generated: Sequence[str], plan: Plan, tc: Toolchain, layout: BuildLayout,
+          compiler: Callable[[], JitCompiler]) -> ModuleExtra:
+    """What deferring ``mod``'s non-AOT instances adds to it (nothing when none is deferred).
+    ``generated``: the module's generated files; ``compiler``: the JIT compiler's identity (probed
+    on first need)."""
+    if mod.jit is None:
+        return ModuleExtra()
+    from qola.jit import layout as jlayout  # noqa: PLC0415
+
+    aot, deferred = split(mod, generated)
+    if mod.jit.declared and not set(mod.jit.ahead) & {Path(f).stem for f in generated}:
+        raise QolaError(f"[jit.aot] selects no instance that module {mod.name}'s generators write",
+                        hint="check the [jit.aot] tables against the top-level variants / receipt")
+    if not deferred:
+        return ModuleExtra()
+    per_source = {tuple(shlex.split(" ".join(mod.flags_for(f)))) for f in deferred}
+    if len(per_source) > 1:
+        raise QolaError(f"module {mod.name}: its deferred instances take different per-source flags",
+                        hint="build those instances ahead ([jit.aot]) or give them the same flags")
+    blob, include_dir = layout.blob(mod.name), layout.include
+    flags = portable_flags(module_flags(mod, tc, blob, include_dir))
+    spec = jlayout.JitModuleSpec(
+        module=mod.md_name, lang=tc.kind, arch=";".join(plan.archs), compiler=compiler(),
+        flags=(*jlayout.shared_object_flags(tc.kind, plan.archs), *flags, *next(iter(per_source))),
+        include_dirs=(*map(Path, mod.include_dirs), blob, include_dir), style=mod.jit.style)
+    files = jlayout.render_jit_module(spec, [(Path(f).stem, Path(f)) for f in deferred], out_jit=layout.jit_out,
+                                      stub_dir=layout.jit_stubs(mod.md_name), batch=STUB_BATCH)
+    out = files.output
+    incs = [f"-I{include_dir}", f"-I{out.include_dir}"]  # qola_config.h + qola_common.h, qola_jit.h
+    edges, objs = [], []
+    for src in (out.table_source, *out.runtime_sources):
+        obj = object_path(mod.name, str(src))
+        edges.append(Edge("jit_cxx", obj, (str(src),), (("module", mod.name), ("flags", ninja.escape_flags(incs)))))
+        objs.append(obj)
+    record = JitRecord(mod.md_name, out.jit_dir, aot, tuple(sorted(Path(f).stem for f in deferred)), spec.style,
+                       spec.compiler.path)
+    return ModuleExtra(
+        drop_sources=deferred, add_sources=tuple(str(p) for p in out.stub_sources), cflags=(f"-I{out.include_dir}",),
+        edges=tuple(edges), extra_inputs=tuple(objs), ldflags=("-ldl",), localize_hidden=True,
+        writes=tuple(FileWrite(p, t) for p, t in files.sources), trees=(TreeWrite(out.jit_dir, files.tree),),
+        jit=record)
+
+
+def compiler_of(plan: Plan, tc: Toolchain, env: Mapping[str, str]) -> Callable[[], JitCompiler]:
+    """The JIT compiler's identity, probed once on first call (``[jit] compiler``, else the build's);
+    ``env``: the environment the build runs children under."""
+    from qola.jit import key as jkey  # noqa: PLC0415
+
+    name = next((m.jit.compiler for m in plan.modules if m.jit is not None and m.jit.compiler), None)
+    return functools.cache(lambda: jkey.probe_compiler(name or tc.compiler, {**env, **tc.child_env}))
+
+
+def publish_items(report: CompileReport, extras: Mapping[str, ModuleExtra],
+                  layout: BuildLayout) -> tuple[dict[str, Path | None], dict[str, dict]]:
     """(trees, per-module records) for :func:`qola.publish.publish`: ``jit/<md_name>`` of every built
     module with deferred units comes from the build dir; every other module's is removed from OUT."""
     trees: dict[str, Path | None] = {}
     records: dict[str, dict] = {}
     for r in report.modules:
-        rec = hk.records.get(r.name) if hk else None
+        ex = extras.get(r.name)
+        rec = ex.jit if ex is not None else None
         if r.status == "built" and rec is not None:
-            trees[f"jit/{r.md_name}"] = rec.jit_dir
+            trees[layout.jit_rel(r.md_name)] = rec.jit_dir
             records[r.name] = {"jit": rec.to_json()}
         else:
-            trees[f"jit/{r.md_name}"] = None
+            trees[layout.jit_rel(r.md_name)] = None
     return trees, records

@@ -111,19 +111,30 @@ def _stem(out: Path) -> str:
 def static_archive_steps(objs: Sequence[Path], out: Path, namespace: str, work_dir: Path,
                          tools: BinTools | None = None, *, isolate: bool = True,
                          c_prefix: str | None = None, extra: Iterable[str] = ()) -> list[list[str]]:
-    """The commands that turn ``objs`` into the isolated archive ``out`` (run them in order).
+    """The commands that turn ``objs`` into the isolated archive ``out`` (run them in order); the
+    object list ``work_dir/<stem>.objs.rsp`` they read is written now (only when it changes)."""
+    steps, rsp, text = archive_steps(objs, out, namespace, work_dir, tools, isolate=isolate, c_prefix=c_prefix,
+                                     extra=extra)
+    write_if_changed(rsp, text)
+    return steps
 
-    Writes the object list ``work_dir/<stem>.objs.rsp`` (only when it changes); every other file
-    is written by the commands: ``<stem>.r.o`` (partial link), ``<stem>.localize`` (symbol list),
-    ``<stem>.o`` (the archive's one member). ``ar r`` replaces that member in an existing
-    ``out``; remove ``out`` first if it may hold anything else."""
+
+def archive_steps(objs: Sequence[Path], out: Path, namespace: str, work_dir: Path,
+                  tools: BinTools | None = None, *, isolate: bool = True, c_prefix: str | None = None,
+                  extra: Iterable[str] = (), localize_hidden: bool = False) -> tuple[list[list[str]], Path, str]:
+    """(commands, path of the object list they read, its text): nothing is written.
+
+    The commands write every other file: ``<stem>.r.o`` (partial link), ``<stem>.localize`` (symbol
+    list), ``<stem>.o`` (the archive's one member). ``ar r`` replaces that member in an existing
+    ``out``; remove ``out`` first if it may hold anything else. ``localize_hidden`` (with
+    ``isolate``) also makes every hidden symbol local (objcopy ``--localize-hidden``)."""
     tools = tools or BinTools()
     rule = ExportRule(namespace, c_prefix, tuple(extra))
     if not objs:
         raise QolaError(f"no objects to archive into {out}")
     work = Path(work_dir)
     stem = _stem(out)
-    rsp = write_if_changed(inside(work, f"{stem}.objs.rsp"), rsp_text(objs))
+    rsp = inside(work, f"{stem}.objs.rsp")
     partial, member = inside(work, f"{stem}.r.o"), inside(work, f"{stem}.o")
     relink = [tools.ld, "-r"] + (["--force-group-allocation"] if isolate else [])
     steps = [relink + ["-o", os.fspath(partial if isolate else member), f"@{rsp}"]]
@@ -135,10 +146,11 @@ def static_archive_steps(objs: Sequence[Path], out: Path, namespace: str, work_d
         for name in rule.extra:
             ask += ["--extra", name]
         steps.append(ask + [os.fspath(partial), os.fspath(symlist)])
-        steps.append([tools.objcopy, f"--localize-symbols={symlist}", os.fspath(partial),
+        hidden = ["--localize-hidden"] if localize_hidden else []
+        steps.append([tools.objcopy, *hidden, f"--localize-symbols={symlist}", os.fspath(partial),
                       os.fspath(member)])
     steps.append([tools.ar, "rcsD", os.fspath(out), os.fspath(member)])
-    return steps
+    return steps, rsp, rsp_text(objs)
 
 
 def localize_list(obj: Path, namespace: str, out_list: Path, *, c_prefix: str | None = None,

@@ -7,7 +7,6 @@ does not stop the others, and its status lines drive a progress callback.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shlex
@@ -56,12 +55,6 @@ class Graph:
     extra_edges: tuple[tuple, ...] = field(default=())  # (rule, out, inputs[, variables])
     priority: Mapping[str, float] = field(default_factory=dict)  # object -> expected seconds (bigger first)
     stamp: str | None = None  # a file every compile, link and extra edge depends on (the toolchain's identity)
-
-
-def object_path(module: str, src: str) -> str:
-    """``obj/<module>/<stem>-<hash of the full path>.o``: equal basenames never collide."""
-    digest = hashlib.sha1(os.path.abspath(src).encode()).hexdigest()[:10]
-    return f"obj/{module}/{Path(src).stem}-{digest}.o"
 
 
 def command_template(argv: Sequence[str]) -> str:

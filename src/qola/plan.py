@@ -10,100 +10,23 @@ import fnmatch
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from qola.errors import QolaError
 from qola import genrules, registry
 from qola.manifest import Manifest, ModuleSection, check_archs, vendor
+from qola.plantypes import DEFAULT_MODE, Generator, JitSplit, ModulePlan, Plan
 from qola.tree.aiter import TABLE, AiterTree, git_head, load_table, namespace, resolve_entry, unknown_keys
 from qola.tree.aiter_configs import MergedConfig, merge
+
+__all__ = ["OUTPUT_DIR", "Generator", "JitSplit", "ModulePlan", "Plan", "choose_archs", "default_mode",
+           "check_pin", "make_plan"]
 
 SOURCE_EXTS = (".cu", ".cpp")
 OUTPUT_DIR = "{}"  # AITER's placeholder for a generator's output dir
 _RECEIPT_RE = re.compile(r"(--receipt|-r)(=|\s+)(\S+)")
 _DIRECTION_RE = re.compile(r"(?:^|\s)(?:-d|--direction|-a|--api)(?:=|\s+)(\S+)")
-
-
-@dataclass(frozen=True)
-class Generator:
-    command: str  # as AITER writes it, "{}" = output dir; run as `python <command>`
-    direction: str | None = None
-    receipt: str | None = None
-
-    @property
-    def argv(self) -> list[str]:
-        return shlex.split(self.command)
-
-    @property
-    def script(self) -> str:
-        return self.argv[0] if self.argv else ""
-
-
-@dataclass(frozen=True)
-class ModulePlan:
-    name: str
-    md_name: str
-    mode: str
-    link: str
-    sources: tuple[str, ...]
-    flags_extra_cc: tuple[str, ...]
-    flags_extra_hip: tuple[str, ...]
-    include_dirs: tuple[str, ...]
-    generators: tuple[Generator, ...]
-    torch_exclude: bool
-    is_python_module: bool
-    is_standalone: bool
-    hip_clang_path: str | None
-    extra_ldflags: tuple[str, ...] = ()
-    embed: tuple[str, ...] = ()
-    missing_sources: tuple[str, ...] = ()
-    headers: tuple[str, ...] = ()  # published into OUT/include (cpp_itfs API headers)
-    per_source_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (file-name glob, extra flags)
-    configs: tuple[MergedConfig, ...] = ()  # merged tuned configs its generators read ({qola_configs}/<name>)
-    table_md_name: str = ""  # md_name as the tree's table has it (md_name is namespaced: <ns>_<table_md_name>)
-
-    def flags_for(self, source: str) -> tuple[str, ...]:
-        name = Path(source).name
-        return tuple(f for pat, flags in self.per_source_flags if fnmatch.fnmatch(name, pat) for f in flags)
-
-
-@dataclass(frozen=True)
-class Plan:
-    namespace: str
-    vendor: str
-    archs: tuple[str, ...]
-    tree_root: str
-    meta_dir: str
-    tree_commit: str | None
-    manifest_path: str
-    manifest_sha256: str
-    modules: tuple[ModulePlan, ...]
-    warnings: tuple[str, ...] = field(default=(), compare=False)
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        for mod, raw in zip(self.modules, data["modules"]):
-            raw["generators"] = [
-                {"command": g.command, "argv": g.argv, "direction": g.direction, "receipt": g.receipt}
-                for g in mod.generators
-            ]
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Plan":
-        mods = []
-        for m in data["modules"]:
-            gens = tuple(Generator(g["command"], g.get("direction"), g.get("receipt")) for g in m["generators"])
-            fields = {k: tuple(v) if isinstance(v, list) else v for k, v in m.items() if k != "generators"}
-            fields["per_source_flags"] = tuple((p, tuple(f)) for p, f in m.get("per_source_flags", []))
-            fields["configs"] = tuple(
-                MergedConfig(c["name"], tuple(c["sources"]), c["untuned"]) for c in m.get("configs", [])
-            )
-            mods.append(ModulePlan(**fields, generators=gens))
-        top = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k != "modules"}
-        return cls(**top, modules=tuple(mods))
 
 
 def choose_archs(cli_archs: list[str] | None, manifest: Manifest, env: Mapping[str, str]) -> tuple[str, ...]:
@@ -128,11 +51,10 @@ def choose_archs(cli_archs: list[str] | None, manifest: Manifest, env: Mapping[s
         raise QolaError(f"{where}: {exc}") from None
 
 
-def choose_mode(module: ModuleSection | None, cli_mode: str | None, manifest: Manifest) -> str:
-    """module ``mode`` > ``--mode`` > ``[build].mode`` > ``pybind``."""
-    if module is not None and module.mode:
-        return module.mode
-    return cli_mode or manifest.build.mode or "pybind"
+def default_mode(cli_mode: str | None, manifest: Manifest) -> str:
+    """The mode of modules without their own: ``--mode`` > ``[build].mode`` > ``pybind``
+    (the one place this is decided; :attr:`Plan.mode` carries it)."""
+    return cli_mode or manifest.build.mode or DEFAULT_MODE
 
 
 def check_pin(manifest: Manifest, tree: AiterTree, allow_unpinned: bool) -> tuple[str | None, list[str]]:
@@ -346,6 +268,7 @@ def make_plan(
     warnings: list[str] | None = None,
 ) -> Plan:
     table = load_table(tree)
+    mode_default = default_mode(cli_mode, manifest)
     space = namespace(tree, archs=archs, env=env, hip_version=hip_version)
     names = space.names
     ns = manifest.qola.namespace
@@ -372,7 +295,7 @@ def make_plan(
             )
         if section is not None:
             entry.update(_overrides(section, tree.meta_dir))
-        mode = choose_mode(section, cli_mode, manifest)
+        mode = section.mode if section is not None and section.mode else mode_default
         srcs = [str(s) for s in entry["srcs"]] + [
             str(p if Path(p).is_absolute() else tree.meta_dir / p) for p in (section.add_srcs if section else [])
         ]
@@ -446,4 +369,5 @@ def make_plan(
         manifest_sha256=manifest.sha256,
         modules=tuple(plans),
         warnings=tuple(notes),
+        mode=mode_default,
     )

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from qola import __version__
-from qola.build import BuildReport, ModuleResult
+from qola.build import CompileReport, ModuleResult
+from qola.builddir import BuildLayout
 from qola.errors import QolaError
 from qola.fsutil import atomic_copy, atomic_write, fsync_dir, inside, remove, remove_stale
 from qola.hashing import file_sha256, regular_file_sha256
@@ -120,7 +121,7 @@ def prepare(out: Path, build_dir: Path) -> list[str]:
     notes = []
     found = {"publish staging": remove_stale(out / STORE, STAGE) + remove_stale(out / STORE, LEGACY)
              + remove_stale(out, LINK_TMP),
-             "generator staging": codegen.clean_stale(Path(build_dir) / "gen"),
+             "generator staging": codegen.clean_stale(BuildLayout(Path(build_dir), out).gen_root),
              "generator listing": remove_stale(tempfile.gettempdir(), codegen.LISTING_PREFIX)}
     for kind, paths in found.items():
         if paths:
@@ -219,7 +220,7 @@ def _instances(names: tuple[str, ...]) -> dict[str, Any]:
 def module_record(r: ModuleResult, files: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """A module's entry of manifest.json; ``files``: the version's file record (its artifact's
     size and sha256 come from there)."""
-    log = f"logs/{r.name}.log"
+    log = BuildLayout.log_rel(r.name)
     rec: dict[str, Any] = {
         "name": r.name, "md_name": r.md_name, "mode": r.mode, "link": r.link, "status": r.status,
         "sources": r.sources, "generated": r.generated, "instances": _instances(r.instances),
@@ -315,7 +316,7 @@ def _prune(store: Path, keep: Iterable[Path | None], newest: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def publish(report: BuildReport, out: Path, *, headers: Iterable[Path] = (), extra: Mapping[str, Any] | None = None,
+def publish(report: CompileReport, out: Path, *, headers: Iterable[Path] = (), extra: Mapping[str, Any] | None = None,
             mode: str | None = None, texts: Mapping[str, str | None] | None = None,
             trees: Mapping[str, Path | None] | None = None,
             module_extra: Mapping[str, Mapping[str, Any]] | None = None, withdrawn: Iterable[str] = ()) -> Path:
@@ -342,7 +343,7 @@ def publish(report: BuildReport, out: Path, *, headers: Iterable[Path] = (), ext
             if src is not None:
                 stage.tree(Path(src), rel)
         for r in report.modules:
-            stage.write(f"logs/{r.name}.log", ("\n".join(r.log) + "\n").encode())
+            stage.write(BuildLayout.log_rel(r.name), ("\n".join(r.log) + "\n").encode())
             if r.status == "built" and r.artifact is not None:
                 stage.copy(r.artifact, f"lib/{r.artifact.name}")
         for h in headers:

@@ -288,13 +288,6 @@ class Resolution:
                 for m in self.plan.modules for i in range(len(m.generators))]
         return [p for p in pick if p[2]]
 
-    def gen_args(self) -> dict[str, tuple[tuple[str, ...], ...]]:
-        args: dict[str, list[tuple[str, ...]]] = {}
-        for mod, i, sels in self.generators():
-            row = args.setdefault(mod.name, [()] * len(mod.generators))
-            row[i] = ("--filter", join_filter(sels, sels[0].flavor))
-        return {k: tuple(v) for k, v in args.items()}
-
 
 def _modules_for(plan: Plan, wanted: str | None, where: str) -> list[ModulePlan]:
     if wanted is None:
@@ -419,27 +412,29 @@ def _key(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def filters_for(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> dict[str, tuple[tuple[str, ...], ...]]:
-    """module -> per-generator extra argv (``("--filter", …)`` or ``()``), for ``BuildOptions.gen_args``."""
-    return resolve(plan, manifest, env).gen_args()
+def filters(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> dict[tuple[str, int], str]:
+    """(module, generator index) -> the ``--filter`` value selecting every declared variant."""
+    res = resolve(plan, manifest, env)
+    return {(mod.name, i): join_filter(sels, sels[0].flavor) for mod, i, sels in res.generators()}
 
 
-def wrap_plan(plan: Plan, gen_args: Mapping[str, tuple[tuple[str, ...], ...]]) -> Plan:
-    """The plan with CK generators whose filter names several patterns run through the any-of shim."""
+def with_filters(plan: Plan, chosen: Mapping[tuple[str, int], str]) -> Plan:
+    """The plan with each chosen generator's ``filter`` set; a CK generator whose filter names several
+    patterns per kernel kind runs under the any-of shim (its ``wrapper``)."""
     mods = []
     for mod in plan.modules:
-        row = gen_args.get(mod.name, ())
-        gens = tuple(
-            dataclasses.replace(g, command=f"{SHIM} {g.command}")
-            if i < len(row) and any(ANY_CK in a for a in row[i]) and flavor_of(g) == "ck" else g
-            for i, g in enumerate(mod.generators))
-        mods.append(dataclasses.replace(mod, generators=gens))
+        gens = []
+        for i, g in enumerate(mod.generators):
+            filt = chosen.get((mod.name, i))
+            wrap = str(SHIM) if filt is not None and ANY_CK in filt and flavor_of(g) == "ck" else None
+            gens.append(dataclasses.replace(g, filter=filt, wrapper=wrap))
+        mods.append(dataclasses.replace(mod, generators=tuple(gens)))
     return dataclasses.replace(plan, modules=tuple(mods))
 
 
-def apply(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> tuple[Plan, dict[str, tuple[tuple[str, ...], ...]]]:
-    """What ``qola build`` calls: (plan to build, ``BuildOptions.gen_args``). No variants → (plan, {})."""
+def apply(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> Plan:
+    """The plan with the declared variants' generator filters (each checked against the generator's
+    own listing). No variants: the plan as it is."""
     if not (manifest.variants or manifest.mha_fwd_variants or manifest.mha_bwd_variants):
-        return plan, {}
-    args = filters_for(plan, manifest, env)
-    return wrap_plan(plan, args), args
+        return plan
+    return with_filters(plan, filters(plan, manifest, env))

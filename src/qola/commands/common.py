@@ -4,21 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import shutil
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 
-from typing import TYPE_CHECKING
-
-from qola.errors import QolaError
-
-if TYPE_CHECKING:  # the heavy modules are imported where they are used (keeps `qola build`'s no-op fast)
-    from qola.manifest import Manifest
-    from qola.plan import Plan
-    from qola.tree.aiter import AiterTree
+from qola.spec import BuildSpec, Prepared
 
 
 def add_debug(parser: argparse.ArgumentParser) -> None:
@@ -42,62 +31,20 @@ def add_manifest_args(parser: argparse.ArgumentParser, *, mode: bool = True) -> 
     add_debug(parser)
 
 
-@dataclass(frozen=True)
-class Prepared:
-    manifest: Manifest
-    tree: AiterTree
-    plan: Plan
-
-
-def tree_root(args: argparse.Namespace, manifest: Manifest) -> Path:
-    if args.aiter_root:
-        return Path(args.aiter_root)
-    if manifest.qola.aiter_root:
-        return manifest.base_dir / manifest.qola.aiter_root
-    raise QolaError(
-        "no kernel tree given", hint="pass --aiter-root DIR or set [qola].aiter_root in the manifest"
-    )
-
-
-def hip_version(env: Mapping[str, str], manifest: Manifest) -> str | None:
-    """The HIP version that answers ``torch.version.hip``: the installed hipcc, else the manifest's first
-    accepted ROCm version."""
-    found = _hipcc_version(env)
-    if found:
-        return found
-    return (manifest.qola.rocm_versions or [None])[0]
-
-
-def _hipcc_version(env: Mapping[str, str]) -> str | None:
-    hipcc = shutil.which("hipcc", path=env.get("PATH"))
-    if not hipcc:
-        return None
-    from qola import proc  # noqa: PLC0415
-
-    try:
-        out = proc.run([hipcc, "--version"], timeout=60, env={**env, "HIP_PLATFORM": "amd"}, stderr=proc.PIPE)
-    except (OSError, proc.TimeoutExpired):
-        return None
-    m = re.search(r"HIP version:\s*([0-9]+\.[0-9]+(\.[0-9]+)?)", out.stdout)
-    return m.group(1) if m else None
+def plan_spec(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> BuildSpec:
+    """The :class:`BuildSpec` of a command that plans (no output dir)."""
+    return BuildSpec(manifest=args.manifest, aiter_root=args.aiter_root, archs=tuple(args.archs or ()),
+                     mode=getattr(args, "mode", None), allow_unpinned=args.allow_unpinned,
+                     env=dict(os.environ) if env is None else dict(env))
 
 
 def prepare(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Prepared:
-    from qola import manifest as manifest_mod  # noqa: PLC0415
-    from qola.plan import check_pin, choose_archs, make_plan  # noqa: PLC0415
-    from qola.tree.aiter import open_tree  # noqa: PLC0415
+    """Manifest, tree and the plan as the tables give it (variants and the JIT split not resolved:
+    :func:`qola.pipeline.plan` does that)."""
+    from qola import spec  # noqa: PLC0415
 
-    env = dict(os.environ) if env is None else env
-    manifest = manifest_mod.load(args.manifest)
-    tree = open_tree(tree_root(args, manifest))
-    archs = choose_archs(args.archs, manifest, env)
-    commit, notes = check_pin(manifest, tree, args.allow_unpinned)
-    hipv = hip_version(env, manifest) if manifest_mod.vendor(archs[0]) == "hip" else None
-    plan = make_plan(
-        manifest, tree, archs=archs, cli_mode=getattr(args, "mode", None), env=env,
-        hip_version=hipv, tree_commit=commit, warnings=notes,
-    )
-    return Prepared(manifest, tree, plan)
+    s = plan_spec(args, env)
+    return spec.prepare(s, s.environ())
 
 
 def warn(messages: list[str] | tuple[str, ...]) -> None:

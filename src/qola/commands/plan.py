@@ -5,20 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 
-from qola.commands.common import add_manifest_args, prepare, warn
+from qola.commands.common import add_manifest_args, plan_spec, warn
+from qola.pipeline import plan as whole_plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="resolve the manifest against the tree and print the build plan",
                        description="Resolve the manifest against the kernel tree and print the plan.")
     add_manifest_args(p)
-    p.add_argument("--json", action="store_true", help='print {"modules": [...]} as JSON')
+    p.add_argument("--json", action="store_true",
+                   help='print the plan as JSON: {"modules": [...]} with generator filters and the JIT split')
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    prepared = prepare(args)
-    plan = prepared.plan
+    plan = whole_plan(plan_spec(args)).plan
     warn(plan.warnings)
     if args.json:
         print(json.dumps(plan.to_json(), indent=2, sort_keys=True))
@@ -32,6 +33,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"    {s}")
         for g in m.generators:
             print(f"  generator   {g.command}")
+            if g.filter is not None:
+                print(f"    filter    {g.filter}" + (f"  (through {g.wrapper})" if g.wrapper else ""))
+        if m.jit is not None:
+            print(f"  jit         {len(m.jit.ahead)} instance(s) ahead, every other generated one deferred"
+                  f" (stubs: {m.jit.style})")
         if m.flags_extra_hip:
             print(f"  hip flags   {' '.join(m.flags_extra_hip)}")
         if m.flags_extra_cc:

@@ -108,8 +108,8 @@ def include_flags(n_dirs: int, with_srcdir: bool) -> list[str]:
     return flags + [f"-I@QOLA_JIT_HEADERS@/inc{i}" for i in range(n_dirs)]
 
 
-def write_tar_gz(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
-    """Deterministic .tar.gz of (member path, bytes); written to a temp file, then renamed."""
+def tar_gz_bytes(files: Iterable[tuple[str, bytes]]) -> bytes:
+    """Deterministic .tar.gz of (member path, bytes)."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tf:
         for name, data in sorted(files):
@@ -118,9 +118,16 @@ def write_tar_gz(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             tf.addfile(info, io.BytesIO(data))
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0, compresslevel=6, filename="") as gz:
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, compresslevel=6, filename="") as gz:
         gz.write(raw.getvalue())
+    return out.getvalue()
+
+
+def write_tar_gz(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
+    """:func:`tar_gz_bytes` written to a temp file, then renamed."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(tar_gz_bytes(files))
     os.replace(tmp, path)
 
 

@@ -1,7 +1,8 @@
 """Write OUT/jit/<module>/ and the sources the library needs for its deferred units.
 
-The build engine calls :func:`write_jit_module` once per module with the deferred
-instance files. It writes
+The build calls :func:`render_jit_module` once per module with the deferred instance
+files (and writes what it returns with the build's other files); :func:`write_jit_module`
+renders and writes in one call. The files:
 
     OUT/jit/<module>/src/<unit><ext>     JIT copies (instance + extern "C" entries)
     OUT/jit/<module>/headers.tar.gz      header closure of all units (deterministic)
@@ -17,14 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from qola.errors import QolaError
-from qola.link import write_if_changed
+from qola.fsutil import replace_tree, write_if_changed
 from qola.jit import headers as hdr
 from qola.jit import key as jkey
 from qola.jit import libtable, schema, stubs
@@ -144,16 +144,32 @@ def render_table(spec: JitModuleSpec, records: Sequence[JitUnitRecord], flags: S
     )
 
 
-def _write(path: Path, text: str) -> None:
-    """Write only when changed (stable mtimes for ninja), via temp + rename."""
-    write_if_changed(path, text)
+@dataclass(frozen=True)
+class JitModuleFiles:
+    """What :func:`render_jit_module` computed: the files to write and where they will be."""
+
+    output: JitModuleOutput
+    tree: tuple[tuple[str, bytes], ...]  # OUT/jit/<module>/: (relative path, bytes), replaced as a whole
+    sources: tuple[tuple[Path, str], ...]  # stubs and table (written only when changed)
 
 
 def write_jit_module(spec: JitModuleSpec, units: Sequence[tuple[str, Path]], *, out_jit: Path,
                      stub_dir: Path, batch: int = 1) -> JitModuleOutput:  # fmt: skip
-    """Write OUT/jit/<module>/ for ``units`` = (unit name, instance file) and the stubs + table
-    into ``stub_dir``. ``batch`` > 1 puts that many units' stubs in one source when the files
-    allow it (they always do for CK fMHA and the example tree), else one stub per unit."""
+    """:func:`render_jit_module`, then its files written: ``out_jit/<module>`` replaced whole, the
+    stubs and the table written only when they change (stable mtimes for ninja)."""
+    files = render_jit_module(spec, units, out_jit=out_jit, stub_dir=stub_dir, batch=batch)
+    replace_tree(files.output.jit_dir, files.tree)
+    for path, text in files.sources:
+        write_if_changed(path, text)
+    return files.output
+
+
+def render_jit_module(spec: JitModuleSpec, units: Sequence[tuple[str, Path]], *, out_jit: Path,
+                      stub_dir: Path, batch: int = 1) -> JitModuleFiles:  # fmt: skip
+    """OUT/jit/<module>/ for ``units`` = (unit name, instance file) and the stubs + table for
+    ``stub_dir``, computed (the instance files and their headers are read; nothing is written).
+    ``batch`` > 1 puts that many units' stubs in one source when the files allow it (they always
+    do for CK fMHA and the example tree), else one stub per unit."""
     style = stubs.STYLES.get(spec.style)
     if style is None:
         raise QolaError(f"unknown stub style {spec.style!r}", hint=f"use one of {', '.join(stubs.STYLES)}")
@@ -163,10 +179,8 @@ def write_jit_module(spec: JitModuleSpec, units: Sequence[tuple[str, Path]], *, 
     include_dirs = [Path(os.path.abspath(d)) for d in spec.include_dirs]
     scanner = hdr.HeaderScanner(include_dirs)
     final = out_jit / spec.module
-    stage = out_jit / f".{spec.module}.tmp{os.getpid()}"
-    shutil.rmtree(stage, ignore_errors=True)
-    (stage / "src").mkdir(parents=True)
-    stub_dir.mkdir(parents=True, exist_ok=True)
+    tree: dict[str, bytes] = {}
+    sources: list[tuple[Path, str]] = []
     bundle: dict[str, bytes] = {}
     records, stub_sources, texts = [], [], []
     with_srcdir, unit_headers = False, {}
@@ -188,7 +202,7 @@ def write_jit_module(spec: JitModuleSpec, units: Sequence[tuple[str, Path]], *, 
             raise QolaError(f"cannot stub JIT unit {unit} ({path}): {exc}") from None
         source_rel = f"src/{unit}{Path(path).suffix}"
         data = st.jit_text.encode()
-        (stage / source_rel).write_bytes(data)
+        tree[source_rel] = data
         ckey = jkey.content_key(source=data, headers=jkey.headers_digest(unit_headers[unit].items()),
                                 flags=flags, arch=spec.arch, lang=spec.lang)  # fmt: skip
         records.append(JitUnitRecord(unit, source_rel, jkey.sha256_hex(data), st.entry_symbol, len(st.specs), ckey,
@@ -202,17 +216,17 @@ def write_jit_module(spec: JitModuleSpec, units: Sequence[tuple[str, Path]], *, 
                 raise CxxError("single")
             text = stubs.stub_batch([(u, t) for u, t, _, _ in group], module=spec.module, style=style)
             out = stub_dir / f"qola_jit_stubs_{ident}_{k // batch}{group[0][2]}"
-            _write(out, text)
+            sources.append((out, text))
             stub_sources.append(out)
         except CxxError:
             for unit, _, suffix, st in group:
                 out = stub_dir / f"{unit}{suffix}"
-                _write(out, st.stub_text)
+                sources.append((out, st.stub_text))
                 stub_sources.append(out)
     headers_sha = headers_digest = ""
     if bundle:
-        hdr.write_tar_gz(stage / BUNDLE, bundle.items())
-        headers_sha = jkey.file_sha256(stage / BUNDLE)
+        tree[BUNDLE] = hdr.tar_gz_bytes(bundle.items())
+        headers_sha = jkey.sha256_hex(tree[BUNDLE])
         headers_digest = jkey.headers_digest(bundle.items())
     index = {
         "format": INDEX_FORMAT, "version": INDEX_VERSION, "module": spec.module, "lang": spec.lang,
@@ -229,19 +243,15 @@ def write_jit_module(spec: JitModuleSpec, units: Sequence[tuple[str, Path]], *, 
             for r, (_, _, _, st) in zip(records, texts)
         ],
     }  # fmt: skip
-    (stage / "index.json").write_text(json.dumps(index, indent=1) + "\n")
+    tree["index.json"] = (json.dumps(index, indent=1) + "\n").encode()
     table = stub_dir / f"qola_jit_table_{ident}.cpp"
-    _write(table, render_table(spec, records, flags, BUNDLE if bundle else "", headers_sha, headers_digest))
-    old = out_jit / f".{spec.module}.old{os.getpid()}"
-    if final.exists():
-        os.replace(final, old)
-    os.replace(stage, final)
-    shutil.rmtree(old, ignore_errors=True)
-    return JitModuleOutput(
+    sources.append((table, render_table(spec, records, flags, BUNDLE if bundle else "", headers_sha, headers_digest)))
+    output = JitModuleOutput(
         module=spec.module, jit_dir=final, index=final / "index.json", table_source=table,
         stub_sources=tuple(stub_sources), runtime_sources=runtime_sources(), include_dir=runtime_dir(),
         units=tuple(records),
     )  # fmt: skip
+    return JitModuleFiles(output, tuple(sorted(tree.items())), tuple(sources))
 
 
 def read_index(jit_dir: Path) -> dict:

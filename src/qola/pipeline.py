@@ -1,0 +1,275 @@
+"""One build, start to end: :func:`build` (``qola build``) and :func:`plan` (``qola plan``).
+
+``build(spec)`` is a straight sequence of stages; each takes data and returns data:
+
+ 0. directories and numbers checked, locks taken, the no-op fast path asked
+ 1. prepare     manifest, tree, the plan as the tables give it; the build's settings
+ 2. variants    declared variants -> each generator's filter, in the plan
+ 3. JIT plan    [jit] -> each module's ahead/deferred split, in the plan
+ 4. output dir  refuse one qola did not write; clear what killed runs left
+ 5. toolchain   find and probe the compilers
+ 6. generate    run the generators; each module's source list
+ 7. hooks       per module what the JIT, isolation and embedding add (computed, not written)
+ 8. write       every file the graph reads, in one place
+ 9. run_build   write build.ninja, run ninja
+10. audit       ELF exports of every library
+11. publish     a new version of the output dir
+12. record      what the build was derived from, for the next no-op
+
+Nothing here prints: a :class:`Reporter` hears the warnings, notes and progress (the command line
+shows them with rich; the default says nothing), and :class:`BuildReport` says what happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from qola import fastpath, lock, preflight
+from qola.builddir import BuildLayout
+from qola.spec import BuildSpec, Prepared, Settings, hip_version, layout_of, prepare, settings, tree_root
+
+if TYPE_CHECKING:
+    from qola.build import CompileReport, ModuleResult, ModuleSources
+    from qola.extras import ModuleExtra
+    from qola.plantypes import Plan
+    from qola.toolchain import Toolchain
+
+__all__ = ["BuildReport", "BuildSpec", "Reporter", "build", "plan"]
+
+
+class Reporter:
+    """What :func:`build` tells its caller while it runs. This one says nothing."""
+
+    def warning(self, text: str) -> None:
+        """Something the user should know (a plan warning)."""
+
+    def note(self, text: str) -> None:
+        """Something qola did on its own (removed a killed run's leftovers)."""
+
+    def info(self, text: str) -> None:
+        """The build's one-line header (modules, toolchain, archs, jobs, build dir)."""
+
+    def event(self, text: str) -> None:
+        """A step finished (a generator ran or was up to date)."""
+
+    def status(self, done: int, total: int, text: str) -> None:
+        """ninja's progress: ``done`` of ``total`` edges, the last one started."""
+
+    @contextlib.contextmanager
+    def running(self, dry_run: bool) -> Iterator[None]:
+        """Around generating and compiling (a progress display lives here)."""
+        yield
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What :func:`build` did. ``compiled`` is None when the no-op fast path answered."""
+
+    layout: BuildLayout
+    compiled: CompileReport | None = None
+    manifest_json: Path | None = None  # the published OUT/manifest.json (None: dry run, up to date)
+    dry_run: bool = False
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.compiled is None
+
+    @property
+    def modules(self) -> list[ModuleResult]:
+        return [] if self.compiled is None else self.compiled.modules
+
+    @property
+    def ok(self) -> bool:
+        """Up to date, every module built, or (dry run) none failed."""
+        if self.compiled is None:
+            return True
+        if self.dry_run:
+            return all(m.status != "failed" for m in self.compiled.modules)
+        return self.compiled.ok
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+
+def plan(spec: BuildSpec) -> Prepared:
+    """The whole plan (``qola plan``): stages 1-3 of :func:`build`."""
+    env = spec.environ()
+    prepared = prepare(spec, env)
+    return dataclasses.replace(prepared, plan=resolve(prepared, env))
+
+
+def resolve(prepared: Prepared, env: Mapping[str, str]) -> Plan:
+    """Stages 2 and 3: the declared variants' generator filters and the JIT split, in the plan."""
+    from qola import jitbuild, variants  # noqa: PLC0415
+
+    plan_ = variants.apply(prepared.plan, prepared.manifest, env)  # 2. variants
+    return jitbuild.plan_jit(plan_, prepared.manifest, env)  # 3. JIT plan
+
+
+def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
+    """Build ``spec`` into its output dir (see the module's docstring for the stages). Raises
+    QolaError for what the user must fix (exit 2); a module that fails to build is in the report
+    (exit 1), and nothing of it is published."""
+    ui = reporter or Reporter()
+    env = spec.environ()
+    # 0. before anything is written or run: numbers, directories (never /, never nested in each other
+    # or in the tree), then one build per build dir and output dir
+    preflight.check_jobs(spec.jobs, None, env)
+    layout = layout_of(spec)
+    preflight.disjoint({"the output dir": layout.out, "the build dir": layout.root,
+                        "the kernel tree": preflight.early_tree_root(spec.aiter_root, spec.manifest)})
+    dirs = {"the build dir": (layout.root, "--build-dir")}
+    if not spec.dry_run:
+        dirs["the output dir"] = (layout.out, "-o")
+    preflight.writable(dirs)
+    locks = {layout.build_lock: f"the build dir {layout.root}"}
+    if not spec.dry_run:
+        locks[layout.out_lock] = f"the output dir {layout.out}"
+    with lock.acquire(locks, ["qola", *spec.argv], wait=spec.wait):
+        if not spec.dry_run and spec.argv:
+            from ninja import BIN_DIR  # noqa: PLC0415 (light: the package's __init__)
+
+            if fastpath.up_to_date(layout.root, layout.out, spec.argv, env, os.path.join(BIN_DIR, "ninja")):
+                return BuildReport(layout)
+        if not spec.dry_run:
+            preflight.room(layout.out, layout.root)
+        return _build(spec, layout, env, ui)
+
+
+def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Reporter) -> BuildReport:
+    from qola import build as stages  # noqa: PLC0415
+    from qola import extras as extras_mod  # noqa: PLC0415
+    from qola import isolation, jitbuild  # noqa: PLC0415
+    from qola.publish import prepare as prepare_output  # noqa: PLC0415
+
+    fastpath.forget(layout.root)
+    prepared = prepare(spec, env)  # 1. prepare
+    manifest = prepared.manifest
+    s = settings(spec, manifest, layout, env)
+    preflight.disjoint({"the output dir": layout.out, "the build dir": layout.root,
+                        "the kernel tree": prepared.tree.root})
+    plan_ = resolve(prepared, env)  # 2. variants, 3. JIT plan
+    for w in plan_.warnings:
+        ui.warning(w)
+    if not s.dry_run:  # 4. output dir: refused or cleaned before anything compiles
+        for note in prepare_output(layout.out, layout.root):
+            ui.note(note)
+    tc = _toolchain(plan_, manifest, s, env)  # 5. toolchain
+    ui.info(f"qola: {len(plan_.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
+            f"archs {', '.join(plan_.archs)}, -j {s.jobs}, build dir {layout.root}")
+    with ui.running(s.dry_run):
+        start = time.perf_counter()
+        layout.root.mkdir(parents=True, exist_ok=True)
+        results, notes = stages.new_results(plan_), []
+        generated = stages.generate(plan_, tc, layout, jobs=s.jobs, env=env, results=results, notes=notes,
+                                    on_event=ui.event)  # 6. generate
+        srcs = stages.sources(plan_, generated, results, layout)
+        extras = _hooks(plan_, tc, layout, srcs, results, s, env)  # 7. hooks
+        extras_mod.write(extras, isolation.shared_files(plan_, layout))  # 8. write
+        srcs = {name: src for name, src in srcs.items() if name in extras}
+        graph = stages.graph_for(plan_, tc, layout, srcs, extras, launcher=s.launcher,
+                                 rules={**isolation.RULES, **jitbuild.rules(tc)})
+        compiled = stages.compile_graph(plan_, tc, layout, graph, results, jobs=s.jobs, env=env,
+                                        dry_run=s.dry_run, verbose=s.verbose, on_status=ui.status, notes=notes,
+                                        start=start)  # 9. run_build
+    if s.dry_run:
+        return BuildReport(layout, compiled, dry_run=True)
+    isolation.audit(compiled, plan_)  # 10. audit
+    published = _publish(compiled, plan_, tc, layout, extras)  # 11. publish
+    if compiled.ok and spec.argv:  # 12. record
+        _remember(spec, prepared, plan_, tc, s, env)
+    return BuildReport(layout, compiled, published)
+
+
+def _toolchain(plan_: Plan, manifest, s: Settings, env: Mapping[str, str]) -> Toolchain:
+    """The compilers for the plan's archs, probed (their flag probes cached in the build dir). A dry
+    run with HIP plans with AITER's flags for the manifest's ROCm version, unprobed."""
+    from qola.toolchain import find_toolchain  # noqa: PLC0415
+
+    hip = plan_.vendor == "hip"
+    versions = manifest.qola.rocm_versions if hip else manifest.qola.cuda_versions
+    assume = None
+    if s.dry_run and hip:
+        assume = (versions or [None])[0] or hip_version(env, manifest) or "7.0"
+    return find_toolchain(plan_.archs, env=env, accepted_versions=versions, cache_dir=s.layout.probes,
+                          assume_version=assume)
+
+
+def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, ModuleSources],
+           results: dict[str, ModuleResult], s: Settings, env: Mapping[str, str]) -> dict[str, ModuleExtra]:
+    """Each buildable module's extra: the JIT's (deferred instances), then isolation's and
+    embedding's. A hook's QolaError fails its module only."""
+    from qola import isolation, jitbuild  # noqa: PLC0415
+    from qola.build import fail  # noqa: PLC0415
+    from qola.errors import QolaError  # noqa: PLC0415
+
+    compiler = jitbuild.compiler_of(plan_, tc, env)
+    out: dict[str, ModuleExtra] = {}
+    for mod in plan_.modules:
+        if mod.name not in srcs:
+            continue
+        r = results[mod.name]
+        try:
+            jit = jitbuild.extra(mod, srcs[mod.name].generated, plan_, tc, layout, compiler)
+            more = jit.then(isolation.extra(mod, srcs[mod.name].all, jit, plan_, layout, isolate=s.isolate))
+        except QolaError as exc:
+            fail(r, exc)
+            continue
+        r.warnings += more.warnings
+        r.log += [f"warning: {w}" for w in more.warnings]
+        out[mod.name] = more
+    return out
+
+
+def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildLayout,
+             extras: Mapping[str, ModuleExtra]) -> Path:
+    from qola import isolation, jitbuild  # noqa: PLC0415
+    from qola.publish import publish  # noqa: PLC0415
+
+    trees, records = jitbuild.publish_items(compiled, extras, layout)
+    built_headers, withdrawn = isolation.module_headers(compiled, plan_, layout)
+    return publish(compiled, layout.out, headers=[*isolation.headers(plan_, layout), *built_headers],
+                   withdrawn=withdrawn, mode=plan_.mode, texts=isolation.consumers(compiled, plan_, tc), trees=trees,
+                   module_extra=records)
+
+
+def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s: Settings,
+              env: Mapping[str, str]) -> None:
+    """Record what this (successful) build was derived from, for the next no-op. The manifest and
+    tree paths as the command line (or manifest) named them: symlinks re-pointed to another
+    manifest or tree are noticed."""
+    from qola.tree.aiter import CORE  # noqa: PLC0415
+
+    tree = prepared.tree
+    given = [spec.manifest, str(tree_root(spec, prepared.manifest))]
+    tree_files = [str(tree.table_path), str(tree.root / CORE)]
+    texts = []
+    for f in tree_files:
+        try:
+            texts.append(Path(f).read_text())
+        except OSError:
+            pass
+    dirs = {str(Path(src).parent) for m in plan_.modules for src in m.sources}
+    dirs |= {d for m in plan_.modules for d in m.include_dirs}
+    if any(m.embed for m in plan_.modules):
+        dirs.add(str(tree.hsa))
+    scripts = [g.script for m in plan_.modules for g in m.generators]
+    # the tuned-config CSVs generators read: merged configs' sources, files named in their commands,
+    # and the tree's configs dir (a new per-model CSV joins a merge)
+    data = [f for m in plan_.modules for c in m.configs for f in (*c.sources, c.untuned) if f]
+    data += [a for m in plan_.modules for g in m.generators for a in g.argv[1:]
+             if os.path.isabs(a) and os.path.isfile(a)]
+    tools = [tc.compiler, tc.host_cxx, s.launcher]
+    files = fastpath.input_files(manifest=prepared.manifest.path, tree_files=tree_files, dirs=sorted(dirs),
+                                 generator_scripts=scripts, tools=tools, data=data,
+                                 data_dirs=[str(tree.root / "aiter" / "configs")])
+    resolved = [os.path.abspath(p) for p in [*given, *(t for t in tools if t)]]
+    fastpath.record(s.layout.root, s.layout.out, list(spec.argv), env, fastpath.env_keys_of(texts), files, resolved)

@@ -1,0 +1,153 @@
+"""What a build is asked to do (:class:`BuildSpec`) and every setting it then runs with
+(:class:`Settings`), resolved by one precedence chain: command line > manifest > environment >
+default. Also the first stage of every command that reads a manifest: :func:`prepare` (manifest,
+tree, plan).
+
+Light at import (the no-op fast path reads a BuildSpec before anything heavy is loaded).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from qola.builddir import BuildLayout
+from qola.errors import QolaError
+
+if TYPE_CHECKING:  # the heavy modules are imported where they are used
+    from qola.manifest import Manifest
+    from qola.plantypes import Plan
+    from qola.tree.aiter import AiterTree
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """What the caller asks for: the command line's values, or a test's. None / empty / False: not
+    given, the manifest, the environment or a default decides (:func:`settings`)."""
+
+    manifest: str  # --manifest
+    output_dir: str | None = None  # -o (a build needs it; planning does not)
+    aiter_root: str | None = None  # --aiter-root > [qola].aiter_root
+    archs: tuple[str, ...] = ()  # --arch > [build].architectures > GPU_ARCHS
+    mode: str | None = None  # --mode > [build].mode > pybind (modules' own mode beats all)
+    allow_unpinned: bool = False
+    jobs: int | None = None  # -j > [build].jobs > MAX_JOBS > AITER's cpu/memory rule
+    build_dir: str | None = None  # --build-dir > <output dir>.build
+    launcher: str | None = None  # --launcher > [build].launcher > none
+    dry_run: bool = False
+    verbose: bool = False
+    isolate: bool = True  # --no-isolation: False
+    wait: float | None = None  # --wait: for another build holding the same dirs
+    argv: tuple[str, ...] = ()  # the command line as given: the no-op fast path keys on it (() = none)
+    env: Mapping[str, str] | None = field(default=None, compare=False)  # None: os.environ when used
+
+    def environ(self) -> dict[str, str]:
+        """The environment of this build (a copy; never changed)."""
+        return dict(os.environ if self.env is None else self.env)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting of one build, resolved (see :class:`BuildSpec` for each chain)."""
+
+    layout: BuildLayout
+    jobs: int
+    launcher: str | None  # the launcher's path
+    dry_run: bool
+    verbose: bool
+    isolate: bool
+
+
+@dataclass(frozen=True)
+class Prepared:
+    manifest: Manifest
+    tree: AiterTree
+    plan: Plan
+
+
+def tree_root(spec: BuildSpec, manifest: Manifest) -> Path:
+    """--aiter-root > [qola].aiter_root (relative to the manifest's dir)."""
+    if spec.aiter_root:
+        return Path(spec.aiter_root)
+    if manifest.qola.aiter_root:
+        return manifest.base_dir / manifest.qola.aiter_root
+    raise QolaError("no kernel tree given", hint="pass --aiter-root DIR or set [qola].aiter_root in the manifest")
+
+
+def hip_version(env: Mapping[str, str], manifest: Manifest) -> str | None:
+    """The HIP version that answers ``torch.version.hip``: the installed hipcc, else the manifest's first
+    accepted ROCm version."""
+    found = _hipcc_version(env)
+    if found:
+        return found
+    return (manifest.qola.rocm_versions or [None])[0]
+
+
+def _hipcc_version(env: Mapping[str, str]) -> str | None:
+    hipcc = shutil.which("hipcc", path=env.get("PATH"))
+    if not hipcc:
+        return None
+    from qola import proc  # noqa: PLC0415
+
+    try:
+        out = proc.run([hipcc, "--version"], timeout=60, env={**env, "HIP_PLATFORM": "amd"}, stderr=proc.PIPE)
+    except (OSError, proc.TimeoutExpired):
+        return None
+    m = re.search(r"HIP version:\s*([0-9]+\.[0-9]+(\.[0-9]+)?)", out.stdout)
+    return m.group(1) if m else None
+
+
+def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
+    """Manifest, tree and plan as the tables and the manifest give it (no generator runs: variants
+    and the JIT split are the next stages, :func:`qola.pipeline.plan`)."""
+    from qola import manifest as manifest_mod  # noqa: PLC0415
+    from qola.plan import check_pin, choose_archs, make_plan  # noqa: PLC0415
+    from qola.tree.aiter import open_tree  # noqa: PLC0415
+
+    manifest = manifest_mod.load(spec.manifest)
+    tree = open_tree(tree_root(spec, manifest))
+    archs = choose_archs(list(spec.archs) or None, manifest, env)
+    commit, notes = check_pin(manifest, tree, spec.allow_unpinned)
+    hipv = hip_version(env, manifest) if manifest_mod.vendor(archs[0]) == "hip" else None
+    plan = make_plan(manifest, tree, archs=archs, cli_mode=spec.mode, env=env, hip_version=hipv, tree_commit=commit,
+                     warnings=notes)
+    return Prepared(manifest, tree, plan)
+
+
+def layout_of(spec: BuildSpec) -> BuildLayout:
+    """The output dir and the build dir (--build-dir > <output dir>.build), checked
+    (:func:`qola.preflight.output_dirs`)."""
+    from qola import preflight  # noqa: PLC0415
+
+    if not spec.output_dir:
+        raise QolaError("no output dir given", hint="pass -o/--output-dir DIR")
+    out, build_dir = preflight.output_dirs(spec.output_dir, spec.build_dir)
+    return BuildLayout(build_dir, out)
+
+
+def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapping[str, str]) -> Settings:
+    """Every setting of the build, each by its chain (values are checked: a bad ``[build].jobs`` or
+    ``MAX_JOBS`` is an error even where ``-j`` hides it)."""
+    from qola import preflight  # noqa: PLC0415
+    from qola.toolchain import default_jobs  # noqa: PLC0415
+
+    preflight.check_jobs(spec.jobs, manifest.build.jobs, env)
+    jobs = spec.jobs or manifest.build.jobs or default_jobs(env)
+    return Settings(layout=layout, jobs=jobs, launcher=launcher(spec.launcher or manifest.build.launcher, env),
+                    dry_run=spec.dry_run, verbose=spec.verbose, isolate=spec.isolate)
+
+
+def launcher(name: str | None, env: Mapping[str, str]) -> str | None:
+    """The compiler launcher's path on the build's PATH (None: no launcher)."""
+    if not name:
+        return None
+    found = shutil.which(name, path=env.get("PATH"))
+    if not found:
+        raise QolaError(f"compiler launcher {name!r} not found on PATH",
+                        hint=f"install it (e.g. pip install {name} / apt-get install {name}) or drop --launcher")
+    return found
