@@ -77,18 +77,17 @@ def _temp_beside(path: Path) -> tuple[int, str]:
     return tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
 
 
-def atomic_write(path: str | os.PathLike, data: bytes, mode: int | None = None) -> Path:
-    """Write ``data`` to a temp name beside ``path``, fsync, rename: readers see the old or the new
-    file. ``mode`` (default 0644) is set before the rename."""
-    path = Path(path)
+def _publish_temp(path: Path, fill, mode: int) -> Path:
+    """Create a temp file beside ``path``, let ``fill(fh)`` write it, fsync, chmod ``mode`` and
+    rename it over ``path``; the temp never survives a failure."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            fill(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644 if mode is None else mode)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -97,23 +96,21 @@ def atomic_write(path: str | os.PathLike, data: bytes, mode: int | None = None) 
     return path
 
 
+def atomic_write(path: str | os.PathLike, data: bytes, mode: int | None = None) -> Path:
+    """Write ``data`` to a temp name beside ``path``, fsync, rename: readers see the old or the new
+    file. ``mode`` (default 0644) is set before the rename."""
+    return _publish_temp(Path(path), lambda fh: fh.write(data), 0o644 if mode is None else mode)
+
+
 def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     """Copy ``src`` (its bytes and permission bits) to ``dst`` by temp + fsync + rename."""
-    src, dst = Path(src), Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _temp_beside(dst)
-    try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-            shutil.copyfileobj(inp, out, 1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, os.stat(src).st_mode & 0o777)
-        os.replace(tmp, dst)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return dst
+    src = Path(src)
+
+    def fill(fh) -> None:
+        with open(src, "rb") as inp:
+            shutil.copyfileobj(inp, fh, 1 << 20)
+
+    return _publish_temp(Path(dst), fill, os.stat(src).st_mode & 0o777)
 
 
 def write_if_changed(path: str | os.PathLike, text: str) -> Path:

@@ -108,6 +108,16 @@ def network_fs(path: Path) -> str | None:
     return NETWORK_FS.get(f_type)
 
 
+def _mkdir_private(d: Path, what: str) -> None:
+    """``mkdir d`` at 0700 unless it exists; any other failure is a QolaError (``what`` names it)."""
+    try:
+        d.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise QolaError(f"cannot create {what}{d}: {exc.strerror}") from None
+
+
 @dataclass(frozen=True)
 class Entry:
     key: str
@@ -185,12 +195,7 @@ class JitCache:
             for sub in SUBDIRS:
                 d = self.path / sub
                 if create and not os.path.lexists(d):
-                    try:
-                        d.mkdir(mode=0o700)
-                    except FileExistsError:
-                        pass
-                    except OSError as exc:
-                        raise QolaError(f"cannot create {d}: {exc.strerror}") from None
+                    _mkdir_private(d, "")
                 if os.path.lexists(d):
                     check_subdir(d)
         self.network = network_fs(self.path) if self.path.exists() else None
@@ -325,12 +330,7 @@ class JitCache:
     # ------------------------------------------------------------------ locks
     def lock_dir(self) -> Path:
         d = Path(f"/tmp/qola-jit-locks-{os.geteuid()}") if self.network else self.path / "locks"
-        try:
-            d.mkdir(mode=0o700)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise QolaError(f"cannot create the lock dir {d}: {exc.strerror}") from None
+        _mkdir_private(d, "the lock dir ")
         if self.network:
             check_private_dir(d, follow=False)
         else:
