@@ -96,3 +96,12 @@ def wait_for(cond, timeout: float = 60.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def cmake_build(proj: Path, bld: Path, prefix: Path) -> None:
+    """Configure ``proj`` with ``CMAKE_PREFIX_PATH=prefix`` into ``bld`` and build it (asserting both)."""
+    cfg = subprocess.run(["cmake", "-S", str(proj), "-B", str(bld), f"-DCMAKE_PREFIX_PATH={prefix}"],
+                         capture_output=True, text=True)
+    assert cfg.returncode == 0, cfg.stdout + cfg.stderr
+    made = subprocess.run(["cmake", "--build", str(bld)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stdout + made.stderr

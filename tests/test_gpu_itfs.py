@@ -9,7 +9,7 @@ import math
 import pytest
 
 from attn_abi import Params
-from conftest import KERNELS, run_qola
+from conftest import KERNELS, cmake_build, run_qola
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -108,11 +108,7 @@ def test_cpp_api_from_cmake_consumer_on_gpu(tmp_path):
         "target_link_libraries(consumer PRIVATE qola::te::libattn_fwd CUDA::cudart)\n"
         f"set_target_properties(consumer PROPERTIES BUILD_RPATH {out / 'lib'})\n")
     bld = tmp_path / "build"
-    cfg = subprocess.run(["cmake", "-S", str(proj), "-B", str(bld), f"-DCMAKE_PREFIX_PATH={out}"],
-                         capture_output=True, text=True)
-    assert cfg.returncode == 0, cfg.stdout + cfg.stderr
-    mk = subprocess.run(["cmake", "--build", str(bld)], capture_output=True, text=True)
-    assert mk.returncode == 0, mk.stdout + mk.stderr
+    cmake_build(proj, bld, out)
     run = subprocess.run([str(bld / "consumer")], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.startswith("status 0 ")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KERNELS, run_qola
+from conftest import KERNELS, cmake_build, run_qola
 
 pytestmark = pytest.mark.slow
 
@@ -92,10 +92,7 @@ def test_cmake_and_pkgconfig_consumers(tmp_path):
         "cmake_minimum_required(VERSION 3.16)\nproject(use C CXX)\nfind_package(qola-te REQUIRED)\n"
         f"add_executable(use {src})\ntarget_link_libraries(use PRIVATE qola::te::libattn_fwd)\n")
     bld = tmp_path / "cmake-build"
-    cfg = subprocess.run(["cmake", "-S", str(proj), "-B", str(bld), f"-DCMAKE_PREFIX_PATH={out}"],
-                         capture_output=True, text=True)
-    assert cfg.returncode == 0, cfg.stdout + cfg.stderr
-    assert subprocess.run(["cmake", "--build", str(bld)], capture_output=True).returncode == 0
+    cmake_build(proj, bld, out)
     run = subprocess.run([str(bld / "use")], capture_output=True, text=True,
                          env={**os.environ, "LD_LIBRARY_PATH": str(out / "lib")})
     assert run.returncode == 0 and run.stdout.startswith("qola "), run.stderr

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_qola
+from conftest import cmake_build, run_qola
 from libdata import bundles, embedded_blobs, fatbin_section, kernels_by_arch
 from qola import embed
 
@@ -213,11 +213,7 @@ def test_c_and_cmake_consumers_link_and_load(te, tmp_path):
         f"add_executable(use {src})\n"
         f"target_link_libraries(use PRIVATE qola::{NS}::libmha_fwd qola::{NS}::libmha_bwd)\n")
     bld = tmp_path / "build"
-    cfg = subprocess.run(["cmake", "-S", str(proj), "-B", str(bld), f"-DCMAKE_PREFIX_PATH={te}"],
-                         capture_output=True, text=True)
-    assert cfg.returncode == 0, cfg.stdout + cfg.stderr
-    made = subprocess.run(["cmake", "--build", str(bld)], capture_output=True, text=True)
-    assert made.returncode == 0, made.stdout + made.stderr
+    cmake_build(proj, bld, te)
     run = subprocess.run([str(bld / "use")], capture_output=True, text=True,
                          env={**os.environ, "LD_LIBRARY_PATH": str(lib)})
     assert run.returncode == 0 and run.stdout.startswith("qola "), run.stdout + run.stderr
