@@ -24,11 +24,11 @@ from __future__ import annotations
 import io
 import re
 import shutil
-import subprocess
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qola import proc
 from qola.errors import BuildFailed, QolaError
 
 MAX_SHOWN = 50  # leaks listed in a BuildFailed message
@@ -151,12 +151,11 @@ def demangle(names: Sequence[str], cxxfilt: str = "c++filt") -> list[str]:
     if exe is None:
         return list(names)
     try:
-        proc = subprocess.run([exe], input="\n".join(names) + "\n", capture_output=True, text=True,
-                              check=False, timeout=300)
-    except (OSError, subprocess.SubprocessError):
+        done = proc.run([exe], input="\n".join(names) + "\n", stderr=proc.PIPE, timeout=300)
+    except (OSError, proc.TimeoutExpired):
         return list(names)
-    out = proc.stdout.split("\n")
-    if proc.returncode != 0 or len(out) < len(names):
+    out = done.stdout.split("\n")
+    if done.returncode != 0 or len(out) < len(names):
         return list(names)
     return out[: len(names)]
 

@@ -12,13 +12,13 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from qola import proc
 from qola.errors import FailedProcessError, QolaError
 from qola.fsutil import atomic_write, inside, remove_stale
 from qola.genrules import asm_arch, missing_package_hint, skip_warning
@@ -150,15 +150,12 @@ def run_generators(
                     hint="check blob_gen_cmd in the module table or the manifest",
                 )
             commands.append(" ".join(argv))
-            proc = subprocess.run(argv, cwd=staging, env=dict(env), capture_output=True, text=True,
-                                  errors="replace")
-            if proc.returncode != 0:
-                output = proc.stdout + proc.stderr
-                raise FailedProcessError(
-                    argv, proc.returncode, output,
-                    hint=missing_package_hint(output, python)
-                    or f"module {job.module}: its generator failed; fix the command or the generator",
-                )
+            try:  # its own process group, ended with qola (Ctrl-C, SIGTERM, qola killed): qola.proc
+                proc.run_checked(argv, cwd=staging, env=env)
+            except FailedProcessError as exc:
+                exc.hint = (missing_package_hint(exc.output, python)
+                            or f"module {job.module}: its generator failed; fix the command or the generator")
+                raise
         stamp_file.unlink(missing_ok=True)
         old = mod_dir / f".old-{os.getpid()}"
         if blob.exists():

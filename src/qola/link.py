@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qola import proc
 from qola.audit import ExportRule, demangle
-from qola.errors import FailedProcessError, QolaError
+from qola.errors import QolaError
 from qola.fsutil import inside, write_if_changed  # write_if_changed: callers import it from here too
 
 _RSP_SPECIAL = set(" \t\n\r\v\f'\"\\")
@@ -178,15 +178,8 @@ def localize_list(obj: Path, namespace: str, out_list: Path, *, c_prefix: str | 
 
 
 def run_step(cmd: Sequence[str], cwd: Path | None = None) -> str:
-    """Run one step, output captured; FailedProcessError when it fails."""
-    try:
-        proc = subprocess.run(list(cmd), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, check=False)
-    except OSError as exc:
-        raise FailedProcessError(cmd, 127, f"cannot run {cmd[0]}: {exc.strerror or exc}") from exc
-    if proc.returncode != 0:
-        raise FailedProcessError(cmd, proc.returncode, proc.stdout)
-    return proc.stdout
+    """Run one step, output captured; FailedProcessError when it fails (:func:`qola.proc.run_checked`)."""
+    return proc.run_checked(cmd, cwd=cwd).stdout
 
 
 def run_static(objs: Sequence[Path], out: Path, namespace: str, work_dir: Path,

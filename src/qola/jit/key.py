@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from qola import proc
 from qola.errors import QolaError
 from qola.hashing import file_sha256  # noqa: F401 (the JIT modules import it from here)
 
@@ -96,15 +96,7 @@ def probe_compiler(name: str, env: Mapping[str, str]) -> JitCompiler:
     path = which(name, env)
     if path is None:
         raise QolaError(f"JIT compiler {name!r} not found", hint="give an absolute path or put it in PATH")
-    try:
-        proc = subprocess.run(
-            [path, "--version"], env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, timeout=120, check=False,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise QolaError(f"cannot run {path} --version: {exc}") from exc
-    if proc.returncode != 0:
-        hint = "is the compiler installed correctly?"
-        raise QolaError(f"`{path} --version` exited with {proc.returncode}", hint=hint)
-    first = proc.stdout.decode(errors="replace").strip().splitlines()
-    return JitCompiler(path=path, identity=compiler_identity(path, proc.stdout), version=first[0] if first else "")
+    done = proc.run_checked([path, "--version"], env=env, stderr=proc.DEVNULL, text=False, timeout=120,
+                            hint="is the compiler installed correctly?")
+    first = done.stdout.decode(errors="replace").strip().splitlines()
+    return JitCompiler(path=path, identity=compiler_identity(path, done.stdout), version=first[0] if first else "")

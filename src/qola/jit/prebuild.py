@@ -15,14 +15,14 @@ from __future__ import annotations
 import fnmatch
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qola.errors import QolaError
+from qola import proc
+from qola.errors import FailedProcessError, QolaError
 from qola.jit import headers as hdr
 from qola.jit import key as jkey
 from qola.jit import libtable, safeio
@@ -192,11 +192,16 @@ def build_one(cache: JitCache, u: Unit, env: Mapping[str, str]) -> tuple[str, st
                 lf.write(f"# qola jit prebuild: unit {u.unit.name} of {u.module} ({src})\n# key {u.key}\n")
                 lf.write(f"# {' '.join(argv)}\n")
                 lf.flush()
-                rc = subprocess.run(argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT,
-                                    check=False).returncode  # fmt: skip
+                try:
+                    rc = proc.run(argv, env=env, stdout=lf, stderr=proc.STDOUT).returncode
+                except OSError as exc:
+                    lf.write(f"cannot run {argv[0]}: {exc.strerror or exc}\n")
+                    rc = 127
             if rc != 0 or os.path.getsize(tmp) == 0:
-                tail = log.read_text(errors="replace")[-2000:]
-                return "failed", f"{name}: compiler exited with {rc}; log: {log}\n{tail}"
+                output = log.read_text(errors="replace")
+                why = None if rc != 0 else "exit code 0 but no shared object written"
+                failed = FailedProcessError(argv, rc, output, reason=why)
+                return "failed", f"{name}: {failed.message}\n  log: {log}"
             fields = {"unit": u.unit.name, "module": u.module, "compiler": u.compiler.path,
                       "compiler_id": u.compiler.identity, "content_key": u.unit.content_key,
                       "source_sha256": u.unit.source_sha256, "headers_sha256": u.table.headers_sha256}  # fmt: skip

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qola import rules
+from qola import proc, rules
 from qola.errors import QolaError
 from qola.tree.aiter_configs import MergedConfig
 from qola.tree.aiter_core import read_core, resolve_core_names
@@ -143,10 +142,8 @@ def git_head(tree: AiterTree) -> str | None:
     if not (tree.root / ".git").exists():
         return None
     try:
-        out = subprocess.run(
-            ["git", "-C", str(tree.root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError):
+        out = proc.run(["git", "-C", str(tree.root), "rev-parse", "HEAD"], stderr=proc.PIPE, timeout=30)
+    except (OSError, proc.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
 

@@ -1,0 +1,108 @@
+"""One home for each thing (issue 12): child processes go through qola.proc and fail with one
+error, file writes go through qola.fsutil, name/arch/version rules live in qola.rules and one
+probe, and the code the docs describe is the code that runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import qola
+from qola import proc
+from qola.errors import FailedProcessError
+
+SRC = Path(qola.__file__).parent
+# the one module allowed to import subprocess, and the one left to the pipeline work of issue 12
+SUBPROCESS_ALLOWED = {"proc.py", "variants.py"}
+
+
+# ---- process runs: one runner, one failure error ---------------------------------------------------
+
+def test_only_the_runner_imports_subprocess():
+    users = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
+                   if re.search(r"^\s*(import subprocess|from subprocess import)", p.read_text(), re.M))
+    assert set(users) <= SUBPROCESS_ALLOWED, users
+
+
+def test_run_checked_one_error_for_every_failure(tmp_path):
+    with pytest.raises(FailedProcessError) as info:
+        proc.run_checked([sys.executable, "-c", "import sys; print('bad things'); sys.exit(3)"], hint="fix it")
+    err = info.value
+    assert err.returncode == 3 and "exit code 3" in err.message and "bad things" in err.message
+    assert err.hint == "fix it" and err.exit_code == 1
+
+    with pytest.raises(FailedProcessError) as info:
+        proc.run_checked([str(tmp_path / "no-such-program")])
+    assert info.value.returncode == 127 and "cannot run" in info.value.message
+
+    with pytest.raises(FailedProcessError) as info:
+        proc.run_checked([sys.executable, "-c", "print('started', flush=True); import time; time.sleep(60)"],
+                         timeout=2)
+    assert info.value.returncode == 124 and "no answer within 2 s" in info.value.message
+
+    with pytest.raises(FailedProcessError) as info:
+        proc.run_checked([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    assert "killed by SIGKILL" in info.value.message
+
+    done = proc.run_checked([sys.executable, "-c", "import sys; sys.exit(1)"], any_exit=True)
+    assert done.returncode == 1
+
+
+def test_link_step_and_compiler_probe_fail_through_the_runner(tmp_path):
+    from qola import link
+    from qola.jit import key
+
+    with pytest.raises(FailedProcessError) as info:
+        link.run_step(["sh", "-c", "echo undefined reference >&2; exit 1"])
+    assert "undefined reference" in info.value.output
+    bad = tmp_path / "cc"
+    bad.write_text("#!/bin/sh\necho broken >&2\nexit 4\n")
+    bad.chmod(0o755)
+    with pytest.raises(FailedProcessError) as info:
+        key.probe_compiler(str(bad), {"PATH": "/usr/bin:/bin"})
+    assert info.value.returncode == 4 and "--version" in info.value.message
+
+
+def _generator(tmp_path: Path) -> Path:
+    script = tmp_path / "slow_gen.py"
+    script.write_text(
+        "import os, subprocess, sys, time\n"
+        "out = sys.argv[sys.argv.index('--output_dir') + 1]\n"
+        "child = subprocess.Popen(['sleep', '60'])\n"  # a grandchild: the whole group must end
+        f"open({str(tmp_path / 'pids')!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "time.sleep(60)\n"
+    )
+    return script
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs the main thread")
+def test_ctrl_c_ends_generators_running_in_worker_threads(tmp_path):
+    from qola.codegen import GenJob, run_generators
+    from qola.plan import Generator
+
+    script = _generator(tmp_path)
+    job = GenJob("m", (Generator(f"{script} --output_dir {{}}"),))
+    pids_file = tmp_path / "pids"
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        with pytest.raises(proc.Interrupted):
+            with proc.signals_end_children():
+                future = pool.submit(run_generators, job, tmp_path / "gen", env={"PATH": os.environ["PATH"]})
+                while not pids_file.exists() or len(pids_file.read_text().split()) < 2:
+                    assert time.monotonic() - start < 60, "the generator did not start"
+                    time.sleep(0.05)
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(30)  # the handler raises Interrupted here
+    pids = [int(p) for p in pids_file.read_text().split()]
+    assert proc.wait_gone(pids, 10) == [], "a generator (or its child) survived Ctrl-C"
+    assert isinstance(future.exception(), FailedProcessError)
+    assert time.monotonic() - start < 40
+    assert not (tmp_path / "gen" / "m" / "blob").exists()  # nothing half-generated was published
