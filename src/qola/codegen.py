@@ -3,7 +3,7 @@
 A stamp over (commands, generator sources, filters) skips unchanged runs;
 every run starts from an empty staging dir, so instances from an earlier filter
 never survive. A generator's exit code is checked (AITER ignores it). Staging dirs carry their owner's pid
-(``.staging-<pid>``, ``.old-<pid>``): :func:`clean_stale` removes those of killed runs.
+(``.staging-<pid>``, ``.blob.old-<pid>``): :func:`clean_stale` removes those of killed runs.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from qola import proc
 from qola.errors import FailedProcessError, QolaError
-from qola.fsutil import atomic_write, inside, remove_stale
+from qola.fsutil import atomic_write, inside, old_prefix, remove_stale, replace_dir
 from qola.genrules import asm_arch, missing_package_hint, skip_warning
 from qola.plan import OUTPUT_DIR, Generator
 from qola.tree.aiter_configs import CONFIGS_TOKEN, MergedConfig, merge, render, write_merged
@@ -28,7 +28,8 @@ from qola.tree.aiter_configs import CONFIGS_TOKEN, MergedConfig, merge, render, 
 STAMP = "stamp.json"
 CONFIGS_DIR = "configs"  # gen_root/configs: merged tuned configs ({qola_configs} in commands)
 GENERATED_EXTS = (".cu", ".cpp")
-STAGING_PREFIXES = (".staging-", ".old-")  # gen_root/<module>/.staging-<pid>, .old-<pid>
+# gen_root/<module>/.staging-<pid>, .blob.old-<pid> (and .old-<pid>, what qola before issue 12 left)
+STAGING_PREFIXES = (".staging-", old_prefix("blob"), ".old-")
 LISTING_PREFIX = "qola-list-"  # <tmp>/qola-list-<pid>-…: a generator's --list_blobs run (qola.variants)
 
 
@@ -157,11 +158,7 @@ def run_generators(
                             or f"module {job.module}: its generator failed; fix the command or the generator")
                 raise
         stamp_file.unlink(missing_ok=True)
-        old = mod_dir / f".old-{os.getpid()}"
-        if blob.exists():
-            blob.rename(old)
-        staging.rename(blob)
-        shutil.rmtree(old, ignore_errors=True)
+        replace_dir(staging, blob)
         atomic_write(stamp_file, json.dumps({"stamp": stamp, "commands": commands, "warnings": warnings},
                                             indent=1).encode())
     finally:
