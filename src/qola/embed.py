@@ -126,7 +126,6 @@ def _key_of(hsa_dir: Path, path: Path) -> str:
     return f"hsa/{rel}"
 
 
-sha256_file = file_sha256  # the name this module's callers use
 
 
 def collect(hsa_dir: str | os.PathLike, archs: Sequence[str],
@@ -160,7 +159,7 @@ def collect(hsa_dir: str | os.PathLike, archs: Sequence[str],
             for path in found:
                 key = _key_of(base, path)
                 if key not in blobs:
-                    blobs[key] = Blob(key, path.resolve(), path.stat().st_size, sha256_file(path))
+                    blobs[key] = Blob(key, path.resolve(), path.stat().st_size, file_sha256(path))
     return sorted(blobs.values(), key=lambda b: b.key.encode())
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import errno
 import gzip
-import hashlib
 import io
 import os
 import re
@@ -32,11 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qola.errors import QolaError
+from qola.fsutil import atomic_write
+from qola.jit import format as fmt
 from qola.jit import safeio
+from qola.jit.format import COMPLETE, HEADERS_TOKEN, MAX_TREE_DEPTH, MAX_TREE_ENTRIES
+from qola.jit.key import digest_of_hashes
 
-COMPLETE = ".qola-complete"  # marker of a finished unpack, left out of the digest
-MAX_TREE_ENTRIES = 200_000
-MAX_TREE_DEPTH = 64
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 SRCDIR = "srcdir"
 
@@ -104,8 +104,8 @@ def bundle_path(header: Path, include_dirs: Sequence[Path], source_dir: Path) ->
 
 
 def include_flags(n_dirs: int, with_srcdir: bool) -> list[str]:
-    flags = [f"-I@QOLA_JIT_HEADERS@/{SRCDIR}"] if with_srcdir else []
-    return flags + [f"-I@QOLA_JIT_HEADERS@/inc{i}" for i in range(n_dirs)]
+    flags = [f"-I{HEADERS_TOKEN}/{SRCDIR}"] if with_srcdir else []
+    return flags + [f"-I{HEADERS_TOKEN}/inc{i}" for i in range(n_dirs)]
 
 
 def write_tar_gz(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
@@ -118,10 +118,10 @@ def write_tar_gz(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             tf.addfile(info, io.BytesIO(data))
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0, compresslevel=6, filename="") as gz:
+    packed = io.BytesIO()
+    with gzip.GzipFile(fileobj=packed, mode="wb", mtime=0, compresslevel=6, filename="") as gz:
         gz.write(raw.getvalue())
-    os.replace(tmp, path)
+    atomic_write(path, packed.getvalue())
 
 
 def unpack_tar_gz(data: bytes, dest: Path, where: object = "header bundle") -> None:
@@ -177,8 +177,8 @@ def tree_digest(root: Path, *, skip: str = COMPLETE) -> str:
                 finally:
                     os.close(sub)
             elif stat.S_ISREG(st.st_mode):
-                with safeio.open_regular(name, dir_fd=dfd, max_size=safeio.MAX_SOURCE, trusted=True) as (fd, _):
-                    files.append((os.fsencode(r), safeio.sha256_fd(fd, safeio.MAX_SOURCE)[0]))
+                with safeio.open_regular(name, dir_fd=dfd, max_size=fmt.MAX_SOURCE, trusted=True) as (fd, _):
+                    files.append((os.fsencode(r), safeio.sha256_fd(fd, fmt.MAX_SOURCE)[0]))
             else:
                 raise safeio.Refused(f"refusing {shown}: not a regular file or directory")
 
@@ -194,7 +194,4 @@ def tree_digest(root: Path, *, skip: str = COMPLETE) -> str:
         raise safeio.Refused(f"cannot read {root}: {exc.strerror}") from None
     finally:
         os.close(top)
-    h = hashlib.sha256(b"qola-jit-headers-v1\n")
-    for rel, digest in sorted(files):
-        h.update(rel + b"\n" + digest.encode() + b"\n")
-    return h.hexdigest()
+    return digest_of_hashes(files)
