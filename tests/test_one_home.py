@@ -157,9 +157,111 @@ def test_atomic_write_temp_prefix_commit_and_replace_dir(tmp_path, monkeypatch):
 def test_atomic_writers_live_in_fsutil():
     """No module renames its own temp files: they call qola.fsutil. Left out, each for a reason:
     publish.py (the versioned-output switch: renames of whole versions and symlinks, its own
-    protocol, tested under SIGKILL at every rename) and the JIT cache's moves under its locks."""
-    allowed = {"fsutil.py", "publish.py", "jit/prebuild.py"}
+    protocol, tested under SIGKILL at every rename), jit/prebuild.py (the compiler's temp output
+    and the moving aside of a bad header tree, named by qola.jit.format, under the key's lock) and
+    ninja.py (build.ninja: the pipeline work of issue 12 owns that file)."""
+    allowed = {"fsutil.py", "publish.py", "jit/prebuild.py", "ninja.py"}
     found = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
                    if re.search(r"os\.replace\(|os\.rename\(|\.rename\(|mkstemp\(", p.read_text())
                    and str(p.relative_to(SRC)) not in allowed)
     assert found == [], found
+
+
+# ---- rules: one home (qola.rules) ------------------------------------------------------------------
+
+@pytest.mark.parametrize("ns", ["class", "and", "co_await", "_Bool", "__x", "_X", "te ns", "9te"])
+def test_a_bad_namespace_is_refused_wherever_it_comes_from(ns):
+    from qola import embed
+    from qola.audit import ExportRule
+    from qola.consumers import render_config_header
+    from qola.errors import QolaError
+    from qola.manifest import parse
+
+    with pytest.raises(QolaError, match="namespace"):
+        parse(f'[qola]\nnamespace = "{ns}"\n')
+    for use in (lambda: embed.check_names(ns, "m"), lambda: ExportRule(ns),
+                lambda: render_config_header(ns, "1.0")):
+        with pytest.raises(QolaError, match="namespace"):
+            use()
+
+
+ARCHS = ["gfx90a", "gfx942", "gfx1100", "gfx90a:xnack-", "gfx942:sramecc+:xnack-", "sm_80", "sm_90a", "sm_100f",
+         "gfx9", "gfx90a:tgsplit+", "gfx90a:xnack", "sm_9", "sm_1000", "GFX90A", "native", "gfx942\n", ""]
+
+
+def test_one_arch_syntax_for_manifest_toolchain_and_embed(tmp_path):
+    from qola import embed, rules
+    from qola.errors import QolaError
+    from qola.manifest import check_archs
+    from qola.toolchain.archs import vendor_of
+
+    for arch in ARCHS:
+        want = rules.vendor(arch)
+        try:
+            got = vendor_of(arch)
+        except QolaError:
+            got = None
+        assert got == want, arch
+        try:
+            check_archs([arch])
+            manifest_ok = True
+        except ValueError:
+            manifest_ok = False
+        assert manifest_ok == (want is not None), arch
+    (tmp_path / "hsa" / "gfx90a").mkdir(parents=True)
+    for arch in ("gfx90a:xnack-", "gfx9", "../x"):
+        with pytest.raises(QolaError, match=f"architecture {re.escape(repr(arch))}"):
+            embed.collect(tmp_path, [arch], None)
+
+
+def test_arch_lists_one_rule(tmp_path):
+    from qola.errors import QolaError
+    from qola.manifest import parse
+    from qola.toolchain.archs import validate_archs
+
+    for archs, needle in ((["gfx942", "sm_90"], "mix HIP and CUDA"),
+                          (["gfx90a:xnack-", "gfx90a:xnack+"], "different features")):
+        with pytest.raises(QolaError, match=needle):
+            validate_archs(archs)
+        with pytest.raises(QolaError, match=needle):
+            parse("[build]\narchitectures = [" + ", ".join(f'"{a}"' for a in archs) + "]\n")
+
+
+def test_hip_version_is_probed_once_the_same_way(tmp_path):
+    """Planning's torch.version.hip and the build's toolchain read the version with one probe."""
+    from qola.commands.common import hip_version
+    from qola.manifest import parse
+    from qola.toolchain import hip
+
+    fake = tmp_path / "bin" / "hipcc"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "HIP version: 6.4.43484-9999"\necho "AMD clang version 19.0.0"\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "ROCM_PATH": str(tmp_path)}
+    manifest = parse('[qola]\nrocm_versions = ["7.2"]\n')
+    assert hip_version(env, manifest) == "6.4.43484"
+    assert hip.read_version(str(fake), str(tmp_path), env)[1:] == ("6.4.43484", "-9999")
+    assert hip_version({"PATH": str(tmp_path / "none")}, manifest) in ("7.2", hip.installed_version({}))
+    users = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if re.search(r"re\.\w+\(r?[\"']HIP version", p.read_text())]
+    assert users == ["toolchain/versions.py"]
+
+
+def test_core_py_is_named_once():
+    import ast
+
+    from qola.tree.aiter import open_tree
+    from qola.tree.aiter_core import CORE
+
+    from conftest import KERNELS
+
+    assert open_tree(KERNELS).core_path == KERNELS / CORE
+    found = []
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef))
+                and n.body and isinstance(n.body[0], ast.Expr)}
+        found += [str(path.relative_to(SRC)) for n in ast.walk(tree)
+                  if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+                  and n.value.endswith("core.py")]
+    # commands/build.py: the pipeline work of issue 12 owns that file (it should use tree.core_path)
+    assert sorted(found) in (["tree/aiter_core.py"], ["commands/build.py", "tree/aiter_core.py"])

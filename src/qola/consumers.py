@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 
-from qola.audit import check_namespace
+from qola.rules import check_namespace
 from qola.errors import QolaError
 
 _SAFE_VERSION = re.compile(r"[0-9A-Za-z.+_-]+\Z")

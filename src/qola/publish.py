@@ -37,6 +37,7 @@ from qola.build import BuildReport, ModuleResult
 from qola.errors import QolaError
 from qola.fsutil import atomic_copy, atomic_write, fsync_dir, inside, remove, remove_stale
 from qola.hashing import file_sha256, regular_file_sha256
+from qola.tree.aiter_configs import CONFIGS
 
 __all__ = ["MANIFEST_JSON", "STORE", "CURRENT", "ENTRIES", "atomic_write", "atomic_copy", "publish", "prepare",
            "check_output", "current_version", "module_record", "publish_tree"]
@@ -252,7 +253,7 @@ def publish_tree(src: Path | None, dst: Path) -> None:
 
 
 def _configs(stage: _Stage, tree_root: Path) -> list[str]:
-    src = tree_root / "aiter" / "configs"
+    src = tree_root / CONFIGS
     copied = []
     for csv in sorted(src.rglob("*.csv")) if src.is_dir() else []:
         rel = csv.relative_to(src).as_posix()

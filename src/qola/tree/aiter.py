@@ -17,12 +17,11 @@ from typing import Any
 from qola import proc, rules
 from qola.errors import QolaError
 from qola.tree.aiter_configs import MergedConfig
-from qola.tree.aiter_core import read_core, resolve_core_names
+from qola.tree.aiter_core import CORE, read_core, resolve_core_names
 from qola.tree.files import MAX_TABLE, read_text
 from qola.tree.safe_eval import SafeFunction, SafeObject, evaluate
 
 TABLE = "aiter/jit/optCompilerConfig.json"
-CORE = "aiter/jit/core.py"
 
 # AITER's defaults for keys a table entry leaves out (aiter/jit/core.py get_args_of_build)
 DEFAULTS: dict[str, Any] = {
@@ -63,6 +62,11 @@ class AiterTree:
         return self.root / TABLE
 
     @property
+    def core_path(self) -> Path:
+        """``aiter/jit/core.py``: the names the table's expressions use (read, never imported)."""
+        return self.root / CORE
+
+    @property
     def csrc(self) -> Path:
         return self.meta_dir / "csrc"
 
@@ -73,10 +77,6 @@ class AiterTree:
     @property
     def ck_dir(self) -> Path:
         return self.meta_dir / "3rdparty" / "composable_kernel"
-
-    @property
-    def configs_dir(self) -> Path:
-        return self.root / "aiter" / "configs"
 
 
 def open_tree(root: str | Path) -> AiterTree:
@@ -211,7 +211,7 @@ def namespace(
         "str": SafeFunction("str", _to_str, 1),
         "True": True, "False": False, "None": None,
     }
-    core = resolve_core_names(read_core(tree.root / CORE), base=names, env=env, root=tree.root)
+    core = resolve_core_names(read_core(tree.core_path), base=names, env=env, root=tree.root)
     return Namespace({**names, **core.names}, core.merges)
 
 
