@@ -265,3 +265,39 @@ def test_core_py_is_named_once():
                   and n.value.endswith("core.py")]
     # commands/build.py: the pipeline work of issue 12 owns that file (it should use tree.core_path)
     assert sorted(found) in (["tree/aiter_core.py"], ["commands/build.py", "tree/aiter_core.py"])
+
+
+# ---- no dead or untrue code -------------------------------------------------------------------------
+
+def test_every_listed_command_exists():
+    import importlib
+
+    from qola import cli
+
+    for name in cli.COMMANDS:
+        assert hasattr(importlib.import_module(f"qola.commands.{name}"), "register"), name
+
+
+def test_doctor_reports_tools_and_fails_without_a_host_compiler(capsys, tmp_path):
+    import argparse
+
+    from qola.commands import doctor
+
+    env = {**os.environ}
+    code = doctor.run(argparse.Namespace(), env=env)
+    out = capsys.readouterr().out
+    for name in ("ninja", "host C++", "HIP compiler", "CUDA compiler", "tar", "JIT cache"):
+        assert name in out
+    assert code in (0, 1)
+    bad = {**env, "CXX": str(tmp_path / "no-such-c++"), "QOLA_JIT_CACHE_DIR": str(tmp_path / "jit")}
+    assert doctor.run(argparse.Namespace(), env=bad) == 1
+    captured = capsys.readouterr()
+    assert "missing  host C++" in captured.out and "cannot build: host C++" in captured.err
+    assert f"{tmp_path / 'jit'} (created on first use)" in captured.out
+
+
+@pytest.mark.parametrize("name", ["child_environ", "is_c_keyword", "configs_dir"])
+def test_removed_dead_code_stays_removed(name):
+    users = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if re.search(rf"\b{name}\b", p.read_text())
+             and not (name == "configs_dir" and p.name == "codegen.py")]  # GenJob.configs_dir: another thing
+    assert users == []

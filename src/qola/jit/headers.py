@@ -108,8 +108,8 @@ def include_flags(n_dirs: int, with_srcdir: bool) -> list[str]:
     return flags + [f"-I{HEADERS_TOKEN}/inc{i}" for i in range(n_dirs)]
 
 
-def write_tar_gz(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
-    """Deterministic .tar.gz of (member path, bytes); written to a temp file, then renamed."""
+def tar_gz_bytes(files: Iterable[tuple[str, bytes]]) -> bytes:
+    """Deterministic .tar.gz of (member path, bytes)."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tf:
         for name, data in sorted(files):
@@ -118,10 +118,15 @@ def write_tar_gz(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             tf.addfile(info, io.BytesIO(data))
-    packed = io.BytesIO()
-    with gzip.GzipFile(fileobj=packed, mode="wb", mtime=0, compresslevel=6, filename="") as gz:
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, compresslevel=6, filename="") as gz:
         gz.write(raw.getvalue())
-    atomic_write(path, packed.getvalue())
+    return out.getvalue()
+
+
+def write_tar_gz(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
+    """:func:`tar_gz_bytes` written atomically (:func:`qola.fsutil.atomic_write`)."""
+    atomic_write(path, tar_gz_bytes(files))
 
 
 def unpack_tar_gz(data: bytes, dest: Path, where: object = "header bundle") -> None:
