@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 
 from qola.errors import QolaError
+from qola.fsutil import remove
 from qola.jit import headers as hdr
 from qola.jit import libtable, safeio
 from qola.jit import prebuild as pb
@@ -190,7 +190,7 @@ def run_verify(args: argparse.Namespace) -> int:
     for p, why in bad_headers:
         print(f"BROKEN {p}: {why}")
         if args.fix:
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+            remove(p)
             print(f"  removed {p}")
     stale = [t for t in cache.temps() if t.stale]
     for t in stale:

@@ -23,12 +23,12 @@ mappings), never from os.environ here.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
 import os
 import re
-import shutil
 import stat
 import time
 from collections.abc import Iterator, Mapping
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qola.errors import QolaError
-from qola.fsutil import atomic_write, commit
+from qola.fsutil import atomic_write, commit, remove
 from qola.jit import format as fmt
 from qola.jit import safeio
 from qola.jit.format import HEX64, NETWORK_FS, parse_meta, render_meta
@@ -149,12 +149,7 @@ class JitCache:
             for sub in fmt.SUBDIRS:
                 d = self.path / sub
                 if create and not os.path.lexists(d):
-                    try:
-                        d.mkdir(mode=fmt.DIR_MODE)
-                    except FileExistsError:
-                        pass
-                    except OSError as exc:
-                        raise QolaError(f"cannot create {d}: {exc.strerror}") from None
+                    _make_dir(d, "")
                 if os.path.lexists(d):
                     check_subdir(d)
         self.network = network_fs(self.path) if self.path.exists() else None
@@ -276,12 +271,7 @@ class JitCache:
     # ------------------------------------------------------------------ locks
     def lock_dir(self) -> Path:
         d = fmt.network_lock_dir(os.geteuid()) if self.network else self.path / fmt.LOCKS
-        try:
-            d.mkdir(mode=fmt.DIR_MODE)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise QolaError(f"cannot create the lock dir {d}: {exc.strerror}") from None
+        _make_dir(d, "the lock dir ")
         if self.network:
             check_private_dir(d, follow=False)
         else:
@@ -348,12 +338,17 @@ class JitCache:
         return removed
 
 
-def _remove(p: Path) -> None:
-    """Remove a file, symlink or directory tree (never following a link)."""
+def _make_dir(d: Path, what: str) -> None:
+    """Create ``d`` with the format's mode unless it exists (its checks come after)."""
     try:
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
-    except OSError:
+        d.mkdir(mode=fmt.DIR_MODE)
+    except FileExistsError:
         pass
+    except OSError as exc:
+        raise QolaError(f"cannot create {what}{d}: {exc.strerror}") from None
+
+
+def _remove(p: Path) -> None:
+    """:func:`qola.fsutil.remove` (never follows a link), ignoring what cannot be removed."""
+    with contextlib.suppress(OSError):
+        remove(p)
