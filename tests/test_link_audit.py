@@ -20,7 +20,7 @@ from conftest import run_qola
 from qola import audit, consumers, link
 from qola.errors import BuildFailed
 
-DATA = Path(link.__file__).parent / "data"
+RUNTIME = Path(link.__file__).parent / "runtime"
 pytestmark = pytest.mark.skipif(not (shutil.which("g++") and shutil.which("ld")), reason="needs g++ and binutils")
 
 DEMO_CPP = r"""
@@ -68,7 +68,7 @@ def sh(*cmd, cwd=None) -> str:
 
 def write_includes(inc: Path, ns: str, version: str = "1.2.3") -> Path:
     inc.mkdir(parents=True, exist_ok=True)
-    shutil.copy(DATA / "qola_common.h", inc / "qola_common.h")
+    shutil.copy(RUNTIME / "qola_common.h", inc / "qola_common.h")
     (inc / "qola_config.h").write_text(consumers.render_config_header(ns, version))
     (inc / "qola_demo.h").write_text(DEMO_H)
     return inc

@@ -301,3 +301,21 @@ def test_removed_dead_code_stays_removed(name):
     users = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if re.search(rf"\b{name}\b", p.read_text())
              and not (name == "configs_dir" and p.name == "codegen.py")]  # GenJob.configs_dir: another thing
     assert users == []
+
+
+# ---- what qola ships: runtime/ (into libraries) and templates/ (added to modules) -------------------
+
+def test_shipped_files_live_where_their_role_says():
+    import tomllib
+
+    from qola import registry
+    from qola.jit.layout import runtime_dir, runtime_sources
+
+    assert (registry.runtime_dir() / "qola_common.h").is_file()
+    assert runtime_dir() == registry.runtime_dir() / "jit" and all(p.is_file() for p in runtime_sources())
+    for name, entry in registry.load().items():
+        for rel in (*entry.add_srcs, *entry.headers, *entry.add_includes):
+            assert (registry.templates_dir() / rel).exists(), (name, rel)
+    pyproject = tomllib.loads((SRC.parent.parent / "pyproject.toml").read_text())
+    shipped = pyproject["tool"]["setuptools"]["package-data"]["qola"]
+    assert {"runtime/**/*", "templates/**/*"} <= set(shipped)

@@ -19,9 +19,9 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
+from qola import registry
 from qola.errors import QolaError
 from qola.fsutil import remove, replace_dir, write_if_changed
 from qola.hashing import file_sha256
@@ -71,7 +71,7 @@ class JitModuleOutput:
 
 
 def runtime_dir() -> Path:
-    return Path(str(resources.files("qola") / "data" / "jit"))
+    return registry.runtime_dir() / "jit"
 
 
 def runtime_sources() -> tuple[Path, ...]:
