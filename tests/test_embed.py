@@ -215,10 +215,10 @@ def test_empty_render_assembles(tmp_path: Path):
     (lambda root: embed.collect(root, ["gfx90a"], ["pa"]), "no code objects for architecture gfx90a"),
     (lambda root: embed.collect(root, ["gfx942"], ["fmoe"]), "no .co files for gfx942/fmoe"),
     (lambda root: embed.collect(root, ["gfx942"], ["../gfx950"]), "bad kernel type"),
-    (lambda root: embed.collect(root, ["gfx9/42"], ["pa"]), "bad architecture"),
+    (lambda root: embed.collect(root, ["gfx9/42"], ["pa"]), "architecture 'gfx9/42' is not a GPU architecture"),
     (lambda root: embed.collect(root, [], ["pa"]), "no architecture"),
-    (lambda root: embed.render([], "te", "my-module"), "bad module name"),
-    (lambda root: embed.render([], "te ns", "m"), "bad namespace"),
+    (lambda root: embed.render([], "te", "my-module"), "module name 'my-module' is not a C identifier"),
+    (lambda root: embed.render([], "te ns", "m"), "namespace 'te ns' contains a space"),
     (lambda root: embed.render([], "te", "m", align=100), "bad alignment"),
 ])
 def test_api_errors(small_hsa: Path, call, message):
@@ -249,7 +249,7 @@ def test_cli_writes_files(tmp_path: Path, small_hsa: Path):
     (["--hsa-dir", "{root}/nope", "--arch", "gfx942", "--subdirs", "pa"], "hsa directory not found"),
     (["--hsa-dir", "{root}", "--arch", "gfx1100", "--subdirs", "pa"], "architectures in"),
     (["--hsa-dir", "{root}", "--arch", "gfx942", "--subdirs", "nope"], "kernel types for gfx942: fmha_v3_fwd, pa"),
-    (["--hsa-dir", "{root}", "--arch", "gfx942", "--subdirs", "pa", "--module", "a.b"], "bad module name"),
+    (["--hsa-dir", "{root}", "--arch", "gfx942", "--subdirs", "pa", "--module", "a.b"], "module name 'a.b' is not a C identifier"),
     (["--hsa-dir", "{root}", "--arch", "gfx942", "--subdirs", "pa", "--align", "3"], "bad alignment"),
 ])
 def test_cli_errors_exit_2(tmp_path: Path, small_hsa: Path, args, message):

@@ -256,7 +256,7 @@ def test_the_table_is_read_from_shared_objects_and_static_archives(lib, tmp_path
 def libtable_data() -> Path:
     import qola
 
-    return Path(qola.__file__).parent / "data"
+    return Path(qola.__file__).parent / "runtime"
 
 
 # ------------------------------------------------------------------ item 3: FIFOs and /dev/zero never hang

@@ -11,20 +11,21 @@ import pytest
 
 from qola.errors import QolaError
 from qola.jit import cache as jc
+from qola.jit import format as fmt
 from qola.jit.key import entry_key
 
 
 def test_default_cache_dir():
-    assert jc.default_cache_dir({"QOLA_JIT_CACHE_DIR": "/x/y", "XDG_CACHE_HOME": "/c"}) == jc.Path("/x/y")
-    assert jc.default_cache_dir({"XDG_CACHE_HOME": "/c", "HOME": "/h"}) == jc.Path("/c/qola/jit")
-    assert jc.default_cache_dir({"XDG_CACHE_HOME": "rel", "HOME": "/h"}) == jc.Path("/h/.cache/qola/jit")
+    assert fmt.default_cache_dir({"QOLA_JIT_CACHE_DIR": "/x/y", "XDG_CACHE_HOME": "/c"}) == jc.Path("/x/y")
+    assert fmt.default_cache_dir({"XDG_CACHE_HOME": "/c", "HOME": "/h"}) == jc.Path("/c/qola/jit")
+    assert fmt.default_cache_dir({"XDG_CACHE_HOME": "rel", "HOME": "/h"}) == jc.Path("/h/.cache/qola/jit")
 
 
 def test_private_dir_checks(tmp_path):
     d = tmp_path / "c"
     cache = jc.JitCache(d)
     assert oct(d.stat().st_mode & 0o777) == "0o700"
-    assert all((d / s).is_dir() for s in jc.SUBDIRS)
+    assert all((d / s).is_dir() for s in fmt.SUBDIRS)
     os.chmod(d, 0o775)
     with pytest.raises(QolaError, match=r"writable by group or others \(mode 0775\)") as exc:
         jc.JitCache(d)

@@ -106,3 +106,20 @@ def test_prebuild_reports_compile_failures(lib):
     assert proc.returncode == 1
     assert "2 failed" in proc.stdout and "boom" in proc.stderr
     assert lib.entries() == []
+
+
+def test_entries_are_0644_whatever_the_umask(lib):
+    """Whatever mode the linker leaves on its output (it depends on the linker and the umask: 0711
+    here before), the runtime and prebuild both publish entries with the format's 0644."""
+    old = os.umask(0o002)
+    try:
+        ok_call(lib, 1)  # compiled by the runtime
+        proc = qola(lib, "prebuild", str(lib.root / "out"))  # unit_2 by qola jit prebuild
+        assert proc.returncode == 0 and "1 built" in proc.stdout, proc.stdout + proc.stderr
+        ok_call(lib, 2)
+        ok_call(lib, 1)
+    finally:
+        os.umask(old)
+    assert lib.compiles() == 2
+    assert sorted(p.stat().st_mode & 0o777 for p in lib.entries()) == [0o644, 0o644]
+    assert qola(lib, "verify").returncode == 0

@@ -13,7 +13,7 @@ import qola
 from qola.jit import key as jkey
 from qola.jit import layout
 
-DATA = Path(qola.__file__).parent / "data"
+DATA = Path(qola.__file__).parent / "runtime"
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if os.path.exists("/usr/local/bin/nvcc") else None)
 HIPCC = shutil.which("hipcc") or ("/usr/bin/hipcc" if os.path.exists("/usr/bin/hipcc") else None)
 NS = "qt"

@@ -20,7 +20,7 @@ from conftest import run_qola
 from qola import audit, consumers, link
 from qola.errors import BuildFailed
 
-DATA = Path(link.__file__).parent / "data"
+RUNTIME = Path(link.__file__).parent / "runtime"
 pytestmark = pytest.mark.skipif(not (shutil.which("g++") and shutil.which("ld")), reason="needs g++ and binutils")
 
 DEMO_CPP = r"""
@@ -68,7 +68,7 @@ def sh(*cmd, cwd=None) -> str:
 
 def write_includes(inc: Path, ns: str, version: str = "1.2.3") -> Path:
     inc.mkdir(parents=True, exist_ok=True)
-    shutil.copy(DATA / "qola_common.h", inc / "qola_common.h")
+    shutil.copy(RUNTIME / "qola_common.h", inc / "qola_common.h")
     (inc / "qola_config.h").write_text(consumers.render_config_header(ns, version))
     (inc / "qola_demo.h").write_text(DEMO_H)
     return inc
@@ -96,7 +96,7 @@ def link_shared(objs: list[Path], out: Path, ns: str, isolate: bool = True, scri
     if isolate:
         vs = link.write_if_changed(work / "exports.map", script or link.version_script(ns))
     out.parent.mkdir(parents=True, exist_ok=True)
-    link.run_step(link.shared_link_argv("g++", rsp, out, vs, []))
+    link.run_step(link.shared_link_argv("g++", rsp, out, link.library_ldflags(vs, out.name)))
     return out
 
 
@@ -122,13 +122,14 @@ def test_version_script_text():
 
 
 def test_argv_and_rsp(tmp_path):
-    argv = link.shared_link_argv("g++", tmp_path / "o.rsp", tmp_path / "te_x.so", tmp_path / "v.map", ["-lfoo"])
-    assert argv[:4] == ["g++", "-shared", "-o", str(tmp_path / "te_x.so")]
-    assert f"@{tmp_path / 'o.rsp'}" in argv and "-Wl,-soname,te_x.so" in argv and "-Wl,--build-id=sha1" in argv
+    argv = link.shared_link_argv("g++", tmp_path / "o.rsp", tmp_path / "te_x.so",
+                                 link.library_ldflags(tmp_path / "v.map", "te_x.so"), ["-lfoo"])
+    assert argv[:5] == ["g++", "-shared", f"@{tmp_path / 'o.rsp'}", "-o", str(tmp_path / "te_x.so")]
+    assert "-Wl,-soname,te_x.so" in argv and "-Wl,--build-id=sha1" in argv
     assert f"-Wl,--version-script={tmp_path / 'v.map'}" in argv and "-Wl,--no-undefined" in argv
     assert argv[-1] == "-lfoo"
-    off = link.shared_link_argv("g++", Path("r"), Path("x.so"), None, [], no_undefined=False)
-    assert not any("version-script" in a or "no-undefined" in a for a in off)
+    off = link.shared_link_argv("g++", Path("r"), Path("x.so"), link.python_module_ldflags(None))
+    assert not any("version-script" in a or "no-undefined" in a for a in off) and "-Wl,--build-id=sha1" in off
     assert link.rsp_text(["a b.o", "c\"d\\e.o"]) == "a\\ b.o\nc\\\"d\\\\e.o\n"
 
 

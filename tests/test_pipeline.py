@@ -68,7 +68,7 @@ def test_ck_filters_run_under_the_any_of_wrapper(tmp_path):
         _module("m", (gen, gen)),))
     out = variants.with_filters(plan, {("m", 0): "*_lse_*|*_nlse_*", ("m", 1): "*_lse_*"})
     one, two = out.modules[0].generators
-    assert one.wrapper == str(variants.SHIM) and one.run_argv[0] == str(variants.SHIM)
+    assert one.wrapper == str(variants.shim()) and one.run_argv[0] == str(variants.shim())
     assert one.run_argv[1:] == [*gen.argv, "--filter", "*_lse_*|*_nlse_*"] and one.script == gen.script
     assert two.wrapper is None and two.run_argv == [*gen.argv, "--filter", "*_lse_*"]
 

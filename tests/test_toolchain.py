@@ -128,7 +128,7 @@ def test_vendor_mixing_is_an_error(tmp_path):
     with pytest.raises(QolaError) as info:
         find_toolchain(["gfx942", "sm_90"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
     text = str(info.value)
-    assert "mix GPU vendors" in text and "gfx942" in text and "sm_90" in text
+    assert "mix HIP and CUDA" in text and "gfx942" in text and "sm_90" in text
     assert "hint:" in text
 
 

@@ -24,26 +24,18 @@ from __future__ import annotations
 import io
 import re
 import shutil
-import subprocess
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qola import proc, rules
 from qola.errors import BuildFailed, QolaError
+from qola.rules import check_namespace
 
 MAX_SHOWN = 50  # leaks listed in a BuildFailed message
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _BINDINGS = {"STB_GLOBAL": "GLOBAL", "STB_WEAK": "WEAK", "STB_LOOS": "UNIQUE", "STB_GNU_UNIQUE": "UNIQUE"}
 _KINDS = {"STT_FUNC": "FUNC", "STT_OBJECT": "OBJECT", "STT_TLS": "TLS", "STT_NOTYPE": "NOTYPE",
           "STT_COMMON": "COMMON", "STT_LOOS": "IFUNC", "STT_GNU_IFUNC": "IFUNC"}
-
-
-def check_namespace(namespace: str) -> str:
-    """``namespace`` if it can name ``qola::<ns>`` and prefix C symbols, else QolaError."""
-    if not isinstance(namespace, str) or not _IDENT.match(namespace):
-        raise QolaError(f"namespace {namespace!r} is not a C identifier",
-                        hint="use letters, digits and '_', not starting with a digit, e.g. 'te'")
-    return namespace
 
 
 @dataclass(frozen=True)
@@ -56,7 +48,7 @@ class ExportRule:
 
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
-        if self.c_prefix is not None and not re.match(r"[A-Za-z_][A-Za-z0-9_]*\Z", self.c_prefix):
+        if self.c_prefix is not None and not rules.is_c_ident(self.c_prefix):
             raise QolaError(f"C prefix {self.c_prefix!r} is not an identifier prefix")
 
     @property
@@ -151,12 +143,11 @@ def demangle(names: Sequence[str], cxxfilt: str = "c++filt") -> list[str]:
     if exe is None:
         return list(names)
     try:
-        proc = subprocess.run([exe], input="\n".join(names) + "\n", capture_output=True, text=True,
-                              check=False, timeout=300)
-    except (OSError, subprocess.SubprocessError):
+        done = proc.run([exe], input="\n".join(names) + "\n", stderr=proc.PIPE, timeout=300)
+    except (OSError, proc.TimeoutExpired):
         return list(names)
-    out = proc.stdout.split("\n")
-    if proc.returncode != 0 or len(out) < len(names):
+    out = done.stdout.split("\n")
+    if done.returncode != 0 or len(out) < len(names):
         return list(names)
     return out[: len(names)]
 

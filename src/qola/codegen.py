@@ -3,7 +3,7 @@
 A stamp over (commands, generator sources, filters) skips unchanged runs;
 every run starts from an empty staging dir, so instances from an earlier filter
 never survive. A generator's exit code is checked (AITER ignores it). Staging dirs carry their owner's pid
-(``.staging-<pid>``, ``.old-<pid>``): :func:`clean_stale` removes those of killed runs.
+(``.staging-<pid>``, ``.blob.old-<pid>``): :func:`clean_stale` removes those of killed runs.
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from qola import proc
 from qola.builddir import BLOB, CONFIGS, gen_module_dir
 from qola.errors import FailedProcessError, QolaError
-from qola.fsutil import atomic_write, remove_stale
+from qola.fsutil import atomic_write, inside, old_prefix, remove_stale, replace_dir
 from qola.genrules import asm_arch, missing_package_hint, skip_warning
 from qola.plan import OUTPUT_DIR
 from qola.plantypes import Generator
@@ -29,7 +29,8 @@ from qola.tree.aiter_configs import CONFIGS_TOKEN, MergedConfig, merge, render, 
 
 STAMP = "stamp.json"
 GENERATED_EXTS = (".cu", ".cpp")
-STAGING_PREFIXES = (".staging-", ".old-")  # gen_root/<module>/.staging-<pid>, .old-<pid>
+# gen_root/<module>/.staging-<pid>, .blob.old-<pid> (and .old-<pid>, what qola before issue 12 left)
+STAGING_PREFIXES = (".staging-", old_prefix("blob"), ".old-")
 LISTING_PREFIX = "qola-list-"  # <tmp>/qola-list-<pid>-…: a generator's --list_blobs run (qola.variants)
 
 
@@ -151,21 +152,14 @@ def run_generators(
                     hint="check blob_gen_cmd in the module table or the manifest",
                 )
             commands.append(" ".join(argv))
-            proc = subprocess.run(argv, cwd=staging, env=dict(env), capture_output=True, text=True,
-                                  errors="replace")
-            if proc.returncode != 0:
-                output = proc.stdout + proc.stderr
-                raise FailedProcessError(
-                    argv, proc.returncode, output,
-                    hint=missing_package_hint(output, python)
-                    or f"module {job.module}: its generator failed; fix the command or the generator",
-                )
+            try:  # its own process group, ended with qola (Ctrl-C, SIGTERM, qola killed): qola.proc
+                proc.run_checked(argv, cwd=staging, env=env)
+            except FailedProcessError as exc:
+                exc.hint = (missing_package_hint(exc.output, python)
+                            or f"module {job.module}: its generator failed; fix the command or the generator")
+                raise
         stamp_file.unlink(missing_ok=True)
-        old = mod_dir / f".old-{os.getpid()}"
-        if blob.exists():
-            blob.rename(old)
-        staging.rename(blob)
-        shutil.rmtree(old, ignore_errors=True)
+        replace_dir(staging, blob)
         atomic_write(stamp_file, json.dumps({"stamp": stamp, "commands": commands, "warnings": warnings},
                                             indent=1).encode())
     finally:

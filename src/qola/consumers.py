@@ -20,10 +20,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 
-from qola.audit import check_namespace
 from qola.errors import QolaError
+from qola.registry import runtime_dir
+from qola.rules import check_namespace
 
 _SAFE_VERSION = re.compile(r"[0-9A-Za-z.+_-]+\Z")
 
@@ -67,7 +67,7 @@ def render_config_header(namespace: str, version: str) -> str:
 
 def common_header_text() -> str:
     """The shipped ``qola_common.h``."""
-    return resources.files("qola").joinpath("data/qola_common.h").read_text(encoding="utf-8")
+    return (runtime_dir() / "qola_common.h").read_text(encoding="utf-8")
 
 
 # -- CMake --------------------------------------------------------------------------------------

@@ -42,12 +42,10 @@ from typing import Iterable, Sequence
 from qola.errors import QolaError
 from qola.fsutil import write_if_changed
 from qola.hashing import file_sha256
-from qola.rules import C_IDENT_RE
+from qola import rules
 
 ALIGN = 256
 SUFFIX = ".co"
-_IDENT = C_IDENT_RE  # the one identifier rule (qola.rules)
-_ARCH = re.compile(r"[A-Za-z0-9_]+\Z")
 _PART = re.compile(r"[A-Za-z0-9._+=,@-]+\Z")  # one path component of a key
 
 
@@ -106,11 +104,6 @@ def resolve_hsa_dir(path: str | os.PathLike) -> Path:
     return root.resolve()
 
 
-def _check_name(kind: str, value: str, pattern: re.Pattern, hint: str) -> None:
-    if not pattern.match(value):
-        raise QolaError(f"bad {kind} {value!r}", hint=hint)
-
-
 def _check_subdir(subdir: str) -> None:
     parts = subdir.strip("/").split("/")
     if not subdir or subdir.startswith("/") or any(p in ("", ".", "..") or not _PART.match(p) for p in parts):
@@ -126,7 +119,6 @@ def _key_of(hsa_dir: Path, path: Path) -> str:
     return f"hsa/{rel}"
 
 
-sha256_file = file_sha256  # the name this module's callers use
 
 
 def collect(hsa_dir: str | os.PathLike, archs: Sequence[str],
@@ -142,7 +134,7 @@ def collect(hsa_dir: str | os.PathLike, archs: Sequence[str],
         raise QolaError("no architecture given", hint="name at least one, e.g. --arch gfx942")
     blobs: dict[str, Blob] = {}
     for arch in archs:
-        _check_name("architecture", arch, _ARCH, "e.g. gfx942, gfx950, sm_90")
+        rules.check_name("architecture", arch, rules.arch_dir_problem(arch), "e.g. gfx942, gfx950, sm_90")
         arch_dir = base / arch
         if not arch_dir.is_dir():
             have = sorted(p.name for p in base.iterdir() if p.is_dir())
@@ -160,7 +152,7 @@ def collect(hsa_dir: str | os.PathLike, archs: Sequence[str],
             for path in found:
                 key = _key_of(base, path)
                 if key not in blobs:
-                    blobs[key] = Blob(key, path.resolve(), path.stat().st_size, sha256_file(path))
+                    blobs[key] = Blob(key, path.resolve(), path.stat().st_size, file_sha256(path))
     return sorted(blobs.values(), key=lambda b: b.key.encode())
 
 
@@ -313,9 +305,10 @@ __attribute__((visibility("hidden"))) inline const std::unordered_map<std::strin
 
 
 def check_names(namespace: str, module: str, align: int = ALIGN) -> None:
-    """Raise :class:`QolaError` unless the names are C identifiers and ``align`` a power of two ≥ 8."""
-    _check_name("namespace", namespace, _IDENT, "a C identifier, e.g. te")
-    _check_name("module name", module, _IDENT, "a C identifier, e.g. module_fmha_v3_fwd")
+    """Raise :class:`QolaError` unless the names pass :mod:`qola.rules` (the manifest's rules) and
+    ``align`` is a power of two ≥ 8."""
+    rules.check_namespace(namespace)
+    rules.check_name("module name", module, rules.module_key_problem(module), "a C identifier, e.g. module_fmha_v3_fwd")
     if align < 8 or align & (align - 1):
         raise QolaError(f"bad alignment {align}", hint="a power of two, at least 8 (256 or 4096)")
 

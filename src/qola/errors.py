@@ -54,16 +54,31 @@ def tail(output: str, lines: int = 40, chars: int = 4000) -> str:
     return (f"[… {cut} earlier line(s) cut; the whole output is in the module's log]\n" if cut else "") + text
 
 
-class FailedProcessError(BuildFailed):
-    """A child process exited non-zero."""
+def _exit_reason(returncode: int) -> str:
+    if returncode < 0:
+        import signal  # noqa: PLC0415
 
-    def __init__(self, cmd: Sequence[str], returncode: int, output: str = "", hint: str | None = None):
-        self.cmd = list(cmd)
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+class FailedProcessError(BuildFailed):
+    """A child process failed: it exited non-zero, could not be started (``returncode`` 127), or
+    ran past its time limit. The one error (and format) for a failed child, whoever ran it
+    (:func:`qola.proc.run_checked` raises it): the command, why it failed, and the tail of its output."""
+
+    def __init__(self, cmd: Sequence[str], returncode: int, output: str = "", hint: str | None = None,
+                 *, reason: str | None = None):
+        self.cmd = [str(c) for c in cmd]
         self.returncode = returncode
         self.output = output
+        self.reason = reason or _exit_reason(returncode)
         shown = textwrap.indent(tail(output), "    ") if output.strip() else "    (no output)"
         message = (
-            f"command failed with exit code {returncode}:\n    {shlex.join(self.cmd)}\n"
+            f"command failed ({self.reason}):\n    {shlex.join(self.cmd)}\n"
             f"  output:\n{shown}"
         )
         super().__init__(message, hint=hint)

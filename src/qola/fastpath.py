@@ -75,9 +75,9 @@ def record(build_dir: Path, out: Path, argv: Sequence[str], env: Mapping[str, st
     links = sorted(set(resolved))
     data = {"format": FORMAT, "argv": list(argv), "env_keys": list(env_keys), "files": files, "resolved": links,
             "digest": digest(argv, env, env_keys, files, links)}
-    tmp = build_dir / f"{RECORD}.tmp"
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, build_dir / RECORD)
+    from qola.fsutil import atomic_write  # noqa: PLC0415 (not on the no-op path)
+
+    atomic_write(build_dir / RECORD, json.dumps(data).encode())
 
 
 def forget(build_dir: Path) -> None:

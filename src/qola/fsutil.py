@@ -5,6 +5,8 @@
   and the resolved result (symlinks followed) must stay under the resolved root;
 * :func:`atomic_write` / :func:`atomic_copy` / :func:`write_if_changed` — temp file in the same
   directory, fsync, ``rename``: a reader (or a SIGKILL) sees the old or the new file, never half;
+  :func:`commit` publishes a temp someone else wrote (a compiler's output), :func:`replace_dir`
+  swaps a staged directory in;
 * :func:`pid_tempdir`, :func:`stale_entries`, :func:`remove_stale` — temporary names that carry
   their owner's pid (``<prefix><pid>…``), so what a killed run left behind can be told from what a
   live one is using, and removed on the next run.
@@ -73,33 +75,40 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def _temp_beside(path: Path) -> tuple[int, str]:
-    return tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
+def _temp_beside(path: Path, prefix: str | None = None) -> tuple[int, str]:
+    return tempfile.mkstemp(prefix=prefix or f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
 
 
-def _publish_temp(path: Path, fill, mode: int) -> Path:
+def _publish_temp(path: Path, fill, mode: int, temp_prefix: str | None = None, sync_dir: bool = False) -> Path:
     """Create a temp file beside ``path``, let ``fill(fh)`` write it, fsync, chmod ``mode`` and
-    rename it over ``path``; the temp never survives a failure."""
+    rename it over ``path`` (then fsync the directory with ``sync_dir``); the temp never survives a
+    failure."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _temp_beside(path)
+    fd, tmp = _temp_beside(path, temp_prefix)
     try:
         with os.fdopen(fd, "wb") as fh:
             fill(fh)
             fh.flush()
+            os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if sync_dir:
+        fsync_dir(path.parent)
     return path
 
 
-def atomic_write(path: str | os.PathLike, data: bytes, mode: int | None = None) -> Path:
+def atomic_write(path: str | os.PathLike, data: bytes, mode: int | None = None, *, temp_prefix: str | None = None,
+                 sync_dir: bool = False) -> Path:
     """Write ``data`` to a temp name beside ``path``, fsync, rename: readers see the old or the new
-    file. ``mode`` (default 0644) is set before the rename."""
-    return _publish_temp(Path(path), lambda fh: fh.write(data), 0o644 if mode is None else mode)
+    file. ``mode`` (default 0644) is set before the rename. ``temp_prefix``: the temp file's name
+    prefix where a format fixes it (the JIT cache's ``.tmp-<name>-``; default
+    ``.<name>.tmp-<pid>-``). ``sync_dir``: also fsync the directory, so the rename survives a crash."""
+    return _publish_temp(Path(path), lambda fh: fh.write(data), 0o644 if mode is None else mode,
+                         temp_prefix, sync_dir)
 
 
 def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
@@ -113,16 +122,55 @@ def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     return _publish_temp(Path(dst), fill, os.stat(src).st_mode & 0o777)
 
 
-def write_if_changed(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` (atomically) unless it already holds exactly that: unchanged files
-    keep their mtime, so ninja does not rebuild what depends on them."""
+def write_if_changed(path: str | os.PathLike, data: str | bytes, mode: int | None = None) -> Path:
+    """Write ``data`` (text is UTF-8) to ``path`` atomically unless it already holds exactly those
+    bytes: an unchanged file keeps its mtime, so ninja does not rebuild what depends on it. With
+    ``mode``, an unchanged file whose permission bits differ only gets them set."""
     path = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
     try:
-        if path.read_text(encoding="utf-8") == text:
+        st = os.stat(path)
+        if st.st_size == len(raw) and path.read_bytes() == raw:
+            if mode is not None and (st.st_mode & 0o7777) != mode:
+                os.chmod(path, mode)
             return path
-    except (OSError, UnicodeDecodeError):
+    except OSError:
         pass
-    return atomic_write(path, text.encode("utf-8"))
+    return atomic_write(path, raw, mode)
+
+
+def commit(tmp: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """Publish a finished temp file or directory ``tmp`` (in ``path``'s directory) as ``path``:
+    fsync it, rename (replacing a file, or an absent/empty directory), fsync the directory."""
+    fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(Path(path).parent)
+    return Path(path)
+
+
+def replace_dir(stage: str | os.PathLike, final: str | os.PathLike) -> Path:
+    """Swap the finished directory ``stage`` in as ``final`` (same parent): the old ``final`` is
+    renamed aside (``.<name>.old-<pid>``, which :func:`remove_stale` recognises if this process
+    dies), ``stage`` renamed in, the old tree removed. A reader sees the old or the new tree, never
+    a mixture (between the two renames, briefly, none)."""
+    stage, final = Path(stage), Path(final)
+    aside = final.with_name(f"{old_prefix(final.name)}{os.getpid()}")
+    remove(aside)
+    if os.path.lexists(final):
+        os.replace(final, aside)
+    os.replace(stage, final)
+    fsync_dir(final.parent)
+    remove(aside)
+    return final
+
+
+def old_prefix(name: str) -> str:
+    """Prefix of the aside name :func:`replace_dir` gives an old ``name`` (then the pid)."""
+    return f".{name}.old-"
 
 
 # -- pid-tagged temporaries ---------------------------------------------------------------------
@@ -194,14 +242,41 @@ def remove_stale(parent: str | os.PathLike, prefix: str) -> list[Path]:
     return gone
 
 
+def stage_prefix(name: str) -> str:
+    """Prefix of the staging dir :func:`replace_tree` writes ``name`` into (then the pid)."""
+    return f".{name}.stage-"
+
+
+_TREE_LEFTOVER = re.compile(r"\.(.+)\.(?:stage|old)-(\d+)\Z")
+
+
+def remove_stale_trees(parent: str | os.PathLike) -> list[Path]:
+    """Remove what killed :func:`replace_tree`/:func:`replace_dir` runs left in ``parent``
+    (``.<name>.stage-<pid>``, ``.<name>.old-<pid>`` of a dead process, owned by this user)."""
+    gone = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return []
+    for entry in entries:
+        m = _TREE_LEFTOVER.match(entry.name)
+        try:
+            mine = m is not None and entry.stat(follow_symlinks=False).st_uid == os.geteuid()
+        except OSError:
+            continue
+        if mine and not pid_alive(int(m.group(2))):
+            remove(entry.path)
+            gone.append(Path(entry.path))
+    return sorted(gone)
+
+
 def replace_tree(path: str | os.PathLike, files: Iterable[tuple[str, bytes]]) -> Path:
     """Make the directory ``path`` hold exactly ``files`` ((relative path, bytes)): they are written
-    into a staging dir beside it (``.<name>.stage-<pid>``), which then replaces ``path`` by rename
-    (the old tree is moved aside to ``.<name>.old-<pid>`` and removed). Relative paths go through
-    :func:`inside`."""
+    into a staging dir beside it (:func:`stage_prefix`), which then replaces ``path``
+    (:func:`replace_dir`). Relative paths go through :func:`inside`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    stage, old = path.parent / f".{path.name}.stage-{os.getpid()}", path.parent / f".{path.name}.old-{os.getpid()}"
+    stage = path.parent / f"{stage_prefix(path.name)}{os.getpid()}"
     remove(stage)
     stage.mkdir()
     try:
@@ -209,11 +284,7 @@ def replace_tree(path: str | os.PathLike, files: Iterable[tuple[str, bytes]]) ->
             dst = inside(stage, rel)
             dst.parent.mkdir(parents=True, exist_ok=True)
             dst.write_bytes(data)
-        remove(old)
-        if os.path.lexists(path):
-            os.replace(path, old)
-        os.replace(stage, path)
+        replace_dir(stage, path)
     finally:
         remove(stage)
-        remove(old)
     return path

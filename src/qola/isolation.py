@@ -19,7 +19,7 @@ from qola.builddir import BuildLayout, object_path
 from qola.consumers import ConsumerModule, common_header_text, consumer_files, render_config_header
 from qola.errors import QolaError
 from qola.extras import Edge, FileWrite, ModuleExtra
-from qola.link import archive_steps, version_script
+from qola.link import archive_steps, library_ldflags, python_module_ldflags, version_script
 from qola.plantypes import ModulePlan, Plan
 from qola.toolchain import Toolchain
 
@@ -77,12 +77,11 @@ def extra(mod: ModulePlan, sources: Sequence[str], inner: ModuleExtra, plan: Pla
                            writes=(FileWrite(rsp, text),))
     elif isolate and isolated(mod):
         vscript = layout.version_script(ns)
-        link = ModuleExtra(ldflags=(f"-Wl,--version-script={vscript}", f"-Wl,-soname,{mod.md_name}.so"),
-                           implicit=(str(vscript),))
+        link = ModuleExtra(ldflags=tuple(library_ldflags(vscript, f"{mod.md_name}.so")), implicit=(str(vscript),))
     elif isolate and mod.is_python_module:  # a Python module needs nothing but its init function
         pyscript = layout.python_version_script(mod.md_name)
         text = f"{{\n  global:\n    PyInit_{mod.md_name};\n  local:\n    *;\n}};\n"
-        link = ModuleExtra(ldflags=(f"-Wl,--version-script={pyscript}",), implicit=(str(pyscript),),
+        link = ModuleExtra(ldflags=tuple(python_module_ldflags(pyscript)), implicit=(str(pyscript),),
                            writes=(FileWrite(pyscript, text),))
     else:
         link = ModuleExtra()

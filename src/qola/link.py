@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qola import proc
 from qola.audit import ExportRule, demangle
-from qola.errors import FailedProcessError, QolaError
+from qola.errors import QolaError
 from qola.fsutil import inside, write_if_changed  # write_if_changed: callers import it from here too
 
 _RSP_SPECIAL = set(" \t\n\r\v\f'\"\\")
@@ -70,23 +70,36 @@ def rsp_text(paths: Iterable[str | os.PathLike]) -> str:
     return "".join(esc(os.fspath(p)) + "\n" for p in paths)
 
 
-def shared_link_argv(linker: str, objs_rsp: Path, out: Path, version_script: Path | None,
-                     ldflags: Sequence[str], *, soname: str | None = None,
-                     no_undefined: bool = True) -> list[str]:
-    """Link a shared library from the objects listed in ``objs_rsp``.
+BUILD_ID = "-Wl,--build-id=sha1"  # every shared object: a content hash note (reproducible, debuginfod)
+NO_UNDEFINED = "-Wl,--no-undefined"
 
-    ``version_script=None`` switches isolation off. ``no_undefined`` (default) adds
-    ``-Wl,--no-undefined``: a torch-free library must name its runtime (``-lamdhip64``/``-lcudart``
-    in ``ldflags``) so it carries DT_NEEDED for it — a missing symbol then fails here, not at
-    dlopen. Python extension modules (libpython resolved by the interpreter) pass ``False``.
-    ``ldflags`` come last so they can add libraries after the objects."""
-    argv = [linker, "-shared", "-o", os.fspath(out), f"@{os.fspath(objs_rsp)}",
-            f"-Wl,-soname,{soname or Path(out).name}", "-Wl,--build-id=sha1"]
+
+def shared_link_argv(linker: str, objs_rsp: str | os.PathLike, out: str | os.PathLike, ldflags: Sequence[str],
+                     runtime_libs: Sequence[str] = ()) -> list[str]:
+    """The one shared-link command (:meth:`qola.toolchain.Toolchain.shared_link_argv` is this with
+    the toolchain's host compiler and GPU runtime): ``<linker> -shared @objs -o out``, a build-id
+    note, then ``ldflags`` (per module: :func:`library_ldflags` / :func:`python_module_ldflags`
+    and the table's) and ``runtime_libs`` last, after the objects that need them."""
+    rsp = os.fspath(objs_rsp)
+    return [linker, "-shared", rsp if rsp.startswith("@") else "@" + rsp, "-o", os.fspath(out), BUILD_ID,
+            *ldflags, *runtime_libs]
+
+
+def library_ldflags(version_script: str | os.PathLike | None, soname: str) -> list[str]:
+    """Link flags of a torch-free shared library (a cpp_itfs module): ``--no-undefined`` — every
+    symbol is defined in its objects or comes from a library it names (the GPU runtime, ``-ldl``),
+    so it carries DT_NEEDED for it and a missing symbol fails this link, not the consumer's dlopen —
+    its soname and, isolated (``version_script`` not None), the export version script."""
+    flags = [NO_UNDEFINED, f"-Wl,-soname,{soname}"]
     if version_script is not None:
-        argv.append(f"-Wl,--version-script={os.fspath(version_script)}")
-    if no_undefined:
-        argv.append("-Wl,--no-undefined")
-    return argv + list(ldflags)
+        flags.append(f"-Wl,--version-script={os.fspath(version_script)}")
+    return flags
+
+
+def python_module_ldflags(version_script: str | os.PathLike | None) -> list[str]:
+    """Link flags of a Python extension module: no ``--no-undefined`` (libpython's symbols are
+    the interpreter's, resolved at import); isolated, a version script exporting PyInit_* only."""
+    return [] if version_script is None else [f"-Wl,--version-script={os.fspath(version_script)}"]
 
 
 @dataclass(frozen=True)
@@ -190,15 +203,8 @@ def localize_list(obj: Path, namespace: str, out_list: Path, *, c_prefix: str | 
 
 
 def run_step(cmd: Sequence[str], cwd: Path | None = None) -> str:
-    """Run one step, output captured; FailedProcessError when it fails."""
-    try:
-        proc = subprocess.run(list(cmd), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, check=False)
-    except OSError as exc:
-        raise FailedProcessError(cmd, 127, f"cannot run {cmd[0]}: {exc.strerror or exc}") from exc
-    if proc.returncode != 0:
-        raise FailedProcessError(cmd, proc.returncode, proc.stdout)
-    return proc.stdout
+    """Run one step, output captured; FailedProcessError when it fails (:func:`qola.proc.run_checked`)."""
+    return proc.run_checked(cmd, cwd=cwd).stdout
 
 
 def run_static(objs: Sequence[Path], out: Path, namespace: str, work_dir: Path,

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from qola import rules
 from qola.errors import QolaError
-from qola.rules import C_IDENT_RE, C_KEYWORDS, GFX_RE, SHA_RE, SM_RE, is_c_keyword  # noqa: F401 (re-exported)
+from qola.rules import SHA_RE
 from qola.tree.files import MAX_MANIFEST, read_small
 
 if sys.version_info >= (3, 11):
@@ -35,17 +35,13 @@ Scalar = Union[str, bool, int]
 Option = Union[Scalar, list[Scalar]]
 
 
-def vendor(arch: str) -> str | None:
-    return rules.vendor(arch)
+vendor = rules.vendor  # the one arch syntax (qola.rules)
 
 
 def check_archs(archs: list[str]) -> list[str]:
-    for a in archs:
-        if vendor(a) is None:
-            raise ValueError(f"unknown architecture {a!r}: expected gfx… (HIP, e.g. gfx942) or sm_… (CUDA, e.g. sm_90)")
-    kinds = {vendor(a) for a in archs}
-    if len(kinds) > 1:
-        raise ValueError(f"architectures mix HIP and CUDA targets ({', '.join(archs)}): build one vendor per manifest")
+    problem = rules.archs_problem(archs)
+    if problem:
+        raise ValueError(problem + ("; build one vendor per manifest" if "mix" in problem else ""))
     if len(set(archs)) != len(archs):
         raise ValueError(f"architectures repeat an entry: {archs}")
     return archs

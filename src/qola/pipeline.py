@@ -246,11 +246,9 @@ def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s
     """Record what this (successful) build was derived from, for the next no-op. The manifest and
     tree paths as the command line (or manifest) named them: symlinks re-pointed to another
     manifest or tree are noticed."""
-    from qola.tree.aiter import CORE  # noqa: PLC0415
-
     tree = prepared.tree
     given = [spec.manifest, str(tree_root(spec, prepared.manifest))]
-    tree_files = [str(tree.table_path), str(tree.root / CORE)]
+    tree_files = [str(tree.table_path), str(tree.core_path)]
     texts = []
     for f in tree_files:
         try:

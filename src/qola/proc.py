@@ -26,6 +26,7 @@ from typing import Any
 
 PIPE, STDOUT, DEVNULL = subprocess.PIPE, subprocess.STDOUT, subprocess.DEVNULL
 TimeoutExpired = subprocess.TimeoutExpired
+CompletedProcess = subprocess.CompletedProcess
 GRACE = 5.0  # seconds between SIGTERM and SIGKILL for a group being ended
 _PR_SET_PDEATHSIG = 1
 
@@ -181,10 +182,32 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str |
     return result
 
 
-def write_log(path: Path, argv: Sequence[str], result: subprocess.CompletedProcess) -> None:
-    def as_text(x: Any) -> str:
-        return x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
+def run_checked(argv: Sequence[str], *, hint: str | None = None, any_exit: bool = False,
+                timeout: float | None = None, **kwargs: Any) -> subprocess.CompletedProcess:
+    """:func:`run` for a child that must work: one that cannot be started, runs past ``timeout``
+    or (unless ``any_exit``) exits non-zero raises :class:`qola.errors.FailedProcessError` — the
+    one error, and format, for a failed child (its command, why, the tail of its output, ``hint``)."""
+    from qola.errors import FailedProcessError  # noqa: PLC0415 (only when a child runs)
 
+    try:
+        result = run(argv, timeout=timeout, **kwargs)
+    except TimeoutExpired as exc:
+        raise FailedProcessError(argv, 124, _as_text(exc.output), hint,
+                                 reason=f"no answer within {timeout:g} s; ended") from None
+    except OSError as exc:
+        raise FailedProcessError(argv, 127, "", hint,
+                                 reason=f"cannot run {os.fspath(argv[0])}: {exc.strerror or exc}") from None
+    if result.returncode != 0 and not any_exit:
+        raise FailedProcessError(argv, result.returncode, _as_text(result.stdout) + _as_text(result.stderr), hint)
+    return result
+
+
+def _as_text(x: Any) -> str:
+    return x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
+
+
+def write_log(path: Path, argv: Sequence[str], result: subprocess.CompletedProcess) -> None:
+    as_text = _as_text
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8", errors="replace") as fh:
         fh.write(f"$ {shlex.join(str(a) for a in argv)}\n{as_text(result.stdout)}{as_text(result.stderr)}"

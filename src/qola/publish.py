@@ -36,8 +36,9 @@ from qola import __version__
 from qola.build import CompileReport, ModuleResult
 from qola.builddir import BuildLayout
 from qola.errors import QolaError
-from qola.fsutil import atomic_copy, atomic_write, fsync_dir, inside, remove, remove_stale
+from qola.fsutil import atomic_copy, atomic_write, fsync_dir, inside, remove, remove_stale, remove_stale_trees
 from qola.hashing import file_sha256, regular_file_sha256
+from qola.tree.aiter_configs import CONFIGS
 
 __all__ = ["MANIFEST_JSON", "STORE", "CURRENT", "ENTRIES", "atomic_write", "atomic_copy", "publish", "prepare",
            "check_output", "current_version", "module_record", "publish_tree"]
@@ -118,10 +119,12 @@ def prepare(out: Path, build_dir: Path) -> list[str]:
     from qola import codegen  # noqa: PLC0415
 
     check_output(out)
+    layout = BuildLayout(Path(build_dir), out)
     notes = []
     found = {"publish staging": remove_stale(out / STORE, STAGE) + remove_stale(out / STORE, LEGACY)
              + remove_stale(out, LINK_TMP),
-             "generator staging": codegen.clean_stale(BuildLayout(Path(build_dir), out).gen_root),
+             "generator staging": codegen.clean_stale(layout.gen_root),
+             "JIT staging": remove_stale_trees(layout.jit_out),
              "generator listing": remove_stale(tempfile.gettempdir(), codegen.LISTING_PREFIX)}
     for kind, paths in found.items():
         if paths:
@@ -253,7 +256,7 @@ def publish_tree(src: Path | None, dst: Path) -> None:
 
 
 def _configs(stage: _Stage, tree_root: Path) -> list[str]:
-    src = tree_root / "aiter" / "configs"
+    src = tree_root / CONFIGS
     copied = []
     for csv in sorted(src.rglob("*.csv")) if src.is_dir() else []:
         rel = csv.relative_to(src).as_posix()

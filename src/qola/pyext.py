@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass
 from functools import lru_cache
 
-from qola.errors import QolaError
+from qola import proc
+from qola.errors import FailedProcessError, QolaError
 
 
 @dataclass(frozen=True)
@@ -42,15 +42,17 @@ print(json.dumps({"include": c.include_paths(), "lib": os.path.join(os.path.dirn
 @lru_cache(maxsize=4)
 def torch_flags(kind: str, python: str = sys.executable) -> ExtFlags:
     """Flags for a torch extension, found by asking torch in a child process (never imported here)."""
+    hint = "install PyTorch in this Python, set torch_exclude = true for the module, or use mode = \"cpp_itfs\""
     try:
-        out = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=300)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise QolaError(f"cannot run {python} to find torch: {exc}") from None
-    if out.returncode != 0:
+        out = proc.run_checked([python, "-c", _TORCH_PROBE], stderr=proc.PIPE, timeout=300, hint=hint)
+    except FailedProcessError as exc:
+        if exc.returncode in (124, 127):  # could not run the interpreter, or it hung
+            raise
         raise QolaError(
-            "this module is a torch extension (torch_exclude is false) but torch is not importable",
-            hint="install PyTorch in this Python, set torch_exclude = true for the module, or use mode = \"cpp_itfs\"",
-        )
+            "this module is a torch extension (torch_exclude is false) but torch is not importable"
+            + (f" ({exc.output.strip().splitlines()[-1]})" if exc.output.strip() else ""),
+            hint=hint,
+        ) from None
     info = json.loads(out.stdout.strip().splitlines()[-1])
     cflags = [f"-I{p}" for p in info["include"]] + [
         "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={info['abi']}",

@@ -1,4 +1,11 @@
-"""qola's source registry (``registry.toml``): what cpp_itfs mode swaps into a module."""
+"""qola's source registry (``registry.toml``): what cpp_itfs mode swaps into a module — and where
+the files qola ships live in the package:
+
+* ``qola/runtime/``   C/C++ compiled into the libraries qola builds: ``qola_common.h`` and the JIT
+  runtime (``runtime/jit/``);
+* ``qola/templates/`` sources qola adds to a module (``templates/wrappers/``, the cpp_itfs API
+  wrappers the registry names) or runs around a generator (``templates/genwrap/``).
+"""
 
 from __future__ import annotations
 
@@ -15,8 +22,22 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-def data_dir() -> Path:
-    return Path(str(resources.files("qola") / "data"))
+def runtime_dir() -> Path:
+    """``qola/runtime``: ``qola_common.h`` (an include dir of every cpp_itfs module) and ``jit/``."""
+    return Path(str(resources.files("qola") / "runtime"))
+
+
+def templates_dir() -> Path:
+    """``qola/templates``: the registry's ``add_srcs`` / ``headers`` / ``add_includes`` are relative to it."""
+    return Path(str(resources.files("qola") / "templates"))
+
+
+def genwrap_script(name: str) -> Path:
+    """``qola/templates/genwrap/<name>``: a script qola runs around a kernel tree's generator."""
+    return templates_dir() / "genwrap" / name
+
+
+data_dir = runtime_dir  # the include dir holding qola_common.h, by the name qola.plan calls it
 
 
 @dataclass(frozen=True)
@@ -30,13 +51,13 @@ class RegistryEntry:
 
     def apply_sources(self, sources: list[str]) -> list[str]:
         kept = [s for s in sources if not any(fnmatch.fnmatch(Path(s).name, p) for p in self.drop_srcs)]
-        return kept + [str(data_dir() / s) for s in self.add_srcs]
+        return kept + [str(templates_dir() / s) for s in self.add_srcs]
 
     def include_dirs(self) -> list[str]:
-        return [str(data_dir())] + [str(data_dir() / d) for d in self.add_includes]
+        return [str(runtime_dir())] + [str(templates_dir() / d) for d in self.add_includes]
 
     def header_paths(self, meta_dir: Path) -> list[str]:
-        return [str(data_dir() / h) for h in self.headers] + [str(meta_dir / h) for h in self.tree_headers]
+        return [str(templates_dir() / h) for h in self.headers] + [str(meta_dir / h) for h in self.tree_headers]
 
 
 @lru_cache(maxsize=1)

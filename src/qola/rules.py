@@ -11,17 +11,21 @@ limit: ``<namespace>_<md_name>`` plus qola's suffixes and temporary-file prefixe
 it (a 300-character namespace used to fail with ENAMETOOLONG after compiling).
 
 Pure functions, no state; each ``*_problem`` returns ``None`` for a good value, else what is wrong
-with it as a phrase ("contains a space") for the caller's message.
+with it as a phrase ("contains a space") for the caller's message (:func:`check_name` and
+:func:`check_namespace` raise it as a QolaError). Keywords are rejected here only, for every
+namespace qola is given (manifest, ``qola embed``/``audit``, output files, link steps).
 """
 
 from __future__ import annotations
 
-import keyword
 import re
 
+from qola.errors import QolaError
+
 C_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# AMD target IDs: a processor and the target features LLVM allows in them (xnack, sramecc)
 GFX_RE = re.compile(r"gfx[0-9]{2,4}[a-z]?(?::(?:xnack|sramecc)[+-])*\Z")
-SM_RE = re.compile(r"sm_[0-9]{2,3}[af]?\Z")
+SM_RE = re.compile(r"sm_([0-9]{2,3})([af]?)\Z")  # groups: compute capability digits, a/f suffix
 SHA_RE = re.compile(r"[0-9a-f]{4,40}\Z")
 VERSION_RE = re.compile(r"[0-9]+(?:\.[0-9]+){0,2}\Z")
 
@@ -29,20 +33,23 @@ MAX_NAMESPACE = 64  # [qola].namespace
 MAX_NAME = 96  # a module key, a module's md_name
 MAX_LIBRARY_NAME = MAX_NAMESPACE + 1 + MAX_NAME  # "<namespace>_<md_name>", the stem of its files
 
+# C (C23) and C++ (C++23) keywords and alternative tokens: a namespace becomes `namespace <ns>` and
+# the `<ns>_` prefix, so it must be none of them
 C_KEYWORDS = frozenset(
-    "auto break case char const continue default do double else enum extern float for goto if inline int "
-    "long register restrict return short signed sizeof static struct switch typedef union unsigned void "
-    "volatile while bool class namespace template typename this new delete operator private public "
-    "protected virtual friend using true false nullptr".split()
+    "alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t "
+    "class co_await co_return co_yield compl concept const const_cast consteval constexpr constinit continue "
+    "decltype default delete do double dynamic_cast else enum explicit export extern false float for friend "
+    "goto if inline int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private "
+    "protected public register reinterpret_cast requires restrict return short signed sizeof static "
+    "static_assert static_cast struct switch template this thread_local throw true try typedef typeid "
+    "typename typeof typeof_unqual union unsigned using virtual void volatile wchar_t while xor xor_eq "
+    "_Alignas _Alignof _Atomic _BitInt _Bool _Complex _Decimal32 _Decimal64 _Decimal128 _Generic _Imaginary "
+    "_Noreturn _Static_assert _Thread_local".split()
 )
 
 
 def is_c_ident(value: object) -> bool:
     return isinstance(value, str) and C_IDENT_RE.match(value) is not None
-
-
-def is_c_keyword(name: str) -> bool:
-    return name in C_KEYWORDS or keyword.iskeyword(name)
 
 
 def vendor(arch: object) -> str | None:
@@ -53,6 +60,38 @@ def vendor(arch: object) -> str | None:
         return "hip"
     if SM_RE.match(arch):
         return "cuda"
+    return None
+
+
+def processor(arch: str) -> str:
+    """The processor without target features: ``gfx90a:xnack-`` -> ``gfx90a``."""
+    return arch.split(":", 1)[0]
+
+
+def archs_problem(archs: list[str] | tuple[str, ...]) -> str | None:
+    """What is wrong with a list of architectures (each known, one vendor, one target ID per
+    processor), or None. Whether an exact repeat is an error is the caller's policy."""
+    for arch in archs:
+        if vendor(arch) is None:
+            return f"unknown architecture {arch!r}: expected gfx… (HIP, e.g. gfx942) or sm_… (CUDA, e.g. sm_90)"
+    if len({vendor(a) for a in archs}) > 1:
+        return f"architectures mix HIP and CUDA targets ({', '.join(archs)})"
+    seen: dict[str, str] = {}
+    for arch in archs:
+        other = seen.setdefault(processor(arch), arch)
+        if other != arch:
+            return f"architecture {processor(arch)} is listed twice with different features ({other}, {arch})"
+    return None
+
+
+def arch_dir_problem(arch: object) -> str | None:
+    """An architecture naming a directory of code objects (``hsa/<arch>/``): a target of either
+    vendor without target features (``gfx942``, ``sm_90``)."""
+    if vendor(arch) is None:
+        return "is not a GPU architecture (gfx…, sm_…)"
+    assert isinstance(arch, str)
+    if ":" in arch:
+        return "has target features; code objects live under the processor's name (e.g. gfx90a)"
     return None
 
 
@@ -103,9 +142,28 @@ def namespace_problem(ns: object) -> str | None:
     if problem:
         return problem
     assert isinstance(ns, str)
-    if ns in C_KEYWORDS or ns.startswith("__"):
+    if ns in C_KEYWORDS or ns.startswith("__") or re.match(r"_[A-Z]", ns):
         return "is a C/C++ keyword or a reserved name"
     return None
+
+
+NAMESPACE_HINT = "use letters, digits and '_', not starting with a digit and not a C/C++ keyword, e.g. 'te'"
+
+
+def check_namespace(ns: object) -> str:
+    """``ns`` when :func:`namespace_problem` finds nothing, else :class:`QolaError` — for callers
+    outside the manifest (the embed/audit commands, output files, link steps)."""
+    problem = namespace_problem(ns)
+    if problem:
+        raise QolaError(f"namespace {ns!r} {problem}", hint=NAMESPACE_HINT)
+    assert isinstance(ns, str)
+    return ns
+
+
+def check_name(what: str, value: object, problem: str | None, hint: str) -> None:
+    """Raise :class:`QolaError` naming ``what`` when a ``*_problem`` function found ``problem``."""
+    if problem:
+        raise QolaError(f"{what} {value!r} {problem}", hint=hint)
 
 
 FILE_STEM_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")

@@ -9,7 +9,6 @@ Light at import (the no-op fast path reads a BuildSpec before anything heavy is 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -80,26 +79,11 @@ def tree_root(spec: BuildSpec, manifest: Manifest) -> Path:
 
 
 def hip_version(env: Mapping[str, str], manifest: Manifest) -> str | None:
-    """The HIP version that answers ``torch.version.hip``: the installed hipcc, else the manifest's first
-    accepted ROCm version."""
-    found = _hipcc_version(env)
-    if found:
-        return found
-    return (manifest.qola.rocm_versions or [None])[0]
+    """The HIP version that answers ``torch.version.hip``: the installed HIP compiler's (found and
+    read as the build finds and reads it), else the manifest's first accepted ROCm version."""
+    from qola.toolchain.hip import installed_version  # noqa: PLC0415 (the build's own probe)
 
-
-def _hipcc_version(env: Mapping[str, str]) -> str | None:
-    hipcc = shutil.which("hipcc", path=env.get("PATH"))
-    if not hipcc:
-        return None
-    from qola import proc  # noqa: PLC0415
-
-    try:
-        out = proc.run([hipcc, "--version"], timeout=60, env={**env, "HIP_PLATFORM": "amd"}, stderr=proc.PIPE)
-    except (OSError, proc.TimeoutExpired):
-        return None
-    m = re.search(r"HIP version:\s*([0-9]+\.[0-9]+(\.[0-9]+)?)", out.stdout)
-    return m.group(1) if m else None
+    return installed_version(env) or (manifest.qola.rocm_versions or [None])[0]
 
 
 def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:

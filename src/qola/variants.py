@@ -21,20 +21,27 @@ import fnmatch
 import itertools
 import math
 import re
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qola import proc as runner
 from qola.errors import QolaError
 from qola.fsutil import pid_tempdir
 from qola.manifest import MAX_VARIANTS, Manifest
 from qola.plan import OUTPUT_DIR, Generator, ModulePlan, Plan
+from qola.registry import genwrap_script
 
-SHIM = Path(__file__).parent / "data" / "genwrap" / "filter_any.py"
 ANY_CK, ANY_PLAIN = "|", ","
+
+
+def shim() -> Path:
+    """The wrapper that lets CK's generate.py take a `|`-separated filter (any of)."""
+    return genwrap_script("filter_any.py")
+
+
 ARCH_SUFFIX = re.compile(r"_gfx[0-9a-z]+$")  # CK's per-arch filename_suffix (not part of the kernel name)
 HDIM = re.compile(r"^d[0-9]+$")
 
@@ -115,12 +122,15 @@ def list_blobs(gen: Generator, env: Mapping[str, str], filt: str | None = None, 
         out = Path(tmp) / "blobs.txt"
         argv = [a.replace(OUTPUT_DIR, str(Path(tmp) / "out")) for a in gen.argv]
         extra = ["--filter", filt] if filt else []
-        wrap = [str(SHIM)] if filt and ANY_CK in filt else []
+        wrap = [str(shim())] if filt and ANY_CK in filt else []
         cmd = [python, *wrap, *argv, "--list_blobs", str(out), *extra]
-        proc = subprocess.run(cmd, cwd=tmp, env=dict(env), capture_output=True, text=True, check=False)
-        if proc.returncode != 0 or not out.is_file():
-            raise QolaError(f"listing the instances of `{gen.command}` failed (exit {proc.returncode}):\n"
-                            f"    {proc.stderr.strip()[-2000:]}", hint="run the generator by hand with --list_blobs")
+        try:
+            done = runner.run(cmd, cwd=tmp, env=env)
+        except OSError as exc:
+            raise QolaError(f"cannot run `{gen.command}` to list its instances: {exc.strerror}") from None
+        if done.returncode != 0 or not out.is_file():
+            raise QolaError(f"listing the instances of `{gen.command}` failed (exit {done.returncode}):\n"
+                            f"    {done.stdout.strip()[-2000:]}", hint="run the generator by hand with --list_blobs")
         return [Path(line.strip()).stem for line in out.read_text().splitlines() if line.strip()]
 
 
@@ -426,7 +436,7 @@ def with_filters(plan: Plan, chosen: Mapping[tuple[str, int], str]) -> Plan:
         gens = []
         for i, g in enumerate(mod.generators):
             filt = chosen.get((mod.name, i))
-            wrap = str(SHIM) if filt is not None and ANY_CK in filt and flavor_of(g) == "ck" else None
+            wrap = str(shim()) if filt is not None and ANY_CK in filt and flavor_of(g) == "ck" else None
             gens.append(dataclasses.replace(g, filter=filt, wrapper=wrap))
         mods.append(dataclasses.replace(mod, generators=tuple(gens)))
     return dataclasses.replace(plan, modules=tuple(mods))

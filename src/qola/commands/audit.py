@@ -30,6 +30,7 @@ from pathlib import Path
 from qola import audit
 from qola.errors import BuildFailed, QolaError
 from qola.hashing import regular_file_sha256
+from qola.rules import check_namespace
 
 STATUSES = ("built", "failed")  # what qola writes
 
@@ -207,7 +208,7 @@ def audit_output(out_dir: Path, namespace: str | None = None, *,
     """(artifacts checked, problem lines, notes) for an output directory."""
     root, problems, notes = resolve_root(Path(out_dir))
     data = load_manifest(root)
-    ns = audit.check_namespace(namespace or data.get("namespace") or "")
+    ns = check_namespace(namespace or data.get("namespace") or "")
     files = data.get("files")
     if isinstance(files, dict):
         nfiles, more = check_files(root, files)

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 
 from qola.errors import QolaError
+from qola.fsutil import remove
 from qola.jit import headers as hdr
 from qola.jit import libtable, safeio
 from qola.jit import prebuild as pb
-from qola.jit.cache import JitCache, default_cache_dir
+from qola.jit.cache import JitCache
+from qola.jit import format as fmt
+from qola.jit.format import default_cache_dir
 
 EXIT_BROKEN = 1
 
@@ -116,14 +118,14 @@ def run_ls(args: argparse.Namespace) -> int:
         for e in cache.entries():
             n += 1
             status = "ok" if e.problem is None else f"BROKEN: {e.problem}"
-            print(f"{e.key[:16]}  {e.size:>10}  {e.fields.get('module', '?')}/{e.fields.get('unit', '?')}  {status}")
+            print(f"{fmt.short(e.key)}  {e.size:>10}  {e.fields.get('module', '?')}/{e.fields.get('unit', '?')}  {status}")
         print(f"{n} entries in {cache.path}")
         return 0
     units = pb.select_units(pb.find_jit_dirs(args.out), env, libraries=args.library)
     cache_path = args.cache_dir or default_cache_dir(env)
     caches = [JitCache(cache_path, create=False)] if cache_path.exists() else []
-    prebuilt = [Path(p) for p in env.get("QOLA_JIT_PREBUILT_DIR", "").split(":") if p]
-    prebuilt += sorted({u.jit_dir.parent / "prebuilt" for u in units})
+    prebuilt = [Path(p) for p in env.get(fmt.ENV_PREBUILT, "").split(":") if p]
+    prebuilt += sorted({u.jit_dir.parent / fmt.PREBUILT for u in units})
     for p in prebuilt:
         if p.is_dir():
             try:
@@ -139,7 +141,7 @@ def run_ls(args: argparse.Namespace) -> int:
                 where = str(c.path)
                 break
         ready += where is not None
-        print(f"{u.module}/{u.unit.name}  {u.key[:16]}  {'ready in ' + where if where else 'not compiled'}")
+        print(f"{u.module}/{u.unit.name}  {fmt.short(u.key)}  {'ready in ' + where if where else 'not compiled'}")
     print(f"{ready} of {len(units)} units ready")
     return 0
 
@@ -147,9 +149,9 @@ def run_ls(args: argparse.Namespace) -> int:
 def _header_problems(cache: JitCache, tables: list[libtable.LibModule]) -> list[tuple[Path, str]]:
     digests = {t.headers_sha256: t.headers_digest for t in tables if t.headers_sha256}
     problems = []
-    heads = cache.path / "headers"
+    heads = cache.path / fmt.HEADERS
     for p in sorted(heads.iterdir()) if heads.is_dir() else []:
-        if p.name.startswith(".tmp-"):
+        if p.name.startswith(fmt.TEMP_PREFIX):
             continue
         try:
             digest = hdr.tree_digest(p)
@@ -188,7 +190,7 @@ def run_verify(args: argparse.Namespace) -> int:
     for p, why in bad_headers:
         print(f"BROKEN {p}: {why}")
         if args.fix:
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+            remove(p)
             print(f"  removed {p}")
     stale = [t for t in cache.temps() if t.stale]
     for t in stale:

@@ -12,7 +12,7 @@ Pieces (each module has one job):
 * :mod:`qola.jit.safeio`   open only trusted regular files (no symlink/FIFO/device, bounded, owner/mode)
 * :mod:`qola.jit.cache`    the cache on disk: checks, entries, temp files, locks, clean
 * :mod:`qola.jit.prebuild` ``qola jit prebuild``: compile units ahead of time, runtime-compatible
-* ``qola/data/jit/``       the C++17 runtime (libc + libdl): qola_jit.h and qola_jit*.cpp
+* ``qola/runtime/jit/``    the C++17 runtime (libc + libdl): qola_jit.h, qola_jit_format.h, qola_jit*.cpp
 
 Build engine integration (per module with deferred instances)::
 

@@ -1,4 +1,5 @@
-"""The JIT cache on disk — the same layout, checks and locking as the C++ runtime.
+"""The JIT cache on disk — the same layout, checks and locking as the C++ runtime. The format
+(names, .meta fields, modes, limits) is :mod:`qola.jit.format`, specified in docs/jit-cache.md:
 
     <cache>/<key>.so        a compiled unit (shared object)
     <cache>/<key>.meta      "qola-jit-entry 1" + key, size, sha256, unit, module, compiler,
@@ -22,14 +23,13 @@ mappings), never from os.environ here.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
 import os
 import re
-import shutil
 import stat
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -37,33 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qola.errors import QolaError
+from qola.fsutil import atomic_write, commit, remove
+from qola.jit import format as fmt
 from qola.jit import safeio
-from qola.jit.key import entry_key, file_sha256
+from qola.jit.format import HEX64, NETWORK_FS, parse_meta, render_meta
+from qola.hashing import file_sha256
+from qola.jit.key import entry_key
 
-META_HEAD = "qola-jit-entry 1\n"
-SUBDIRS = ("logs", "headers", "compilers", "locks")
-PROVENANCE = ("content_key", "source_sha256", "compiler_id")
-NETWORK_FS = {
-    0x6969: "nfs", 0x517B: "smb", 0xFF534D42: "cifs", 0xFE534D42: "smb2", 0x00C36400: "ceph",
-    0x0BD00BD0: "lustre", 0x47504653: "gpfs", 0x5346414F: "afs", 0x01021997: "9p", 0x65735546: "fuse",
-    0x19830326: "beegfs", 0xAAD7AAEA: "panfs", 0x20030528: "orangefs", 0x7461636F: "ocfs2", 0x01161970: "gfs2",
-}  # fmt: skip
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_TEMP = re.compile(r"\.tmp-([0-9a-f]{64})")
-LOCKLESS_STALE_S = 600  # a temp file without a lock (e.g. a memo being written) is stale after this
-NETWORK_STALE_S = 3600  # on network file systems a compile on another host may own it
 NOT_A_DIR_HINT = "give a directory (it is created if missing) with --cache-dir or QOLA_JIT_CACHE_DIR"
-
-
-def default_cache_dir(env: Mapping[str, str]) -> Path:
-    """QOLA_JIT_CACHE_DIR, else $XDG_CACHE_HOME/qola/jit (absolute only), else ~/.cache/qola/jit."""
-    if env.get("QOLA_JIT_CACHE_DIR"):
-        return Path(env["QOLA_JIT_CACHE_DIR"])
-    xdg = env.get("XDG_CACHE_HOME", "")
-    if xdg.startswith("/"):
-        return Path(xdg) / "qola" / "jit"
-    home = env.get("HOME") or os.path.expanduser("~")
-    return Path(home) / ".cache" / "qola" / "jit"
 
 
 def check_private_dir(path: Path, *, follow: bool = True) -> None:
@@ -108,16 +89,6 @@ def network_fs(path: Path) -> str | None:
     return NETWORK_FS.get(f_type)
 
 
-def _mkdir_private(d: Path, what: str) -> None:
-    """``mkdir d`` at 0700 unless it exists; any other failure is a QolaError (``what`` names it)."""
-    try:
-        d.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise QolaError(f"cannot create {what}{d}: {exc.strerror}") from None
-
-
 @dataclass(frozen=True)
 class Entry:
     key: str
@@ -141,27 +112,10 @@ class Temp:
     stale: bool  # False: a compile/unpack holding its lock is still running (or too young to judge)
 
 
-def parse_meta(text: str) -> dict[str, str]:
-    """Fields of a .meta, exactly as the runtime reads them ('\\n'-separated, first space splits)."""
-    fields = {}
-    for line in text.split("\n")[1:]:
-        k, sep, v = line.partition(" ")
-        if sep:
-            fields[k] = v
-    return fields
-
-
-def render_meta(fields: Mapping[str, str]) -> str:
-    for k, v in fields.items():
-        if " " in k or "\n" in k or "\n" in str(v):
-            raise ValueError(f"bad .meta field {k!r}: {v!r}")
-    return META_HEAD + "".join(f"{k} {v}\n" for k, v in fields.items())
-
-
 def provenance_problem(fields: Mapping[str, str], key: str) -> str | None:
     """Why a .meta does not say what the entry was built from (None: it does, consistently)."""
-    if not all(_HEX64.fullmatch(fields.get(k, "")) for k in PROVENANCE) or not (
-        fields.get("headers_sha256") == "" or _HEX64.fullmatch(fields.get("headers_sha256", "-"))
+    if not all(HEX64.fullmatch(fields.get(k, "")) for k in fmt.PROVENANCE) or not (
+        fields.get("headers_sha256") == "" or HEX64.fullmatch(fields.get("headers_sha256", "-"))
     ):
         return "no record of its sources in .meta (built by an older qola or damaged; rebuilt on next use)"
     if entry_key(fields["content_key"], fields["compiler_id"]) != key:
@@ -180,7 +134,7 @@ class JitCache:
                             hint=NOT_A_DIR_HINT)
         if create and not readonly:
             try:
-                self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+                self.path.mkdir(mode=fmt.DIR_MODE, parents=True, exist_ok=True)
             except OSError as exc:
                 hint = "give a writable directory with --cache-dir or QOLA_JIT_CACHE_DIR"
                 raise QolaError(f"cannot create JIT cache dir {self.path}: {exc.strerror}", hint=hint) from None
@@ -192,10 +146,10 @@ class JitCache:
         elif check:
             check_private_dir(self.path)
         if check and not readonly:
-            for sub in SUBDIRS:
+            for sub in fmt.SUBDIRS:
                 d = self.path / sub
                 if create and not os.path.lexists(d):
-                    _mkdir_private(d, "")
+                    _make_dir(d, "")
                 if os.path.lexists(d):
                     check_subdir(d)
         self.network = network_fs(self.path) if self.path.exists() else None
@@ -203,9 +157,9 @@ class JitCache:
     # ------------------------------------------------------------------ entries
     def entry(self, key: str) -> Entry:
         """The entry ``key``, checked as the runtime checks it before dlopen."""
-        so, meta = self.path / f"{key}.so", self.path / f"{key}.meta"
+        so, meta = self.path / fmt.so_name(key), self.path / fmt.meta_name(key)
         try:
-            text = safeio.read_regular(meta, max_size=safeio.MAX_META, trusted=True).decode(errors="surrogateescape")
+            text = safeio.read_regular(meta, max_size=fmt.MAX_META, trusted=True).decode(errors="surrogateescape")
         except safeio.Refused as exc:
             if exc.missing:
                 why = "missing" if not os.path.lexists(so) else "no .meta (interrupted write)"
@@ -213,13 +167,13 @@ class JitCache:
             return Entry(key, so, meta, {}, exc.message)
         fields = parse_meta(text)
         size_text = fields.get("size", "")
-        if (not text.startswith(META_HEAD) or fields.get("key") != key or not _HEX64.fullmatch(fields.get("sha256", ""))
-                or not (size_text.isascii() and size_text.isdigit() and len(size_text) <= 19)):  # fmt: skip
+        if (not text.startswith(fmt.META_HEAD) or fields.get("key") != key or not HEX64.fullmatch(fields.get("sha256", ""))
+                or not (size_text.isascii() and size_text.isdigit() and len(size_text) <= fmt.MAX_SIZE_DIGITS)):  # fmt: skip
             return Entry(key, so, meta, fields, "malformed .meta")
         if why := provenance_problem(fields, key):
             return Entry(key, so, meta, fields, why)
         try:
-            digest, size = safeio.sha256_regular(so, max_size=safeio.MAX_OBJECT, trusted=True,
+            digest, size = safeio.sha256_regular(so, max_size=fmt.MAX_OBJECT, trusted=True,
                                                  expect_size=int(size_text))  # fmt: skip
         except safeio.Refused as exc:
             return Entry(key, so, meta, fields, ".meta without .so" if exc.missing else exc.message)
@@ -232,7 +186,7 @@ class JitCache:
     def keys(self) -> list[str]:
         found = set()
         for p in self.path.iterdir():
-            if p.suffix in (".so", ".meta") and _HEX64.fullmatch(p.stem):
+            if p.suffix in (fmt.SO_SUFFIX, fmt.META_SUFFIX) and HEX64.fullmatch(p.stem):
                 found.add(p.stem)
         return sorted(found)
 
@@ -245,10 +199,10 @@ class JitCache:
         stale when no process holds their lock (or, without a lock, when they are old)."""
         out = []
         now = time.time()
-        for sub, prefix in (("", ""), ("headers", "headers-"), ("compilers", None), ("logs", None)):
+        for sub, prefix in (("", ""), (fmt.HEADERS, fmt.HEADERS_LOCK_PREFIX), (fmt.COMPILERS, None), (fmt.LOGS, None)):
             d = self.path / sub if sub else self.path
             try:
-                names = sorted(n for n in os.listdir(d) if n.startswith(".tmp-"))
+                names = sorted(n for n in os.listdir(d) if n.startswith(fmt.TEMP_PREFIX))
             except OSError:
                 continue
             for n in names:
@@ -257,10 +211,10 @@ class JitCache:
                     age = now - p.lstat().st_mtime
                 except OSError:
                     continue
-                m = _TEMP.match(n)
+                m = fmt.TEMP_RE.match(n)
                 lock = f"{prefix}{m.group(1)}" if m and prefix is not None else None
-                if lock is None or (self.network and age < NETWORK_STALE_S):
-                    out.append(Temp(p, lock, age >= (NETWORK_STALE_S if self.network else LOCKLESS_STALE_S)))
+                if lock is None or (self.network and age < fmt.NETWORK_STALE_S):
+                    out.append(Temp(p, lock, age >= (fmt.NETWORK_STALE_S if self.network else fmt.LOCKLESS_STALE_S)))
                     continue
                 with self.lock(lock, blocking=False) as got:
                     out.append(Temp(p, lock, bool(got)))
@@ -292,45 +246,32 @@ class JitCache:
 
     def publish(self, key: str, built: Path, fields: Mapping[str, str]) -> Entry:
         """Move a finished shared object into the cache as ``key`` (caller holds the lock):
-        fsync, rename, then write .meta atomically. ``fields`` carry the provenance."""
+        fsync, rename, then write .meta atomically. ``fields`` carry the provenance (every
+        :data:`~qola.jit.format.META_FIELDS` but key, size, sha256 and created)."""
         with open(built, "rb") as f:
             head = f.read(4)
-            os.fsync(f.fileno())
         if head != b"\x7fELF":
             raise QolaError(f"{built} is not a shared object")
         meta = {"key": key, "size": str(built.stat().st_size), "sha256": file_sha256(built), **fields,
                 "created": str(int(time.time()))}  # fmt: skip
-        os.replace(built, self.path / f"{key}.so")
-        self.write_atomic(f"{key}.meta", render_meta(meta).encode())
+        os.chmod(built, fmt.FILE_MODE)
+        commit(built, self.path / fmt.so_name(key))
+        self.write_atomic(fmt.meta_name(key), render_meta(meta).encode())
         return self.entry(key)
 
     def write_atomic(self, name: str, data: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".tmp-{name}-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fchmod(f.fileno(), 0o644)
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path / name)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        dfd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        """``<cache>/<name>`` by temp (``.tmp-<name>-…``, which :meth:`temps` knows) + fsync + rename."""
+        atomic_write(self.path / name, data, fmt.FILE_MODE, temp_prefix=fmt.temp_prefix(name), sync_dir=True)
 
     def remove(self, key: str) -> None:
-        for suffix in (".meta", ".so"):  # .meta first: a reader never sees meta without .so as valid
-            (self.path / f"{key}{suffix}").unlink(missing_ok=True)
-        (self.path / "logs" / f"{key}.log").unlink(missing_ok=True)
+        for name in (fmt.meta_name(key), fmt.so_name(key)):  # .meta first: never a .meta without its .so
+            (self.path / name).unlink(missing_ok=True)
+        (self.path / fmt.LOGS / fmt.log_name(key)).unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ locks
     def lock_dir(self) -> Path:
-        d = Path(f"/tmp/qola-jit-locks-{os.geteuid()}") if self.network else self.path / "locks"
-        _mkdir_private(d, "the lock dir ")
+        d = fmt.network_lock_dir(os.geteuid()) if self.network else self.path / fmt.LOCKS
+        _make_dir(d, "the lock dir ")
         if self.network:
             check_private_dir(d, follow=False)
         else:
@@ -343,10 +284,10 @@ class JitCache:
         if ``blocking`` is False and another process holds it."""
         if self.readonly:
             raise QolaError(f"{self.path} is a prebuilt dir: it is never locked or written")
-        path = self.lock_dir() / f"{key}.lock"
+        path = self.lock_dir() / fmt.lock_name(key)
         for _ in range(100):
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, fmt.PRIVATE_MODE)
             except OSError as exc:
                 raise QolaError(f"cannot open the lock {path}: {exc.strerror}") from None
             try:
@@ -386,23 +327,28 @@ class JitCache:
                     removed += [p for p in (e.so, e.meta) if os.path.lexists(p)]
                     self.remove(e.key)
         removed += self.remove_stale_temps()
-        for sub in ("logs", "compilers", *(("headers",) if everything else ())):
+        for sub in (fmt.LOGS, fmt.COMPILERS, *((fmt.HEADERS,) if everything else ())):
             d = self.path / sub  # unpacked headers may be in use by a compile: only with --all
             if d.is_dir() and not d.is_symlink():
                 for p in d.iterdir():
-                    if p.name.startswith(".tmp-"):
+                    if p.name.startswith(fmt.TEMP_PREFIX):
                         continue  # temps: above, only when stale
                     removed.append(p)
                     _remove(p)
         return removed
 
 
-def _remove(p: Path) -> None:
-    """Remove a file, symlink or directory tree (never following a link)."""
+def _make_dir(d: Path, what: str) -> None:
+    """Create ``d`` with the format's mode unless it exists (its checks come after)."""
     try:
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
-    except OSError:
+        d.mkdir(mode=fmt.DIR_MODE)
+    except FileExistsError:
         pass
+    except OSError as exc:
+        raise QolaError(f"cannot create {what}{d}: {exc.strerror}") from None
+
+
+def _remove(p: Path) -> None:
+    """:func:`qola.fsutil.remove` (never follows a link), ignoring what cannot be removed."""
+    with contextlib.suppress(OSError):
+        remove(p)

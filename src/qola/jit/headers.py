@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import errno
 import gzip
-import hashlib
 import io
 import os
 import re
@@ -32,11 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qola.errors import QolaError
+from qola.fsutil import atomic_write
+from qola.jit import format as fmt
 from qola.jit import safeio
+from qola.jit.format import COMPLETE, HEADERS_TOKEN, MAX_TREE_DEPTH, MAX_TREE_ENTRIES
+from qola.jit.key import digest_of_hashes
 
-COMPLETE = ".qola-complete"  # marker of a finished unpack, left out of the digest
-MAX_TREE_ENTRIES = 200_000
-MAX_TREE_DEPTH = 64
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 SRCDIR = "srcdir"
 
@@ -104,8 +104,8 @@ def bundle_path(header: Path, include_dirs: Sequence[Path], source_dir: Path) ->
 
 
 def include_flags(n_dirs: int, with_srcdir: bool) -> list[str]:
-    flags = [f"-I@QOLA_JIT_HEADERS@/{SRCDIR}"] if with_srcdir else []
-    return flags + [f"-I@QOLA_JIT_HEADERS@/inc{i}" for i in range(n_dirs)]
+    flags = [f"-I{HEADERS_TOKEN}/{SRCDIR}"] if with_srcdir else []
+    return flags + [f"-I{HEADERS_TOKEN}/inc{i}" for i in range(n_dirs)]
 
 
 def tar_gz_bytes(files: Iterable[tuple[str, bytes]]) -> bytes:
@@ -125,10 +125,8 @@ def tar_gz_bytes(files: Iterable[tuple[str, bytes]]) -> bytes:
 
 
 def write_tar_gz(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
-    """:func:`tar_gz_bytes` written to a temp file, then renamed."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(tar_gz_bytes(files))
-    os.replace(tmp, path)
+    """:func:`tar_gz_bytes` written atomically (:func:`qola.fsutil.atomic_write`)."""
+    atomic_write(path, tar_gz_bytes(files))
 
 
 def unpack_tar_gz(data: bytes, dest: Path, where: object = "header bundle") -> None:
@@ -184,8 +182,8 @@ def tree_digest(root: Path, *, skip: str = COMPLETE) -> str:
                 finally:
                     os.close(sub)
             elif stat.S_ISREG(st.st_mode):
-                with safeio.open_regular(name, dir_fd=dfd, max_size=safeio.MAX_SOURCE, trusted=True) as (fd, _):
-                    files.append((os.fsencode(r), safeio.sha256_fd(fd, safeio.MAX_SOURCE)[0]))
+                with safeio.open_regular(name, dir_fd=dfd, max_size=fmt.MAX_SOURCE, trusted=True) as (fd, _):
+                    files.append((os.fsencode(r), safeio.sha256_fd(fd, fmt.MAX_SOURCE)[0]))
             else:
                 raise safeio.Refused(f"refusing {shown}: not a regular file or directory")
 
@@ -201,7 +199,4 @@ def tree_digest(root: Path, *, skip: str = COMPLETE) -> str:
         raise safeio.Refused(f"cannot read {root}: {exc.strerror}") from None
     finally:
         os.close(top)
-    h = hashlib.sha256(b"qola-jit-headers-v1\n")
-    for rel, digest in sorted(files):
-        h.update(rel + b"\n" + digest.encode() + b"\n")
-    return h.hexdigest()
+    return digest_of_hashes(files)

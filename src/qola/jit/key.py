@@ -1,4 +1,5 @@
-"""JIT cache keys — the one definition shared with the C++ runtime (qola_jit.cpp).
+"""JIT cache keys — the one definition shared with the C++ runtime (qola_jit.cpp); the domain
+tags are :mod:`qola.jit.format`'s, the spec is docs/jit-cache.md.
 
     headers_digest = sha256("qola-jit-headers-v1\\n" + for each (relpath, bytes) sorted by relpath:
                             relpath "\\n" sha256(bytes) "\\n")
@@ -19,12 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from qola import proc
 from qola.errors import QolaError
-from qola.hashing import file_sha256  # noqa: F401 (the JIT modules import it from here)
+from qola.jit import format as fmt
 
 
 def sha256_hex(data: bytes) -> str:
@@ -35,11 +36,21 @@ def sha256_hex(data: bytes) -> str:
 
 def headers_digest(files: Iterable[tuple[str, bytes]]) -> str:
     """Digest of a header closure: (path inside the bundle, content) pairs, any order."""
-    h = hashlib.sha256(b"qola-jit-headers-v1\n")
-    for rel, data in sorted(files):
+    hashed = []
+    for rel, data in files:
         if "\n" in rel:
             raise ValueError(f"newline in header path {rel!r}")
-        h.update(f"{rel}\n{sha256_hex(data)}\n".encode())
+        hashed.append((os.fsencode(rel), sha256_hex(data)))
+    return digest_of_hashes(hashed)
+
+
+def digest_of_hashes(files: Iterable[tuple[bytes, str]]) -> str:
+    """The header digest from (path, sha256 hex of its content) pairs, any order (sorted here by
+    the path's bytes, as the runtime sorts them): the one definition behind :func:`headers_digest`
+    and :func:`qola.jit.headers.tree_digest`."""
+    h = hashlib.sha256(fmt.TAG_HEADERS.encode())
+    for rel, digest in sorted(files):
+        h.update(rel + b"\n" + digest.encode() + b"\n")
     return h.hexdigest()
 
 
@@ -48,8 +59,8 @@ def content_key(*, source: bytes, headers: str, flags: Sequence[str], arch: str,
         if "\n" in value:
             raise ValueError(f"newline in JIT key input {value!r}")
     text = (
-        "qola-jit-content-v1\n"
-        f"lang {lang}\narch {arch}\nflags {len(flags)}\n"
+        fmt.TAG_CONTENT
+        + f"lang {lang}\narch {arch}\nflags {len(flags)}\n"
         + "".join(f"{f}\n" for f in flags)
         + f"source {sha256_hex(source)}\nheaders {headers}\n"
     )
@@ -57,11 +68,11 @@ def content_key(*, source: bytes, headers: str, flags: Sequence[str], arch: str,
 
 
 def compiler_identity(path: str, version_stdout: bytes) -> str:
-    return sha256_hex(b"qola-jit-compiler-v1\n" + os.fsencode(path) + b"\n" + version_stdout)
+    return sha256_hex(fmt.TAG_COMPILER.encode() + os.fsencode(path) + b"\n" + version_stdout)
 
 
 def entry_key(content: str, compiler_id: str) -> str:
-    return sha256_hex(f"qola-jit-key-v1\n{content}\n{compiler_id}\n".encode())
+    return sha256_hex(f"{fmt.TAG_KEY}{content}\n{compiler_id}\n".encode())
 
 
 @dataclass(frozen=True)
@@ -96,15 +107,7 @@ def probe_compiler(name: str, env: Mapping[str, str]) -> JitCompiler:
     path = which(name, env)
     if path is None:
         raise QolaError(f"JIT compiler {name!r} not found", hint="give an absolute path or put it in PATH")
-    try:
-        proc = subprocess.run(
-            [path, "--version"], env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, timeout=120, check=False,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise QolaError(f"cannot run {path} --version: {exc}") from exc
-    if proc.returncode != 0:
-        hint = "is the compiler installed correctly?"
-        raise QolaError(f"`{path} --version` exited with {proc.returncode}", hint=hint)
-    first = proc.stdout.decode(errors="replace").strip().splitlines()
-    return JitCompiler(path=path, identity=compiler_identity(path, proc.stdout), version=first[0] if first else "")
+    done = proc.run_checked([path, "--version"], env=env, stderr=proc.DEVNULL, text=False, timeout=120,
+                            hint="is the compiler installed correctly?")
+    first = done.stdout.decode(errors="replace").strip().splitlines()
+    return JitCompiler(path=path, identity=compiler_identity(path, done.stdout), version=first[0] if first else "")

@@ -23,10 +23,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from qola.errors import QolaError
+from qola.jit import format as fmt
 from qola.jit import safeio, schema
-
-SECTION = ".qola_jit"
-RECORD_HEAD = "qola-jit-table 1\n"
 
 
 @dataclass(frozen=True)
@@ -62,12 +60,12 @@ class LibModule:
 
 def render_record(fields: dict[str, Any]) -> str:
     """The record text (ASCII) for the table source; ``fields`` as in the module docstring."""
-    return RECORD_HEAD + json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True) + "\n"
+    return fmt.RECORD_HEAD + json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True) + "\n"
 
 
 def parse_record(text: str, library: Path) -> LibModule:
-    where = f"{library} (section {SECTION})"
-    data = schema.loads(text[len(RECORD_HEAD) :].encode(), where)
+    where = f"{library} (section {fmt.SECTION})"
+    data = schema.loads(text[len(fmt.RECORD_HEAD) :].encode(), where)
     schema.check(data, schema.RECORD, where)
     units = schema.unique_units(data["units"], where)
     return LibModule(
@@ -130,7 +128,7 @@ def _sections(stream: BinaryIO) -> bytes | None:
     from elftools.elf.elffile import ELFFile  # noqa: PLC0415
 
     try:
-        sec = ELFFile(stream).get_section_by_name(SECTION)
+        sec = ELFFile(stream).get_section_by_name(fmt.SECTION)
         return None if sec is None or sec["sh_type"] == "SHT_NOBITS" else sec.data()
     except (ELFError, OSError, EOFError):
         return None  # not an ELF object pyelftools can read: it records nothing
@@ -141,7 +139,7 @@ def _sections(stream: BinaryIO) -> bytes | None:
 def read_library(path: Path) -> list[LibModule]:
     """The JIT tables recorded in a shared object or static archive (``[]`` if none)."""
     blobs: list[bytes] = []
-    with safeio.open_regular(path, max_size=safeio.MAX_OBJECT, follow=True) as (fd, st):
+    with safeio.open_regular(path, max_size=fmt.MAX_OBJECT, follow=True) as (fd, st):
         with os.fdopen(os.dup(fd), "rb") as f:
             magic = f.read(8)
             if magic.startswith(b"\x7fELF"):
@@ -156,7 +154,7 @@ def read_library(path: Path) -> list[LibModule]:
     for blob in blobs:
         for chunk in blob.split(b"\0"):
             text = chunk.decode("ascii", errors="replace")
-            if text.startswith(RECORD_HEAD):
+            if text.startswith(fmt.RECORD_HEAD):
                 mods.append(parse_record(text, Path(path)))
     return mods
 

@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qola.errors import QolaError
+from qola import proc
+from qola.errors import FailedProcessError, QolaError
+from qola.fsutil import atomic_write, commit, remove
 from qola.jit import headers as hdr
 from qola.jit import key as jkey
+from qola.jit import format as fmt
 from qola.jit import libtable, safeio
 from qola.jit.cache import JitCache
 from qola.jit.layout import read_index
@@ -54,10 +55,10 @@ def find_jit_dirs(out: Path) -> list[Path]:
     if out.exists() and not out.is_dir():
         raise QolaError(f"{out} is not a directory", hint=hint)
     for base in (out / "jit", out):
-        found = sorted(p.parent for p in base.glob("*/index.json"))
+        found = sorted(p.parent for p in base.glob(f"*/{fmt.INDEX}"))
         if found:
             return found
-    if (out / "index.json").is_file():
+    if (out / fmt.INDEX).is_file():
         return [out]
     raise QolaError(f"no JIT modules under {out}", hint=hint)
 
@@ -80,7 +81,7 @@ def module_tables(jit_dirs: Sequence[Path], libraries: Iterable[Path] = ()) -> d
     """jit dir -> its library's table, after checking its index.json against that table."""
     tables = libtable.tables_for(jit_dirs, libraries)
     for d in jit_dirs:
-        libtable.check_index(read_index(d), tables[d], str(d / "index.json"))
+        libtable.check_index(read_index(d), tables[d], str(d / fmt.INDEX))
     return tables
 
 
@@ -114,39 +115,39 @@ def ensure_headers(cache: JitCache, u: Unit) -> Path:
         return u.jit_dir
     if not (t.headers_sha256 and t.headers_digest):
         raise QolaError(f"module {t.module}: its library records no header digest", hint="rebuild the library")
-    heads = cache.path / "headers"
+    heads = cache.path / fmt.HEADERS
     dest = heads / t.headers_sha256
-    with cache.lock(f"headers-{t.headers_sha256}"):
-        for p in heads.glob(f".tmp-{t.headers_sha256}-*"):  # we hold its lock: leftovers of dead unpacks
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+    with cache.lock(fmt.headers_lock(t.headers_sha256)):
+        for p in heads.glob(f"{fmt.temp_prefix(t.headers_sha256)}*"):  # we hold its lock: leftovers of dead unpacks
+            remove(p)
         if os.path.lexists(dest):
             try:
                 if hdr.tree_digest(dest) == t.headers_digest:
                     return dest
             except safeio.Refused:
                 pass
-            aside = heads / f".tmp-{t.headers_sha256}-stale-{os.getpid()}"
+            aside = heads / fmt.stale_aside(t.headers_sha256, os.getpid())
             os.rename(dest, aside)
-            shutil.rmtree(aside, ignore_errors=True)
+            remove(aside)
         bundle = u.jit_dir / t.headers
-        data = safeio.read_regular(bundle, max_size=safeio.MAX_SOURCE, follow=True)
+        data = safeio.read_regular(bundle, max_size=fmt.MAX_SOURCE, follow=True)
         if jkey.sha256_hex(data) != t.headers_sha256:
             raise QolaError(f"{bundle} does not match the library {t.library} (sha256 differs)",
                             hint="restore OUT/jit from the build that produced the library")  # fmt: skip
-        tmp = Path(tempfile.mkdtemp(dir=heads, prefix=f".tmp-{t.headers_sha256}-"))
+        tmp = Path(tempfile.mkdtemp(dir=heads, prefix=fmt.temp_prefix(t.headers_sha256)))
         try:
             hdr.unpack_tar_gz(data, tmp, bundle)
             if hdr.tree_digest(tmp) != t.headers_digest:
                 raise QolaError(f"{bundle}: the unpacked headers do not match the library's digest")
-            (tmp / hdr.COMPLETE).write_text("ok\n")
-            os.rename(tmp, dest)
+            atomic_write(tmp / fmt.COMPLETE, fmt.COMPLETE_TEXT.encode(), fmt.FILE_MODE)
+            commit(tmp, dest)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove(tmp)
     return dest
 
 
 def compile_argv(u: Unit, headers: Path, source: Path, out: Path) -> list[str]:
-    subst = {"@QOLA_JIT_HEADERS@": str(headers), "@QOLA_JIT_DIR@": str(u.jit_dir)}
+    subst = {fmt.HEADERS_TOKEN: str(headers), fmt.DIR_TOKEN: str(u.jit_dir)}
     flags = []
     for f in u.table.flags:
         for a, b in subst.items():
@@ -173,30 +174,35 @@ def build_one(cache: JitCache, u: Unit, env: Mapping[str, str]) -> tuple[str, st
         cache.remove_stale_temps(u.key)
         src = u.jit_dir / u.unit.source
         try:
-            text = safeio.read_regular(src, max_size=safeio.MAX_SOURCE, follow=True)
+            text = safeio.read_regular(src, max_size=fmt.MAX_SOURCE, follow=True)
         except safeio.Refused as exc:
             return "failed", f"{name}: {exc.message}"
         if jkey.sha256_hex(text) != u.unit.source_sha256:
             return "failed", f"{name}: {src} does not match the library {u.table.library} (sha256 differs)"
         headers = ensure_headers(cache, u)
-        fd, copy = tempfile.mkstemp(dir=cache.path, prefix=f".tmp-{u.key}-", suffix=_suffix(u.unit.source))
+        fd, copy = tempfile.mkstemp(dir=cache.path, prefix=fmt.temp_prefix(u.key), suffix=_suffix(u.unit.source))
         with os.fdopen(fd, "wb") as f:
             f.write(text)
-        fd, tmp = tempfile.mkstemp(dir=cache.path, prefix=f".tmp-{u.key}-", suffix=".so")
+        fd, tmp = tempfile.mkstemp(dir=cache.path, prefix=fmt.temp_prefix(u.key), suffix=fmt.SO_SUFFIX)
         os.close(fd)
-        log = cache.path / "logs" / f"{u.key}.log"
+        log = cache.path / fmt.LOGS / fmt.log_name(u.key)
         argv = compile_argv(u, headers, Path(copy), Path(tmp))
         try:
-            lfd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            lfd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, fmt.PRIVATE_MODE)
             with os.fdopen(lfd, "w") as lf:
                 lf.write(f"# qola jit prebuild: unit {u.unit.name} of {u.module} ({src})\n# key {u.key}\n")
                 lf.write(f"# {' '.join(argv)}\n")
                 lf.flush()
-                rc = subprocess.run(argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT,
-                                    check=False).returncode  # fmt: skip
+                try:
+                    rc = proc.run(argv, env=env, stdout=lf, stderr=proc.STDOUT).returncode
+                except OSError as exc:
+                    lf.write(f"cannot run {argv[0]}: {exc.strerror or exc}\n")
+                    rc = 127
             if rc != 0 or os.path.getsize(tmp) == 0:
-                tail = log.read_text(errors="replace")[-2000:]
-                return "failed", f"{name}: compiler exited with {rc}; log: {log}\n{tail}"
+                output = log.read_text(errors="replace")
+                why = None if rc != 0 else "exit code 0 but no shared object written"
+                failed = FailedProcessError(argv, rc, output, reason=why)
+                return "failed", f"{name}: {failed.message}\n  log: {log}"
             fields = {"unit": u.unit.name, "module": u.module, "compiler": u.compiler.path,
                       "compiler_id": u.compiler.identity, "content_key": u.unit.content_key,
                       "source_sha256": u.unit.source_sha256, "headers_sha256": u.table.headers_sha256}  # fmt: skip

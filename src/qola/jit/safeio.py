@@ -24,12 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from qola.errors import QolaError
+from qola.jit.format import MiB
 
-KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
-MAX_META = 64 * KiB  # <key>.meta, compiler memos
-MAX_INDEX = 64 * MiB  # OUT/jit/<module>/index.json
-MAX_SOURCE = 256 * MiB  # a unit's source, one header, the header bundle
-MAX_OBJECT = 8 * GiB  # a compiled entry, a library
 
 
 class Refused(QolaError):

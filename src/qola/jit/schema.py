@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from qola.errors import QolaError
+from qola.jit import format as fmt
 from qola.jit import safeio
 
-HEX64 = re.compile(r"[0-9a-f]{64}")
 NAME = re.compile(r"(?!\.\.?\Z)[^/\x00-\x1f]{1,255}")  # unit / module names: one path component, no controls
 _BAD_CHARS = re.compile(r"[\x00\n\r]")
 MAX_UNITS = 1_000_000
@@ -68,7 +68,7 @@ def check(value: Any, spec: Spec, where: str, path: str = "") -> None:
         if not isinstance(value, str) or _BAD_CHARS.search(value):
             raise _bad(where, path, "a string without NUL or newlines", value)
     elif spec in ("hex", "hex?"):
-        if not isinstance(value, str) or not (HEX64.fullmatch(value) or (spec == "hex?" and value == "")):
+        if not isinstance(value, str) or not (fmt.HEX64.fullmatch(value) or (spec == "hex?" and value == "")):
             raise _bad(where, path, "a lowercase sha256 hex digest" + (" (or \"\")" if spec == "hex?" else ""), value)
     elif spec == "name":
         if not isinstance(value, str) or not NAME.fullmatch(value):
@@ -111,6 +111,6 @@ def loads(data: bytes, where: str) -> Any:
         raise QolaError(f"{where}: JSON nested too deeply or too large to read", hint=hint) from None
 
 
-def read_json(path: Path, max_size: int = safeio.MAX_INDEX) -> Any:
+def read_json(path: Path, max_size: int = fmt.MAX_INDEX) -> Any:
     """Read a JSON file through :func:`qola.jit.safeio.read_regular` (a symlink to a regular file is followed)."""
     return loads(safeio.read_regular(path, max_size=max_size, follow=True), str(path))

@@ -3,42 +3,37 @@
 HIP targets are AMD target IDs: ``gfx`` + digits + an optional letter, followed
 by optional ``:feature+`` / ``:feature-`` settings (``gfx90a:xnack-``).
 CUDA targets are ``sm_<digits>`` with an optional ``a`` (arch-specific, e.g.
-``sm_90a``) or ``f`` (family-specific) suffix.
+``sm_90a``) or ``f`` (family-specific) suffix. The syntax and the list rules are
+:mod:`qola.rules`' (shared with the manifest); this module adds the toolchain's messages and the
+CUDA code names.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
+from qola import rules
 from qola.errors import QolaError
-
-_GFX = re.compile(r"gfx[0-9]+[a-z]?(?::[a-z][a-z0-9_]*[+-])*")
-_SM = re.compile(r"sm_([0-9]+)([af]?)")
 
 HIP = "hip"
 CUDA = "cuda"
+arch_base = rules.processor  # "gfx90a:xnack-" -> "gfx90a"
 
 
 def vendor_of(arch: str) -> str:
-    """``"hip"`` for a gfx target ID, ``"cuda"`` for ``sm_XX``; QolaError otherwise."""
-    if _GFX.fullmatch(arch):
-        return HIP
-    if _SM.fullmatch(arch):
-        return CUDA
+    """``"hip"`` for a gfx target ID, ``"cuda"`` for ``sm_XX`` (:func:`qola.rules.vendor`); QolaError otherwise."""
+    found = rules.vendor(arch)
+    if found:
+        return found
     hint = "use AMD target IDs such as gfx90a, gfx942, gfx950, gfx90a:xnack- or CUDA ones such as sm_80, sm_90a"
     if arch == "native":
         hint = "name the architectures explicitly; an ahead-of-time build cannot ask the GPU (" + hint + ")"
     raise QolaError(f"unknown GPU architecture {arch!r}", hint=hint)
 
 
-def arch_base(arch: str) -> str:
-    """The processor without target features: ``gfx90a:xnack-`` -> ``gfx90a``."""
-    return arch.split(":", 1)[0]
-
-
 def validate_archs(archs: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-    """Check a list of architectures; return (vendor, de-duplicated archs in order)."""
+    """Check a list of architectures (:func:`qola.rules.archs_problem`); return (vendor,
+    de-duplicated archs in order)."""
     if isinstance(archs, str):
         archs = [archs]
     cleaned = tuple(dict.fromkeys(a.strip() for a in archs))
@@ -47,30 +42,19 @@ def validate_archs(archs: Sequence[str]) -> tuple[str, tuple[str, ...]]:
             "no GPU architectures given",
             hint='set [build] architectures, e.g. architectures = ["gfx942"] or ["sm_90"]',
         )
-    by_vendor: dict[str, list[str]] = {}
     for arch in cleaned:
-        by_vendor.setdefault(vendor_of(arch), []).append(arch)
-    if len(by_vendor) > 1:
-        parts = "; ".join(f"{v}: {', '.join(a)}" for v, a in by_vendor.items())
-        raise QolaError(
-            f"architectures mix GPU vendors ({parts})",
-            hint="one build targets one toolchain: keep only gfx* (HIP) or only sm_* (CUDA) "
-            "architectures, and run a second build for the other vendor",
-        )
-    bases: dict[str, str] = {}
-    for arch in cleaned:
-        other = bases.setdefault(arch_base(arch), arch)
-        if other != arch:
-            raise QolaError(
-                f"architecture {arch_base(arch)} is listed twice with different features ({other}, {arch})",
-                hint="keep one target ID per processor",
-            )
-    return next(iter(by_vendor)), cleaned
+        vendor_of(arch)  # an unknown one: its own message and hint
+    problem = rules.archs_problem(cleaned)
+    if problem:
+        hint = ("one build targets one toolchain: keep only gfx* (HIP) or only sm_* (CUDA) architectures, "
+                "and run a second build for the other vendor") if "mix" in problem else "keep one target ID per processor"
+        raise QolaError(problem, hint=hint)
+    return vendor_of(cleaned[0]), cleaned
 
 
 def cuda_gencode(arch: str) -> list[str]:
     """``sm_90`` -> ``-gencode arch=compute_90,code=sm_90`` (``sm_90a`` keeps its suffix)."""
-    match = _SM.fullmatch(arch)
+    match = rules.SM_RE.match(arch)
     if not match:
         raise QolaError(f"not a CUDA architecture: {arch!r}", hint="use sm_XX, e.g. sm_90")
     digits, suffix = match.groups()
@@ -79,5 +63,5 @@ def cuda_gencode(arch: str) -> list[str]:
 
 def cuda_base_code(arch: str) -> str:
     """``sm_90a`` -> ``sm_90``: the name nvcc lists in ``--list-gpu-code``."""
-    match = _SM.fullmatch(arch)
+    match = rules.SM_RE.match(arch)
     return f"sm_{match.group(1)}" if match else arch

@@ -67,10 +67,10 @@ class Toolchain:
         """Link a shared library with the host C++ compiler from a response file of
         objects (nvcc does not read @files; c++ does), then the GPU runtime:
         static cudart for CUDA (the .so then needs no CUDA toolkit to load),
-        libamdhip64 for HIP."""
-        rsp = os.fspath(objs_rsp)
-        rsp = rsp if rsp.startswith("@") else "@" + rsp
-        return [self.host_cxx, "-shared", rsp, "-o", os.fspath(out), *ldflags, *self.link_flags]
+        libamdhip64 for HIP. The command is :func:`qola.link.shared_link_argv`'s."""
+        from qola.link import shared_link_argv  # noqa: PLC0415 (this module stays free of the link machinery)
+
+        return shared_link_argv(self.host_cxx, objs_rsp, out, ldflags, self.link_flags)
 
     def runtime_link_libs(self) -> list[str]:
         """Libraries a consumer of a static archive must link (CMake / pkg-config)."""

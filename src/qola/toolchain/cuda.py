@@ -89,6 +89,18 @@ def lib_dir(root: str, target_dir: str) -> str:
     return candidates[0]
 
 
+def read_version(path: str, env: Mapping[str, str]) -> tuple[str, str]:
+    """(version_output, ``X.Y``) of nvcc ``path`` — the one CUDA version probe."""
+    output = run_checked([path, "--version"], env)
+    version = parse_nvcc_version(output)
+    if not version:
+        raise QolaError(
+            f"cannot read the CUDA version of {path} (no 'release X.Y' in its --version output)",
+            hint="is this NVIDIA's nvcc? " + INSTALL_HINT,
+        )
+    return output, version
+
+
 def find_cuda(
     archs: Sequence[str],
     *,
@@ -99,13 +111,7 @@ def find_cuda(
 ) -> Toolchain:
     path = locate(env, compiler)
     child = dict(env)
-    output = run_checked([path, "--version"], child)
-    version = parse_nvcc_version(output)
-    if not version:
-        raise QolaError(
-            f"cannot read the CUDA version of {path} (no 'release X.Y' in its --version output)",
-            hint="is this NVIDIA's nvcc? " + INSTALL_HINT,
-        )
+    output, version = read_version(path, child)
     check_accepted("cuda", path, [version], accepted_versions)
     identity = identity_of(path, output)
 

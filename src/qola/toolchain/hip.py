@@ -136,8 +136,9 @@ def _clang_flags(root: str) -> list[str]:
     return flags
 
 
-def _version(compiler: str, root: str, env: Mapping[str, str]) -> tuple[str, str, str]:
-    """(version_output, dotted HIP version, suffix)."""
+def read_version(compiler: str, root: str, env: Mapping[str, str]) -> tuple[str, str, str]:
+    """(version_output, dotted HIP version, suffix) of ``compiler`` — the one HIP version probe
+    (parsed by :func:`qola.toolchain.versions.parse_hip_version`); ``env`` is the child's."""
     output = run_checked([compiler, "--version"], env)
     if is_clang(compiler):
         hipconfig = first_executable([os.path.join(root, "bin", "hipconfig"), which("hipconfig", env)])
@@ -151,6 +152,16 @@ def _version(compiler: str, root: str, env: Mapping[str, str]) -> tuple[str, str
             hint="use ROCm's hipcc, or set ROCM_PATH to the ROCm install that clang belongs to",
         )
     return output, parsed[0], parsed[1]
+
+
+def installed_version(env: Mapping[str, str]) -> str | None:
+    """The dotted HIP version of the compiler a build with ``env`` would use (:func:`locate`), or
+    None when there is none or it cannot tell (planning without a toolchain)."""
+    try:
+        path = locate(env)
+        return read_version(path, rocm_root(path, env), {**env, **CHILD_ENV})[1]
+    except QolaError:
+        return None
 
 
 def hip_flag_set(version_key: tuple[int, int, int, int], archs: Sequence[str], env: Mapping[str, str]) -> list[str]:
@@ -188,7 +199,7 @@ def find_hip(
     path = locate(env, compiler)
     root = rocm_root(path, env)
     child = {**env, **CHILD_ENV}
-    output, dotted, suffix = _version(path, root, child)
+    output, dotted, suffix = read_version(path, root, child)
     release = rocm_release(root)
     if assume_version is not None:
         return _planning(path, root, output, assume_version, archs, env)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from qola import proc
+from qola.fsutil import write_if_changed
 from qola.toolchain.base import Toolchain
 from qola.toolchain.versions import parse_hip_version
 
@@ -72,12 +73,7 @@ def generator_env(tc: Toolchain, env: Mapping[str, str], tools_dir: Path) -> tup
         return dict(env), None
     shim = tools_dir / NAME
     text = shim_text(version, real)
-    tools_dir.mkdir(parents=True, exist_ok=True)
-    if not shim.is_file() or shim.read_text() != text:
-        tmp = tools_dir / f".{NAME}.tmp-{os.getpid()}"
-        tmp.write_text(text)
-        tmp.chmod(0o755)
-        os.replace(tmp, shim)
+    write_if_changed(shim, text, mode=0o755)
     said = "is not on PATH" if real is None else (
         "failed" if out is None else f"prints {(out.strip().splitlines() or [''])[0][:60]!r}")
     note = (f"{real or NAME} {said}, which AITER's generators cannot parse; they run with {shim} "

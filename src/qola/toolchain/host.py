@@ -5,12 +5,11 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from qola import proc
-from qola.errors import FailedProcessError, QolaError
+from qola.errors import QolaError
 
 HOST_CXX_NAMES = ("c++", "g++", "clang++")
 GB_PER_JOB = 0.5
@@ -38,31 +37,15 @@ def first_executable(candidates: Iterable[str | None]) -> str | None:
     return None
 
 
-def child_environ(env: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
-    """The environment for a child process: the caller's mapping plus ``extra``."""
-    merged = dict(env)
-    merged.update(extra)
-    return merged
-
-
-def run_capture(
-    argv: Sequence[str], env: Mapping[str, str], timeout: float = 120.0
-) -> subprocess.CompletedProcess:
-    """Run ``argv`` with stdout and stderr captured together as text; never raises for a
-    non-zero exit (the caller decides), raises QolaError if it cannot start or hangs."""
-    try:
-        return proc.run(argv, env=env, timeout=timeout)
-    except proc.TimeoutExpired as exc:
-        raise QolaError(f"{argv[0]} did not answer within {timeout:.0f}s: {' '.join(argv)}") from exc
-    except OSError as exc:
-        raise QolaError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
+def run_capture(argv: Sequence[str], env: Mapping[str, str], timeout: float = 120.0) -> proc.CompletedProcess:
+    """Run ``argv`` with stdout and stderr captured together as text; never raises for a non-zero
+    exit (the caller decides); FailedProcessError if it cannot start or hangs (:func:`qola.proc.run_checked`)."""
+    return proc.run_checked(argv, env=env, timeout=timeout, any_exit=True)
 
 
 def run_checked(argv: Sequence[str], env: Mapping[str, str], timeout: float = 120.0) -> str:
-    proc = run_capture(argv, env, timeout)
-    if proc.returncode != 0:
-        raise FailedProcessError(argv, proc.returncode, proc.stdout or "")
-    return proc.stdout or ""
+    """The output of ``argv``; FailedProcessError unless it starts, answers in time and exits 0."""
+    return proc.run_checked(argv, env=env, timeout=timeout).stdout or ""
 
 
 def identity_of(compiler: str, version_output: str) -> str:

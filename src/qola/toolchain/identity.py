@@ -97,13 +97,6 @@ def stamp_text(tc: Any, env: Mapping[str, str]) -> str:
 
 def write_stamp(build_dir: Path, text: str) -> Path:
     """Write the stamp into ``build_dir`` unless it already says ``text`` (its mtime then stays)."""
-    target = build_dir / STAMP
-    try:
-        if target.read_text() == text:
-            return target
-    except (OSError, UnicodeDecodeError):
-        pass
-    tmp = build_dir / f".{STAMP}.tmp-{os.getpid()}"
-    tmp.write_text(text)
-    os.replace(tmp, target)
-    return target
+    from qola.fsutil import write_if_changed  # noqa: PLC0415 (this module is on the no-op path)
+
+    return write_if_changed(build_dir / STAMP, text)

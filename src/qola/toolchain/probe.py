@@ -3,20 +3,20 @@
 Which optional flags a compiler accepts, and a few facts read from it (the GPU
 codes nvcc knows, the toolkit root), only change when the compiler changes. They
 are probed once per identity, in parallel on a cold cache, and stored in
-``<cache_dir>/probes-<identity[:16]>.json`` (written to a temp file, then
-``os.replace``d, so readers never see half a file).
+``<cache_dir>/probes-<identity[:16]>.json`` (by :func:`qola.fsutil.atomic_write`, so readers
+never see half a file).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from qola.fsutil import atomic_write
 from qola.toolchain.host import run_capture
 
 FORMAT = 1
@@ -78,18 +78,6 @@ class Probes:
         """Write the cache atomically if anything new was probed."""
         if not self._dirty:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         data = {"format": FORMAT, "identity": self.identity, "flags": self.flags, "facts": self.facts}
-        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(data, fh, indent=1, sort_keys=True)
-                fh.write("\n")
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        atomic_write(self.path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
         self._dirty = False

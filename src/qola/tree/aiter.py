@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qola import rules
+from qola import proc, rules
 from qola.errors import QolaError
 from qola.tree.aiter_configs import MergedConfig
-from qola.tree.aiter_core import read_core, resolve_core_names
+from qola.tree.aiter_core import CORE, read_core, resolve_core_names
 from qola.tree.files import MAX_TABLE, read_text
 from qola.tree.safe_eval import SafeFunction, SafeObject, evaluate
 
 TABLE = "aiter/jit/optCompilerConfig.json"
-CORE = "aiter/jit/core.py"
 
 # AITER's defaults for keys a table entry leaves out (aiter/jit/core.py get_args_of_build)
 DEFAULTS: dict[str, Any] = {
@@ -64,6 +62,11 @@ class AiterTree:
         return self.root / TABLE
 
     @property
+    def core_path(self) -> Path:
+        """``aiter/jit/core.py``: the names the table's expressions use (read, never imported)."""
+        return self.root / CORE
+
+    @property
     def csrc(self) -> Path:
         return self.meta_dir / "csrc"
 
@@ -74,10 +77,6 @@ class AiterTree:
     @property
     def ck_dir(self) -> Path:
         return self.meta_dir / "3rdparty" / "composable_kernel"
-
-    @property
-    def configs_dir(self) -> Path:
-        return self.root / "aiter" / "configs"
 
 
 def open_tree(root: str | Path) -> AiterTree:
@@ -143,10 +142,8 @@ def git_head(tree: AiterTree) -> str | None:
     if not (tree.root / ".git").exists():
         return None
     try:
-        out = subprocess.run(
-            ["git", "-C", str(tree.root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError):
+        out = proc.run(["git", "-C", str(tree.root), "rev-parse", "HEAD"], stderr=proc.PIPE, timeout=30)
+    except (OSError, proc.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
 
@@ -214,7 +211,7 @@ def namespace(
         "str": SafeFunction("str", _to_str, 1),
         "True": True, "False": False, "None": None,
     }
-    core = resolve_core_names(read_core(tree.root / CORE), base=names, env=env, root=tree.root)
+    core = resolve_core_names(read_core(tree.core_path), base=names, env=env, root=tree.root)
     return Namespace({**names, **core.names}, core.merges)
 
 

@@ -26,12 +26,12 @@ import io
 import math
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from qola.errors import QolaError
+from qola.fsutil import inside, write_if_changed
 from qola.tree.files import MAX_CSV, read_small
 
 CONFIGS_TOKEN = "{qola_configs}"  # the directory of merged configs; never "{}" (a generator's output dir)
@@ -246,21 +246,6 @@ def write_merged(cfg: MergedConfig, directory: Path) -> str:
     """Write ``cfg``'s merged CSV into ``directory`` (atomically; untouched when unchanged).
 
     Returns the sha256 of its content."""
-    text = render(merge(cfg))
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    target = directory / cfg.name
-    try:
-        if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == digest:
-            return digest
-    except OSError:
-        pass
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{cfg.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return digest
+    data = render(merge(cfg)).encode("utf-8")
+    write_if_changed(inside(directory, cfg.name), data)
+    return hashlib.sha256(data).hexdigest()

@@ -27,6 +27,7 @@ from qola.tree.aiter_configs import MergedConfig, config_file
 from qola.tree.files import MAX_CORE, read_small
 from qola.tree.safe_eval import SafeObject, evaluate
 
+CORE = "aiter/jit/core.py"  # relative to the tree root (qola.tree.aiter.AiterTree.core_path)
 GETENV = ("os.getenv", "os.environ.get")
 GET_CONFIG_FILE = "get_config_file"
 
@@ -137,14 +138,14 @@ def resolve_core_names(core: CoreNames, *, base: Mapping[str, Any], env: Mapping
             names[item.name] = env[item.env]
             continue
         try:
-            names[item.name] = evaluate(item.default, {**base, **names}, where=f"aiter/jit/core.py: {item.name}")
+            names[item.name] = evaluate(item.default, {**base, **names}, where=f"{CORE}: {item.name}")
         except QolaError:
             continue  # a default qola cannot evaluate: a table expression using it fails with the name
     merges: dict[str, MergedConfig] = {}
     objects: dict[str, dict[str, Any]] = {}
     scope = {**base, **names}
     for cfg in core.configs:
-        where = f"aiter/jit/core.py: {cfg.owner + '.' if cfg.owner else ''}{cfg.name}"
+        where = f"{CORE}: {cfg.owner + '.' if cfg.owner else ''}{cfg.name}"
         problem = rules.file_stem_problem(cfg.stem)
         if problem:  # the stem names the merged CSV qola writes into its build dir
             raise QolaError(f"{where}: tuned-config name {cfg.stem!r} {problem}",

@@ -47,7 +47,7 @@ bool fsync_path(const std::string& path, bool directory)
 
 bool write_file_atomic(const std::string& dir, const std::string& name, const std::string& data, std::string* err)
 {
-    std::string tmpl = dir + "/.tmp-" + name + "-XXXXXX";
+    std::string tmpl = fmt::in(dir, fmt::temp_prefix(name) + fmt::k_temp_random);
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
     int fd = mkostemp(buf.data(), O_CLOEXEC);
@@ -60,7 +60,7 @@ bool write_file_atomic(const std::string& dir, const std::string& name, const st
         if(n <= 0) break;
         done += size_t(n);
     }
-    bool ok = done == data.size() && fchmod(fd, 0644) == 0 && fsync(fd) == 0;
+    bool ok = done == data.size() && fchmod(fd, fmt::k_file_mode) == 0 && fsync(fd) == 0;
     int e = errno;
     close(fd);
     if(ok && rename(tmp.c_str(), (dir + "/" + name).c_str()) == 0) {
@@ -128,12 +128,7 @@ bool is_network_fs(const std::string& path, std::string* fs_name)
 {
     struct statfs sf;
     if(statfs(path.c_str(), &sf) != 0) return false;
-    struct { unsigned long magic; const char* name; } const known[] = {
-        {0x6969, "nfs"},          {0x517B, "smb"},         {0xFF534D42, "cifs"},   {0xFE534D42, "smb2"},
-        {0x00C36400, "ceph"},     {0x0BD00BD0, "lustre"},  {0x47504653, "gpfs"},   {0x5346414F, "afs"},
-        {0x01021997, "9p"},       {0x65735546, "fuse"},    {0x19830326, "beegfs"}, {0xAAD7AAEA, "panfs"},
-        {0x20030528, "orangefs"}, {0x7461636f, "ocfs2"},   {0x01161970, "gfs2"}};
-    for(const auto& k : known)
+    for(const auto& k : fmt::k_network_fs)
         if((unsigned long)(unsigned int)sf.f_type == k.magic) { *fs_name = k.name; return true; }
     return false;
 }
@@ -141,7 +136,7 @@ bool is_network_fs(const std::string& path, std::string* fs_name)
 int lock_file(const std::string& path, bool blocking, std::string* err)
 {
     for(int attempt = 0; attempt < 100; ++attempt) {
-        int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+        int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, fmt::k_private_mode);
         if(fd < 0) { *err = "cannot open lock " + path + ": " + errno_text(errno); return -1; }
         int rc;
         do rc = flock(fd, blocking ? LOCK_EX : LOCK_EX | LOCK_NB);
@@ -178,7 +173,7 @@ int run(const std::vector<std::string>& argv, const std::string& log_path, std::
         posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     } else {
         const char* log = log_path.empty() ? "/dev/null" : log_path.c_str();
-        posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
+        posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, fmt::k_private_mode);
         posix_spawn_file_actions_adddup2(&fa, 1, 2);
     }
     // hipcc needs HIP_PLATFORM=amd (Debian's falls back to nvcc without it): the child gets it when unset;

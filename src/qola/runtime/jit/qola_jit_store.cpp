@@ -26,7 +26,7 @@ using namespace sys;
 
 bool verbose()
 {
-    std::string v = env("QOLA_JIT_VERBOSE");
+    std::string v = env(fmt::k_env_verbose);
     return !v.empty() && v != "0";
 }
 
@@ -44,13 +44,11 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
 } // namespace
 
 namespace {
-const uint64_t k_max_meta = 1u << 16;
-const uint64_t k_max_object = 8ull << 30; // a compiled unit
-const uint64_t k_max_source = 256ull << 20; // a unit's source, the header bundle
+using fmt::in;
 
 bool is_hex64(const std::string& s)
 {
-    return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+    return s.size() == fmt::k_key_len && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
 std::map<std::string, std::string> parse_meta(const std::string& meta)
@@ -68,6 +66,11 @@ std::map<std::string, std::string> parse_meta(const std::string& meta)
 }
 } // namespace
 
+std::string entry_key(const std::string& content_key, const std::string& compiler_id)
+{
+    return sha256_hex(fmt::k_tag_key + content_key + "\n" + compiler_id + "\n");
+}
+
 // Verify <dir>/<key>.meta and <key>.so and dlopen exactly the verified file. Checks, in order: both
 // are trusted regular files (no symlink, FIFO or device is ever read); the .meta names the key and
 // was written for this unit of this library (content key, source and bundle hashes; the key is
@@ -76,8 +79,8 @@ std::map<std::string, std::string> parse_meta(const std::string& meta)
 Load try_load(const std::string& dir, const std::string& key, const qola_jit_module& m, const qola_jit_entry& e,
               void** handle, std::string* why)
 {
-    std::string so = dir + "/" + key + ".so", meta_path = dir + "/" + key + ".meta", meta, err;
-    if(!read_file(meta_path, &meta, k_max_meta, true, &err)) {
+    std::string so = in(dir, fmt::so_name(key)), meta_path = in(dir, fmt::meta_name(key)), meta, err;
+    if(!read_file(meta_path, &meta, fmt::k_max_meta, true, &err)) {
         struct stat st;
         if(errno == ENOENT) {
             if(lstat(so.c_str(), &st) != 0) return Load::missing;
@@ -88,19 +91,20 @@ Load try_load(const std::string& dir, const std::string& key, const qola_jit_mod
         return Load::broken;
     }
     std::map<std::string, std::string> f = parse_meta(meta);
-    if(meta.compare(0, 17, "qola-jit-entry 1\n") != 0 || f["key"] != key || !is_hex64(f["sha256"]) ||
-       f["size"].empty() || f["size"].find_first_not_of("0123456789") != std::string::npos || f["size"].size() > 19) {
+    if(meta.compare(0, sizeof fmt::k_meta_head - 1, fmt::k_meta_head) != 0 || f["key"] != key ||
+       !is_hex64(f["sha256"]) || f["size"].empty() || f["size"].find_first_not_of("0123456789") != std::string::npos ||
+       f["size"].size() > fmt::k_max_size_digits) {
         *why = meta_path + " is malformed";
         return Load::broken;
     }
     if(f["content_key"] != e.content_key || f["source_sha256"] != e.source_sha256 ||
        f["headers_sha256"] != m.headers_sha256 || !is_hex64(f["compiler_id"]) ||
-       sha256_hex("qola-jit-key-v1\n" + f["content_key"] + "\n" + f["compiler_id"] + "\n") != key) {
+       entry_key(f["content_key"], f["compiler_id"]) != key) {
         *why = so + " was not built from this library's unit " + e.name + " (its .meta records other sources)";
         return Load::broken;
     }
     struct stat a, b;
-    int fd = open_regular(so, false, true, k_max_object, &a, &err);
+    int fd = open_regular(so, false, true, fmt::k_max_object, &a, &err);
     if(fd < 0) { *why = err; return Load::broken; }
     std::string hex;
     uint64_t size = 0;
@@ -134,31 +138,31 @@ Load try_load(const std::string& dir, const std::string& key, const qola_jit_mod
 
 int lock_key(const std::string& cache, const std::string& name, std::string* err, bool blocking)
 {
-    std::string dir = cache + "/locks", fs;
+    std::string dir = in(cache, fmt::k_locks), fs;
     if(is_network_fs(cache, &fs)) {
-        dir = "/tmp/qola-jit-locks-" + std::to_string(geteuid());
+        dir = fmt::k_network_lock_dir + std::to_string(geteuid());
         static std::atomic<bool> said{false};
         if(!said.exchange(true))
             fprintf(stderr, "qola-jit: JIT cache %s is on %s; locks go to %s (compiles are coordinated "
                     "on this host only)\n", cache.c_str(), fs.c_str(), dir.c_str());
-        if(mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) { *err = dir + ": " + errno_text(errno); return -1; }
+        if(mkdir(dir.c_str(), fmt::k_dir_mode) != 0 && errno != EEXIST) { *err = dir + ": " + errno_text(errno); return -1; }
         if(!check_private_dir(dir, false, err)) return -1;
     }
-    return lock_file(dir + "/" + name + ".lock", blocking, err);
+    return lock_file(in(dir, fmt::lock_name(name)), blocking, err);
 }
 
 // Remove temp files left by dead holders of this key's lock (we hold it now).
 void remove_stale_temps(const std::string& cache, const std::string& key, bool network)
 {
-    std::string prefix = ".tmp-" + key;
+    std::string prefix = fmt::temp_prefix(key);
     DIR* d = opendir(cache.c_str());
     if(!d) return;
     time_t now = time(nullptr);
     while(struct dirent* de = readdir(d)) {
         if(strncmp(de->d_name, prefix.c_str(), prefix.size()) != 0) continue;
-        std::string p = cache + "/" + de->d_name;
+        std::string p = in(cache, de->d_name);
         struct stat st;
-        if(network && (lstat(p.c_str(), &st) != 0 || now - st.st_mtime < 3600)) continue; // other hosts
+        if(network && (lstat(p.c_str(), &st) != 0 || now - st.st_mtime < fmt::k_network_stale_s)) continue; // other hosts
         remove_tree(p);
     }
     closedir(d);
@@ -166,19 +170,21 @@ void remove_stale_temps(const std::string& cache, const std::string& key, bool n
 
 void sweep_temps(const std::string& cache, const std::string& dir, const std::string& lock_prefix, bool network)
 {
+    const size_t skip = sizeof fmt::k_temp_prefix - 1;
     std::vector<std::string> names;
     if(DIR* d = opendir(dir.c_str())) {
         while(struct dirent* de = readdir(d))
-            if(strncmp(de->d_name, ".tmp-", 5) == 0 && is_hex64(std::string(de->d_name + 5).substr(0, 64)))
+            if(strncmp(de->d_name, fmt::k_temp_prefix, skip) == 0 &&
+               is_hex64(std::string(de->d_name + skip).substr(0, fmt::k_key_len)))
                 names.push_back(de->d_name);
         closedir(d);
     }
     time_t now = time(nullptr);
     for(const auto& n : names) {
-        std::string p = dir + "/" + n, err;
+        std::string p = in(dir, n), err;
         struct stat st;
-        if(lstat(p.c_str(), &st) != 0 || (network && now - st.st_mtime < 3600)) continue;
-        int fd = lock_key(cache, lock_prefix + n.substr(5, 64), &err, false);
+        if(lstat(p.c_str(), &st) != 0 || (network && now - st.st_mtime < fmt::k_network_stale_s)) continue;
+        int fd = lock_key(cache, lock_prefix + n.substr(skip, fmt::k_key_len), &err, false);
         if(fd < 0) continue; // held: a compile or unpack in progress (or our own key: removed by its holder)
         say("removing stale temp " + p);
         remove_tree(p);
@@ -191,7 +197,7 @@ namespace {
 bool headers_ok(const qola_jit_module& m, const std::string& dir, bool fix, std::string* why)
 {
     std::string digest;
-    if(!tree_digest(dir, ".qola-complete", fix, &digest, why)) return false;
+    if(!tree_digest(dir, fmt::k_complete, fix, &digest, why)) return false;
     if(digest != m.headers_digest) { *why = dir + " does not hold this library's headers (digest differs)"; return false; }
     return true;
 }
@@ -202,7 +208,7 @@ bool unpack_headers(const qola_jit_module& m, const std::string& bundle, const s
     struct stat st;
     std::string err, hex;
     uint64_t size = 0;
-    int fd = open_regular(bundle, true, false, k_max_source, &st, &err);
+    int fd = open_regular(bundle, true, false, fmt::k_max_source, &st, &err);
     bool ok = fd >= 0 && sha256_fd(fd, &hex, &size);
     if(!ok || hex != m.headers_sha256) {
         if(fd >= 0) close(fd);
@@ -210,7 +216,7 @@ bool unpack_headers(const qola_jit_module& m, const std::string& bundle, const s
                                        : err + " (is OUT/jit shipped next to lib/?)"};
         return false;
     }
-    std::string tmpl = cache + "/headers/.tmp-" + m.headers_sha256 + "-XXXXXX";
+    std::string tmpl = in(in(cache, fmt::k_headers), fmt::temp_prefix(m.headers_sha256) + fmt::k_temp_random);
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
     if(!mkdtemp(buf.data())) {
@@ -219,11 +225,11 @@ bool unpack_headers(const qola_jit_module& m, const std::string& bundle, const s
         return false;
     }
     // tar reads the very bytes we hashed (our fd on stdin), never the path again
-    std::string tmp(buf.data()), log = cache + "/logs/headers-" + m.headers_sha256 + ".log", why;
+    std::string tmp(buf.data()), log = in(in(cache, fmt::k_logs), fmt::log_name(fmt::headers_lock(m.headers_sha256))), why;
     std::string tar = which("tar");
     int rc = tar.empty() || lseek(fd, 0, SEEK_SET) != 0 ? -1 : run({tar, "-xzf", "-", "-C", tmp}, log, nullptr, &err, fd);
     close(fd);
-    if(rc != 0 || !headers_ok(m, tmp, true, &why) || !write_file_atomic(tmp, ".qola-complete", "ok\n", &err)) {
+    if(rc != 0 || !headers_ok(m, tmp, true, &why) || !write_file_atomic(tmp, fmt::k_complete, fmt::k_complete_text, &err)) {
         remove_tree(tmp);
         *fail = {QOLA_JIT_E_CACHE, "cannot unpack " + bundle + (tar.empty() ? ": `tar` not found in PATH"
                                                                 : rc != 0 ? " with tar; log: " + log : ": " + why + err)};
@@ -251,17 +257,17 @@ bool ensure_headers(const qola_jit_module& m, const std::string& jit_dir, const 
         *fail = {QOLA_JIT_E_SOURCE, std::string("module ") + m.name + ": its table records no header digest"};
         return false;
     }
-    std::string dst = cache + "/headers/" + m.headers_sha256, err, why, fs;
-    int lock = lock_key(cache, "headers-" + std::string(m.headers_sha256), &err);
+    std::string heads = in(cache, fmt::k_headers), dst = in(heads, m.headers_sha256), err, why, fs;
+    int lock = lock_key(cache, fmt::headers_lock(m.headers_sha256), &err);
     if(lock < 0) { *fail = {QOLA_JIT_E_CACHE, err}; return false; }
     bool network = is_network_fs(cache, &fs);
-    remove_stale_temps(cache + "/headers", m.headers_sha256, network); // ours: we hold its lock
-    sweep_temps(cache, cache + "/headers", "headers-", network);
+    remove_stale_temps(heads, m.headers_sha256, network); // ours: we hold its lock
+    sweep_temps(cache, heads, fmt::k_headers_lock_prefix, network);
     struct stat st;
     bool ok = true;
     if(lstat(dst.c_str(), &st) == 0 && !headers_ok(m, dst, false, &why)) {
         say("unpacking again: " + why);
-        std::string aside = cache + "/headers/.tmp-" + m.headers_sha256 + "-stale-" + std::to_string(getpid());
+        std::string aside = in(heads, fmt::stale_aside(m.headers_sha256, long(getpid())));
         remove_tree(aside);
         if(rename(dst.c_str(), aside.c_str()) != 0) {
             *fail = {QOLA_JIT_E_CACHE, "cannot move aside " + dst + " (" + why + "): " + errno_text(errno)};
@@ -270,7 +276,7 @@ bool ensure_headers(const qola_jit_module& m, const std::string& jit_dir, const 
             remove_tree(aside);
         }
     }
-    if(ok && lstat(dst.c_str(), &st) != 0) ok = unpack_headers(m, jit_dir + "/" + h, cache, dst, fail);
+    if(ok && lstat(dst.c_str(), &st) != 0) ok = unpack_headers(m, in(jit_dir, h), cache, dst, fail);
     close(lock);
     if(ok) *out = dst;
     return ok;
@@ -282,9 +288,9 @@ bool compile_entry(const qola_jit_module& m, const qola_jit_entry& e, const std:
                    const std::string& cache, const std::string& compiler, const std::string& compiler_id,
                    const std::string& key, Failure* fail)
 {
-    std::string src = jit_dir + "/" + e.source_rel, text, hex, err;
+    std::string src = in(jit_dir, e.source_rel), text, hex, err;
     uint64_t size = 0;
-    bool ok = read_file_follow(src, &text, k_max_source, &err);
+    bool ok = read_file_follow(src, &text, fmt::k_max_source, &err);
     if(ok) hex = sha256_hex(text);
     if(!ok || hex != e.source_sha256) {
         *fail = {QOLA_JIT_E_SOURCE, ok ? src + " does not match this library (sha256 differs)"
@@ -298,7 +304,7 @@ bool compile_entry(const qola_jit_module& m, const qola_jit_entry& e, const std:
     if(ext.size() > 8 || ext.find_first_not_of(".abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+") !=
                              std::string::npos)
         ext = ".cpp";
-    std::string tmpl = cache + "/.tmp-" + key + "-XXXXXX" + ext, copy;
+    std::string tmpl = in(cache, fmt::temp_prefix(key) + fmt::k_temp_random + ext), copy;
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
     int sfd = mkostemps(buf.data(), int(ext.size()), O_CLOEXEC);
@@ -311,25 +317,25 @@ bool compile_entry(const qola_jit_module& m, const qola_jit_entry& e, const std:
         done += n > 0 ? size_t(n) : 0;
     }
     close(sfd);
-    tmpl = cache + "/.tmp-" + key + "-XXXXXX.so";
+    tmpl = in(cache, fmt::temp_prefix(key) + fmt::k_temp_random + fmt::k_so_suffix);
     buf.assign(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
-    int tfd = ok ? mkostemps(buf.data(), 3, O_CLOEXEC) : (errno = ENOSPC, -1);
+    int tfd = ok ? mkostemps(buf.data(), int(sizeof fmt::k_so_suffix - 1), O_CLOEXEC) : (errno = ENOSPC, -1);
     if(tfd < 0) {
         unlink(copy.c_str());
         *fail = {QOLA_JIT_E_CACHE, "cannot write into " + cache + ": " + errno_text(errno)};
         return false;
     }
     close(tfd);
-    std::string tmp(buf.data()), log = cache + "/logs/" + key + ".log";
+    std::string tmp(buf.data()), logs = in(cache, fmt::k_logs), log = in(logs, fmt::log_name(key));
     std::vector<std::string> argv{compiler};
     std::string flags = e.flags;
     for(size_t pos = 0; pos < flags.size();) {
         size_t nl = flags.find('\n', pos);
         if(nl == std::string::npos) nl = flags.size();
         if(nl > pos) {
-            std::string a = replace_all(flags.substr(pos, nl - pos), "@QOLA_JIT_HEADERS@", headers);
-            argv.push_back(replace_all(a, "@QOLA_JIT_DIR@", jit_dir));
+            std::string a = replace_all(flags.substr(pos, nl - pos), fmt::k_headers_token, headers);
+            argv.push_back(replace_all(a, fmt::k_dir_token, jit_dir));
         }
         pos = nl + 1;
     }
@@ -337,7 +343,7 @@ bool compile_entry(const qola_jit_module& m, const qola_jit_entry& e, const std:
     std::string cmd;
     for(const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
     std::string werr;
-    write_file_atomic(cache + "/logs", key + ".log", "# qola-jit: unit " + std::string(e.name) + " of " + m.name +
+    write_file_atomic(logs, fmt::log_name(key), "# qola-jit: unit " + std::string(e.name) + " of " + m.name +
                       " (" + src + ")\n# key " + key + "\n# " + cmd + "\n", &werr);
     say("compiling " + std::string(e.name) + ": " + cmd);
     double t0 = now_seconds();
@@ -345,7 +351,8 @@ bool compile_entry(const qola_jit_module& m, const qola_jit_entry& e, const std:
     unlink(copy.c_str());
     char magic[4] = {0, 0, 0, 0};
     int fd = open(tmp.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    bool elf = fd >= 0 && pread(fd, magic, 4, 0) == 4 && memcmp(magic, "\177ELF", 4) == 0 && fsync(fd) == 0;
+    bool elf = fd >= 0 && pread(fd, magic, 4, 0) == 4 && memcmp(magic, "\177ELF", 4) == 0 &&
+               fchmod(fd, fmt::k_file_mode) == 0 && fsync(fd) == 0; // whatever mode the linker left
     ok = elf && sha256_fd(fd, &hex, &size);
     if(fd >= 0) close(fd);
     if(rc != 0 || !ok) {
@@ -355,13 +362,13 @@ bool compile_entry(const qola_jit_module& m, const qola_jit_entry& e, const std:
                                          "); log: " + log + "\n" + tail_of_file(log, 2000)};
         return false;
     }
-    std::string so = cache + "/" + key + ".so";
-    std::string meta = "qola-jit-entry 1\nkey " + key + "\nsize " + std::to_string(size) + "\nsha256 " + hex +
-                       "\nunit " + e.name + "\nmodule " + m.name + "\ncompiler " + compiler + "\ncompiler_id " +
-                       compiler_id + "\ncontent_key " + e.content_key + "\nsource_sha256 " + e.source_sha256 +
-                       "\nheaders_sha256 " + m.headers_sha256 + "\ncreated " + std::to_string((long long)time(nullptr)) +
-                       "\n";
-    if(rename(tmp.c_str(), so.c_str()) != 0 || !write_file_atomic(cache, key + ".meta", meta, &err)) {
+    std::string so = in(cache, fmt::so_name(key));
+    const std::string values[] = {key, std::to_string(size), hex, e.name, m.name, compiler, compiler_id, e.content_key,
+                                  e.source_sha256, m.headers_sha256, std::to_string((long long)time(nullptr))};
+    static_assert(sizeof values / sizeof values[0] == fmt::k_n_meta_fields, "one value per .meta field");
+    std::string meta = fmt::k_meta_head;
+    for(size_t i = 0; i < fmt::k_n_meta_fields; ++i) meta += fmt::k_meta_fields[i] + (" " + values[i]) + "\n";
+    if(rename(tmp.c_str(), so.c_str()) != 0 || !write_file_atomic(cache, fmt::meta_name(key), meta, &err)) {
         unlink(tmp.c_str());
         *fail = {QOLA_JIT_E_CACHE, "cannot publish " + so + ": " + (err.empty() ? errno_text(errno) : err)};
         return false;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "qola_jit.h"
+#include "qola_jit_format.h"
 
 QOLA_NS_BEGIN
 namespace jit {
@@ -99,6 +100,8 @@ void say(const std::string& msg); // "qola-jit: msg" on stderr when verbose
 // key, source and header bundle; size, then sha256) and dlopen exactly the verified file.
 Load try_load(const std::string& dir, const std::string& key, const qola_jit_module& m, const qola_jit_entry& e,
               void** handle, std::string* why);
+// key = sha256(k_tag_key content_key "\n" compiler_id "\n") (docs/jit-cache.md)
+std::string entry_key(const std::string& content_key, const std::string& compiler_id);
 // flock <locks>/<name>.lock (on a network file system in /tmp/qola-jit-locks-<uid>/, said once).
 int lock_key(const std::string& cache, const std::string& name, std::string* err, bool blocking = true);
 // Temp files of dead holders of this key's lock (call with the lock held).

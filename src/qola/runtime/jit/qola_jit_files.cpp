@@ -22,9 +22,6 @@ namespace jit {
 namespace sys {
 
 namespace {
-const uint64_t k_max_tree_file = 256ull << 20; // one bundled header
-const size_t k_max_tree_entries = 200000;
-const int k_max_tree_depth = 64;
 
 const char* kind_of(mode_t m)
 {
@@ -174,7 +171,7 @@ bool walk_dir(int dfd, const std::string& rel, int depth, Walk& w) // takes dfd
         if(name == "." || name == ".." || (depth == 0 && w.skip && name == w.skip)) continue;
         std::string r = rel.empty() ? name : rel + "/" + name, shown = w.root + "/" + r;
         struct stat st;
-        if(++w.entries > k_max_tree_entries) { *w.err = w.root + ": too many files"; ok = false; }
+        if(++w.entries > fmt::k_max_tree_entries) { *w.err = w.root + ": too many files"; ok = false; }
         else if(name.find('\n') != std::string::npos) { *w.err = "refusing " + shown + ": newline in name"; ok = false; }
         else if(fstatat(dirfd(d), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
             *w.err = shown + ": " + errno_text(errno);
@@ -182,7 +179,7 @@ bool walk_dir(int dfd, const std::string& rel, int depth, Walk& w) // takes dfd
         } else if(S_ISDIR(st.st_mode)) {
             int sub = openat(dirfd(d), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             if(sub < 0) { *w.err = shown + ": " + errno_text(errno); ok = false; }
-            else if(depth + 1 > k_max_tree_depth) { close(sub); *w.err = shown + ": nested too deeply"; ok = false; }
+            else if(depth + 1 > fmt::k_max_tree_depth) { close(sub); *w.err = shown + ": nested too deeply"; ok = false; }
             else if(!settle(sub, shown, w.fix, &st, w.err)) { close(sub); ok = false; }
             else ok = walk_dir(sub, r, depth + 1, w);
         } else if(S_ISREG(st.st_mode)) {
@@ -191,7 +188,7 @@ bool walk_dir(int dfd, const std::string& rel, int depth, Walk& w) // takes dfd
             uint64_t size = 0;
             if(f < 0) { *w.err = shown + ": " + errno_text(errno); ok = false; }
             else if(!settle(f, shown, w.fix, &st, w.err)) ok = false;
-            else if(!S_ISREG(st.st_mode) || uint64_t(st.st_size) > k_max_tree_file) {
+            else if(!S_ISREG(st.st_mode) || uint64_t(st.st_size) > fmt::k_max_source) {
                 *w.err = "refusing " + shown + ": not a regular file of a sensible size";
                 ok = false;
             } else if(!sha256_fd(f, &hex, &size)) { *w.err = "cannot read " + shown; ok = false; }
@@ -217,8 +214,7 @@ bool tree_digest(const std::string& dir, const char* skip, bool fix_modes, std::
     if(!walk_dir(fd, "", 0, w)) return false;
     std::sort(w.files.begin(), w.files.end());
     Sha256 s;
-    static const char head[] = "qola-jit-headers-v1\n";
-    s.update(head, sizeof head - 1);
+    s.update(fmt::k_tag_headers, sizeof fmt::k_tag_headers - 1);
     for(const auto& f : w.files) {
         std::string line = f.first + "\n" + f.second + "\n";
         s.update(line.data(), line.size());

@@ -2,9 +2,9 @@
 //
 // Order on the first call of a unit: in-process table -> prebuilt dirs -> cache dir -> compile.
 // Cache entry = <cache>/<key>.so + <key>.meta (size, sha256, key; written after the .so, both by
-// temp + fsync + rename). key = sha256("qola-jit-key-v1\n" content_key "\n" compiler_id "\n"),
-// compiler_id = sha256("qola-jit-compiler-v1\n" path "\n" stdout of `path --version`), with the
-// compiler that would be used now — so a changed compiler never reuses an old entry.
+// temp + fsync + rename). key = sha256(tag content_key "\n" compiler_id "\n"), compiler_id =
+// sha256(tag path "\n" stdout of `path --version`) (docs/jit-cache.md, qola_jit_format.h), with
+// the compiler that would be used now — so a changed compiler never reuses an old entry.
 // One compile per key across processes: flock on <cache>/locks/<key>.lock (on a network file
 // system: /tmp/qola-jit-locks-<uid>/). A lock dies with its holder; temp files of dead holders
 // are removed by the next holder; an entry is only loaded after its size and hash check out.
@@ -93,24 +93,24 @@ std::string library_dir()
 
 std::string jit_dir_of(const qola_jit_module& m)
 {
-    std::string root = env("QOLA_JIT_SOURCE_DIR");
-    if(!root.empty()) return root + "/" + m.name;
-    return library_dir() + "/" + m.jit_dir_rel;
+    std::string root = env(fmt::k_env_source_dir);
+    if(!root.empty()) return fmt::in(root, m.name);
+    return fmt::in(library_dir(), m.jit_dir_rel);
 }
 
 std::string cache_dir_path()
 {
-    std::string d = env("QOLA_JIT_CACHE_DIR");
+    std::string d = env(fmt::k_env_cache_dir);
     if(!d.empty()) return d;
     std::string xdg = env("XDG_CACHE_HOME");
-    if(!xdg.empty() && xdg[0] == '/') return xdg + "/qola/jit";
+    if(!xdg.empty() && xdg[0] == '/') return xdg + fmt::k_xdg_subdir;
     std::string home = env("HOME");
     if(home.empty()) {
         struct passwd pw, *res = nullptr;
         char buf[4096];
         if(getpwuid_r(geteuid(), &pw, buf, sizeof buf, &res) == 0 && res) home = res->pw_dir;
     }
-    return home.empty() ? std::string() : home + "/.cache/qola/jit";
+    return home.empty() ? std::string() : home + fmt::k_home_subdir;
 }
 
 // Create (0700) and check the cache dir and its subdirs: the root owned by us, every subdir a real
@@ -119,9 +119,10 @@ bool prepare_cache(std::string* dir, std::string* err)
 {
     *dir = cache_dir_path();
     if(dir->empty()) { *err = "no JIT cache dir: set QOLA_JIT_CACHE_DIR (HOME is unset)"; return false; }
-    if(!make_dirs(*dir, 0700, err) || !check_private_dir(*dir, true, err)) return false;
-    for(const char* sub : {"/logs", "/headers", "/compilers", "/locks"})
-        if(!make_dirs(*dir + sub, 0700, err) || !check_trusted_dir(*dir + sub, err)) return false;
+    if(!make_dirs(*dir, fmt::k_dir_mode, err) || !check_private_dir(*dir, true, err)) return false;
+    for(const char* sub : fmt::k_subdirs)
+        if(!make_dirs(fmt::in(*dir, sub), fmt::k_dir_mode, err) || !check_trusted_dir(fmt::in(*dir, sub), err))
+            return false;
     return true;
 }
 
@@ -136,12 +137,12 @@ bool compiler_identity(const std::string& path, const std::string& cache, std::s
         auto it = g.compilers.find(path);
         if(it != g.compilers.end() && it->second.sig == sig) { *id = it->second.id; return true; }
     }
-    std::string memo_name = sha256_hex(path).substr(0, 32) + ".id", text;
-    std::string memo_dir = cache.empty() ? std::string() : cache + "/compilers";
-    std::string want_head = "qola-jit-compiler 1\npath " + path + "\nsig " + sig + "\nid ";
-    if(!memo_dir.empty() && read_file(memo_dir + "/" + memo_name, &text, 4096, true) &&
-       text.compare(0, want_head.size(), want_head) == 0 && text.size() >= want_head.size() + 64) {
-        *id = text.substr(want_head.size(), 64);
+    std::string memo_name = sha256_hex(path).substr(0, fmt::k_memo_name_len) + fmt::k_memo_suffix, text;
+    std::string memo_dir = cache.empty() ? std::string() : fmt::in(cache, fmt::k_compilers);
+    std::string want_head = fmt::k_memo_head + ("path " + path) + "\nsig " + sig + "\nid ";
+    if(!memo_dir.empty() && read_file(fmt::in(memo_dir, memo_name), &text, fmt::k_max_memo, true) &&
+       text.compare(0, want_head.size(), want_head) == 0 && text.size() >= want_head.size() + fmt::k_key_len) {
+        *id = text.substr(want_head.size(), fmt::k_key_len);
     } else {
         std::string out, rerr;
         int rc = run({path, "--version"}, "", &out, &rerr);
@@ -149,7 +150,7 @@ bool compiler_identity(const std::string& path, const std::string& cache, std::s
             *err = rc < 0 ? rerr : "`" + path + " --version` exited with " + std::to_string(rc);
             return false;
         }
-        *id = sha256_hex("qola-jit-compiler-v1\n" + path + "\n" + out);
+        *id = sha256_hex(fmt::k_tag_compiler + path + "\n" + out);
         std::string werr;
         if(!memo_dir.empty()) write_file_atomic(memo_dir, memo_name, want_head + *id + "\n", &werr);
     }
@@ -160,7 +161,7 @@ bool compiler_identity(const std::string& path, const std::string& cache, std::s
 
 std::string resolve_compiler(const qola_jit_module& m)
 {
-    std::string want = env("QOLA_JIT_COMPILER");
+    std::string want = env(fmt::k_env_compiler);
     if(!want.empty()) return which(want);
     std::string found = which(m.compiler);
     const char* base = strrchr(m.compiler, '/');
@@ -177,18 +178,17 @@ void* load_unit(const qola_jit_module& m, const qola_jit_entry& e, Failure* fail
     std::string compiler = resolve_compiler(m), compiler_id, cerr;
     bool have_compiler = !compiler.empty() && compiler_identity(compiler, cache_ok ? cache : "", &compiler_id, &cerr);
     // Without a usable compiler, look for what the build's compiler would have produced.
-    std::string key = sha256_hex("qola-jit-key-v1\n" + std::string(e.content_key) + "\n" +
-                                 (have_compiler ? compiler_id : std::string(m.compiler_id)) + "\n");
+    std::string key = entry_key(e.content_key, have_compiler ? compiler_id : std::string(m.compiler_id));
     void* h = nullptr;
     std::vector<std::string> prebuilt;
-    std::string list = env("QOLA_JIT_PREBUILT_DIR");
+    std::string list = env(fmt::k_env_prebuilt);
     for(size_t pos = 0; pos < list.size();) {
         size_t c = list.find(':', pos);
         if(c == std::string::npos) c = list.size();
         if(c > pos) prebuilt.push_back(list.substr(pos, c - pos));
         pos = c + 1;
     }
-    std::string shipped = dir_name(jit_dir) + "/prebuilt";
+    std::string shipped = fmt::in(dir_name(jit_dir), fmt::k_prebuilt);
     if(access(shipped.c_str(), F_OK) == 0) prebuilt.push_back(shipped);
     for(const auto& dir : prebuilt) {
         std::string derr;
@@ -208,7 +208,7 @@ void* load_unit(const qola_jit_module& m, const qola_jit_entry& e, Failure* fail
     }
     if(r == Load::failed) { *fail = {QOLA_JIT_E_LOAD, why}; return nullptr; }
     if(r == Load::broken) say("rebuilding: " + why);
-    if(env("QOLA_JIT") == "0") {
+    if(env(fmt::k_env_jit) == "0") {
         *fail = {QOLA_JIT_E_DISABLED, "JIT unit " + std::string(e.name) + " of " + m.name + " is not in the cache (" +
                                           cache + ") or a prebuilt dir, and QOLA_JIT=0 forbids compiling it" + notes};
         return nullptr;

@@ -1,0 +1,119 @@
+"""``qola doctor``: what this machine has for a build — compilers, tools and the JIT cache dir,
+found the way a build finds them (same environment variables, same search order)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from qola.commands.common import add_debug
+from qola.errors import QolaError
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    required: bool  # a build cannot run without it (else: some features need it)
+
+
+def _ninja(env: Mapping[str, str]) -> str:
+    from qola import proc  # noqa: PLC0415
+    from qola.ninja import ninja_binary  # noqa: PLC0415
+
+    exe = ninja_binary()
+    return f"{exe} ({proc.run_checked([exe, '--version'], env=env, timeout=30).stdout.strip()})"
+
+
+def _host_cxx(env: Mapping[str, str]) -> str:
+    from qola.toolchain.host import find_host_cxx  # noqa: PLC0415
+
+    return find_host_cxx(env)
+
+
+def _hip(env: Mapping[str, str]) -> str:
+    from qola.toolchain import hip  # noqa: PLC0415
+
+    path = hip.locate(env)
+    return f"{path} (HIP {hip.read_version(path, hip.rocm_root(path, env), {**env, **hip.CHILD_ENV})[1]})"
+
+
+def _cuda(env: Mapping[str, str]) -> str:
+    from qola.toolchain import cuda  # noqa: PLC0415
+
+    path = cuda.locate(env)
+    return f"{path} (CUDA {cuda.read_version(path, env)[1]})"
+
+
+def _tool(name: str, why: str) -> Callable[[Mapping[str, str]], str]:
+    def find(env: Mapping[str, str]) -> str:
+        found = shutil.which(name, path=env.get("PATH", os.defpath))
+        if not found:
+            raise QolaError(f"{name} not found on PATH ({why})")
+        return found
+    return find
+
+
+def _jit_cache(env: Mapping[str, str]) -> str:
+    from qola.jit.cache import check_private_dir  # noqa: PLC0415
+    from qola.jit.format import default_cache_dir  # noqa: PLC0415
+
+    path = default_cache_dir(env)
+    if not path.exists():
+        return f"{path} (created on first use)"
+    check_private_dir(path)
+    return str(path)
+
+
+# (name, probe, required); a GPU compiler is required as "HIP or CUDA" (see run)
+CHECKS = (
+    ("ninja", _ninja, True),
+    ("host C++", _host_cxx, True),
+    ("HIP compiler", _hip, False),
+    ("CUDA compiler", _cuda, False),
+    ("ld", _tool("ld", "static archives"), False),
+    ("objcopy", _tool("objcopy", "static archives"), False),
+    ("ar", _tool("ar", "static archives"), False),
+    ("c++filt", _tool("c++filt", "readable names in the export audit"), False),
+    ("tar", _tool("tar", "the JIT runtime unpacks header bundles with it"), False),
+    ("JIT cache", _jit_cache, False),
+)
+GPU = ("HIP compiler", "CUDA compiler")
+
+
+def checks(env: Mapping[str, str]) -> list[Check]:
+    found = []
+    for name, probe, required in CHECKS:
+        try:
+            found.append(Check(name, True, probe(env), required))
+        except (QolaError, OSError) as exc:
+            detail = exc.render().replace("error: ", "", 1) if isinstance(exc, QolaError) else str(exc)
+            found.append(Check(name, False, detail.replace("\n", "\n    "), required))
+    return found
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="check the compilers and tools a build needs",
+                       description="Find the compilers and tools the way `qola build` does and report them.")
+    add_debug(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
+    """Exit 0 when a build can run (ninja, a host C++ compiler and a HIP or CUDA compiler), else 1."""
+    results = checks(dict(os.environ) if env is None else env)
+    print(f"qola doctor (Python {sys.version.split()[0]} at {sys.executable})")
+    for c in results:
+        print(f"  {'ok' if c.ok else 'missing':8} {c.name:14} {c.detail}")
+    missing = [c.name for c in results if c.required and not c.ok]
+    if not any(c.ok for c in results if c.name in GPU):
+        missing.append("a HIP or CUDA compiler")
+    if missing:
+        print(f"cannot build: {', '.join(missing)} missing", file=sys.stderr)
+        return 1
+    return 0
