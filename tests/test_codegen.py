@@ -40,3 +40,22 @@ def test_failing_generator_keeps_the_last_good_output(tmp_path):
         run_generators(GenJob("m", (bad,)), tmp_path, env=env, python=sys.executable)
     assert "exit code" in info.value.message and "generate.py" in info.value.message
     assert {p.rsplit("/", 1)[1] for p in good.sources} == {p.name for p in (tmp_path / "m" / "blob").iterdir()}
+
+
+def test_a_file_named_in_the_command_decides_a_rerun(tmp_path):
+    """A tuned-config CSV passed by path (not through {qola_configs}) is hashed into the stamp: editing it
+    reruns the generator, an untouched one still skips."""
+    script = tmp_path / "gen.py"
+    script.write_text("import sys, pathlib\nsrc, out = sys.argv[1], sys.argv[2]\n"
+                      "rows = pathlib.Path(src).read_text().split()\n"
+                      "for r in rows:\n    (pathlib.Path(out) / f'k_{r}.cpp').write_text('int x;\\n')\n")
+    csv = tmp_path / "tuned.csv"
+    csv.write_text("a\nb\n")
+    gen = Generator(f"{script} {csv} {{}}", "csv")
+    env = {"PATH": "/usr/bin:/bin"}
+    first = run_generators(GenJob("m", (gen,)), tmp_path / "gen", env=env)
+    assert {p.rsplit("/", 1)[1] for p in first.sources} == {"k_a.cpp", "k_b.cpp"}
+    assert run_generators(GenJob("m", (gen,)), tmp_path / "gen", env=env).skipped
+    csv.write_text("a\nc\n")
+    edited = run_generators(GenJob("m", (gen,)), tmp_path / "gen", env=env)
+    assert not edited.skipped and {p.rsplit("/", 1)[1] for p in edited.sources} == {"k_a.cpp", "k_c.cpp"}

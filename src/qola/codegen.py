@@ -84,6 +84,22 @@ def _sources_digest(scripts: Sequence[str]) -> str:
     return h.hexdigest()
 
 
+def _argument_files_digest(argvs: Sequence[Sequence[str]]) -> dict[str, str]:
+    """sha256 of each existing regular file a generator command names after its script (``x.csv``,
+    ``--tune_file=x.csv``): a tuned-config CSV passed by path decides the output like the script
+    does, so editing it must rerun the generator. Read with the tuned-CSV size limit."""
+    from qola.tree.files import MAX_CSV, read_small  # noqa: PLC0415
+
+    found: dict[str, str] = {}
+    for argv in argvs:
+        for arg in argv[2:]:
+            path = arg.partition("=")[2] if arg.startswith("-") else arg
+            if path in found or not os.path.isabs(path) or not os.path.isfile(path):
+                continue
+            found[path] = hashlib.sha256(read_small(path, limit=MAX_CSV, what="generator input")).hexdigest()
+    return found
+
+
 def stamp_of(job: GenJob, python: str) -> str:
     digests = dict(job.config_digests) or {
         c.name: hashlib.sha256(render(merge(c)).encode()).hexdigest() for c in job.configs
@@ -94,6 +110,9 @@ def stamp_of(job: GenJob, python: str) -> str:
     }
     if digests:  # merged tuned configs: their content, not just their name, decides a rerun
         payload["configs"] = digests
+    files = _argument_files_digest(payload["argv"])
+    if files:
+        payload["files"] = files
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
