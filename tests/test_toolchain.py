@@ -173,6 +173,28 @@ def test_aiter_version_dependent_flags():
     assert "-D__Float4_e2m1fn_x2" not in hip_mod.hip_flag_set((7, 2, 0, 0), ["gfx950"], {"AITER_FP4x2": "0"})
 
 
+def test_drop_hip_flags_removes_named_entries_and_refuses_unknown_ones():
+    new = hip_mod.hip_flag_set(hip_version_key("7.2.53211", "-e5be8a"), ["gfx942"], {})
+    kept = hip_mod.without(new, ["-mllvm -amdgpu-early-inline-all=true"], "HIP 7.2")
+    assert "-mllvm -amdgpu-early-inline-all=true" not in kept and "-mllvm -amdgpu-function-calls=false" in kept
+    assert len(kept) == len(new) - 1
+    for bad in ("-amdgpu-early-inline-all=true", "-mllvm --amdgpu-enable-max-ilp-scheduling-strategy=1"):
+        with pytest.raises(QolaError) as info:  # half a flag; a flag this version does not pass
+            hip_mod.without(new, [bad], "HIP 7.2")
+        text = str(info.value)
+        assert "drop_hip_flags" in text and repr(bad) in text and "'-mllvm -enable-post-misched=0'" in text
+
+
+@pytest.mark.hip
+def test_drop_hip_flags_reach_the_compile_flags(tmp_path):
+    tc = find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path,
+                        drop_hip_flags=["-DUSE_PROF_API=1"])
+    assert "-DUSE_PROF_API=1" not in tc.device_flags() and tc.removed_flags == ("-DUSE_PROF_API=1",)
+    assert "-DLEGACY_HIPBLAS_DIRECT" in tc.device_flags()
+    with pytest.raises(QolaError, match="drop_hip_flags"):
+        find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path, drop_hip_flags=["-O3"])
+
+
 def test_default_jobs():
     assert default_jobs({"MAX_JOBS": "3"}, cpus=64, free_gb=1.0) == 3
     assert default_jobs({}, cpus=16, free_gb=100.0) == 12  # int(0.8 * 16)

@@ -90,6 +90,8 @@ class BuildSection(_Model):
     link: Literal["shared", "static"] = "shared"
     launcher: str | None = None
     jobs: int | None = Field(default=None, ge=1)
+    # entries of AITER's HIP flag set (spelled as AITER does) that this build leaves out
+    drop_hip_flags: list[str] = Field(default_factory=list)
 
     @field_validator("architectures")
     @classmethod

@@ -200,7 +200,7 @@ def _toolchain(plan_: Plan, manifest, s: Settings, env: Mapping[str, str]) -> To
     if s.dry_run and hip:
         assume = (versions or [None])[0] or hip_version(env, manifest) or "7.0"
     return find_toolchain(plan_.archs, env=env, accepted_versions=versions, cache_dir=s.layout.probes,
-                          assume_version=assume)
+                          assume_version=assume, drop_hip_flags=manifest.build.drop_hip_flags if hip else ())
 
 
 def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, ModuleSources],

@@ -49,6 +49,7 @@ def find_toolchain(
     cache_dir: str | os.PathLike,
     compiler: str | None = None,
     assume_version: str | None = None,
+    drop_hip_flags: Sequence[str] = (),
 ) -> "Toolchain":
     """The toolchain for ``archs`` (all gfx* -> HIP, all sm_* -> CUDA).
 
@@ -56,7 +57,8 @@ def find_toolchain(
     and to run the compiler under; ``accepted_versions`` are prefixes from the
     manifest (``["7.2"]`` accepts 7.2.*; None accepts any); ``compiler`` overrides
     the search; ``assume_version`` (HIP only) plans with AITER's flags for that version without
-    probing (``--dry-run``). Raises QolaError with a hint for every user-fixable problem.
+    probing (``--dry-run``); ``drop_hip_flags`` (HIP only): entries of AITER's flag set left out
+    (``[build] drop_hip_flags``). Raises QolaError with a hint for every user-fixable problem.
     """
     from qola.toolchain.archs import validate_archs  # noqa: PLC0415
 
@@ -65,7 +67,7 @@ def find_toolchain(
         from qola.toolchain.hip import find_hip
 
         return find_hip(archs, env=env, accepted_versions=accepted_versions, cache_dir=cache_dir,
-                        compiler=compiler, assume_version=assume_version)
+                        compiler=compiler, assume_version=assume_version, drop=drop_hip_flags)
     from qola.toolchain.cuda import find_cuda
 
     return find_cuda(archs, env=env, accepted_versions=accepted_versions, cache_dir=cache_dir, compiler=compiler)

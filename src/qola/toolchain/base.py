@@ -32,6 +32,7 @@ class Toolchain:
     libs: tuple[str, ...] = ()  # what consumers link (runtime_link_libs)
     lib_dirs: tuple[str, ...] = ()  # where those live
     dropped_flags: tuple[str, ...] = ()  # optional flags the probes found unsupported
+    removed_flags: tuple[str, ...] = ()  # flags of the vendor set the manifest left out ([build] drop_hip_flags)
     rocm_version: str | None = None  # ROCm release from <root>/.info/version, when known
 
     def device_flags(self) -> list[str]:

@@ -193,21 +193,23 @@ def find_hip(
     cache_dir: str | os.PathLike,
     compiler: str | None = None,
     assume_version: str | None = None,
+    drop: Sequence[str] = (),
 ) -> Toolchain:
     """``assume_version`` (planning, e.g. ``--dry-run``): take AITER's flag set for that HIP version,
-    skip the version check and every probe, keep every flag — nothing is compiled with it."""
+    skip the version check and every probe, keep every flag — nothing is compiled with it.
+    ``drop``: entries of that flag set to leave out (:func:`without`)."""
     path = locate(env, compiler)
     root = rocm_root(path, env)
     child = {**env, **CHILD_ENV}
     output, dotted, suffix = read_version(path, root, child)
     release = rocm_release(root)
     if assume_version is not None:
-        return _planning(path, root, output, assume_version, archs, env)
+        return _planning(path, root, output, assume_version, archs, env, drop)
     check_accepted("hip", path, [dotted] + ([release] if release else []), accepted_versions)
     identity = identity_of(path, output)
     pre = _clang_flags(root) if is_clang(path) else []
 
-    wanted = hip_flag_set(hip_version_key(dotted, suffix), archs, env)
+    wanted = without(hip_flag_set(hip_version_key(dotted, suffix), archs, env), drop, f"HIP {dotted}")
     probes = Probes(cache_dir, identity, child)
     arch_flags = [f"--offload-arch={a}" for a in archs]
     ok = probes.supported(arch_flags, lambda f: [path, *pre, f, *PROBE_TAIL])
@@ -244,19 +246,32 @@ def find_hip(
         libs=("amdhip64",),
         lib_dirs=(lib_dir,) if lib_dir else (),
         dropped_flags=dropped,
+        removed_flags=tuple(drop),
         rocm_version=release,
     )
 
 
+def without(wanted: list[str], drop: Sequence[str], where: str) -> list[str]:
+    """``wanted`` (AITER's flag set) less the ``drop`` entries, each of which must be one of them,
+    spelled as AITER does (``"-mllvm -amdgpu-early-inline-all=true"``): a typo or a flag this
+    version does not pass is an error, not a silent no-op."""
+    unknown = [f for f in drop if f not in wanted]
+    if unknown:
+        listed = "\n".join(f"    {f!r}" for f in wanted if not f.startswith("--offload-arch="))
+        raise QolaError(f"[build] drop_hip_flags: {', '.join(map(repr, unknown))} is not in AITER's flag set for "
+                        f"{where}", hint=f"name entries exactly as listed here:\n{listed}")
+    return [f for f in wanted if f not in drop]
+
+
 def _planning(path: str, root: str, output: str, version: str, archs: Sequence[str],
-              env: Mapping[str, str]) -> Toolchain:
+              env: Mapping[str, str], drop: Sequence[str] = ()) -> Toolchain:
     pre = _clang_flags(root) if is_clang(path) else []
-    wanted = hip_flag_set(hip_version_key(version), archs, env)
+    wanted = without(hip_flag_set(hip_version_key(version), archs, env), drop, f"HIP {version}")
     kept = [f for f in wanted if f not in ALWAYS]
     flags = [*pre, *ALWAYS, *(tok for f in kept for tok in f.split()), *AFTER]
     return Toolchain(
         kind="hip", compiler=path, version=version, version_output=output,
         identity=identity_of(path, output), archs=tuple(archs), host_cxx=find_host_cxx(env),
         child_env=dict(CHILD_ENV), root=root, base_flags=tuple(flags), lang_args=("-x", "hip"),
-        link_flags=("-lamdhip64",), libs=("amdhip64",),
+        link_flags=("-lamdhip64",), libs=("amdhip64",), removed_flags=tuple(drop),
     )
