@@ -272,3 +272,27 @@ def test_pybind_module_calls_a_deferred_variant(tmp_path):
     assert call("bf16", 128, 1, QOLA_JIT="0").startswith("error attn_fwd: no instance")  # the stub's -1
     assert call("bf16", 128, 1) == "ok" and len((tmp_path / "count").read_text().split()) == 1
     assert call("bf16", 128, 0) == "bad_args" and len((tmp_path / "count").read_text().split()) == 1
+
+
+def test_split_defers_function_specialisations_only(tmp_path):
+    """A generated file that specialises only class templates (AITER's asm v3 dispatch:
+    ``template<> struct FmhaFwdV3Name<…>``) is no instance: it stays in the library, not in the JIT."""
+    import dataclasses
+
+    from qola.jitbuild import split
+    from qola.plantypes import JitSplit, ModulePlan
+
+    kernel = tmp_path / "fmha_fwd_d32_x_gfx9.cpp"
+    kernel.write_text("template <>\nfloat fmha_fwd_<trait_, ck_tile::gfx9_t>(const S& s, A a) { return 0; }\n")
+    asm = tmp_path / "asm_fmha_fwd_v3_gfx942.cpp"
+    asm.write_text('template<> struct FmhaFwdV3Name<sel<1>> { static constexpr const char* n = "x"; };\n'
+                   "namespace gfx942 { float fmha_fwd_v3(int t) { return t; } }\n")
+    api = tmp_path / "fmha_fwd_api.cpp"
+    api.write_text("template <>\nfloat f_<int>(int) { return 0; }\n")
+    fields = {f.name: () for f in dataclasses.fields(ModulePlan) if f.default is dataclasses.MISSING
+              and f.default_factory is dataclasses.MISSING}
+    mod = dataclasses.replace(ModulePlan(**{**fields, "name": "m", "md_name": "m"}),
+                              jit=JitSplit((), False, "ck", "0"))
+    aot, deferred = split(mod, [str(kernel), str(asm), str(api)])
+    assert deferred == (str(kernel),)
+    assert set(aot) == {"asm_fmha_fwd_v3_gfx942"}

@@ -229,7 +229,7 @@ def test_arch_lists_one_rule(tmp_path):
 
 def test_hip_version_is_probed_once_the_same_way(tmp_path):
     """Planning's torch.version.hip and the build's toolchain read the version with one probe."""
-    from qola.commands.common import hip_version
+    from qola.spec import hip_version
     from qola.manifest import parse
     from qola.toolchain import hip
 

@@ -268,8 +268,11 @@ def test_static_archives_of_two_namespaces_link_into_one_program(aiter_root, tmp
     main.write_text('#include <stdio.h>\nextern const char* ta_qola_version(void);\n'
                     'extern const char* tb_qola_version(void);\n'
                     'int main(void) { printf("%s %s\\n", ta_qola_version(), tb_qola_version()); return 0; }\n')
-    exe = tmp_path / "prog"
-    link = subprocess.run(["hipcc", str(main), str(tmp_path / "out_ta/lib/ta_libmha_fwd.a"),
+    exe, obj = tmp_path / "prog", tmp_path / "main.o"
+    assert subprocess.run(["cc", "-c", str(main), "-o", str(obj)]).returncode == 0
+    # hipcc as the linker (it adds the HIP runtime); main is an object: hipcc's `-x c` for a .c file
+    # would also apply to the archives after it
+    link = subprocess.run(["hipcc", str(obj), str(tmp_path / "out_ta/lib/ta_libmha_fwd.a"),
                            str(tmp_path / "out_tb/lib/tb_libmha_fwd.a"), "-o", str(exe)],
                           capture_output=True, text=True, env={**os.environ, "HIP_PLATFORM": "amd"})
     assert link.returncode == 0, link.stderr[-4000:]  # no duplicate symbols between the two copies

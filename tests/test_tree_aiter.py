@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -71,12 +73,37 @@ def test_te_manifest_plan_receipt_and_directions(aiter_root, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "not a git checkout" in proc.stderr and proc.stderr.count("not a git checkout") == 1
     mod = json.loads(proc.stdout)["modules"][0]
-    dirs = [g["direction"] for g in mod["generators"]]
-    assert "fwd_splitkv" not in dirs and "batch_prefill" not in dirs and "fwd" in dirs
-    fwd = next(g for g in mod["generators"] if g["direction"] == "fwd")
+    by_dir = {g["direction"]: g for g in mod["generators"]}
+    # a dropped direction writes its dispatch alone (AITER's mha_fwd.cpp calls it): a filter no kernel matches
+    assert by_dir["fwd_splitkv"]["dispatch_only"] and by_dir["batch_prefill"]["dispatch_only"]
+    assert by_dir["fwd_splitkv"]["filter"] == "qola_no_kernel@qola_no_kernel"
+    assert by_dir["batch_prefill"]["run_argv"][-2:] == ["--filter", "qola_no_kernel"]
+    assert not by_dir["fwd"]["dispatch_only"]
+    fwd = by_dir["fwd"]
     assert "--receipt 700" in fwd["command"] and fwd["receipt"] == "700"
     api = next(g for g in mod["generators"] if "mha_fwd_generate.py" in g["command"])
     assert "--receipt 5" in api["command"]  # only direction-taking (kernel) generators are rewritten
+
+
+def test_dropped_direction_generates_a_dispatch_that_finds_no_kernel(aiter_root, tmp_path):
+    """The dispatch-only run of a dropped direction: CK writes fmha_fwd_splitkv_api.cpp and no kernel file,
+    and its fmha_fwd_splitkv() returns -1 ("no kernel"), so AITER's mha_fwd_splitkv links and says so."""
+    from qola.codegen import GenJob, run_generators
+
+    m = tmp_path / "te.toml"
+    m.write_text('[qola]\nnamespace = "te"\n[build]\narchitectures = ["gfx942", "gfx950"]\nmode = "cpp_itfs"\n'
+                 '[[modules]]\nname = "libmha_fwd"\nreceipt = 700\ndrop_directions = ["fwd_splitkv", "batch_prefill"]\n')
+    plan = make_plan(parse(m.read_text(), str(m)), open_tree(aiter_root), archs=("gfx942", "gfx950"), env={},
+                     hip_version="6.4")
+    gens = tuple(g for g in plan.modules[0].generators if g.dispatch_only)
+    assert {g.direction for g in gens} == {"fwd_splitkv", "batch_prefill"}
+    res = run_generators(GenJob("libmha_fwd", gens), tmp_path / "gen", env={"PATH": os.environ["PATH"],
+                                                                            "GPU_ARCHS": "gfx942;gfx950"})
+    names = sorted(Path(p).name for p in res.sources)
+    assert names == ["fmha_batch_prefill_api.cpp", "fmha_fwd_splitkv_api.cpp"], names
+    text = (tmp_path / "gen" / "libmha_fwd" / "blob" / "fmha_fwd_splitkv_api.cpp").read_text()
+    body = text[text.index("float fmha_fwd_splitkv(fmha_fwd_splitkv_traits"):]
+    assert "float r = -1;" in body and "fmha_fwd_splitkv_<" not in body
 
 
 def test_unknown_module_names_nearest(aiter_root, tmp_path):

@@ -9,6 +9,11 @@
   on, the last of ``GPU_ARCHS``), while its API generators (``mha_fwd_generate.py``, …) dispatch to
   ``<gfx>::fmha_*_v3`` for every target; a multi-arch build runs the asm generator once per target arch,
   else the library references the other archs' v3 entry points and never defines them.
+* :func:`flavor_of` / :func:`dispatch_only_filter`: CK's fMHA ``generate.py`` writes one file per
+  kernel and a dispatch file (``fmha_<direction>_api.cpp``) that calls exactly the kernels written;
+  run with a filter that matches no kernel, it writes the dispatch alone, which finds no kernel
+  (returns -1). That is what a dropped direction (``drop_directions``) becomes: AITER's API sources
+  call every direction's dispatch function, so it must exist for the library to link.
 * :func:`missing_package_hint`: a generator that died on ``ModuleNotFoundError`` gets a hint naming
   the interpreter that ran it and the ``pip install`` that fixes it.
 """
@@ -25,6 +30,29 @@ _NO_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '
 # import name -> distribution name, where they differ (kept tiny: what generators import)
 PACKAGES = {"yaml": "PyYAML", "PIL": "Pillow", "sklearn": "scikit-learn", "cv2": "opencv-python"}
 AITER_REQUIREMENTS = "packaging, pandas, jinja2, setuptools …"
+
+
+# CK kernel kinds per direction, in the order of the ``@``-separated filter; "" = every other name.
+CK_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "fwd": (("fwd", ""),),
+    "batch_prefill": (("batch_prefill", ""),),
+    "fwd_splitkv": (("combine", "fmha_fwd_splitkv_combine_"), ("splitkv", "")),
+    "bwd": (("dot_do_o", "fmha_bwd_dot_do_o_"), ("convert_dq", "fmha_bwd_convert_dq_"), ("dq_dk_dv", "")),
+}
+NO_KERNEL = "qola_no_kernel"  # a filter pattern no CK kernel name matches
+
+
+def flavor_of(script: str) -> str:
+    """``"ck"`` for CK's fMHA ``generate.py`` (beside its ``codegen/ops`` package), else ``"plain"``."""
+    p = Path(script)
+    return "ck" if p.name == "generate.py" and (p.parent / "codegen" / "ops").is_dir() else "plain"
+
+
+def dispatch_only_filter(direction: str | None) -> str | None:
+    """The CK ``--filter`` that selects no kernel of ``direction`` (one pattern per kernel kind), so
+    the generator writes the dispatch file alone; None for a direction CK does not have."""
+    kinds = CK_KINDS.get(direction or "")
+    return "@".join([NO_KERNEL] * len(kinds)) if kinds else None
 
 
 def asm_arch(script: str, hsa_dir: str | os.PathLike | None) -> str | None:

@@ -43,7 +43,9 @@ if TYPE_CHECKING:
     from qola.jit.key import JitCompiler
 
 STUB_BATCH = 64
-_SPECIALISATION = re.compile(rb"template\s*<\s*>")
+# an explicit specialisation of a function (what jit.stubs stubs), not of a class: AITER's asm v3
+# dispatch files specialise structs (``template<> struct FmhaFwdV3Name<…>``) and are no instance
+_SPECIALISATION = re.compile(rb"template\s*<\s*>\s*(?!(?:struct|class|union)\b)[A-Za-z_]")
 # flags that name paths of the build machine: include dirs are bundled instead, the host compiler is the user's
 _PATH_PAIRS = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-ccbin", "--compiler-bindir")
 

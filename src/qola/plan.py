@@ -5,6 +5,7 @@ Pure: reads the tree's files, never writes, never runs a generator.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import fnmatch
 import re
@@ -143,7 +144,20 @@ def _generators(cmds: list[str], section: ModuleSection | None, name: str) -> tu
             f"modules.{name}.drop_directions: {unknown} match no generator command of the module",
             hint=f"its generator directions are: {', '.join(have) or 'none'}",
         )
-    return tuple(g for g in gens if g.direction not in drops)
+    kept = []
+    for g in gens:
+        if g.direction in drops:
+            g = _dropped(g)
+        if g is not None:
+            kept.append(g)
+    return tuple(kept)
+
+
+def _dropped(gen: Generator) -> Generator | None:
+    """A dropped direction of CK's generator writes its dispatch alone (no kernel; AITER's API still
+    calls it); any other generator of a dropped direction is not run (None)."""
+    filt = genrules.dispatch_only_filter(gen.direction) if genrules.flavor_of(gen.script) == "ck" else None
+    return None if filt is None else dataclasses.replace(gen, filter=filt, dispatch_only=True)
 
 
 def _overrides(section: ModuleSection, meta: Path) -> dict[str, Any]:

@@ -26,6 +26,7 @@ class Generator:
     receipt: str | None = None
     filter: str | None = None  # --filter value from the declared variants (None: every instance)
     wrapper: str | None = None  # a script the generator runs under (qola's any-of filter shim for CK)
+    dispatch_only: bool = False  # a dropped direction: its filter selects no kernel (genrules.dispatch_only_filter)
 
     @property
     def argv(self) -> list[str]:
@@ -108,7 +109,7 @@ class Plan:
         for mod, raw in zip(self.modules, data["modules"]):
             raw["generators"] = [
                 {"command": g.command, "argv": g.argv, "direction": g.direction, "receipt": g.receipt,
-                 "filter": g.filter, "wrapper": g.wrapper, "run_argv": g.run_argv}
+                 "filter": g.filter, "wrapper": g.wrapper, "dispatch_only": g.dispatch_only, "run_argv": g.run_argv}
                 for g in mod.generators
             ]
         return data
@@ -118,7 +119,7 @@ class Plan:
         mods = []
         for m in data["modules"]:
             gens = tuple(Generator(g["command"], g.get("direction"), g.get("receipt"), g.get("filter"),
-                                   g.get("wrapper")) for g in m["generators"])
+                                   g.get("wrapper"), bool(g.get("dispatch_only"))) for g in m["generators"])
             fields = {k: tuple(v) if isinstance(v, list) else v for k, v in m.items()
                       if k not in ("generators", "jit")}
             fields["per_source_flags"] = tuple((p, tuple(f)) for p, f in m.get("per_source_flags", []))

@@ -27,11 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qola import genrules
 from qola import proc as runner
 from qola.errors import QolaError
 from qola.fsutil import pid_tempdir
 from qola.manifest import MAX_VARIANTS, Manifest
 from qola.plan import OUTPUT_DIR, Generator, ModulePlan, Plan
+from qola.genrules import CK_KINDS
 from qola.registry import genwrap_script
 
 ANY_CK, ANY_PLAIN = "|", ","
@@ -45,13 +47,6 @@ def shim() -> Path:
 ARCH_SUFFIX = re.compile(r"_gfx[0-9a-z]+$")  # CK's per-arch filename_suffix (not part of the kernel name)
 HDIM = re.compile(r"^d[0-9]+$")
 
-# CK kernel kinds per direction, in the order of the ``@``-separated filter; "" = every other name.
-CK_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
-    "fwd": (("fwd", ""),),
-    "batch_prefill": (("batch_prefill", ""),),
-    "fwd_splitkv": (("combine", "fmha_fwd_splitkv_combine_"), ("splitkv", "")),
-    "bwd": (("dot_do_o", "fmha_bwd_dot_do_o_"), ("convert_dq", "fmha_bwd_convert_dq_"), ("dq_dk_dv", "")),
-}
 FAMILY = {"fwd": ("fwd", "fwd_splitkv", "batch_prefill"), "bwd": ("bwd",)}
 # slot -> (options, {token: their values}); a slot holds at most one token of a kernel name.
 _BIAS = (("has_bias", "has_alibi"), {"nbias": (False, False), "bias": (True, False), "alibi": (False, True)})
@@ -112,8 +107,7 @@ def expand(options: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def flavor_of(gen: Generator) -> str:
-    script = Path(gen.script)
-    return "ck" if script.name == "generate.py" and (script.parent / "codegen" / "ops").is_dir() else "plain"
+    return genrules.flavor_of(gen.script)
 
 
 def list_blobs(gen: Generator, env: Mapping[str, str], filt: str | None = None, python: str = sys.executable) -> list[str]:
@@ -332,7 +326,7 @@ def resolve(plan: Plan, manifest: Manifest, env: Mapping[str, str], python: str 
         for n, sec in enumerate(sections):
             where = f"mha_{fam}_variants[{n}]"
             targets = [(m, i) for m in _modules_for(plan, sec.module, where) for i, g in enumerate(m.generators)
-                       if g.direction in FAMILY[fam] and flavor_of(g) == "ck"]
+                       if g.direction in FAMILY[fam] and flavor_of(g) == "ck" and not g.dispatch_only]
             if not targets:
                 raise QolaError(f"{where}: no module{' ' + sec.module if sec.module else ''} in the plan runs "
                                 f"CK's fMHA {fam} generator (directions {', '.join(FAMILY[fam])})",
@@ -383,7 +377,8 @@ def resolve(plan: Plan, manifest: Manifest, env: Mapping[str, str], python: str 
 def _generic(plan: Plan, sec: Any, n: int, listing: Any) -> list[Selection]:
     where = f"variants[{n}]"
     mod = _modules_for(plan, sec.module, where)[0]
-    gens = [i for i, g in enumerate(mod.generators) if sec.generator is None or sec.generator in g.command]
+    gens = [i for i, g in enumerate(mod.generators)
+            if not g.dispatch_only and (sec.generator is None or sec.generator in g.command)]
     if not gens:
         raise QolaError(f"{where}.generator: {sec.generator!r} is in no generator command of module {mod.name}",
                         hint="its generators: " + ("; ".join(g.command for g in mod.generators) or "none"))
@@ -435,6 +430,9 @@ def with_filters(plan: Plan, chosen: Mapping[tuple[str, int], str]) -> Plan:
     for mod in plan.modules:
         gens = []
         for i, g in enumerate(mod.generators):
+            if g.dispatch_only:  # a dropped direction keeps its no-kernel filter
+                gens.append(g)
+                continue
             filt = chosen.get((mod.name, i))
             wrap = str(shim()) if filt is not None and ANY_CK in filt and flavor_of(g) == "ck" else None
             gens.append(dataclasses.replace(g, filter=filt, wrapper=wrap))
