@@ -177,16 +177,20 @@ def test_stale_staging_and_listings_are_removed(tmp_path):
     out = tmp_path / "out"
     (out / ".qola" / f".stage-{dead}-abc" / "lib").mkdir(parents=True)
     (out / ".qola" / f".stage-{live}-abc").mkdir()
+    jit_out = tmp_path / "b" / "jit-out"  # fsutil.replace_tree's staging and aside dirs
+    for name in (f".te_libx.stage-{dead}", f".te_libx.old-{dead}", f".te_libx.stage-{live}"):
+        (jit_out / name).mkdir(parents=True)
     listing = Path(os.environ.get("TMPDIR", "/tmp")) / f"qola-list-{dead}-test{os.getpid()}"
     listing.mkdir()
     try:
         notes = prepare(out, tmp_path / "b")
+        assert sorted(p.name for p in jit_out.iterdir()) == [f".te_libx.stage-{live}"]
         assert not (gen / f".staging-{dead}").exists() and not (gen / f".old-{dead}").exists()
         assert (gen / f".staging-{live}").is_dir() and (out / ".qola" / f".stage-{live}-abc").is_dir()
         assert not (out / ".qola" / f".stage-{dead}-abc").exists() and not listing.exists()
         text = "\n".join(notes)
         assert "generator staging" in text and f".staging-{dead}" in text
-        assert "publish staging" in text and "generator listing" in text
+        assert "publish staging" in text and "generator listing" in text and "JIT staging" in text
     finally:
         shutil.rmtree(listing, ignore_errors=True)
 

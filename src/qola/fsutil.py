@@ -201,10 +201,11 @@ def pid_tempdir(prefix: str, parent: str | os.PathLike | None = None) -> Iterato
         shutil.rmtree(path, ignore_errors=True)
 
 
-def stale_entries(parent: str | os.PathLike, prefix: str) -> list[Path]:
-    """Entries of ``parent`` named ``<prefix><pid>`` or ``<prefix><pid>-…``, owned by this user,
-    whose process is gone (never followed through symlinks)."""
-    pattern = re.compile(re.escape(prefix) + r"(\d+)(?:-|\Z)")
+def stale_entries(parent: str | os.PathLike, prefix: str | re.Pattern[str]) -> list[Path]:
+    """Entries of ``parent`` named ``<prefix><pid>`` or ``<prefix><pid>-…`` (or matching the
+    pattern ``prefix``, whose ``pid`` group is the pid), owned by this user, whose process is gone
+    (never followed through symlinks)."""
+    pattern = prefix if isinstance(prefix, re.Pattern) else re.compile(re.escape(prefix) + r"(?P<pid>\d+)(?:-|\Z)")
     found = []
     try:
         entries = list(os.scandir(parent))
@@ -219,7 +220,7 @@ def stale_entries(parent: str | os.PathLike, prefix: str) -> list[Path]:
                 continue
         except OSError:
             continue
-        if not pid_alive(int(m.group(1))):
+        if not pid_alive(int(m.group("pid"))):
             found.append(Path(entry.path))
     return sorted(found)
 
@@ -234,7 +235,7 @@ def remove(path: str | os.PathLike) -> None:
             path.unlink()
 
 
-def remove_stale(parent: str | os.PathLike, prefix: str) -> list[Path]:
+def remove_stale(parent: str | os.PathLike, prefix: str | re.Pattern[str]) -> list[Path]:
     """Remove :func:`stale_entries` of ``parent``; the paths removed."""
     gone = stale_entries(parent, prefix)
     for path in gone:
@@ -247,27 +248,13 @@ def stage_prefix(name: str) -> str:
     return f".{name}.stage-"
 
 
-_TREE_LEFTOVER = re.compile(r"\.(.+)\.(?:stage|old)-(\d+)\Z")
+_TREE_LEFTOVER = re.compile(r"\.(.+)\.(?:stage|old)-(?P<pid>\d+)\Z")
 
 
 def remove_stale_trees(parent: str | os.PathLike) -> list[Path]:
     """Remove what killed :func:`replace_tree`/:func:`replace_dir` runs left in ``parent``
     (``.<name>.stage-<pid>``, ``.<name>.old-<pid>`` of a dead process, owned by this user)."""
-    gone = []
-    try:
-        entries = list(os.scandir(parent))
-    except OSError:
-        return []
-    for entry in entries:
-        m = _TREE_LEFTOVER.match(entry.name)
-        try:
-            mine = m is not None and entry.stat(follow_symlinks=False).st_uid == os.geteuid()
-        except OSError:
-            continue
-        if mine and not pid_alive(int(m.group(2))):
-            remove(entry.path)
-            gone.append(Path(entry.path))
-    return sorted(gone)
+    return remove_stale(parent, _TREE_LEFTOVER)
 
 
 def replace_tree(path: str | os.PathLike, files: Iterable[tuple[str, bytes]]) -> Path:
