@@ -47,8 +47,8 @@ def test_an_unchanged_artifact_is_linked_without_reading_it(tmp_path, monkeypatc
     publish(report, out)  # nothing rebuilt: the build dir's libraries are as the last publish saw them
     second = (out / "current").resolve()
     assert second != first
-    for lib in ("qk_a.so", "qk_b.so"):
-        assert os.stat(first / "lib" / lib).st_ino == os.stat(second / "lib" / lib).st_ino
+    for rel in ("lib/qk_a.so", "lib/qk_b.so", "logs/a.log"):  # unchanged logs and texts are linked too
+        assert os.stat(first / rel).st_ino == os.stat(second / rel).st_ino
     assert not [p for p in read if p.endswith(".so")], read
 
     # b relinked with other bytes, a rewritten with the same bytes: b copied, a hashed once and linked

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from qola.toolchain import Toolchain
 
 __all__ = ["BuildReport", "BuildSpec", "Reporter", "build", "plan"]
+SHOW_PROGRESS_AFTER = 1.0  # seconds: the incremental path shows ninja's progress once it runs this long
 
 
 class Reporter:
@@ -168,7 +169,8 @@ def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: 
     mark = ninja.log_length(layout.root)
     with contextlib.ExitStack() as shown:
         def status(done: int, total: int, text: str) -> None:
-            if not shown_yet:  # the progress display only once there is work
+            # a progress display only for work that lasts (a one-edge rebuild needs none)
+            if not shown_yet and time.perf_counter() - start > SHOW_PROGRESS_AFTER:
                 shown_yet.append(shown.enter_context(ui.running(False)))
             ui.status(done, total, text)
 

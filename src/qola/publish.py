@@ -225,13 +225,34 @@ class _Stage:
 
     def write(self, rel: str, data: bytes, *, record: bool = True) -> None:
         dst = self._dest(rel) if record else inside(self.root, rel)
-        with open(dst, "xb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(dst, 0o644)
+        sha = hashlib.sha256(data).hexdigest()
+        if not (record and self._same_as_previous(rel, data, sha, dst)):
+            with open(dst, "xb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(dst, 0o644)
         if record:
-            self.files[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+            self.files[rel] = {"sha256": sha, "size": len(data)}
+
+    def _same_as_previous(self, rel: str, data: bytes, sha: str, dst: Path) -> bool:
+        """Hard-link the previous version's ``rel`` as ``dst`` when it holds ``data`` (a log or text
+        that did not change: no write, no fsync)."""
+        old = self.prev_files.get(rel)
+        if self.prev is None or not isinstance(old, dict) or old.get("sha256") != sha:
+            return False
+        prev = self.prev / rel
+        try:
+            st = os.lstat(prev)
+            if not stat.S_ISREG(st.st_mode) or (st.st_mode & 0o7777) != 0o644 or st.st_size != len(data):
+                return False
+            with open(prev, "rb") as fh:
+                if fh.read() != data:
+                    return False
+            os.link(prev, dst)
+        except OSError:
+            return False
+        return True
 
     def tree(self, src: Path, rel: str) -> None:
         for p in sorted(src.rglob("*")):
