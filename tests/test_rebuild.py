@@ -231,3 +231,26 @@ def test_a_compile_error_on_the_incremental_path_fails_that_module_and_publishes
     res = build()  # no record: the full path (the stamp keeps the generator from running again)
     assert res.returncode == 0 and planned(res) and (tmp / "out" / "lib" / "qk_libgen.so").is_file(), res.stderr
     assert "up to date" in build().stderr
+
+
+def test_build_ninja_names_a_source_with_a_space_or_colon_once_escaped(tmp_path):
+    """The compile edges are written as ninja_syntax would, but each path escaped once (it was twice:
+    a source under 'a b/' named 'a$ b/' to ninja); ninja itself finds the source."""
+    from ninja import BIN_DIR
+
+    from qola import ninja
+
+    src = tmp_path / "a b" / "c:d.cu"
+    src.parent.mkdir()
+    src.write_text("int x;\n")
+    comp = ninja.Compile(str(src), "obj/m/c-1.o", "flags_m", ("-DX=1",))
+    graph = ninja.Graph(rules={"cc": {"command": "cp $in $out"}, "link": {"command": "cat $in > $out"}},
+                        variables={"flags_m": "-O3"}, targets=(ninja.Target("m", "lib/m.so", (comp,), "link"),))
+    ninja.write(graph, tmp_path / "build.ninja")
+    text = (tmp_path / "build.ninja").read_text()
+    assert f"build obj/m/c-1.o: cc {str(src.parent).replace(' ', '$ ')}/c$:d.cu\n  flags = $flags_m -DX=1\n" in text
+    import subprocess
+
+    done = subprocess.run([os.path.join(BIN_DIR, "ninja"), "-C", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+    assert (tmp_path / "obj" / "m" / "c-1.o").read_text() == "int x;\n"
