@@ -40,7 +40,7 @@ from qola.spec import BuildSpec, Prepared, Settings, hip_version, layout_of, pre
 if TYPE_CHECKING:
     from qola.build import CompileReport, ModuleResult, ModuleSources
     from qola.extras import ModuleExtra
-    from qola.rebuild import Recipe
+    from qola.rebuild import Recipe, Run
     from qola.plantypes import Plan
     from qola.toolchain import Toolchain
 
@@ -163,7 +163,7 @@ def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: 
 
     start = time.perf_counter()
     try:
-        run = rebuild.NinjaArgs.of(record["rebuild"])
+        run = rebuild.Run.of(record["rebuild"])
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     mark = ninja.log_length(layout.root)
@@ -186,18 +186,18 @@ def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: 
     from qola.build import CompileReport, settle  # noqa: PLC0415
 
     plan_, tc = recipe.typed()
-    results = {r.name: r for r in recipe.results()}
+    results = {r.name: r for r in recipe.results(run)}
     seconds: dict[str, float] = {}
     for out, secs in ninja.compile_times(layout.root, mark).items():
         if (mod := run.owner(out)) is not None:
             seconds[mod] = seconds.get(mod, 0.0) + secs
     settle(results, outcome, {m: a for a, m in run.artifacts.items()}, seconds, layout.root, owner=run.owner)
     compiled = CompileReport(plan_, tc, list(results.values()), layout.root, time.perf_counter() - start, outcome.log)
-    isolation.audit(compiled, plan_, only=recipe.changed(layout.root))  # 10. audit what ninja relinked
+    isolation.audit(compiled, plan_, only=run.changed(layout.root))  # 10. audit what ninja relinked
     published = _publish(compiled, plan_, tc, layout, {})  # 11. publish
-    if compiled.ok:  # 12. record
-        rebuild.save(layout.root, rebuild.updated(recipe, compiled))
-        fastpath.rerecord(layout.root, layout.out, record, env)
+    if compiled.ok:  # 12. record (the recipe stays: nothing it holds changed)
+        fastpath.rerecord(layout.root, layout.out, {**record, "rebuild": run.after(compiled, layout.root).to_json()},
+                          env)
     else:
         fastpath.forget(layout.root)
     return BuildReport(layout, compiled, published)
@@ -246,7 +246,7 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
     published = _publish(compiled, plan_, tc, layout, extras)  # 11. publish
     if compiled.ok and spec.argv:  # 12. record
         recipe = rebuild.of(compiled, plan_, tc, s.jobs, logs, layout.root) if rebuild.eligible(extras) else None
-        _remember(spec, prepared, plan_, tc, s, env, extras, recipe)
+        _remember(spec, prepared, plan_, tc, s, env, extras, *(recipe or (None, None)))
     return BuildReport(layout, compiled, published)
 
 
@@ -303,9 +303,10 @@ def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildL
 
 
 def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s: Settings,
-              env: Mapping[str, str], extras: Mapping[str, ModuleExtra], recipe: Recipe | None) -> None:
-    """Record what this (successful) build was derived from, for the next no-op, and (``recipe``)
-    what the incremental path needs. The manifest and tree paths as the command line (or manifest)
+              env: Mapping[str, str], extras: Mapping[str, ModuleExtra], recipe: Recipe | None,
+              run: Run | None) -> None:
+    """Record what this (successful) build was derived from, for the next no-op, and (``recipe``,
+    ``run``) what the incremental path needs. The manifest and tree paths as the command line (or manifest)
     named them: symlinks re-pointed to another manifest or tree are noticed."""
     from qola import codegen, isolation, rebuild  # noqa: PLC0415
     from qola.builddir import gen_module_dir  # noqa: PLC0415
@@ -348,4 +349,4 @@ def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s
                                  listed_dirs=[str(layout.blob(name)) for name in gen], written=written)
     resolved = [os.path.abspath(p) for p in [*given, *(t for t in tools if t)]]
     fastpath.record(layout.root, layout.out, list(spec.argv), env, fastpath.env_keys_of(texts), files, resolved,
-                    rebuild=None if recipe is None else recipe.ninja_args().to_json())
+                    rebuild=None if run is None else run.to_json())
