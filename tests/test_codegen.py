@@ -59,3 +59,36 @@ def test_a_file_named_in_the_command_decides_a_rerun(tmp_path):
     csv.write_text("a\nc\n")
     edited = run_generators(GenJob("m", (gen,)), tmp_path / "gen", env=env)
     assert not edited.skipped and {p.rsplit("/", 1)[1] for p in edited.sources} == {"k_a.cpp", "k_c.cpp"}
+
+
+def test_a_rerun_generator_keeps_unchanged_files_untouched(tmp_path):
+    """Issue 12 (rebuild cost): a generator that reruns (an edited comment changes its stamp) but writes
+    the same bytes leaves those files as they were (same inode and mtime: ninja recompiles nothing);
+    a changed file is replaced, one no longer generated is removed, a new one appears."""
+    script = tmp_path / "gen.py"
+    body = ("import pathlib, sys\nout = pathlib.Path(sys.argv[1])\n"
+            "for n in {names}:\n    (out / f'k_{{n}}.cpp').write_text('int k_' + n + ' = {value};\\n')\n"
+            "(out / 'sub').mkdir()\n(out / 'sub' / 'api.cpp').write_text('int api;\\n')\n")
+    script.write_text(body.format(names="'abc'", value=1))
+    gen = Generator(f"{script} {{}}", "k")
+    env = {"PATH": "/usr/bin:/bin"}
+    blob = tmp_path / "gen" / "m" / "blob"
+    first = run_generators(GenJob("m", (gen,)), tmp_path / "gen", env=env)
+    before = {p.relative_to(blob).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns) for p in blob.rglob("*.cpp")}
+    assert set(before) == {"k_a.cpp", "k_b.cpp", "k_c.cpp", "sub/api.cpp"} and len(first.sources) == 4
+
+    script.write_text("# a comment: the output does not change\n" + body.format(names="'abc'", value=1))
+    again = run_generators(GenJob("m", (gen,)), tmp_path / "gen", env=env)
+    assert not again.skipped, "the edited generator must rerun"
+    after = {p.relative_to(blob).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns) for p in blob.rglob("*.cpp")}
+    assert after == before, "byte-identical output must keep every file's inode and mtime"
+
+    changed = body.format(names="'abd'", value=1)
+    script.write_text(changed.replace("'int k_' + n", "('long k_' if n == 'b' else 'int k_') + n"))
+    third = run_generators(GenJob("m", (gen,)), tmp_path / "gen", env=env)
+    now = {p.relative_to(blob).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns) for p in blob.rglob("*.cpp")}
+    assert set(now) == {"k_a.cpp", "k_b.cpp", "k_d.cpp", "sub/api.cpp"}  # k_c gone, k_d new
+    assert now["k_a.cpp"] == before["k_a.cpp"] and now["sub/api.cpp"] == before["sub/api.cpp"]
+    assert now["k_b.cpp"] != before["k_b.cpp"] and (blob / "k_b.cpp").read_text() == "long k_b = 1;\n"
+    assert {p.rsplit("/", 1)[1] for p in third.sources} == {"k_a.cpp", "k_b.cpp", "k_d.cpp", "api.cpp"}
+    assert not [p for p in (tmp_path / "gen" / "m").iterdir() if p.name.startswith(".")]

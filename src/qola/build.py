@@ -17,7 +17,6 @@ from pathlib import Path
 
 from qola import ninja
 from qola.builddir import BuildLayout, object_path
-from qola.codegen import GenJob, run_generators
 from qola.errors import FailedProcessError, QolaError, tail
 from qola.extras import ModuleExtra
 from qola.plantypes import ModulePlan, Plan
@@ -118,6 +117,8 @@ def generate(plan: Plan, tc: Toolchain, layout: BuildLayout, *, jobs: int, env: 
              on_event: Callable[[str], None] = lambda s: None) -> dict[str, tuple[str, ...]]:
     """Run every module's generators (with the plan's filters) in parallel; module -> its generated
     files. A failure marks its module failed."""
+    from qola.codegen import GenJob, run_generators  # noqa: PLC0415 (the incremental path needs none of it)
+
     gen_jobs = [GenJob(m.name, m.generators, (), m.configs) for m in plan.modules if m.generators]
     generated: dict[str, tuple[str, ...]] = {}
     if not gen_jobs:
@@ -246,14 +247,28 @@ def compile_graph(plan: Plan, tc: Toolchain, layout: BuildLayout, graph: ninja.G
                         targets=[f"module_{t.module}" for t in graph.targets], dry_run=dry_run,
                         verbose=verbose, on_status=on_status)
     times = ninja.compile_times(layout.root, log_mark)
-    failed_mods = {owners.get(o) for o in outcome.failed_outputs}
-    for t in graph.targets:
-        r = results[t.module]
-        r.log += outcome.lines_by_module.get(t.module, [])
-        r.seconds = r.codegen_seconds + sum(times.get(c.obj, 0.0) for c in t.compiles) + times.get(t.artifact, 0.0)
+    seconds = {t.module: sum(times.get(c.obj, 0.0) for c in t.compiles) + times.get(t.artifact, 0.0)
+               for t in graph.targets}
+    settle(results, outcome, {t.module: t.artifact for t in graph.targets}, seconds, layout.root, owner=owners.get,
+           dry_run=dry_run)
+    return CompileReport(plan, tc, list(results.values()), layout.root, time.perf_counter() - start, outcome.log,
+                         list(notes or []))
+
+
+def settle(results: Mapping[str, ModuleResult], outcome: ninja.NinjaRun, artifacts: Mapping[str, str],
+           seconds: Mapping[str, float], root: Path, *, owner: Callable[[str], str | None],
+           dry_run: bool = False) -> None:
+    """Sort ninja's outcome into the results of the modules it built (``artifacts``: module -> its
+    artifact, relative to ``root``): each gets its output lines and seconds, and is built, failed
+    (a failed edge of its own, or no artifact) or, in a dry run, planned."""
+    failed_mods = {owner(o) for o in outcome.failed_outputs}
+    for name, artifact in artifacts.items():
+        r = results[name]
+        r.log += outcome.lines_by_module.get(name, [])
+        r.seconds = r.codegen_seconds + seconds.get(name, 0.0)
         if dry_run:
             r.status = "planned"
-        elif t.module in failed_mods or not (layout.root / t.artifact).is_file():
+        elif name in failed_mods or not (root / artifact).is_file():
             r.status = "failed"
             first = next((ln for ln in r.log if "error" in ln.lower()), None) or (r.log[0] if r.log else "")
             r.error = r.error or (first.strip()[:300] or f"ninja exited {outcome.returncode}")
@@ -263,8 +278,6 @@ def compile_graph(plan: Plan, tc: Toolchain, layout: BuildLayout, graph: ninja.G
     if outcome.returncode != 0 and not failed_mods and not dry_run and all(
             r.status == "built" for r in results.values()):
         raise QolaError("ninja failed without naming a failed edge:\n" + "\n".join(outcome.log[-20:]))
-    return CompileReport(plan, tc, list(results.values()), layout.root, time.perf_counter() - start, outcome.log,
-                         list(notes or []))
 
 
 def _failed_excerpt(log: list[str]) -> str | None:

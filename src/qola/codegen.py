@@ -1,9 +1,12 @@
-"""Run a module's generator commands into a staging dir and publish it by rename.
+"""Run a module's generator commands into a staging dir, then bring the module's blob dir to it.
 
 A stamp over (commands, generator sources, filters) skips unchanged runs;
 every run starts from an empty staging dir, so instances from an earlier filter
-never survive. A generator's exit code is checked (AITER ignores it). Staging dirs carry their owner's pid
-(``.staging-<pid>``, ``.blob.old-<pid>``): :func:`clean_stale` removes those of killed runs.
+never survive. The blob dir is synced file by file (:func:`qola.fsutil.sync_dir`): a generated file
+whose bytes did not change keeps its mtime, so a rerun generator (an edited comment, a new option
+that selects the same instances) recompiles only what it really changed. A generator's exit code
+is checked (AITER ignores it). Staging dirs carry their owner's pid (``.staging-<pid>``,
+``.blob.old-<pid>``): :func:`clean_stale` removes those of killed runs.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 from qola import proc
 from qola.builddir import BLOB, CONFIGS, gen_module_dir
 from qola.errors import FailedProcessError, QolaError
-from qola.fsutil import atomic_write, inside, old_prefix, remove_stale, replace_dir
+from qola.fsutil import atomic_write, inside, old_prefix, remove_stale, sync_dir
 from qola.genrules import asm_arch, missing_package_hint, skip_warning
 from qola.plan import OUTPUT_DIR
 from qola.plantypes import Generator
@@ -177,8 +180,8 @@ def run_generators(
                 exc.hint = (missing_package_hint(exc.output, python)
                             or f"module {job.module}: its generator failed; fix the command or the generator")
                 raise
-        stamp_file.unlink(missing_ok=True)
-        replace_dir(staging, blob)
+        stamp_file.unlink(missing_ok=True)  # a sync cut short leaves no stamp: the next run redoes it
+        sync_dir(staging, blob)
         atomic_write(stamp_file, json.dumps({"stamp": stamp, "commands": commands, "warnings": warnings},
                                             indent=1).encode())
     finally:

@@ -8,8 +8,13 @@ paths given on the command line resolve to (``--manifest``, ``--aiter-root`` and
 symlinks, re-pointed between two runs), and the (size, mtime, ctime, inode) of every input file and
 directory that ninja itself does not track (the manifest, the module table, generator scripts and
 the tuned-config CSVs they read, source and include dirs, hsa dirs, compilers, qola's own files)
-plus every file it published. :func:`up_to_date` recomputes that digest and asks ``ninja -n``
-whether any edge is dirty; only when both agree is the build skipped.
+plus every file it published. :func:`unchanged` recomputes that digest; :func:`nothing_to_do` asks
+``ninja -n`` whether any edge is dirty; only when both agree is the build skipped.
+
+The record also covers what the pipeline itself wrote for the graph (``build.ninja``, the toolchain
+stamp, version scripts, the generated dirs' listings and stamps, the incremental path's recipe,
+:mod:`qola.rebuild`): when ``rebuild`` is set and the digest holds, stages 1-8 of a build would
+change nothing, and a dirty edge is ninja's work alone (:func:`rerecord` then notes the new output).
 """
 
 from __future__ import annotations
@@ -69,15 +74,24 @@ def published_files(out: Path) -> list[str]:
 
 
 def record(build_dir: Path, out: Path, argv: Sequence[str], env: Mapping[str, str], env_keys: Sequence[str],
-           inputs: Iterable[str], resolved: Iterable[str] = ()) -> None:
-    """``resolved``: paths as given (absolute, not resolved) whose target must stay the same."""
+           inputs: Iterable[str], resolved: Iterable[str] = (), *, rebuild: Mapping | None = None) -> None:
+    """``resolved``: paths as given (absolute, not resolved) whose target must stay the same;
+    ``rebuild``: how the incremental path runs ninja (its recipe was written, and is among ``inputs``)."""
     files = sorted(set(inputs)) + published_files(out)
     links = sorted(set(resolved))
     data = {"format": FORMAT, "argv": list(argv), "env_keys": list(env_keys), "files": files, "resolved": links,
-            "digest": digest(argv, env, env_keys, files, links)}
+            "rebuild": rebuild, "digest": digest(argv, env, env_keys, files, links)}
     from qola.fsutil import atomic_write  # noqa: PLC0415 (not on the no-op path)
 
     atomic_write(build_dir / RECORD, json.dumps(data).encode())
+
+
+def rerecord(build_dir: Path, out: Path, data: Mapping, env: Mapping[str, str]) -> None:
+    """After an incremental build: the record ``data`` (what :func:`unchanged` returned) over the
+    same inputs (the recipe rewritten) and the new output."""
+    prefix = str(out) + os.sep
+    record(build_dir, out, data["argv"], env, data["env_keys"], [f for f in data["files"] if not f.startswith(prefix)],
+           data["resolved"], rebuild=data.get("rebuild"))
 
 
 def forget(build_dir: Path) -> None:
@@ -87,18 +101,25 @@ def forget(build_dir: Path) -> None:
         pass
 
 
-def up_to_date(build_dir: Path, out: Path, argv: Sequence[str], env: Mapping[str, str], ninja: str) -> bool:
+def unchanged(build_dir: Path, out: Path, argv: Sequence[str], env: Mapping[str, str]) -> dict | None:
+    """The record of the last successful build when nothing it was derived from changed (and OUT
+    holds what it published), else None."""
     try:
         data = json.loads((build_dir / RECORD).read_text())
         if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("argv") != list(argv):
-            return False
+            return None
         files, keys, links = data["files"], data["env_keys"], data["resolved"]
         if published_files(out) != [f for f in files if f.startswith(str(out) + os.sep)]:
-            return False
+            return None
         if digest(argv, env, keys, files, links) != data.get("digest"):
-            return False
+            return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False  # no record, or not one this qola wrote: build
+        return None  # no record, or not one this qola wrote: build
+    return data
+
+
+def nothing_to_do(build_dir: Path, ninja: str) -> bool:
+    """``ninja -n`` finds no dirty edge."""
     try:
         done = proc.run([ninja, "-C", str(build_dir), "-n"], timeout=120, stderr=proc.PIPE)
     except (OSError, proc.TimeoutExpired):
@@ -107,11 +128,17 @@ def up_to_date(build_dir: Path, out: Path, argv: Sequence[str], env: Mapping[str
 
 
 def input_files(*, manifest: str, tree_files: Iterable[str], dirs: Iterable[str], generator_scripts: Iterable[str],
-                tools: Iterable[str | None], data: Iterable[str] = (), data_dirs: Iterable[str] = ()) -> list[str]:
+                tools: Iterable[str | None], data: Iterable[str] = (), data_dirs: Iterable[str] = (),
+                listed_dirs: Iterable[str] = (), written: Iterable[str] = ()) -> list[str]:
     """Everything the graph depends on that ninja does not track itself. ``data``: files generators
     read (tuned-config CSVs, absent ones too: their appearance counts); ``data_dirs``: directories
-    whose every file and subdir counts (``aiter/configs``: a new per-model CSV changes a merge)."""
-    files = [manifest, *tree_files, *data]
+    whose every file and subdir counts (``aiter/configs``: a new per-model CSV changes a merge, the
+    embedded code objects); ``listed_dirs``: directories whose listing counts, with their subdirs
+    (the generated sources); ``written``: files qola wrote for the graph."""
+    files = [manifest, *tree_files, *data, *written]
+    for d in listed_dirs:
+        for top, _, _ in os.walk(d):
+            files.append(top)
     for d in data_dirs:
         if os.path.isdir(d):
             files.append(d)

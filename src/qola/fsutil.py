@@ -6,7 +6,8 @@
 * :func:`atomic_write` / :func:`atomic_copy` / :func:`write_if_changed` — temp file in the same
   directory, fsync, ``rename``: a reader (or a SIGKILL) sees the old or the new file, never half;
   :func:`commit` publishes a temp someone else wrote (a compiler's output), :func:`replace_dir`
-  swaps a staged directory in;
+  swaps a staged directory in, :func:`sync_dir` brings a directory to a staged one's content file by
+  file (unchanged files keep their mtime);
 * :func:`pid_tempdir`, :func:`stale_entries`, :func:`remove_stale` — temporary names that carry
   their owner's pid (``<prefix><pid>…``), so what a killed run left behind can be told from what a
   live one is using, and removed on the next run.
@@ -19,6 +20,7 @@ import errno
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -166,6 +168,81 @@ def replace_dir(stage: str | os.PathLike, final: str | os.PathLike) -> Path:
     fsync_dir(final.parent)
     remove(aside)
     return final
+
+
+def _same_file(src: str, dst: str) -> bool:
+    """Whether the regular file ``dst`` holds ``src``'s bytes (its permission bits made ``src``'s)."""
+    try:
+        s, d = os.lstat(src), os.lstat(dst)
+        if not (stat.S_ISREG(s.st_mode) and stat.S_ISREG(d.st_mode)) or s.st_size != d.st_size:
+            return False
+        with open(src, "rb") as a, open(dst, "rb") as b:
+            while True:
+                x, y = a.read(1 << 20), b.read(1 << 20)
+                if x != y:
+                    return False
+                if not x:
+                    break
+        if (d.st_mode & 0o7777) != (s.st_mode & 0o7777):
+            os.chmod(dst, s.st_mode & 0o7777)
+    except OSError:
+        return False
+    return True
+
+
+def sync_dir(stage: str | os.PathLike, final: str | os.PathLike) -> tuple[int, int, int]:
+    """Make the directory ``final`` hold exactly what the finished directory ``stage`` (same parent)
+    holds, consuming ``stage``: a file whose bytes did not change is left alone (it keeps its inode
+    and mtime, so ninja rebuilds nothing from it), a new or changed one is renamed in (a reader sees
+    the old file or the new one), one ``stage`` lacks is removed. ``final`` absent: ``stage`` is
+    renamed to it. Not atomic as a whole: a caller that must notice an interrupted sync removes its
+    own completion record first (codegen's stamp). Returns (files renamed in, kept, removed)."""
+    stage, final = Path(stage), Path(final)
+    if final.is_symlink() or not final.is_dir():
+        remove(final)
+        count = sum(len(files) for _, _, files in os.walk(stage))
+        os.replace(stage, final)
+        fsync_dir(final.parent)
+        return count, 0, 0
+    staged: set[str] = set()
+    changed = kept = removed = 0
+    for dirpath, dirnames, filenames in os.walk(stage):
+        rel_dir = os.path.relpath(dirpath, stage)
+        rel_dir = "" if rel_dir == "." else rel_dir
+        dst_dir = os.path.join(final, rel_dir)
+        if rel_dir:
+            staged.add(rel_dir)
+            if os.path.islink(dst_dir) or (os.path.lexists(dst_dir) and not os.path.isdir(dst_dir)):
+                remove(dst_dir)
+            os.makedirs(dst_dir, exist_ok=True)
+        links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+        dirnames[:] = [d for d in dirnames if d not in links]
+        for name in (*filenames, *links):
+            rel = os.path.join(rel_dir, name)
+            staged.add(rel)
+            src, dst = os.path.join(dirpath, name), os.path.join(dst_dir, name)
+            if _same_file(src, dst):
+                kept += 1
+                continue
+            if os.path.isdir(dst) and not os.path.islink(dst):
+                remove(dst)
+            os.replace(src, dst)
+            changed += 1
+    for dirpath, dirnames, filenames in os.walk(final, topdown=False):
+        rel_dir = os.path.relpath(dirpath, final)
+        rel_dir = "" if rel_dir == "." else rel_dir
+        for name in (*filenames, *(d for d in dirnames if os.path.islink(os.path.join(dirpath, d)))):
+            if os.path.join(rel_dir, name) not in staged:
+                os.unlink(os.path.join(dirpath, name))
+                removed += 1
+        for name in dirnames:
+            rel, path = os.path.join(rel_dir, name), os.path.join(dirpath, name)
+            if rel not in staged and not os.path.islink(path):
+                remove(path)
+    if changed or removed:
+        fsync_dir(final)
+    remove(stage)
+    return changed, kept, removed
 
 
 def old_prefix(name: str) -> str:

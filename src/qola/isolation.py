@@ -9,7 +9,7 @@ those name; :func:`shared_files` are the files every module's compiles and links
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from qola import __version__, embed
@@ -109,11 +109,12 @@ def _objects(mod: ModulePlan, compiled: Sequence[str], inputs: Sequence[str]) ->
     return objs + [o for o in dict.fromkeys(inputs) if o not in objs]
 
 
-def audit(report: CompileReport, plan: Plan) -> None:
-    """Audit every built library; a leak fails its module (and keeps it out of OUT)."""
+def audit(report: CompileReport, plan: Plan, only: Collection[str] | None = None) -> None:
+    """Audit every built library (``only``: of these modules; the others keep their exports); a leak
+    fails its module (and keeps it out of OUT)."""
     mods = {m.name: m for m in plan.modules}
     for r in report.modules:
-        if r.status != "built" or r.artifact is None:
+        if r.status != "built" or r.artifact is None or (only is not None and r.name not in only):
             continue
         mod = mods[r.name]
         extra = (f"PyInit_{mod.md_name}",) if mod.is_python_module else ()

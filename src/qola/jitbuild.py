@@ -30,17 +30,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qola import ninja, variants
+from qola import ninja
 from qola.build import CompileReport, module_flags
 from qola.builddir import BuildLayout, object_path
 from qola.errors import QolaError
 from qola.extras import Edge, FileWrite, ModuleExtra, TreeWrite
-from qola.manifest import Manifest
 from qola.plantypes import JitSplit, ModulePlan, Plan
 from qola.toolchain import Toolchain
 
 if TYPE_CHECKING:
     from qola.jit.key import JitCompiler
+    from qola.manifest import Manifest
 
 STUB_BATCH = 64
 # an explicit specialisation of a function (what jit.stubs stubs), not of a class: AITER's asm v3
@@ -64,6 +64,8 @@ def plan_jit(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> Plan:
     jit = manifest.jit
     if jit is None or not jit.enabled:
         return plan
+    from qola import variants  # noqa: PLC0415 (the incremental path publishes without the planner)
+
     names = [m.name for m in plan.modules]
     for name in jit.modules or []:
         if name not in names:
@@ -91,6 +93,8 @@ def plan_jit(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> Plan:
 
 def _style(mod: ModulePlan) -> str:
     """The stub style (what a stub returns when the JIT cannot give it its function)."""
+    from qola import variants  # noqa: PLC0415
+
     if any(variants.flavor_of(g) == "ck" for g in mod.generators):
         return "ck_fmha"
     if any((Path(g.script).parent / "attn_fwd_kernel.h").is_file() for g in mod.generators):
@@ -148,6 +152,8 @@ def rules(tc: Toolchain) -> dict[str, dict[str, str]]:
 
 def split(mod: ModulePlan, generated: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(stems built ahead, deferred files) of ``mod``'s generated files under its JIT split."""
+    from qola import variants  # noqa: PLC0415
+
     assert mod.jit is not None
     ahead = set(mod.jit.ahead)
     instances = [f for f in generated if not variants.is_api(Path(f).stem)]

@@ -19,7 +19,6 @@ import errno
 import fcntl
 import json
 import os
-import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -101,7 +100,7 @@ def holder_text(path: Path, fd: int | None = None) -> str:
         ago = max(0, int(time.time() - started))
         when = f", started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))} ({ago} s ago)"
     host = data.get("host")
-    where = f" on {host}" if host and host != socket.gethostname() else ""
+    where = f" on {host}" if host and host != os.uname().nodename else ""
     cwd = f" (in {data['cwd']})" if data.get("cwd") else ""
     return f"pid {data.get('pid')}{where}{when}, command: {data.get('command', '?')}{cwd}"
 
@@ -114,7 +113,7 @@ def _open(path: Path) -> int:
 
 
 def _write_info(fd: int, command: Sequence[str]) -> None:
-    info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+    info = {"pid": os.getpid(), "host": os.uname().nodename, "started": time.time(),
             "command": " ".join(command), "cwd": os.getcwd()}
     data = json.dumps(info).encode()
     os.ftruncate(fd, 0)

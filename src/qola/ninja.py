@@ -90,10 +90,13 @@ def write(graph: Graph, path: Path) -> None:
         # so a heavy source of the last module does not become the build's tail
         compiles = [(t, c) for t in graph.targets for c in t.compiles]
         compiles.sort(key=lambda tc: -graph.priority.get(tc[1].obj, 0.0))
-        for t, c in compiles:
-            variables = {"flags": f"${c.flags_var}" + (" " + escape_flags(c.extra_flags) if c.extra_flags else ""),
-                         "module": t.module}
-            w.build(c.obj, "cc", [ninja_syntax.escape_path(c.src)], implicit=stamp, variables=variables)
+        # the compile edges as ninja_syntax writes them (build line, then its bindings), one string each:
+        # tens of thousands of them, the file's bulk
+        esc, after = ninja_syntax.escape_path, "".join(f" | {ninja_syntax.escape_path(s)}" for s in stamp[:1])
+        fh.write("".join(
+            f"build {esc(c.obj)}: cc {esc(c.src)}{after}\n  flags = ${c.flags_var}"
+            f"{' ' + escape_flags(c.extra_flags) if c.extra_flags else ''}\n  module = {t.module}\n"
+            for t, c in compiles))
         for t in graph.targets:
             objs = [c.obj for c in t.compiles]
             w.build(
@@ -178,20 +181,23 @@ def run(
 
 
 def log_length(build_dir: Path) -> int:
+    """A mark in ``.ninja_log`` (its size now) for :func:`compile_times`: a stat, not a read."""
     try:
-        return len((build_dir / ".ninja_log").read_text().splitlines())
+        return (build_dir / ".ninja_log").stat().st_size
     except OSError:
         return 0
 
 
-def compile_times(build_dir: Path, since_line: int = 0) -> dict[str, float]:
-    """Seconds per output from ``.ninja_log`` entries after ``since_line`` (this run's)."""
+def compile_times(build_dir: Path, since: int = 0) -> dict[str, float]:
+    """Seconds per output from the ``.ninja_log`` entries written after the mark ``since``
+    (:func:`log_length`; 0: every entry). A log ninja recompacted meanwhile (shorter than the mark)
+    counts whole."""
     times: dict[str, float] = {}
     try:
-        lines = (build_dir / ".ninja_log").read_text().splitlines()
+        data = (build_dir / ".ninja_log").read_bytes()
     except OSError:
         return times
-    for line in lines[max(1, since_line):]:
+    for line in data[since if since <= len(data) else 0:].decode(errors="replace").splitlines():
         parts = line.split("\t")
         if len(parts) >= 4 and parts[0].isdigit() and parts[1].isdigit():
             times[parts[3]] = (int(parts[1]) - int(parts[0])) / 1000.0

@@ -2,7 +2,9 @@
 
 ``build(spec)`` is a straight sequence of stages; each takes data and returns data:
 
- 0. directories and numbers checked, locks taken, the no-op fast path asked
+ 0. directories and numbers checked, locks taken, the no-op fast path asked; when nothing stages
+    1-8 read changed, the incremental path: ninja on the recorded graph, then 10-12 for what it
+    relinked (:func:`_incremental`)
  1. prepare     manifest, tree, the plan as the tables give it; the build's settings
  2. variants    declared variants -> each generator's filter, in the plan
  3. JIT plan    [jit] -> each module's ahead/deferred split, in the plan
@@ -38,10 +40,12 @@ from qola.spec import BuildSpec, Prepared, Settings, hip_version, layout_of, pre
 if TYPE_CHECKING:
     from qola.build import CompileReport, ModuleResult, ModuleSources
     from qola.extras import ModuleExtra
+    from qola.rebuild import Recipe, Run
     from qola.plantypes import Plan
     from qola.toolchain import Toolchain
 
 __all__ = ["BuildReport", "BuildSpec", "Reporter", "build", "plan"]
+SHOW_PROGRESS_AFTER = 1.0  # seconds: the incremental path shows ninja's progress once it runs this long
 
 
 class Reporter:
@@ -137,17 +141,72 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
         if not spec.dry_run and spec.argv:
             from ninja import BIN_DIR  # noqa: PLC0415 (light: the package's __init__)
 
-            if fastpath.up_to_date(layout.root, layout.out, spec.argv, env, os.path.join(BIN_DIR, "ninja")):
+            record = fastpath.unchanged(layout.root, layout.out, spec.argv, env)
+            if record is not None and record.get("rebuild"):
+                preflight.room(layout.out, layout.root)
+                done = _incremental(spec, layout, env, ui, record)
+                if done is not None:
+                    return done
+            elif record is not None and fastpath.nothing_to_do(layout.root, os.path.join(BIN_DIR, "ninja")):
                 return BuildReport(layout)
         if not spec.dry_run:
             preflight.room(layout.out, layout.root)
         return _build(spec, layout, env, ui)
 
 
+def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Reporter,
+                 record: Mapping) -> BuildReport | None:
+    """Nothing stages 1-8 read changed since the last successful build (``record``): run ninja on
+    its graph (up to date when ninja has nothing to do), audit the libraries it relinked, publish,
+    record. None: no usable recipe (the full path then runs)."""
+    from qola import ninja, rebuild  # noqa: PLC0415 (light)
+
+    start = time.perf_counter()
+    try:
+        run = rebuild.Run.of(record["rebuild"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    mark = ninja.log_length(layout.root)
+    with contextlib.ExitStack() as shown:
+        def status(done: int, total: int, text: str) -> None:
+            # a progress display only for work that lasts (a one-edge rebuild needs none)
+            if not shown_yet and time.perf_counter() - start > SHOW_PROGRESS_AFTER:
+                shown_yet.append(shown.enter_context(ui.running(False)))
+            ui.status(done, total, text)
+
+        shown_yet: list = []
+        outcome = ninja.run(layout.root, jobs=run.jobs, env={**env, **run.env}, owner=run.owner,
+                            targets=run.targets, verbose=spec.verbose, on_status=status)
+    if outcome.returncode == 0 and any(line.startswith("ninja: no work to do") for line in outcome.log):
+        return BuildReport(layout)
+    recipe = rebuild.load(layout.root)
+    if recipe is None:
+        return None
+    from qola import isolation  # noqa: PLC0415
+    from qola.build import CompileReport, settle  # noqa: PLC0415
+
+    plan_, tc = recipe.typed()
+    results = {r.name: r for r in recipe.results(run)}
+    seconds: dict[str, float] = {}
+    for out, secs in ninja.compile_times(layout.root, mark).items():
+        if (mod := run.owner(out)) is not None:
+            seconds[mod] = seconds.get(mod, 0.0) + secs
+    settle(results, outcome, {m: a for a, m in run.artifacts.items()}, seconds, layout.root, owner=run.owner)
+    compiled = CompileReport(plan_, tc, list(results.values()), layout.root, time.perf_counter() - start, outcome.log)
+    isolation.audit(compiled, plan_, only=run.changed(layout.root))  # 10. audit what ninja relinked
+    published = _publish(compiled, plan_, tc, layout, {})  # 11. publish
+    if compiled.ok:  # 12. record (the recipe stays: nothing it holds changed)
+        fastpath.rerecord(layout.root, layout.out, {**record, "rebuild": run.after(compiled, layout.root).to_json()},
+                          env)
+    else:
+        fastpath.forget(layout.root)
+    return BuildReport(layout, compiled, published)
+
+
 def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Reporter) -> BuildReport:
     from qola import build as stages  # noqa: PLC0415
     from qola import extras as extras_mod  # noqa: PLC0415
-    from qola import isolation, jitbuild  # noqa: PLC0415
+    from qola import isolation, jitbuild, rebuild  # noqa: PLC0415
     from qola.publish import prepare as prepare_output  # noqa: PLC0415
 
     fastpath.forget(layout.root)
@@ -175,6 +234,7 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
         extras = _hooks(plan_, tc, layout, srcs, results, s, env)  # 7. hooks
         extras_mod.write(extras, isolation.shared_files(plan_, layout))  # 8. write
         srcs = {name: src for name, src in srcs.items() if name in extras}
+        logs = {name: list(r.log) for name, r in results.items()}  # before ninja: the incremental path's start
         graph = stages.graph_for(plan_, tc, layout, srcs, extras, launcher=s.launcher,
                                  rules={**isolation.RULES, **jitbuild.rules(tc)})
         compiled = stages.compile_graph(plan_, tc, layout, graph, results, jobs=s.jobs, env=env,
@@ -185,7 +245,8 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
     isolation.audit(compiled, plan_)  # 10. audit
     published = _publish(compiled, plan_, tc, layout, extras)  # 11. publish
     if compiled.ok and spec.argv:  # 12. record
-        _remember(spec, prepared, plan_, tc, s, env)
+        recipe = rebuild.of(compiled, plan_, tc, s.jobs, logs, layout.root) if rebuild.eligible(extras) else None
+        _remember(spec, prepared, plan_, tc, s, env, extras, *(recipe or (None, None)))
     return BuildReport(layout, compiled, published)
 
 
@@ -242,10 +303,14 @@ def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildL
 
 
 def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s: Settings,
-              env: Mapping[str, str]) -> None:
-    """Record what this (successful) build was derived from, for the next no-op. The manifest and
-    tree paths as the command line (or manifest) named them: symlinks re-pointed to another
-    manifest or tree are noticed."""
+              env: Mapping[str, str], extras: Mapping[str, ModuleExtra], recipe: Recipe | None,
+              run: Run | None) -> None:
+    """Record what this (successful) build was derived from, for the next no-op, and (``recipe``,
+    ``run``) what the incremental path needs. The manifest and tree paths as the command line (or manifest)
+    named them: symlinks re-pointed to another manifest or tree are noticed."""
+    from qola import codegen, isolation, rebuild  # noqa: PLC0415
+    from qola.builddir import gen_module_dir  # noqa: PLC0415
+
     tree = prepared.tree
     given = [spec.manifest, str(tree_root(spec, prepared.manifest))]
     tree_files = [str(tree.table_path), str(tree.core_path)]
@@ -266,8 +331,22 @@ def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s
     data += [a for m in plan_.modules for g in m.generators for a in g.argv[1:]
              if os.path.isabs(a) and os.path.isfile(a)]
     tools = [tc.compiler, tc.host_cxx, s.launcher]
+    layout = s.layout
+    # what stages 6-8 wrote and read back: the generated dirs (listings and stamps), the graph's own
+    # files, the embedded code objects (their bytes decide the embed index)
+    gen = [m.name for m in plan_.modules if m.generators]
+    written = [str(layout.graph), str(layout.toolchain_stamp),
+               *(str(w.path) for w in isolation.shared_files(plan_, layout)),
+               *(str(w.path) for e in extras.values() for w in e.writes),
+               *(str(gen_module_dir(layout.gen_root, name) / codegen.STAMP) for name in gen)]
+    embedded = [str(Path(plan_.meta_dir) / "hsa" / a / t) for m in plan_.modules for a in plan_.archs for t in m.embed]
+    rebuild.save(layout.root, recipe)
+    if recipe is not None:
+        written.append(str(layout.root / rebuild.RECIPE))
     files = fastpath.input_files(manifest=prepared.manifest.path, tree_files=tree_files, dirs=sorted(dirs),
                                  generator_scripts=scripts, tools=tools, data=data,
-                                 data_dirs=[str(tree.root / "aiter" / "configs")])
+                                 data_dirs=[str(tree.root / "aiter" / "configs"), *embedded],
+                                 listed_dirs=[str(layout.blob(name)) for name in gen], written=written)
     resolved = [os.path.abspath(p) for p in [*given, *(t for t in tools if t)]]
-    fastpath.record(s.layout.root, s.layout.out, list(spec.argv), env, fastpath.env_keys_of(texts), files, resolved)
+    fastpath.record(layout.root, layout.out, list(spec.argv), env, fastpath.env_keys_of(texts), files, resolved,
+                    rebuild=None if run is None else run.to_json())

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import errno
 import os
-import tomllib
 from collections.abc import Mapping
 from itertools import combinations
 from pathlib import Path
@@ -118,6 +117,8 @@ def early_tree_root(aiter_root: str | None, manifest: str) -> Path | None:
         st = path.stat()
         if not path.is_file() or st.st_size > 1024 * 1024:
             return None
+        import tomllib  # noqa: PLC0415 (only without --aiter-root)
+
         value = tomllib.loads(path.read_text(encoding="utf-8")).get("qola", {}).get("aiter_root")
     except (OSError, ValueError, UnicodeDecodeError, AttributeError, RecursionError):
         return None

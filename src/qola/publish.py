@@ -21,12 +21,14 @@ size, sha256) for ``qola audit``. Every destination is built with :func:`qola.fs
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -135,15 +137,33 @@ def prepare(out: Path, build_dir: Path) -> list[str]:
 
 # -- one version, staged ------------------------------------------------------------------------
 
+PUBLISHED = ".qola-published.json"  # BUILD/: what the last publish placed, with the files' stat
+
+
+def _src_key(path: Path, st: os.stat_result) -> list:
+    return [str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def _dst_key(st: os.stat_result) -> list:
+    # no ctime: hard-linking the file into the next version changes it
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_mode & 0o7777]
+
+
 class _Stage:
     """The new version's tree, filled before anyone can see it. ``files``: OUT-relative path ->
-    {sha256, size} of every file placed. A file equal to the previous version's (same recorded and
-    actual sha256, same mode) is hard-linked instead of copied: unchanged libraries cost no space."""
+    {sha256, size} of every file placed. A file equal to the previous version's (same sha256 as
+    recorded there, same mode) is hard-linked instead of copied: unchanged libraries cost no space
+    and no write. ``seen``: what qola's last publish into this version recorded about each file it
+    placed (its source's and its own stat, its sha256): a file neither of whose stats moved since is
+    linked without reading either; otherwise the source is hashed (and the previous file, unless its
+    stat is as recorded)."""
 
-    def __init__(self, root: Path, prev: Path | None) -> None:
+    def __init__(self, root: Path, prev: Path | None, seen: Mapping[str, Any] | None = None) -> None:
         self.root, self.prev = root, prev
         self.files: dict[str, dict[str, Any]] = {}
         self.prev_files: dict[str, Any] = {}
+        self.seen = seen or {}
+        self.placed: dict[str, dict[str, Any]] = {}  # what the next publish's ``seen`` will be
         if prev is not None:
             try:
                 recorded = json.loads((prev / MANIFEST_JSON).read_text()).get("files")
@@ -159,21 +179,26 @@ class _Stage:
         remove(dst)  # a later source for the same path wins (texts after headers)
         return dst
 
-    def _link_previous(self, src: Path, dst: Path, rel: str) -> dict | None:
+    def _link_previous(self, src: Path, st: os.stat_result, dst: Path, rel: str) -> dict | None:
         old = self.prev_files.get(rel)
-        if self.prev is None or not isinstance(old, dict):
-            return None
-        st = os.stat(src)
-        if old.get("size") != st.st_size:
+        if self.prev is None or not isinstance(old, dict) or old.get("size") != st.st_size:
             return None
         prev = self.prev / rel
         try:
             pst = os.lstat(prev)
-            if (pst.st_mode & 0o777) != (st.st_mode & 0o777):
+            if not stat.S_ISREG(pst.st_mode) or (pst.st_mode & 0o777) != (st.st_mode & 0o777):
                 return None
-            sha = file_sha256(src)
-            if sha != old.get("sha256") or regular_file_sha256(prev) != (sha, st.st_size):
-                return None
+            seen = self.seen.get(rel)
+            seen = seen if isinstance(seen, dict) and seen.get("sha256") == old.get("sha256") else {}
+            prev_as_placed = seen.get("dst") == _dst_key(pst)
+            if prev_as_placed and seen.get("src") == _src_key(src, st):
+                sha = old["sha256"]  # neither file moved since qola hashed them
+            else:
+                sha = file_sha256(src)
+                if sha != old.get("sha256"):
+                    return None
+                if not prev_as_placed and regular_file_sha256(prev) != (sha, st.st_size):
+                    return None
             os.link(prev, dst)
         except OSError:
             return None
@@ -181,7 +206,8 @@ class _Stage:
 
     def copy(self, src: Path, rel: str) -> None:
         dst = self._dest(rel)
-        rec = self._link_previous(Path(src), dst, rel)
+        st = os.stat(src)
+        rec = self._link_previous(Path(src), st, dst, rel)
         if rec is None:
             h, size = hashlib.sha256(), 0
             with open(src, "rb") as inp, open(dst, "xb") as out:
@@ -191,19 +217,42 @@ class _Stage:
                     size += len(chunk)
                 out.flush()
                 os.fsync(out.fileno())
-            os.chmod(dst, os.stat(src).st_mode & 0o777)
+            os.chmod(dst, st.st_mode & 0o777)
             rec = {"sha256": h.hexdigest(), "size": size}
         self.files[rel] = rec
+        if _src_key(Path(src), os.stat(src)) == (key := _src_key(Path(src), st)):  # not rewritten meanwhile
+            self.placed[rel] = {"src": key, "dst": _dst_key(os.lstat(dst)), "sha256": rec["sha256"]}
 
     def write(self, rel: str, data: bytes, *, record: bool = True) -> None:
         dst = self._dest(rel) if record else inside(self.root, rel)
-        with open(dst, "xb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(dst, 0o644)
+        sha = hashlib.sha256(data).hexdigest()
+        if not (record and self._same_as_previous(rel, data, sha, dst)):
+            with open(dst, "xb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(dst, 0o644)
         if record:
-            self.files[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+            self.files[rel] = {"sha256": sha, "size": len(data)}
+
+    def _same_as_previous(self, rel: str, data: bytes, sha: str, dst: Path) -> bool:
+        """Hard-link the previous version's ``rel`` as ``dst`` when it holds ``data`` (a log or text
+        that did not change: no write, no fsync)."""
+        old = self.prev_files.get(rel)
+        if self.prev is None or not isinstance(old, dict) or old.get("sha256") != sha:
+            return False
+        prev = self.prev / rel
+        try:
+            st = os.lstat(prev)
+            if not stat.S_ISREG(st.st_mode) or (st.st_mode & 0o7777) != 0o644 or st.st_size != len(data):
+                return False
+            with open(prev, "rb") as fh:
+                if fh.read() != data:
+                    return False
+            os.link(prev, dst)
+        except OSError:
+            return False
+        return True
 
     def tree(self, src: Path, rel: str) -> None:
         for p in sorted(src.rglob("*")):
@@ -339,7 +388,8 @@ def publish(report: CompileReport, out: Path, *, headers: Iterable[Path] = (), e
     stage_dir = Path(tempfile.mkdtemp(prefix=f"{STAGE}{os.getpid()}-", dir=store))
     try:
         os.chmod(stage_dir, 0o755)
-        stage = _Stage(stage_dir, prev)
+        seen_at = Path(report.build_dir) / PUBLISHED
+        stage = _Stage(stage_dir, prev, _seen(seen_at, out, prev))
         for d in DIRS:
             inside(stage_dir, d).mkdir()
         for rel, src in sorted((trees or {}).items()):
@@ -383,4 +433,20 @@ def publish(report: CompileReport, out: Path, *, headers: Iterable[Path] = (), e
     fsync_dir(out)
     _link_entries(out, store)
     _prune(store, (version, prev), version)
+    with contextlib.suppress(OSError):  # only saves the next publish some reading
+        atomic_write(seen_at, json.dumps({"out": os.path.realpath(out), "version": version.name,
+                                          "files": stage.placed}).encode())
     return out / MANIFEST_JSON
+
+
+def _seen(path: Path, out: Path, prev: Path | None) -> dict[str, Any]:
+    """What the publish that made ``prev`` recorded about the files it placed (empty: none, or a
+    record of another output dir or version)."""
+    try:
+        data = json.loads(path.read_text())
+        if (prev is not None and data["out"] == os.path.realpath(out) and data["version"] == prev.name
+                and isinstance(data["files"], dict)):
+            return data["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return {}
