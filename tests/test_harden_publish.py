@@ -50,7 +50,7 @@ def fake_report(tmp: Path, modules: list[tuple[str, str, str, bytes | None]]) ->
         results.append(ModuleResult(name, md, "cpp_itfs", "shared", status=status, artifact=art, log=[f"{name} log"]))
     plan = SimpleNamespace(manifest_path="q.toml", manifest_sha256="0" * 64, tree_root=str(tmp / "tree"),
                            tree_commit=None, namespace="qk", archs=("sm_90",))
-    tc = SimpleNamespace(kind="cuda", compiler="nvcc", version="12", identity="x")
+    tc = SimpleNamespace(kind="cuda", compiler="nvcc", version="12", identity="x", base_flags=("-O3",), dropped_flags=(), removed_flags=())
     return CompileReport(plan, tc, results, tmp / "b", 1.0)
 
 

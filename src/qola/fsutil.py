@@ -245,6 +245,19 @@ def sync_dir(stage: str | os.PathLike, final: str | os.PathLike) -> tuple[int, i
     return changed, kept, removed
 
 
+def replace_symlink(path: str | os.PathLike, target: str, tmp: str | os.PathLike) -> Path:
+    """Make ``path`` a symlink to ``target`` with one rename: the new link is created as ``tmp``
+    (beside ``path``; removed on failure) and renamed over whatever ``path`` was."""
+    remove(tmp)
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        remove(tmp)
+        raise
+    return Path(path)
+
+
 def old_prefix(name: str) -> str:
     """Prefix of the aside name :func:`replace_dir` gives an old ``name`` (then the pid)."""
     return f".{name}.old-"

@@ -38,7 +38,8 @@ from qola import __version__
 from qola.build import CompileReport, ModuleResult
 from qola.builddir import BuildLayout
 from qola.errors import QolaError
-from qola.fsutil import atomic_copy, atomic_write, fsync_dir, inside, remove, remove_stale, remove_stale_trees
+from qola.fsutil import (atomic_copy, atomic_write, fsync_dir, inside, remove, remove_stale, remove_stale_trees,
+                         replace_symlink)
 from qola.hashing import file_sha256, regular_file_sha256
 from qola.tree.aiter_configs import CONFIGS
 
@@ -334,14 +335,7 @@ def _install(store: Path, stage: Path) -> Path:
 
 def _symlink_over(out: Path, target: str, name: str) -> None:
     """Point ``OUT/<name>`` at ``target`` with one rename (a new symlink replaces the old one)."""
-    tmp = out / f"{LINK_TMP}{os.getpid()}"
-    remove(tmp)
-    os.symlink(target, tmp)
-    try:
-        os.replace(tmp, out / name)
-    except OSError:
-        remove(tmp)
-        raise
+    replace_symlink(out / name, target, out / f"{LINK_TMP}{os.getpid()}")
 
 
 def _link_entries(out: Path, store: Path) -> None:
