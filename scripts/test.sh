@@ -12,5 +12,5 @@ fi
 python3 -m pip install -q -e '.[test]'
 python3 -m pytest -m "not gpu and not rocm" "$@"
 # the `rocm` tests, `ck` ones included (real CK fMHA kernels compiled for gfx942 and gfx950: about
-# 14 minutes on 2 cores, docs/benchmarks.md)
+# 8 minutes on 2 cores, docs/benchmarks.md)
 bash scripts/rocm7.sh run python -m pytest -m rocm "$@"
