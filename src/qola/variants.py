@@ -33,17 +33,9 @@ from qola.errors import QolaError
 from qola.fsutil import pid_tempdir
 from qola.manifest import MAX_VARIANTS, Manifest
 from qola.plan import OUTPUT_DIR, Generator, ModulePlan, Plan
-from qola.genrules import CK_KINDS
 from qola.registry import genwrap_script
 
 ANY_CK, ANY_PLAIN = "|", ","
-
-
-def shim() -> Path:
-    """The wrapper that lets CK's generate.py take a `|`-separated filter (any of)."""
-    return genwrap_script("filter_any.py")
-
-
 ARCH_SUFFIX = re.compile(r"_gfx[0-9a-z]+$")  # CK's per-arch filename_suffix (not part of the kernel name)
 HDIM = re.compile(r"^d[0-9]+$")
 
@@ -106,6 +98,11 @@ def expand(options: Mapping[str, Any]) -> list[dict[str, Any]]:
     return list({tuple((k, type(v).__name__, v) for k, v in d.items()): d for d in out}.values())
 
 
+def shim() -> Path:
+    """The wrapper that lets CK's generate.py take a `|`-separated filter (any of)."""
+    return genwrap_script("filter_any.py")
+
+
 def flavor_of(gen: Generator) -> str:
     return genrules.flavor_of(gen.script)
 
@@ -137,7 +134,7 @@ def kernel_name(stem: str, flavor: str) -> str:
 
 
 def kind_of(name: str, direction: str) -> int:
-    return next(i for i, (_, prefix) in enumerate(CK_KINDS[direction]) if not prefix or name.startswith(prefix))
+    return next(i for i, (_, prefix) in enumerate(genrules.CK_KINDS[direction]) if not prefix or name.startswith(prefix))
 
 
 def _dtype(tokens: list[str]) -> str | None:  # CK names: ..._d<hdim>_<dtype>_...
@@ -335,7 +332,7 @@ def resolve(plan: Plan, manifest: Manifest, env: Mapping[str, str], python: str 
             layouts = {}
             for mod, i in targets:
                 gen, names = mod.generators[i], listing(mod, i)
-                by_kind: list[list[str]] = [[] for _ in CK_KINDS[gen.direction]]
+                by_kind: list[list[str]] = [[] for _ in genrules.CK_KINDS[gen.direction]]
                 for stem in names:
                     if not is_api(stem):
                         name = kernel_name(stem, "ck")
