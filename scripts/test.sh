@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Install what the test suite needs (hipcc from Debian, qola with its test extras), then run every test
+# Install what the test suite needs (hipcc, bubblewrap for sccache-dist's build servers and redis-server
+# from Debian, qola with its test extras), then run every test
 # that does not need a GPU: the host suite, then the `rocm` tests (real AITER compiled for gfx942 and
 # gfx950) inside the project's ROCm 7 environment (scripts/rocm7.sh: created once, cached).
 # Extra arguments go to both pytest runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v hipcc >/dev/null 2>&1; then
+if ! command -v hipcc >/dev/null || ! command -v bwrap >/dev/null || ! command -v redis-server >/dev/null; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq hipcc >/dev/null
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq hipcc bubblewrap redis-server >/dev/null
 fi
 python3 -m pip install -q -e '.[test]'
 python3 -m pytest -m "not gpu and not rocm" "$@"

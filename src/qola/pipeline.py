@@ -159,7 +159,7 @@ def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: 
     """Nothing stages 1-8 read changed since the last successful build (``record``): run ninja on
     its graph (up to date when ninja has nothing to do), audit the libraries it relinked, publish,
     record. None: no usable recipe (the full path then runs)."""
-    from qola import ninja, rebuild  # noqa: PLC0415 (light)
+    from qola import dist, ninja, rebuild  # noqa: PLC0415 (light)
 
     start = time.perf_counter()
     try:
@@ -175,8 +175,10 @@ def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: 
             ui.status(done, total, text)
 
         shown_yet: list = []
-        outcome = ninja.run(layout.root, jobs=run.jobs, env={**env, **run.env}, owner=run.owner,
-                            targets=run.targets, verbose=spec.verbose, on_status=status)
+        notes: list[str] = []
+        with dist.watched(run.launcher, {**env, **run.env}, notes):
+            outcome = ninja.run(layout.root, jobs=run.jobs, env={**env, **run.env}, owner=run.owner,
+                                targets=run.targets, verbose=spec.verbose, on_status=status)
     if outcome.returncode == 0 and any(line.startswith("ninja: no work to do") for line in outcome.log):
         return BuildReport(layout)
     recipe = rebuild.load(layout.root)
@@ -192,7 +194,8 @@ def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: 
         if (mod := run.owner(out)) is not None:
             seconds[mod] = seconds.get(mod, 0.0) + secs
     settle(results, outcome, {m: a for a, m in run.artifacts.items()}, seconds, layout.root, owner=run.owner)
-    compiled = CompileReport(plan_, tc, list(results.values()), layout.root, time.perf_counter() - start, outcome.log)
+    compiled = CompileReport(plan_, tc, list(results.values()), layout.root, time.perf_counter() - start, outcome.log,
+                             notes)
     isolation.audit(compiled, plan_, only=run.changed(layout.root))  # 10. audit what ninja relinked
     published = _publish(compiled, plan_, tc, layout, {})  # 11. publish
     if compiled.ok:  # 12. record (the recipe stays: nothing it holds changed)
@@ -206,13 +209,15 @@ def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: 
 def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Reporter) -> BuildReport:
     from qola import build as stages  # noqa: PLC0415
     from qola import extras as extras_mod  # noqa: PLC0415
-    from qola import isolation, jitbuild, rebuild  # noqa: PLC0415
+    from qola import dist, isolation, jitbuild, rebuild  # noqa: PLC0415
     from qola.publish import prepare as prepare_output  # noqa: PLC0415
 
     fastpath.forget(layout.root)
     prepared = prepare(spec, env)  # 1. prepare
     manifest = prepared.manifest
-    s = settings(spec, manifest, layout, env)
+    s = settings(spec, manifest, layout, env, prepared.plan.vendor)
+    for note in s.notes:
+        ui.note(note)
     preflight.disjoint({"the output dir": layout.out, "the build dir": layout.root,
                         "the kernel tree": prepared.tree.root})
     plan_ = resolve(prepared, env)  # 2. variants, 3. JIT plan
@@ -222,8 +227,9 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
         for note in prepare_output(layout.out, layout.root):
             ui.note(note)
     tc = _toolchain(plan_, manifest, s, env)  # 5. toolchain
+    farm = f" (farm: {s.farm.servers} server(s), {s.farm.cpus} CPUs at {s.farm.scheduler})" if s.farm else ""
     ui.info(f"qola: {len(plan_.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
-            f"archs {', '.join(plan_.archs)}, -j {s.jobs}, build dir {layout.root}")
+            f"archs {', '.join(plan_.archs)}, -j {s.jobs}{farm}, build dir {layout.root}")
     with ui.running(s.dry_run):
         start = time.perf_counter()
         layout.root.mkdir(parents=True, exist_ok=True)
@@ -237,15 +243,19 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
         logs = {name: list(r.log) for name, r in results.items()}  # before ninja: the incremental path's start
         graph = stages.graph_for(plan_, tc, layout, srcs, extras, launcher=s.launcher,
                                  rules={**isolation.RULES, **jitbuild.rules(tc)})
-        compiled = stages.compile_graph(plan_, tc, layout, graph, results, jobs=s.jobs, env=env,
-                                        dry_run=s.dry_run, verbose=s.verbose, on_status=ui.status, notes=notes,
-                                        start=start)  # 9. run_build
+        seen: list[str] = []  # what sccache did, when it is the launcher
+        with dist.watched(s.launcher, {**env, **tc.child_env}, seen, farm_=s.farm, enabled=not s.dry_run):
+            compiled = stages.compile_graph(plan_, tc, layout, graph, results, jobs=s.jobs, env=env,
+                                            dry_run=s.dry_run, verbose=s.verbose, on_status=ui.status, notes=notes,
+                                            start=start)  # 9. run_build
+        compiled.notes += seen
     if s.dry_run:
         return BuildReport(layout, compiled, dry_run=True)
     isolation.audit(compiled, plan_)  # 10. audit
     published = _publish(compiled, plan_, tc, layout, extras)  # 11. publish
     if compiled.ok and spec.argv:  # 12. record
-        recipe = rebuild.of(compiled, plan_, tc, s.jobs, logs, layout.root) if rebuild.eligible(extras) else None
+        recipe = (rebuild.of(compiled, plan_, tc, s.jobs, logs, layout.root, s.launcher)
+                  if rebuild.eligible(extras) else None)
         _remember(spec, prepared, plan_, tc, s, env, extras, *(recipe or (None, None)))
     return BuildReport(layout, compiled, published)
 

@@ -57,6 +57,7 @@ class Run:
     env: Mapping[str, str]  # the toolchain's additions to the environment
     artifacts: Mapping[str, str]  # artifact (relative to the build dir) -> module
     state: Mapping[str, Mapping[str, Any]]  # module -> {"key": artifact_key, "exports": [...]}
+    launcher: str | None = None  # the compiler launcher the graph names (sccache: its statistics are shown)
 
     def owner(self, out: str) -> str | None:
         """The module of a ninja output: its artifact's, or (objects live in obj/<module>/) its dir's."""
@@ -73,11 +74,12 @@ class Run:
         """This run once ``report`` (every module built) is published: its artifacts and exports."""
         exports = {r.name: list(r.exports) for r in report.modules}
         state = {mod: {"key": artifact_key(root / rel), "exports": exports[mod]} for rel, mod in self.artifacts.items()}
-        return Run(self.jobs, self.targets, self.env, self.artifacts, state)
+        return Run(self.jobs, self.targets, self.env, self.artifacts, state, self.launcher)
 
     def to_json(self) -> dict[str, Any]:
         return {"jobs": self.jobs, "targets": list(self.targets), "env": dict(self.env),
-                "artifacts": dict(self.artifacts), "state": {k: dict(v) for k, v in self.state.items()}}
+                "artifacts": dict(self.artifacts), "state": {k: dict(v) for k, v in self.state.items()},
+                "launcher": self.launcher}
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> Run:
@@ -86,7 +88,9 @@ class Run:
         artifacts = {str(k): str(v) for k, v in data["artifacts"].items()}
         if set(artifacts.values()) != set(state):
             raise ValueError("artifacts and state name different modules")
-        return cls(int(data["jobs"]), tuple(data["targets"]), dict(data["env"]), artifacts, state)
+        launcher = data.get("launcher")
+        return cls(int(data["jobs"]), tuple(data["targets"]), dict(data["env"]), artifacts, state,
+                   launcher if isinstance(launcher, str) else None)
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,7 @@ def eligible(extras: Mapping[str, ModuleExtra]) -> bool:
 
 
 def of(report: CompileReport, plan: Plan, tc: Toolchain, jobs: int, logs: Mapping[str, list[str]],
-       root: Path) -> tuple[Recipe, Run]:
+       root: Path, launcher: str | None = None) -> tuple[Recipe, Run]:
     """The recipe and run of a build whose every module built and was published; ``logs``: each
     module's log before ninja ran."""
     mods, artifacts = [], {}
@@ -133,7 +137,7 @@ def of(report: CompileReport, plan: Plan, tc: Toolchain, jobs: int, logs: Mappin
         mods.append({**{k: getattr(r, k) for k in _FIELDS}, "warnings": list(r.warnings),
                      "instances": list(r.instances), "log": list(logs.get(r.name, [])), "artifact": str(r.artifact)})
     recipe = Recipe(plan.to_json(), tc.to_dict(), mods)
-    run = Run(jobs, tuple(f"module_{r.name}" for r in report.modules), dict(tc.child_env), artifacts, {})
+    run = Run(jobs, tuple(f"module_{r.name}" for r in report.modules), dict(tc.child_env), artifacts, {}, launcher)
     return recipe, run.after(report, root)
 
 

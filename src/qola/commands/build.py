@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="parallel jobs (default: MAX_JOBS, else AITER's cpu/memory rule)")
     p.add_argument("--build-dir", help="objects and generated sources (default: <output-dir>.build)")
     p.add_argument("--launcher", help="compiler launcher, e.g. sccache or ccache")
+    p.add_argument("--dist", action="store_true",
+                   help="compile through sccache on the sccache-dist farm its config names; -j sized for the farm "
+                   "(HIP compiles locally: docs/distributed.md)")
     p.add_argument("--dry-run", action="store_true", help="write the graph and show what would run; O untouched")
     p.add_argument("--verbose", "-v", action="store_true", help="print every command")
     p.add_argument("--wait", nargs="?", type=preflight.seconds_arg, const=float("inf"), metavar="SECONDS",
@@ -76,7 +79,7 @@ def spec_of(args: argparse.Namespace) -> BuildSpec:
     return BuildSpec(
         manifest=args.manifest, output_dir=args.output_dir, aiter_root=args.aiter_root, archs=tuple(args.archs or ()),
         mode=args.mode, allow_unpinned=args.allow_unpinned, jobs=args.jobs, build_dir=args.build_dir,
-        launcher=args.launcher, dry_run=args.dry_run, verbose=args.verbose, isolate=not args.no_isolation,
+        launcher=args.launcher, dist=args.dist, dry_run=args.dry_run, verbose=args.verbose, isolate=not args.no_isolation,
         wait=args.wait, argv=tuple(getattr(args, "argv", None) or ()), env=dict(os.environ))
 
 
@@ -108,7 +111,7 @@ class RichReporter(Reporter):
         self._line(f"note: {text}")
 
     def info(self, text: str) -> None:
-        self.console.print(text)
+        self._line(text)  # unwrapped: its paths stay copyable
 
     def event(self, text: str) -> None:
         if self.verbose:
