@@ -35,6 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "instead of failing at once")
     p.add_argument("--no-isolation", action="store_true",
                    help="debug: link cpp_itfs libraries without the version script (the audit then fails on leaks)")
+    p.add_argument("--prebuilt", metavar="DIR|URL",
+                   help="install the archive of this build's key from DIR or an http(s) base URL instead of "
+                   "building (verified: sha256, safe unpacking, audit, key); build as usual when there is none")
+    p.add_argument("--publish", dest="publish_to", metavar="DIR",
+                   help="after a successful build, store the output's archive (+ .sha256, .json) in DIR by its key")
     p.set_defaults(func=run)
 
 
@@ -77,7 +82,8 @@ def spec_of(args: argparse.Namespace) -> BuildSpec:
         manifest=args.manifest, output_dir=args.output_dir, aiter_root=args.aiter_root, archs=tuple(args.archs or ()),
         mode=args.mode, allow_unpinned=args.allow_unpinned, jobs=args.jobs, build_dir=args.build_dir,
         launcher=args.launcher, dry_run=args.dry_run, verbose=args.verbose, isolate=not args.no_isolation,
-        wait=args.wait, argv=tuple(getattr(args, "argv", None) or ()), env=dict(os.environ))
+        wait=args.wait, prebuilt=args.prebuilt, publish_to=args.publish_to,
+        argv=tuple(getattr(args, "argv", None) or ()), env=dict(os.environ))
 
 
 class RichReporter(Reporter):
@@ -144,6 +150,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"qola: {out} is up to date (nothing to do)", file=sys.stderr)
         return 0
     compiled = report.compiled
+    if report.prebuilt is not None:
+        line(reporter, f"qola: installed prebuilt {report.prebuilt.origin} (build key {report.key[:16]}…) "
+             f"as {report.prebuilt.version.name}; nothing compiled")
+        line(reporter, f"manifest: {report.manifest_json}")
+        return 0
     if report.dry_run:
         for line in compiled.ninja_log:
             print(line)
@@ -152,4 +163,12 @@ def run(args: argparse.Namespace) -> int:
         return report.exit_code
     summary(compiled, reporter.console, report.layout)
     reporter.console.print(f"manifest: {report.manifest_json}")
+    if report.key:
+        line(reporter, f"build key: {report.key}")
+    if report.packaged is not None:
+        line(reporter, f"published: {report.packaged.archive}")
     return report.exit_code
+
+
+def line(reporter: RichReporter, text: str) -> None:
+    reporter.console.print(text, markup=False, highlight=False, soft_wrap=True)
