@@ -10,7 +10,8 @@ It is what ``qola build --prebuilt`` looks an archive up by and what ``manifest.
                 the raw file's hash do not count), less what does not change the output:
                 ``[qola].aiter_root`` (a path), ``[build].jobs`` and ``[build].launcher``;
 * ``plan``      the resolved plan (sources, flags, include dirs, generators with their variant
-                filters, the JIT split, archs, mode, link) with the tree's path written ``<tree>``;
+                filters, the JIT split, archs, mode, link) with the tree's path written ``<tree>``
+                and qola's package dir (its templates and runtime) ``<qola>``;
 * ``tree``      the tree's git commit (None for an sdist) and the sha256 of every file the plan
                 reads: the module table and ``core.py``, every source and every file under its dir,
                 every include dir, each generator script's dir, tuned configs, files named in
@@ -18,7 +19,8 @@ It is what ``qola build --prebuilt`` looks an archive up by and what ``manifest.
                 named relative to the tree (``<tree>/csrc/…``);
 * ``toolchain`` kind, version and ``--version`` output, the sha256 of the compiler, the host C++
                 compiler, ``as`` and ``ld`` (by content, not path), the probed flag set, link flags
-                and runtime libraries, and the compiler environment (:mod:`qola.toolchain.identity`);
+                and runtime libraries, the compiler environment (:mod:`qola.toolchain.identity`), and
+                for a ``[jit]`` build the path of the JIT's compiler (the library runs it by that path);
 * ``build``     what the command line adds: isolation on/off;
 * ``python``    for Python modules: the interpreter's version and ABI, pybind11's and torch's versions;
 * ``env``       the variables the module table reads and ``AITER_CONFIG_*``.
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
 
 FORMAT = 1
 TREE = "<tree>"
+QOLA = "<qola>"
 SKIP_DIRS = frozenset({"__pycache__", ".git"})
 # manifest keys that never change the output bytes (a path, parallelism, a compiler launcher)
 MANIFEST_IGNORED: dict[str, Any] = {"path": True, "sha256": True, "qola": {"aiter_root"},
@@ -90,11 +93,13 @@ class BuildKey:
 # -- paths ---------------------------------------------------------------------------------------
 
 def _rooted(roots: Iterable[str]) -> list[tuple[re.Pattern[str], str]]:
-    """Patterns replacing each root (longest first, whole path components only) by ``<tree>``."""
-    out = []
-    for root in sorted({r.rstrip("/") for r in roots if r}, key=len, reverse=True):
-        out.append((re.compile(re.escape(root) + r"(?=/|$|[\s'\"=:;,)])"), TREE))
-    return out
+    """Patterns replacing each root (longest first, whole path components only) by ``<tree>``, and
+    qola's own package dir (templates, runtime) by ``<qola>``."""
+    named = {r.rstrip("/"): TREE for r in roots if r}
+    pkg = Path(__file__).resolve().parent
+    named.update({str(pkg): QOLA, str(Path(__file__).parent.absolute()): QOLA})
+    return [(re.compile(re.escape(root) + r"(?=/|$|[\s'\"=:;,)])"), named[root])
+            for root in sorted(named, key=len, reverse=True)]
 
 
 def _normalise(value: Any, subs: list[tuple[re.Pattern[str], str]]) -> Any:
@@ -252,11 +257,22 @@ def _plan_part(plan: Plan) -> Any:
     return _normalise(data, _rooted(_tree_roots(plan)))
 
 
-def _toolchain_part(tc: Toolchain, env: Mapping[str, str]) -> dict[str, Any]:
+def _jit_compiler(plan: Plan, tc: Toolchain, env: Mapping[str, str]) -> str | None:
+    """The path a library's on-demand JIT runs (baked into the library: it counts as a path)."""
+    if not any(m.jit is not None for m in plan.modules):
+        return None
+    from qola.jit.key import which  # noqa: PLC0415
+
+    name = next((m.jit.compiler for m in plan.modules if m.jit is not None and m.jit.compiler), None)
+    return which(name or tc.compiler, {**env, **tc.child_env}) or name or tc.compiler
+
+
+def _toolchain_part(tc: Toolchain, env: Mapping[str, str], plan: Plan) -> dict[str, Any]:
     from qola.toolchain.identity import compiler_env  # noqa: PLC0415
 
     path = env.get("PATH", os.defpath)
     return {
+        "jit_compiler": _jit_compiler(plan, tc, env),
         "kind": tc.kind, "version": tc.version, "version_output": tc.version_output,
         "rocm_version": tc.rocm_version, "compiler_sha256": binary_sha256(tc.compiler),
         "host_cxx_sha256": binary_sha256(tc.host_cxx),
@@ -304,7 +320,7 @@ def material(manifest: Manifest, plan: Plan, tc: Toolchain, env: Mapping[str, st
         "manifest": _manifest_part(manifest),
         "plan": _plan_part(plan),
         "tree": {"commit": plan.tree_commit},
-        "toolchain": _toolchain_part(tc, env),
+        "toolchain": _toolchain_part(tc, env, plan),
         "build": {"isolate": isolate},
         "python": _python_part(plan),
         "env": _env_part(env, table_texts, plan),

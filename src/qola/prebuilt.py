@@ -52,6 +52,8 @@ MAX_MEMBERS = 200_000
 MAX_NAME = 1024
 MAX_SIDECAR = 64 << 10  # <archive>.sha256
 TIMEOUT = 60.0  # seconds without progress on one HTTP connection
+DEADLINE = 4 * 3600.0  # seconds for one whole download
+HEADERS = 1 << 20  # decompressed bytes tar may read between two members (headers, long names, padding)
 CHUNK = 1 << 20
 WORK_PREFIX = ".prebuilt-"  # BUILD/.prebuilt-<pid>-…: a download in progress
 _SHA_LINE = re.compile(r"([0-9a-fA-F]{64})(?:[ \t]+\*?(\S+))?\s*\Z")
@@ -183,6 +185,7 @@ def _opener():
 
 def _http_get(url: str, sink: Callable[[bytes], None], limit: int, timeout: float) -> None:
     import http.client  # noqa: PLC0415
+    import time  # noqa: PLC0415
     import urllib.error  # noqa: PLC0415
     import urllib.request  # noqa: PLC0415
 
@@ -198,12 +201,14 @@ def _http_get(url: str, sink: Callable[[bytes], None], limit: int, timeout: floa
         expected = int(length) if length and length.isdigit() else None
         if expected is not None and expected > limit:
             raise QolaError(f"{url} is {expected} bytes, over the limit of {limit}", hint=_HINT_STORE)
-        got = 0
+        got, end = 0, time.monotonic() + DEADLINE
         try:
             while chunk := resp.read(CHUNK):
                 got += len(chunk)
                 if got > limit:
                     raise QolaError(f"{url} is over the limit of {limit} bytes", hint=_HINT_STORE)
+                if time.monotonic() > end:
+                    raise QolaError(f"download of {url} took over {DEADLINE:.0f} s", hint="try again")
                 sink(chunk)
         except (http.client.IncompleteRead, OSError, http.client.HTTPException) as exc:
             raise QolaError(f"download of {url} broke off after {got} bytes ({type(exc).__name__}: {exc})",
@@ -285,6 +290,22 @@ def fetch(source: str, name: str, into: Path, *, limit: int = MAX_ARCHIVE, timeo
 
 # -- unpack and verify -----------------------------------------------------------------------------
 
+class _Budget:
+    """The decompressed stream tar reads, in bounded steps: ``left`` bytes may be read until the
+    next member is seen (its data plus :data:`HEADERS`), so a giant PAX header or long name in a
+    small gzip is refused before it is held in memory."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh, self.left = fh, HEADERS
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.fh.read(CHUNK if n is None or n < 0 else min(n, max(self.left, 0) + 1))
+        self.left -= len(data)
+        if self.left < 0:
+            raise QolaError(f"archive has a header over {HEADERS} bytes or more data than its members",
+                            hint=_HINT_STORE)
+        return data
+
 def _member_name(member: tarfile.TarInfo, allowed_top: tuple[str, ...]) -> str:
     name = member.name
     if member.isdir():
@@ -301,6 +322,23 @@ def _member_name(member: tarfile.TarInfo, allowed_top: tuple[str, ...]) -> str:
     return name
 
 
+def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, path: Path) -> None:
+    """A regular member's bytes as the new file ``path`` (never through an existing one), fsynced."""
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    src = tar.extractfile(member)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o755 if member.mode & 0o100 else 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        left = member.size
+        while left > 0 and (chunk := src.read(min(CHUNK, left))):
+            fh.write(chunk)
+            left -= len(chunk)
+        if left:
+            raise QolaError(f"archive member {name!r} is truncated", hint=_HINT_STORE)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
 def unpack(archive: Path, dest: Path, *, max_bytes: int = MAX_UNPACKED, max_members: int = MAX_MEMBERS) -> None:
     """Extract ``archive`` into the empty dir ``dest``, writing every file and dir itself (never
     through tarfile's extraction): see the module's docstring for what is refused."""
@@ -309,37 +347,28 @@ def unpack(archive: Path, dest: Path, *, max_bytes: int = MAX_UNPACKED, max_memb
     seen: set[str] = set()
     total = 0
     try:
-        with open(archive, "rb") as raw, tarfile.open(fileobj=raw, mode="r|gz") as tar:
-            for member in tar:
-                if len(seen) >= max_members:
-                    raise QolaError(f"archive has more than {max_members} entries", hint=_HINT_STORE)
-                name = _member_name(member, ENTRIES)
-                if name in seen:
-                    raise QolaError(f"archive member {name!r} appears twice", hint=_HINT_STORE)
-                seen.add(name)
-                path = inside(dest, name)
-                if member.isdir():
-                    path.mkdir(mode=0o755, parents=True, exist_ok=True)
-                    if path.is_symlink() or not path.is_dir():
-                        raise QolaError(f"archive member {name!r} clashes with a file", hint=_HINT_STORE)
-                    continue
-                total += member.size
-                if total > max_bytes:
-                    raise QolaError(f"archive unpacks to more than {max_bytes} bytes", hint=_HINT_STORE)
-                path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-                src = tar.extractfile(member)
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                             0o755 if member.mode & 0o100 else 0o644)
-                with os.fdopen(fd, "wb") as fh:
-                    left = member.size
-                    while left > 0 and (chunk := src.read(min(CHUNK, left))):
-                        fh.write(chunk)
-                        left -= len(chunk)
-                    if left:
-                        raise QolaError(f"archive member {name!r} is truncated", hint=_HINT_STORE)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        with open(archive, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as gz:
+            budget = _Budget(gz)
+            with tarfile.open(fileobj=budget, mode="r|") as tar:
+                for member in tar:
+                    budget.left = HEADERS + (member.size if member.isreg() else 0)
+                    if len(seen) >= max_members:
+                        raise QolaError(f"archive has more than {max_members} entries", hint=_HINT_STORE)
+                    name = _member_name(member, ENTRIES)
+                    if name in seen:
+                        raise QolaError(f"archive member {name!r} appears twice", hint=_HINT_STORE)
+                    seen.add(name)
+                    path = inside(dest, name)
+                    if member.isdir():
+                        path.mkdir(mode=0o755, parents=True, exist_ok=True)
+                        if path.is_symlink() or not path.is_dir():
+                            raise QolaError(f"archive member {name!r} clashes with a file", hint=_HINT_STORE)
+                        continue
+                    total += member.size
+                    if total > max_bytes:
+                        raise QolaError(f"archive unpacks to more than {max_bytes} bytes", hint=_HINT_STORE)
+                    _write_member(tar, member, name, path)
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeError) as exc:
         raise QolaError(f"{archive.name} is not a readable tar.gz ({type(exc).__name__}: {exc})",
                         hint=_HINT_STORE) from None
     except FileExistsError as exc:
@@ -365,7 +394,13 @@ def verify(root: Path, key: str, namespace: str) -> None:
         raise QolaError(f"the archive is of namespace {data.get('namespace')!r}, not {namespace!r}", hint=_HINT_STORE)
     if not isinstance(data.get("files"), dict):
         raise QolaError("the archive's manifest.json records no file list", hint=_HINT_STORE)
-    _, problems, _ = audit_output(root)
+    try:
+        _, problems, _ = audit_output(root)
+    except QolaError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (hostile ELF files: whatever the ELF reader raises is a refusal)
+        raise QolaError(f"the archive's files cannot be audited ({type(exc).__name__}: {exc})",
+                        hint=_HINT_STORE) from None
     if problems:
         shown = "\n".join(f"  {p}" for p in problems[:20])
         raise QolaError(f"the archive fails the audit ({len(problems)} problem(s)):\n{shown}", hint=_HINT_STORE)

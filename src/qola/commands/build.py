@@ -104,14 +104,14 @@ class RichReporter(Reporter):
             self._console = Console(stderr=True)
         return self._console
 
-    def _line(self, text: str) -> None:
+    def line(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def warning(self, text: str) -> None:
         print(f"warning: {text}", file=sys.stderr)
 
     def note(self, text: str) -> None:
-        self._line(f"note: {text}")
+        self.line(f"note: {text}")
 
     def info(self, text: str) -> None:
         self.console.print(text)
@@ -151,9 +151,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     compiled = report.compiled
     if report.prebuilt is not None:
-        line(reporter, f"qola: installed prebuilt {report.prebuilt.origin} (build key {report.key[:16]}…) "
-             f"as {report.prebuilt.version.name}; nothing compiled")
-        line(reporter, f"manifest: {report.manifest_json}")
+        reporter.line(f"qola: installed prebuilt {report.prebuilt.origin} (build key {report.key[:16]}…) "
+                      f"as {report.prebuilt.version.name}; nothing compiled")
+        reporter.line(f"manifest: {report.manifest_json}")
         return 0
     if report.dry_run:
         for line in compiled.ninja_log:
@@ -164,11 +164,8 @@ def run(args: argparse.Namespace) -> int:
     summary(compiled, reporter.console, report.layout)
     reporter.console.print(f"manifest: {report.manifest_json}")
     if report.key:
-        line(reporter, f"build key: {report.key}")
+        reporter.line(f"build key: {report.key}")
     if report.packaged is not None:
-        line(reporter, f"published: {report.packaged.archive}")
+        reporter.line(f"published: {report.packaged.archive}")
     return report.exit_code
 
-
-def line(reporter: RichReporter, text: str) -> None:
-    reporter.console.print(text, markup=False, highlight=False, soft_wrap=True)
