@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import functools
 import gzip
 import hashlib
 import http.server
@@ -130,6 +129,33 @@ def test_key_changes_with_what_changes_the_output(tmp_path, tree, key_of, change
     changed = key_of(m, tree, **kw)
     assert changed.key != base.key
     assert changed.digests[part] != base.digests[part]
+
+
+def test_key_material_round_trips_and_rehashes_the_tree(tmp_path, tree, monkeypatch):
+    """The incremental path keeps the material in its record and rehashes only the tree's files."""
+    from qola import buildkey
+
+    monkeypatch.setattr(pipeline, "_toolchain", lambda *a, **k: fake_toolchain())
+    spec = BuildSpec(manifest=str(write_manifest(tmp_path / "q.toml")), aiter_root=str(tree),
+                     env={"PATH": "/usr/bin:/bin"})
+    prepared = pipeline.plan(spec)
+    material = pipeline._material(prepared, prepared.plan, fake_toolchain(), True, spec.environ())
+    again = buildkey.Material.of(json.loads(json.dumps(material.to_json())))
+    before = material.key()
+    assert again.key().key == before.key == pipeline.build_key(spec).key
+    with open(tree / "csrc/include/softmax.h", "a") as fh:
+        fh.write("// edited\n")
+    after = again.key()
+    assert after.key == pipeline.build_key(spec).key != before.key
+    assert [k for k in after.digests if after.digests[k] != before.digests[k]] == ["tree"]
+
+
+def test_publish_into_the_output_dir_is_refused_before_anything_runs(tmp_path, tree):
+    spec = BuildSpec(manifest=str(write_manifest(tmp_path / "q.toml")), aiter_root=str(tree),
+                     output_dir=str(tmp_path / "out"), publish_to=str(tmp_path / "out" / "store"))
+    with pytest.raises(QolaError, match="prebuilt store"):
+        pipeline.build(spec)
+    assert not (tmp_path / "out").exists()
 
 
 def test_plan_key_cli_prints_the_key_and_its_inputs(tmp_path, tree):

@@ -3,8 +3,8 @@
 * :func:`inside` — the one way to build a path from a root and names that came from input (module
   keys, ``md_name``, OUT-relative paths): absolute parts, ``..``, NUL and empty names are refused,
   and the resolved result (symlinks followed) must stay under the resolved root;
-* :func:`atomic_write` / :func:`atomic_stream` / :func:`atomic_copy` / :func:`write_if_changed` — temp file in the same
-  directory, fsync, ``rename``: a reader (or a SIGKILL) sees the old or the new file, never half;
+* :func:`atomic_write` / :func:`atomic_stream` / :func:`atomic_copy` / :func:`write_if_changed` — temp file
+  in the same directory, fsync, ``rename``: a reader (or a SIGKILL) sees the old or the new file, never half;
   :func:`commit` publishes a temp someone else wrote (a compiler's output), :func:`replace_dir`
   swaps a staged directory in, :func:`sync_dir` brings a directory to a staged one's content file by
   file (unchanged files keep their mtime);

@@ -64,6 +64,11 @@ class Missing(Exception):
     """No archive for this key in the store (or the store could not be reached): build instead."""
 
 
+def _shown(problems: list[str], most: int = 20) -> str:
+    more = f"\n  … {len(problems) - most} more" if len(problems) > most else ""
+    return "\n".join(f"  {p}" for p in problems[:most]) + more
+
+
 def archive_name(namespace: str, key: str) -> str:
     return f"{namespace}-{key[:16]}{SUFFIX}"
 
@@ -146,8 +151,7 @@ def package(out: Path, into: Path) -> Packaged:
         raise QolaError(f"refusing to write the archive into the output dir {out}", hint="pass --into DIR outside it")
     _, problems, _ = audit_output(root)
     if problems:
-        shown = "\n".join(f"  {p}" for p in problems[:20]) + (f"\n  … {len(problems) - 20} more" if len(problems) > 20 else "")
-        raise QolaError(f"{out} fails the audit ({len(problems)} problem(s)); not packaging it:\n{shown}",
+        raise QolaError(f"{out} fails the audit ({len(problems)} problem(s)); not packaging it:\n{_shown(problems)}",
                         hint=f"run qola audit {out}, then rebuild")
     data = load_manifest(root)
     key = recorded_key(data)
@@ -268,7 +272,8 @@ def expected_sha256(text: bytes, name: str, where: str) -> str:
     return m.group(1).lower()
 
 
-def fetch(source: str, name: str, into: Path, *, limit: int = MAX_ARCHIVE, timeout: float = TIMEOUT) -> tuple[Path, str]:
+def fetch(source: str, name: str, into: Path, *, limit: int = MAX_ARCHIVE,
+          timeout: float = TIMEOUT) -> tuple[Path, str]:
     """``<source>/<name>`` downloaded (or copied) into the dir ``into`` and checked against
     ``<source>/<name>.sha256``; (the local file, where it came from). Missing: not in the store."""
     side = bytearray()
@@ -402,8 +407,8 @@ def verify(root: Path, key: str, namespace: str) -> None:
         raise QolaError(f"the archive's files cannot be audited ({type(exc).__name__}: {exc})",
                         hint=_HINT_STORE) from None
     if problems:
-        shown = "\n".join(f"  {p}" for p in problems[:20])
-        raise QolaError(f"the archive fails the audit ({len(problems)} problem(s)):\n{shown}", hint=_HINT_STORE)
+        raise QolaError(f"the archive fails the audit ({len(problems)} problem(s)):\n{_shown(problems)}",
+                        hint=_HINT_STORE)
 
 
 @dataclass(frozen=True)
