@@ -39,13 +39,15 @@ _ENV_REF = re.compile(
     r"""(?:environ\.get|getenv|get_config_file)\(\s*\\?['"]([A-Za-z_][A-Za-z0-9_]*)""")
 
 
+def referenced_env(texts: Iterable[str]) -> list[str]:
+    """Every variable an expression text reads with os.environ.get / os.getenv (or names as an
+    AITER config variable)."""
+    return sorted({key for text in texts for key in _ENV_REF.findall(text)})
+
+
 def env_keys_of(texts: Iterable[str]) -> list[str]:
-    """The fixed keys plus every variable an expression text reads with os.environ.get / os.getenv
-    (or names as an AITER config variable)."""
-    keys = set(ENV_KEYS)
-    for text in texts:
-        keys.update(_ENV_REF.findall(text))
-    return sorted(keys)
+    """The fixed keys plus :func:`referenced_env`."""
+    return sorted(set(ENV_KEYS) | set(referenced_env(texts)))
 
 
 def _stat(path: str) -> list:
@@ -74,13 +76,15 @@ def published_files(out: Path) -> list[str]:
 
 
 def record(build_dir: Path, out: Path, argv: Sequence[str], env: Mapping[str, str], env_keys: Sequence[str],
-           inputs: Iterable[str], resolved: Iterable[str] = (), *, rebuild: Mapping | None = None) -> None:
+           inputs: Iterable[str], resolved: Iterable[str] = (), *, rebuild: Mapping | None = None,
+           key: Mapping | None = None) -> None:
     """``resolved``: paths as given (absolute, not resolved) whose target must stay the same;
-    ``rebuild``: how the incremental path runs ninja (its recipe was written, and is among ``inputs``)."""
+    ``rebuild``: how the incremental path runs ninja (its recipe was written, and is among ``inputs``);
+    ``key``: the build key's material (:class:`qola.buildkey.Material`), for the incremental path."""
     files = sorted(set(inputs)) + published_files(out)
     links = sorted(set(resolved))
     data = {"format": FORMAT, "argv": list(argv), "env_keys": list(env_keys), "files": files, "resolved": links,
-            "rebuild": rebuild, "digest": digest(argv, env, env_keys, files, links)}
+            "rebuild": rebuild, "key": key, "digest": digest(argv, env, env_keys, files, links)}
     from qola.fsutil import atomic_write  # noqa: PLC0415 (not on the no-op path)
 
     atomic_write(build_dir / RECORD, json.dumps(data).encode())
@@ -91,7 +95,7 @@ def rerecord(build_dir: Path, out: Path, data: Mapping, env: Mapping[str, str]) 
     same inputs (the recipe rewritten) and the new output."""
     prefix = str(out) + os.sep
     record(build_dir, out, data["argv"], env, data["env_keys"], [f for f in data["files"] if not f.startswith(prefix)],
-           data["resolved"], rebuild=data.get("rebuild"))
+           data["resolved"], rebuild=data.get("rebuild"), key=data.get("key"))
 
 
 def forget(build_dir: Path) -> None:

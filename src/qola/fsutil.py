@@ -3,8 +3,8 @@
 * :func:`inside` — the one way to build a path from a root and names that came from input (module
   keys, ``md_name``, OUT-relative paths): absolute parts, ``..``, NUL and empty names are refused,
   and the resolved result (symlinks followed) must stay under the resolved root;
-* :func:`atomic_write` / :func:`atomic_copy` / :func:`write_if_changed` — temp file in the same
-  directory, fsync, ``rename``: a reader (or a SIGKILL) sees the old or the new file, never half;
+* :func:`atomic_write` / :func:`atomic_stream` / :func:`atomic_copy` / :func:`write_if_changed` — temp file
+  in the same directory, fsync, ``rename``: a reader (or a SIGKILL) sees the old or the new file, never half;
   :func:`commit` publishes a temp someone else wrote (a compiler's output), :func:`replace_dir`
   swaps a staged directory in, :func:`sync_dir` brings a directory to a staged one's content file by
   file (unchanged files keep their mtime);
@@ -22,8 +22,9 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from qola.errors import QolaError
 
@@ -111,6 +112,12 @@ def atomic_write(path: str | os.PathLike, data: bytes, mode: int | None = None, 
     ``.<name>.tmp-<pid>-``). ``sync_dir``: also fsync the directory, so the rename survives a crash."""
     return _publish_temp(Path(path), lambda fh: fh.write(data), 0o644 if mode is None else mode,
                          temp_prefix, sync_dir)
+
+
+def atomic_stream(path: str | os.PathLike, fill: Callable[[BinaryIO], object], mode: int | None = None) -> Path:
+    """Like :func:`atomic_write` for content too large to hold: ``fill(fh)`` writes it to the temp
+    file (a prebuilt archive); fsync, rename, fsync the directory."""
+    return _publish_temp(Path(path), fill, 0o644 if mode is None else mode, sync_dir=True)
 
 
 def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> Path:

@@ -9,14 +9,16 @@
  2. variants    declared variants -> each generator's filter, in the plan
  3. JIT plan    [jit] -> each module's ahead/deferred split, in the plan
  4. output dir  refuse one qola did not write; clear what killed runs left
- 5. toolchain   find and probe the compilers
+ 5. toolchain   find and probe the compilers; the build key (:mod:`qola.buildkey`); with
+                --prebuilt, an archive of that key installed instead of stages 6-11
  6. generate    run the generators; each module's source list
  7. hooks       per module what the JIT, isolation and embedding add (computed, not written)
  8. write       every file the graph reads, in one place
  9. run_build   write build.ninja, run ninja
 10. audit       ELF exports of every library
 11. publish     a new version of the output dir
-12. record      what the build was derived from, for the next no-op
+12. record      what the build was derived from, for the next no-op (and, with --publish, the
+                output packaged by its key into the prebuilt store)
 
 Nothing here prints: a :class:`Reporter` hears the warnings, notes and progress (the command line
 shows them with rich; the default says nothing), and :class:`BuildReport` says what happened.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -39,12 +42,14 @@ from qola.spec import BuildSpec, Prepared, Settings, hip_version, layout_of, pre
 
 if TYPE_CHECKING:
     from qola.build import CompileReport, ModuleResult, ModuleSources
+    from qola.buildkey import BuildKey, Material
+    from qola.prebuilt import Installed, Packaged
     from qola.extras import ModuleExtra
     from qola.rebuild import Recipe, Run
     from qola.plantypes import Plan
     from qola.toolchain import Toolchain
 
-__all__ = ["BuildReport", "BuildSpec", "Reporter", "build", "plan"]
+__all__ = ["BuildReport", "BuildSpec", "Reporter", "build", "build_key", "plan"]
 SHOW_PROGRESS_AFTER = 1.0  # seconds: the incremental path shows ninja's progress once it runs this long
 
 
@@ -74,16 +79,20 @@ class Reporter:
 
 @dataclass(frozen=True)
 class BuildReport:
-    """What :func:`build` did. ``compiled`` is None when the no-op fast path answered."""
+    """What :func:`build` did. ``compiled`` is None when the no-op fast path answered or a prebuilt
+    archive was installed (``prebuilt``)."""
 
     layout: BuildLayout
     compiled: CompileReport | None = None
     manifest_json: Path | None = None  # the published OUT/manifest.json (None: dry run, up to date)
     dry_run: bool = False
+    key: str | None = None  # the build key (None: not computed: a dry run, the no-op fast path)
+    prebuilt: Installed | None = None  # --prebuilt: the archive installed instead of building
+    packaged: Packaged | None = None  # --publish: the archive written into the store
 
     @property
     def up_to_date(self) -> bool:
-        return self.compiled is None
+        return self.compiled is None and self.prebuilt is None
 
     @property
     def modules(self) -> list[ModuleResult]:
@@ -130,6 +139,8 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
     layout = layout_of(spec)
     preflight.disjoint({"the output dir": layout.out, "the build dir": layout.root,
                         "the kernel tree": preflight.early_tree_root(spec.aiter_root, spec.manifest)})
+    if spec.publish_to:
+        preflight.disjoint({"the output dir": layout.out, "the prebuilt store (--publish)": Path(spec.publish_to)})
     dirs = {"the build dir": (layout.root, "--build-dir")}
     if not spec.dry_run:
         dirs["the output dir"] = (layout.out, "-o")
@@ -162,8 +173,11 @@ def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: 
     from qola import dist, ninja, rebuild  # noqa: PLC0415 (light)
 
     start = time.perf_counter()
+    from qola.buildkey import Material  # noqa: PLC0415
+
     try:
         run = rebuild.Run.of(record["rebuild"])
+        material = Material.of(record["key"])
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     mark = ninja.log_length(layout.root)
@@ -197,13 +211,14 @@ def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: 
     compiled = CompileReport(plan_, tc, list(results.values()), layout.root, time.perf_counter() - start, outcome.log,
                              notes)
     isolation.audit(compiled, plan_, only=run.changed(layout.root))  # 10. audit what ninja relinked
-    published = _publish(compiled, plan_, tc, layout, {})  # 11. publish
+    key = material.key()  # the tree's files rehashed: ninja rebuilt what some of them changed
+    published = _publish(compiled, plan_, tc, layout, {}, key)  # 11. publish
     if compiled.ok:  # 12. record (the recipe stays: nothing it holds changed)
         fastpath.rerecord(layout.root, layout.out, {**record, "rebuild": run.after(compiled, layout.root).to_json()},
                           env)
     else:
         fastpath.forget(layout.root)
-    return BuildReport(layout, compiled, published)
+    return BuildReport(layout, compiled, published, key=key.key, packaged=_store(spec, layout, compiled))
 
 
 def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Reporter) -> BuildReport:
@@ -227,6 +242,12 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
         for note in prepare_output(layout.out, layout.root):
             ui.note(note)
     tc = _toolchain(plan_, manifest, s, env)  # 5. toolchain
+    material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, env)
+    key = None if material is None else material.key()
+    if key is not None and spec.prebuilt:
+        done = _prebuilt(spec.prebuilt, layout, key, plan_.namespace, ui)
+        if done is not None:
+            return done
     farm = f" (farm: {s.farm.servers} server(s), {s.farm.cpus} CPUs at {s.farm.scheduler})" if s.farm else ""
     ui.info(f"qola: {len(plan_.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
             f"archs {', '.join(plan_.archs)}, -j {s.jobs}{farm}, build dir {layout.root}")
@@ -252,12 +273,79 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
     if s.dry_run:
         return BuildReport(layout, compiled, dry_run=True)
     isolation.audit(compiled, plan_)  # 10. audit
-    published = _publish(compiled, plan_, tc, layout, extras)  # 11. publish
+    published = _publish(compiled, plan_, tc, layout, extras, key)  # 11. publish
     if compiled.ok and spec.argv:  # 12. record
         recipe = (rebuild.of(compiled, plan_, tc, s.jobs, logs, layout.root, s.launcher)
                   if rebuild.eligible(extras) else None)
-        _remember(spec, prepared, plan_, tc, s, env, extras, *(recipe or (None, None)))
-    return BuildReport(layout, compiled, published)
+        _remember(spec, prepared, plan_, tc, s, env, extras, *(recipe or (None, None)), material=material)
+    return BuildReport(layout, compiled, published, key=key.key, packaged=_store(spec, layout, compiled))
+
+
+
+def build_key(spec: BuildSpec) -> BuildKey:
+    """The build key of ``spec`` (``qola plan --key``): stages 1-5 of :func:`build`, no output dir;
+    the compiler probes run in a temporary dir."""
+    from qola.fsutil import pid_tempdir  # noqa: PLC0415
+
+    env = spec.environ()
+    prepared = prepare(spec, env)
+    plan_ = resolve(prepared, env)
+    with pid_tempdir("qola-key-") as tmp:
+        s = Settings(layout=BuildLayout(Path(tmp), Path(tmp) / "out"), jobs=1, launcher=None, dry_run=False,
+                     verbose=False, isolate=spec.isolate)
+        tc = _toolchain(plan_, prepared.manifest, s, env)
+    return _material(prepared, plan_, tc, spec.isolate, env).key()
+
+
+def _table_texts(prepared: Prepared) -> tuple[list[str], list[str]]:
+    """(the module table and core.py, the texts of those that could be read)."""
+    files = [str(prepared.tree.table_path), str(prepared.tree.core_path)]
+    texts = []
+    for f in files:
+        try:
+            texts.append(Path(f).read_text())
+        except OSError:
+            pass
+    return files, texts
+
+
+def _material(prepared: Prepared, plan_: Plan, tc: Toolchain, isolate: bool, env: Mapping[str, str]) -> Material:
+    from qola import buildkey  # noqa: PLC0415
+
+    files, texts = _table_texts(prepared)
+    return buildkey.material(prepared.manifest, plan_, tc, env, isolate=isolate, table_files=files, table_texts=texts)
+
+
+def _prebuilt(source: str, layout: BuildLayout, key: BuildKey, namespace: str, ui: Reporter) -> BuildReport | None:
+    """``--prebuilt``: the archive of ``key`` installed as a new version of OUT (None: there is none;
+    the build goes on). OUT already holding that key is up to date."""
+    from qola import prebuilt  # noqa: PLC0415
+    from qola.buildkey import recorded_key  # noqa: PLC0415
+    from qola.publish import MANIFEST_JSON, current_version  # noqa: PLC0415
+
+    current = current_version(layout.out)
+    try:
+        held = recorded_key(json.loads((current / MANIFEST_JSON).read_text())) if current else None
+    except (OSError, ValueError):
+        held = None
+    if held == key.key:
+        ui.note(f"{layout.out} already holds build key {key.key[:16]}…")
+        return BuildReport(layout, key=key.key)
+    try:
+        installed = prebuilt.install(source, namespace, key.key, layout.out, layout.root)
+    except prebuilt.Missing as exc:
+        ui.note(f"no prebuilt archive for build key {key.key[:16]}… ({exc}): building")
+        return None
+    return BuildReport(layout, manifest_json=layout.out / MANIFEST_JSON, key=key.key, prebuilt=installed)
+
+
+def _store(spec: BuildSpec, layout: BuildLayout, compiled: CompileReport) -> Packaged | None:
+    """``--publish DIR``: the finished output packaged into DIR (only a build where every module built)."""
+    if not spec.publish_to or not compiled.ok:
+        return None
+    from qola import prebuilt  # noqa: PLC0415
+
+    return prebuilt.package(layout.out, Path(spec.publish_to))
 
 
 def _toolchain(plan_: Plan, manifest, s: Settings, env: Mapping[str, str]) -> Toolchain:
@@ -301,7 +389,7 @@ def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, M
 
 
 def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildLayout,
-             extras: Mapping[str, ModuleExtra]) -> Path:
+             extras: Mapping[str, ModuleExtra], key: BuildKey) -> Path:
     from qola import isolation, jitbuild  # noqa: PLC0415
     from qola.publish import publish  # noqa: PLC0415
 
@@ -309,12 +397,12 @@ def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildL
     built_headers, withdrawn = isolation.module_headers(compiled, plan_, layout)
     return publish(compiled, layout.out, headers=[*isolation.headers(plan_, layout), *built_headers],
                    withdrawn=withdrawn, mode=plan_.mode, texts=isolation.consumers(compiled, plan_, tc), trees=trees,
-                   module_extra=records)
+                   module_extra=records, extra={"build_key": key.key, "build_key_parts": key.digests})
 
 
 def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s: Settings,
               env: Mapping[str, str], extras: Mapping[str, ModuleExtra], recipe: Recipe | None,
-              run: Run | None) -> None:
+              run: Run | None, *, material: Material | None = None) -> None:
     """Record what this (successful) build was derived from, for the next no-op, and (``recipe``,
     ``run``) what the incremental path needs. The manifest and tree paths as the command line (or manifest)
     named them: symlinks re-pointed to another manifest or tree are noticed."""
@@ -323,13 +411,7 @@ def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s
 
     tree = prepared.tree
     given = [spec.manifest, str(tree_root(spec, prepared.manifest))]
-    tree_files = [str(tree.table_path), str(tree.core_path)]
-    texts = []
-    for f in tree_files:
-        try:
-            texts.append(Path(f).read_text())
-        except OSError:
-            pass
+    tree_files, texts = _table_texts(prepared)
     dirs = {str(Path(src).parent) for m in plan_.modules for src in m.sources}
     dirs |= {d for m in plan_.modules for d in m.include_dirs}
     if any(m.embed for m in plan_.modules):
@@ -359,4 +441,5 @@ def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s
                                  listed_dirs=[str(layout.blob(name)) for name in gen], written=written)
     resolved = [os.path.abspath(p) for p in [*given, *(t for t in tools if t)]]
     fastpath.record(layout.root, layout.out, list(spec.argv), env, fastpath.env_keys_of(texts), files, resolved,
-                    rebuild=None if run is None else run.to_json())
+                    rebuild=None if run is None else run.to_json(),
+                    key=None if material is None else material.to_json())

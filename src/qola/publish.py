@@ -30,7 +30,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ from qola.hashing import file_sha256, regular_file_sha256
 from qola.tree.aiter_configs import CONFIGS
 
 __all__ = ["MANIFEST_JSON", "STORE", "CURRENT", "ENTRIES", "atomic_write", "atomic_copy", "publish", "prepare",
-           "check_output", "current_version", "module_record", "publish_tree"]
+           "check_output", "current_version", "module_record", "publish_tree", "install_version"]
 
 MANIFEST_JSON = "manifest.json"
 STORE = ".qola"  # OUT/.qola/v<N>: the published versions
@@ -260,10 +260,6 @@ class _Stage:
             if p.is_file():
                 self.copy(p, f"{rel}/{p.relative_to(src).as_posix()}")
 
-    def sync_dirs(self) -> None:
-        for d, _, _ in os.walk(self.root):
-            fsync_dir(d)
-
 
 def _instances(names: tuple[str, ...]) -> dict[str, Any]:
     digest = hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()
@@ -374,15 +370,10 @@ def publish(report: CompileReport, out: Path, *, headers: Iterable[Path] = (), e
     for callers — a new version never holds anything not given here."""
     del withdrawn  # nothing carries over from the previous version, so nothing needs withdrawing
     out = Path(out)
-    check_output(out)
-    out.mkdir(parents=True, exist_ok=True)
-    store = inside(out, STORE)
-    store.mkdir(exist_ok=True)
-    prev = current_version(out)
-    stage_dir = Path(tempfile.mkdtemp(prefix=f"{STAGE}{os.getpid()}-", dir=store))
-    try:
-        os.chmod(stage_dir, 0o755)
-        seen_at = Path(report.build_dir) / PUBLISHED
+    seen_at = Path(report.build_dir) / PUBLISHED
+    placed: dict[str, Any] = {}
+
+    def fill(stage_dir: Path, prev: Path | None) -> None:
         stage = _Stage(stage_dir, prev, _seen(seen_at, out, prev))
         for d in DIRS:
             inside(stage_dir, d).mkdir()
@@ -418,7 +409,32 @@ def publish(report: CompileReport, out: Path, *, headers: Iterable[Path] = (), e
             "files": dict(sorted(stage.files.items())),
         }
         stage.write(MANIFEST_JSON, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(), record=False)
-        stage.sync_dirs()
+        placed.update(stage.placed)
+
+    version = install_version(out, fill)
+    with contextlib.suppress(OSError):  # only saves the next publish some reading
+        atomic_write(seen_at, json.dumps({"out": os.path.realpath(out), "version": version.name,
+                                          "files": placed}).encode())
+    return out / MANIFEST_JSON
+
+
+def install_version(out: Path, fill: Callable[[Path, Path | None], None]) -> Path:
+    """Publish a new version of ``out`` filled by ``fill(stage_dir, previous version or None)`` and
+    switch to it; returns the version's dir. ``fill`` writes into a private staging dir
+    (``OUT/.qola/.stage-<pid>-…``); if it raises, the staging dir is removed and OUT is as it was
+    (the one way a version is made: a build's publish, a prebuilt archive's install)."""
+    out = Path(out)
+    check_output(out)
+    out.mkdir(parents=True, exist_ok=True)
+    store = inside(out, STORE)
+    store.mkdir(exist_ok=True)
+    prev = current_version(out)
+    stage_dir = Path(tempfile.mkdtemp(prefix=f"{STAGE}{os.getpid()}-", dir=store))
+    try:
+        os.chmod(stage_dir, 0o755)
+        fill(stage_dir, prev)
+        for d, _, _ in os.walk(stage_dir):
+            fsync_dir(d)
         version = _install(store, stage_dir)
     except BaseException:
         remove(stage_dir)
@@ -427,10 +443,7 @@ def publish(report: CompileReport, out: Path, *, headers: Iterable[Path] = (), e
     fsync_dir(out)
     _link_entries(out, store)
     _prune(store, (version, prev), version)
-    with contextlib.suppress(OSError):  # only saves the next publish some reading
-        atomic_write(seen_at, json.dumps({"out": os.path.realpath(out), "version": version.name,
-                                          "files": stage.placed}).encode())
-    return out / MANIFEST_JSON
+    return version
 
 
 def _seen(path: Path, out: Path, prev: Path | None) -> dict[str, Any]:

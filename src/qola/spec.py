@@ -44,6 +44,8 @@ class BuildSpec:
     verbose: bool = False
     isolate: bool = True  # --no-isolation: False
     wait: float | None = None  # --wait: for another build holding the same dirs
+    prebuilt: str | None = None  # --prebuilt DIR|URL: install the archive of the build key when there is one
+    publish_to: str | None = None  # --publish DIR: package the finished output into DIR by its build key
     argv: tuple[str, ...] = ()  # the command line as given: the no-op fast path keys on it (() = none)
     env: Mapping[str, str] | None = field(default=None, compare=False)  # None: os.environ when used
 

@@ -38,6 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "instead of failing at once")
     p.add_argument("--no-isolation", action="store_true",
                    help="debug: link cpp_itfs libraries without the version script (the audit then fails on leaks)")
+    p.add_argument("--prebuilt", metavar="DIR|URL",
+                   help="install the archive of this build's key from DIR or an http(s) base URL instead of "
+                   "building (verified: sha256, safe unpacking, audit, key); build as usual when there is none")
+    p.add_argument("--publish", dest="publish_to", metavar="DIR",
+                   help="after a successful build, store the output's archive (+ .sha256, .json) in DIR by its key")
     p.set_defaults(func=run)
 
 
@@ -79,8 +84,9 @@ def spec_of(args: argparse.Namespace) -> BuildSpec:
     return BuildSpec(
         manifest=args.manifest, output_dir=args.output_dir, aiter_root=args.aiter_root, archs=tuple(args.archs or ()),
         mode=args.mode, allow_unpinned=args.allow_unpinned, jobs=args.jobs, build_dir=args.build_dir,
-        launcher=args.launcher, dist=args.dist, dry_run=args.dry_run, verbose=args.verbose, isolate=not args.no_isolation,
-        wait=args.wait, argv=tuple(getattr(args, "argv", None) or ()), env=dict(os.environ))
+        launcher=args.launcher, dist=args.dist, dry_run=args.dry_run, verbose=args.verbose,
+        isolate=not args.no_isolation, wait=args.wait, prebuilt=args.prebuilt, publish_to=args.publish_to,
+        argv=tuple(getattr(args, "argv", None) or ()), env=dict(os.environ))
 
 
 class RichReporter(Reporter):
@@ -101,17 +107,17 @@ class RichReporter(Reporter):
             self._console = Console(stderr=True)
         return self._console
 
-    def _line(self, text: str) -> None:
+    def line(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def warning(self, text: str) -> None:
         print(f"warning: {text}", file=sys.stderr)
 
     def note(self, text: str) -> None:
-        self._line(f"note: {text}")
+        self.line(f"note: {text}")
 
     def info(self, text: str) -> None:
-        self._line(text)  # unwrapped: its paths stay copyable
+        self.line(text)  # unwrapped: its paths stay copyable
 
     def event(self, text: str) -> None:
         if self.verbose:
@@ -147,6 +153,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"qola: {out} is up to date (nothing to do)", file=sys.stderr)
         return 0
     compiled = report.compiled
+    if report.prebuilt is not None:
+        reporter.line(f"qola: installed prebuilt {report.prebuilt.origin} (build key {report.key[:16]}…) "
+                      f"as {report.prebuilt.version.name}; nothing compiled")
+        reporter.line(f"manifest: {report.manifest_json}")
+        return 0
     if report.dry_run:
         for line in compiled.ninja_log:
             print(line)
@@ -155,4 +166,9 @@ def run(args: argparse.Namespace) -> int:
         return report.exit_code
     summary(compiled, reporter.console, report.layout)
     reporter.console.print(f"manifest: {report.manifest_json}")
+    if report.key:
+        reporter.line(f"build key: {report.key}")
+    if report.packaged is not None:
+        reporter.line(f"published: {report.packaged.archive}")
     return report.exit_code
+

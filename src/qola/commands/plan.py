@@ -15,10 +15,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_manifest_args(p)
     p.add_argument("--json", action="store_true",
                    help='print the plan as JSON: {"modules": [...]} with generator filters and the JIT split')
+    p.add_argument("--key", action="store_true",
+                   help="probe the toolchain and print the build key (what --prebuilt looks up); with --json, "
+                   "every input of the key and each part's digest (to see why two keys differ)")
+    p.add_argument("--no-isolation", action="store_true", help="the key of a build run with --no-isolation")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.key:
+        from dataclasses import replace  # noqa: PLC0415
+
+        from qola.pipeline import build_key  # noqa: PLC0415
+
+        key = build_key(replace(plan_spec(args), isolate=not args.no_isolation))
+        print(json.dumps(key.explain(), indent=2, sort_keys=True) if args.json else key.key)
+        return 0
     plan = whole_plan(plan_spec(args)).plan
     warn(plan.warnings)
     if args.json:
