@@ -1,0 +1,100 @@
+"""Scale on paper: wall time of a build on 1, 8 and 64 build servers, from measured compile times.
+
+Nothing is compiled here. The translation units of a build are grouped in classes (how many, CPU
+seconds each); every number below was measured and is cited in docs/benchmarks.md ("Real AITER on
+a ROCm 7 compiler" and "Beyond one machine"). ninja's work is then list-scheduled, longest first
+(qola gives ninja each object's expected time as its priority), onto ``servers x cores`` slots:
+
+    wall = serial before (plan + generators, on the client)
+         + max(compile makespan, client preprocessing / client cores, upload / bandwidth)
+         + serial after (link, audit, publish)
+
+The client rows matter for a farm: sccache preprocesses every compile on the client and uploads
+the preprocessed source (a CK instance: 1.0 s CPU, 21 MB, measured). The longest single unit (a
+2.9 MB dispatch file, a big kernel) bounds the makespan however many servers there are.
+
+    python bench/farm.py [--servers 1,8,64] [--cores 16] [--client-cores 16] [--gbit 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+
+# (label, count, CPU seconds each); measured on the 2-core box with clang 21, AITER's flags without
+# -amdgpu-early-inline-all (docs/benchmarks.md): contended wall times are halved to CPU where the
+# table says the run was shared (~50 % of a core)
+TE = {
+    "name": "Transformer Engine manifest (gfx942+gfx950)",
+    "units": [
+        ("bwd dq_dk_dv instances", 2088, 75.0),  # d32: 108/115 s wall at ~1.5x contention
+        ("fwd instances", 416, 36.0),  # d32: 52/54 s wall at ~1.5x contention
+        ("bwd pre/post (convert_dq, dot_do_o)", 96, 22.0),  # 19-38 s wall
+        ("fmha_bwd_api.cpp (dispatch of 2,088 kernels, 2.9 MB)", 1, 130.0),  # 152 s wall, 130 s user
+        ("fmha_fwd_api.cpp (dispatch, 0.4 MB)", 1, 15.0),  # 16.8 s wall
+        ("AITER API + qola wrappers + asm v3", 8, 30.0),  # 17-39 s wall
+    ],
+    "before": 41.0,  # qola build --dry-run of the TE manifest: plan + both generators, 41 s wall
+    "after": 5.0,  # two links + audit + publish (0.1-0.2 s per link of 2 kernels; assumed 5 s for 2,600)
+}
+AITER = {
+    "name": "AITER's whole table, CK fMHA files (gfx942+gfx950)",
+    "units": [
+        ("CK fMHA instances", 64334, 60.0),  # --list_blobs count; ~60 s each (d32: 35-75 s)
+        ("plain sources (177) and dispatch files", 200, 40.0),
+        ("largest dispatch file", 1, 900.0),  # assumed: ~30x the TE bwd dispatch's kernels
+    ],
+    "before": 600.0,  # assumed: ~40 generators writing ~65k files at TE's rate (~10 ms a file)
+    "after": 60.0,
+}
+PREPROCESS_CPU = 1.0  # s per unit on the client (hipcc -E of a CK bwd instance, both archs)
+PREPROCESSED_MB = 21.0  # MB uploaded per unit (its preprocessed source, before compression)
+
+
+def makespan(units: list[tuple[str, int, float]], slots: int) -> tuple[float, float]:
+    """(longest-first list schedule's end, the longest unit) of ``units`` on ``slots`` slots."""
+    heap = [0.0] * min(slots, sum(n for _, n, _ in units))
+    heapq.heapify(heap)
+    longest = 0.0
+    for _, count, secs in sorted(units, key=lambda u: -u[2]):
+        longest = max(longest, secs)
+        for _ in range(count):
+            heapq.heappush(heap, heapq.heappop(heap) + secs)
+    return max(heap), longest
+
+
+def hours(s: float) -> str:
+    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--servers", default="1,8,64")
+    ap.add_argument("--cores", type=int, default=16, help="cores per build server")
+    ap.add_argument("--client-cores", type=int, default=16)
+    ap.add_argument("--gbit", type=float, default=10.0, help="client upload bandwidth, Gbit/s")
+    args = ap.parse_args()
+    servers = [int(s) for s in args.servers.split(",")]
+    for build in (TE, AITER):
+        units = build["units"]
+        total = sum(n for _, n, _ in units)
+        cpu = sum(n * s for _, n, s in units)
+        print(f"\n{build['name']}: {total:,} units, {cpu / 3600:,.0f} CPU-h; serial {build['before']:.0f} s before, "
+              f"{build['after']:.0f} s after")
+        print("| servers | cores | compile makespan | client preprocess | upload | wall | bound by |")
+        print("|---:|---:|---:|---:|---:|---:|---|")
+        pre = total * PREPROCESS_CPU / args.client_cores
+        upload = total * PREPROCESSED_MB * 8 / 1000 / args.gbit
+        for n in servers:
+            span, longest = makespan(units, n * args.cores)
+            local = n == 1  # one machine: no farm, nothing preprocessed apart or uploaded
+            middle = span if local else max(span, pre, upload)
+            wall = build["before"] + middle + build["after"]
+            bound = ("compiles" if middle == span and span > longest * 1.05 else "the longest unit"
+                     if middle == span else "client preprocessing" if middle == pre else "upload")
+            print(f"| {n} | {n * args.cores} | {hours(span)} | {'-' if local else hours(pre)} | "
+                  f"{'-' if local else hours(upload)} | {hours(wall)} | {bound} |")
+
+
+if __name__ == "__main__":
+    main()
