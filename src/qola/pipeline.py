@@ -280,7 +280,8 @@ def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, M
         r = results[mod.name]
         try:
             jit = jitbuild.extra(mod, srcs[mod.name].generated, plan_, tc, layout, compiler)
-            more = jit.then(isolation.extra(mod, srcs[mod.name].all, jit, plan_, layout, isolate=s.isolate))
+            more = jit.then(isolation.extra(mod, srcs[mod.name].all, jit, plan_, layout, isolate=s.isolate,
+                                            discard_locals=tc.discard_locals))
         except QolaError as exc:
             fail(r, exc)
             continue
