@@ -1,7 +1,8 @@
 """Reproducible across machines (issue 13): the same input built from two copies of the kernel tree
 at different paths, into different build and output dirs, gives byte-identical libraries — a
 Python module, a static archive and a shared library of cpp_itfs modules — for CUDA (nvcc, sm_90)
-and HIP (the ROCm 7 compiler, gfx942; marker ``rocm``).
+and HIP (the ROCm 7 compiler, gfx942; marker ``rocm``). And ``qola audit --reproduce OUT``, which
+rebuilds OUT's build elsewhere and compares every library with manifest.json.
 
 What made builds path-dependent, and the fixes: docs/design-notes.md, "Reproducible across machines".
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -131,3 +134,53 @@ def test_cuda_libraries_identical_across_tree_and_build_paths(tmp_path):
 @pytest.mark.rocm
 def test_hip_libraries_identical_across_tree_and_build_paths(tmp_path):
     check_identical(tmp_path, "gfx942")
+
+
+# ---- qola audit --reproduce ---------------------------------------------------------------------
+
+
+def qola(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``qola ARGS`` under exactly ``env``."""
+    return subprocess.run([sys.executable, "-m", "qola", *args], capture_output=True, text=True, env=env)
+
+
+@slow
+@needs_nvcc
+def test_audit_reproduce(tmp_path):
+    tree = tree_copy(tmp_path / "kernels")
+    temp = tmp_path / "temp"  # where the rebuilds go: empty again after each
+    temp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"} | {"TMPDIR": str(temp)}
+    # a library whose bytes hold the time of day it was compiled: not reproducible ...
+    m = manifest(tmp_path / "q.toml", "sm_90", TINY_MODULE, tiny_extra="__TIME__")
+    out = tmp_path / "out"
+    build = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2"]
+    assert qola(*build, env=env).returncode == 0
+    proc = qola("audit", str(out), "--reproduce", "-j", "2", env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "lib/qk_module_tiny.so" in proc.stdout and "differs" in proc.stdout, proc.stdout
+    assert "lib/qk_module_tiny.so: differs" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not list(temp.iterdir())
+    # ... unless SOURCE_DATE_EPOCH fixes __TIME__: manifest.json records it and the rebuild sets it
+    # again (the auditing shell has it unset)
+    proc = qola(*build, env=env | {"SOURCE_DATE_EPOCH": "1700000000"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "manifest.json").read_text())["build"]["env"]["SOURCE_DATE_EPOCH"] == "1700000000"
+    proc = qola("audit", str(out), "--reproduce", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "lib/qk_module_tiny.so" in proc.stdout and "match" in proc.stdout and "byte-identical" in proc.stdout
+    assert not list(temp.iterdir())
+    # a published library altered after the build: named, exit 1
+    lib = (out / "lib" / "qk_module_tiny.so").resolve()
+    lib.chmod(0o644)
+    lib.write_bytes(lib.read_bytes() + b"\0")
+    proc = qola("audit", str(out), "--reproduce", env=env)
+    assert proc.returncode == 1 and "lib/qk_module_tiny.so: altered in OUT" in proc.stderr, proc.stdout + proc.stderr
+    # bad input: a clear error, exit 2, no traceback, nothing rebuilt
+    m.write_text(m.read_text() + "# edited\n")
+    proc = qola("audit", str(out), "--reproduce", env=env)
+    assert proc.returncode == 2 and "changed since OUT was built" in proc.stderr, proc.stderr
+    for bad in (tmp_path / "nothing-here", tree):
+        proc = qola("audit", str(bad), "--reproduce", env=env)
+        assert proc.returncode == 2 and "manifest.json" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not list(temp.iterdir())

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from qola import fastpath, lock, preflight
 from qola.builddir import BuildLayout
+from qola.reproduce import settings_record
 from qola.spec import BuildSpec, Prepared, Settings, hip_version, layout_of, prepare, settings, tree_root
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: 
     settle(results, outcome, {m: a for a, m in run.artifacts.items()}, seconds, layout.root, owner=run.owner)
     compiled = CompileReport(plan_, tc, list(results.values()), layout.root, time.perf_counter() - start, outcome.log)
     isolation.audit(compiled, plan_, only=run.changed(layout.root))  # 10. audit what ninja relinked
-    published = _publish(compiled, plan_, tc, layout, {})  # 11. publish
+    published = _publish(compiled, plan_, tc, layout, {}, settings_record(spec, env, record["env_keys"]))  # 11.
     if compiled.ok:  # 12. record (the recipe stays: nothing it holds changed)
         fastpath.rerecord(layout.root, layout.out, {**record, "rebuild": run.after(compiled, layout.root).to_json()},
                           env)
@@ -243,7 +244,8 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
     if s.dry_run:
         return BuildReport(layout, compiled, dry_run=True)
     isolation.audit(compiled, plan_)  # 10. audit
-    published = _publish(compiled, plan_, tc, layout, extras)  # 11. publish
+    published = _publish(compiled, plan_, tc, layout, extras,
+                         settings_record(spec, env, fastpath.env_keys_of(_table_texts(prepared.tree))))  # 11.
     if compiled.ok and spec.argv:  # 12. record
         recipe = rebuild.of(compiled, plan_, tc, s.jobs, logs, layout.root) if rebuild.eligible(extras) else None
         _remember(spec, prepared, plan_, tc, s, env, extras, *(recipe or (None, None)))
@@ -291,8 +293,19 @@ def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, M
     return out
 
 
+def _table_texts(tree) -> list[str]:
+    """The module table's and core.py's texts (what the table's expressions may read from the environment)."""
+    texts = []
+    for f in (tree.table_path, tree.core_path):
+        try:
+            texts.append(Path(f).read_text())
+        except OSError:
+            pass
+    return texts
+
+
 def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildLayout,
-             extras: Mapping[str, ModuleExtra]) -> Path:
+             extras: Mapping[str, ModuleExtra], settings: Mapping[str, object]) -> Path:
     from qola import isolation, jitbuild  # noqa: PLC0415
     from qola.publish import publish  # noqa: PLC0415
 
@@ -300,7 +313,7 @@ def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildL
     built_headers, withdrawn = isolation.module_headers(compiled, plan_, layout)
     return publish(compiled, layout.out, headers=[*isolation.headers(plan_, layout), *built_headers],
                    withdrawn=withdrawn, mode=plan_.mode, texts=isolation.consumers(compiled, plan_, tc), trees=trees,
-                   module_extra=records)
+                   module_extra=records, extra={"build": settings})
 
 
 def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s: Settings,
@@ -315,12 +328,7 @@ def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s
     tree = prepared.tree
     given = [spec.manifest, str(tree_root(spec, prepared.manifest))]
     tree_files = [str(tree.table_path), str(tree.core_path)]
-    texts = []
-    for f in tree_files:
-        try:
-            texts.append(Path(f).read_text())
-        except OSError:
-            pass
+    texts = _table_texts(tree)
     dirs = {str(Path(src).parent) for m in plan_.modules for src in m.sources}
     dirs |= {d for m in plan_.modules for d in m.include_dirs}
     if any(m.embed for m in plan_.modules):
