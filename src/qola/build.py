@@ -19,6 +19,7 @@ from qola import ninja
 from qola.builddir import BuildLayout, object_path
 from qola.errors import FailedProcessError, QolaError, tail
 from qola.extras import ModuleExtra
+from qola.pathmap import PathMap, unit_id
 from qola.plantypes import ModulePlan, Plan
 from qola.pyext import pybind11_flags, torch_flags
 from qola.toolchain import Toolchain
@@ -91,6 +92,13 @@ def module_flags(mod: ModulePlan, tc: Toolchain, blob_dir: Path, include_dir: Pa
         if not mod.torch_exclude:
             flags += torch_flags(tc.kind).cflags
     return flags
+
+
+def unit_flags(tc: Toolchain, paths: PathMap, module: str, src: str) -> list[str]:
+    """The flags naming ``src`` to the compiler by its path with the tree and build dir mapped
+    (:mod:`qola.pathmap`), not by where those lie."""
+    name = paths.name(src)
+    return tc.unit_flags_for(name, unit_id(module, name))
 
 
 def module_ldflags(mod: ModulePlan, tc: Toolchain) -> list[str]:
@@ -194,14 +202,16 @@ def graph_for(plan: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str,
     variables: dict[str, str] = {}
     targets = []
     edges: list[tuple] = []
+    paths = PathMap.of(plan.tree_root, layout.root)
     for mod in plan.modules:
         if mod.name not in srcs:
             continue
         more = extras.get(mod.name) or ModuleExtra()
         var = f"flags_{mod.name}"
         flags = module_flags(mod, tc, layout.blob(mod.name), layout.include) + list(more.cflags)
-        variables[var] = ninja.escape_flags(flags)
-        compiles = tuple(ninja.Compile(s, object_path(mod.name, s), var, tuple(_split(mod.flags_for(s))))
+        variables[var] = ninja.escape_flags(flags + tc.prefix_map_flags(paths.compiler_maps))
+        compiles = tuple(ninja.Compile(s, object_path(mod.name, s), var,
+                                       tuple(_split(mod.flags_for(s)) + unit_flags(tc, paths, mod.name, s)))
                          for s in more.sources(srcs[mod.name].all))
         edges += [(e.rule, e.out, e.inputs, dict(e.variables)) for e in more.edges]
         targets.append(ninja.Target(

@@ -49,10 +49,11 @@ def headers(plan: Plan, layout: BuildLayout) -> list[Path]:
 
 
 def extra(mod: ModulePlan, sources: Sequence[str], inner: ModuleExtra, plan: Plan, layout: BuildLayout, *,
-          isolate: bool = True) -> ModuleExtra:
+          isolate: bool = True, discard_locals: bool = False) -> ModuleExtra:
     """What isolation and embedding add to ``mod``, whose ``sources`` (table and generated) are
     compiled as ``inner`` (the JIT's extra) changes them; its static archive holds ``inner``'s
-    objects too, and ``inner.localize_hidden`` makes the archive's hidden symbols local."""
+    objects too, and ``inner.localize_hidden`` makes the archive's hidden symbols local;
+    ``discard_locals`` (:attr:`qola.toolchain.Toolchain.discard_locals`) drops its local symbols."""
     ns = plan.namespace
     edges: list[Edge] = []
     inputs: list[str] = []
@@ -72,7 +73,8 @@ def extra(mod: ModulePlan, sources: Sequence[str], inner: ModuleExtra, plan: Pla
         objs = [layout.root / o for o in _objects(mod, inner.sources(sources), (*inputs, *inner.extra_inputs))]
         steps, rsp, text = archive_steps(objs, layout.artifact(mod.artifact_name), ns, layout.archive_work(mod.name),
                                          isolate=isolate and isolated(mod),
-                                         localize_hidden=inner.localize_hidden and isolate and isolated(mod))
+                                         localize_hidden=inner.localize_hidden and isolate and isolated(mod),
+                                         discard_locals=discard_locals)
         link = ModuleExtra(rule="archive", variables=(("archive_cmd", " && ".join(shlex.join(s) for s in steps)),),
                            writes=(FileWrite(rsp, text),))
     elif isolate and isolated(mod):

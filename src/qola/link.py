@@ -134,13 +134,16 @@ def static_archive_steps(objs: Sequence[Path], out: Path, namespace: str, work_d
 
 def archive_steps(objs: Sequence[Path], out: Path, namespace: str, work_dir: Path,
                   tools: BinTools | None = None, *, isolate: bool = True, c_prefix: str | None = None,
-                  extra: Iterable[str] = (), localize_hidden: bool = False) -> tuple[list[list[str]], Path, str]:
+                  extra: Iterable[str] = (), localize_hidden: bool = False,
+                  discard_locals: bool = False) -> tuple[list[list[str]], Path, str]:
     """(commands, path of the object list they read, its text): nothing is written.
 
     The commands write every other file: ``<stem>.r.o`` (partial link), ``<stem>.localize`` (symbol
     list), ``<stem>.o`` (the archive's one member). ``ar r`` replaces that member in an existing
     ``out``; remove ``out`` first if it may hold anything else. ``localize_hidden`` (with
-    ``isolate``) also makes every hidden symbol local (objcopy ``--localize-hidden``)."""
+    ``isolate``) also makes every hidden symbol local (objcopy ``--localize-hidden``);
+    ``discard_locals`` drops the objects' local symbols in the partial link (``ld -r
+    --discard-all``: relocations keep section symbols), as the toolchain's shared link does."""
     tools = tools or BinTools()
     rule = ExportRule(namespace, c_prefix, tuple(extra))
     if not objs:
@@ -149,7 +152,8 @@ def archive_steps(objs: Sequence[Path], out: Path, namespace: str, work_dir: Pat
     stem = _stem(out)
     rsp = inside(work, f"{stem}.objs.rsp")
     partial, member = inside(work, f"{stem}.r.o"), inside(work, f"{stem}.o")
-    relink = [tools.ld, "-r"] + (["--force-group-allocation"] if isolate else [])
+    relink = ([tools.ld, "-r"] + (["--force-group-allocation"] if isolate else [])
+              + (["--discard-all"] if discard_locals else []))
     steps = [relink + ["-o", os.fspath(partial if isolate else member), f"@{rsp}"]]
     if isolate:
         symlist = inside(work, f"{stem}.localize")

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from qola import fastpath, lock, preflight
 from qola.builddir import BuildLayout
+from qola.reproduce import settings_record
 from qola.spec import BuildSpec, Prepared, Settings, hip_version, layout_of, prepare, settings, tree_root
 
 if TYPE_CHECKING:
@@ -212,7 +213,8 @@ def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: 
                              notes)
     isolation.audit(compiled, plan_, only=run.changed(layout.root))  # 10. audit what ninja relinked
     key = material.key()  # the tree's files rehashed: ninja rebuilt what some of them changed
-    published = _publish(compiled, plan_, tc, layout, {}, key)  # 11. publish
+    published = _publish(compiled, plan_, tc, layout, {}, key,
+                         settings_record(spec, env, record["env_keys"]))  # 11. publish
     if compiled.ok:  # 12. record (the recipe stays: nothing it holds changed)
         fastpath.rerecord(layout.root, layout.out, {**record, "rebuild": run.after(compiled, layout.root).to_json()},
                           env)
@@ -273,7 +275,8 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
     if s.dry_run:
         return BuildReport(layout, compiled, dry_run=True)
     isolation.audit(compiled, plan_)  # 10. audit
-    published = _publish(compiled, plan_, tc, layout, extras, key)  # 11. publish
+    published = _publish(compiled, plan_, tc, layout, extras, key,
+                         settings_record(spec, env, fastpath.env_keys_of(_table_texts(prepared)[1])))  # 11.
     if compiled.ok and spec.argv:  # 12. record
         recipe = (rebuild.of(compiled, plan_, tc, s.jobs, logs, layout.root, s.launcher)
                   if rebuild.eligible(extras) else None)
@@ -378,7 +381,8 @@ def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, M
         r = results[mod.name]
         try:
             jit = jitbuild.extra(mod, srcs[mod.name].generated, plan_, tc, layout, compiler)
-            more = jit.then(isolation.extra(mod, srcs[mod.name].all, jit, plan_, layout, isolate=s.isolate))
+            more = jit.then(isolation.extra(mod, srcs[mod.name].all, jit, plan_, layout, isolate=s.isolate,
+                                            discard_locals=tc.discard_locals))
         except QolaError as exc:
             fail(r, exc)
             continue
@@ -389,7 +393,7 @@ def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, M
 
 
 def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildLayout,
-             extras: Mapping[str, ModuleExtra], key: BuildKey) -> Path:
+             extras: Mapping[str, ModuleExtra], key: BuildKey, settings: Mapping[str, object]) -> Path:
     from qola import isolation, jitbuild  # noqa: PLC0415
     from qola.publish import publish  # noqa: PLC0415
 
@@ -397,7 +401,8 @@ def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildL
     built_headers, withdrawn = isolation.module_headers(compiled, plan_, layout)
     return publish(compiled, layout.out, headers=[*isolation.headers(plan_, layout), *built_headers],
                    withdrawn=withdrawn, mode=plan_.mode, texts=isolation.consumers(compiled, plan_, tc), trees=trees,
-                   module_extra=records, extra={"build_key": key.key, "build_key_parts": key.digests})
+                   module_extra=records,
+                   extra={"build_key": key.key, "build_key_parts": key.digests, "build": settings})
 
 
 def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s: Settings,

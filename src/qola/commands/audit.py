@@ -47,6 +47,10 @@ def register(subparsers) -> None:
     p.add_argument("--namespace", help="check against this namespace instead of the manifest's")
     p.add_argument("--allow-failed", action="store_true",
                    help="a module recorded as failed (and absent) is not a problem")
+    p.add_argument("--reproduce", action="store_true",
+                   help="instead: rebuild OUT's build (its recorded manifest, tree, settings and compiler) in a "
+                   "temporary directory and compare every library's bytes with manifest.json's sha256")
+    p.add_argument("-j", "--jobs", type=int, help="parallel jobs of the --reproduce rebuild")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show a traceback on errors")
     p.set_defaults(func=run)
@@ -243,7 +247,35 @@ def audit_output(out_dir: Path, namespace: str | None = None, *,
     return checked, problems, notes
 
 
+def run_reproduce(args: argparse.Namespace) -> int:
+    """``--reproduce``: the rebuild's table; exit 1 when a library differs (:mod:`qola.reproduce`)."""
+    import sys  # noqa: PLC0415
+
+    from qola import preflight, reproduce  # noqa: PLC0415
+
+    if args.jobs is not None:
+        preflight.check_jobs(args.jobs, None, {})
+    root, _, _ = resolve_root(Path(args.output_dir))  # the layout is the plain audit's concern
+    data = load_manifest(root)
+    def start(tmp: Path) -> None:
+        print(f"reproduce {args.output_dir}: rebuilding in {tmp} …", file=sys.stderr, flush=True)
+
+    result = reproduce.reproduce(root, data, jobs=args.jobs, on_start=start)
+    print(result.table())
+    for note in result.notes:
+        print(f"  note: {note}")
+    bad = [f"{r.file}: {r.result}" for r in result.rows if not r.ok] + result.problems
+    if bad:
+        body = "\n".join(f"  {p}" for p in bad)
+        raise BuildFailed(f"reproduce {args.output_dir}: {len(bad)} problem(s):\n{body}")
+    print(f"reproduce {args.output_dir}: {len(result.rows)} librar{'y' if len(result.rows) == 1 else 'ies'} "
+          "byte-identical")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.reproduce:
+        return run_reproduce(args)
     checked, problems, notes = audit_output(Path(args.output_dir), args.namespace, allow_failed=args.allow_failed)
     if problems:
         body = "\n".join(f"  {p}" for p in problems)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
 from typing import Any
+
+DISCARD_LOCALS = "-Wl,--discard-all"  # see Toolchain.discard_locals
 
 
 @dataclass(frozen=True)
@@ -34,10 +37,24 @@ class Toolchain:
     dropped_flags: tuple[str, ...] = ()  # optional flags the probes found unsupported
     removed_flags: tuple[str, ...] = ()  # flags of the vendor set the manifest left out ([build] drop_hip_flags)
     rocm_version: str | None = None  # ROCm release from <root>/.info/version, when known
+    host_wrap: tuple[str, ...] = ()  # what passes the next flag to the host compiler (nvcc: -Xcompiler)
+    unit_flags: tuple[str, ...] = ()  # a source's stable identity, templates of {name} and {uid}
+    discard_locals: bool = False  # links and archives drop local symbols (nvcc's pid-named temporaries)
 
     def device_flags(self) -> list[str]:
         """Base flags for every device-compiled source (.cu, .hip and .cpp alike)."""
         return list(self.base_flags)
+
+    def prefix_map_flags(self, maps: Sequence[tuple[str, str]]) -> list[str]:
+        """``-ffile-prefix-map=OLD=NEW`` for each pair (``__FILE__``, debug info), through the host
+        compiler's wrapper where the driver needs one (nvcc preprocesses both sides with it)."""
+        return [tok for old, new in maps for tok in (*self.host_wrap, f"-ffile-prefix-map={old}={new}")]
+
+    def unit_flags_for(self, name: str, uid: str) -> list[str]:
+        """Flags naming one source by ``name`` (its path with the roots mapped,
+        :class:`qola.pathmap.PathMap`) and ``uid`` (:func:`qola.pathmap.unit_id`) instead of its
+        real path, from which nvcc derives its module id and clang its HIP CUID."""
+        return [f.format(name=name, uid=uid) for f in self.unit_flags]
 
     def compile_argv(
         self, src: str | os.PathLike, obj: str | os.PathLike, depfile: str | os.PathLike, flags: list[str]
@@ -71,7 +88,8 @@ class Toolchain:
         libamdhip64 for HIP. The command is :func:`qola.link.shared_link_argv`'s."""
         from qola.link import shared_link_argv  # noqa: PLC0415 (this module stays free of the link machinery)
 
-        return shared_link_argv(self.host_cxx, objs_rsp, out, ldflags, self.link_flags)
+        discard = [DISCARD_LOCALS] if self.discard_locals else []
+        return shared_link_argv(self.host_cxx, objs_rsp, out, ldflags, (*self.link_flags, *discard))
 
     def runtime_link_libs(self) -> list[str]:
         """Libraries a consumer of a static archive must link (CMake / pkg-config)."""

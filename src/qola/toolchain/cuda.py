@@ -32,6 +32,10 @@ BASE = (
     "-std=c++17", "-O3", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr", "-DUSE_CUDA=1",
     "-Xcompiler", "-fvisibility=hidden", "-Xcompiler", "-fvisibility-inlines-hidden",
 )  # fmt: skip
+# cudafe++ and cicc name the unit's anonymous namespace and module id after the CRC32 of
+# --orig_src_path_name, which nvcc sets to the source's absolute path; given again, the later one
+# wins, in both (they must agree: the host stub registers the device kernel by that name)
+UNIT_FLAGS = ("-Xcudafe", "--orig_src_path_name={name}", "-Xcicc", "--orig_src_path_name={name}")
 RUNTIME = ("-lcudart_static", "-ldl", "-lrt", "-lpthread")
 
 
@@ -147,9 +151,12 @@ def find_cuda(
         root=layout["root"],
         base_flags=tuple(flags),
         lang_args=("-x", "cu"),
-        # --discard-all: nvcc names its intermediate files after its pid (tmpxft_<pid>_…), and those
-        # names would land in the library's local FILE symbols — dropping locals makes builds repeatable
-        link_flags=(f"-L{libs_at}", *RUNTIME, "-Wl,--discard-all"),
+        link_flags=(f"-L{libs_at}", *RUNTIME),
         libs=("cudart",),
         lib_dirs=(libs_at,),
+        host_wrap=("-Xcompiler",),
+        unit_flags=UNIT_FLAGS,
+        # nvcc names its intermediate files after its pid (tmpxft_<pid>_…), and those names land in
+        # the objects' local FILE symbols: links and static archives drop local symbols
+        discard_locals=True,
     )

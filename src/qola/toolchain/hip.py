@@ -67,6 +67,9 @@ BY_VERSION = (
     (">", (6, 2, 41132, 0), ("-mllvm -amdgpu-early-inline-all=true", "-mllvm -amdgpu-function-calls=false")),
     (">", (6, 2, 41133, 0), ("-mllvm -amdgpu-coerce-illegal-types=1",)),
 )
+# clang derives __hip_cuid_<hash> (a symbol in the host object and in every code object) from the
+# input's path and options unless given one
+UNIT_FLAGS = ("-cuid={uid}",)
 PROBE_TAIL = ("-Werror=unknown-warning-option", "-x", "hip", "-E", "-P", "/dev/null", "-o", "/dev/null")
 
 
@@ -248,6 +251,7 @@ def find_hip(
         dropped_flags=dropped,
         removed_flags=tuple(drop),
         rocm_version=release,
+        unit_flags=UNIT_FLAGS,
     )
 
 
@@ -273,5 +277,5 @@ def _planning(path: str, root: str, output: str, version: str, archs: Sequence[s
         kind="hip", compiler=path, version=version, version_output=output,
         identity=identity_of(path, output), archs=tuple(archs), host_cxx=find_host_cxx(env),
         child_env=dict(CHILD_ENV), root=root, base_flags=tuple(flags), lang_args=("-x", "hip"),
-        link_flags=("-lamdhip64",), libs=("amdhip64",), removed_flags=tuple(drop),
+        link_flags=("-lamdhip64",), libs=("amdhip64",), removed_flags=tuple(drop), unit_flags=UNIT_FLAGS,
     )
