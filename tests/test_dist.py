@@ -148,3 +148,17 @@ def test_redis_cache_serves_a_clean_rebuild(tmp_path):
     said = re.search(r"(\d+) cache hit\(s\) \(([\d.]+) %\)", second.stderr)
     assert said and int(said.group(1)) == hits, second.stderr
     assert libs(tmp_path / "o2") == libs(tmp_path / "o1") != {}
+
+
+def test_hip_build_through_an_sccache_with_a_farm_is_warned(tmp_path):
+    from farm import free_port
+
+    env = sccache_env(tmp_path / "sc", f'[dist]\nscheduler_url = "http://127.0.0.1:{free_port()}"\n'
+                      '[dist.auth]\ntype = "token"\ntoken = "t"\n')
+    try:
+        proc = build(manifest(tmp_path, arch="gfx942"), tmp_path / "out", "--launcher", "sccache", "--dry-run",
+                     env={**env, "HIP_PLATFORM": "amd"})
+    finally:
+        sccache(env, "--stop-server")
+    assert proc.returncode == 0, proc.stderr
+    assert "sccache is configured for an sccache-dist farm, which cannot compile HIP" in proc.stderr

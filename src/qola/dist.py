@@ -52,16 +52,25 @@ def _query(sccache: str, args: list[str], env: Mapping[str, str]) -> str:
     return proc.run_checked([sccache, *args], env=env, timeout=TIMEOUT, stderr=proc.PIPE, hint=hint).stdout
 
 
+def _status(sccache: str, env: Mapping[str, str]) -> tuple[object, str]:
+    """``sccache --dist-status``: (its JSON, or None; the text)."""
+    text = _query(sccache, ["--dist-status"], env)
+    try:
+        return json.loads(text), text
+    except ValueError:
+        return None, text
+
+
+def _disabled(status: object) -> bool:
+    return status == {"Disabled": "disabled"} or status == "Disabled"
+
+
 def farm(sccache: str, env: Mapping[str, str]) -> tuple[Farm | None, str | None]:
     """The farm sccache is configured for: (Farm, None), or (None, why) when its scheduler does not
     answer (sccache then compiles locally, and so does the build). No farm configured at all is an
     error: ``--dist`` asked for one."""
-    text = _query(sccache, ["--dist-status"], env)
-    try:
-        status = json.loads(text)
-    except ValueError:
-        status = None
-    if status == {"Disabled": "disabled"} or status == "Disabled":
+    status, text = _status(sccache, env)
+    if _disabled(status):
         raise QolaError(
             "--dist: sccache has no build farm configured (sccache --dist-status: disabled)",
             hint="give sccache a [dist] section (scheduler_url, [dist.auth]) in its config file (SCCACHE_CONF, "
@@ -73,6 +82,19 @@ def farm(sccache: str, env: Mapping[str, str]) -> tuple[Farm | None, str | None]
         return Farm(str(url), _count(info.get("num_servers")), _count(info.get("num_cpus"))), None
     why = next(iter(status.values())) if isinstance(status, dict) and status else text.strip()
     return None, f"the sccache-dist scheduler does not answer ({str(why)[:200]})"
+
+
+def hip_warning(sccache: str, env: Mapping[str, str]) -> str | None:
+    """For a HIP build whose launcher is sccache: a warning when sccache is configured for a farm
+    (it would try to send the HIP compiles there, see the module's docstring)."""
+    try:
+        status, _ = _status(sccache, env)
+    except QolaError:
+        return None
+    if status is None or _disabled(status):
+        return None
+    return (f"sccache is configured for an sccache-dist farm, which cannot compile HIP ({DOCS}): its attempts "
+            "fail on the build servers (hipcc) and slow the build; give HIP builds an sccache config without [dist]")
 
 
 def jobs_for(local: int, f: Farm | None) -> int:

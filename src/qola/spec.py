@@ -148,6 +148,11 @@ def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapp
             notes.append(f"--dist: {why}; sccache compiles locally")
         elif not spec.jobs:
             jobs = dist.jobs_for(jobs, farm)
+    if vendor == "hip" and launch:
+        from qola import dist  # noqa: PLC0415
+
+        warning = dist.hip_warning(launch, env) if dist.is_sccache(launch) else None
+        notes += [warning] if warning else []
     return Settings(layout=layout, jobs=jobs, launcher=launch, dry_run=spec.dry_run, verbose=spec.verbose,
                     isolate=spec.isolate, farm=farm, notes=tuple(notes))
 
