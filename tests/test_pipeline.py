@@ -19,7 +19,7 @@ from qola import extras, isolation, jitbuild, pipeline, variants
 from qola.builddir import BuildLayout, object_path
 from qola.errors import QolaError
 from qola.pipeline import BuildSpec, Reporter
-from qola.plantypes import Generator, JitSplit, Plan
+from qola.plantypes import Generator, Plan
 from qola.spec import settings
 
 HAS_NVCC = shutil.which("nvcc") is not None

@@ -24,7 +24,7 @@ from pathlib import Path
 from qola import proc
 from qola.builddir import BLOB, CONFIGS, gen_module_dir
 from qola.errors import FailedProcessError, QolaError
-from qola.fsutil import atomic_write, inside, old_prefix, remove_stale, sync_dir
+from qola.fsutil import atomic_write, old_prefix, remove_stale, sync_dir
 from qola.genrules import asm_arch, missing_package_hint, skip_warning
 from qola.plan import OUTPUT_DIR
 from qola.plantypes import Generator

@@ -252,7 +252,7 @@ def _check_itfs(name: str, entry: Mapping[str, Any], section: ModuleSection | No
         raise QolaError(
             f"module {name!r} is a Python extension module in the tree's table (is_python_module is true) "
             "and qola has no cpp_itfs wrapper for it: its pybind sources cannot build as a torch-free library",
-            hint=f"build it with mode = \"pybind\" in its [[modules]] entry, or declare it torch-free there: "
+            hint="build it with mode = \"pybind\" in its [[modules]] entry, or declare it torch-free there: "
             "is_python_module = false (with srcs or drop_srcs that leave out its pybind sources)",
             where=manifest.path or None)
 

@@ -28,7 +28,6 @@ import ctypes
 import errno
 import fcntl
 import os
-import re
 import stat
 import time
 from collections.abc import Iterator, Mapping
