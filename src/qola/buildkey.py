@@ -127,14 +127,13 @@ _BINARIES: dict[tuple, str | None] = {}
 
 def binary_sha256(path: str | None) -> str | None:
     """sha256 of the file ``path`` resolves to (None: absent); cached per (path, size, mtime)."""
-    if not path:
+    from qola.toolchain.identity import file_id  # noqa: PLC0415 (the one stat of a tool)
+
+    fid = file_id(path)
+    if fid is None or fid[1] is None:
         return None
-    real = os.path.realpath(path)
-    try:
-        st = os.stat(real)
-    except OSError:
-        return None
-    ident = (real, st.st_size, st.st_mtime_ns, st.st_ino)
+    ident = tuple(fid)
+    real = fid[0]
     if ident not in _BINARIES:
         from qola.hashing import file_sha256  # noqa: PLC0415
 
