@@ -59,7 +59,7 @@ def _wait(what: str, ready, procs: list[subprocess.Popen], logs: list[Path], tim
         if any(p.poll() is not None for p in procs):
             break
         time.sleep(0.3)
-    text = "\n".join(f"--- {log}\n{log.read_text()[-2000:]}" for log in logs if log.exists())
+    text = "\n".join(f"--- {log}\n{log.read_text(errors='replace')[-2000:]}" for log in logs if log.exists())
     raise AssertionError(f"{what} did not come up\n{text}")
 
 
@@ -108,14 +108,27 @@ def dist_farm(tmp: Path, servers: int = 1) -> Iterator[dict[str, str]]:
         client = sccache_env(tmp / "client", f'[dist]\nscheduler_url = "{url}"\ncache_dir = "{tmp}/client/toolchains"\n'
                              f'[dist.auth]\ntype = "token"\ntoken = "{CLIENT_TOKEN}"\n')
 
-        def all_servers() -> bool:
+        def registered() -> bool:  # the scheduler has every build server
+            return logs[0].read_text().count("Registered new server") >= servers
+
+        def all_servers() -> bool:  # ... and the client sees them
             out = sccache(client, "--dist-status").stdout
+            (tmp / "dist-status.txt").write_text(out)
             try:
-                return json.loads(out)["SchedulerStatus"][1]["num_servers"] >= servers
-            except (ValueError, KeyError, IndexError, TypeError):
+                status = json.loads(out)
+            except ValueError:
+                return False
+            if "NotConnected" in status:  # a client that asked too early retries only after 30 s: restart it
+                sccache(client, "--stop-server")
+                return False
+            try:
+                return status["SchedulerStatus"][1]["num_servers"] >= servers
+            except (KeyError, IndexError, TypeError):
                 return False
 
-        _wait("the sccache-dist farm", all_servers, procs, logs)
+        logs += [tmp / "dist-status.txt", Path(client["SCCACHE_ERROR_LOG"])]
+        _wait("the sccache-dist scheduler and servers", registered, procs, logs)
+        _wait("the sccache-dist farm, as the client sees it", all_servers, procs, logs)
         yield client
         sccache(client, "--stop-server")
     finally:
