@@ -170,6 +170,11 @@ def test_audit_reproduce(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "lib/qk_module_tiny.so" in proc.stdout and "match" in proc.stdout and "byte-identical" in proc.stdout
     assert not list(temp.iterdir())
+    # a tree file edited since (a comment: the same bytes) changes the build key, and the audit says so
+    src = tree / "csrc" / "tiny" / "tiny.cu"
+    src.write_text(src.read_text() + "// edited after the build\n")
+    proc = qola("audit", str(out), "--reproduce", env=env)
+    assert proc.returncode == 0 and "the build key differs" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     # a published library altered after the build: named, exit 1
     lib = (out / "lib" / "qk_module_tiny.so").resolve()
     lib.chmod(0o644)

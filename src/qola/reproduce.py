@@ -183,7 +183,8 @@ def reproduce(root: Path, data: Mapping, *, jobs: int | None = None, env: Mappin
         result.problems += [f"{r.name}: failed to rebuild: {r.error}" for r in report.modules if r.status != "built"]
         rebuilt = tmp / "out"
         new = _load(rebuilt / "manifest.json")
-        for what, keys in (("toolchain", ("toolchain", "identity")), ("tree commit", ("tree", "commit"))):
+        for what, keys in (("toolchain", ("toolchain", "identity")), ("tree commit", ("tree", "commit")),
+                           ("build key", ("build_key",))):  # a different key: the inputs changed since
             if _get(new, *keys) != _get(data, *keys):
                 result.notes.append(f"the {what} differs from the build's: {_get(data, *keys)} then, "
                                     f"{_get(new, *keys)} now")
