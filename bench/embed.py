@@ -16,7 +16,7 @@ proper), read with getrusage(RUSAGE_CHILDREN) in a fresh wrapper process per ste
 
 ``--aiter-tarball`` takes the ``amd-aiter`` sdist itself and unpacks only ``aiter_meta/hsa/<arch>/``
 of the chosen archs into a temp dir, so the bench runs on a host with no unpacked tree, no network
-and nothing but the standard library (qola from ``src/`` of this checkout)::
+and nothing but the standard library (qola from this checkout)::
 
     PYTHONPATH=src python3 bench/embed.py --aiter-tarball .carry/amd_aiter-0.1.7.post2.dev18.tar.gz
 
@@ -42,7 +42,7 @@ from pathlib import Path
 try:
     from qola import embed
 except ImportError:  # run from a checkout without PYTHONPATH=src
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from qola import embed
 
 # Runs a command in a fresh process so RUSAGE_CHILDREN covers that command's processes only.

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO))
 KERNELS = REPO / "examples" / "kernels" / "csrc"
 
 from qola.jit import key as jkey  # noqa: E402
@@ -217,7 +217,7 @@ def main() -> int:
     if args.qola:
         work.mkdir(parents=True, exist_ok=True)
         res = qola_main(args, hip, arch, work, {**env, "PYTHONPATH": os.pathsep.join(
-            [str(REPO / "src"), *filter(None, [env.get("PYTHONPATH")])])})  # fmt: skip
+            [str(REPO), *filter(None, [env.get("PYTHONPATH")])])})  # fmt: skip
         print(json.dumps(res, indent=1))
         if args.json:
             args.json.write_text(json.dumps(res, indent=1) + "\n")

@@ -23,7 +23,7 @@ Columns (seconds, wall; one run unless ``--repeat``, then the median):
     python bench/scale.py [--sizes 1000,5000,25000] [--modules 1,20] [-j 2] [--repeat 3]
                           [--qola-src SRC] [--keep DIR]
 
-``--qola-src``: the ``src`` dir of the qola to measure (put first on PYTHONPATH; default: the one
+``--qola-src``: the directory holding the ``qola`` package to measure (put first on PYTHONPATH; default: the one
 this interpreter imports). Standard library only (plus qola, in the child processes).
 """
 
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modules", default="1,20", help="module counts, comma-separated")
     p.add_argument("-j", "--jobs", type=int, default=2)
     p.add_argument("--repeat", type=int, default=3, help="runs of plan, no-op and touch-one (median)")
-    p.add_argument("--qola-src", help="the src/ dir of the qola to measure (default: the importable one)")
+    p.add_argument("--qola-src", help="the directory holding the qola package to measure (default: the importable one)")
     p.add_argument("--keep", help="write the cases here and keep them (default: a temp dir, removed)")
     p.add_argument("--json", help="also write the raw numbers to this file")
     args = p.parse_args(argv)

@@ -1,4 +1,4 @@
-"""ctypes mirror of ``qola_attn_fwd_params`` (src/qola/templates/wrappers/qola_attn_fwd.h), shared by the
+"""ctypes mirror of ``qola_attn_fwd_params`` (qola/templates/wrappers/qola_attn_fwd.h), shared by the
 tests that call the example attention library through its C ABI, in-process or in a child script."""
 
 from __future__ import annotations

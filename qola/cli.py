@@ -46,7 +46,37 @@ def _parser(names: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
     return parser
 
 
+# qola's third-party imports -> the requirement that provides each (pyproject.toml's dependencies;
+# tests/test_cli_compat.py keeps the two in step): a missing one is one line, not a traceback
+DEPENDENCIES = {
+    "ninja": "ninja>=1.11", "ninja_syntax": "ninja>=1.11", "elftools": "pyelftools>=0.30",
+    "rich": "rich>=13", "pydantic": "pydantic>=2.5", "pydantic_core": "pydantic>=2.5",
+    "pybind11": "pybind11>=2.11", "tomli": "tomli>=2",
+}
+
+
+def missing_dependency(exc: ModuleNotFoundError) -> str | None:
+    """The one-line message for a qola dependency this interpreter lacks (None: not one of qola's)."""
+    top = (exc.name or "").partition(".")[0]
+    req = DEPENDENCIES.get(top)
+    if req is None:
+        return None
+    return (f"error: qola needs the Python package {req.split('>')[0]!r}, which {sys.executable} cannot "
+            f"import; install it with: {sys.executable} -m pip install '{req}'")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except ModuleNotFoundError as exc:
+        line = missing_dependency(exc)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return EXIT_USER
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser(_wanted(argv))
     args = parser.parse_args(argv)
