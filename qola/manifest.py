@@ -57,6 +57,7 @@ class QolaSection(_Model):
     rocm_versions: list[str] | None = None
     cuda_versions: list[str] | None = None
     aiter_root: str | None = None  # default --aiter-root, relative to the manifest
+    patches_dir: str | None = None  # QoLA's: *.patch applied by `qola checkout` (relative to the manifest)
 
     @field_validator("aiter_commit")
     @classmethod
@@ -107,6 +108,8 @@ class ModuleSection(_Model):
     drop_srcs: list[str] = Field(default_factory=list)
     drop_directions: list[str] = Field(default_factory=list)
     embed: list[str] = Field(default_factory=list)
+    hsa_subdirs: list[str] | None = None  # QoLA's name for embed (an alias: give one of the two)
+    group: str | None = None  # QoLA's module group: `--group G` / QOLA_BUILD_GROUPS build only its modules
     # overrides / full declaration (plain values; paths relative to the tree's csrc parent)
     srcs: list[str] | None = None
     add_srcs: list[str] = Field(default_factory=list)
