@@ -11,7 +11,7 @@
 # project are bind-mounted at the same absolute paths, with /proc and /dev; the mounts vanish
 # with the command, even when it is killed. More directories: QOLA_ROCM7_BIND="/dir1:/dir2". Inside, a venv (/opt/qola-venv) holds qola's
 # dependencies, the test tools and AITER's generator requirements; qola itself is the
-# bind-mounted project (installed editable). Needs root (debootstrap, chroot, mount).
+# bind-mounted project, importable through PYTHONPATH (the checkout's root holds the package). Needs root (debootstrap, chroot, mount).
 set -euo pipefail
 
 RECIPE=3   # bump when the package lists below change: a stale chroot is rebuilt
@@ -99,14 +99,8 @@ run() {
     '"$(declare -f mount_into)"'
     IFS=: read -r -a more <<<"${QOLA_ROCM7_BIND:-}"
     mount_into "$root" "$repo" "$cache" "$shared" "${more[@]}"
-    # qola editable from the bind-mounted project (same path inside and out)
-    if [ ! -f "$root/opt/qola-venv/.qola-editable" ] || [ "$(cat "$root/opt/qola-venv/.qola-editable")" != "$repo" ]; then
-      chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root \
-        /opt/qola-venv/bin/pip install -q --no-deps --no-build-isolation -e "$repo" >/dev/null
-      echo "$repo" >"$root/opt/qola-venv/.qola-editable"
-    fi
     exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
-      PATH=/opt/qola-venv/bin:/usr/local/bin:/usr/bin:/bin QOLA_TEST_CACHE="$cache" \
+      PATH=/opt/qola-venv/bin:/usr/local/bin:/usr/bin:/bin QOLA_TEST_CACHE="$cache" PYTHONPATH="$repo" \
       QOLA_ROCM7_ENV=1 ${MAX_JOBS:+MAX_JOBS=$MAX_JOBS} \
       bash -c "cd \"\$0\" && exec \"\$@\"" "$cwd" "$@"
   ' _ "$ROOT" "$REPO" "$TEST_CACHE" "$shared" "$PWD" "$@"
