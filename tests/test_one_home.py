@@ -92,15 +92,23 @@ def test_ctrl_c_ends_generators_running_in_worker_threads(tmp_path):
     job = GenJob("m", (Generator(f"{script} --output_dir {{}}"),))
     pids_file = tmp_path / "pids"
     start = time.monotonic()
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        with pytest.raises(proc.Interrupted):
-            with proc.signals_end_children():
-                future = pool.submit(run_generators, job, tmp_path / "gen", env={"PATH": os.environ["PATH"]})
-                while not pids_file.exists() or len(pids_file.read_text().split()) < 2:
-                    assert time.monotonic() - start < 60, "the generator did not start"
-                    time.sleep(0.05)
-                os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(30)  # the handler raises Interrupted here
+    # A shell's background job (the README's test command run with `&` beside a load) inherits SIGINT
+    # ignored, and qola rightly leaves an ignored SIGINT alone: model an interactive Ctrl-C by giving
+    # SIGINT its default handler for the test, and send it to the main thread itself (a process-wide
+    # kill may land on the worker thread, where it would not interrupt the main thread's wait).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            with pytest.raises(proc.Interrupted):
+                with proc.signals_end_children():
+                    future = pool.submit(run_generators, job, tmp_path / "gen", env={"PATH": os.environ["PATH"]})
+                    while not pids_file.exists() or len(pids_file.read_text().split()) < 2:
+                        assert time.monotonic() - start < 60, "the generator did not start"
+                        time.sleep(0.05)
+                    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                    time.sleep(30)  # the handler raises Interrupted here
+    finally:
+        signal.signal(signal.SIGINT, previous)
     pids = [int(p) for p in pids_file.read_text().split()]
     assert proc.wait_gone(pids, 10) == [], "a generator (or its child) survived Ctrl-C"
     assert isinstance(future.exception(), FailedProcessError)
