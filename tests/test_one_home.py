@@ -324,6 +324,6 @@ def test_shipped_files_live_where_their_role_says():
     for name, entry in registry.load().items():
         for rel in (*entry.add_srcs, *entry.headers, *entry.add_includes):
             assert (registry.templates_dir() / rel).exists(), (name, rel)
-    pyproject = tomllib.loads((SRC.parent.parent / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((SRC.parent / "pyproject.toml").read_text())
     shipped = pyproject["tool"]["setuptools"]["package-data"]["qola"]
     assert {"runtime/**/*", "templates/**/*"} <= set(shipped)
