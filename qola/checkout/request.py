@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qola import rules
-from qola.checkout.choice import DEFAULT_URL, URL_ENV, forced
+from qola.checkout.choice import DEFAULT_URL, URL_ENV, forced, qola_checkout
 from qola.errors import QolaError
 
 if TYPE_CHECKING:
@@ -31,11 +31,15 @@ def commit_of(cli: str | None, manifest: Manifest | None) -> tuple[str | None, s
 
 def patches_dir_of(cli: str | None, manifest: Manifest | None) -> tuple[Path | None, str]:
     """``--patches-dir`` (relative to the working dir) > ``[qola] patches_dir`` (relative to the
-    manifest's dir) > none: qola ships no AITER patches of its own."""
+    manifest's dir) > QoLA's default place, ``<qola checkout>/patches/aiter``, when it exists (qola
+    ships no AITER patches of its own: a checkout that has that dir put it there) > none."""
     if cli is not None:
         return Path(os.path.abspath(cli)), "--patches-dir"
     if manifest is not None and manifest.qola.patches_dir:
         return manifest.base_dir / manifest.qola.patches_dir, "[qola] patches_dir"
+    home = qola_checkout()
+    if home is not None and (home / "patches" / "aiter").is_dir():
+        return home / "patches" / "aiter", "the default patches dir"
     return None, ""
 
 
