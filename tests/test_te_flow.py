@@ -69,7 +69,7 @@ def test_te_cmake_flow(tmp_path, upstream):
     build = ("build", "--manifest", str(m), "--aiter-root", str(tree), "--output-dir", str(out),
              "--arch", "sm_90;sm_80", "--skip-checkout")
     proc = qola_cli(*build, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "does not hold the patches" not in proc.stderr, proc.stdout + proc.stderr
     data = json.loads((out / "manifest.json").read_text())
     assert data["archs"] == ["sm_90", "sm_80"] and data["modules"][0]["status"] == "built"
     assert data["pin"] == {"expected": commit, "actual": commit, "status": "match", "source": "[qola] aiter_commit",
@@ -132,3 +132,16 @@ def test_build_without_aiter_root_clones_the_default_checkout(tmp_path, upstream
     proc = qola_cli("build", "-m", str(m), "-o", str(out), cwd=checkout, pythonpath=None, env=env)
     assert proc.returncode == 2 and "has changes qola did not make" in proc.stderr, proc.stderr
     assert (tree / "csrc/tiny/tiny.cu").read_text() == "int changed;\n"  # … and it is never reset without --force
+
+
+def test_patches_not_applied_to_a_tree_built_as_it_is_are_said(tmp_path, upstream):
+    bare, commit, patches = upstream
+    tree = tmp_path / "mine"
+    git(tmp_path, "clone", "-q", str(bare), str(tree))
+    m = manifest(tmp_path, commit, bare, patches)
+    proc = qola_cli("plan", "-m", str(m), "-a", str(tree), "--skip-checkout")
+    assert proc.returncode == 0 and "does not hold the patches of [qola] patches_dir" in proc.stderr, proc.stderr
+    assert "0001-answer.patch" in proc.stderr
+    assert qola_cli("checkout", "-m", str(m), "-a", str(tree)).returncode == 0
+    proc = qola_cli("plan", "-m", str(m), "-a", str(tree), "--skip-checkout")
+    assert proc.returncode == 0 and "does not hold the patches" not in proc.stderr, proc.stderr
