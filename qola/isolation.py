@@ -12,12 +12,12 @@ import shlex
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from qola import __version__, embed
+from qola import __version__, embed, kernels
 from qola.audit import audit_artifact
 from qola.build import CompileReport, fail
 from qola.builddir import BuildLayout, object_path
 from qola.consumers import ConsumerModule, common_header_text, consumer_files, render_config_header
-from qola.errors import QolaError
+from qola.errors import BuildFailed, QolaError
 from qola.extras import Edge, FileWrite, ModuleExtra
 from qola.link import archive_steps, library_ldflags, python_module_ldflags, version_script
 from qola.plantypes import ModulePlan, Plan
@@ -123,6 +123,9 @@ def audit(report: CompileReport, plan: Plan, only: Collection[str] | None = None
         try:
             result = audit_artifact(r.artifact, plan.namespace, extra=extra,
                                     check=isolated(mod) or mod.is_python_module)
+            off = kernels.switch_problems(r.artifact, mod.name) if mod.gates else []
+            if off:
+                raise BuildFailed("\n".join(off), hint="a library that cannot compute is not published")
         except QolaError as exc:
             fail(r, exc)
             continue
