@@ -171,6 +171,43 @@ def device_code_objects(path: str | os.PathLike) -> dict[str, list[str]]:
     return {a: sorted(k) for a, k in sorted(out.items())}
 
 
+# -- the v3 kernel tables a module compiles in, against the code objects it embeds -----------------
+
+_ADD_CFG = re.compile(r'^\s*ADD_CFG\((.*)\),?\s*$', re.MULTILINE)
+_QUOTED = re.compile(r'"([^"\\]*)"')
+
+
+def config_rows(text: str) -> list[tuple[str, str, str]]:
+    """(arch, path, code object) of each ``ADD_CFG(…, "<arch>", "<path>", "<knl_name>", "<co_name>")``
+    row of a header AITER's ``hsa/codegen.py`` writes (``asm_<module>_configs.hpp``)."""
+    rows = []
+    for m in _ADD_CFG.finditer(text):
+        q = _QUOTED.findall(m.group(1))
+        if len(q) >= 4 and q[-4].startswith("gfx"):
+            rows.append((q[-4], q[-3], q[-1]))
+    return rows
+
+
+def unembedded(rows: Sequence[tuple[str, str, str]], keys: Sequence[str], types: Sequence[str],
+               archs: Sequence[str]) -> list[str]:
+    """The rows (of ``archs`` and embedded kernel ``types``) naming a code object no embedded key
+    ``hsa/<arch>/<path>[<subdir>/]<co>`` holds: the v3 path would look it up and fail at run time."""
+    have = {}
+    for k in keys:
+        parts = k.split("/")
+        if len(parts) >= 4:
+            have.setdefault((parts[1], parts[2]), set()).add(k)
+    missing = []
+    for arch, path, co in rows:
+        kind = path.strip("/").split("/")[0]
+        if arch not in archs or kind not in types:
+            continue
+        prefix = f"hsa/{arch}/{path.strip('/')}/"
+        if not any(k.startswith(prefix) and k.endswith("/" + co) for k in have.get((arch, kind), ())):
+            missing.append(f"{arch}: {path}{co}")
+    return sorted(set(missing))
+
+
 def extra(mod, probe_dir: Path):
     """The module's :class:`~qola.extras.ModuleExtra`: the probe header (written into ``probe_dir``)
     force-included into each source that gates kernel code on a switch; empty for other modules."""

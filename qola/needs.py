@@ -114,7 +114,7 @@ def needs(module: str, reg: RegistryEntry, sources: Sequence[str], flags: Iterab
         names = ", ".join(sorted({os.path.basename(s) for s, _ in gates}))
         notes.append(f"module {module}: {names} gate{'s' if len(gates) == 1 else ''} kernel paths on "
                      f"{', '.join(wanted)}; qola's registry adds {' '.join(add_flags)}")
-    heads = set().union(*texts.values() and [included(t) for t in texts.values()])
+    heads: set[str] = set().union(*(included(t) for t in texts.values()))
     add_gens: list[str] = []
     for need in reg.generators:
         if need.writes not in heads:
@@ -145,7 +145,7 @@ def off_switches(gates: Sequence[tuple[str, Sequence[str]]], flags: Iterable[str
 
 def off_message(module: str, off: Sequence[tuple[str, Sequence[str]]], all_off: bool) -> str:
     parts = "; ".join(f"{os.path.basename(s)} gates kernel code on {', '.join(n)}, which this build leaves "
-                      f"{'undefined or 0'}" for s, n in off)
+                      "undefined or 0" for s, n in off)
     tail = (" — every kernel path of its entry point is compiled out: it would return -1 for every call"
             if all_off else " — those kernel paths are compiled out")
     return f"module {module}: {parts}{tail}"

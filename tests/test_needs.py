@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -108,6 +107,15 @@ def test_plan_adds_fav3_fav2_and_the_v3_generator_where_mha_fwd_gates_on_them(tm
     v3 = [g for g in mod["generators"] if g["argv"][0].endswith("hsa/codegen.py")]
     assert len(v3) == 1 and v3[0]["argv"][1:3] == ["-m", "fmha_v3_fwd"] and v3[0]["origin"] == "registry"
     assert v3[0]["targets"] == ["gfx942"]  # it reads AITER_GPU_ARCHS: it writes for the plan's archs
+
+
+def test_the_text_plan_says_what_the_registry_added_and_each_generators_archs(tmp_path):
+    proc = run_qola("plan", "-m", str(manifest(tmp_path)), "--aiter-root", str(tree(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    assert "hsa/codegen.py -m fmha_v3_fwd --output_dir {}  (qola's registry)" in proc.stdout
+    assert "    archs     gfx942\n" in proc.stdout
+    assert "  switches    mha_fwd.cu gates kernel code on FAV3_ON, FAV2_ON\n" in proc.stdout
+    assert "-DFAV3_ON=1 -DFAV2_ON=1" in proc.stdout and "qola's registry adds -DFAV3_ON=1 -DFAV2_ON=1" in proc.stderr
 
 
 def test_a_slim_tree_carrying_them_gets_nothing_twice(tmp_path):
@@ -246,3 +254,19 @@ def test_ck_generate_lists_no_gfx950_file_for_a_gfx942_build(tmp_path, aiter_roo
     twins = {n[: -len("_gfx950")] for n in both["files"] if n.endswith("_gfx950")}
     assert twins and {n for n in names if n.endswith("_gfx9")} <= set(both["files"])
     assert all(both["files"][n + "_gfx950"] == ["gfx950"] for n in twins)
+
+
+def test_every_code_object_a_v3_table_names_must_be_embedded():
+    """The rows hsa/codegen.py writes (ADD_CFG(..., arch, path, knl_name, co_name)) against the embed
+    keys; gfx942 keys carry AITER's MI300/MI308 subdir, which the runtime adds."""
+    text = ('#define ADD_CFG(dtype, hdim, arch, path, knl_name, co_name) \\\n'
+            'static CFG cfg_fmha_fwd = {\n'
+            '    ADD_CFG("bf16",  128, "gfx942", "fmha_v3_fwd/", "_ZN5aiter1kE", "fwd_hd128_bf16.co"),\n'
+            '    ADD_CFG("bf16",  128, "gfx950", "fmha_v3_fwd/", "_ZN5aiter1kE", "fwd_hd128_bf16.co"),\n};\n')
+    rows = kernels.config_rows(text)
+    assert rows == [("gfx942", "fmha_v3_fwd/", "fwd_hd128_bf16.co"), ("gfx950", "fmha_v3_fwd/", "fwd_hd128_bf16.co")]
+    keys = ["hsa/gfx942/fmha_v3_fwd/MI300/fwd_hd128_bf16.co", "hsa/gfx950/fmha_v3_fwd/fwd_hd128_bf16.co"]
+    assert kernels.unembedded(rows, keys, ["fmha_v3_fwd"], ["gfx942", "gfx950"]) == []
+    assert kernels.unembedded(rows, keys[:1], ["fmha_v3_fwd"], ["gfx942", "gfx950"]) == \
+        ["gfx950: fmha_v3_fwd/fwd_hd128_bf16.co"]
+    assert kernels.unembedded(rows, keys[:1], ["fmha_v3_fwd"], ["gfx942"]) == []  # not a target: not needed
