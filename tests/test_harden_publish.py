@@ -327,6 +327,9 @@ def slowed(name):
     return op
 
 os.replace, os.rename = slowed("replace"), slowed("rename")
+from qola import fsutil
+real["exchange"] = fsutil.exchange
+fsutil.exchange = slowed("exchange")  # the publish's per-directory swaps are kill points too
 from qola.cli import main
 sys.exit(main(sys.argv[4:]))
 """
