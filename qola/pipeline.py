@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qola import fastpath, lock, preflight
-from qola.builddir import OUT_NAMES, OUT_PREFIXES, BuildLayout
+from qola.builddir import BuildLayout
+from qola.outdir import OUT_NAMES, OUT_PREFIXES
 from qola.reproduce import settings_record
 from qola.spec import BuildSpec, Prepared, Settings, hip_version, layout_of, prepare, settings, tree_root
 
@@ -157,14 +158,14 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
 
             record = fastpath.unchanged(layout.root, layout.out, spec.argv, env)
             if record is not None and record.get("rebuild"):
-                preflight.room(layout.out, layout.root, names=OUT_NAMES)
+                preflight.room(layout.out, layout.root)
                 done = _incremental(spec, layout, env, ui, record)
                 if done is not None:
                     return done
             elif record is not None and fastpath.nothing_to_do(layout.root, os.path.join(BIN_DIR, "ninja")):
                 return BuildReport(layout)
         if not spec.dry_run:
-            preflight.room(layout.out, layout.root, names=OUT_NAMES)
+            preflight.room(layout.out, layout.root)
         return _build(spec, layout, env, ui)
 
 
@@ -353,12 +354,11 @@ def _prebuilt(source: str, layout: BuildLayout, key: BuildKey, namespace: str, u
     the build goes on). OUT already holding that key is up to date."""
     from qola import prebuilt  # noqa: PLC0415
     from qola.buildkey import recorded_key  # noqa: PLC0415
-    from qola.publish import MANIFEST_JSON, current_version  # noqa: PLC0415
+    from qola.publish import MANIFEST_JSON  # noqa: PLC0415
 
-    current = current_version(layout.out)
-    try:
-        held = recorded_key(json.loads((current / MANIFEST_JSON).read_text())) if current else None
-    except (OSError, ValueError):
+    try:  # prepare() completed any half-switched publish; this build holds OUT's lock
+        held = recorded_key(json.loads((layout.out / MANIFEST_JSON).read_text()))
+    except (OSError, ValueError, AttributeError):
         held = None
     if held == key.key:
         ui.note(f"{layout.out} already holds build key {key.key[:16]}…")
@@ -431,7 +431,7 @@ def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildL
     built_headers, withdrawn = isolation.module_headers(compiled, plan_, layout)
     return publish(compiled, layout.out, headers=[*isolation.headers(plan_, layout), *built_headers],
                    withdrawn=withdrawn, mode=plan_.mode, texts=isolation.consumers(compiled, plan_, tc), trees=trees,
-                   module_extra=records,
+                   module_extra=records, source_date_epoch=(settings.get("env") or {}).get("SOURCE_DATE_EPOCH"),
                    extra={"build_key": key.key, "build_key_parts": key.digests, "build": settings,
                           "pin": plan_.pin, "version_check": tc.version_check})
 

@@ -109,7 +109,7 @@ def disjoint(dirs: Mapping[str, Path | None]) -> None:
 def tree_placement(tree: Path | None, out: Path, build_dir: Path, names: tuple[str, ...],
                    prefixes: tuple[str, ...]) -> None:
     """The kernel tree apart from the build dir and around neither dir; inside the output dir only
-    under a name qola never writes or removes there (``names``, ``prefixes``: qola.builddir.OUT_NAMES),
+    under a name qola never writes or removes there (``names``, ``prefixes``: qola.outdir.OUT_NAMES),
     such as TE's ``OUT/third_party/aiter``."""
     if tree is None:
         return
@@ -167,6 +167,13 @@ def _size(root: Path) -> int:
     return total
 
 
+def _size_file(path: Path) -> int:
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
+
+
 def writable(dirs: Mapping[str, tuple[Path, str]]) -> None:
     """Each directory (label -> (path, its option)), or the nearest existing directory above it
     (where it will be created), must be a writable directory."""
@@ -180,12 +187,16 @@ def writable(dirs: Mapping[str, tuple[Path, str]]) -> None:
                             hint=f"choose a writable directory ({flag}), or fix the permissions")
 
 
-def room(out: Path, build_dir: Path, min_free: int = MIN_FREE_BYTES, names: tuple[str, ...] | None = None) -> None:
+def room(out: Path, build_dir: Path, min_free: int = MIN_FREE_BYTES) -> None:
     """The output and build dirs' file systems must have room: ``min_free`` each plus, for the
-    output dir, the size of what is there now (publishing holds the old and the new output; with
-    ``names``, only those top-level entries count: a kernel tree kept in OUT is not qola's output).
+    output dir, the size of what is there now (publishing holds the old and the new output; only
+    qola's own entries count: a kernel tree kept in OUT is not qola's output).
     Both on one file system need the sum."""
-    previous = _size(out) if names is None else sum(_size(out / n) for n in names if not (out / n).is_symlink())
+    from qola.outdir import DIRS, MANIFEST_JSON  # noqa: PLC0415
+
+    # what the new version will roughly take: the published entries (OUT/.qola/prev is removed
+    # before staging; a kernel tree kept inside OUT is not qola's)
+    previous = sum(_size(out / d) for d in DIRS) + _size_file(out / MANIFEST_JSON)
     by_fs: dict[int, dict] = {}
     for path, what, extra in ((out, "the output dir", previous), (build_dir, "the build dir", 0)):
         at = _existing(path)
