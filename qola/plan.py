@@ -22,6 +22,7 @@ from qola.plantypes import DEFAULT_MODE, Generator, JitSplit, ModulePlan, Plan
 from qola.tree.aiter import TABLE, AiterTree, git_head, load_table, namespace, resolve_entry, unknown_keys
 from qola.tree import overrides
 from qola.tree.aiter_configs import MergedConfig, merge
+from qola.tree.aiter_core import cc_switch_flags
 
 __all__ = ["OUTPUT_DIR", "Generator", "JitSplit", "ModulePlan", "Plan", "choose_archs", "default_mode",
            "check_pin", "make_plan"]
@@ -403,6 +404,7 @@ def make_plan(
             notes += need.notes
         flags_hip = [f for f in map(str, entry["flags_extra_hip"]) if f.strip()]
         flags_cc = [f for f in map(str, entry["flags_extra_cc"]) if f.strip()]
+        flags_cc += cc_switch_flags(space.core, flags_cc, env)  # -DENABLE_CK=1 …, where the tree's build adds them
         generators = _generators(_per_arch(entry["blob_gen_cmd"], tree, archs), section, name, notes,
                                  table_directions if section is not None and section.blob_gen_cmd is not None
                                  else set(), no_ck=ck_free(flags_cc, env))

@@ -134,6 +134,36 @@ def test_a_tree_whose_sources_do_not_gate_gets_nothing(tmp_path):
     assert not [g for g in mod["generators"] if g["origin"] == "registry"]
 
 
+# AITER's core.py (2026) reads build-wide switches from the environment inside its build function and
+# adds them to every module's flags_cc unless the module's flags_extra_cc name them
+CORE_WITH_SWITCHES = """\
+import os
+def build_module(flags_extra_cc, flags_cc):
+    enable_ck = int(os.environ.get("ENABLE_CK", "1"))
+    if not any("ENABLE_CK" in f for f in flags_extra_cc):
+        flags_cc.append(f"-DENABLE_CK={enable_ck}")
+    rope = int(os.environ.get("ENABLE_ROPE_POSITIONS_INT32", "0"))
+"""
+
+
+def test_build_wide_switches_come_from_the_trees_core_py(tmp_path):
+    root = tree(tmp_path)
+    assert not any("ENABLE_CK" in f for f in plan_json(tmp_path, root)["flags_extra_cc"])  # no core.py: none
+    (root / "aiter" / "jit" / "core.py").write_text(CORE_WITH_SWITCHES)
+    cc = plan_json(tmp_path, root)["flags_extra_cc"]
+    assert cc[-2:] == ["-DENABLE_CK=1", "-DENABLE_ROPE_POSITIONS_INT32=0"]  # CK paths compiled in, as in AITER
+    proc = run_qola("plan", "--json", "-m", str(manifest(tmp_path)), "--aiter-root", str(root),
+                    env={"ENABLE_CK": "0", "ENABLE_ROPE_POSITIONS_INT32": "1"})
+    assert json.loads(proc.stdout)["modules"][0]["flags_extra_cc"][-2:] == ["-DENABLE_CK=0",
+                                                                           "-DENABLE_ROPE_POSITIONS_INT32=1"]
+    own = manifest(tmp_path, extra="flags_extra_cc = [\"'-DENABLE_CK=0'\"]\n")
+    proc = run_qola("plan", "--json", "-m", str(own), "--aiter-root", str(root))
+    cc = json.loads(proc.stdout)["modules"][0]["flags_extra_cc"]
+    assert [f for f in cc if "ENABLE_CK" in f] == ["-DENABLE_CK=0"]  # the module's own word wins, once
+    bad = run_qola("plan", "-m", str(manifest(tmp_path)), "--aiter-root", str(root), env={"ENABLE_CK": "yes"})
+    assert bad.returncode == 2 and "ENABLE_CK='yes'" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_conditionals_and_defines_are_read_as_the_preprocessor_would():
     text = b"#if 0\n#  ifdef FAV3_ON\n#endif\n# elif defined(FAV2_ON) && X\nint FAV9_ON;\n"
     assert needs.tested(text, ("FAV3_ON", "FAV2_ON", "FAV9_ON")) == ("FAV3_ON", "FAV2_ON")

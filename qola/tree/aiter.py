@@ -17,7 +17,7 @@ from typing import Any
 from qola import proc, rules
 from qola.errors import QolaError
 from qola.tree.aiter_configs import MergedConfig
-from qola.tree.aiter_core import CORE, read_core, resolve_core_names
+from qola.tree.aiter_core import CORE, CoreNames, read_core, resolve_core_names
 from qola.tree.files import MAX_TABLE, read_text
 from qola.tree.safe_eval import SafeFunction, SafeObject, evaluate
 
@@ -152,6 +152,7 @@ def git_head(tree: AiterTree) -> str | None:
 class Namespace:
     names: dict[str, Any]  # the globals AITER's expressions see
     merges: dict[str, MergedConfig]  # merged tuned-config path ("{qola_configs}/<stem>.csv") -> recipe
+    core: CoreNames = CoreNames()  # what core.py defines (its build-wide compile switches among it)
 
 
 def expression_names(
@@ -211,8 +212,9 @@ def namespace(
         "str": SafeFunction("str", _to_str, 1),
         "True": True, "False": False, "None": None,
     }
-    core = resolve_core_names(read_core(tree.core_path), base=names, env=env, root=tree.root)
-    return Namespace({**names, **core.names}, core.merges)
+    parsed = read_core(tree.core_path)
+    core = resolve_core_names(parsed, base=names, env=env, root=tree.root)
+    return Namespace({**names, **core.names}, core.merges, parsed)
 
 
 def _to_int(value: Any, base: Any = 10) -> int:

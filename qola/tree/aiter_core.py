@@ -48,10 +48,46 @@ class ConfigName:
     stem: str  # a8w8_tuned_gemm
 
 
+# Build-wide compile switches newer AITER trees define for every module from the environment
+# (``enable_ck = int(os.environ.get("ENABLE_CK", "1"))`` in core.py's build function, appended to
+# flags_cc as ``-DENABLE_CK=<n>`` unless the module's flags_extra_cc name it). A tree whose core.py
+# reads none of them (older trees, the example tree) gets none: the tree decides, not a commit list.
+CC_SWITCHES = ("ENABLE_CK", "ENABLE_ROPE_POSITIONS_INT32")
+
+
 @dataclass(frozen=True)
 class CoreNames:
     env_names: tuple[EnvName, ...] = ()
     configs: tuple[ConfigName, ...] = ()
+    cc_switches: tuple[tuple[str, str], ...] = ()  # (name, default) of the CC_SWITCHES core.py reads
+
+
+def _cc_switches(module: ast.Module) -> tuple[tuple[str, str], ...]:
+    """(name, default) of every ``os.environ.get("<CC_SWITCH>", "<literal>")`` anywhere in core.py."""
+    found: dict[str, str] = {}
+    for node in ast.walk(module):
+        if (isinstance(node, ast.Call) and not node.keywords and len(node.args) == 2
+                and ast.unparse(node.func) in GETENV):
+            name, default = _str_const(node.args[0]), _str_const(node.args[1])
+            if name in CC_SWITCHES and default is not None and default.strip().isdigit():
+                found.setdefault(name, default.strip())
+    return tuple(sorted(found.items()))
+
+
+def cc_switch_flags(core: CoreNames, flags_extra_cc: list[str], env: Mapping[str, str]) -> list[str]:
+    """The ``-D<NAME>=<n>`` AITER's build adds to a module's compiles: each switch core.py reads,
+    unless the module's own flags_extra_cc name it; the value is the environment's, else core.py's
+    default. A value that is not an integer is an error (AITER's ``int()`` would raise)."""
+    flags = []
+    for name, default in core.cc_switches:
+        if any(name in f for f in flags_extra_cc):
+            continue
+        value = env.get(name, default).strip()
+        if not value.lstrip("-").isdigit():
+            raise QolaError(f"{name}={env.get(name)!r} in the environment is not an integer",
+                            hint=f"AITER's build reads {name} as an integer (e.g. {name}={default}); unset or fix it")
+        flags.append(f"-D{name}={int(value)}")
+    return flags
 
 
 def _str_const(node: ast.AST) -> str | None:
@@ -116,7 +152,7 @@ def read_core(path: Path) -> CoreNames:
             configs.append(ConfigName(None, name, *call))
         elif func in classes and not value.args:
             configs += _properties(classes[func], name)
-    return CoreNames(tuple(env_names), tuple(configs))
+    return CoreNames(tuple(env_names), tuple(configs), _cc_switches(module))
 
 
 @dataclass(frozen=True)
