@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from qola.errors import QolaError
-from qola import genrules, registry
+from qola import genrules, itfs, registry
 from qola.manifest import Manifest, ModuleSection, check_archs, vendor
 from qola.plantypes import DEFAULT_MODE, Generator, JitSplit, ModulePlan, Plan
 from qola.tree.aiter import TABLE, AiterTree, git_head, load_table, namespace, resolve_entry, unknown_keys
@@ -326,11 +326,15 @@ def make_plan(
         reg = registry.entry(name) if cpp_itfs else None
         headers: list[str] = []
         embed = list(section.embed) if section else []
+        api = None
         if reg is not None:
             sources = reg.apply_sources(sources)
             includes += reg.include_dirs()
             headers = [h for h in reg.header_paths(tree.meta_dir) if Path(h).is_file()]
             embed = embed or list(reg.embed)
+            if reg.api_header is not None:
+                api = itfs.resolve(name, tree.meta_dir, includes, reg.api_header, reg.exports,
+                                   reg.public_header or f"qola_{name}.h", reg.provides, reg.api_includes, notes)
         elif cpp_itfs:
             includes.append(str(registry.data_dir()))
         ldflags = entry["extra_ldflags"] or []
@@ -366,6 +370,7 @@ def make_plan(
                 for k, v in sorted((entry.get("flags_extra_hip_per_source") or {}).items())
             ),
             configs=configs,
+            api=api,
         ))
     _check_unique(plans, manifest)
     for key, mods in unknown.items():

@@ -16,6 +16,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from qola.itfs import Provide
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -48,6 +50,13 @@ class RegistryEntry:
     drop_srcs: tuple[str, ...] = ()
     embed: tuple[str, ...] = ()
     tree_headers: tuple[str, ...] = ()
+    # the API qola generates from the tree (qola.itfs): the header declaring it (relative to the
+    # meta dir), the functions forwarded, the public header's name, qola's own functions
+    api_header: str | None = None
+    exports: tuple[str, ...] = ()
+    public_header: str | None = None
+    api_includes: tuple[str, ...] = ()
+    provides: tuple[Provide, ...] = ()
 
     def apply_sources(self, sources: list[str]) -> list[str]:
         kept = [s for s in sources if not any(fnmatch.fnmatch(Path(s).name, p) for p in self.drop_srcs)]
@@ -60,10 +69,19 @@ class RegistryEntry:
         return [str(templates_dir() / h) for h in self.headers] + [str(meta_dir / h) for h in self.tree_headers]
 
 
+SCALARS = ("api_header", "public_header")
+
+
+def _entry(entry: dict) -> RegistryEntry:
+    fields = {k: (v if k in SCALARS else tuple(v)) for k, v in entry.items() if k != "provides"}
+    fields["provides"] = tuple(Provide(**p) for p in entry.get("provides", []))
+    return RegistryEntry(**fields)
+
+
 @lru_cache(maxsize=1)
 def load() -> dict[str, RegistryEntry]:
     raw = tomllib.loads((Path(str(resources.files("qola"))) / "registry.toml").read_text())
-    return {name: RegistryEntry(**{k: tuple(v) for k, v in entry.items()}) for name, entry in raw.items()}
+    return {name: _entry(entry) for name, entry in raw.items()}
 
 
 def entry(module: str) -> RegistryEntry | None:
