@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
@@ -50,14 +50,14 @@ class Decl:
     linkage: str = "C++"  # "C" inside extern "C"
     line: int = 0
     body: str | None = None  # qola's own definition (a registry ``provides`` entry), else None
+    inline_ns: tuple[str, ...] = ()  # which of ``scope`` are inline namespaces
 
     @property
     def qualified(self) -> str:
         return "::" + "::".join((*self.scope, self.name))
 
     def signature(self) -> str:
-        params = ", ".join(" ".join(x for x in (p.type, p.name) if x) + (f" = {p.default}" if p.default else "")
-                           for p in self.params)
+        params = ", ".join(_spelled(p) + (f" = {p.default}" if p.default else "") for p in self.params)
         return f"{self.returns} {'::'.join((*self.scope, self.name))}({params})"
 
     def to_json(self) -> dict[str, Any]:
@@ -69,7 +69,16 @@ class Decl:
         fields["params"] = tuple(Param(**p) for p in data["params"])
         fields["scope"] = tuple(data["scope"])
         fields["conditions"] = tuple(data.get("conditions", ()))
+        fields["inline_ns"] = tuple(data.get("inline_ns", ()))
         return cls(**fields)
+
+
+def _spelled(p: Param) -> str:
+    """A parameter as C++ spells it: the name inside a function pointer's declarator."""
+    for hole in ("(*)", "(&)", "(&&)"):
+        if p.name and hole in p.type:
+            return p.type.replace(hole, f"{hole[:-1]}{p.name})", 1)
+    return " ".join(x for x in (p.type, p.name) if x)
 
 
 @dataclass(frozen=True)
@@ -157,7 +166,8 @@ def render(toks: Sequence[str]) -> str:
     out = ""
     prev = ""
     for t in toks:
-        if out and ((_wordy(prev) and _wordy(t)) or prev == ","):
+        if out and ((_wordy(prev) and _wordy(t)) or prev == "," or (prev in ("*", "&", "&&") and _is_id(t))
+                    or (t == "::" and prev in TYPE_WORDS | ELABORATED)):
             out += " "
         out += t
         prev = t
@@ -186,17 +196,17 @@ def _directive_lines(text: str) -> Iterator[tuple[int, str, str, str]]:
 
 def _guard(lines: list[tuple[int, str, str, str]]) -> str | None:
     """The include guard macro: the first directive is ``#ifndef X``, the next ``#define X``, and
-    the last is its ``#endif``."""
+    the ``#endif`` closing the first is the last directive."""
     directives = [(k, a) for _, k, a, _ in lines if k]
-    if len(directives) >= 3 and directives[0][0] == "ifndef" and directives[1][0] == "define" \
-            and directives[1][1].split()[:1] == [directives[0][1]] and directives[-1][0] == "endif":
-        depth = 0
-        for k, _ in directives:
-            depth += k in ("if", "ifdef", "ifndef")
-            depth -= k == "endif"
-            if depth == 0 and k == "endif":
-                return directives[0][1] if (k, _) is directives[-1] else None
+    if len(directives) < 3 or directives[0][0] != "ifndef" or directives[1][0] != "define" \
+            or directives[1][1].split()[:1] != [directives[0][1]]:
         return None
+    depth = 0
+    for at, (k, _) in enumerate(directives):
+        depth += k in ("if", "ifdef", "ifndef")
+        depth -= k == "endif"
+        if depth == 0:
+            return directives[0][1] if at == len(directives) - 1 else None
     return None
 
 
@@ -214,9 +224,12 @@ def _code_with_conditions(text: str, header: Header) -> list[tuple[str, int, tup
             if fr[0] == "<guard>":
                 continue
             *prev, cur = fr
+            if not prev:
+                conds.append(cur if cur is not None else "1")
+                continue
             parts = [f"!({p})" for p in prev if p is not None] + ([f"({cur})"] if cur is not None else [])
-            conds.append(" && ".join(parts) if len(parts) > 1 else (parts[0] if parts else "1"))
-        return tuple(c[1:-1] if c.startswith("(") and c.endswith(")") and c.count("(") == 1 else c for c in conds)
+            conds.append(" && ".join(parts))
+        return tuple(conds)
 
     for no, kind, arg, code in lines:
         if kind in ("if", "ifdef", "ifndef"):
@@ -269,7 +282,7 @@ def parse(text: str) -> Header:
                     names.append(words[j])
                 j = _skip_attr(words, j) if _attr_at(words, j) else j + 1
             if j < n and words[j] == "{":
-                scopes.append(("ns", tuple(names)))
+                scopes.append(("inline" if t == "inline" else "ns", tuple(names)))
                 i = j + 1
             else:
                 i = _to_semicolon(words, j)
@@ -298,7 +311,11 @@ def parse(text: str) -> Header:
 
 
 def _ns(scopes: list[tuple[str, tuple[str, ...]]]) -> tuple[str, ...]:
-    return tuple(n for kind, names in scopes if kind == "ns" for n in names)
+    return tuple(n for kind, names in scopes if kind in ("ns", "inline") for n in names)
+
+
+def _inline(scopes: list[tuple[str, tuple[str, ...]]]) -> tuple[str, ...]:
+    return tuple(names[-1] for kind, names in scopes if kind == "inline" and names)
 
 
 def _attr_at(w: Sequence[str], i: int) -> bool:
@@ -381,14 +398,19 @@ def _members(body: Sequence[str]) -> set[str]:
     names: set[str] = set()
     i = 0
     while i < len(body):
-        start = i
-        while i < len(body) and body[i] not in (";", "{", "(", "=", "[", ":"):
-            i += 1
-        if i < len(body) and body[i] == ":" and i == start + 1:  # public: / private:
-            i += 1
+        if i + 1 < len(body) and _is_id(body[i]) and body[i + 1] == ":":  # public: / private:
+            i += 2
             continue
-        if i > start and _is_id(body[i - 1]):
-            names.add(body[i - 1])
+        name = None
+        while i < len(body) and body[i] not in (";", "{", "(", "=", "[", ":"):
+            if body[i] == "<" and i > 0 and _is_id(body[i - 1]):
+                i = _skip_group(body, i)
+                continue
+            if _is_id(body[i]):
+                name = body[i]
+            i += 1
+        if name:
+            names.add(name)
         while i < len(body) and body[i] not in (";", "{"):
             i = _skip_group(body, i) if body[i] in ("(", "[") else i + 1
         if i < len(body) and body[i] == "{":
@@ -417,7 +439,7 @@ def _declaration(w: Sequence[str], toks, i: int, scopes, header: Header, *, link
             header.problems.setdefault(name, f"line {line}: {exc}")
         return end
     if decl is not None:
-        header.decls.append(decl)
+        header.decls.append(replace(decl, inline_ns=_inline(scopes)))
     return end
 
 

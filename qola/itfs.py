@@ -151,15 +151,18 @@ def _qual(d: Decl, ns: str, name: str) -> str:
     return "::" + "::".join((*d.scope, _helper_ns(ns), name))
 
 
-def _open(scope: Sequence[str], ns: str) -> tuple[str, str]:
-    names = [*scope, _helper_ns(ns)]
-    return " ".join(f"namespace {n} {{" for n in names), "}" * len(names)
+def _open(d: Decl, ns: str) -> tuple[str, str]:
+    """Open the helper namespace inside the declaration's own (an inline one reopened inline)."""
+    names = [*d.scope, _helper_ns(ns)]
+    inline = set(d.inline_ns)
+    return " ".join(f"{'inline ' if n in inline else ''}namespace {n} {{" for n in names), "}" * len(names)
 
 
 def _guarded(conds: Sequence[str], text: str) -> str:
     if not conds:
         return text
-    return f"#if {' && '.join(f'({c})' for c in conds)}\n{text}#endif\n"
+    joined = " && ".join(f"({c})" if re.search(r"&&|\|\||\?", c) else c for c in conds)
+    return f"#if {joined}\n{text}#endif\n"
 
 
 def _numbered(decls: Sequence[Decl]) -> list[tuple[Decl, int]]:
@@ -185,7 +188,7 @@ def _params_text(d: Decl, k: int, ns: str, *, names: str, defaults: bool) -> str
 
 def _helpers(d: Decl, k: int, ns: str) -> str:
     """The aliases (and default-argument functions) of one declaration, in its own namespace."""
-    begin, end = _open(d.scope, ns)
+    begin, end = _open(d, ns)
     lines = [f"using {_alias(d, k, 'r')} = {d.returns};"]
     for i, p in enumerate(d.params):
         lines.append(f"using {_alias(d, k, f'p{i}')} = {p.type};")
