@@ -3,8 +3,12 @@ the files qola ships live in the package:
 
 * ``qola/runtime/``   C/C++ compiled into the libraries qola builds: ``qola_common.h`` and the JIT
   runtime (``runtime/jit/``);
-* ``qola/templates/`` sources qola adds to a module (``templates/wrappers/``, the cpp_itfs API
-  wrappers the registry names) or runs around a generator (``templates/genwrap/``).
+* ``qola/templates/`` sources qola adds to a module (``templates/wrappers/``, the hand-written
+  cpp_itfs wrappers of the example tree) or runs around a generator (``templates/genwrap/``).
+
+An AITER module's API is not kept here: the entry names the tree header that declares it
+(``api_header``) and the functions exported (``exports``), and :mod:`qola.itfs` generates the
+wrapper and public header from the tree's declarations.
 """
 
 from __future__ import annotations
