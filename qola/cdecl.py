@@ -259,8 +259,11 @@ def _code_with_conditions(text: str, header: Header) -> list[tuple[str, int, tup
 
 # -- declarations -------------------------------------------------------------------------------
 
-def parse(text: str) -> Header:
-    """Every namespace-scope function declaration (and definition) of a header's text."""
+def parse(text: str, entry_macros: Mapping[str, str] | None = None) -> Header:
+    """Every namespace-scope function declaration (and definition) of a header's text.
+    ``entry_macros``: {macro: return type} of macros that define a C entry point from
+    ``MACRO(name, (params...), (args...)) {...}`` (AITER's ctypes entry points)."""
+    macros = dict(entry_macros or {})
     header = Header()
     toks = _code_with_conditions(text, header)
     words = [t for t, _, _ in toks]
@@ -304,10 +307,36 @@ def parse(text: str) -> Header:
             i = _record(words, i, scopes, header)
         elif t in ("typedef", "using", "static_assert", "asm", "__asm__"):
             i = _end_of_declaration(words, i)
+        elif t in macros and i + 1 < n and words[i + 1] == "(":
+            i = _entry_macro(words, toks, i, macros[t], scopes, header)
         else:
+            end = _end_of_declaration(words, i)
+            at = next((k for k in range(i + 1, end) if words[k] in macros and k + 1 < n and words[k + 1] == "("), None)
+            if at is not None:  # an object-like macro before an entry-point macro (AITER_CTYPES_ERROR_DEF)
+                i = at
+                continue
             i = _declaration(words, toks, i, scopes, header,
                              linkage="C" if any(k == "extern" for k, _ in scopes) else "C++")
     return header
+
+
+def _entry_macro(w: Sequence[str], toks, i: int, returns: str, scopes, header: Header) -> int:
+    """``MACRO(name, (params), (args))`` and the body after it: a C entry point ``returns name(params)``."""
+    end = _skip_group(w, i + 1)
+    args = _split_top(list(w[i + 2:end - 1]), ",")
+    line, conds = toks[i][1], toks[i][2]
+    if len(args) >= 2 and len(args[0]) == 1 and _is_id(args[0][0]) and args[1][:1] == ["("] \
+            and args[1][-1:] == [")"]:
+        name = args[0][0]
+        try:
+            params = _params(args[1][1:-1], name)
+            header.decls.append(Decl(name=name, scope=_ns(scopes), returns=returns, params=params, conditions=conds,
+                                     linkage="C", line=line, inline_ns=_inline(scopes)))
+        except DeclError as exc:
+            header.problems.setdefault(name, f"line {line}: {exc}")
+    if end < len(w) and w[end] == "{":
+        end = _skip_group(w, end)
+    return end
 
 
 def _ns(scopes: list[tuple[str, tuple[str, ...]]]) -> tuple[str, ...]:
@@ -581,11 +610,12 @@ def _declarator(decl: list[str], fname: str) -> tuple[str, str]:
     return render(body + arrays), ""
 
 
-def read_header(text: str, names: Iterable[str]) -> dict[str, list[Decl]]:
+def read_header(text: str, names: Iterable[str], entry_macros: Mapping[str, str] | None = None
+                ) -> dict[str, list[Decl]]:
     """The declarations of ``names`` in a header's text (each name: its overloads, deduplicated).
     A name that is not declared, or declared in a form the reader cannot represent, raises
     :class:`DeclError` naming it."""
-    header = parse(text)
+    header = parse(text, entry_macros)
     out: dict[str, list[Decl]] = {}
     for name in names:
         found = _unique(header.named(name))

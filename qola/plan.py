@@ -334,7 +334,8 @@ def make_plan(
             embed = embed or list(reg.embed)
             if reg.api_header is not None:
                 api = itfs.resolve(name, tree.meta_dir, includes, reg.api_header, reg.exports,
-                                   reg.public_header or f"qola_{name}.h", reg.provides, reg.api_includes, notes)
+                                   reg.public_header or f"qola_{name}.h", reg.provides, reg.api_includes, notes,
+                                   dict(reg.entry_macros))
         elif cpp_itfs:
             includes.append(str(registry.data_dir()))
         ldflags = entry["extra_ldflags"] or []

@@ -61,6 +61,7 @@ class RegistryEntry:
     public_header: str | None = None
     api_includes: tuple[str, ...] = ()
     provides: tuple[Provide, ...] = ()
+    entry_macros: tuple[tuple[str, str], ...] = ()  # macros that define a C entry point: (macro, return type)
 
     def apply_sources(self, sources: list[str]) -> list[str]:
         kept = [s for s in sources if not any(fnmatch.fnmatch(Path(s).name, p) for p in self.drop_srcs)]
@@ -77,8 +78,9 @@ SCALARS = ("api_header", "public_header")
 
 
 def _entry(entry: dict) -> RegistryEntry:
-    fields = {k: (v if k in SCALARS else tuple(v)) for k, v in entry.items() if k != "provides"}
+    fields = {k: (v if k in SCALARS else tuple(v)) for k, v in entry.items() if k not in ("provides", "entry_macros")}
     fields["provides"] = tuple(Provide(**p) for p in entry.get("provides", []))
+    fields["entry_macros"] = tuple(sorted(entry.get("entry_macros", {}).items()))
     return RegistryEntry(**fields)
 
 

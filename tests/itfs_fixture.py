@@ -275,3 +275,70 @@ EXPECTED = {
     "old": ["1", "229", "te", "1"],  # 64*2 + 1 + 100*how_v3_bf16_cvt (its default, 1)
     "future": ["132", "0", "136", "16", "te", "1"],  # 128+1+3; 128+1+0+7 and 5+1+10
 }
+
+
+# -- a GEMM module whose torch-free entry point is defined in its source by a macro (the shape of
+# AITER's ctypes entry points), with the project's own tensor descriptor and macro
+GEMM = {
+    "csrc/include/aiter_tensor.h": """#pragma once
+#include <cstdint>
+struct aiter_tensor_t { void* ptr; int64_t sizes[2]; int64_t strides[2]; int dtype; };
+typedef void* hipStream_t_fixture;
+""",
+    "csrc/include/entry_macros.h": """#pragma once
+#define AITER_C_ITFS extern "C" __attribute__((visibility("default")))
+#define AITER_CTYPES_ERROR_DEF static thread_local const char* g_last_error = nullptr;
+#define AITER_CTYPES_DEFINE_ENTRYPOINT_VOID(func, DECL_ARGS, CALL_ARGS) \\
+    static void func##_impl DECL_ARGS;                                  \\
+    AITER_C_ITFS int func DECL_ARGS { func##_impl CALL_ARGS; return g_last_error ? -1 : 0; } \\
+    static void func##_impl DECL_ARGS
+""",
+    "csrc/py_itfs_cu/asm_gemm_a4w4.cu": """#include "aiter_tensor.h"
+#include "entry_macros.h"
+AITER_CTYPES_ERROR_DEF
+
+AITER_CTYPES_DEFINE_ENTRYPOINT_VOID(
+    gemm_a4w4_asm,
+    (aiter_tensor_t* A,       // A:[M, K/2]
+     aiter_tensor_t* B,
+     aiter_tensor_t* out,
+     const char* kernelName,
+     float alpha,
+     int log2_k_split,
+     hipStream_t_fixture stream),
+    (A, B, out, kernelName, alpha, log2_k_split, stream))
+{
+    out->sizes[0] = A->sizes[0];
+    out->sizes[1] = B->sizes[0];
+    out->dtype = int(alpha) + log2_k_split + (kernelName && kernelName[0] ? 100 : 0);
+}
+""",
+    "csrc/pybind/gemm_a4w4_asm_pybind.cu": "#error the pybind source of a cpp_itfs module is dropped\n",
+}
+
+GEMM_CONSUMER = r"""#include <cstdio>
+#include "qola_gemm_a4w4_asm.h"
+int main() {
+    aiter_tensor_t a{}, b{}, out{};
+    a.sizes[0] = 256; b.sizes[0] = 512;
+    const int rc = QOLA_NS(gemm_a4w4_asm)(&a, &b, &out, "k", 2.0f, 1, nullptr);
+    std::printf("%d %lld %lld %d\n", rc, (long long)out.sizes[0], (long long)out.sizes[1], out.dtype);
+    return 0;
+}
+"""
+GEMM_EXPECTED = ["0", "256", "512", "103"]
+
+
+def write_gemm_tree(root: Path, arch: str) -> Path:
+    table = {"module_gemm_a4w4_asm": {
+        "srcs": ["f'{AITER_CSRC_DIR}/pybind/gemm_a4w4_asm_pybind.cu'", "f'{AITER_CSRC_DIR}/py_itfs_cu/asm_gemm_a4w4.cu'"],
+        "flags_extra_cc": [], "flags_extra_hip": [], "extra_ldflags": "None", "extra_include": [],
+        "verbose": "False", "blob_gen_cmd": "''"}}
+    files = {**GEMM, "aiter/jit/optCompilerConfig.json": json.dumps(table, indent=2)}
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    co = root / "hsa" / arch / "f4gemm" / "f4gemm_bf16_fixture.co"
+    co.parent.mkdir(parents=True, exist_ok=True)
+    co.write_bytes(b"\x7fELF fixture code object")
+    return root

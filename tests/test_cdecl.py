@@ -227,3 +227,41 @@ def test_generated_names_keep_the_tree_lookup_scope():
     assert "using mha_fwd_0_p1 = const ck_tile::stream_config&;" in header
     assert "::aiter::qola_api_te::mha_fwd_0_p11 is_v3_api_check = false);" in header
     assert itfs.Api.from_json(json.loads(json.dumps(api.to_json()))) == api
+
+
+def test_entry_point_defined_by_a_macro():
+    text = """#include "aiter_tensor.h"
+AITER_CTYPES_ERROR_DEF
+
+namespace { int helper(int x) { return x; } }
+AITER_CTYPES_DEFINE_ENTRYPOINT_VOID(
+    gemm_x,
+    (aiter_tensor_t* A, // A: [M, K]
+     const char* kernelName, float alpha, hipStream_t stream),
+    (A, kernelName, alpha, stream))
+{
+    helper(1);
+}
+"""
+    macros = {"AITER_CTYPES_DEFINE_ENTRYPOINT_VOID": "int"}
+    (d,) = cdecl.read_header(text, ["gemm_x"], macros)["gemm_x"]
+    assert (d.returns, d.linkage, d.scope) == ("int", "C", ())
+    assert [p.type for p in d.params] == ["aiter_tensor_t*", "const char*", "float", "hipStream_t"]
+    with pytest.raises(DeclError):  # without the macro it is not a declaration qola can read
+        cdecl.read_header(text, ["gemm_x"])
+
+
+def test_torch_api_is_refused_naming_the_declaration(tmp_path):
+    meta = tmp_path / "meta"
+    (meta / "inc").mkdir(parents=True)
+    (meta / "inc" / "g.h").write_text("torch::Tensor gemm(torch::Tensor& A, int splitK);\n")
+    with pytest.raises(QolaError, match=r"g\.h:1: torch::Tensor gemm\(torch::Tensor& A, int splitK\) takes or "
+                                        "returns PyTorch types"):
+        itfs.resolve("m", meta, [], "inc/g.h", ["gemm"], "qola_g.h")
+
+
+def test_registry_gemm_entries():
+    asm = registry.entry("module_gemm_a4w4_asm")
+    assert asm.api_header == "csrc/py_itfs_cu/asm_gemm_a4w4.cu" and asm.exports == ("gemm_a4w4_asm",)
+    assert dict(asm.entry_macros)["AITER_CTYPES_DEFINE_ENTRYPOINT_VOID"] == "int"
+    assert registry.entry("module_gemm_a4w4_blockscale").exports == ("gemm_a4w4_blockscale",)

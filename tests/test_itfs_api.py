@@ -109,3 +109,48 @@ def test_module_whose_api_cannot_be_read_fails_naming_header_and_function(tmp_pa
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "mha_bwd.h, the header that declares its C++ API (mha_bwd)" in proc.stderr, proc.stderr
     assert not (tmp_path / "out" / "lib").exists()
+
+
+GEMM_ARCHS = [pytest.param("sm_90", id="cuda"), pytest.param("gfx950", id="hip", marks=pytest.mark.rocm)]
+
+
+@pytest.mark.parametrize("arch", GEMM_ARCHS)
+def test_gemm_entry_point_defined_by_a_macro_in_the_source(tmp_path, arch):
+    """module_gemm_a4w4_asm's torch-free entry point is a ctypes one AITER defines in its .cu with a
+    macro: qola reads it there, the wrapper declares it, the public header needs aiter_tensor.h only."""
+    tree = fx.write_gemm_tree(tmp_path / "t", arch)
+    m = tmp_path / "g.toml"
+    m.write_text(f'[qola]\nnamespace = "te"\n[build]\narchitectures = ["{arch}"]\nmode = "cpp_itfs"\n'
+                 '[[modules]]\nname = "module_gemm_a4w4_asm"\nmd_name = "libgemm_a4w4_asm"\n')
+    out = tmp_path / "out"
+    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    header = (out / "include" / "qola_gemm_a4w4_asm.h").read_text()
+    assert '#include "aiter_tensor.h"' in header and "asm_gemm_a4w4.cu" not in header.split("*/", 1)[1]
+    (mod,) = json.loads((out / "manifest.json").read_text())["modules"]
+    assert mod["artifact"] == "lib/te_libgemm_a4w4_asm.so"
+    assert mod["exports"] == ["_ZN4qola2te13gemm_a4w4_asmEP14aiter_tensor_tS2_S2_PKcfiPv", "te_qola_version"]
+    src = tmp_path / "use.cpp"
+    src.write_text(fx.GEMM_CONSUMER)
+    exe = tmp_path / "use"
+    cxx = ["hipcc", "-x", "hip", "--offload-arch=gfx950"] if arch.startswith("gfx") else ["g++"]
+    cc = subprocess.run([*cxx, "-std=c++17", f"-I{out / 'include'}", f"-I{tree / 'csrc' / 'include'}", str(src),
+                         "-o", str(exe), f"-L{out / 'lib'}", "-l:te_libgemm_a4w4_asm.so", "-Wl,--no-undefined",
+                         f"-Wl,-rpath,{out / 'lib'}"], capture_output=True, text=True, env=_env(arch))
+    assert cc.returncode == 0, cc.stderr[-4000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.split() == fx.GEMM_EXPECTED, run.stdout + run.stderr
+
+
+@pytest.mark.aiter
+@pytest.mark.parametrize("name,header", [("module_gemm_a4w4_asm", "asm_gemm_a4w4.cu"),
+                                         ("module_gemm_a4w4_blockscale", "gemm_a4w4_blockscale.h")])
+def test_sdist_gemm_modules_are_not_torch_free_and_say_so(aiter_root, tmp_path, name, header):
+    """The amd-aiter 0.1.7 sdist has both GEMM modules, but their entry points take torch::Tensor:
+    a cpp_itfs plan refuses them naming the declaration, instead of a build failing in torch headers."""
+    m = tmp_path / "g.toml"
+    m.write_text(f'[qola]\nnamespace = "te"\n[build]\narchitectures = ["gfx950"]\nmode = "cpp_itfs"\n'
+                 f'[[modules]]\nname = "{name}"\n')
+    proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(aiter_root))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert header in proc.stderr and "torch::Tensor" in proc.stderr and "not torch-free" in proc.stderr, proc.stderr
