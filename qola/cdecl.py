@@ -16,15 +16,23 @@ pointers, cv-qualifiers, template arguments in types, function-pointer parameter
 parameters, default arguments and trailing return types. Classes, enums, typedefs, using,
 templates and bodies are skipped. What it cannot represent (a function template, a variadic
 function, a declaration it cannot split) is reported, never guessed: :class:`DeclError`.
-Standard library only.
+``entry_macros`` add entry points a source defines with a macro (AITER's ctypes
+``AITER_CTYPES_DEFINE_ENTRYPOINT_VOID(name, (params), (args))``).
+
+Why not the compiler (``-E``) or libclang: the plan spawns no process and needs no toolchain; a
+header must be readable without its full include path (CK, a torch-tainted source whose entry point
+is torch-free); and the conditions must be kept, not resolved, because the public header is
+compiled again by the consumer under its own defines (``#if ENABLE_CK``). Standard library only.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from qola.ctext import (CV, ELABORATED, LITERAL_DEFAULT, MACRO_LIKE, SPECIFIERS, TYPE_WORDS, Include,
+                        code_with_conditions, is_id, render)
 
 
 class DeclError(ValueError):
@@ -81,13 +89,6 @@ def _spelled(p: Param) -> str:
     return " ".join(x for x in (p.type, p.name) if x)
 
 
-@dataclass(frozen=True)
-class Include:
-    target: str  # as written between the quotes or brackets
-    conditions: tuple[str, ...]
-    line: int
-
-
 @dataclass
 class Header:
     """What :func:`parse` found: every function declaration, the includes, struct members."""
@@ -101,162 +102,6 @@ class Header:
         return [d for d in self.decls if d.name == name]
 
 
-# -- text ---------------------------------------------------------------------------------------
-
-_TOKEN = re.compile(r"""
-    (?P<str>(?:u8|u|U|L)?R"(?P<delim>[^(\s]*)\(.*?\)(?P=delim)"|(?:u8|u|U|L)?"(?:\\.|[^"\\\n])*")
-  | (?P<chr>(?:u8|u|U|L)?'(?:\\.|[^'\\\n])*')
-  | (?P<num>\.?\d(?:[\w.']|[eEpP][+-])*)
-  | (?P<id>[A-Za-z_]\w*)
-  | (?P<punct>::|\.\.\.|->|&&|\|\||==|!=|<=|>=|\[\[|\]\]|[^\s\w])
-""", re.S | re.X)
-
-TYPE_WORDS = frozenset("""void bool char wchar_t char8_t char16_t char32_t short int long signed unsigned float
-double auto const volatile __int128 __fp16 _Float16 __bf16 decltype""".split())
-CV = frozenset({"const", "volatile"})
-ELABORATED = frozenset({"struct", "class", "union", "enum", "typename", "::"})
-SPECIFIERS = frozenset({"static", "inline", "extern", "constexpr", "consteval", "virtual", "friend", "explicit",
-                        "__inline__", "__forceinline__", "__host__", "__device__", "__noinline__", "thread_local",
-                        "register", "mutable", "CK_TILE_HOST"})
-_MACRO_LIKE = re.compile(r"[A-Z][A-Z0-9_]*\Z")
-_LITERAL_DEFAULT = re.compile(r"""(?:nullptr|NULL|true|false|[-+]?[\d.][\w.']*|(?:u8|u|U|L)?"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|\{\s*\})\Z""")
-
-
-def strip_comments(text: str) -> str:
-    """``text`` without comments (newlines kept, so line numbers hold) and with line continuations
-    joined (their newlines moved after the joined line)."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    pending = 0  # newlines of continuations, emitted at the end of the logical line
-    while i < n:
-        c = text[i]
-        if c == "\\" and text.startswith("\n", i + 1):
-            pending += 1
-            i += 2
-        elif c == "\n":
-            out.append("\n" * (pending + 1))
-            pending = 0
-            i += 1
-        elif text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            pending += text.count("\n", i, j)
-            out.append(" ")
-            i = j
-        elif c in "\"'":
-            m = re.compile(r"%s(?:\\.|[^%s\\\n])*%s" % (c, c, c)).match(text, i)
-            j = m.end() if m else i + 1
-            out.append(text[i:j])
-            i = j
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out) + "\n" * pending
-
-
-def tokens(text: str) -> list[str]:
-    return [m.group(0) for m in _TOKEN.finditer(text)]
-
-
-def render(toks: Sequence[str]) -> str:
-    """Tokens as C++ text: a space only between two words and after a comma."""
-    out = ""
-    prev = ""
-    for t in toks:
-        if out and ((_wordy(prev) and _wordy(t)) or prev == "," or (prev in ("*", "&", "&&") and _is_id(t))
-                    or (t == "::" and prev in TYPE_WORDS | ELABORATED)):
-            out += " "
-        out += t
-        prev = t
-    return out
-
-
-def _wordy(tok: str) -> bool:
-    return bool(tok) and (tok[0].isalnum() or tok[0] in "_\"'" or tok[-1] in "\"'")
-
-
-def _is_id(tok: str) -> bool:
-    return bool(re.fullmatch(r"[A-Za-z_]\w*", tok))
-
-
-# -- directives ---------------------------------------------------------------------------------
-
-def _directive_lines(text: str) -> Iterator[tuple[int, str, str, str]]:
-    """(line number, kind, argument, the line's code) for each line; kind "" for code lines."""
-    for no, line in enumerate(text.split("\n"), 1):
-        m = re.match(r"\s*#\s*(\w*)\s*(.*)", line)
-        if m:
-            yield no, m.group(1), m.group(2).strip(), ""
-        else:
-            yield no, "", "", line
-
-
-def _guard(lines: list[tuple[int, str, str, str]]) -> str | None:
-    """The include guard macro: the first directive is ``#ifndef X``, the next ``#define X``, and
-    the ``#endif`` closing the first is the last directive."""
-    directives = [(k, a) for _, k, a, _ in lines if k]
-    if len(directives) < 3 or directives[0][0] != "ifndef" or directives[1][0] != "define" \
-            or directives[1][1].split()[:1] != [directives[0][1]]:
-        return None
-    depth = 0
-    for at, (k, _) in enumerate(directives):
-        depth += k in ("if", "ifdef", "ifndef")
-        depth -= k == "endif"
-        if depth == 0:
-            return directives[0][1] if at == len(directives) - 1 else None
-    return None
-
-
-def _code_with_conditions(text: str, header: Header) -> list[tuple[str, int, tuple[str, ...]]]:
-    """Each token of the code with its line and the conditions it is under; includes recorded."""
-    lines = list(_directive_lines(strip_comments(text)))
-    guard = _guard(lines)
-    frames: list[list[str | None]] = []  # per #if: the earlier branches' conditions, then the current
-    skip_guard = guard is not None
-    out: list[tuple[str, int, tuple[str, ...]]] = []
-
-    def active() -> tuple[str, ...]:
-        conds = []
-        for fr in frames:
-            if fr[0] == "<guard>":
-                continue
-            *prev, cur = fr
-            if not prev:
-                conds.append(cur if cur is not None else "1")
-                continue
-            parts = [f"!({p})" for p in prev if p is not None] + ([f"({cur})"] if cur is not None else [])
-            conds.append(" && ".join(parts))
-        return tuple(conds)
-
-    for no, kind, arg, code in lines:
-        if kind in ("if", "ifdef", "ifndef"):
-            cond = arg if kind == "if" else (f"defined({arg})" if kind == "ifdef" else f"!defined({arg})")
-            if skip_guard and kind == "ifndef" and arg == guard:
-                frames.append(["<guard>"])
-                skip_guard = False
-            else:
-                frames.append([cond])
-        elif kind == "elif" and frames:
-            frames[-1].append(arg)
-        elif kind == "else" and frames:
-            frames[-1].append(None)
-        elif kind == "endif" and frames:
-            frames.pop()
-        elif kind == "include":
-            m = re.match(r'["<]([^">]+)[">]', arg)
-            if m:
-                header.includes.append(Include(m.group(1), active(), no))
-        elif not kind and code.strip():
-            conds = active()
-            if any(c.strip() in ("0", "false") for c in conds):
-                continue
-            out += [(t, no, conds) for t in tokens(code)]
-    return out
-
-
 # -- declarations -------------------------------------------------------------------------------
 
 def parse(text: str, entry_macros: Mapping[str, str] | None = None) -> Header:
@@ -265,7 +110,7 @@ def parse(text: str, entry_macros: Mapping[str, str] | None = None) -> Header:
     ``MACRO(name, (params...), (args...)) {...}`` (AITER's ctypes entry points)."""
     macros = dict(entry_macros or {})
     header = Header()
-    toks = _code_with_conditions(text, header)
+    toks = code_with_conditions(text, header.includes)
     words = [t for t, _, _ in toks]
     scopes: list[tuple[str, tuple[str, ...]]] = []  # ("ns", names) | ("extern", ()) | ("other", ())
     i, n = 0, len(words)
@@ -281,7 +126,7 @@ def parse(text: str, entry_macros: Mapping[str, str] | None = None) -> Header:
             j = i + (2 if t == "inline" else 1)
             names: list[str] = []
             while j < n and words[j] != "{" and words[j] != ";" and words[j] != "=":
-                if _is_id(words[j]) and words[j] != "inline":
+                if is_id(words[j]) and words[j] != "inline":
                     names.append(words[j])
                 j = _skip_attr(words, j) if _attr_at(words, j) else j + 1
             if j < n and words[j] == "{":
@@ -299,7 +144,7 @@ def parse(text: str, entry_macros: Mapping[str, str] | None = None) -> Header:
             j = _skip_group(words, i + 1) if i + 1 < n and words[i + 1] == "<" else i + 1
             end = _end_of_declaration(words, j)
             for k in range(j, end):
-                if words[k] == "(" and k > j and _is_id(words[k - 1]):
+                if words[k] == "(" and k > j and is_id(words[k - 1]):
                     header.problems.setdefault(words[k - 1], f"line {toks[i][1]}: a function template")
                     break
             i = end
@@ -325,7 +170,7 @@ def _entry_macro(w: Sequence[str], toks, i: int, returns: str, scopes, header: H
     end = _skip_group(w, i + 1)
     args = _split_top(list(w[i + 2:end - 1]), ",")
     line, conds = toks[i][1], toks[i][2]
-    if len(args) >= 2 and len(args[0]) == 1 and _is_id(args[0][0]) and args[1][:1] == ["("] \
+    if len(args) >= 2 and len(args[0]) == 1 and is_id(args[0][0]) and args[1][:1] == ["("] \
             and args[1][-1:] == [")"]:
         name = args[0][0]
         try:
@@ -407,7 +252,7 @@ def _record(w: Sequence[str], i: int, scopes, header: Header) -> int:
         if _attr_at(w, j):
             j = _skip_attr(w, j)
             continue
-        if _is_id(w[j]) and w[j] not in ("final", "class", "struct"):
+        if is_id(w[j]) and w[j] not in ("final", "class", "struct"):
             name = w[j]
         j += 1
     while j < len(w) and w[j] not in ("{", ";"):
@@ -427,15 +272,15 @@ def _members(body: Sequence[str]) -> set[str]:
     names: set[str] = set()
     i = 0
     while i < len(body):
-        if i + 1 < len(body) and _is_id(body[i]) and body[i + 1] == ":":  # public: / private:
+        if i + 1 < len(body) and is_id(body[i]) and body[i + 1] == ":":  # public: / private:
             i += 2
             continue
         name = None
         while i < len(body) and body[i] not in (";", "{", "(", "=", "[", ":"):
-            if body[i] == "<" and i > 0 and _is_id(body[i - 1]):
+            if body[i] == "<" and i > 0 and is_id(body[i - 1]):
                 i = _skip_group(body, i)
                 continue
-            if _is_id(body[i]):
+            if is_id(body[i]):
                 name = body[i]
             i += 1
         if name:
@@ -497,14 +342,14 @@ def _name_paren(head: Sequence[str]) -> int | None:
     identifier that is not ``decltype``/``operator``."""
     depth = 0
     for k, t in enumerate(head):
-        if t == "(" and depth == 0 and k > 0 and _is_id(head[k - 1]) and head[k - 1] not in (
+        if t == "(" and depth == 0 and k > 0 and is_id(head[k - 1]) and head[k - 1] not in (
                 "decltype", "sizeof", "noexcept", "alignof", "typeof", "__typeof__") and head[k - 1] not in TYPE_WORDS:
             return k
         if t in ("(", "["):
             depth += 1
         elif t in (")", "]"):
             depth -= 1
-        elif t == "<" and k > 0 and _is_id(head[k - 1]):
+        elif t == "<" and k > 0 and is_id(head[k - 1]):
             depth += 1
         elif t == ">" and depth > 0:
             depth -= 1
@@ -530,7 +375,7 @@ def _function(head: list[str], scope: tuple[str, ...], linkage: str, line: int,
     if "static" in spec:
         return None  # internal linkage: nothing to forward to from another translation unit
     rtype = [t for t in spec if t not in SPECIFIERS]
-    while len(rtype) > 1 and _MACRO_LIKE.match(rtype[0]) and (_is_id(rtype[1]) or rtype[1] in TYPE_WORDS):
+    while len(rtype) > 1 and MACRO_LIKE.match(rtype[0]) and (is_id(rtype[1]) or rtype[1] in TYPE_WORDS):
         rtype = rtype[1:]  # AITER_API float -> float: an export/visibility macro before the type
     tail = head[close:]
     if tail[:2] in (["=", "delete"],):
@@ -553,7 +398,7 @@ def _split_top(toks: Sequence[str], sep: str) -> list[list[str]]:
     i = 0
     while i < len(toks):
         t = toks[i]
-        if t in ("(", "[", "{") or (t == "<" and i > 0 and (_is_id(toks[i - 1]) or toks[i - 1] == "template")):
+        if t in ("(", "[", "{") or (t == "<" and i > 0 and (is_id(toks[i - 1]) or toks[i - 1] == "template")):
             j = _skip_group(toks, i)
             parts[-1] += toks[i:j]
             i = j
@@ -591,7 +436,7 @@ def _declarator(decl: list[str], fname: str) -> tuple[str, str]:
         if t == "(" and k > 0 and k + 1 < len(decl) and decl[k + 1] in ("*", "&", "&&"):
             close = _skip_group(decl, k)
             group = decl[k + 1:close - 1]
-            if group and _is_id(group[-1]) and group[-1] not in CV:
+            if group and is_id(group[-1]) and group[-1] not in CV:
                 return render(decl[:k + 1] + group[:-1] + decl[close - 1:]), group[-1]
             return render(decl), ""
     arrays: list[str] = []
@@ -603,7 +448,7 @@ def _declarator(decl: list[str], fname: str) -> tuple[str, str]:
     if not body:
         raise DeclError(f"{fname}: a parameter without a type")
     last = body[-1]
-    named = (_is_id(last) and last not in TYPE_WORDS and len(body) > 1 and body[-2] not in ELABORATED
+    named = (is_id(last) and last not in TYPE_WORDS and len(body) > 1 and body[-2] not in ELABORATED
              and any(t not in CV for t in body[:-1]))
     if named:
         return render(body[:-1] + arrays), last
@@ -636,4 +481,4 @@ def _unique(decls: Iterable[Decl]) -> list[Decl]:
 
 def literal_default(text: str) -> bool:
     """A default argument that means the same in any scope (a literal, nullptr, true, ``{}``)."""
-    return bool(_LITERAL_DEFAULT.match(text.strip()))
+    return bool(LITERAL_DEFAULT.match(text.strip()))

@@ -19,14 +19,13 @@ Declarations under preprocessor conditions keep them (``#if ENABLE_CK``).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qola.cdecl import Decl, DeclError, Param, literal_default, parse, read_header
+from qola.cdecl import Decl, DeclError, literal_default, parse, read_header
 from qola.errors import QolaError
 
 
@@ -277,10 +276,3 @@ def render_wrapper(api: Api, ns: str, module: str) -> str:
 
 def wrapper_name(module: str) -> str:
     return f"qola_{module}_itfs.cu"
-
-
-def relative_header(api: Api) -> str:
-    return os.path.join("<tree>", api.header)
-
-
-__all__ = ["Api", "Provide", "Param", "resolve", "render_header", "render_wrapper", "wrapper_name"]
