@@ -154,3 +154,18 @@ def test_sdist_gemm_modules_are_not_torch_free_and_say_so(aiter_root, tmp_path, 
     proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(aiter_root))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert header in proc.stderr and "torch::Tensor" in proc.stderr and "not torch-free" in proc.stderr, proc.stderr
+
+
+@pytest.mark.skipif(not shutil.which("nvcc") and not os.path.exists("/usr/local/cuda/bin/nvcc"), reason="needs nvcc")
+def test_a_changed_tree_header_changes_the_api_on_rebuild(tmp_path):
+    tree, out = build(tmp_path, "new", "sm_90")
+    header = tree / "csrc" / "include" / "mha_fwd.h"
+    header.write_text(header.read_text().replace("const ck_tile::stream_config& s);",
+                                                 "const ck_tile::stream_config& s, int extra = 7);"))
+    src = tree / "csrc" / "cpp_itfs" / "mha_fwd.cu"
+    src.write_text(src.read_text().replace("const ck_tile::stream_config& s)\n", "const ck_tile::stream_config& s, int)\n"))
+    proc = run_qola("build", "--manifest", str(tmp_path / "new.toml"), "--aiter-root", str(tree), "-o", str(out),
+                    "-j", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert "mha_fwd_0_p2 extra = 7);" in (out / "include" / "qola_mha_fwd.h").read_text()
+    assert exports(out)["libmha_fwd"][0] == "_ZN4qola2te7mha_fwdEN5aiter12mha_fwd_argsERKN7ck_tile13stream_configEi"
