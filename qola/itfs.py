@@ -39,6 +39,7 @@ class Api:
     decls: tuple[Decl, ...]  # forwarded to the tree's functions
     provided: tuple[Decl, ...] = ()  # defined by qola (Decl.body), where the tree has what they use
     includes: tuple[str, ...] = ()  # more headers the public header includes (registry api_includes)
+    reads: tuple[str, ...] = ()  # the files the API was read from (absolute): a change re-plans
 
     @property
     def from_source(self) -> bool:
@@ -49,13 +50,14 @@ class Api:
     def to_json(self) -> dict[str, Any]:
         return {"header": self.header, "include": self.include, "public_header": self.public_header,
                 "decls": [d.to_json() for d in self.decls], "provided": [d.to_json() for d in self.provided],
-                "includes": list(self.includes), "signatures": [d.signature() for d in (*self.decls, *self.provided)]}
+                "includes": list(self.includes), "reads": list(self.reads), "signatures": [d.signature() for d in (*self.decls, *self.provided)]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Api:
         return cls(data["header"], data["include"], data["public_header"],
                    tuple(Decl.from_json(d) for d in data["decls"]),
-                   tuple(Decl.from_json(d) for d in data.get("provided", [])), tuple(data.get("includes", [])))
+                   tuple(Decl.from_json(d) for d in data.get("provided", [])), tuple(data.get("includes", [])),
+                   tuple(data.get("reads", [])))
 
 
 @dataclass(frozen=True)
@@ -106,8 +108,9 @@ def resolve(module: str, meta_dir: Path, include_dirs: Sequence[str], api_header
                             "aiter_tensor_t (a ctypes entry point)")
     parsed = parse(text)
     provided = []
+    reads = [str(path)]
     for p in provides:
-        got = _provide(module, p, parsed, include_dirs, path)
+        got = _provide(module, p, parsed, include_dirs, path, reads)
         if isinstance(got, str):
             if notes is not None:
                 notes.append(got)
@@ -115,7 +118,7 @@ def resolve(module: str, meta_dir: Path, include_dirs: Sequence[str], api_header
             provided.append(got)
     return Api(header=api_header, include="" if not api_header.endswith((".h", ".hpp", ".hh", ".cuh", ".hxx"))
                else _spelling(path, include_dirs), public_header=public_header,
-               decls=decls, provided=tuple(provided), includes=tuple(includes))
+               decls=decls, provided=tuple(provided), includes=tuple(includes), reads=tuple(dict.fromkeys(reads)))
 
 
 def _spelling(path: Path, include_dirs: Sequence[str]) -> str:
@@ -129,8 +132,10 @@ def _spelling(path: Path, include_dirs: Sequence[str]) -> str:
     return path.name
 
 
-def _provide(module: str, p: Provide, parsed, include_dirs: Sequence[str], api_path: Path) -> Decl | str:
-    """The provided function, or the note saying why the tree does not have what it needs."""
+def _provide(module: str, p: Provide, parsed, include_dirs: Sequence[str], api_path: Path,
+             reads: list[str]) -> Decl | str:
+    """The provided function, or the note saying why the tree does not have what it needs (``reads``
+    gets the file it looked in)."""
     inc = next((i for i in parsed.includes if i.target == p.include), None)
     if inc is None:
         return f"module {module}: {api_path.name} does not include {p.include}: {p.name} not provided"
@@ -138,6 +143,7 @@ def _provide(module: str, p: Provide, parsed, include_dirs: Sequence[str], api_p
                   if (Path(d) / p.include).is_file()), None)
     if where is None:
         return f"module {module}: {p.include} not found on the module's include path: {p.name} not provided"
+    reads.append(str(where))
     if p.requires:
         struct, _, member = p.requires.rpartition("::")
         members = parse(where.read_text(encoding="utf-8", errors="replace")).members.get(struct, set())
