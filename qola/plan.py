@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from qola.errors import QolaError
-from qola import genrules, itfs, registry
+from qola import genrules, itfs, needs, registry
 from qola.manifest import Manifest, ModuleSection, check_archs, vendor
 from qola.plantypes import DEFAULT_MODE, Generator, JitSplit, ModulePlan, Plan
 from qola.tree.aiter import TABLE, AiterTree, git_head, load_table, namespace, resolve_entry, unknown_keys
@@ -151,6 +151,18 @@ def _generators(cmds: list[str], section: ModuleSection | None, name: str) -> tu
         if g is not None:
             kept.append(g)
     return tuple(kept)
+
+
+def _targets(gens: tuple[Generator, ...], archs: tuple[str, ...], added: tuple[str, ...],
+             hsa_dir: Path) -> tuple[Generator, ...]:
+    """Each generator with the archs it generates for (:func:`genrules.targets_of`): CK's fMHA
+    generator gets ``--targets`` from the plan's archs when its own argument list declares it."""
+    out = []
+    for g in gens:
+        cmd, targets = genrules.with_targets(g.command, g.script, archs, hsa_dir)
+        out.append(dataclasses.replace(g, command=cmd, targets=targets,
+                                       origin="registry" if g.command in added else None))
+    return tuple(out)
 
 
 def _dropped(gen: Generator) -> Generator | None:
@@ -327,6 +339,15 @@ def make_plan(
         headers: list[str] = []
         embed = list(section.embed) if section else []
         api = None
+        need = needs.Needs()
+        if reg is not None:  # what the module needs to contain kernels, where its sources ask (qola.needs)
+            need = needs.needs(
+                name, reg, sources, [*map(str, entry["flags_extra_cc"]), *map(str, entry["flags_extra_hip"])],
+                [str(c) for c in entry["blob_gen_cmd"] if isinstance(c, str)],
+                lambda expr: resolve_entry(name, {"blob_gen_cmd": [expr]}, names)["blob_gen_cmd"][0])
+            entry["flags_extra_hip"] = [*entry["flags_extra_hip"], *need.flags]
+            entry["blob_gen_cmd"] = [*entry["blob_gen_cmd"], *need.generators]
+            notes += need.notes
         if reg is not None:
             sources = reg.apply_sources(sources)
             includes += reg.include_dirs()
@@ -357,7 +378,8 @@ def make_plan(
             flags_extra_cc=tuple(f for f in map(str, entry["flags_extra_cc"]) if f.strip()),
             flags_extra_hip=tuple(f for f in map(str, entry["flags_extra_hip"]) if f.strip()),
             include_dirs=tuple(dict.fromkeys(includes)),
-            generators=_generators(_per_arch(entry["blob_gen_cmd"], tree, archs), section, name),
+            generators=_targets(_generators(_per_arch(entry["blob_gen_cmd"], tree, archs), section, name), archs,
+                                need.generators, tree.hsa),
             torch_exclude=True if cpp_itfs else bool(entry["torch_exclude"]),
             is_python_module=False if cpp_itfs else bool(entry["is_python_module"]),
             is_standalone=standalone,
@@ -372,6 +394,7 @@ def make_plan(
             ),
             configs=configs,
             api=api,
+            gates=need.gates,
         ))
     _check_unique(plans, manifest)
     for key, mods in unknown.items():

@@ -47,6 +47,15 @@ data_dir = runtime_dir  # the include dir holding qola_common.h, by the name qol
 
 
 @dataclass(frozen=True)
+class NeededGenerator:
+    """A generator a module needs when one of its sources includes the file it ``writes``
+    (``asm_fmha_v3_fwd_configs.hpp``); ``command`` is an AITER table expression (safe-evaluated)."""
+
+    writes: str
+    command: str
+
+
+@dataclass(frozen=True)
 class RegistryEntry:
     add_srcs: tuple[str, ...] = ()
     headers: tuple[str, ...] = ()
@@ -62,6 +71,9 @@ class RegistryEntry:
     api_includes: tuple[str, ...] = ()
     provides: tuple[Provide, ...] = ()
     entry_macros: tuple[tuple[str, str], ...] = ()  # macros that define a C entry point: (macro, return type)
+    # what the module needs to contain kernels, applied where the tree's sources ask (qola.needs):
+    switches: tuple[str, ...] = ()  # -D<NAME>=1 where a source gates code on NAME (#if NAME)
+    generators: tuple[NeededGenerator, ...] = ()  # run where a source includes what they write
 
     def apply_sources(self, sources: list[str]) -> list[str]:
         kept = [s for s in sources if not any(fnmatch.fnmatch(Path(s).name, p) for p in self.drop_srcs)]
@@ -78,9 +90,12 @@ SCALARS = ("api_header", "public_header")
 
 
 def _entry(entry: dict) -> RegistryEntry:
-    fields = {k: (v if k in SCALARS else tuple(v)) for k, v in entry.items() if k not in ("provides", "entry_macros")}
+    special = ("provides", "entry_macros", "generators")
+    fields = {k: (v if k in SCALARS else tuple(v)) for k, v in entry.items() if k not in special}
     fields["provides"] = tuple(Provide(**p) for p in entry.get("provides", []))
     fields["entry_macros"] = tuple(sorted(entry.get("entry_macros", {}).items()))
+    fields["generators"] = tuple(NeededGenerator(str(g["writes"]), str(g["command"]))
+                                 for g in entry.get("generators", ()))
     return RegistryEntry(**fields)
 
 
