@@ -29,6 +29,9 @@ from qola.cdecl import Decl, DeclError, literal_default, parse, read_header
 from qola.errors import QolaError
 
 
+HEADER_SUFFIXES = (".h", ".hpp", ".hh", ".cuh", ".hxx")
+
+
 @dataclass(frozen=True)
 class Api:
     """What a cpp_itfs module exports, as the tree declares it."""
@@ -45,7 +48,7 @@ class Api:
     def from_source(self) -> bool:
         """The API is declared in a source file (an entry-point macro), not a header: the public
         header includes ``includes`` only, the wrapper declares the tree's functions itself."""
-        return not self.header.endswith((".h", ".hpp", ".hh", ".cuh", ".hxx"))
+        return not self.header.endswith(HEADER_SUFFIXES)
 
     def to_json(self) -> dict[str, Any]:
         return {"header": self.header, "include": self.include, "public_header": self.public_header,
@@ -73,8 +76,7 @@ class Provide:
 
 
 _NAME = re.compile(r"[A-Za-z_]\w*\Z")
-
-
+_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
 TORCH = re.compile(r"\b(?:torch|at|c10|pybind11|py)::")
 
 
@@ -85,6 +87,8 @@ def resolve(module: str, meta_dir: Path, include_dirs: Sequence[str], api_header
     for name in exports:
         if not _NAME.match(name):
             raise QolaError(f"registry: module {module}: export {name!r} is not a C++ identifier")
+    if not _FILE.match(public_header):
+        raise QolaError(f"registry: module {module}: public_header {public_header!r} is not a plain file name")
     path = meta_dir / api_header
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -116,8 +120,8 @@ def resolve(module: str, meta_dir: Path, include_dirs: Sequence[str], api_header
                 notes.append(got)
         else:
             provided.append(got)
-    return Api(header=api_header, include="" if not api_header.endswith((".h", ".hpp", ".hh", ".cuh", ".hxx"))
-               else _spelling(path, include_dirs), public_header=public_header,
+    return Api(header=api_header, include=_spelling(path, include_dirs) if api_header.endswith(HEADER_SUFFIXES) else "",
+               public_header=public_header,
                decls=decls, provided=tuple(provided), includes=tuple(includes), reads=tuple(dict.fromkeys(reads)))
 
 
