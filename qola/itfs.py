@@ -53,7 +53,8 @@ class Api:
     def to_json(self) -> dict[str, Any]:
         return {"header": self.header, "include": self.include, "public_header": self.public_header,
                 "decls": [d.to_json() for d in self.decls], "provided": [d.to_json() for d in self.provided],
-                "includes": list(self.includes), "reads": list(self.reads), "signatures": [d.signature() for d in (*self.decls, *self.provided)]}
+                "includes": list(self.includes), "reads": list(self.reads),
+                "signatures": [d.signature() for d in (*self.decls, *self.provided)]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Api:
@@ -187,7 +188,8 @@ def _open_scope(d: Decl) -> tuple[str, str]:
     if not d.scope:
         return "", ""
     inline = set(d.inline_ns)
-    return " ".join(f"{'inline ' if n in inline else ''}namespace {n} {{" for n in d.scope) + " ", " " + "}" * len(d.scope)
+    begin = " ".join(f"{'inline ' if n in inline else ''}namespace {n} {{" for n in d.scope)
+    return begin + " ", " " + "}" * len(d.scope)
 
 
 def _guarded(conds: Sequence[str], text: str) -> str:
