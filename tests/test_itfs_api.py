@@ -80,6 +80,9 @@ def test_new_two_argument_api_with_workspace_size(tmp_path, arch):
     assert apis == {"libmha_fwd": ["float aiter::mha_fwd(mha_fwd_args args, const ck_tile::stream_config& s)"],
                     "libmha_bwd": ["float aiter::mha_bwd(mha_bwd_args, const ck_tile::stream_config&)",
                                    "size_t mha_bwd_workspace_size(const ::fmha_bwd_traits& traits)"]}
+    text = run_qola("plan", "--manifest", str(tmp_path / "new.toml"), "--aiter-root", str(tree)).stdout
+    assert "  api         qola_mha_bwd.h, from the tree's csrc/include/mha_bwd.h" in text
+    assert "size_t mha_bwd_workspace_size(const ::fmha_bwd_traits& traits)  (qola's)  [#if FIXTURE_CK]" in text
 
 
 @pytest.mark.parametrize("arch", ARCHS)
