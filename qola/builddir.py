@@ -8,6 +8,7 @@
     BUILD/obj/<module>/…              objects: <stem>-<hash of the source path>.o, qola_embedded_<module>.o
     BUILD/include/                    qola_config.h, qola_common.h (the compiles include them)
     BUILD/embed/<module>/             qola_embedded_<module>.{S,h,json}
+    BUILD/itfs/<module>/              the cpp_itfs wrapper and public header qola generates (qola.itfs)
     BUILD/link/                       version scripts; link/<module>/ the static archive's work dir
     BUILD/lib/                        libraries and Python modules, before they are published
     BUILD/jit/<md_name>/              JIT stubs and table, compiled into the library
@@ -35,6 +36,7 @@ from qola.toolchain import identity
 GRAPH = "build.ninja"
 GEN, BLOB, CONFIGS = "gen", "blob", "configs"
 OBJ, INCLUDE, EMBED, LINK, LIB = "obj", "include", "embed", "link", "lib"
+ITFS = "itfs"
 JIT_STUBS, JIT_OUT = "jit", "jit-out"
 PROBES, TOOLS_BIN = "probes", "tools/bin"
 LOGS = "logs"
@@ -88,6 +90,9 @@ class BuildLayout:
 
     def embed_dir(self, module: str) -> Path:
         return inside(self.root, EMBED, module)
+
+    def itfs_dir(self, module: str) -> Path:
+        return inside(self.root, ITFS, module)
 
     @property
     def link(self) -> Path:

@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from qola import __version__, embed, kernels
+from qola import __version__, embed, itfs, kernels
 from qola.audit import audit_artifact
 from qola.build import CompileReport, fail
 from qola.builddir import BuildLayout, object_path
@@ -68,10 +68,20 @@ def extra(mod: ModulePlan, sources: Sequence[str], inner: ModuleExtra, plan: Pla
         inputs.append(obj)
         cflags += [f"-I{files.header.parent}", embed.aiter_define(mod.name)]
         writes += [FileWrite(p, t) for p, t in texts]
+    added: tuple[str, ...] = ()
+    if mod.api is not None and mod.mode == "cpp_itfs":
+        api_dir = layout.itfs_dir(mod.name)
+        wrapper = api_dir / itfs.wrapper_name(mod.name)
+        writes += [FileWrite(api_dir / mod.api.public_header,
+                             itfs.render_header(mod.api, ns, mod.name, mod.api.header)),
+                   FileWrite(wrapper, itfs.render_wrapper(mod.api, ns, mod.name))]
+        cflags.append(f"-I{api_dir}")
+        added = (str(wrapper),)
     own = ModuleExtra(cflags=tuple(cflags), edges=tuple(edges), extra_inputs=tuple(inputs), writes=tuple(writes),
-                      warnings=warnings)
+                      warnings=warnings, add_sources=added)
     if mod.link == "static" and not mod.is_python_module:
-        objs = [layout.root / o for o in _objects(mod, inner.sources(sources), (*inputs, *inner.extra_inputs))]
+        objs = [layout.root / o for o in _objects(mod, (*inner.sources(sources), *added),
+                                                  (*inputs, *inner.extra_inputs))]
         steps, rsp, text = archive_steps(objs, layout.artifact(mod.artifact_name), ns, layout.archive_work(mod.name),
                                          isolate=isolate and isolated(mod),
                                          localize_hidden=inner.localize_hidden and isolate and isolated(mod),
@@ -154,6 +164,8 @@ def module_headers(report: CompileReport, plan: Plan, layout: BuildLayout) -> tu
     failed: list[Path] = []
     for mod in plan.modules:
         own = [Path(h) for h in mod.headers]
+        if mod.api is not None and mod.mode == "cpp_itfs":
+            own.append(layout.itfs_dir(mod.name) / mod.api.public_header)
         if mod.embed:
             own.append(embed.files_in(layout.embed_dir(mod.name), mod.name).header)
         (built if status.get(mod.name) == "built" else failed).extend(own)

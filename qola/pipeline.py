@@ -458,6 +458,7 @@ def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s
     data = [f for m in plan_.modules for c in m.configs for f in (*c.sources, c.untuned) if f]
     data += [a for m in plan_.modules for g in m.generators for a in g.argv[1:]
              if os.path.isabs(a) and os.path.isfile(a)]
+    data += [f for m in plan_.modules if m.api is not None for f in m.api.reads]  # the API read from the tree
     tools = [tc.compiler, tc.host_cxx, s.launcher]
     layout = s.layout
     # what stages 6-8 wrote and read back: the generated dirs (listings and stamps), the graph's own

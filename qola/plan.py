@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from qola.errors import QolaError
-from qola import genrules, needs, registry
+from qola import genrules, itfs, needs, registry
 from qola.manifest import Manifest, ModuleSection, check_archs, vendor
 from qola.rules import git_rev_problem, split_list
 from qola.plantypes import DEFAULT_MODE, Generator, JitSplit, ModulePlan, Plan
@@ -394,6 +394,7 @@ def make_plan(
         headers: list[str] = []
         explicit = section.embed_dirs if section else None
         embed = list(explicit) if explicit is not None else []
+        api = None
         need = needs.Needs()
         if reg is not None:  # what the module needs to contain kernels, where its sources ask (qola.needs)
             need = needs.needs(
@@ -416,6 +417,10 @@ def make_plan(
             includes += reg.include_dirs()
             headers = [h for h in reg.header_paths(tree.meta_dir) if Path(h).is_file()]
             embed = embed if explicit is not None else list(reg.embed)
+            if reg.api_header is not None:
+                api = itfs.resolve(name, tree.meta_dir, includes, reg.api_header, reg.exports,
+                                   reg.public_header or f"qola_{name}.h", reg.provides, reg.api_includes, notes,
+                                   dict(reg.entry_macros))
         elif cpp_itfs:
             includes.append(str(registry.data_dir()))
         ldflags = entry["extra_ldflags"] or []
@@ -451,6 +456,7 @@ def make_plan(
                 for k, v in sorted((entry.get("flags_extra_hip_per_source") or {}).items())
             ),
             configs=configs,
+            api=api,
             gates=need.gates,
         ))
     _check_unique(plans, manifest)

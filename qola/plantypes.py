@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qola.itfs import Api
 from qola.tree.aiter_configs import MergedConfig
 
 DEFAULT_MODE = "pybind"  # a module's mode: its [[modules]] mode > --mode > [build].mode > this
@@ -81,6 +82,7 @@ class ModulePlan:
     configs: tuple[MergedConfig, ...] = ()  # merged tuned configs its generators read ({qola_configs}/<name>)
     table_md_name: str = ""  # md_name as the tree's table has it (md_name is namespaced: <ns>_<table_md_name>)
     jit: JitSplit | None = None  # [jit] applies to the module
+    api: Api | None = None  # cpp_itfs: the C++ API read from the tree (qola.itfs), wrapped by qola
     gates: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (source, registry switches it gates kernels on)
 
     def flags_for(self, source: str) -> tuple[str, ...]:
@@ -112,6 +114,7 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         for mod, raw in zip(self.modules, data["modules"]):
+            raw["api"] = None if mod.api is None else mod.api.to_json()
             raw["generators"] = [
                 {"command": g.command, "argv": g.argv, "direction": g.direction, "receipt": g.receipt,
                  "filter": g.filter, "wrapper": g.wrapper, "dispatch_only": g.dispatch_only, "run_argv": g.run_argv,
@@ -128,7 +131,7 @@ class Plan:
                                    g.get("wrapper"), bool(g.get("dispatch_only")), tuple(g.get("targets") or ()),
                                    g.get("origin")) for g in m["generators"])
             fields = {k: tuple(v) if isinstance(v, list) else v for k, v in m.items()
-                      if k not in ("generators", "jit")}
+                      if k not in ("generators", "jit", "api")}
             fields["per_source_flags"] = tuple((p, tuple(f)) for p, f in m.get("per_source_flags", []))
             fields["gates"] = tuple((p, tuple(f)) for p, f in m.get("gates", []))
             fields["configs"] = tuple(
@@ -137,6 +140,7 @@ class Plan:
             jit = m.get("jit")
             fields["jit"] = None if jit is None else JitSplit(tuple(jit["ahead"]), jit["declared"], jit["style"],
                                                             jit.get("compiler"))
+            fields["api"] = None if m.get("api") is None else Api.from_json(m["api"])
             mods.append(ModulePlan(**fields, generators=gens))
         top = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k != "modules"}
         return cls(**top, modules=tuple(mods))

@@ -3,8 +3,12 @@ the files qola ships live in the package:
 
 * ``qola/runtime/``   C/C++ compiled into the libraries qola builds: ``qola_common.h`` and the JIT
   runtime (``runtime/jit/``);
-* ``qola/templates/`` sources qola adds to a module (``templates/wrappers/``, the cpp_itfs API
-  wrappers the registry names) or runs around a generator (``templates/genwrap/``).
+* ``qola/templates/`` sources qola adds to a module (``templates/wrappers/``, the hand-written
+  cpp_itfs wrappers of the example tree) or runs around a generator (``templates/genwrap/``).
+
+An AITER module's API is not kept here: the entry names the tree header that declares it
+(``api_header``) and the functions exported (``exports``), and :mod:`qola.itfs` generates the
+wrapper and public header from the tree's declarations.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+
+from qola.itfs import Provide
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -57,6 +63,14 @@ class RegistryEntry:
     drop_srcs: tuple[str, ...] = ()
     embed: tuple[str, ...] = ()
     tree_headers: tuple[str, ...] = ()
+    # the API qola generates from the tree (qola.itfs): the header declaring it (relative to the
+    # meta dir), the functions forwarded, the public header's name, qola's own functions
+    api_header: str | None = None
+    exports: tuple[str, ...] = ()
+    public_header: str | None = None
+    api_includes: tuple[str, ...] = ()
+    provides: tuple[Provide, ...] = ()
+    entry_macros: tuple[tuple[str, str], ...] = ()  # macros that define a C entry point: (macro, return type)
     # what the module needs to contain kernels, applied where the tree's sources ask (qola.needs):
     switches: tuple[str, ...] = ()  # -D<NAME>=1 where a source gates code on NAME (#if NAME)
     generators: tuple[NeededGenerator, ...] = ()  # run where a source includes what they write
@@ -72,16 +86,23 @@ class RegistryEntry:
         return [str(templates_dir() / h) for h in self.headers] + [str(meta_dir / h) for h in self.tree_headers]
 
 
+SCALARS = ("api_header", "public_header")
+
+
+def _entry(entry: dict) -> RegistryEntry:
+    special = ("provides", "entry_macros", "generators")
+    fields = {k: (v if k in SCALARS else tuple(v)) for k, v in entry.items() if k not in special}
+    fields["provides"] = tuple(Provide(**p) for p in entry.get("provides", []))
+    fields["entry_macros"] = tuple(sorted(entry.get("entry_macros", {}).items()))
+    fields["generators"] = tuple(NeededGenerator(str(g["writes"]), str(g["command"]))
+                                 for g in entry.get("generators", ()))
+    return RegistryEntry(**fields)
+
+
 @lru_cache(maxsize=1)
 def load() -> dict[str, RegistryEntry]:
     raw = tomllib.loads((Path(str(resources.files("qola"))) / "registry.toml").read_text())
     return {name: _entry(entry) for name, entry in raw.items()}
-
-
-def _entry(raw: dict) -> RegistryEntry:
-    fields = {k: tuple(v) for k, v in raw.items() if k != "generators"}
-    fields["generators"] = tuple(NeededGenerator(str(g["writes"]), str(g["command"])) for g in raw.get("generators", ()))
-    return RegistryEntry(**fields)
 
 
 def entry(module: str) -> RegistryEntry | None:

@@ -74,6 +74,9 @@ def tree(tmp: Path, *, slim: bool = False, name: str = "libmha_fwd") -> Path:
     (root / "hsa").mkdir()
     (root / "csrc" / "cpp_itfs" / "mha_fwd.cu").write_text(MHA_FWD)
     (root / "hsa" / "codegen.py").write_text(CODEGEN)
+    (root / "csrc" / "include").mkdir()  # the API qola wraps (qola.itfs reads it from the tree)
+    for api in ("mha_fwd", "mha_bwd"):
+        (root / "csrc" / "include" / f"{api}.h").write_text(f"namespace aiter {{ float {api}(int probe); }}\n")
     gens = ["f'{AITER_META_DIR}/hsa/codegen.py -m fmha_v3_fwd --output_dir {{}}'"] if slim else []
     table = {name: {
         "srcs": ["f'{AITER_CSRC_DIR}/cpp_itfs/mha_fwd.cu'"],

@@ -267,29 +267,73 @@ def test_c_and_cmake_consumers_link_and_load(te, tmp_path):
     assert run.returncode == 0 and run.stdout.startswith("qola "), run.stdout + run.stderr
 
 
+# A consumer in the shape of TE's ck_fused_attn_fwd.cpp / _bwd.cpp (one source each, as TE has: this
+# CK's fmha_fwd.hpp and fmha_bwd.hpp cannot share a translation unit) for the AITER generation the sdist
+# has (the twelve/fifteen-parameter API): populate the args, the v3 dry-run probe and the call through
+# QOLA_NS. The calls run only when asked to (argv[1] == "call": no GPU here); linking with
+# --no-undefined against both libraries is what proves every call resolves to them.
+CXX_FWD = r"""#include "qola_mha_fwd.h"
+float te_fwd(bool probe_only) {
+    aiter::mha_fwd_args fmha_args{};
+    fmha_args.hdim_q = 32;
+    fmha_args.hdim_v = 32;
+    fmha_args.batch = 1;
+    ck_tile::stream_config stream_config{nullptr, false, 0};
+    if(probe_only)
+        return QOLA_NS(mha_fwd)(fmha_args, stream_config, "bf16", false, mask_enum::no_mask, bias_enum::no_bias,
+                                true, true, 1, nullptr, nullptr, true);
+    return QOLA_NS(mha_fwd)(fmha_args, stream_config, "bf16", false, mask_enum::no_mask, bias_enum::no_bias, true,
+                            true);
+}
+bool te_fwd_resolves() { auto fn = &QOLA_NS(mha_fwd); return fn != nullptr; }
+"""
+CXX_BWD = r"""#include "qola_mha_bwd.h"
+float te_bwd(bool probe_only) {
+    aiter::mha_bwd_args bwd_args{};
+    ck_tile::stream_config stream_config{nullptr, false, 0};
+    return QOLA_NS(mha_bwd)(bwd_args, stream_config, "bf16", false, mask_enum::no_mask, bias_enum::no_bias, false,
+                            false, false, true, true, 1, nullptr, nullptr, probe_only);
+}
+"""
 CXX_MAIN = r"""#include <cstdio>
-#include "qola_mha_fwd.h"
-int main() {
-    auto fn = &qola::te::mha_fwd;  // the C++ API resolves from the library
-    std::printf("%s %d\n", te_qola_version(), fn != nullptr);
+#include <cstring>
+#include "qola_common.h"
+float te_fwd(bool);
+float te_bwd(bool);
+bool te_fwd_resolves();
+int main(int argc, char** argv) {
+    if(argc > 1 && std::strcmp(argv[1], "call") == 0)
+        std::printf("%g %g %g\n", te_fwd(true), te_fwd(false), te_bwd(false));
+    std::printf("%s %d\n", te_qola_version(), te_fwd_resolves());
 }
 """
 
 
 @ck
-def test_cpp_api_header_compiles_and_links(te, aiter_root, tmp_path):
-    src = tmp_path / "use.cpp"
-    src.write_text(CXX_MAIN)
+def test_te_shaped_consumer_compiles_and_links_no_undefined(te, aiter_root, tmp_path):
+    srcs = []
+    for name, text in (("fwd", CXX_FWD), ("bwd", CXX_BWD), ("main", CXX_MAIN)):
+        srcs.append(tmp_path / f"{name}.cpp")
+        srcs[-1].write_text(text)
     meta = aiter_root / "aiter_meta"
+    # what a consumer adds for the tree's own headers (docs/integration.md): AITER's csrc/include,
+    # CK's include and its 01_fmha example dir
     inc = [te / "include", meta / "csrc" / "include", meta / "3rdparty" / "composable_kernel" / "include",
            meta / "3rdparty" / "composable_kernel" / "example" / "ck_tile" / "01_fmha"]
+    header = (te / "include" / "qola_mha_fwd.h").read_text()
+    assert "::aiter::qola_api_te::mha_fwd_0_p11 is_v3_api_check = false);" in header  # the tree's 12 parameters
+    assert "mha_bwd_workspace_size" not in (te / "include" / "qola_mha_bwd.h").read_text()  # this CK predates it
     exe = tmp_path / "use"
-    cc = subprocess.run(["hipcc", "-std=c++20", *(f"-I{d}" for d in inc), str(src), "-o", str(exe),
-                         f"-L{te / 'lib'}", f"-l:{NS}_libmha_fwd.so", f"-Wl,-rpath,{te / 'lib'}"],
+    cc = subprocess.run(["hipcc", "-std=c++20", *(f"-I{d}" for d in inc), *map(str, srcs), "-o", str(exe),
+                         f"-L{te / 'lib'}", f"-l:{NS}_libmha_fwd.so", f"-l:{NS}_libmha_bwd.so", "-Wl,--no-undefined",
+                         f"-Wl,-rpath,{te / 'lib'}"],
                         capture_output=True, text=True, env={**os.environ, "HIP_PLATFORM": "amd"})
     assert cc.returncode == 0, cc.stderr[-4000:]
     run = subprocess.run([str(exe)], capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout.split()[-1] == "1", run.stdout + run.stderr
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", str(exe)], capture_output=True, text=True).stdout
+    for entry in ("mha_fwd", "mha_bwd"):  # what the consumer takes from each library: its qola::te:: entry point
+        assert f"_ZN4qola2te7{entry}E" in undefined, undefined
 
 
 @ck

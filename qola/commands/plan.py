@@ -62,6 +62,12 @@ def run(args: argparse.Namespace) -> int:
                 print(f"    files     {_summary(listed, plan.archs)}")
         for src, names in m.gates:
             print(f"  switches    {Path(src).name} gates kernel code on {', '.join(names)}")
+        if m.api is not None:  # the C++ API read from the tree, re-declared in qola::<ns>:: (qola.itfs)
+            print(f"  api         {m.api.public_header}, from the tree's {m.api.header}")
+            for d in (*m.api.decls, *m.api.provided):
+                where = "qola's" if d.body is not None else "the tree's"
+                cond = f"  [#if {' && '.join(d.conditions)}]" if d.conditions else ""
+                print(f"    {d.signature()}  ({where}){cond}")
         if m.jit is not None:
             print(f"  jit         {len(m.jit.ahead)} instance(s) ahead, every other generated one deferred"
                   f" (stubs: {m.jit.style})")
