@@ -7,10 +7,8 @@
   (``${CMAKE_CURRENT_LIST_DIR}/../../..``), so the output directory can be moved;
 * ``OUT/lib/pkgconfig/qola-<ns>.pc`` — ``prefix=${pcfiledir}/../..``, relocatable likewise.
 
-Published OUT paths are links into the current version (``OUT/lib -> current/lib``, see
-:mod:`qola.publish`). Both prefixes keep working through them: CMake collapses ``..`` lexically
-(prefix ``OUT``), and the kernel resolves pkg-config's ``OUT/lib/pkgconfig/../..`` through the
-``OUT/lib`` link into the current version, so include dirs and rpaths follow ``OUT/current``.
+``OUT/lib``, ``OUT/include`` and ``OUT/share`` are real directories (:mod:`qola.outdir`), so both
+prefixes name ``OUT`` itself, and a copy of OUT (``cp -r``, ``file(COPY)``, tar) finds its own files.
 
 :func:`consumer_files` returns all of them as {path relative to OUT: text}.
 """

@@ -72,7 +72,14 @@ def digest(argv: Sequence[str], env: Mapping[str, str], env_keys: Sequence[str],
 
 
 def published_files(out: Path) -> list[str]:
-    return sorted(str(p) for p in out.rglob("*") if p.is_file()) if out.is_dir() else []
+    """Every file of OUT's published entries (never ``.qola``, nor a kernel tree kept inside OUT)."""
+    from qola.outdir import DIRS, MANIFEST_JSON  # noqa: PLC0415 (standard library only)
+
+    found = [str(out / MANIFEST_JSON)] if (out / MANIFEST_JSON).is_file() else []
+    for top in DIRS:
+        for d, _, files in os.walk(out / top):
+            found += [os.path.join(d, f) for f in files if os.path.isfile(os.path.join(d, f))]
+    return sorted(found)
 
 
 def record(build_dir: Path, out: Path, argv: Sequence[str], env: Mapping[str, str], env_keys: Sequence[str],
@@ -113,6 +120,10 @@ def unchanged(build_dir: Path, out: Path, argv: Sequence[str], env: Mapping[str,
         if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("argv") != list(argv):
             return None
         files, keys, links = data["files"], data["env_keys"], data["resolved"]
+        from qola.outdir import interrupted  # noqa: PLC0415
+
+        if interrupted(out):  # a publish was killed mid-switch: the full path completes it
+            return None
         if published_files(out) != [f for f in files if f.startswith(str(out) + os.sep)]:
             return None
         if digest(argv, env, keys, files, links) != data.get("digest"):

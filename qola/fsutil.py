@@ -7,7 +7,9 @@
   in the same directory, fsync, ``rename``: a reader (or a SIGKILL) sees the old or the new file, never half;
   :func:`commit` publishes a temp someone else wrote (a compiler's output), :func:`replace_dir`
   swaps a staged directory in, :func:`sync_dir` brings a directory to a staged one's content file by
-  file (unchanged files keep their mtime);
+  file (unchanged files keep their mtime); :func:`exchange` swaps two paths in one step
+  (``renameat2(RENAME_EXCHANGE)``) where the file system offers it; :func:`copy_file` copies a
+  file's bytes (a reflink or an in-kernel copy where offered, never a hard link), fsynced;
 * :func:`pid_tempdir`, :func:`stale_entries`, :func:`remove_stale` — temporary names that carry
   their owner's pid (``<prefix><pid>…``), so what a killed run left behind can be told from what a
   live one is using, and removed on the next run.
@@ -250,6 +252,82 @@ def sync_dir(stage: str | os.PathLike, final: str | os.PathLike) -> tuple[int, i
         fsync_dir(final)
     remove(stage)
     return changed, kept, removed
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_renameat2: list = []  # [the libc function or None], looked up on first use
+
+
+def _libc_renameat2():
+    if not _renameat2:
+        fn = None
+        try:
+            import ctypes  # noqa: PLC0415
+            import ctypes.util  # noqa: PLC0415
+
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            fn = libc.renameat2
+            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _renameat2.append(fn)
+    return _renameat2[0]
+
+
+def exchange(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Swap the existing paths ``a`` and ``b`` (files, dirs or symlinks, same file system) in one
+    step: ``renameat2(RENAME_EXCHANGE)``, so every reader sees one or the other at each name, never
+    neither. False (nothing changed) where libc or the file system lacks it; other errors raise."""
+    fn = _libc_renameat2()
+    if fn is None:
+        return False
+    import ctypes  # noqa: PLC0415
+
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM):
+        return False  # EPERM: some file systems (and seccomp policies) refuse the flag this way
+    raise OSError(err, os.strerror(err), os.fspath(a), None, os.fspath(b))
+
+
+_FICLONE = 0x40049409
+
+
+def copy_file(src: str | os.PathLike, dst: str | os.PathLike, mode: int) -> None:
+    """Copy ``src``'s bytes to the new file ``dst`` (created exclusively, permission bits ``mode``),
+    fsynced: a reflink (``FICLONE``) where the file system shares extents, else ``copy_file_range``
+    (in-kernel), else a plain copy. Never a hard link: editing one copy never changes the other."""
+    with open(src, "rb") as inp, open(dst, "xb") as out:
+        done = False
+        try:
+            import fcntl  # noqa: PLC0415
+
+            fcntl.ioctl(out.fileno(), _FICLONE, inp.fileno())
+            done = True
+        except OSError:
+            pass
+        if not done:
+            size, off = os.fstat(inp.fileno()).st_size, 0
+            try:
+                while off < size:
+                    n = os.copy_file_range(inp.fileno(), out.fileno(), size - off, off, off)
+                    if n == 0:
+                        break
+                    off += n
+                done = off == size
+            except (OSError, AttributeError):
+                done = False
+            if not done:
+                out.seek(0)
+                out.truncate()
+                inp.seek(0)
+                shutil.copyfileobj(inp, out, 1 << 20)
+        os.fchmod(out.fileno(), mode)
+        out.flush()
+        os.fsync(out.fileno())
 
 
 def replace_symlink(path: str | os.PathLike, target: str, tmp: str | os.PathLike) -> Path:

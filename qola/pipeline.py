@@ -325,12 +325,11 @@ def _prebuilt(source: str, layout: BuildLayout, key: BuildKey, namespace: str, u
     the build goes on). OUT already holding that key is up to date."""
     from qola import prebuilt  # noqa: PLC0415
     from qola.buildkey import recorded_key  # noqa: PLC0415
-    from qola.publish import MANIFEST_JSON, current_version  # noqa: PLC0415
+    from qola.publish import MANIFEST_JSON  # noqa: PLC0415
 
-    current = current_version(layout.out)
-    try:
-        held = recorded_key(json.loads((current / MANIFEST_JSON).read_text())) if current else None
-    except (OSError, ValueError):
+    try:  # prepare() completed any half-switched publish; this build holds OUT's lock
+        held = recorded_key(json.loads((layout.out / MANIFEST_JSON).read_text()))
+    except (OSError, ValueError, AttributeError):
         held = None
     if held == key.key:
         ui.note(f"{layout.out} already holds build key {key.key[:16]}…")
@@ -402,7 +401,7 @@ def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildL
     built_headers, withdrawn = isolation.module_headers(compiled, plan_, layout)
     return publish(compiled, layout.out, headers=[*isolation.headers(plan_, layout), *built_headers],
                    withdrawn=withdrawn, mode=plan_.mode, texts=isolation.consumers(compiled, plan_, tc), trees=trees,
-                   module_extra=records,
+                   module_extra=records, source_date_epoch=(settings.get("env") or {}).get("SOURCE_DATE_EPOCH"),
                    extra={"build_key": key.key, "build_key_parts": key.digests, "build": settings})
 
 

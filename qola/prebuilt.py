@@ -1,7 +1,7 @@
 """Prebuilt outputs, found by build key (:mod:`qola.buildkey`).
 
-An archive is one published version of an output dir (``OUT/.qola/v<N>``: lib/, include/, …,
-manifest.json) as a deterministic gzip'd tar (entries sorted, mtime 0, uid/gid 0, no owner names,
+An archive is one published version of an output dir (``OUT/lib``, ``include``, …,
+``manifest.json``: nothing else under OUT) as a deterministic gzip'd tar (entries sorted, mtime 0, uid/gid 0, no owner names,
 modes 0644/0755, no links), named ``<namespace>-<key[:16]>.tar.gz``, with ``<archive>.sha256``
 (``sha256sum`` format, written last: its presence says the archive is complete) and
 ``<archive>.json`` (a small index: the full key, size, sha256, archs, toolchain).
@@ -111,9 +111,9 @@ def _tarinfo(rel: str, *, directory: bool, size: int = 0, executable: bool = Fal
 def _write_archive(fh: BinaryIO, root: Path, files: dict[str, Any]) -> None:
     """The version under ``root`` as a deterministic tar.gz; every file checked against ``files``
     (manifest.json's record) as it is read."""
-    from qola.publish import MANIFEST_JSON  # noqa: PLC0415
+    from qola.outdir import DIRS, MANIFEST_JSON  # noqa: PLC0415
 
-    dirs = sorted(Path(d).relative_to(root).as_posix() for d, _, _ in os.walk(root) if Path(d) != root)
+    dirs = sorted(Path(d).relative_to(root).as_posix() for top in DIRS for d, _, _ in os.walk(inside(root, top)))
     entries = sorted([(d, True) for d in dirs] + [(f, False) for f in [*files, MANIFEST_JSON]])
     with gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -138,18 +138,25 @@ def package(out: Path, into: Path) -> Packaged:
     """Audit the output dir ``out`` and write its current version as ``into/<name>`` (+ ``.json``,
     then ``.sha256``), each atomically. Refuses an output that fails ``qola audit`` (failed modules
     included) or records no build key."""
-    from qola.commands.audit import audit_output, load_manifest  # noqa: PLC0415
-    from qola.publish import current_version  # noqa: PLC0415
+    from qola import outdir  # noqa: PLC0415
 
     out, into = Path(out), Path(into)
-    root = current_version(out)
-    if root is None:
-        raise QolaError(f"{out} is not a published qola output (no {out / 'current'} naming a version)",
-                        hint="package the -o directory of a finished qola build")
     real_root = os.path.realpath(out)
     if os.path.realpath(into) == real_root or os.path.realpath(into).startswith(real_root + os.sep):
         raise QolaError(f"refusing to write the archive into the output dir {out}", hint="pass --into DIR outside it")
-    _, problems, _ = audit_output(root)
+    with outdir.reading(out):  # one version throughout: no publish switches while it is read
+        return _package(out, into)
+
+
+def _package(out: Path, into: Path) -> Packaged:
+    from qola import outdir  # noqa: PLC0415
+    from qola.commands.audit import audit_output, load_manifest, resolve_root  # noqa: PLC0415
+
+    if not outdir.published(out) and outdir.legacy_version(out) is None:
+        raise QolaError(f"{out} is not a published qola output (no {out / outdir.MANIFEST_JSON})",
+                        hint="package the -o directory of a finished qola build")
+    root, _, _ = resolve_root(out)
+    _, problems, _ = audit_output(out)
     if problems:
         raise QolaError(f"{out} fails the audit ({len(problems)} problem(s)); not packaging it:\n{_shown(problems)}",
                         hint=f"run qola audit {out}, then rebuild")
@@ -414,7 +421,7 @@ def verify(root: Path, key: str, namespace: str) -> None:
 @dataclass(frozen=True)
 class Installed:
     origin: str  # the archive's path or URL
-    version: Path  # OUT/.qola/v<N>
+    out: Path  # the output dir it was installed into
     key: str
 
 
@@ -430,13 +437,12 @@ def install(source: str, namespace: str, key: str, out: Path, work: Path, *,
     with pid_tempdir(WORK_PREFIX, work) as tmp:
         archive, origin = fetch(source, name, Path(tmp), limit=limit, timeout=timeout)
 
-        def fill(stage: Path, prev: Path | None) -> None:
-            del prev
+        def fill(stage: Path) -> None:
             unpack(archive, stage)
             verify(stage, key, namespace)
 
         try:
-            version = install_version(out, fill)
+            install_version(out, fill)
         except QolaError as exc:
             raise QolaError(f"prebuilt {origin} refused: {exc.message}", hint=exc.hint) from None
-    return Installed(origin, version, key)
+    return Installed(origin, Path(out), key)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -178,6 +180,37 @@ def test_missing_or_modified_sources_are_reported(lib):
     proc = lib.run(1, 5)
     assert status_of(proc) == E_SOURCE and "cannot read" in proc.stderr
     assert lib.compiles() == 0
+
+
+def test_a_loaded_library_keeps_its_jit_sources_across_a_publish(lib, tmp_path):
+    """A publish swaps OUT/lib and OUT/jit as whole dirs (renameat2 exchange) and keeps the old
+    ones in OUT/.qola/prev: a process that loaded the old library finds its own JIT sources there
+    (the runtime follows its mapping, not the path it was loaded by, which now holds the next
+    version with other sources)."""
+    from qola import fsutil
+
+    out = lib.root / "out"
+    nxt = tmp_path / "next"
+    shutil.copytree(out / "lib", nxt / "lib")
+    shutil.copytree(out / "jit", nxt / "jit")
+    edited = nxt / "jit/tm/src/unit_2.cpp"
+    edited.write_text(edited.read_text() + "\n// the next build's sources\n")
+    proc = subprocess.Popen([str(lib.caller), "1", "5", "wait"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=lib.env)
+    assert proc.stdout.readline().split() == ["first", str(expected(1, 5)), "status", "0"]  # loaded, unit 1 built
+    for name in ("lib", "jit"):
+        if not fsutil.exchange(nxt / name, out / name):
+            proc.kill()
+            pytest.skip("the file system has no renameat2 exchange")
+    stdout, stderr = proc.communicate("go\n", timeout=300)
+    assert proc.returncode == 0, stderr
+    assert stdout.split() == ["second", str(expected(2, 5)), "status", "0"], stdout + stderr
+    assert lib.compiles() == 2
+    # a new process loads the library now in OUT/lib and reads OUT/jit: there the edited source does
+    # not match its table (so the process above did not read it)
+    ok(lib.run(1, 5))
+    proc = lib.run(2, 5, extra={"QOLA_JIT_CACHE_DIR": str(tmp_path / "fresh")})
+    assert status_of(proc) == E_SOURCE and "does not match this library" in proc.stderr
 
 
 def test_prebuilt_dir_is_used_before_compiling(lib, tmp_path):

@@ -81,6 +81,18 @@ int main(int argc, char** argv)
         printf("\n");
         return 0;
     }
+    if(strcmp(mode, "wait") == 0) { // unit n; then, after a line on stdin, unit 3 - n
+        int r = qt_call(n, x);
+        printf("first %d status %d\n", r, qt_qola_jit_last_status());
+        fflush(stdout);
+        char buf[8];
+        if(!fgets(buf, sizeof buf, stdin)) return 4;
+        r = qt_call(3 - n, x);
+        int st = qt_qola_jit_last_status();
+        printf("second %d status %d\n", r, st);
+        if(st) fprintf(stderr, "error: %s\n", qt_qola_jit_last_error());
+        return st ? 3 : 0;
+    }
     if(strcmp(mode, "prepare") == 0) {
         printf("failed %d unknown %d\n", qt_qola_jit_prepare("tm", argv[4]), qt_qola_jit_prepare("nope", nullptr));
         return 0;

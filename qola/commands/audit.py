@@ -2,9 +2,11 @@
 
 Exit 0 when clean, 1 listing every problem, 2 when manifest.json is missing or unreadable.
 
-* **Layout.** ``OUT/current`` names a version ``OUT/.qola/v<N>`` and ``OUT/lib``, ``include``, …,
-  ``manifest.json`` are the links ``current/<entry>``; nothing else at the top of OUT. The audit
-  reads one version, resolved once, so a publish switching versions meanwhile cannot mix two.
+* **Layout.** ``OUT/lib``, ``include``, ``configs``, ``jit``, ``share``, ``logs`` are real
+  directories and ``manifest.json`` a real file (never links). A publish a killed run left
+  half-switched is completed first; the audit then holds OUT's switch lock shared, so no publish
+  switches versions while it reads (:mod:`qola.outdir`). Other top-level entries (a kernel tree
+  TE keeps inside OUT) are not qola's: a note names them, nothing under them is read.
 * **Files.** Every file of the version is in manifest.json's ``files`` with its size and sha256,
   and every recorded file exists: an extra library in ``lib/``, garbage in ``jit/`` or a missing
   header is a problem. Symlinks, FIFOs and devices are problems and are never opened.
@@ -14,8 +16,9 @@ Exit 0 when clean, 1 listing every problem, 2 when manifest.json is missing or u
   — the output lacks it — unless ``--allow-failed``; it must have no artifact either way. Any other
   status (qola writes none, e.g. ``skipped``) is a problem: its files would go unchecked.
 
-An output written before versioned publishing (no ``OUT/current``) is read in place; one whose
-manifest.json has no ``files`` record gets the checks that need none: ``lib/`` holds only recorded
+An output in the symlink layout of older qola versions (``OUT/current -> .qola/v<N>``) is read
+in the version ``current`` names, with a note (the next build converts it); one whose manifest.json
+has no ``files`` record gets the checks that need none: ``lib/`` holds only recorded
 artifacts (and ``pkgconfig/``), ``jit/`` only dirs of modules with a ``jit`` record.
 """
 
@@ -75,46 +78,55 @@ def load_manifest(root: Path) -> dict:
 
 
 def resolve_root(out: Path) -> tuple[Path, list[str], list[str]]:
-    """(the dir holding the published files, layout problems, notes). Versioned: the version
-    ``OUT/current`` names (resolved once); otherwise OUT itself."""
-    from qola.publish import CURRENT, ENTRIES, LINK_TMP, STORE, current_version  # noqa: PLC0415
+    """(the dir holding the published files, layout problems, notes): OUT itself, or the version an
+    older qola's symlink layout names. Call under :func:`qola.outdir.reading`."""
+    from qola import outdir  # noqa: PLC0415
 
     out = Path(out)
-    if not os.path.lexists(out / CURRENT):
-        return out, [], []
-    root = current_version(out)
-    if root is None:
-        raise QolaError(f"{out / CURRENT} does not name a version under {out / STORE}",
-                        hint="rebuild into OUT (qola build -o OUT)")
-    problems, notes = [], []
-    for name in ENTRIES:
-        p = out / name
-        if not p.is_symlink() or os.readlink(p) != f"{CURRENT}/{name}":
-            problems.append(f"layout: {p} is not the link {CURRENT}/{name}")
-    for entry in sorted(os.listdir(out)):
-        if entry.startswith(LINK_TMP) and (out / entry).is_symlink():  # a publish killed mid-switch
-            notes.append(f"{out / entry} is left from an interrupted publish (the next build removes it)")
-        elif entry not in (*ENTRIES, CURRENT, STORE):
-            problems.append(f"layout: {out / entry} is not part of a qola output")
-    return root, problems, notes
+    notes = []
+    if os.path.lexists(out / outdir.LEGACY_CURRENT):
+        root = outdir.legacy_version(out)
+        if root is None:
+            raise QolaError(f"{out / outdir.LEGACY_CURRENT} does not name a version under {out / outdir.STORE}",
+                            hint="rebuild into OUT (qola build -o OUT)")
+        return root, [], [f"{out} is in the symlink layout of an older qola (the next build converts it)"]
+    problems = outdir.entry_problems(out) if outdir.published(out) else []
+    for entry in sorted(os.listdir(out)) if out.is_dir() else []:
+        if entry not in (*outdir.ENTRIES, outdir.STORE):
+            notes.append(f"{out / entry} is not part of qola's output (left alone, not audited)")
+    st = outdir.store(out)
+    if os.path.lexists(st) and (st.is_symlink() or not st.is_dir()):
+        problems.append(f"layout: {st} is not a directory")
+    return out, problems, notes
 
 
 def _walk(root: Path) -> tuple[dict[str, os.stat_result], list[str]]:
-    """(root-relative path -> lstat of every regular file except manifest.json, problems for
-    entries that are neither files nor dirs). Never follows a symlink."""
+    """(root-relative path -> lstat of every regular file under the output's dirs, problems for
+    entries that are neither files nor dirs). Never follows a symlink; never looks outside the
+    output's own entries (``.qola``, a kernel tree inside OUT)."""
+    from qola.outdir import DIRS  # noqa: PLC0415
+
     found, problems = {}, []
-    for d, dirs, files in os.walk(root):
-        for name in sorted(dirs + files):
-            p = Path(d) / name
-            rel = p.relative_to(root).as_posix()
-            st = os.lstat(p)
-            if stat.S_ISDIR(st.st_mode):
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-                problems.append(f"files: {rel} is {kind}")
-            elif rel != "manifest.json":
-                found[rel] = st
+    for top in DIRS:
+        base = Path(root) / top
+        try:
+            st = os.lstat(base)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            continue  # the layout check reports it
+        for d, dirs, files in os.walk(base):
+            for name in sorted(dirs + files):
+                p = Path(d) / name
+                rel = p.relative_to(root).as_posix()
+                st = os.lstat(p)
+                if stat.S_ISDIR(st.st_mode):
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+                    problems.append(f"files: {rel} is {kind}")
+                else:
+                    found[rel] = st
     return found, problems
 
 
@@ -209,8 +221,16 @@ def check_module(root: Path, module: dict, namespace: str, files: dict | None = 
 
 def audit_output(out_dir: Path, namespace: str | None = None, *,
                  allow_failed: bool = False) -> tuple[int, list[str], list[str]]:
-    """(artifacts checked, problem lines, notes) for an output directory."""
-    root, problems, notes = resolve_root(Path(out_dir))
+    """(artifacts checked, problem lines, notes) for an output directory (one version: a
+    half-switched publish completed first, the switch lock held shared while reading)."""
+    from qola import outdir  # noqa: PLC0415
+
+    with outdir.reading(Path(out_dir)):
+        return _audit_output(Path(out_dir), namespace, allow_failed=allow_failed)
+
+
+def _audit_output(out_dir: Path, namespace: str | None, *, allow_failed: bool) -> tuple[int, list[str], list[str]]:
+    root, problems, notes = resolve_root(out_dir)
     data = load_manifest(root)
     ns = check_namespace(namespace or data.get("namespace") or "")
     files = data.get("files")
@@ -255,12 +275,15 @@ def run_reproduce(args: argparse.Namespace) -> int:
 
     if args.jobs is not None:
         preflight.check_jobs(args.jobs, None, {})
-    root, _, _ = resolve_root(Path(args.output_dir))  # the layout is the plain audit's concern
-    data = load_manifest(root)
+    from qola import outdir  # noqa: PLC0415
+
     def start(tmp: Path) -> None:
         print(f"reproduce {args.output_dir}: rebuilding in {tmp} …", file=sys.stderr, flush=True)
 
-    result = reproduce.reproduce(root, data, jobs=args.jobs, on_start=start)
+    with outdir.reading(Path(args.output_dir)):  # the layout is the plain audit's concern
+        root, _, _ = resolve_root(Path(args.output_dir))
+        data = load_manifest(root)
+        result = reproduce.reproduce(root, data, jobs=args.jobs, on_start=start)
     print(result.table())
     for note in result.notes:
         print(f"  note: {note}")

@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     compiled = report.compiled
     if report.prebuilt is not None:
         reporter.line(f"qola: installed prebuilt {report.prebuilt.origin} (build key {report.key[:16]}…) "
-                      f"as {report.prebuilt.version.name}; nothing compiled")
+                      f"into {report.prebuilt.out}; nothing compiled")
         reporter.line(f"manifest: {report.manifest_json}")
         return 0
     if report.dry_run:

@@ -83,11 +83,19 @@ std::string ms_since(double t0)
     return buf;
 }
 
+// The directory the library holding this code lies in now. A publish moves OUT's lib/ and jit/
+// of the version a process loaded into OUT/.qola/prev as whole dirs; /proc/self/maps follows that
+// move, so the library keeps finding its own JIT sources. dladdr's name (the path it was loaded
+// by, which may now hold the next version) only where the mapping is unknown or deleted.
 std::string library_dir()
 {
-    Dl_info info;
-    if(dladdr(reinterpret_cast<void*>(&library_dir), &info) == 0 || !info.dli_fname) return std::string();
-    std::string lib = real_path(info.dli_fname);
+    std::string lib = mapped_path(reinterpret_cast<void*>(&library_dir));
+    if(lib.empty()) {
+        Dl_info info;
+        if(dladdr(reinterpret_cast<void*>(&library_dir), &info) == 0 || !info.dli_fname) return std::string();
+        lib = info.dli_fname;
+    }
+    lib = real_path(lib);
     return lib.empty() ? std::string() : dir_name(lib);
 }
 

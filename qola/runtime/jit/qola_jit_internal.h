@@ -79,6 +79,9 @@ bool is_executable(const std::string& path);
 bool remove_tree(const std::string& path);
 std::string dir_name(const std::string& path);
 std::string real_path(const std::string& path); // "" on error
+// Where the file mapped at addr is now (/proc/self/maps: the kernel follows renames of the file
+// and of its directories); "" when unknown or deleted.
+std::string mapped_path(const void* addr);
 // realpath|dev|ino|size|mtime_ns|ctime_ns of the file (following links); "" if missing.
 std::string file_signature(const std::string& path);
 std::string errno_text(int e);

@@ -267,6 +267,34 @@ std::string real_path(const std::string& path)
     return realpath(path.c_str(), buf) ? std::string(buf) : std::string();
 }
 
+std::string mapped_path(const void* addr)
+{
+    FILE* f = fopen("/proc/self/maps", "re");
+    if(!f) return std::string();
+    char* line = nullptr;
+    size_t cap = 0;
+    std::string found;
+    const unsigned long a = reinterpret_cast<unsigned long>(addr);
+    while(getline(&line, &cap, f) > 0) {
+        unsigned long lo = 0, hi = 0;
+        int n = 0;
+        // start-end perms offset dev inode path
+        if(sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &n) < 2 || n <= 0) continue;
+        if(a < lo || a >= hi) continue;
+        std::string p(line + n);
+        while(!p.empty() && p.back() == '\n') p.pop_back();
+        static const std::string deleted = " (deleted)";
+        if(p.empty() || p[0] != '/' ||
+           (p.size() >= deleted.size() && p.compare(p.size() - deleted.size(), deleted.size(), deleted) == 0))
+            break;
+        found = p;
+        break;
+    }
+    free(line);
+    fclose(f);
+    return found;
+}
+
 std::string file_signature(const std::string& path)
 {
     struct stat st;
