@@ -32,11 +32,17 @@ class Mirror:
     env: dict  # git url rewriting: the upstream URLs fetch from `bare`
 
 
-def mirror_tree(tree: Path, where: Path) -> Mirror:
-    """``tree`` committed into a new repository and cloned bare into ``where/aiter-mirror.git``."""
+def mirror_tree(tree: Path, where: Path, *, skip: tuple[str, ...] = ()) -> Mirror:
+    """``tree`` committed into a new repository and cloned bare into ``where/aiter-mirror.git``;
+    ``skip``: paths relative to ``tree`` left out (build outputs git would ignore)."""
     src = where / "aiter-src"
-    shutil.copytree(tree, src, symlinks=True,
-                    ignore=shutil.ignore_patterns("__pycache__", ".qola-unpacked", "*.co", "*.pyc"))
+    left_out = {tree / s for s in skip}
+    plain = shutil.ignore_patterns("__pycache__", "*.pyc", ".qola-unpacked")
+
+    def ignore(d: str, names: list[str]) -> set[str]:
+        return set(plain(d, names)) | {n for n in names if Path(d) / n in left_out}
+
+    shutil.copytree(tree, src, symlinks=True, ignore=ignore)
     sh("git", "init", "-q", "-b", "main", src)
     sh("git", "add", "-A", ".", cwd=src)
     sh("git", "commit", "-q", "-m", "kernel tree", cwd=src, env=GIT_ID)
@@ -135,7 +141,8 @@ qola_add_modules(
   OUT_AITER_DIR    QOLA_TREE
   OUT_TARGETS      QOLA_TARGETS)
 file(WRITE "${CMAKE_BINARY_DIR}/qola-vars.txt"
-     "include=${QOLA_INC}\nlib=${QOLA_LIBDIR}\nlibs=${QOLA_LIBS}\nconfigs=${QOLA_CFG}\ntree=${QOLA_TREE}\ntargets=${QOLA_TARGETS}\n")
+     "include=${QOLA_INC}\nlib=${QOLA_LIBDIR}\nlibs=${QOLA_LIBS}\nconfigs=${QOLA_CFG}\n"
+     "tree=${QOLA_TREE}\ntargets=${QOLA_TARGETS}\n")
 set(_link)
 foreach(_f IN LISTS QOLA_LIBS)
   list(APPEND _link "-l:${_f}")
