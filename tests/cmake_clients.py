@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,6 +162,7 @@ endif()
 
 def cmake(src: Path, bld: Path, defs: dict[str, str], env: dict | None = None, *, build: bool = True):
     """Configure (and build) ``src`` into ``bld``; the configure's CompletedProcess."""
+    defs = {"Python_EXECUTABLE": sys.executable, **defs}  # the interpreter running the tests runs qola
     argv = ["cmake", "-S", str(src), "-B", str(bld), *(f"-D{k}={v}" for k, v in defs.items())]
     full = {**os.environ, **(env or {})}
     cfg = subprocess.run(argv, capture_output=True, text=True, env=full)
