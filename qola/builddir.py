@@ -38,6 +38,10 @@ OBJ, INCLUDE, EMBED, LINK, LIB = "obj", "include", "embed", "link", "lib"
 JIT_STUBS, JIT_OUT = "jit", "jit-out"
 PROBES, TOOLS_BIN = "probes", "tools/bin"
 LOGS = "logs"
+# every name qola writes or removes at the output dir's top level (qola.publish; a kernel tree may
+# live in OUT under any other name, e.g. TE's OUT/third_party/aiter: qola.preflight.tree_placement)
+OUT_NAMES = (".qola", "current", "lib", "include", "configs", "jit", "share", "logs", "manifest.json")
+OUT_PREFIXES = (".qola", ".current-", ".stage-", ".old-")
 
 
 def gen_module_dir(gen_root: Path, module: str) -> Path:

@@ -33,7 +33,9 @@ RECORD = ".qola-noop.json"
 FORMAT = 2
 # what planning reads, what finds and configures the toolchain, what the compilers read (one list,
 # qola.toolchain.identity, shared with the build graph's toolchain stamp)
-ENV_KEYS = tuple(sorted({"GPU_ARCHS", "MAX_JOBS", "CK_DIR", "PYTHONPATH", *TOOLCHAIN_ENV, *COMPILER_ENV}))
+ENV_KEYS = tuple(sorted({"GPU_ARCHS", "MAX_JOBS", "CK_DIR", "PYTHONPATH", "QOLA_BUILD_GROUPS", "QOLA_AITER_SOURCE_DIR",
+                         "NVTE_AITER_SOURCE_DIR", "QOLA_AITER_URL", "QOLA_FORCE_AITER_CHECKOUT", "XDG_CACHE_HOME",
+                         *TOOLCHAIN_ENV, *COMPILER_ENV}))
 ENV_PREFIXES = ("AITER_CONFIG_",)  # AITER's tuned-config overrides: every one set counts, by name and value
 _ENV_REF = re.compile(
     r"""(?:environ\.get|getenv|get_config_file)\(\s*\\?['"]([A-Za-z_][A-Za-z0-9_]*)""")

@@ -58,6 +58,15 @@ class QolaSection(_Model):
     cuda_versions: list[str] | None = None
     aiter_root: str | None = None  # default --aiter-root, relative to the manifest
     patches_dir: str | None = None  # QoLA's: *.patch applied by `qola checkout` (relative to the manifest)
+    aiter_url: str | None = None  # where `qola checkout` clones the tree from (default: ROCm/aiter on GitHub)
+
+    @field_validator("aiter_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        problem = None if v is None else rules.url_problem(v)
+        if problem:
+            raise ValueError(f"the URL {problem}")
+        return v
 
     @field_validator("aiter_commit")
     @classmethod
@@ -133,6 +142,14 @@ class ModuleSection(_Model):
             raise ValueError(f"the name {problem}")
         if problem:
             raise ValueError("expected a module name made of letters, digits and _")
+        return v
+
+    @field_validator("group")
+    @classmethod
+    def _group(cls, v: str | None) -> str | None:
+        problem = None if v is None else rules.group_problem(v)
+        if problem:
+            raise ValueError(f"the group {problem}")
         return v
 
     @field_validator("drop_srcs")

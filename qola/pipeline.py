@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qola import fastpath, lock, preflight
-from qola.builddir import BuildLayout
+from qola.builddir import OUT_NAMES, OUT_PREFIXES, BuildLayout
 from qola.reproduce import settings_record
 from qola.spec import BuildSpec, Prepared, Settings, hip_version, layout_of, prepare, settings, tree_root
 
@@ -138,8 +138,8 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
     # or in the tree), then one build per build dir and output dir
     preflight.check_jobs(spec.jobs, None, env)
     layout = layout_of(spec)
-    preflight.disjoint({"the output dir": layout.out, "the build dir": layout.root,
-                        "the kernel tree": preflight.early_tree_root(spec.aiter_root, spec.manifest)})
+    choice = _early_choice(spec, env)
+    preflight.tree_placement(choice.path, layout.out, layout.root, OUT_NAMES, OUT_PREFIXES)
     if spec.publish_to:
         preflight.disjoint({"the output dir": layout.out, "the prebuilt store (--publish)": Path(spec.publish_to)})
     dirs = {"the build dir": (layout.root, "--build-dir")}
@@ -150,20 +150,47 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
     if not spec.dry_run:
         locks[layout.out_lock] = f"the output dir {layout.out}"
     with lock.acquire(locks, ["qola", *spec.argv], wait=spec.wait):
+        for note in _checkout(spec, choice, env):  # the tree first: the no-op fast path then sees its files
+            ui.note(note)
         if not spec.dry_run and spec.argv:
             from ninja import BIN_DIR  # noqa: PLC0415 (light: the package's __init__)
 
             record = fastpath.unchanged(layout.root, layout.out, spec.argv, env)
             if record is not None and record.get("rebuild"):
-                preflight.room(layout.out, layout.root)
+                preflight.room(layout.out, layout.root, names=OUT_NAMES)
                 done = _incremental(spec, layout, env, ui, record)
                 if done is not None:
                     return done
             elif record is not None and fastpath.nothing_to_do(layout.root, os.path.join(BIN_DIR, "ninja")):
                 return BuildReport(layout)
         if not spec.dry_run:
-            preflight.room(layout.out, layout.root)
+            preflight.room(layout.out, layout.root, names=OUT_NAMES)
         return _build(spec, layout, env, ui)
+
+
+def _early_choice(spec: BuildSpec, env: Mapping[str, str]):
+    """The tree as far as it is known before the manifest's schema loads (:mod:`qola.checkout.choice`)."""
+    from qola.checkout.choice import choose  # noqa: PLC0415 (standard library only)
+
+    return choose(spec.aiter_root, preflight.early_tree_root(None, spec.manifest), env)
+
+
+def _checkout(spec: BuildSpec, choice, env: Mapping[str, str]) -> list[str]:
+    """Check the tree out when the build should (QoLA's ``build`` without ``--skip-checkout``): qola's
+    default checkout always; a tree the user named only when ``--aiter-commit`` or ``--patches-dir``
+    asks for it; a tree named by QOLA_/NVTE_AITER_SOURCE_DIR never. Returns notes."""
+    if spec.skip_checkout or choice.from_env or spec.dry_run:
+        return []
+    if not (choice.managed or spec.aiter_commit or spec.patches_dir):
+        return []
+    from qola import manifest as manifest_mod  # noqa: PLC0415
+    from qola.checkout.request import request  # noqa: PLC0415
+    from qola.checkout.sync import ensure  # noqa: PLC0415
+
+    req = request(choice.path, manifest_mod.load(spec.manifest), env, commit=spec.aiter_commit,
+                  patches_dir=spec.patches_dir, url=spec.aiter_url, force=spec.force_checkout)
+    result = ensure(req)
+    return result.notes if result.changed else []
 
 
 def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Reporter,
@@ -234,8 +261,7 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
     s = settings(spec, manifest, layout, env, prepared.plan.vendor)
     for note in s.notes:
         ui.note(note)
-    preflight.disjoint({"the output dir": layout.out, "the build dir": layout.root,
-                        "the kernel tree": prepared.tree.root})
+    preflight.tree_placement(prepared.tree.root, layout.out, layout.root, OUT_NAMES, OUT_PREFIXES)
     plan_ = resolve(prepared, env)  # 2. variants, 3. JIT plan
     for w in plan_.warnings:
         ui.warning(w)
@@ -243,6 +269,8 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
         for note in prepare_output(layout.out, layout.root):
             ui.note(note)
     tc = _toolchain(plan_, manifest, s, env)  # 5. toolchain
+    if tc.version_check and tc.version_check.get("message"):
+        ui.warning(tc.version_check["message"])
     table = _table_texts(prepared)  # the module table and core.py: what the key, manifest.json and the record read
     material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, env, table)
     key = None if material is None else material.key()
@@ -402,7 +430,8 @@ def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildL
     return publish(compiled, layout.out, headers=[*isolation.headers(plan_, layout), *built_headers],
                    withdrawn=withdrawn, mode=plan_.mode, texts=isolation.consumers(compiled, plan_, tc), trees=trees,
                    module_extra=records, source_date_epoch=(settings.get("env") or {}).get("SOURCE_DATE_EPOCH"),
-                   extra={"build_key": key.key, "build_key_parts": key.digests, "build": settings})
+                   extra={"build_key": key.key, "build_key_parts": key.digests, "build": settings,
+                          "pin": plan_.pin, "version_check": tc.version_check})
 
 
 def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s: Settings,

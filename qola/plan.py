@@ -17,6 +17,7 @@ from typing import Any
 from qola.errors import QolaError
 from qola import genrules, registry
 from qola.manifest import Manifest, ModuleSection, check_archs, vendor
+from qola.rules import split_list
 from qola.plantypes import DEFAULT_MODE, Generator, JitSplit, ModulePlan, Plan
 from qola.tree.aiter import TABLE, AiterTree, git_head, load_table, namespace, resolve_entry, unknown_keys
 from qola.tree.aiter_configs import MergedConfig, merge
@@ -31,13 +32,16 @@ _DIRECTION_RE = re.compile(r"(?:^|\s)(?:-d|--direction|-a|--api)(?:=|\s+)(\S+)")
 
 
 def choose_archs(cli_archs: list[str] | None, manifest: Manifest, env: Mapping[str, str]) -> tuple[str, ...]:
-    """``--arch`` > manifest > ``GPU_ARCHS`` (``;``-separated, as AITER)."""
-    if cli_archs:
-        where, archs = "--arch", list(cli_archs)
+    """``--arch`` > manifest > ``GPU_ARCHS``. ``--arch`` entries and ``GPU_ARCHS`` are ``;``-separated
+    lists (as QoLA and AITER split them: ``--arch "gfx942;gfx950"``); an ``--arch`` naming nothing
+    (``--arch ""``, CMake's empty list) is as if it were not given, as in QoLA."""
+    cli = split_list(cli_archs)
+    if cli:
+        where, archs = "--arch", cli
     elif manifest.build.architectures:
         return tuple(manifest.build.architectures)
-    elif env.get("GPU_ARCHS", "").strip():
-        where, archs = "GPU_ARCHS", [a.strip() for a in env["GPU_ARCHS"].split(";") if a.strip()]
+    elif split_list(env.get("GPU_ARCHS")):
+        where, archs = "GPU_ARCHS", split_list(env["GPU_ARCHS"])
     else:
         raise QolaError(
             "no GPU architectures given",
@@ -58,21 +62,49 @@ def default_mode(cli_mode: str | None, manifest: Manifest) -> str:
     return cli_mode or manifest.build.mode or DEFAULT_MODE
 
 
-def check_pin(manifest: Manifest, tree: AiterTree, allow_unpinned: bool) -> tuple[str | None, list[str]]:
-    """Return (tree commit or None, warnings). A mismatch is an error unless allowed."""
-    want = manifest.qola.aiter_commit
+def check_pin(manifest: Manifest, tree: AiterTree, allow_unpinned: bool, *, want: str | None = None,
+              want_from: str = "[qola] aiter_commit", chosen: str | None = None,
+              env: Mapping[str, str] | None = None) -> tuple[str | None, list[str], dict[str, Any]]:
+    """(tree commit or None, warnings, the pin record for manifest.json). ``want``: the commit asked
+    for (``--aiter-commit``; default the manifest's pin; a tag or branch is resolved in the tree).
+    A mismatch is an error, unless ``allow_unpinned`` or ``chosen`` (why the tree is the user's
+    explicit choice: ``--skip-checkout``, ``NVTE_AITER_SOURCE_DIR``): then a warning, recorded."""
+    want = want or manifest.qola.aiter_commit
+    source = (want_from if want != manifest.qola.aiter_commit else "[qola] aiter_commit") if want else None
     head = git_head(tree)
+    record: dict[str, Any] = {"expected": want, "actual": head, "source": source, "tree_chosen_by": chosen}
     if head is None:
+        record["status"] = "unknown"
         note = f"{tree.root} is not a git checkout (an sdist?): its commit cannot be checked"
-        return None, [note + (f" against aiter_commit {want}" if want else "")]
-    if want and not head.startswith(want):
-        msg = f"tree {tree.root} is at commit {head}, but the manifest pins aiter_commit = {want}"
-        if not allow_unpinned:
-            raise QolaError(
-                msg, hint=f"check out {want} in the tree, update aiter_commit, or pass --allow-unpinned"
-            )
-        return head, [msg + " (--allow-unpinned)"]
-    return head, []
+        return None, [note + (f" against aiter_commit {want}" if want else "")], record
+    if not want:
+        record["status"] = "unpinned"
+        return head, [], record
+    if _same_commit(tree, head, want, env):
+        record["status"] = "match"
+        return head, [], record
+    record["status"] = "mismatch"
+    msg = f"tree {tree.root} is at commit {head}, but {source} pins {want}"
+    if chosen:
+        return head, [msg + f" (the tree is the one {chosen} chose: built as it is, the mismatch is recorded in "
+                      "manifest.json)"], record
+    if not allow_unpinned:
+        raise QolaError(msg, hint=f"check it out (qola checkout --aiter-root {tree.root} --manifest …), build it as "
+                        "it is with --skip-checkout (a recorded warning), update aiter_commit, or pass --allow-unpinned")
+    return head, [msg + " (--allow-unpinned)"], record
+
+
+def _same_commit(tree: AiterTree, head: str, want: str, env: Mapping[str, str] | None) -> bool:
+    if re.fullmatch(r"[0-9a-f]{4,40}", want) and head.startswith(want):
+        return True
+    from qola.checkout import git  # noqa: PLC0415 (a tag or branch: ask the tree)
+
+    try:
+        done = git.run(tree.root, "rev-parse", "--verify", "--quiet", f"{want}^{{commit}}", env=env or {},
+                       check=False)
+    except QolaError:
+        return False
+    return done.returncode == 0 and done.stdout.strip() == head
 
 
 def _nearest(name: str, keys: list[str]) -> str:
@@ -280,6 +312,7 @@ def make_plan(
     hip_version: str | None = None,
     tree_commit: str | None = None,
     warnings: list[str] | None = None,
+    pin: Mapping[str, Any] | None = None,
 ) -> Plan:
     table = load_table(tree)
     mode_default = default_mode(cli_mode, manifest)
@@ -384,4 +417,5 @@ def make_plan(
         modules=tuple(plans),
         warnings=tuple(notes),
         mode=mode_default,
+        pin=dict(pin) if pin is not None else None,
     )

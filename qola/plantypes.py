@@ -103,6 +103,8 @@ class Plan:
     modules: tuple[ModulePlan, ...]
     warnings: tuple[str, ...] = field(default=(), compare=False)
     mode: str = DEFAULT_MODE  # the default mode (--mode > [build].mode > pybind); modules may override
+    # the pin check (qola.plan.check_pin): expected, actual, status, source, tree_chosen_by -> manifest.json "pin"
+    pin: dict[str, Any] | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -106,6 +106,28 @@ def disjoint(dirs: Mapping[str, Path | None]) -> None:
                                 "the kernel tree and apart from each other (e.g. -o ../out beside the tree)")
 
 
+def tree_placement(tree: Path | None, out: Path, build_dir: Path, names: tuple[str, ...],
+                   prefixes: tuple[str, ...]) -> None:
+    """The kernel tree apart from the build dir and around neither dir; inside the output dir only
+    under a name qola never writes or removes there (``names``, ``prefixes``: qola.builddir.OUT_NAMES),
+    such as TE's ``OUT/third_party/aiter``."""
+    if tree is None:
+        return
+    tree, out = Path(os.path.realpath(tree)), Path(os.path.realpath(out))
+    disjoint({"the build dir": build_dir, "the kernel tree": tree})
+    if out in tree.parents or out == tree:
+        rel = tree.relative_to(out).parts
+        first = rel[0] if rel else ""
+        if first and first not in names and not first.startswith(prefixes):
+            return
+        raise QolaError(f"the kernel tree {tree} is {'the output dir' if not first else 'inside the output dir ' + str(out)}"
+                        + (f" under {first!r}, a name qola writes and removes there" if first else ""),
+                        hint="keep the tree outside the output dir, or under a name of its own (e.g. "
+                        "OUT/third_party/aiter); qola publishes lib/, include/, configs/, jit/, share/, logs/, "
+                        "current and .qola there")
+    disjoint({"the output dir": out, "the kernel tree": tree})
+
+
 def early_tree_root(aiter_root: str | None, manifest: str) -> Path | None:
     """The kernel tree as far as it can be known without loading qola's manifest schema:
     ``--aiter-root``, else ``[qola].aiter_root`` of a small, regular manifest file (None otherwise;
@@ -158,11 +180,12 @@ def writable(dirs: Mapping[str, tuple[Path, str]]) -> None:
                             hint=f"choose a writable directory ({flag}), or fix the permissions")
 
 
-def room(out: Path, build_dir: Path, min_free: int = MIN_FREE_BYTES) -> None:
+def room(out: Path, build_dir: Path, min_free: int = MIN_FREE_BYTES, names: tuple[str, ...] | None = None) -> None:
     """The output and build dirs' file systems must have room: ``min_free`` each plus, for the
-    output dir, the size of what is there now (publishing holds the old and the new output).
+    output dir, the size of what is there now (publishing holds the old and the new output; with
+    ``names``, only those top-level entries count: a kernel tree kept in OUT is not qola's output).
     Both on one file system need the sum."""
-    previous = _size(out)
+    previous = _size(out) if names is None else sum(_size(out / n) for n in names if not (out / n).is_symlink())
     by_fs: dict[int, dict] = {}
     for path, what, extra in ((out, "the output dir", previous), (build_dir, "the build dir", 0)):
         at = _existing(path)

@@ -40,7 +40,8 @@ def settings_record(spec: Any, env: Mapping[str, str], env_keys: Sequence[str]) 
     ``AITER_CONFIG_*``, with the values of those set (the others were unset)."""
     keys = sorted({k for k in env_keys if k not in UNRECORDED} | {k for k in env if k.startswith(ENV_PREFIXES)})
     return {"isolate": bool(spec.isolate), "allow_unpinned": bool(spec.allow_unpinned), "env_keys": keys,
-            "env": {k: env[k] for k in keys if k in env}}
+            "env": {k: env[k] for k in keys if k in env}, "groups": list(getattr(spec, "groups", ()) or ()),
+            "skip_checkout": bool(getattr(spec, "skip_checkout", False))}
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,8 @@ def reproduce(root: Path, data: Mapping, *, jobs: int | None = None, env: Mappin
             manifest=manifest, aiter_root=tree, output_dir=str(tmp / "out"), build_dir=str(tmp / "build"),
             archs=tuple(archs) if isinstance(archs, list) else (), mode=data.get("mode"), jobs=jobs,
             allow_unpinned=bool(settings.get("allow_unpinned")), isolate=bool(settings.get("isolate", True)),
+            groups=tuple(g for g in settings.get("groups") or () if isinstance(g, str)),
+            skip_checkout=True,  # the rebuild uses the recorded tree as it is (a recorded pin mismatch included)
             env=rebuild_env(data, settings, os.environ if env is None else env))
         report = pipeline.build(spec)
         result = Reproduction([])

@@ -200,3 +200,58 @@ def relative_pattern_problem(pattern: object) -> str | None:
     if ".." in re.split(r"[/\\]", pattern):
         return "contains a '..' component; patterns match the module's own sources only"
     return None
+
+
+def split_list(entries: object) -> list[str]:
+    """QoLA's list syntax: each entry may hold several values separated by ``;`` (CMake's list
+    separator: ``--arch "gfx942;gfx950"``, ``--group "a;b"``, ``GPU_ARCHS``, ``QOLA_BUILD_GROUPS``).
+    Values are stripped; empty ones (``"a;;b"``, ``"a;"``, ``""``) are dropped, as QoLA drops them."""
+    if entries is None:
+        return []
+    items = [entries] if isinstance(entries, str) else list(entries)  # type: ignore[call-overload]
+    return [v.strip() for item in items for v in str(item).split(";") if v.strip()]
+
+
+GROUP_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
+
+
+def group_problem(name: object) -> str | None:
+    """A module group (``[[modules]].group``, ``--group``): a plain word of letters, digits and
+    ``_ . + -``, at most MAX_NAME characters (CMake upper-cases it into ``QOLA_PREBUILT_DIR_<GROUP>``)."""
+    if not isinstance(name, str):
+        return f"is a {type(name).__name__}, not a string"
+    if not name:
+        return "is empty"
+    if len(name) > MAX_NAME:
+        return f"is {len(name)} characters long; at most {MAX_NAME} are allowed"
+    if not GROUP_RE.match(name):
+        return "is not a plain group name (letters, digits, _ . + -, not starting with . + -)"
+    return None
+
+
+# a git revision qola passes to git (a sha, tag or branch): never an option, a range or a reflog form
+GIT_REV_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./+-]{0,254}\Z")
+
+
+def git_rev_problem(rev: object) -> str | None:
+    """``--aiter-commit``: a commit sha, tag or branch name git can resolve, never something git
+    would read as an option (``-…``), a range (``..``) or a reflog/revision expression (``@{``, ``^``, ``~``, ``:``)."""
+    if not isinstance(rev, str) or not rev:
+        return "is empty"
+    if ".." in rev or rev.endswith((".", "/", ".lock")) or "//" in rev or not GIT_REV_RE.match(rev):
+        return "is not a commit sha, tag or branch name (letters, digits, _ . / + -; no '..', not starting with '-')"
+    return None
+
+
+def url_problem(url: object) -> str | None:
+    """A clone URL (``--aiter-url``, ``[qola].aiter_url``, ``QOLA_AITER_URL``): no control characters,
+    not an option, no ``ext::`` transport (it runs commands)."""
+    if not isinstance(url, str) or not url.strip():
+        return "is empty"
+    if any(ord(c) < 32 or ord(c) == 127 for c in url):
+        return "contains a control character"
+    if url.startswith("-"):
+        return "starts with '-' (git would read it as an option)"
+    if url.lower().startswith("ext::") or "::" in url.split("/", 1)[0]:
+        return "uses a remote-helper transport (<transport>::…); give an https, ssh, git, file URL or a path"
+    return None

@@ -19,6 +19,7 @@ from qola.builddir import BuildLayout
 from qola.errors import QolaError
 
 if TYPE_CHECKING:  # the heavy modules are imported where they are used
+    from qola.checkout.choice import TreeChoice
     from qola.dist import Farm
     from qola.manifest import Manifest
     from qola.plantypes import Plan
@@ -47,6 +48,12 @@ class BuildSpec:
     prebuilt: str | None = None  # --prebuilt DIR|URL: install the archive of the build key when there is one
     publish_to: str | None = None  # --publish DIR: package the finished output into DIR by its build key
     argv: tuple[str, ...] = ()  # the command line as given: the no-op fast path keys on it (() = none)
+    groups: tuple[str, ...] = ()  # --group (each ;-separated) > QOLA_BUILD_GROUPS > every module (qola.groups)
+    skip_checkout: bool = False  # --skip-checkout: the tree is built as it is; a pin mismatch is a warning
+    aiter_commit: str | None = None  # --aiter-commit > [qola].aiter_commit: what the checkout checks out
+    patches_dir: str | None = None  # --patches-dir > [qola].patches_dir: the patch set of the checkout
+    aiter_url: str | None = None  # --aiter-url > [qola].aiter_url > QOLA_AITER_URL > ROCm/aiter
+    force_checkout: bool = False  # --force-checkout: a checkout may discard local changes of the tree
     env: Mapping[str, str] | None = field(default=None, compare=False)  # None: os.environ when used
 
     def environ(self) -> dict[str, str]:
@@ -75,13 +82,33 @@ class Prepared:
     plan: Plan
 
 
-def tree_root(spec: BuildSpec, manifest: Manifest) -> Path:
-    """--aiter-root > [qola].aiter_root (relative to the manifest's dir)."""
-    if spec.aiter_root:
-        return Path(spec.aiter_root)
-    if manifest.qola.aiter_root:
-        return manifest.base_dir / manifest.qola.aiter_root
-    raise QolaError("no kernel tree given", hint="pass --aiter-root DIR or set [qola].aiter_root in the manifest")
+def tree_choice(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None = None) -> TreeChoice:
+    """Which tree (:mod:`qola.checkout.choice`): --aiter-root > [qola].aiter_root (relative to the
+    manifest's dir) > QOLA_AITER_SOURCE_DIR > NVTE_AITER_SOURCE_DIR > the default checkout."""
+    from qola.checkout.choice import choose  # noqa: PLC0415
+
+    root = manifest.base_dir / manifest.qola.aiter_root if manifest.qola.aiter_root else None
+    return choose(spec.aiter_root, root, spec.environ() if env is None else env)
+
+
+def tree_root(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None = None) -> Path:
+    """The tree's root (:func:`tree_choice`); the default checkout must exist."""
+    choice = tree_choice(spec, manifest, env)
+    if choice.managed and not choice.path.exists():
+        raise QolaError(f"no kernel tree given, and the default checkout {choice.path} does not exist",
+                        hint="pass --aiter-root DIR, set [qola].aiter_root in the manifest, or clone it: "
+                        f"qola checkout --manifest {spec.manifest}")
+    return choice.path
+
+
+def pin_chooser(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str]) -> str | None:
+    """Why the tree is the user's explicit choice (its pin mismatch then a recorded warning), or None."""
+    from qola.checkout.choice import named_by_env  # noqa: PLC0415
+
+    choice = tree_choice(spec, manifest, env)
+    if spec.skip_checkout:
+        return "--skip-checkout"
+    return choice.how if choice.from_env else named_by_env(choice.path, env)
 
 
 def hip_version(env: Mapping[str, str], manifest: Manifest) -> str | None:
@@ -95,17 +122,23 @@ def hip_version(env: Mapping[str, str], manifest: Manifest) -> str | None:
 def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
     """Manifest, tree and plan as the tables and the manifest give it (no generator runs: variants
     and the JIT split are the next stages, :func:`qola.pipeline.plan`)."""
+    from qola import groups  # noqa: PLC0415
     from qola import manifest as manifest_mod  # noqa: PLC0415
     from qola.plan import check_pin, choose_archs, make_plan  # noqa: PLC0415
     from qola.tree.aiter import open_tree  # noqa: PLC0415
 
     manifest = manifest_mod.load(spec.manifest)
-    tree = open_tree(tree_root(spec, manifest))
+    wanted, where = groups.wanted(spec.groups, env)
+    manifest = groups.select(manifest, wanted, where)
+    tree = open_tree(tree_root(spec, manifest, env))
     archs = choose_archs(list(spec.archs) or None, manifest, env)
-    commit, notes = check_pin(manifest, tree, spec.allow_unpinned)
+    commit, notes, pin = check_pin(manifest, tree, spec.allow_unpinned, want=spec.aiter_commit,
+                                   want_from="--aiter-commit", chosen=pin_chooser(spec, manifest, env), env=env)
     hipv = hip_version(env, manifest) if manifest_mod.vendor(archs[0]) == "hip" else None
     plan = make_plan(manifest, tree, archs=archs, cli_mode=spec.mode, env=env, hip_version=hipv, tree_commit=commit,
-                     warnings=notes)
+                     warnings=notes, pin=pin)
+    if wanted:
+        manifest = groups.prune(manifest, plan)
     return Prepared(manifest, tree, plan)
 
 

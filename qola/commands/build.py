@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from qola import preflight
-from qola.commands.common import add_manifest_args
+from qola.commands.common import add_manifest_args, checkout_args
 from qola.pipeline import BuildSpec, Reporter, build
 
 if TYPE_CHECKING:
@@ -23,6 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("build", help="build the manifest's modules into an output dir",
                        description="Build every module of the manifest in one ninja graph and publish the results.")
     add_manifest_args(p)
+    p.add_argument("--patches-dir", metavar="DIR",
+                   help="*.patch files the checkout applies, in lexical order (beats [qola].patches_dir; "
+                   "an empty dir or /dev/null: none)")
+    p.add_argument("--aiter-url", metavar="URL",
+                   help="where a checkout clones the tree from (beats [qola].aiter_url and QOLA_AITER_URL)")
+    p.add_argument("--force-checkout", action="store_true",
+                   help="let the checkout discard local changes of the tree (never without this)")
     p.add_argument("--output-dir", "-o", required=True, help="where lib/, include/, manifest.json … land")
     p.add_argument("-j", "--jobs", type=preflight.jobs_arg, metavar="N",
                    help="parallel jobs (default: MAX_JOBS, else AITER's cpu/memory rule)")
@@ -86,7 +93,7 @@ def spec_of(args: argparse.Namespace) -> BuildSpec:
         mode=args.mode, allow_unpinned=args.allow_unpinned, jobs=args.jobs, build_dir=args.build_dir,
         launcher=args.launcher, dist=args.dist, dry_run=args.dry_run, verbose=args.verbose,
         isolate=not args.no_isolation, wait=args.wait, prebuilt=args.prebuilt, publish_to=args.publish_to,
-        argv=tuple(getattr(args, "argv", None) or ()), env=dict(os.environ))
+        argv=tuple(getattr(args, "argv", None) or ()), env=dict(os.environ), **checkout_args(args))
 
 
 class RichReporter(Reporter):

@@ -17,11 +17,26 @@ def add_debug(parser: argparse.ArgumentParser) -> None:
 def add_manifest_args(parser: argparse.ArgumentParser, *, mode: bool = True) -> None:
     parser.add_argument("--manifest", "-m", required=True, help="path of the qola.toml manifest")
     parser.add_argument(
-        "--aiter-root", help="root of the kernel tree (default: [qola].aiter_root of the manifest)"
+        "--aiter-root", "-a", help="root of the kernel tree (default: [qola].aiter_root of the manifest, else "
+        "QOLA_AITER_SOURCE_DIR / NVTE_AITER_SOURCE_DIR, else the default checkout: docs/manifest.md)"
     )
     parser.add_argument(
         "--arch", action="append", dest="archs", metavar="ARCH",
-        help="target architecture (repeatable; beats the manifest and GPU_ARCHS)",
+        help="target architecture(s), ';'-separated (repeatable; beats the manifest and GPU_ARCHS)",
+    )
+    parser.add_argument(
+        "--group", action="append", dest="groups", metavar="GROUP",
+        help="build only the [[modules]] of these groups, ';'-separated (repeatable; default: QOLA_BUILD_GROUPS, "
+        "else every module)",
+    )
+    parser.add_argument(
+        "--skip-checkout", action="store_true",
+        help="use the tree as it is: never check it out or patch it; a pin mismatch is a warning recorded in "
+        "manifest.json",
+    )
+    parser.add_argument(
+        "--aiter-commit", metavar="REV",
+        help="the commit (sha, tag or branch) to check out and to expect (beats [qola].aiter_commit)",
     )
     if mode:
         parser.add_argument("--mode", choices=["pybind", "cpp_itfs"], help="default mode for modules without one")
@@ -35,7 +50,15 @@ def plan_spec(args: argparse.Namespace, env: Mapping[str, str] | None = None) ->
     """The :class:`BuildSpec` of a command that plans (no output dir)."""
     return BuildSpec(manifest=args.manifest, aiter_root=args.aiter_root, archs=tuple(args.archs or ()),
                      mode=getattr(args, "mode", None), allow_unpinned=args.allow_unpinned,
-                     env=dict(os.environ) if env is None else dict(env))
+                     env=dict(os.environ) if env is None else dict(env), **checkout_args(args))
+
+
+def checkout_args(args: argparse.Namespace) -> dict:
+    """The BuildSpec fields of the group and checkout options (absent ones: their defaults)."""
+    return {"groups": tuple(getattr(args, "groups", None) or ()),
+            "skip_checkout": bool(getattr(args, "skip_checkout", False)),
+            "aiter_commit": getattr(args, "aiter_commit", None), "patches_dir": getattr(args, "patches_dir", None),
+            "aiter_url": getattr(args, "aiter_url", None), "force_checkout": bool(getattr(args, "force_checkout", False))}
 
 
 def prepare(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Prepared:

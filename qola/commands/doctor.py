@@ -39,8 +39,9 @@ def _host_cxx(env: Mapping[str, str]) -> str:
 def _hip(env: Mapping[str, str]) -> str:
     from qola.toolchain import hip  # noqa: PLC0415
 
-    path = hip.locate(env)
-    return f"{path} (HIP {hip.read_version(path, hip.rocm_root(path, env), {**env, **hip.CHILD_ENV})[1]})"
+    path, why = hip.locate_why(env)
+    version = hip.read_version(path, hip.rocm_root(path, env), {**env, **hip.CHILD_ENV})[1]
+    return f"{path} (HIP {version}; found by {why})"
 
 
 def _cuda(env: Mapping[str, str]) -> str:

@@ -40,6 +40,9 @@ class Toolchain:
     host_wrap: tuple[str, ...] = ()  # what passes the next flag to the host compiler (nvcc: -Xcompiler)
     unit_flags: tuple[str, ...] = ()  # a source's stable identity, templates of {name} and {uid}
     discard_locals: bool = False  # links and archives drop local symbols (nvcc's pid-named temporaries)
+    # [qola] rocm_versions checked without enforcing it: {key, accepted, found, status, message} (None: not asked)
+    version_check: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    found_by: str = ""  # how the compiler was found ("$ROCM_PATH/bin/hipcc (ROCM_PATH)", "hipcc on PATH", …)
 
     def device_flags(self) -> list[str]:
         """Base flags for every device-compiled source (.cu, .hip and .cpp alike)."""

@@ -73,33 +73,48 @@ UNIT_FLAGS = ("-cuid={uid}",)
 PROBE_TAIL = ("-Werror=unknown-warning-option", "-x", "hip", "-E", "-P", "/dev/null", "-o", "/dev/null")
 
 
-def locate(env: Mapping[str, str], compiler: str | None = None) -> str:
-    """hipcc (or amdclang++ / clang++ used with -x hip), as an absolute path."""
+def candidates(env: Mapping[str, str]) -> list[tuple[str | None, str]]:
+    """(path, why) in the order a build tries them: ``HIPCC``, then the ROCm install AITER's
+    ``_find_rocm_home`` names (``ROCM_HOME``, else ``ROCM_PATH``: ck-jit's interceptor lives at
+    ``$ROCM_PATH/bin/hipcc``), ``HIP_PATH``, hipcc on PATH, the usual install locations, amdclang++."""
+    rocm = {key: env.get(key, "").strip() for key in ("ROCM_HOME", "ROCM_PATH", "HIP_PATH")}
+    root = rocm["ROCM_HOME"] or rocm["ROCM_PATH"] or rocm["HIP_PATH"]
+    found: list[tuple[str | None, str]] = [(env.get("HIPCC") or None, "HIPCC")]
+    found += [(os.path.join(v, "bin", "hipcc") if v else None, f"${k}/bin/hipcc ({k})") for k, v in rocm.items()]
+    found += [(which("hipcc", env), "hipcc on PATH")]
+    found += [(p, "a default ROCm location") for p in HIPCC_FALLBACKS]
+    found += [(which("amdclang++", env), "amdclang++ on PATH"),
+              (os.path.join(root, "llvm", "bin", "amdclang++") if root else None, "the ROCm root's amdclang++")]
+    found += [(p, "a default ROCm location") for p in CLANG_FALLBACKS]
+    found += [(which("clang++", env) if root else None, "clang++ on PATH, beside a named ROCm")]
+    return found
+
+
+def locate_why(env: Mapping[str, str], compiler: str | None = None) -> tuple[str, str]:
+    """(hipcc or amdclang++ / clang++ used with -x hip as an absolute path, how it was found)."""
     if compiler:
         found = executable(compiler) or (which(compiler, env) if os.sep not in compiler else None)
         if not found:
             raise QolaError(f"HIP compiler {compiler!r} does not exist or is not executable", hint=INSTALL_HINT)
-        return found
-    rocm = env.get("ROCM_PATH") or env.get("HIP_PATH")
-    found = first_executable(
-        [
-            env.get("HIPCC"),
-            which("hipcc", env),
-            os.path.join(rocm, "bin", "hipcc") if rocm else None,
-            *HIPCC_FALLBACKS,
-            which("amdclang++", env),
-            os.path.join(rocm, "llvm", "bin", "amdclang++") if rocm else None,
-            *CLANG_FALLBACKS,
-            which("clang++", env) if rocm else None,  # a plain clang++ only next to a named ROCm
-        ]
+        return found, "given"
+    skipped = []
+    for path, why in candidates(env):
+        hit = executable(path) if path else None
+        if hit:
+            note = f" ({'; '.join(skipped)})" if skipped else ""
+            return hit, why + note
+        if path and why.startswith("$"):
+            skipped.append(f"{path} is not an executable")
+    raise QolaError(
+        "no HIP compiler found (looked for $HIPCC, $ROCM_HOME/bin/hipcc, $ROCM_PATH/bin/hipcc, $HIP_PATH/bin/hipcc, "
+        f"hipcc on PATH, {', '.join(HIPCC_FALLBACKS)}, amdclang++)",
+        hint=INSTALL_HINT,
     )
-    if not found:
-        raise QolaError(
-            "no HIP compiler found (looked for $HIPCC, hipcc on PATH, $ROCM_PATH/bin/hipcc, "
-            f"{', '.join(HIPCC_FALLBACKS)}, amdclang++)",
-            hint=INSTALL_HINT,
-        )
-    return found
+
+
+def locate(env: Mapping[str, str], compiler: str | None = None) -> str:
+    """hipcc (or amdclang++ / clang++ used with -x hip), as an absolute path (:func:`locate_why`)."""
+    return locate_why(env, compiler)[0]
 
 
 def is_clang(compiler: str) -> bool:
@@ -107,7 +122,7 @@ def is_clang(compiler: str) -> bool:
 
 
 def rocm_root(compiler: str, env: Mapping[str, str]) -> str:
-    for key in ("ROCM_PATH", "HIP_PATH"):
+    for key in ("ROCM_HOME", "ROCM_PATH", "HIP_PATH"):
         if env.get(key) and os.path.isdir(env[key]):
             return os.path.abspath(env[key])
     real = Path(os.path.realpath(compiler))
@@ -201,14 +216,18 @@ def find_hip(
     """``assume_version`` (planning, e.g. ``--dry-run``): take AITER's flag set for that HIP version,
     skip the version check and every probe, keep every flag — nothing is compiled with it.
     ``drop``: entries of that flag set to leave out (:func:`without`)."""
-    path = locate(env, compiler)
+    path, why = locate_why(env, compiler)
     root = rocm_root(path, env)
     child = {**env, **CHILD_ENV}
     output, dotted, suffix = read_version(path, root, child)
     release = rocm_release(root)
     if assume_version is not None:
         return _planning(path, root, output, assume_version, archs, env, drop)
-    check_accepted("hip", path, [dotted] + ([release] if release else []), accepted_versions)
+    found = [dotted] + ([release] if release else [])
+    mismatch = check_accepted("hip", path, found, accepted_versions, enforce=False)
+    check = None if accepted_versions is None else {
+        "key": "rocm_versions", "accepted": list(accepted_versions), "found": {"hip": dotted, "rocm_release": release},
+        "status": "mismatch" if mismatch else "match", **({"message": mismatch} if mismatch else {})}
     identity = identity_of(path, output)
     pre = _clang_flags(root) if is_clang(path) else []
 
@@ -252,6 +271,8 @@ def find_hip(
         removed_flags=tuple(drop),
         rocm_version=release,
         unit_flags=UNIT_FLAGS,
+        version_check=check,
+        found_by=why,
     )
 
 

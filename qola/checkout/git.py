@@ -1,0 +1,74 @@
+"""git for the checkout: every call through :func:`qola.proc.run` with a timeout, never a shell, never
+a prompt; a failure is a :class:`~qola.errors.QolaError` with the command, git's own message and, for
+network steps, the URL tried."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from qola import proc
+from qola.errors import QolaError, tail
+
+LOCAL_TIMEOUT = 600.0  # a status, a checkout of a large tree
+NETWORK_TIMEOUT = 3600.0  # a clone or fetch of AITER and its submodules
+# what every git call runs with: no prompts (a missing credential fails instead of waiting), messages
+# in English (qola quotes them), no transport that runs commands
+SAFE = ("-c", "protocol.ext.allow=never", "-c", "core.quotePath=false")
+
+
+def environ(env: Mapping[str, str]) -> dict[str, str]:
+    return {**env, "GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never", "LC_ALL": "C", "LANGUAGE": "C"}
+
+
+def argv(root: Path | None, args: Sequence[str]) -> list[str]:
+    return ["git", *(["-C", str(root)] if root is not None else []), *SAFE, *args]
+
+
+def shown(args: Sequence[str]) -> str:
+    return shlex.join(["git", *args])
+
+
+def run(root: Path | None, *args: str, env: Mapping[str, str], network: str | None = None,
+        timeout: float | None = None, check: bool = True, text: bool = True) -> subprocess.CompletedProcess:
+    """``git -C root args``; stdout captured, stderr separate. ``network``: the URL this step reaches
+    (named in the error). A non-zero exit raises unless ``check`` is false."""
+    cmd = argv(root, args)
+    limit = timeout or (NETWORK_TIMEOUT if network else LOCAL_TIMEOUT)
+    try:
+        done = proc.run(cmd, env=environ(env), timeout=limit, stderr=proc.PIPE, text=text)
+    except proc.TimeoutExpired:
+        raise GitError(args, root, f"no answer within {limit:g} s; ended", network=network) from None
+    except OSError as exc:
+        raise QolaError(f"cannot run git: {exc.strerror or exc}",
+                        hint="install git (apt-get install git) and make sure it is on PATH") from None
+    if check and done.returncode != 0:
+        err = done.stderr if isinstance(done.stderr, str) else done.stderr.decode(errors="replace")
+        raise GitError(args, root, err, code=done.returncode, network=network)
+    return done
+
+
+def out(root: Path | None, *args: str, env: Mapping[str, str], **kw) -> str:
+    return run(root, *args, env=env, **kw).stdout.strip()
+
+
+def ok(root: Path | None, *args: str, env: Mapping[str, str]) -> bool:
+    return run(root, *args, env=env, check=False).returncode == 0
+
+
+class GitError(QolaError):
+    """A git step failed: the command, where, git's message (and the URL of a network step)."""
+
+    def __init__(self, args: Sequence[str], root: Path | None, message: str, *, code: int | None = None,
+                 network: str | None = None, hint: str | None = None):
+        what = f"`{shown(args)}`" + (f" in {root}" if root is not None else "")
+        status = f" (exit {code})" if code is not None else ""
+        body = tail(message or "(git printed nothing)", lines=20).replace("\n", "\n    ")
+        reach = f" while reaching {network}" if network else ""
+        if network and hint is None:
+            hint = ("check the network and the URL (--aiter-url, [qola].aiter_url or QOLA_AITER_URL), or "
+                    "work offline: pass --skip-checkout with a tree you already have")
+        super().__init__(f"{what} failed{reach}{status}:\n    {body}", hint=hint)
+        self.git_message = message

@@ -1,0 +1,275 @@
+"""Bring a kernel tree to a pinned commit with a patch set applied (QoLA's checkout, with qola's
+guarantees):
+
+- an absent (or empty) tree is cloned into a temporary directory beside it and renamed into place
+  only when everything succeeded;
+- the commit is resolved locally, else fetched from ``origin``; after the checkout HEAD is verified
+  to be exactly that commit (a short sha must be its prefix);
+- HEAD is detached (a branch of the user's is never moved); submodules are synced and updated;
+- a tree with changes qola did not make is refused unless ``force``;
+- the patches (``*.patch`` of the patches dir, lexical order) apply all-or-nothing: when one does
+  not apply, the ones before it are reversed and the tree is put back as it was before the call
+  (commit, submodules, the previous patch set), and the error names the patch and the hunk;
+- a tree already at the commit with the same patch set and untouched since is left alone (no file
+  is rewritten: incremental builds stay incremental).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qola.checkout import git
+from qola.checkout.state import Snapshot, clear_stamp, read_stamp, snapshot, write_stamp
+from qola.errors import QolaError
+
+HEX = re.compile(r"[0-9a-f]{4,40}\Z")
+
+
+@dataclass(frozen=True)
+class Request:
+    root: Path
+    commit: str | None  # a sha, tag or branch (None: the tree's HEAD; the tree must exist)
+    commit_from: str  # where the commit came from, for messages ("--aiter-commit", "[qola] aiter_commit")
+    patches: tuple[Path, ...] = ()
+    url: str = ""
+    force: bool = False
+    env: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+
+@dataclass
+class Result:
+    root: Path
+    commit: str
+    patches: tuple[str, ...]
+    changed: bool  # False: the tree already was this checkout; nothing was touched
+    cloned: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def collect_patches(patches_dir: Path | None, where: str) -> tuple[Path, ...]:
+    """The ``*.patch`` files of ``patches_dir`` in lexical order. ``/dev/null`` or an empty dir: none;
+    a dir that does not exist is an error (a typo must not silently skip the patches)."""
+    if patches_dir is None or str(patches_dir) == os.devnull:
+        return ()
+    if not patches_dir.is_dir():
+        raise QolaError(f"{where}: patches dir {patches_dir} does not exist or is not a directory",
+                        hint="fix the path, or give an empty directory (or /dev/null) to apply no patches")
+    return tuple(sorted((p for p in patches_dir.iterdir() if p.name.endswith(".patch") and p.is_file()),
+                        key=lambda p: p.name))
+
+
+def _digest(commit: str, patches: Sequence[tuple[str, bytes]]) -> str:
+    h = hashlib.sha256(commit.encode())
+    for name, data in patches:
+        h.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
+def ensure(req: Request) -> Result:
+    root = Path(os.path.abspath(req.root))
+    fresh = not root.exists() or (root.is_dir() and not any(root.iterdir()))
+    if fresh:
+        return _clone_and_checkout(req, root)
+    if not root.is_dir() or not (root / ".git").exists():
+        raise QolaError(f"{root} exists and is not a git checkout: qola clones only into an absent or empty "
+                        "directory and never replaces one it did not make",
+                        hint="pass --aiter-root with another directory, or build this tree as it is with "
+                        "--skip-checkout")
+    return _checkout(req, root, cloned=False)
+
+
+def _clone_and_checkout(req: Request, root: Path) -> Result:
+    if req.commit is None:
+        raise QolaError(f"there is no checkout at {root} and no commit to clone",
+                        hint="set [qola] aiter_commit in the manifest or pass --aiter-commit")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.qola-clone-", dir=root.parent))
+    try:
+        git.run(None, "clone", "--no-checkout", "--filter=blob:none", "--", req.url, str(tmp), env=req.env,
+                network=req.url)
+        result = _checkout(req, tmp, cloned=True)
+        if root.exists():
+            root.rmdir()  # the empty dir we were given
+        os.rename(tmp, root)
+    except QolaError as exc:  # name the directory the user gave, not the temporary clone
+        shutil.rmtree(tmp, ignore_errors=True)
+        exc.message = exc.message.replace(str(tmp), str(root)) + f"\n  (nothing was left at {root})"
+        exc.hint = exc.hint.replace(str(tmp), str(root)) if exc.hint else exc.hint
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    result.root = root
+    result.notes.insert(0, f"cloned {req.url} into {root}")
+    return result
+
+
+def _resolve(req: Request, root: Path) -> str:
+    if req.commit is None:
+        return git.out(root, "rev-parse", "HEAD", env=req.env)
+    spec = f"{req.commit}^{{commit}}"
+    if not git.ok(root, "rev-parse", "--verify", "--quiet", spec, env=req.env):
+        url = git.run(root, "remote", "get-url", "origin", env=req.env, check=False).stdout.strip() or "origin"
+        try:
+            git.run(root, "fetch", "--quiet", "origin", req.commit, env=req.env, network=url)
+        except git.GitError as first:
+            try:  # servers that refuse fetching a sha by name: fetch everything
+                git.run(root, "fetch", "--quiet", "--tags", "origin", env=req.env, network=url)
+            except git.GitError as second:
+                raise QolaError(f"commit {req.commit!r} ({req.commit_from}) is not in {root} and fetching it from "
+                                f"{url} failed:\n  {first.message}\n  then {second.message}",
+                                hint=second.hint) from None
+        if not git.ok(root, "rev-parse", "--verify", "--quiet", spec, env=req.env):
+            raise QolaError(f"commit {req.commit!r} ({req.commit_from}) is not in {root}, even after fetching "
+                            f"from {url}", hint="check the commit (a sha, tag or branch of that repository)")
+    sha = git.out(root, "rev-parse", "--verify", spec, env=req.env)
+    if HEX.match(req.commit.lower()) and not sha.startswith(req.commit.lower()):
+        raise QolaError(f"{req.commit!r} ({req.commit_from}) resolves to {sha} in {root}, not to a commit "
+                        "starting with it (a branch or tag of that name?)", hint="pin the full 40-digit sha")
+    return sha
+
+
+def _checkout(req: Request, root: Path, *, cloned: bool) -> Result:
+    env = req.env
+    target = _resolve(req, root)
+    patches = [(p.name, p.read_bytes()) for p in req.patches]
+    key = _digest(target, patches)
+    before = snapshot(root, env)
+    stamp = read_stamp(root, env)
+    ours = stamp is not None and stamp.get("state") == before.digest and stamp.get("commit") == before.head
+    if ours and stamp.get("key") == key and before.head == target:
+        return Result(root, target, tuple(n for n, _ in patches), changed=False,
+                      notes=[f"{root} is already at {target[:12]} with this patch set; nothing to do"])
+    if not before.pristine and not ours and not req.force and not cloned:  # a fresh clone has no files yet
+        shown = "\n    ".join(before.changes[:12]) + (f"\n    (+{len(before.changes) - 12} more)"
+                                                     if len(before.changes) > 12 else "")
+        raise QolaError(f"{root} has changes qola did not make; refusing to reset it:\n    {shown}",
+                        hint="commit or stash them, build the tree as it is with --skip-checkout, or discard "
+                        "them with --force (QOLA_FORCE_AITER_CHECKOUT=1)")
+    branch = git.run(root, "symbolic-ref", "--quiet", "--short", "HEAD", env=env, check=False).stdout.strip()
+    previous = [(p["name"], p["text"].encode()) for p in stamp.get("patches", [])] if ours else []
+    _move(root, target, stamp.get("added", []) if ours else [], env)
+    try:
+        added = _apply(root, req.patches, patches, env)
+    except _PatchFailed as failed:
+        if not cloned:
+            _restore(root, branch or before.head, previous, before, env, failed)
+        raise QolaError(failed.message, hint=failed.hint) from None
+    after = snapshot(root, env)
+    if after.head != target:
+        raise QolaError(f"{root} is at {after.head} after checking out {target}: the pin could not be verified")
+    write_stamp(root, env, {"commit": target, "key": key, "state": after.digest, "added": added,
+                            "patches": [{"name": n, "sha256": hashlib.sha256(d).hexdigest(),
+                                         "text": d.decode("utf-8", "surrogateescape")} for n, d in patches]})
+    notes = [f"checked out {target[:12]} ({req.commit or 'HEAD'}) in {root}"
+             + (f" (was {before.head[:12]}{' on branch ' + branch if branch else ''})" if before.head != target else "")]
+    if patches:
+        notes.append(f"applied {len(patches)} patch(es): {', '.join(n for n, _ in patches)}")
+    return Result(root, target, tuple(n for n, _ in patches), changed=True, cloned=cloned, notes=notes)
+
+
+def _move(root: Path, target: str, added: Sequence[str], env: Mapping[str, str]) -> None:
+    """Detach HEAD at ``target`` (local changes discarded: the caller checked they may be) and update
+    the submodules. ``added``: files a previous patch set created (removed first: untracked files
+    survive a checkout)."""
+    for rel in added:
+        path = root / rel
+        if ".." not in Path(rel).parts and not Path(rel).is_absolute() and path.is_file():
+            path.unlink()
+    git.run(root, "checkout", "--quiet", "--force", "--detach", target, env=env)
+    if (root / ".gitmodules").exists():
+        url = git.run(root, "remote", "get-url", "origin", env=env, check=False).stdout.strip() or "origin"
+        git.run(root, "submodule", "sync", "--quiet", "--recursive", env=env)
+        git.run(root, "submodule", "update", "--init", "--recursive", "--force", "--quiet", env=env, network=url)
+
+
+class _PatchFailed(Exception):
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.message, self.hint = message, hint
+
+
+def _untracked(root: Path, env: Mapping[str, str]) -> set[str]:
+    out = git.run(root, "ls-files", "-z", "--others", "--exclude-standard", env=env).stdout
+    return {p for p in out.split("\0") if p}
+
+
+def _apply(root: Path, files: Sequence[Path], patches: Sequence[tuple[str, bytes]],
+           env: Mapping[str, str]) -> list[str]:
+    """Apply every patch (each one atomically: ``git apply`` writes all its hunks or none); when one
+    fails, reverse the ones applied and raise :class:`_PatchFailed`. Returns the files they added."""
+    before = _untracked(root, env)
+    done: list[Path] = []
+    for path, (name, data) in zip(files, patches):
+        res = git.run(root, "apply", "--whitespace=nowarn", str(path.resolve()), env=env, check=False)
+        if res.returncode != 0:
+            undone = _reverse(root, done, env)
+            where = _hunk(data, res.stderr)
+            raise _PatchFailed(
+                f"patch {path} does not apply to {root}{where}:\n    "
+                + res.stderr.strip().replace("\n", "\n    ")
+                + (f"\n  {len(done)} patch(es) applied before it were reversed" if done and undone else ""),
+                hint="rebase the patch on the pinned commit, or pin the commit it was made for; the tree is as "
+                "it was before this checkout")
+        done.append(path)
+    return sorted(_untracked(root, env) - before)
+
+
+def _reverse(root: Path, applied: Sequence[Path], env: Mapping[str, str]) -> bool:
+    for path in reversed(applied):
+        if git.run(root, "apply", "--reverse", "--whitespace=nowarn", str(path.resolve()), env=env,
+                   check=False).returncode != 0:
+            return False
+    return True
+
+
+_FAILED_AT = re.compile(r"patch failed: (.+):(\d+)")
+
+
+def _hunk(patch: bytes, stderr: str) -> str:
+    """`` (hunk "@@ -12,7 +12,8 @@" of path)`` for git's "patch failed: path:12", else ''."""
+    m = _FAILED_AT.search(stderr)
+    if not m:
+        return ""
+    path, line = m.group(1), m.group(2)
+    current = None
+    for raw in patch.decode("utf-8", "replace").splitlines():
+        if raw.startswith("--- "):
+            current = raw[4:].split("\t")[0].removeprefix("a/")
+        elif raw.startswith("@@ -") and current == path and raw[4:].split(",")[0].split(" ")[0] == line:
+            return f" (hunk {raw.split('@@')[1].strip()!r} of {path})"
+    return f" (the hunk at line {line} of {path})"
+
+
+def _restore(root: Path, where: str, previous: Sequence[tuple[str, bytes]], before: Snapshot,
+             env: Mapping[str, str], failed: _PatchFailed) -> None:
+    """Put the tree back as :func:`_checkout` found it: its branch or commit, its submodules and (when
+    it held qola's previous patch set) those patches. Says so in ``failed`` when it could not."""
+    try:
+        added = sorted(_untracked(root, env) - set(before.untracked))
+        _move(root, before.head, added, env)
+        if where != before.head:
+            git.run(root, "checkout", "--quiet", where, env=env)
+        tmp = Path(tempfile.mkdtemp(prefix="qola-patches-"))
+        try:
+            files = []
+            for i, (name, data) in enumerate(previous):
+                files.append(tmp / f"{i:04d}-{os.path.basename(name)}")
+                files[-1].write_bytes(data)
+            _apply(root, files, previous, env)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        same = snapshot(root, env).digest == before.digest
+    except (QolaError, _PatchFailed, OSError) as exc:
+        same, failed.message = False, failed.message + f"\n  restoring the tree failed: {exc}"
+    if not same:
+        clear_stamp(root, env)
+        failed.hint = (f"the tree could not be put back exactly as it was (HEAD {before.head[:12]}); check it "
+                       "with git status, then rerun with --force")
