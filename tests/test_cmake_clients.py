@@ -174,11 +174,11 @@ include(${QOLA_DIR}/cmake/QoLA.cmake)
 qola_checkout_aiter(MANIFEST ${QOLA_MANIFEST} AITER_DIR ${CMAKE_BINARY_DIR}/tree GROUPS ${QOLA_GROUP} OUT_DIR TREE)
 qola_build_modules(GROUP ${QOLA_GROUP} MANIFEST ${QOLA_MANIFEST} BUILD_DIR ${CMAKE_BINARY_DIR}/out
                    AITER_DIR ${TREE} ARCHS ${ARCHS} LIBS qk_libattn_fwd.so
-                   OUT_LIB_DIR LIBDIR OUT_LIBS LIBS OUT_INCLUDE_DIR INC)
+                   OUT_LIB_DIR LIBDIR OUT_LIBS FILES OUT_INCLUDE_DIR INC)
 add_executable(app main.c fused_attn.c)
 target_include_directories(app PRIVATE ${INC})
 target_link_directories(app PRIVATE ${LIBDIR})
-target_link_libraries(app PRIVATE -l:${LIBS})
+target_link_libraries(app PRIVATE -l:${FILES})
 set_target_properties(app PROPERTIES BUILD_RPATH "${LIBDIR}")
 """
 
@@ -212,6 +212,8 @@ cmake_language(EVAL CODE "${CALL}")
     ("qola_add_modules(GROUP g BUILD_DIR b)", {}, "qola_add_modules: MANIFEST is required"),
     ("qola_add_modules(GROUP g MANIFEST m.toml BUILD_DIR b BOGUS x)", {}, "unknown arguments BOGUS;x"),
     ("qola_build_modules(GROUP g MANIFEST ${QOLA_MANIFEST} BUILD_DIR b)", {}, "AITER_DIR is required"),
+    ("qola_build_modules(GROUP g BUILD_DIR b AITER_DIR t LIBS x.so OUT_LIBS LIBS y.so)", {},
+     "qola_build_modules: OUT_LIBS is given without a value"),
     ("qola_build_modules(GROUP g MANIFEST ${QOLA_MANIFEST} BUILD_DIR b AITER_DIR /nonexistent)", {},
      "/nonexistent is not a kernel tree"),
     ("qola_checkout_aiter(MANIFEST /nonexistent.toml DEFAULT_DIR d OUT_DIR v)", {}, "manifest not found"),
