@@ -213,7 +213,7 @@ cmake_language(EVAL CODE "${CALL}")
     ("qola_add_modules(GROUP g MANIFEST m.toml BUILD_DIR b BOGUS x)", {}, "unknown arguments BOGUS;x"),
     ("qola_build_modules(GROUP g MANIFEST ${QOLA_MANIFEST} BUILD_DIR b)", {}, "AITER_DIR is required"),
     ("qola_build_modules(GROUP g BUILD_DIR b AITER_DIR t LIBS x.so OUT_LIBS LIBS y.so)", {},
-     "qola_build_modules: OUT_LIBS is given without a value"),
+     "qola_build_modules: OUT_LIBS is given without the name of a variable"),
     ("qola_build_modules(GROUP g MANIFEST ${QOLA_MANIFEST} BUILD_DIR b AITER_DIR /nonexistent)", {},
      "/nonexistent is not a kernel tree"),
     ("qola_checkout_aiter(MANIFEST /nonexistent.toml DEFAULT_DIR d OUT_DIR v)", {}, "manifest not found"),
