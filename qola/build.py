@@ -86,6 +86,7 @@ def _split(flags: tuple[str, ...] | list[str]) -> list[str]:
 def module_flags(mod: ModulePlan, tc: Toolchain, blob_dir: Path, include_dir: Path) -> list[str]:
     flags = tc.device_flags()
     flags += [f"-I{d}" for d in (*mod.include_dirs, str(blob_dir), str(include_dir))]
+    flags += _split(mod.flags_extra_cc)  # AITER: extra_cflags precede the HIP flags in every .cu compile
     flags += _split(mod.flags_extra_hip)
     if mod.is_python_module:
         flags += pybind11_flags(mod.md_name, mod.table_md_name).cflags

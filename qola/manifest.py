@@ -116,10 +116,10 @@ class ModuleSection(_Model):
     receipt: int | None = Field(default=None, ge=0)
     drop_srcs: list[str] = Field(default_factory=list)
     drop_directions: list[str] = Field(default_factory=list)
-    embed: list[str] = Field(default_factory=list)
+    embed: list[str] | None = None  # hsa kernel types to embed (None: the registry's, in cpp_itfs mode)
     hsa_subdirs: list[str] | None = None  # QoLA's name for embed (an alias: give one of the two)
     group: str | None = None  # QoLA's module group: `--group G` / QOLA_BUILD_GROUPS build only its modules
-    # overrides / full declaration (plain values; paths relative to the tree's csrc parent)
+    # overrides / full declaration: plain values or expression strings (qola.tree.overrides)
     srcs: list[str] | None = None
     add_srcs: list[str] = Field(default_factory=list)
     flags_extra_cc: list[str] | None = None
@@ -160,6 +160,18 @@ class ModuleSection(_Model):
             if problem:
                 raise ValueError(f"{item!r} {problem}")
         return v
+
+    @model_validator(mode="after")
+    def _one_embed_key(self) -> "ModuleSection":
+        if self.embed is not None and self.hsa_subdirs is not None:
+            raise ValueError("embed and hsa_subdirs are the same key (hsa_subdirs is QoLA's name for embed): "
+                             "give one of them")
+        return self
+
+    @property
+    def embed_dirs(self) -> list[str] | None:
+        """``embed`` or its alias ``hsa_subdirs``; None when neither is given."""
+        return self.embed if self.embed is not None else self.hsa_subdirs
 
 
 def variant_count(options: dict[str, Any]) -> int:

@@ -20,6 +20,7 @@ from qola.manifest import Manifest, ModuleSection, check_archs, vendor
 from qola.rules import split_list
 from qola.plantypes import DEFAULT_MODE, Generator, JitSplit, ModulePlan, Plan
 from qola.tree.aiter import TABLE, AiterTree, git_head, load_table, namespace, resolve_entry, unknown_keys
+from qola.tree import overrides
 from qola.tree.aiter_configs import MergedConfig, merge
 
 __all__ = ["OUTPUT_DIR", "Generator", "JitSplit", "ModulePlan", "Plan", "choose_archs", "default_mode",
@@ -112,16 +113,19 @@ def _nearest(name: str, keys: list[str]) -> str:
     return f"nearest table keys: {', '.join(close)}" if close else "no similar table key"
 
 
-def _expand_sources(items: list[str]) -> tuple[list[str], list[str]]:
-    """Files as given; directories expand to their .cu/.cpp files (not recursive), as AITER."""
-    found, missing = [], []
+def _expand_sources(items: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """Files as given; directories expand to their .cu/.cpp files (not recursive), as AITER.
+    Returns (found, missing, skipped: listed files that are not sources, never silently)."""
+    found, missing, skipped = [], [], []
     for item in items:
         p = Path(item)
         if p.is_dir():
             found += sorted(str(c) for c in p.iterdir() if c.is_file() and c.suffix in SOURCE_EXTS)
         elif p.suffix in SOURCE_EXTS:
             (found if p.exists() else missing).append(str(p))
-    return found, missing
+        else:
+            skipped.append(str(p))
+    return found, missing, skipped
 
 
 def _drop(sources: list[str], patterns: list[str], module: str, notes: list[str], pinned: bool) -> list[str]:
@@ -154,7 +158,12 @@ def _per_arch(cmds: Any, tree: AiterTree, archs: tuple[str, ...]) -> list[Any]:
     return out
 
 
-def _generators(cmds: list[str], section: ModuleSection | None, name: str) -> tuple[Generator, ...]:
+def _generators(cmds: list[str], section: ModuleSection | None, name: str, notes: list[str],
+                table_directions: set[str] | frozenset[str] = frozenset(), no_ck: bool = False
+                ) -> tuple[Generator, ...]:
+    """Generators of ``cmds`` with the module's receipt and ``drop_directions`` applied. A dropped
+    direction that no command has is an error, unless the manifest's ``blob_gen_cmd`` replaced the
+    table's commands and the table had it (QoLA's manifests drop it twice: a note)."""
     gens = []
     for cmd in cmds:
         if not isinstance(cmd, str) or not cmd.strip():
@@ -169,51 +178,65 @@ def _generators(cmds: list[str], section: ModuleSection | None, name: str) -> tu
                 cmd = f"{cmd} --receipt {receipt}"
         gens.append(Generator(cmd, direction, receipt))
     drops = list(section.drop_directions) if section else []
-    unknown = [d for d in drops if d not in {g.direction for g in gens}]
+    have = {g.direction for g in gens}
+    replaced = [d for d in drops if d not in have and d in table_directions]
+    if replaced:
+        notes.append(f"modules.{name}.drop_directions: {replaced}: the manifest's blob_gen_cmd already replaced "
+                     "the table's commands of these directions (nothing left to drop)")
+    unknown = [d for d in drops if d not in have and d not in replaced]
     if unknown:
-        have = sorted({g.direction for g in gens if g.direction})
+        shown = sorted(d for d in have if d)
         raise QolaError(
             f"modules.{name}.drop_directions: {unknown} match no generator command of the module",
-            hint=f"its generator directions are: {', '.join(have) or 'none'}",
+            hint=f"its generator directions are: {', '.join(shown) or 'none'}",
         )
     kept = []
     for g in gens:
         if g.direction in drops:
-            g = _dropped(g)
+            g = _dropped(g, no_ck)
         if g is not None:
             kept.append(g)
     return tuple(kept)
 
 
-def _dropped(gen: Generator) -> Generator | None:
+def ck_free(flags_cc: list[str], env: Mapping[str, str]) -> bool:
+    """AITER's switch (``aiter/jit/core.py``): a module is built without CK when its ``flags_extra_cc``
+    define ``ENABLE_CK=0``, or, when none of them names ENABLE_CK, when the environment's ``ENABLE_CK`` is 0."""
+    named = [f for f in flags_cc if "ENABLE_CK" in f]
+    if named:
+        return any(re.search(r"-DENABLE_CK=0+(\s|$)", f) for f in named)
+    return env.get("ENABLE_CK", "1").strip() in ("0", "00")
+
+
+def _dropped(gen: Generator, no_ck: bool = False) -> Generator | None:
     """A dropped direction of CK's generator writes its dispatch alone (no kernel; AITER's API still
-    calls it); any other generator of a dropped direction is not run (None)."""
-    filt = genrules.dispatch_only_filter(gen.direction) if genrules.flavor_of(gen.script) == "ck" else None
+    calls it) unless the module is built CK-free (its API calls no CK dispatch, and CK's headers may
+    not compile for its targets: dropped entirely, as QoLA does); any other generator of a dropped
+    direction is not run (None)."""
+    ck = genrules.flavor_of(gen.script) == "ck" and not no_ck
+    filt = genrules.dispatch_only_filter(gen.direction) if ck else None
     return None if filt is None else dataclasses.replace(gen, filter=filt, dispatch_only=True)
 
 
-def _overrides(section: ModuleSection, meta: Path) -> dict[str, Any]:
-    """Plain manifest values that replace table values; relative paths resolve against the meta dir."""
-    def path(p: str) -> str:
-        return str(p if Path(p).is_absolute() else meta / p)
-
-    out: dict[str, Any] = {}
-    for key in ("flags_extra_cc", "flags_extra_hip", "flags_extra_hip_per_source", "extra_ldflags",
-                "hip_clang_path", "md_name",
-                "is_python_module", "is_standalone", "torch_exclude"):
-        value = getattr(section, key)
-        if value is not None:
-            out[key] = value
-    if section.srcs is not None:
-        out["srcs"] = [path(s) for s in section.srcs]
-    if section.extra_include is not None:
-        out["extra_include"] = [path(s) for s in section.extra_include]
-    if section.blob_gen_cmd is not None:
-        out["blob_gen_cmd"] = []
-        for cmd in section.blob_gen_cmd:
-            head, _, rest = cmd.strip().partition(" ")
-            out["blob_gen_cmd"].append(f"{path(head)} {rest}".strip())
+def _overrides(section: ModuleSection, scope: overrides.Scope, prefix: str, where: str | None) -> dict[str, Any]:
+    """The manifest's values that replace table values: plain values or expression strings, resolved
+    as :mod:`qola.tree.overrides` says (relative paths against the meta dir)."""
+    out: dict[str, Any] = {key: getattr(section, key) for key in (
+        "flags_extra_hip_per_source", "md_name", "is_python_module", "is_standalone", "torch_exclude")
+        if getattr(section, key) is not None}
+    if section.flags_extra_hip_per_source is not None:
+        overrides.check_plain_flags(section.flags_extra_hip_per_source, prefix, where)
+    out.update(overrides.resolve_all({key: getattr(section, key) for key in overrides.KINDS}, scope, prefix, where))
     return out
+
+
+def _registry_additions(reg: registry.RegistryEntry, name: str, scope: overrides.Scope) -> dict[str, list[str]]:
+    """The registry's ``add_flags_extra_hip`` / ``add_flags_extra_cc`` / ``add_blob_gen_cmd``, resolved
+    like overrides (QoLA appends them after the manifest's overrides)."""
+    kinds = {"add_flags_extra_hip": overrides.FLAG, "add_flags_extra_cc": overrides.FLAG,
+             "add_blob_gen_cmd": overrides.COMMAND}
+    return {key: [str(overrides.resolve(v, kind, scope, f"{name}.{key}[{i}]", where=registry.REGISTRY))
+                  for i, v in enumerate(getattr(reg, key))] for key, kind in kinds.items()}
 
 
 def _default_includes(tree: AiterTree, names: Mapping[str, Any], standalone: bool) -> list[str]:
@@ -318,6 +341,7 @@ def make_plan(
     mode_default = default_mode(cli_mode, manifest)
     space = namespace(tree, archs=archs, env=env, hip_version=hip_version)
     names = space.names
+    scope = overrides.Scope(names, tree.meta_dir, (str(tree.root), str(names["CK_DIR"])))
     ns = manifest.qola.namespace
     notes = list(warnings or [])
     wanted = [m.name for m in manifest.modules] or _all_modules(table, names, env, notes)
@@ -340,16 +364,19 @@ def make_plan(
                 hint=f"{_nearest(name, list(table))}; or give it srcs/blob_gen_cmd in its [[modules]] entry",
                 where=manifest.path or None,
             )
+        table_directions = {m.group(1) for cmd in entry["blob_gen_cmd"] if (m := _DIRECTION_RE.search(cmd))}
         if section is not None:
-            entry.update(_overrides(section, tree.meta_dir))
+            prefix = f"modules[{manifest.modules.index(section)}]"
+            entry.update(_overrides(section, scope, prefix, manifest.path or None))
         mode = section.mode if section is not None and section.mode else mode_default
-        srcs = [str(s) for s in entry["srcs"]] + [
-            str(p if Path(p).is_absolute() else tree.meta_dir / p) for p in (section.add_srcs if section else [])
-        ]
-        sources, missing = _expand_sources(srcs)
+        srcs = [str(s) for s in entry["srcs"]] + [str(s) for s in entry.get("add_srcs", [])]
+        sources, missing, skipped = _expand_sources(srcs)
         if missing:
-            notes.append(f"module {name}: {len(missing)} source(s) listed in the table do not exist: "
+            notes.append(f"module {name}: {len(missing)} source(s) listed for it do not exist: "
                          + ", ".join(Path(m).name for m in missing))
+        if skipped:
+            notes.append(f"module {name}: {len(skipped)} listed source(s) are not {' or '.join(SOURCE_EXTS)} files "
+                         "and are not compiled: " + ", ".join(skipped))
         sources = _drop(sources, list(section.drop_srcs) if section else [], name, notes, pinned)
         cpp_itfs = mode == "cpp_itfs"
         if cpp_itfs:
@@ -358,12 +385,22 @@ def make_plan(
         includes = _default_includes(tree, names, standalone) + [str(i) for i in entry["extra_include"]]
         reg = registry.entry(name) if cpp_itfs else None
         headers: list[str] = []
-        embed = list(section.embed) if section else []
+        explicit = section.embed_dirs if section else None
+        embed = list(explicit) if explicit is not None else []
+        flags_hip = [f for f in map(str, entry["flags_extra_hip"]) if f.strip()]
+        flags_cc = [f for f in map(str, entry["flags_extra_cc"]) if f.strip()]
+        generators = _generators(_per_arch(entry["blob_gen_cmd"], tree, archs), section, name, notes,
+                                 table_directions if section is not None and section.blob_gen_cmd is not None
+                                 else set(), no_ck=ck_free(flags_cc, env))
         if reg is not None:
             sources = reg.apply_sources(sources)
             includes += reg.include_dirs()
             headers = [h for h in reg.header_paths(tree.meta_dir) if Path(h).is_file()]
-            embed = embed or list(reg.embed)
+            embed = embed if explicit is not None else list(reg.embed)
+            adds = _registry_additions(reg, name, scope)
+            flags_hip += adds["add_flags_extra_hip"]
+            flags_cc += adds["add_flags_extra_cc"]
+            generators += _generators(_per_arch(adds["add_blob_gen_cmd"], tree, archs), None, name, notes)
         elif cpp_itfs:
             includes.append(str(registry.data_dir()))
         ldflags = entry["extra_ldflags"] or []
@@ -382,10 +419,10 @@ def make_plan(
             mode=mode,
             link=(section.link if section and section.link else manifest.build.link),
             sources=tuple(sources),
-            flags_extra_cc=tuple(f for f in map(str, entry["flags_extra_cc"]) if f.strip()),
-            flags_extra_hip=tuple(f for f in map(str, entry["flags_extra_hip"]) if f.strip()),
+            flags_extra_cc=tuple(flags_cc),
+            flags_extra_hip=tuple(flags_hip),
             include_dirs=tuple(dict.fromkeys(includes)),
-            generators=_generators(_per_arch(entry["blob_gen_cmd"], tree, archs), section, name),
+            generators=generators,
             torch_exclude=True if cpp_itfs else bool(entry["torch_exclude"]),
             is_python_module=False if cpp_itfs else bool(entry["is_python_module"]),
             is_standalone=standalone,

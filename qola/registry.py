@@ -37,6 +37,7 @@ def genwrap_script(name: str) -> Path:
     return templates_dir() / "genwrap" / name
 
 
+REGISTRY = "qola/registry.toml"  # how messages name it
 data_dir = runtime_dir  # the include dir holding qola_common.h, by the name qola.plan calls it
 
 
@@ -48,6 +49,11 @@ class RegistryEntry:
     drop_srcs: tuple[str, ...] = ()
     embed: tuple[str, ...] = ()
     tree_headers: tuple[str, ...] = ()
+    # appended to the module's lists (after a manifest override replaced them, after drop_directions
+    # and receipt), as QoLA's registry does; plain values or expressions (qola.tree.overrides)
+    add_flags_extra_hip: tuple[str, ...] = ()
+    add_flags_extra_cc: tuple[str, ...] = ()
+    add_blob_gen_cmd: tuple[str, ...] = ()
 
     def apply_sources(self, sources: list[str]) -> list[str]:
         kept = [s for s in sources if not any(fnmatch.fnmatch(Path(s).name, p) for p in self.drop_srcs)]
