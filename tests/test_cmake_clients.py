@@ -246,3 +246,41 @@ def test_a_failing_qola_shows_its_message(mirror, manifest, tmp_path):
     assert cfg.returncode != 0
     text = " ".join(cfg.stderr.split())
     assert "[qola]" in text and "exit 2" in text and "atn" in text and "attn" in text, cfg.stderr
+
+
+TWO_GROUPS_CMAKE = r"""cmake_minimum_required(VERSION 3.21)
+project(two_groups LANGUAGES C)
+include(${QOLA_DIR}/cmake/QoLA.cmake)
+qola_add_modules(GROUP attn MANIFEST ${QOLA_MANIFEST} BUILD_DIR ${CMAKE_BINARY_DIR}/qola ARCHS sm_90
+                 OUT_LIBS ATTN_LIBS OUT_LIB_DIR ATTN_DIR OUT_INCLUDE_DIR INC)
+qola_add_modules(GROUP norm MANIFEST ${QOLA_MANIFEST} BUILD_DIR ${CMAKE_BINARY_DIR}/qola ARCHS sm_90
+                 OUT_LIBS NORM_LIBS)
+file(WRITE "${CMAKE_BINARY_DIR}/qola-vars.txt" "attn=${ATTN_LIBS}\nnorm=${NORM_LIBS}\n")
+add_executable(app main.c fused_attn.c)
+target_include_directories(app PRIVATE ${INC})
+target_link_directories(app PRIVATE ${ATTN_DIR})
+target_link_libraries(app PRIVATE -l:qk_libattn_fwd.so)
+set_target_properties(app PROPERTIES BUILD_RPATH "${ATTN_DIR}")
+"""
+
+
+def test_two_groups_into_one_build_dir(mirror, tmp_path):
+    """QoLA's README pattern: one qola_add_modules() per group, one BUILD_DIR. The first group's
+    library is still there after the second group's build (QoLA's output accumulates; qola builds the
+    groups of that dir together), and nothing of the first is compiled twice."""
+    m = tmp_path / "two.toml"
+    m.write_text(MANIFEST.format(commit=mirror.commit) + '\n[[modules]]\nname = "module_softmax"\ngroup = "norm"\n')
+    src = project(tmp_path / "proj", TWO_GROUPS_CMAKE, SOURCES)
+    cfg = cmake(src, tmp_path / "bld", {"QOLA_DIR": str(REPO), "QOLA_MANIFEST": str(m), "QOLA_BUILD_ARGS": BUILD_ARGS},
+                mirror.env)
+    assert cfg.returncode == 0, cfg.stdout + cfg.stderr
+    out = tmp_path / "bld" / "qola"
+    assert read_vars(tmp_path / "bld") == {"attn": LIB, "norm": f"{LIB};qk_module_softmax.so"}
+    assert sorted(p.name for p in (out / "lib").glob("*.so")) == [LIB, "qk_module_softmax.so"]
+    assert {m_["name"] for m_ in json.loads((out / "manifest.json").read_text())["modules"]} == {
+        "libattn_fwd", "module_softmax"}
+    assert "building group(s) attn, norm" in cfg.stdout
+    # ninja logs each build of an output: libattn_fwd's instance object was compiled once
+    log = (tmp_path / "bld" / "qola.build" / ".ninja_log").read_text().splitlines()
+    assert len([line for line in log if "obj/libattn_fwd/attn_fwd_d64" in line]) == 1, log
+    ran(tmp_path / "bld" / "app")
