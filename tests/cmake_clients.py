@@ -38,14 +38,16 @@ def mirror_tree(tree: Path, where: Path, *, skip: tuple[str, ...] = ()) -> Mirro
     ``skip``: paths relative to ``tree`` left out (build outputs git would ignore)."""
     src = where / "aiter-src"
     left_out = {tree / s for s in skip}
-    plain = shutil.ignore_patterns("__pycache__", "*.pyc", ".qola-unpacked")
+    # a nested .git (the sdist's composable_kernel has a dangling `gitdir:` file) would make git keep the
+    # directory as a submodule link without its files: the mirror holds the files themselves
+    plain = shutil.ignore_patterns("__pycache__", "*.pyc", ".qola-unpacked", ".git")
 
     def ignore(d: str, names: list[str]) -> set[str]:
         return set(plain(d, names)) | {n for n in names if Path(d) / n in left_out}
 
     shutil.copytree(tree, src, symlinks=True, ignore=ignore)
     sh("git", "init", "-q", "-b", "main", src)
-    sh("git", "add", "-A", ".", cwd=src)
+    sh("git", "add", "-A", "-f", ".", cwd=src)  # -f: the tree's own .gitignore files (CK's) do not apply
     sh("git", "commit", "-q", "-m", "kernel tree", cwd=src, env=GIT_ID)
     bare = where / "aiter-mirror.git"
     sh("git", "clone", "-q", "--bare", src, bare)
