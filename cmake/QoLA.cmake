@@ -322,13 +322,14 @@ function(qola_build_modules)
     _qola_check_tree("${_tree}" "${QBM_GROUP}: AITER_DIR")
     set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_manifest}")
     # QoLA's output dir accumulates the groups built into it; a qola output holds what one build
-    # produced. So every group built into this BUILD_DIR during this configure is built again with
-    # the new one (compiled once: the objects are kept in <BUILD_DIR>.build), and the libraries of
-    # an earlier qola_add_modules() call stay in lib/.
-    get_property(_groups GLOBAL PROPERTY "QOLA_GROUPS_IN_${_out}")
+    # produced. So every group of this manifest built into this BUILD_DIR during this configure is
+    # built again with the new one (compiled once: the objects are kept in <BUILD_DIR>.build), and the
+    # libraries of an earlier qola_add_modules() call stay in lib/.
+    set(_key "QOLA_GROUPS_IN_${_out}|${_manifest}")
+    get_property(_groups GLOBAL PROPERTY "${_key}")
     if(NOT QBM_GROUP IN_LIST _groups)
       list(APPEND _groups "${QBM_GROUP}")
-      set_property(GLOBAL PROPERTY "QOLA_GROUPS_IN_${_out}" "${_groups}")
+      set_property(GLOBAL PROPERTY "${_key}" "${_groups}")
     endif()
     set(_args build --manifest "${_manifest}" --aiter-root "${_tree}" --output-dir "${_out}" --skip-checkout)
     foreach(_g IN LISTS _groups)
