@@ -46,6 +46,8 @@ def mirror_tree(tree: Path, where: Path, *, skip: tuple[str, ...] = ()) -> Mirro
         return set(plain(d, names)) | {n for n in names if Path(d) / n in left_out}
 
     shutil.copytree(tree, src, symlinks=True, ignore=ignore)
+    if not (src / ".gitignore").exists():  # the sdist has none; AITER's own ignores Python's caches
+        (src / ".gitignore").write_text("__pycache__\n*.pyc\n")
     sh("git", "init", "-q", "-b", "main", src)
     sh("git", "add", "-A", "-f", ".", cwd=src)  # -f: the tree's own .gitignore files (CK's) do not apply
     sh("git", "commit", "-q", "-m", "kernel tree", cwd=src, env=GIT_ID)
