@@ -17,7 +17,7 @@ from typing import Any
 from qola.errors import QolaError
 from qola import genrules, registry
 from qola.manifest import Manifest, ModuleSection, check_archs, vendor
-from qola.rules import split_list
+from qola.rules import git_rev_problem, split_list
 from qola.plantypes import DEFAULT_MODE, Generator, JitSplit, ModulePlan, Plan
 from qola.tree.aiter import TABLE, AiterTree, git_head, load_table, namespace, resolve_entry, unknown_keys
 from qola.tree import overrides
@@ -72,6 +72,9 @@ def check_pin(manifest: Manifest, tree: AiterTree, allow_unpinned: bool, *, want
     explicit choice: ``--skip-checkout``, ``NVTE_AITER_SOURCE_DIR``): then a warning, recorded."""
     want = want or manifest.qola.aiter_commit
     source = (want_from if want != manifest.qola.aiter_commit else "[qola] aiter_commit") if want else None
+    problem = git_rev_problem(want) if want else None
+    if problem:
+        raise QolaError(f"{source} {want!r} {problem}")
     head = git_head(tree)
     record: dict[str, Any] = {"expected": want, "actual": head, "source": source, "tree_chosen_by": chosen}
     if head is None:

@@ -120,8 +120,8 @@ def tree_placement(tree: Path | None, out: Path, build_dir: Path, names: tuple[s
         first = rel[0] if rel else ""
         if first and first not in names and not first.startswith(prefixes):
             return
-        raise QolaError(f"the kernel tree {tree} is {'the output dir' if not first else 'inside the output dir ' + str(out)}"
-                        + (f" under {first!r}, a name qola writes and removes there" if first else ""),
+        raise QolaError(f"the kernel tree {tree} is inside the output dir {out} under {first!r}, a name qola writes "
+                        "and removes there" if first else f"the output dir and the kernel tree are the same directory: {out}",
                         hint="keep the tree outside the output dir, or under a name of its own (e.g. "
                         "OUT/third_party/aiter); qola publishes lib/, include/, configs/, jit/, share/, logs/, "
                         "current and .qola there")

@@ -134,6 +134,11 @@ def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
     archs = choose_archs(list(spec.archs) or None, manifest, env)
     commit, notes, pin = check_pin(manifest, tree, spec.allow_unpinned, want=spec.aiter_commit,
                                    want_from="--aiter-commit", chosen=pin_chooser(spec, manifest, env), env=env)
+    if manifest.qola.patches_dir or spec.patches_dir:
+        from qola.checkout.request import unapplied_patches_note  # noqa: PLC0415
+
+        note = unapplied_patches_note(tree.root, manifest, env, spec.patches_dir)
+        notes += [note] if note else []
     hipv = hip_version(env, manifest) if manifest_mod.vendor(archs[0]) == "hip" else None
     plan = make_plan(manifest, tree, archs=archs, cli_mode=spec.mode, env=env, hip_version=hipv, tree_commit=commit,
                      warnings=notes, pin=pin)

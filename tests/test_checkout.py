@@ -19,6 +19,7 @@ pytestmark = pytest.mark.skipif(not shutil.which("git"), reason="needs git")
 # git refuses file:// submodules unless told (protocol.file.allow): the test's mirror is local
 GIT_ENV = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "protocol.file.allow", "GIT_CONFIG_VALUE_0": "always",
            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+LOCK = ".aiter.qola-checkout.lock"  # beside the tree (one checkout of it at a time); it stays, as qola's build locks do
 LINES = "".join(f"line {i}\n" for i in range(1, 21))
 
 
@@ -111,7 +112,7 @@ def test_clone_pin_submodule_and_patches(tmp_path, mirror, patches):
     assert (root / "3rdparty/composable_kernel/include/ck.h").read_text() == "ck v1 patched\n"
     assert (root / "aiter" / "new.txt").read_text() == "added by a patch\n"
     assert "applied 3 patch(es): 0001-x.patch, 0002-ck.patch, 0003-new.patch" in proc.stderr
-    assert not [p for p in root.parent.iterdir() if p.name != "aiter"]  # the temporary clone was renamed
+    assert [p.name for p in root.parent.iterdir() if p.name != "aiter"] == [LOCK]  # the clone was renamed
 
     before = tree_files(root)  # a second run: nothing to do, nothing rewritten
     again = checkout("--manifest", str(m), "--aiter-root", str(root))
@@ -157,7 +158,7 @@ def test_a_failed_fresh_clone_leaves_nothing(tmp_path, mirror):
     proc = checkout("--aiter-root", str(root), "--aiter-commit", first, "--aiter-url", str(bare),
                     "--patches-dir", str(bad))
     assert proc.returncode == 2 and "0001-bad.patch does not apply" in proc.stderr, proc.stderr
-    assert not root.exists() and list((tmp_path / "third_party").iterdir()) == []
+    assert not root.exists() and [p.name for p in (tmp_path / "third_party").iterdir()] == [LOCK]
 
 
 def test_changed_tree_is_never_reset_without_force(tmp_path, mirror):
@@ -186,7 +187,7 @@ def test_unreachable_url_says_what_was_tried(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert f"git clone --no-checkout --filter=blob:none -- {url}" in proc.stderr
     assert f"while reaching {url}" in proc.stderr and "does not exist" in proc.stderr  # git's own message
-    assert not root.exists() and list(tmp_path.iterdir()) == []
+    assert not root.exists() and [p.name for p in tmp_path.iterdir()] == [LOCK]
 
 
 def test_pin_not_in_the_repository(tmp_path, mirror):

@@ -5,9 +5,9 @@ network steps, the URL tried."""
 from __future__ import annotations
 
 import shlex
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from qola import proc
 from qola.errors import QolaError, tail
@@ -32,7 +32,7 @@ def shown(args: Sequence[str]) -> str:
 
 
 def run(root: Path | None, *args: str, env: Mapping[str, str], network: str | None = None,
-        timeout: float | None = None, check: bool = True, text: bool = True) -> subprocess.CompletedProcess:
+        timeout: float | None = None, check: bool = True, text: bool = True) -> Any:
     """``git -C root args``; stdout captured, stderr separate. ``network``: the URL this step reaches
     (named in the error). A non-zero exit raises unless ``check`` is false."""
     cmd = argv(root, args)

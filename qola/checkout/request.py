@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qola import rules
-from qola.checkout.choice import DEFAULT_URL, URL_ENV, forced
+from qola.checkout.choice import DEFAULT_URL, URL_ENV, forced, qola_checkout
 from qola.errors import QolaError
 
 if TYPE_CHECKING:
@@ -31,11 +31,15 @@ def commit_of(cli: str | None, manifest: Manifest | None) -> tuple[str | None, s
 
 def patches_dir_of(cli: str | None, manifest: Manifest | None) -> tuple[Path | None, str]:
     """``--patches-dir`` (relative to the working dir) > ``[qola] patches_dir`` (relative to the
-    manifest's dir) > none: qola ships no AITER patches of its own."""
+    manifest's dir) > QoLA's default place, ``<qola checkout>/patches/aiter``, when it exists (qola
+    ships no AITER patches of its own: a checkout that has that dir put it there) > none."""
     if cli is not None:
         return Path(os.path.abspath(cli)), "--patches-dir"
     if manifest is not None and manifest.qola.patches_dir:
         return manifest.base_dir / manifest.qola.patches_dir, "[qola] patches_dir"
+    home = qola_checkout()
+    if home is not None and (home / "patches" / "aiter").is_dir():
+        return home / "patches" / "aiter", "the default patches dir"
     return None, ""
 
 
@@ -59,3 +63,28 @@ def request(root: Path, manifest: Manifest | None, env: Mapping[str, str], *, co
     pdir, pwhere = patches_dir_of(patches_dir, manifest)
     return Request(root=root, commit=sha, commit_from=commit_from, patches=collect_patches(pdir, pwhere),
                    url=url_of(url, manifest, env), force=forced(force, env), env=dict(env))
+
+
+def unapplied_patches_note(root: Path, manifest: Manifest, env: Mapping[str, str],
+                           patches_dir: str | None = None) -> str | None:
+    """A warning when the patch set the manifest (or ``--patches-dir``) names is not the one the last
+    ``qola checkout`` of ``root`` applied (None: it is, or there is none, or the tree is not a git checkout)."""
+    import hashlib  # noqa: PLC0415
+
+    from qola.checkout.state import read_stamp  # noqa: PLC0415
+    from qola.checkout.sync import collect_patches  # noqa: PLC0415
+
+    pdir, where = patches_dir_of(patches_dir, manifest)
+    if pdir is None or not (root / ".git").exists():
+        return None
+    try:
+        wanted = [(p.name, hashlib.sha256(p.read_bytes()).hexdigest()) for p in collect_patches(pdir, where)]
+    except (QolaError, OSError):
+        return None
+    stamp = read_stamp(root, env) or {}
+    applied = [(p.get("name"), p.get("sha256")) for p in stamp.get("patches", []) if isinstance(p, dict)]
+    if not wanted or applied == wanted:
+        return None
+    return (f"{root} does not hold the patches of {where} ({pdir}: {', '.join(n for n, _ in wanted)}) as qola "
+            f"checkout applies them{' (it recorded ' + ', '.join(str(n) for n, _ in applied) + ')' if applied else ''}; "
+            "built as it is (run qola checkout to apply them)")

@@ -25,11 +25,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qola import lock
 from qola.checkout import git
 from qola.checkout.state import Snapshot, clear_stamp, read_stamp, snapshot, write_stamp
 from qola.errors import QolaError
+from qola.fsutil import replace_dir
 
 HEX = re.compile(r"[0-9a-f]{4,40}\Z")
+LOCK_WAIT = 3600.0  # seconds another checkout of the same tree may take
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,24 @@ def _digest(commit: str, patches: Sequence[tuple[str, bytes]]) -> str:
 
 
 def ensure(req: Request) -> Result:
+    """Bring ``req.root`` to the request (see the module's docstring). One checkout per tree at a
+    time: a lock file beside the tree (``.<name>.qola-checkout.lock``) queues the others."""
     root = Path(os.path.abspath(req.root))
+    parent = root.parent
+    if not root.exists():
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise QolaError(f"cannot create {parent} for the checkout: {exc.strerror or exc}",
+                            hint="pass --aiter-root with a directory you can write") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return _ensure(req, root)  # nowhere to put a lock (and nowhere to clone): checked on the way
+    guard = {parent / f".{root.name}.qola-checkout.lock": f"the kernel tree {root}"}
+    with lock.acquire(guard, ["qola", "checkout", str(root)], wait=LOCK_WAIT):
+        return _ensure(req, root)
+
+
+def _ensure(req: Request, root: Path) -> Result:
     fresh = not root.exists() or (root.is_dir() and not any(root.iterdir()))
     if fresh:
         return _clone_and_checkout(req, root)
@@ -95,9 +115,7 @@ def _clone_and_checkout(req: Request, root: Path) -> Result:
         git.run(None, "clone", "--no-checkout", "--filter=blob:none", "--", req.url, str(tmp), env=req.env,
                 network=req.url)
         result = _checkout(req, tmp, cloned=True)
-        if root.exists():
-            root.rmdir()  # the empty dir we were given
-        os.rename(tmp, root)
+        replace_dir(tmp, root)  # in place of the empty dir we were given, if any
     except QolaError as exc:  # name the directory the user gave, not the temporary clone
         shutil.rmtree(tmp, ignore_errors=True)
         exc.message = exc.message.replace(str(tmp), str(root)) + f"\n  (nothing was left at {root})"
@@ -152,7 +170,7 @@ def _checkout(req: Request, root: Path, *, cloned: bool) -> Result:
                                                      if len(before.changes) > 12 else "")
         raise QolaError(f"{root} has changes qola did not make; refusing to reset it:\n    {shown}",
                         hint="commit or stash them, build the tree as it is with --skip-checkout, or discard "
-                        "them with --force (QOLA_FORCE_AITER_CHECKOUT=1)")
+                        "them: qola checkout --force, qola build --force-checkout (or QOLA_FORCE_AITER_CHECKOUT=1)")
     branch = git.run(root, "symbolic-ref", "--quiet", "--short", "HEAD", env=env, check=False).stdout.strip()
     previous = [(p["name"], p["text"].encode()) for p in stamp.get("patches", [])] if ours else []
     _move(root, target, stamp.get("added", []) if ours else [], env)
