@@ -217,7 +217,13 @@ def complete(out: Path) -> bool:
     fsutil.fsync_dir(nxt)
     _drop_legacy(out)
     drop_prev(out)
-    os.rename(nxt, st / PREV)
+    if any(os.path.lexists(nxt / name) for name in ENTRIES):
+        os.rename(nxt, st / PREV)
+    else:  # a first publish: there was no previous version (renamed first: a kill leaves a stale .old-<pid>)
+        aside = st / f"{OLD}{os.getpid()}"
+        fsutil.remove(aside)
+        os.rename(nxt, aside)
+        fsutil.remove(aside)
     fsutil.fsync_dir(st)
     return True
 

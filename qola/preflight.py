@@ -167,6 +167,13 @@ def _size(root: Path) -> int:
     return total
 
 
+def _size_file(path: Path) -> int:
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
+
+
 def writable(dirs: Mapping[str, tuple[Path, str]]) -> None:
     """Each directory (label -> (path, its option)), or the nearest existing directory above it
     (where it will be created), must be a writable directory."""
@@ -185,7 +192,14 @@ def room(out: Path, build_dir: Path, min_free: int = MIN_FREE_BYTES, names: tupl
     output dir, the size of what is there now (publishing holds the old and the new output; with
     ``names``, only those top-level entries count: a kernel tree kept in OUT is not qola's output).
     Both on one file system need the sum."""
-    previous = _size(out) if names is None else sum(_size(out / n) for n in names if not (out / n).is_symlink())
+    from qola.outdir import DIRS, MANIFEST_JSON  # noqa: PLC0415
+
+    # what the new version will roughly take: the published entries (OUT/.qola/prev is removed
+    # before staging; a kernel tree kept inside OUT is not qola's)
+    if names is None:
+        previous = sum(_size(out / d) for d in DIRS) + _size_file(out / MANIFEST_JSON)
+    else:
+        previous = sum(_size(out / n) for n in names if not (out / n).is_symlink())
     by_fs: dict[int, dict] = {}
     for path, what, extra in ((out, "the output dir", previous), (build_dir, "the build dir", 0)):
         at = _existing(path)

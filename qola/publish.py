@@ -291,8 +291,10 @@ def install_version(out: Path, fill: Callable[[Path], None]) -> Path:
     check_output(out)
     out.mkdir(parents=True, exist_ok=True)
     store = inside(out, STORE)
-    with outdir.switching(out):
-        outdir.drop_prev(out)
+    store.mkdir(exist_ok=True)
+    if os.path.lexists(store / outdir.PREV):
+        with outdir.switching(out):
+            outdir.drop_prev(out)
     stage_dir = Path(tempfile.mkdtemp(prefix=f"{STAGE}{os.getpid()}-", dir=store))
     try:
         os.chmod(stage_dir, 0o755)

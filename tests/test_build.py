@@ -129,7 +129,9 @@ def test_broken_module_does_not_stop_others(tmp_path):
     broken = status["module_broken"]
     assert broken["status"] == "failed" and broken["artifact"] is None
     assert "not_declared_anywhere" in (out / "logs" / "module_broken.log").read_text()
-    assert broken["error"]["log"] == "logs/module_broken.log"
+    assert broken["log"] == "logs/module_broken.log" and broken["success"] is False and broken["error"]
+    assert status["module_rmsnorm"]["success"] is True and status["module_rmsnorm"]["error"] == ""
+    assert data["summary"] == {"total": len(status), "success": len(status) - 1, "failed": 1}
     failed = {r.name: r for r in report.modules if r.status == "failed"}
     assert list(failed) == ["module_broken"] and "not_declared_anywhere" in failed["module_broken"].detail
     assert not list((out / "lib").glob("qk_module_broken*"))

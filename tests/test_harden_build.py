@@ -309,6 +309,9 @@ def test_room_counts_the_previous_output(tmp_path, monkeypatch):
     out = tmp_path / "out"
     (out / "lib").mkdir(parents=True)
     (out / "lib" / "big.so").write_bytes(b"\0" * (3 * 1024 * 1024))
+    for other in ("third_party/aiter", ".qola/prev/lib"):  # a kernel tree inside OUT, the previous version
+        (out / other).mkdir(parents=True)
+        (out / other / "big").write_bytes(b"\0" * (3 * 1024 * 1024))  # neither counts
     real = os.statvfs
 
     class Small:

@@ -156,11 +156,11 @@ def test_atomic_write_temp_prefix_commit_and_replace_dir(tmp_path, monkeypatch):
 
 def test_atomic_writers_live_in_fsutil():
     """No module renames its own temp files: they call qola.fsutil. Left out, each for a reason:
-    publish.py (the versioned-output switch: renames of whole versions and symlinks, its own
-    protocol, tested under SIGKILL at every rename), jit/prebuild.py (the compiler's temp output
+    outdir.py (the output switch: renames and exchanges of whole published dirs, its own
+    roll-forward protocol, tested under SIGKILL at every step), jit/prebuild.py (the compiler's temp output
     and the moving aside of a bad header tree, named by qola.jit.format, under the key's lock) and
     ninja.py (build.ninja: the pipeline work of issue 12 owns that file)."""
-    allowed = {"fsutil.py", "publish.py", "jit/prebuild.py", "ninja.py"}
+    allowed = {"fsutil.py", "outdir.py", "jit/prebuild.py", "ninja.py"}
     found = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
                    if re.search(r"os\.replace\(|os\.rename\(|\.rename\(|mkstemp\(", p.read_text())
                    and str(p.relative_to(SRC)) not in allowed)

@@ -22,7 +22,7 @@ from conftest import KERNELS, run_qola
 from qola import pipeline, prebuilt
 from qola.errors import QolaError
 from qola.pipeline import BuildSpec, Reporter
-from qola.publish import current_version
+from qola.outdir import ENTRIES, published
 from qola.toolchain import Toolchain
 
 MANIFEST = """# the example tree, one module
@@ -252,8 +252,15 @@ def server():
 
 
 def files_of(out: Path) -> dict[str, bytes]:
-    root = current_version(out)
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """OUT's published files (not .qola), which must be real files in real dirs."""
+    found = {}
+    for p in sorted(out.rglob("*")):
+        rel = p.relative_to(out).as_posix()
+        if rel.split("/")[0] in ENTRIES:
+            assert not p.is_symlink(), rel
+            if p.is_file():
+                found[rel] = p.read_bytes()
+    return found
 
 
 def install_from(built, source: str, name: str) -> pipeline.BuildReport:
@@ -419,8 +426,8 @@ def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(built
     with pytest.raises(QolaError, match=CASES[how]) as err:
         prebuilt.install(str(bad), "qk", report.key, out, tmp_path / "work")
     assert "Traceback" not in err.value.render() and err.value.hint
-    assert current_version(out) == first.version and files_of(out) == before
-    assert sorted(p.name for p in (out / ".qola").iterdir()) == [first.version.name]
+    assert first.out == out and files_of(out) == before
+    assert sorted(p.name for p in (out / ".qola").iterdir()) == ["switch.lock"]
     assert not (tmp_path / "escaped.txt").exists() and not os.path.lexists("/tmp/qola-absolute-escape")
 
 
@@ -430,7 +437,7 @@ def test_a_truncated_http_download_is_refused(built, tmp_path, server):
     out = tmp_path / "out"
     with pytest.raises(QolaError, match="truncated|broke off"):
         prebuilt.install(server(good, truncate=True), "qk", report.key, out, tmp_path / "work")
-    assert current_version(out) is None
+    assert not published(out)
 
 
 @pytest.mark.slow
@@ -442,4 +449,4 @@ def test_the_build_command_refuses_a_hostile_store_and_installs_nothing(built, t
     done = run_qola("build", "-m", str(m), "--aiter-root", str(src), "-o", str(out), "--prebuilt", str(bad))
     assert done.returncode == 2, done.stderr
     assert "a symlink: refused" in done.stderr and "hint:" in done.stderr and "Traceback" not in done.stderr
-    assert current_version(out) is None and not (out / "lib").exists()
+    assert not published(out) and not (out / "lib").exists()

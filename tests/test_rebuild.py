@@ -1,4 +1,4 @@
-"""Issue 12, the cost of a rebuild: an unchanged artifact is republished by a hard link without
+"""Issue 12, the cost of a rebuild: an unchanged artifact is republished by an in-kernel copy without
 being read again, generated files keep their mtime when their bytes do not change, and a build
 with only some ninja edges dirty runs ninja on the recorded graph and republishes what changed."""
 
@@ -20,71 +20,69 @@ from qola import publish as publish_mod
 from qola.publish import publish
 
 
-def _counting_hashes(monkeypatch) -> list[str]:
-    """Every path qola.publish hashes from now on."""
-    read: list[str] = []
-    sha, regular = publish_mod.file_sha256, publish_mod.regular_file_sha256
+def _fast_copies(monkeypatch) -> list[str]:
+    """Every source qola.publish copies without reading it (its stat as the last publish recorded)."""
+    fast: list[str] = []
+    real = publish_mod.copy_file
 
-    def file_sha(p):
-        read.append(str(p))
-        return sha(p)
+    def copy(src, dst, mode):
+        fast.append(str(src))
+        return real(src, dst, mode)
 
-    def regular_sha(p):
-        read.append(str(p))
-        return regular(p)
-
-    monkeypatch.setattr(publish_mod, "file_sha256", file_sha)
-    monkeypatch.setattr(publish_mod, "regular_file_sha256", regular_sha)
-    return read
+    monkeypatch.setattr(publish_mod, "copy_file", copy)
+    return fast
 
 
-def test_an_unchanged_artifact_is_linked_without_reading_it(tmp_path, monkeypatch):
+def test_an_unchanged_artifact_is_copied_without_reading_it(tmp_path, monkeypatch):
     out = tmp_path / "out"
+    lib = tmp_path / "b" / "lib"
     report = fake_report(tmp_path, [("a", "qk_a", "built", b"A1" * 1000), ("b", "qk_b", "built", b"B1" * 1000)])
     publish(report, out)
-    first = (out / "current").resolve()
-    read = _counting_hashes(monkeypatch)
+    fast = _fast_copies(monkeypatch)
     publish(report, out)  # nothing rebuilt: the build dir's libraries are as the last publish saw them
-    second = (out / "current").resolve()
-    assert second != first
-    for rel in ("lib/qk_a.so", "lib/qk_b.so", "logs/a.log"):  # unchanged logs and texts are linked too
-        assert os.stat(first / rel).st_ino == os.stat(second / rel).st_ino
-    assert not [p for p in read if p.endswith(".so")], read
+    assert sorted(fast) == [str(lib / "qk_a.so"), str(lib / "qk_b.so")]
+    prev = out / ".qola" / "prev"
+    for rel in ("lib/qk_a.so", "lib/qk_b.so"):  # a copy of its own, never a link to the previous version
+        assert os.stat(out / rel).st_nlink == 1 and os.stat(out / rel).st_ino != os.stat(prev / rel).st_ino
+        assert (out / rel).read_bytes() == (prev / rel).read_bytes()
 
-    # b relinked with other bytes, a rewritten with the same bytes: b copied, a hashed once and linked
-    (tmp_path / "b" / "lib" / "qk_a.so").write_bytes(b"A1" * 1000)
-    (tmp_path / "b" / "lib" / "qk_b.so").write_bytes(b"B2" * 1000)
-    read.clear()
+    # b relinked with other bytes, a rewritten with the same bytes: both read (their stat moved)
+    (lib / "qk_a.so").write_bytes(b"A1" * 1000)
+    (lib / "qk_b.so").write_bytes(b"B2" * 1000)
+    fast.clear()
     publish(report, out)
-    third = (out / "current").resolve()
-    assert os.stat(third / "lib" / "qk_a.so").st_ino == os.stat(second / "lib" / "qk_a.so").st_ino
-    assert os.stat(third / "lib" / "qk_b.so").st_ino != os.stat(second / "lib" / "qk_b.so").st_ino
-    assert (third / "lib" / "qk_b.so").read_bytes() == b"B2" * 1000
-    assert read.count(str(tmp_path / "b" / "lib" / "qk_a.so")) == 1  # its own bytes, never the published copy's
-    assert not [p for p in read if str(out) in p]
+    assert fast == []
+    assert (out / "lib" / "qk_b.so").read_bytes() == b"B2" * 1000
     mods = {m["name"]: m for m in json.loads((out / "manifest.json").read_text())["modules"]}
-    assert mods["b"]["sha256"] == publish_mod.hashlib.sha256(b"B2" * 1000).hexdigest()
+    assert mods["b"]["sha256"] == hashlib.sha256(b"B2" * 1000).hexdigest()
+    assert mods["a"]["sha256"] == hashlib.sha256(b"A1" * 1000).hexdigest()
+    fast.clear()
+    publish(report, out)
+    assert len(fast) == 2  # recorded again
 
 
-def test_a_published_file_changed_behind_qolas_back_is_not_linked(tmp_path):
+def test_a_source_changed_with_its_size_and_mtime_kept_is_read_again(tmp_path, monkeypatch):
     out = tmp_path / "out"
     report = fake_report(tmp_path, [("a", "qk_a", "built", b"A1" * 1000)])
     publish(report, out)
-    first = (out / "current").resolve()
-    lib = first / "lib" / "qk_a.so"
-    os.chmod(lib, 0o755)
-    lib.write_bytes(b"XX" * 1000)  # same size, other bytes: only its stat says so
+    src = tmp_path / "b" / "lib" / "qk_a.so"
+    st = src.stat()
+    src.write_bytes(b"XX" * 1000)  # same size, other bytes, mtime put back: its ctime still moved
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    fast = _fast_copies(monkeypatch)
     publish(report, out)
-    now = out / "lib" / "qk_a.so"
-    assert now.read_bytes() == b"A1" * 1000 and os.stat(now).st_ino != os.stat(lib).st_ino
+    assert fast == [] and (out / "lib" / "qk_a.so").read_bytes() == b"XX" * 1000
+    data = json.loads((out / "manifest.json").read_text())
+    assert data["files"]["lib/qk_a.so"]["sha256"] == hashlib.sha256(b"XX" * 1000).hexdigest()
 
 
-def test_a_record_of_another_output_dir_is_not_used(tmp_path):
+def test_a_record_of_another_format_is_not_used(tmp_path):
     report = fake_report(tmp_path, [("a", "qk_a", "built", b"A1" * 1000)])
     publish(report, tmp_path / "one")
-    record = json.loads((tmp_path / "b" / publish_mod.PUBLISHED).read_text())
-    assert record["out"] == os.path.realpath(tmp_path / "one") and record["version"] == "v1"
-    assert publish_mod._seen(tmp_path / "b" / publish_mod.PUBLISHED, tmp_path / "two", Path("v1")) == {}
+    record = tmp_path / "b" / publish_mod.PUBLISHED
+    assert publish_mod._seen(record) and json.loads(record.read_text())["format"] == 2
+    record.write_text(json.dumps({"out": "x", "version": "v1", "files": {"lib/qk_a.so": {}}}))
+    assert publish_mod._seen(record) == {}
 
 
 # ---- the incremental path, end to end (fake nvcc: g++) ---------------------------------------------
@@ -137,7 +135,7 @@ def planned(res) -> bool:
 
 
 def lib_of(tmp: Path) -> Path:
-    return (tmp / "out" / "current").resolve() / "lib" / "qk_libgen.so"
+    return tmp / "out" / "lib" / "qk_libgen.so"
 
 
 @needs_fake_nvcc
@@ -146,7 +144,7 @@ def test_touching_one_instance_recompiles_it_alone_without_replanning(gen_setup)
     first = build()
     assert first.returncode == 0 and planned(first), first.stderr
     assert json.loads((tmp / "out.build" / ".qola-noop.json").read_text())["rebuild"]["targets"] == ["module_libgen"]
-    lib, seen = lib_of(tmp), len(log_entries(tmp / "out.build"))
+    lib, seen = lib_of(tmp).read_bytes(), len(log_entries(tmp / "out.build"))
     time.sleep(0.05)
     os.utime(blob / "inst_b.cu")
     res = build()
@@ -154,8 +152,8 @@ def test_touching_one_instance_recompiles_it_alone_without_replanning(gen_setup)
     ran = log_entries(tmp / "out.build")[seen:]
     assert [o for o in ran if o.endswith(".o")] == [o for o in ran if o.startswith("obj/libgen/inst_b-")]
     assert len(ran) == 2 and "lib/qk_libgen.so" in ran, ran  # that object and the link
-    now = lib_of(tmp)
-    assert now != lib and os.stat(now).st_ino == os.stat(lib).st_ino  # same bytes relinked: published by a link
+    now = lib_of(tmp).read_bytes()
+    assert now == lib  # the same bytes relinked and published again
     assert "up to date" in build().stderr
 
     # a real change to that instance: its object and the link again, a new library published
@@ -165,7 +163,7 @@ def test_touching_one_instance_recompiles_it_alone_without_replanning(gen_setup)
     assert res.returncode == 0 and not planned(res), res.stderr
     assert len(log_entries(tmp / "out.build")[seen:]) == 2
     newest = lib_of(tmp)
-    assert os.stat(newest).st_ino != os.stat(now).st_ino
+    assert newest.read_bytes() != now
     data = json.loads((tmp / "out" / "manifest.json").read_text())
     assert data["files"]["lib/qk_libgen.so"]["sha256"] == hashlib.sha256(newest.read_bytes()).hexdigest()
     (mod,) = data["modules"]
@@ -177,12 +175,13 @@ def test_touching_one_instance_recompiles_it_alone_without_replanning(gen_setup)
 def test_a_generator_comment_edit_recompiles_nothing(gen_setup):
     tmp, build, script, blob = gen_setup
     assert build().returncode == 0
-    lib, seen = lib_of(tmp), len(log_entries(tmp / "out.build"))
+    built = tmp / "out.build" / "lib" / "qk_libgen.so"
+    lib, seen, mtime = lib_of(tmp).read_bytes(), len(log_entries(tmp / "out.build")), built.stat().st_mtime_ns
     script.write_text("# only a comment\n" + script.read_text())
     res = build()
     assert res.returncode == 0 and planned(res), res.stderr  # the generator changed: the full path
     assert log_entries(tmp / "out.build")[seen:] == [], "nothing to recompile or relink"
-    assert os.stat(lib_of(tmp)).st_ino == os.stat(lib).st_ino
+    assert lib_of(tmp).read_bytes() == lib and built.stat().st_mtime_ns == mtime
     assert "up to date" in build().stderr
 
 

@@ -54,6 +54,11 @@ def find_jit_dirs(out: Path) -> list[Path]:
     hint = "give the build's output dir (it has jit/<module>/index.json)"
     if out.exists() and not out.is_dir():
         raise QolaError(f"{out} is not a directory", hint=hint)
+    from qola import outdir  # noqa: PLC0415
+
+    if outdir.interrupted(out):  # a publish killed mid-switch: completed before OUT/jit is read
+        with outdir.reading(out):
+            pass
     for base in (out / "jit", out):
         found = sorted(p.parent for p in base.glob(f"*/{fmt.INDEX}"))
         if found:
