@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qola import ninja
+from qola import genrules, needs, ninja
 from qola.builddir import BuildLayout, object_path
 from qola.errors import FailedProcessError, QolaError, tail
 from qola.extras import ModuleExtra
@@ -86,7 +86,8 @@ def _split(flags: tuple[str, ...] | list[str]) -> list[str]:
 def module_flags(mod: ModulePlan, tc: Toolchain, blob_dir: Path, include_dir: Path) -> list[str]:
     flags = tc.device_flags()
     flags += [f"-I{d}" for d in (*mod.include_dirs, str(blob_dir), str(include_dir))]
-    flags += _split(mod.flags_extra_cc)  # AITER: extra_cflags precede the HIP flags in every .cu compile
+    if tc.kind == "hip":  # AITER compiles HIP sources with its C++ flags first (cpp_extension: cflags + …)
+        flags += _split(mod.flags_extra_cc)
     flags += _split(mod.flags_extra_hip)
     if mod.is_python_module:
         flags += pybind11_flags(mod.md_name, mod.table_md_name).cflags
@@ -128,13 +129,14 @@ def generate(plan: Plan, tc: Toolchain, layout: BuildLayout, *, jobs: int, env: 
     files. A failure marks its module failed."""
     from qola.codegen import GenJob, run_generators  # noqa: PLC0415 (the incremental path needs none of it)
 
-    gen_jobs = [GenJob(m.name, m.generators, (), m.configs) for m in plan.modules if m.generators]
+    given = genrules.aiter_env(plan.archs, plan.meta_dir)  # what AITER's build exports; in each stamp
+    gen_jobs = [GenJob(m.name, m.generators, (), m.configs, env=tuple(sorted(given.items())))
+                for m in plan.modules if m.generators]
     generated: dict[str, tuple[str, ...]] = {}
     if not gen_jobs:
         return generated
     hsa_dir = Path(plan.meta_dir) / "hsa"
-    # AITER's generators ask chip_info for the targets: GPU_ARCHS, else rocminfo (absent on build hosts)
-    gen_env, note = generator_env(tc, {**env, "GPU_ARCHS": ";".join(plan.archs)}, layout.tools_bin)
+    gen_env, note = generator_env(tc, {**env, **given}, layout.tools_bin)
     notes += [note] if note else []
 
     def one(job: GenJob):
@@ -176,6 +178,15 @@ def sources(plan: Plan, generated: Mapping[str, tuple[str, ...]], results: dict[
         if not mod.sources and not gen:
             r.status, r.error = "failed", "the module has no sources (table srcs empty and no generated files)"
             continue
+        if mod.gates:  # a source gating its kernels on a registry switch left off (qola.needs)
+            flags = [*(mod.flags_extra_cc if plan.vendor == "hip" else ()), *mod.flags_extra_hip]
+            off = needs.off_switches(mod.gates, flags, {s: mod.flags_for(s) for s, _ in mod.gates})
+            if off:
+                every = all(len(names) == len(dict(mod.gates)[src]) for src, names in off)
+                fail(r, QolaError(needs.off_message(mod.name, off, every),
+                                  hint="define them to 1 (qola's registry adds -D<NAME>=1 unless the table or the "
+                                  "manifest defines the switch; remove the manifest's -D<NAME>=0)"))
+                continue
         try:  # names from the table never leave the build dir (checked at plan time too)
             r.artifact = layout.artifact(mod.artifact_name)
             layout.obj_dir(mod.name)
@@ -212,7 +223,8 @@ def graph_for(plan: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str,
         flags = module_flags(mod, tc, layout.blob(mod.name), layout.include) + list(more.cflags)
         variables[var] = ninja.escape_flags(flags + tc.prefix_map_flags(paths.compiler_maps))
         compiles = tuple(ninja.Compile(s, object_path(mod.name, s), var,
-                                       tuple(_split(mod.flags_for(s)) + unit_flags(tc, paths, mod.name, s)))
+                                       tuple(_split(mod.flags_for(s)) + list(more.flags_for(s))
+                                             + unit_flags(tc, paths, mod.name, s)))
                          for s in more.sources(srcs[mod.name].all))
         edges += [(e.rule, e.out, e.inputs, dict(e.variables)) for e in more.edges]
         targets.append(ninja.Target(

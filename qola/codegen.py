@@ -1,6 +1,7 @@
 """Run a module's generator commands into a staging dir, then bring the module's blob dir to it.
 
-A stamp over (commands, generator sources, filters) skips unchanged runs;
+A stamp over (commands, generator sources, filters, the environment qola sets for them: the archs)
+skips unchanged runs;
 every run starts from an empty staging dir, so instances from an earlier filter
 never survive. The blob dir is synced file by file (:func:`qola.fsutil.sync_dir`): a generated file
 whose bytes did not change keeps its mtime, so a rerun generator (an edited comment, a new option
@@ -47,6 +48,7 @@ class GenJob:
     configs: tuple[MergedConfig, ...] = ()  # merged tuned configs its commands name as {qola_configs}/<name>
     configs_dir: str | None = None  # where they were written (set by write_configs)
     config_digests: tuple[tuple[str, str], ...] = ()  # (name, sha256 of the written file)
+    env: tuple[tuple[str, str], ...] = ()  # the variables qola sets for its generators (genrules.aiter_env)
 
     def argvs(self, out_dir: str, python: str) -> list[list[str]]:
         result = []
@@ -111,6 +113,8 @@ def stamp_of(job: GenJob, python: str) -> str:
         "argv": job.argvs(OUTPUT_DIR, python),
         "generators": _sources_digest([a for g in job.generators for a in g.run_argv[:2] if a.endswith(".py")]),
     }
+    if job.env:  # what qola tells the generators besides argv (the archs): another arch, another output
+        payload["env"] = dict(job.env)
     if digests:  # merged tuned configs: their content, not just their name, decides a rerun
         payload["configs"] = digests
     files = _argument_files_digest(payload["argv"])

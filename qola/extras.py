@@ -52,6 +52,7 @@ class ModuleExtra:
     drop_sources: tuple[str, ...] = ()  # sources not compiled (deferred to the JIT)
     add_sources: tuple[str, ...] = ()  # compiled with the module's flags too (JIT stubs)
     cflags: tuple[str, ...] = ()
+    source_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (source path, flags for it alone)
     ldflags: tuple[str, ...] = ()
     edges: tuple[Edge, ...] = ()
     extra_inputs: tuple[str, ...] = ()  # objects of those edges, linked into the module
@@ -71,6 +72,7 @@ class ModuleExtra:
             drop_sources=self.drop_sources + other.drop_sources,
             add_sources=self.add_sources + other.add_sources,
             cflags=self.cflags + other.cflags,
+            source_flags=self.source_flags + other.source_flags,
             ldflags=self.ldflags + other.ldflags,
             edges=self.edges + other.edges,
             extra_inputs=self.extra_inputs + other.extra_inputs,
@@ -83,6 +85,9 @@ class ModuleExtra:
             warnings=self.warnings + other.warnings,
             jit=other.jit if other.jit is not None else self.jit,
         )
+
+    def flags_for(self, source: str) -> tuple[str, ...]:
+        return tuple(f for s, flags in self.source_flags if s == source for f in flags)
 
     def sources(self, sources: Iterable[str]) -> tuple[str, ...]:
         """``sources`` less the dropped ones, plus the added ones: what the module compiles."""

@@ -1,4 +1,5 @@
-"""What a generator's absence or failure means, as AITER treats it (pure functions, no I/O but ``stat``).
+"""What a generator's absence or failure means, as AITER treats it, and what it is told to generate
+(pure functions; no I/O but ``stat`` and size-limited reads of a generator script's source).
 
 * :func:`asm_arch`: a script under the tree's ``hsa/<gfx…>/`` is a per-arch assembly-kernel generator
   (``hsa/gfx942/fmha_v3_fwd/codegen.py``). AITER ships those only for the archs it has hand-written
@@ -16,6 +17,11 @@
   call every direction's dispatch function, so it must exist for the library to link.
 * :func:`missing_package_hint`: a generator that died on ``ModuleNotFoundError`` gets a hint naming
   the interpreter that ran it and the ``pip install`` that fixes it.
+* :func:`with_targets`: the archs a generator writes code for. CK's fMHA ``generate.py`` takes
+  ``--targets=<arch,…>`` (newer CKs; without it, it writes every ``_gfx9``/``_gfx950`` twin);
+  qola passes the plan's archs when the script's own argument list declares ``--targets`` (read
+  from its source, never assumed). A generator reading ``AITER_GPU_ARCHS``/``GPU_ARCHS`` writes for
+  the plan's archs; a per-arch asm generator for its one arch.
 """
 
 from __future__ import annotations
@@ -40,6 +46,10 @@ CK_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
     "bwd": (("dot_do_o", "fmha_bwd_dot_do_o_"), ("convert_dq", "fmha_bwd_convert_dq_"), ("dq_dk_dv", "")),
 }
 NO_KERNEL = "qola_no_kernel"  # a filter pattern no CK kernel name matches
+MAX_SCRIPT = 4 << 20  # a generator script read for its argument list
+_TARGETS_ARG = re.compile(r"""add_argument\(\s*(?:["'][^"']*["']\s*,\s*)*["']--targets["']""")
+_TARGETS_IN_CMD = re.compile(r"(?:^|\s)--targets(?:=|\s+)(\S+)")
+_ARCHS_ENV = re.compile(r"""["'](?:AITER_GPU_ARCHS|GPU_ARCHS)["']""")
 
 
 def flavor_of(script: str) -> str:
@@ -102,3 +112,76 @@ def missing_package_hint(output: str, python: str) -> str | None:
     return (f"the generator ran under {python}{version}, which has no module {top!r}: "
             f"install it there with `{python} -m pip install {package}` "
             f"(AITER's generators need its build requirements: {AITER_REQUIREMENTS})")
+
+
+def _script_text(script: str) -> str:
+    from qola.errors import QolaError  # noqa: PLC0415
+    from qola.tree.files import read_small  # noqa: PLC0415
+
+    try:
+        return read_small(script, limit=MAX_SCRIPT, what="generator script").decode("utf-8", "replace")
+    except (OSError, QolaError):  # absent, a FIFO, huge: not read; running it says more
+        return ""
+
+
+def takes_targets(script: str) -> bool:
+    """Whether ``script`` (CK's fMHA generate.py) declares a ``--targets`` argument."""
+    return flavor_of(script) == "ck" and bool(_TARGETS_ARG.search(_script_text(script)))
+
+
+def processors(archs: tuple[str, ...]) -> tuple[str, ...]:
+    """``gfx942`` of ``gfx942:xnack-``; order kept, duplicates dropped."""
+    return tuple(dict.fromkeys(a.split(":")[0] for a in archs))
+
+
+def with_targets(command: str, script: str, archs: tuple[str, ...],
+                 hsa_dir: str | os.PathLike | None = None) -> tuple[str, tuple[str, ...]]:
+    """(``command``, with ``--targets=<archs>`` when ``script`` takes it and the command names none;
+    the archs the generator writes for, () when qola cannot tell)."""
+    if not script:
+        return command, ()
+    if (one := asm_arch(script, hsa_dir)) is not None:
+        return command, (one,)
+    if takes_targets(script):
+        if (m := _TARGETS_IN_CMD.search(command)) is not None:  # the table or manifest chose them
+            return command, tuple(t for t in m.group(1).strip("'\"").split(",") if t)
+        targets = processors(archs)
+        if not targets:
+            return command, ()
+        stripped = command.lstrip()
+        if not stripped.startswith(script):
+            return command, ()
+        return f"{script} --targets={','.join(targets)}{stripped[len(script):]}", targets
+    if _ARCHS_ENV.search(_script_text(script)):
+        return command, processors(archs)
+    return command, ()
+
+
+def aiter_env(archs: tuple[str, ...], meta_dir: str | os.PathLike) -> dict[str, str]:
+    """The variables AITER's own build gives its generators (``aiter/jit/core.py`` at import):
+    ``GPU_ARCHS`` (the targets, ``;``-separated: its ``chip_info`` reads them, else asks rocminfo,
+    absent on build hosts), ``AITER_GPU_ARCHS`` (what ``chip_info.get_gfx_list`` exports: the same
+    list, stripped, ``;``-joined; ``hsa/codegen.py`` reads it with ``os.environ[...]``) and
+    ``AITER_ASM_DIR`` (``<meta>/hsa/``, with AITER's trailing slash). The generator stamp covers them."""
+    joined = ";".join(a.strip() for a in archs if a.strip())
+    return {"GPU_ARCHS": joined, "AITER_GPU_ARCHS": joined,
+            "AITER_ASM_DIR": f"{os.path.normpath(os.fspath(meta_dir))}/hsa/"}
+
+
+_FILE_ARCH = re.compile(r"_(gfx[0-9a-z]+)$")
+
+
+def file_archs(stems: list[str], archs: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Which of the plan's ``archs`` each generated file holds device code for. CK names a kernel
+    file for its arch family (``…_gfx9``, ``…_gfx950``) and guards its body with that family's
+    check, the more specific family excluded (``gfx9`` is ``__gfx9__ && !__gfx950__``): a file
+    serves an arch its suffix prefixes unless a longer suffix of the same listing does too. A
+    file without a suffix (the dispatch ``fmha_fwd_api``) serves every arch."""
+    procs = processors(archs)
+    suffixes = {m.group(1) for s in stems if (m := _FILE_ARCH.search(s))}
+    best = {a: max((x for x in suffixes if a.startswith(x)), key=len, default=None) for a in procs}
+    out = {}
+    for stem in stems:
+        m = _FILE_ARCH.search(stem)
+        out[stem] = procs if m is None else tuple(a for a in procs if best[a] == m.group(1))
+    return out

@@ -12,12 +12,12 @@ import shlex
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from qola import __version__, embed
+from qola import __version__, embed, kernels
 from qola.audit import audit_artifact
 from qola.build import CompileReport, fail
 from qola.builddir import BuildLayout, object_path
 from qola.consumers import ConsumerModule, common_header_text, consumer_files, render_config_header
-from qola.errors import QolaError
+from qola.errors import BuildFailed, QolaError
 from qola.extras import Edge, FileWrite, ModuleExtra
 from qola.link import archive_steps, library_ldflags, python_module_ldflags, version_script
 from qola.plantypes import ModulePlan, Plan
@@ -61,7 +61,8 @@ def extra(mod: ModulePlan, sources: Sequence[str], inner: ModuleExtra, plan: Pla
     writes: list[FileWrite] = []
     warnings: tuple[str, ...] = ()
     if mod.embed:
-        warnings, files, texts = _embed(mod, Path(plan.meta_dir) / "hsa", plan.archs, layout.embed_dir(mod.name), ns)
+        warnings, files, texts = _embed(mod, Path(plan.meta_dir) / "hsa", plan.archs, layout.embed_dir(mod.name), ns,
+                                        layout.blob(mod.name))
         obj = layout.embed_object(mod.name)
         edges.append(Edge("asm", obj, (str(files.asm),), (("module", mod.name),)))
         inputs.append(obj)
@@ -90,8 +91,20 @@ def extra(mod: ModulePlan, sources: Sequence[str], inner: ModuleExtra, plan: Pla
     return own.then(link)
 
 
+def _check_tables(mod: ModulePlan, blob_dir: Path, keys: list[str], archs: tuple[str, ...]) -> None:
+    """Every code object the module's generated v3 tables (``asm_<type>_configs.hpp``) name for a
+    target arch is embedded, else the module fails: its entry point would find the kernel in its
+    table and not its code object (:func:`qola.kernels.unembedded`)."""
+    for table in sorted(blob_dir.glob("asm_*_configs.hpp")) if blob_dir.is_dir() else []:
+        missing = kernels.unembedded(kernels.config_rows(table.read_text(errors="replace")), keys, mod.embed, archs)
+        if missing:
+            shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+            raise QolaError(f"module {mod.name}: {table.name} names code objects that are not embedded: {shown}",
+                            hint="the tree's hsa/<arch>/ lacks them, or embed = [...] leaves their kernel type out")
+
+
 def _embed(mod: ModulePlan, hsa: Path, archs: tuple[str, ...], out: Path,
-           ns: str) -> tuple[tuple[str, ...], embed.EmbedFiles, list[tuple[Path, str]]]:
+           ns: str, blob_dir: Path) -> tuple[tuple[str, ...], embed.EmbedFiles, list[tuple[Path, str]]]:
     """(warnings, the module's embed files, their texts). An arch the tree has no ``hsa/<arch>/``
     for (AITER ships no assembly kernels for it, and skips their generators) contributes nothing,
     with a warning; with no arch left the module embeds an empty set (its header and lookup still
@@ -101,6 +114,7 @@ def _embed(mod: ModulePlan, hsa: Path, archs: tuple[str, ...], out: Path,
                      f"embedded for {arch}" for arch in archs if arch not in present)
     embed.check_names(ns, mod.name)
     blobs = embed.collect(hsa, present, list(mod.embed)) if present else []
+    _check_tables(mod, blob_dir, [b.key for b in blobs], archs)
     files, texts = embed.texts(embed.render(blobs, ns, mod.name), out)
     return warnings, files, texts
 
@@ -123,6 +137,9 @@ def audit(report: CompileReport, plan: Plan, only: Collection[str] | None = None
         try:
             result = audit_artifact(r.artifact, plan.namespace, extra=extra,
                                     check=isolated(mod) or mod.is_python_module)
+            off = kernels.switch_problems(r.artifact, mod.name) if mod.gates else []
+            if off:
+                raise BuildFailed("\n".join(off), hint="a library that cannot compute is not published")
         except QolaError as exc:
             fail(r, exc)
             continue

@@ -397,7 +397,7 @@ def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, M
            results: dict[str, ModuleResult], s: Settings, env: Mapping[str, str]) -> dict[str, ModuleExtra]:
     """Each buildable module's extra: the JIT's (deferred instances), then isolation's and
     embedding's. A hook's QolaError fails its module only."""
-    from qola import isolation, jitbuild  # noqa: PLC0415
+    from qola import isolation, jitbuild, kernels  # noqa: PLC0415
     from qola.build import fail  # noqa: PLC0415
     from qola.errors import QolaError  # noqa: PLC0415
 
@@ -411,6 +411,7 @@ def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, M
             jit = jitbuild.extra(mod, srcs[mod.name].generated, plan_, tc, layout, compiler)
             more = jit.then(isolation.extra(mod, srcs[mod.name].all, jit, plan_, layout, isolate=s.isolate,
                                             discard_locals=tc.discard_locals))
+            more = more.then(kernels.extra(mod, layout.obj_dir(mod.name)))  # the switch record (qola.kernels)
         except QolaError as exc:
             fail(r, exc)
             continue

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from qola.errors import QolaError
-from qola import genrules, registry
+from qola import genrules, needs, registry
 from qola.manifest import Manifest, ModuleSection, check_archs, vendor
 from qola.rules import git_rev_problem, split_list
 from qola.plantypes import DEFAULT_MODE, Generator, JitSplit, ModulePlan, Plan
@@ -202,6 +202,18 @@ def _generators(cmds: list[str], section: ModuleSection | None, name: str, notes
     return tuple(kept)
 
 
+def _targets(gens: tuple[Generator, ...], archs: tuple[str, ...], added: tuple[str, ...],
+             hsa_dir: Path) -> tuple[Generator, ...]:
+    """Each generator with the archs it generates for (:func:`genrules.targets_of`): CK's fMHA
+    generator gets ``--targets`` from the plan's archs when its own argument list declares it."""
+    out = []
+    for g in gens:
+        cmd, targets = genrules.with_targets(g.command, g.script, archs, hsa_dir)
+        out.append(dataclasses.replace(g, command=cmd, targets=targets,
+                                       origin="registry" if g.command in added else None))
+    return tuple(out)
+
+
 def ck_free(flags_cc: list[str], env: Mapping[str, str]) -> bool:
     """AITER's switch (``aiter/jit/core.py``): a module is built without CK when its ``flags_extra_cc``
     define ``ENABLE_CK=0``, or, when none of them names ENABLE_CK, when the environment's ``ENABLE_CK`` is 0."""
@@ -231,15 +243,6 @@ def _overrides(section: ModuleSection, scope: overrides.Scope, prefix: str, wher
         overrides.check_plain_flags(section.flags_extra_hip_per_source, prefix, where)
     out.update(overrides.resolve_all({key: getattr(section, key) for key in overrides.KINDS}, scope, prefix, where))
     return out
-
-
-def _registry_additions(reg: registry.RegistryEntry, name: str, scope: overrides.Scope) -> dict[str, list[str]]:
-    """The registry's ``add_flags_extra_hip`` / ``add_flags_extra_cc`` / ``add_blob_gen_cmd``, resolved
-    like overrides (QoLA appends them after the manifest's overrides)."""
-    kinds = {"add_flags_extra_hip": overrides.FLAG, "add_flags_extra_cc": overrides.FLAG,
-             "add_blob_gen_cmd": overrides.COMMAND}
-    return {key: [str(overrides.resolve(v, kind, scope, f"{name}.{key}[{i}]", where=registry.REGISTRY))
-                  for i, v in enumerate(getattr(reg, key))] for key, kind in kinds.items()}
 
 
 def _default_includes(tree: AiterTree, names: Mapping[str, Any], standalone: bool) -> list[str]:
@@ -390,20 +393,27 @@ def make_plan(
         headers: list[str] = []
         explicit = section.embed_dirs if section else None
         embed = list(explicit) if explicit is not None else []
+        need = needs.Needs()
+        if reg is not None:  # what the module needs to contain kernels, where its sources ask (qola.needs)
+            need = needs.needs(
+                name, reg, sources, [*map(str, entry["flags_extra_cc"]), *map(str, entry["flags_extra_hip"])],
+                [str(c) for c in entry["blob_gen_cmd"] if isinstance(c, str)],
+                lambda expr: resolve_entry(name, {"blob_gen_cmd": [expr]}, names)["blob_gen_cmd"][0])
+            entry["flags_extra_hip"] = [*entry["flags_extra_hip"], *need.flags]
+            notes += need.notes
         flags_hip = [f for f in map(str, entry["flags_extra_hip"]) if f.strip()]
         flags_cc = [f for f in map(str, entry["flags_extra_cc"]) if f.strip()]
         generators = _generators(_per_arch(entry["blob_gen_cmd"], tree, archs), section, name, notes,
                                  table_directions if section is not None and section.blob_gen_cmd is not None
                                  else set(), no_ck=ck_free(flags_cc, env))
+        # the registry's generators come after the module's (overridden) list, its drop_directions and
+        # receipt, as QoLA appends its registry's add_blob_gen_cmd
+        generators += _generators(_per_arch(list(need.generators), tree, archs), None, name, notes)
         if reg is not None:
             sources = reg.apply_sources(sources)
             includes += reg.include_dirs()
             headers = [h for h in reg.header_paths(tree.meta_dir) if Path(h).is_file()]
             embed = embed if explicit is not None else list(reg.embed)
-            adds = _registry_additions(reg, name, scope)
-            flags_hip += adds["add_flags_extra_hip"]
-            flags_cc += adds["add_flags_extra_cc"]
-            generators += _generators(_per_arch(adds["add_blob_gen_cmd"], tree, archs), None, name, notes)
         elif cpp_itfs:
             includes.append(str(registry.data_dir()))
         ldflags = entry["extra_ldflags"] or []
@@ -425,7 +435,7 @@ def make_plan(
             flags_extra_cc=tuple(flags_cc),
             flags_extra_hip=tuple(flags_hip),
             include_dirs=tuple(dict.fromkeys(includes)),
-            generators=generators,
+            generators=_targets(generators, archs, need.generators, tree.hsa),
             torch_exclude=True if cpp_itfs else bool(entry["torch_exclude"]),
             is_python_module=False if cpp_itfs else bool(entry["is_python_module"]),
             is_standalone=standalone,
@@ -439,6 +449,7 @@ def make_plan(
                 for k, v in sorted((entry.get("flags_extra_hip_per_source") or {}).items())
             ),
             configs=configs,
+            gates=need.gates,
         ))
     _check_unique(plans, manifest)
     for key, mods in unknown.items():

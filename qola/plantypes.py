@@ -27,6 +27,8 @@ class Generator:
     filter: str | None = None  # --filter value from the declared variants (None: every instance)
     wrapper: str | None = None  # a script the generator runs under (qola's any-of filter shim for CK)
     dispatch_only: bool = False  # a dropped direction: its filter selects no kernel (genrules.dispatch_only_filter)
+    targets: tuple[str, ...] = ()  # archs it generates for (genrules.with_targets); () = whatever it knows
+    origin: str | None = None  # "registry": added by qola's registry (qola.needs), not the tree's table
 
     @property
     def argv(self) -> list[str]:
@@ -79,6 +81,7 @@ class ModulePlan:
     configs: tuple[MergedConfig, ...] = ()  # merged tuned configs its generators read ({qola_configs}/<name>)
     table_md_name: str = ""  # md_name as the tree's table has it (md_name is namespaced: <ns>_<table_md_name>)
     jit: JitSplit | None = None  # [jit] applies to the module
+    gates: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (source, registry switches it gates kernels on)
 
     def flags_for(self, source: str) -> tuple[str, ...]:
         name = Path(source).name
@@ -111,7 +114,8 @@ class Plan:
         for mod, raw in zip(self.modules, data["modules"]):
             raw["generators"] = [
                 {"command": g.command, "argv": g.argv, "direction": g.direction, "receipt": g.receipt,
-                 "filter": g.filter, "wrapper": g.wrapper, "dispatch_only": g.dispatch_only, "run_argv": g.run_argv}
+                 "filter": g.filter, "wrapper": g.wrapper, "dispatch_only": g.dispatch_only, "run_argv": g.run_argv,
+                 "targets": list(g.targets), "origin": g.origin}
                 for g in mod.generators
             ]
         return data
@@ -121,10 +125,12 @@ class Plan:
         mods = []
         for m in data["modules"]:
             gens = tuple(Generator(g["command"], g.get("direction"), g.get("receipt"), g.get("filter"),
-                                   g.get("wrapper"), bool(g.get("dispatch_only"))) for g in m["generators"])
+                                   g.get("wrapper"), bool(g.get("dispatch_only")), tuple(g.get("targets") or ()),
+                                   g.get("origin")) for g in m["generators"])
             fields = {k: tuple(v) if isinstance(v, list) else v for k, v in m.items()
                       if k not in ("generators", "jit")}
             fields["per_source_flags"] = tuple((p, tuple(f)) for p, f in m.get("per_source_flags", []))
+            fields["gates"] = tuple((p, tuple(f)) for p, f in m.get("gates", []))
             fields["configs"] = tuple(
                 MergedConfig(c["name"], tuple(c["sources"]), c["untuned"]) for c in m.get("configs", [])
             )

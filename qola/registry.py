@@ -37,8 +37,16 @@ def genwrap_script(name: str) -> Path:
     return templates_dir() / "genwrap" / name
 
 
-REGISTRY = "qola/registry.toml"  # how messages name it
 data_dir = runtime_dir  # the include dir holding qola_common.h, by the name qola.plan calls it
+
+
+@dataclass(frozen=True)
+class NeededGenerator:
+    """A generator a module needs when one of its sources includes the file it ``writes``
+    (``asm_fmha_v3_fwd_configs.hpp``); ``command`` is an AITER table expression (safe-evaluated)."""
+
+    writes: str
+    command: str
 
 
 @dataclass(frozen=True)
@@ -49,11 +57,9 @@ class RegistryEntry:
     drop_srcs: tuple[str, ...] = ()
     embed: tuple[str, ...] = ()
     tree_headers: tuple[str, ...] = ()
-    # appended to the module's lists (after a manifest override replaced them, after drop_directions
-    # and receipt), as QoLA's registry does; plain values or expressions (qola.tree.overrides)
-    add_flags_extra_hip: tuple[str, ...] = ()
-    add_flags_extra_cc: tuple[str, ...] = ()
-    add_blob_gen_cmd: tuple[str, ...] = ()
+    # what the module needs to contain kernels, applied where the tree's sources ask (qola.needs):
+    switches: tuple[str, ...] = ()  # -D<NAME>=1 where a source gates code on NAME (#if NAME)
+    generators: tuple[NeededGenerator, ...] = ()  # run where a source includes what they write
 
     def apply_sources(self, sources: list[str]) -> list[str]:
         kept = [s for s in sources if not any(fnmatch.fnmatch(Path(s).name, p) for p in self.drop_srcs)]
@@ -69,7 +75,13 @@ class RegistryEntry:
 @lru_cache(maxsize=1)
 def load() -> dict[str, RegistryEntry]:
     raw = tomllib.loads((Path(str(resources.files("qola"))) / "registry.toml").read_text())
-    return {name: RegistryEntry(**{k: tuple(v) for k, v in entry.items()}) for name, entry in raw.items()}
+    return {name: _entry(entry) for name, entry in raw.items()}
+
+
+def _entry(raw: dict) -> RegistryEntry:
+    fields = {k: tuple(v) for k, v in raw.items() if k != "generators"}
+    fields["generators"] = tuple(NeededGenerator(str(g["writes"]), str(g["command"])) for g in raw.get("generators", ()))
+    return RegistryEntry(**fields)
 
 
 def entry(module: str) -> RegistryEntry | None:

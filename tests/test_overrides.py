@@ -4,13 +4,14 @@ The fixture tree is written here, shaped like AITER 0403bcdf's ``libmha_fwd`` / 
 entries (no AITER code). The manifest is TE's gfx1250 manifest in form (namespace te_v3). The
 expected plans are written out by hand from what QoLA's ``config.py`` gives for it: overrides
 replace the table's values and are evaluated; ``drop_directions`` filters the resulting command
-list; the registry's ``add_flags_extra_hip`` / ``add_blob_gen_cmd`` are appended afterwards.
+list; the registry's additions (QoLA: ``add_flags_extra_hip``, ``add_blob_gen_cmd``; qola: the
+switches and generators its registry names where the sources ask, qola.needs) come afterwards.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import os
 import re
 from pathlib import Path
 
@@ -85,15 +86,27 @@ flags_extra_cc = ["'-DONLY_FAV3=1'", "'-DENABLE_CK=0'"]
 """
 
 
+# the preprocessor lines of AITER 0403bcdf's sources that decide what qola's registry adds (qola.needs):
+# the switches they test and the generated headers they include
+SOURCES = {
+    "csrc/cpp_itfs/mha_fwd.cu": "#if FAV3_ON\n#include \"asm_fmha_v3_fwd_configs.hpp\"\n#endif\n#if FAV2_ON\n#endif\n"
+                                "#if FAV1250_ON\n#endif\n",
+    "csrc/cpp_itfs/mha_fwd_split.cu": "#if ENABLE_CK\n#endif\n",
+    "csrc/cpp_itfs/mha_fwd_batch_prefill.cu": "#if ENABLE_CK\n#endif\n",
+    "csrc/cpp_itfs/mha_bwd.cu": "#include \"asm_fmha_v3_bwd_configs.hpp\"\n#if ONLY_FAV3\n#endif\n",
+    "csrc/py_itfs_cu/asm_fmha_fwd_with_sink.cu": "#include \"asm_fmha_fwd_bf16_configs.hpp\"\n#ifdef FAV1250_ON\n#endif\n",
+}
+
+
 def write_tree(root: Path) -> Path:
-    """A develop-layout tree with the two modules' files (empty sources, stub generators)."""
+    """A develop-layout tree with the two modules' files (stub sources, stub generators)."""
     (root / "aiter/jit").mkdir(parents=True)
     (root / "aiter/jit/optCompilerConfig.json").write_text(json.dumps(TABLE, indent=1))
-    for rel in ("csrc/cpp_itfs/mha_fwd.cu", "csrc/cpp_itfs/mha_fwd_split.cu", "csrc/cpp_itfs/mha_fwd_batch_prefill.cu",
-                "csrc/cpp_itfs/mha_bwd.cu", "csrc/py_itfs_cu/asm_fmha_fwd_with_sink.cu", "hsa/codegen.py",
-                "3rdparty/composable_kernel/example/ck_tile/01_fmha/generate.py"):
+    files = {**SOURCES, "hsa/codegen.py": "# fixture\n",
+             "3rdparty/composable_kernel/example/ck_tile/01_fmha/generate.py": "# fixture\n"}
+    for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text("// fixture\n" if rel.endswith(".cu") else "# fixture\n")
+        (root / rel).write_text(text)
     (root / "csrc/include").mkdir()
     (root / "3rdparty/composable_kernel/example/ck_tile/01_fmha/codegen/ops").mkdir(parents=True)  # CK's flavour
     (root / "hsa/gfx1250/fmha_fwd_bf16").mkdir(parents=True)
@@ -105,63 +118,51 @@ def tree(tmp_path):
     return open_tree(write_tree(tmp_path / "aiter"))
 
 
-@pytest.fixture()
-def qola_registry(monkeypatch):
-    """qola's registry entries for the two modules with QoLA's additions for them (its registry.toml:
-    FAV3_ON/FAV2_ON for libmha_fwd and the hsa codegen of each direction), one written as an
-    expression and one plain, so the plan does not depend on what qola's registry ships."""
-    real = registry.load()
-    fake = {
-        "libmha_fwd": dataclasses.replace(
-            real["libmha_fwd"], add_flags_extra_hip=("-DFAV3_ON=1", "-DFAV2_ON=1"), add_flags_extra_cc=(),
-            add_blob_gen_cmd=("f'{AITER_META_DIR}/hsa/codegen.py -m fmha_v3_fwd --output_dir {{}}'",)),
-        "libmha_bwd": dataclasses.replace(
-            real["libmha_bwd"], add_flags_extra_hip=(), add_flags_extra_cc=(),
-            add_blob_gen_cmd=("hsa/codegen.py -m fmha_v3_bwd --output_dir {}",)),
-    }
-    monkeypatch.setattr(registry, "load", lambda: fake)
-    return fake
-
-
 def plan_of(text: str, tree, env=None):
     return make_plan(parse(text, "te.toml"), tree, archs=("gfx1250",), env=env or {}, hip_version="7.2.0")
 
 
-def test_te_gfx1250_manifest_plans_as_qola_evaluates_it(tree, qola_registry):
-    plan = plan_of(TE_GFX1250, tree)
-    meta = str(tree.meta_dir)
+def expected(meta: str) -> dict[str, dict[str, list[str]]]:
+    """The plan of TE_GFX1250 over the fixture tree, by hand (as QoLA's evaluation gives it)."""
     wrappers = registry.templates_dir() / "wrappers"
-    fwd, bwd = plan.modules
-    assert (fwd.md_name, bwd.md_name) == ("te_v3_libmha_fwd", "te_v3_libmha_bwd")
-    assert list(fwd.sources) == [
-        f"{meta}/csrc/cpp_itfs/mha_fwd.cu",
-        f"{meta}/csrc/cpp_itfs/mha_fwd_split.cu",
-        f"{meta}/csrc/cpp_itfs/mha_fwd_batch_prefill.cu",
-        f"{meta}/csrc/py_itfs_cu/asm_fmha_fwd_with_sink.cu",
-        f"{wrappers}/mha_fwd_itfs.cu",
-    ]
-    assert list(fwd.flags_extra_cc) == ["-DFAV3_ON=1", "-DENABLE_CK=0", "-DFAV1250_ON=1"]
-    assert list(fwd.flags_extra_hip) == [
-        "-DCK_TILE_FMHA_FWD_FAST_EXP2=1", "-DCK_TILE_FLOAT_TO_BFLOAT16_DEFAULT=2",
-        "-DCK_TILE_FMHA_FWD_SPLITKV_API=1", "-DFAV3_ON=1", "-DFAV2_ON=1",
-    ]
-    # the override replaces the three CK commands; the registry's codegen is appended after it
-    assert [g.command for g in fwd.generators] == [
-        f"{meta}/hsa/codegen.py -m fmha_fwd_bf16 --output_dir {{}}",
-        f"{meta}/hsa/codegen.py -m fmha_v3_fwd --output_dir {{}}",
-    ]
-    assert fwd.embed == ("fmha_fwd_bf16",)  # hsa_subdirs replaces the registry's fmha_v3_fwd
-    assert list(bwd.sources) == [f"{meta}/csrc/cpp_itfs/mha_bwd.cu", f"{wrappers}/mha_bwd_itfs.cu"]
-    assert list(bwd.flags_extra_cc) == ["-DONLY_FAV3=1", "-DENABLE_CK=0"]
-    assert list(bwd.flags_extra_hip) == ["-DCK_TILE_FLOAT_TO_BFLOAT16_DEFAULT=0"]
-    # CK's -d bwd is dropped entirely (the module is CK-free); the hsa codegen has no -d and is kept
-    assert [g.command for g in bwd.generators] == [f"{meta}/hsa/codegen.py -m fmha_v3_bwd --output_dir {{}}"]
-    assert bwd.embed == ("fmha_v3_bwd",)
+    return {
+        "libmha_fwd": {
+            "sources": [f"{meta}/csrc/cpp_itfs/mha_fwd.cu", f"{meta}/csrc/cpp_itfs/mha_fwd_split.cu",
+                        f"{meta}/csrc/cpp_itfs/mha_fwd_batch_prefill.cu",
+                        f"{meta}/csrc/py_itfs_cu/asm_fmha_fwd_with_sink.cu", f"{wrappers}/mha_fwd_itfs.cu"],
+            "flags_extra_cc": ["-DFAV3_ON=1", "-DENABLE_CK=0", "-DFAV1250_ON=1"],
+            # QoLA's registry appends -DFAV3_ON=1 -DFAV2_ON=1; qola's adds the switches mha_fwd.cu tests
+            # that the flags leave undefined (FAV3_ON is in the override): the same defines reach hipcc
+            "flags_extra_hip": ["-DCK_TILE_FMHA_FWD_FAST_EXP2=1", "-DCK_TILE_FLOAT_TO_BFLOAT16_DEFAULT=2",
+                                "-DCK_TILE_FMHA_FWD_SPLITKV_API=1", "-DFAV2_ON=1"],
+            # the override replaces the three CK commands; the registry's codegen is appended after it
+            "generators": [f"{meta}/hsa/codegen.py -m fmha_fwd_bf16 --output_dir {{}}",
+                           f"{meta}/hsa/codegen.py -m fmha_v3_fwd --output_dir {{}}"],
+            "embed": ["fmha_fwd_bf16"],  # hsa_subdirs replaces the registry's fmha_v3_fwd
+        },
+        "libmha_bwd": {
+            "sources": [f"{meta}/csrc/cpp_itfs/mha_bwd.cu", f"{wrappers}/mha_bwd_itfs.cu"],
+            "flags_extra_cc": ["-DONLY_FAV3=1", "-DENABLE_CK=0"],
+            "flags_extra_hip": ["-DCK_TILE_FLOAT_TO_BFLOAT16_DEFAULT=0"],
+            # CK's -d bwd is dropped entirely (the module is CK-free); the hsa codegen has no -d
+            "generators": [f"{meta}/hsa/codegen.py -m fmha_v3_bwd --output_dir {{}}"],
+            "embed": ["fmha_v3_bwd"],
+        },
+    }
+
+
+def test_te_gfx1250_manifest_plans_as_qola_evaluates_it(tree):
+    plan = plan_of(TE_GFX1250, tree)
+    assert [m.md_name for m in plan.modules] == ["te_v3_libmha_fwd", "te_v3_libmha_bwd"]
+    got = {m.name: {"sources": list(m.sources), "flags_extra_cc": list(m.flags_extra_cc),
+                    "flags_extra_hip": list(m.flags_extra_hip), "generators": [g.command for g in m.generators],
+                    "embed": list(m.embed)} for m in plan.modules}
+    assert got == expected(str(tree.meta_dir))
     assert any("drop_directions: ['fwd', 'fwd_splitkv', 'batch_prefill']: the manifest's blob_gen_cmd already "
                "replaced" in w for w in plan.warnings)
 
 
-def test_dropped_ck_direction_keeps_its_dispatch_unless_ck_free(tree, qola_registry):
+def test_dropped_ck_direction_keeps_its_dispatch_unless_ck_free(tree):
     """Without ENABLE_CK=0 the API still calls CK's dispatch: the dropped direction writes it alone."""
     text = '[qola]\nnamespace = "te"\n[[modules]]\nname = "libmha_bwd"\nmode = "cpp_itfs"\ndrop_directions = ["bwd"]\n'
     ck = plan_of(text, tree).modules[0].generators
@@ -169,7 +170,7 @@ def test_dropped_ck_direction_keeps_its_dispatch_unless_ck_free(tree, qola_regis
     assert [g.direction for g in plan_of(text, tree, env={"ENABLE_CK": "0"}).modules[0].generators] == [None]
 
 
-def test_plain_and_expression_overrides_agree(tree, qola_registry):
+def test_plain_and_expression_overrides_agree(tree):
     expr = TE_GFX1250
     plain = (TE_GFX1250.replace("\"'-D", '"-D').replace("=1'\"", '=1"').replace("=0'\"", '=0"')
              .replace("\"f'{AITER_CSRC_DIR}/", '"csrc/').replace(".cu'\"", '.cu"')
@@ -184,16 +185,12 @@ def test_qola_plan_json_shows_evaluated_overrides(tree, tmp_path):
     m.write_text(TE_GFX1250)
     proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(tree.root), "--json")
     assert proc.returncode == 0, proc.stderr
-    fwd, bwd = json.loads(proc.stdout)["modules"]
-    meta = str(tree.meta_dir)
-    assert fwd["sources"][:4] == [f"{meta}/csrc/cpp_itfs/{n}" for n in
-                                  ("mha_fwd.cu", "mha_fwd_split.cu", "mha_fwd_batch_prefill.cu")] + [
-        f"{meta}/csrc/py_itfs_cu/asm_fmha_fwd_with_sink.cu"]
-    assert fwd["flags_extra_cc"][:3] == ["-DFAV3_ON=1", "-DENABLE_CK=0", "-DFAV1250_ON=1"]
-    assert fwd["generators"][0]["command"] == f"{meta}/hsa/codegen.py -m fmha_fwd_bf16 --output_dir {{}}"
-    assert fwd["embed"] == ["fmha_fwd_bf16"]
-    assert bwd["flags_extra_cc"][:2] == ["-DONLY_FAV3=1", "-DENABLE_CK=0"]
-    assert not any("generate.py" in g["command"] for g in fwd["generators"] + bwd["generators"])
+    got = {mod["name"]: {"sources": mod["sources"], "flags_extra_cc": mod["flags_extra_cc"],
+                         "flags_extra_hip": mod["flags_extra_hip"],
+                         "generators": [g["command"] for g in mod["generators"]], "embed": mod["embed"]}
+           for mod in json.loads(proc.stdout)["modules"]}
+    assert got == expected(str(tree.meta_dir))
+    assert "blob_gen_cmd already replaced" in proc.stderr
 
 
 def _module(body: str) -> str:
@@ -236,7 +233,7 @@ def test_bad_override_exits_2_naming_the_key(tree, tmp_path, body, key, words):
     assert "hint:" in proc.stderr
 
 
-def test_hsa_subdirs_empty_embeds_nothing(tree, qola_registry):
+def test_hsa_subdirs_empty_embeds_nothing(tree):
     mod = plan_of(_module("hsa_subdirs = []"), tree).modules[1]
     assert mod.embed == ()
     assert plan_of(_module(""), tree).modules[1].embed == tuple(registry.load()["libmha_fwd"].embed)
@@ -317,11 +314,10 @@ def test_expression_paths_under_the_tree_stay_under_it(parts):
     except QolaError as exc:
         assert "climbs out of /t" in exc.message
         return
-    import os
     assert os.path.normpath(got) == "/t" or os.path.normpath(got).startswith("/t/")
 
 
-def test_cc_flags_reach_the_compile_before_the_hip_flags(tree, qola_registry):
+def test_cc_flags_reach_the_compile_before_the_hip_flags(tree):
     """AITER compiles .cu files with its cflags (flags_extra_cc among them) ahead of the HIP flags:
     TE's -DENABLE_CK=0 / -DFAV3_ON=1 must reach the compiler, after the HIP flags split as AITER does."""
     from qola.build import module_flags

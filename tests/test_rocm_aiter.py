@@ -23,7 +23,7 @@ import pytest
 
 from conftest import cmake_build, run_qola
 from libdata import bundles, embedded_blobs, fatbin_section, kernels_by_arch
-from qola import embed
+from qola import embed, kernels
 
 pytestmark = [pytest.mark.rocm, pytest.mark.aiter, pytest.mark.slow]
 ck = pytest.mark.ck  # compiles CK fMHA instances: minutes each with clang 21 (docs/benchmarks.md)
@@ -161,6 +161,38 @@ def test_device_code_for_both_archs(te, name, kernel, tmp_path):
     assert listed.returncode == 0, listed.stderr
     mine = {t for b in bundles(fatbin_section(obj)) for t, _ in b}
     assert set(listed.stdout.split()) == mine and any(t.endswith("gfx942") for t in mine), (listed.stdout, mine)
+
+
+@pytest.fixture(scope="module")
+def gfx942_only(aiter_root, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("gfx942")
+    proc, out = build(tmp, aiter_root, manifest(tmp / "one.toml", NS, ("gfx942",)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    return out
+
+
+@ck
+def test_a_gfx942_build_compiles_no_gfx950_file(gfx942_only):
+    """CK gets --targets=gfx942 from the plan: no _gfx950 twin is generated or compiled, and the
+    library holds gfx942 code only (its code objects per arch listed from the fat binary)."""
+    (mod,) = record(gfx942_only)["modules"]
+    names = mod["instances"]["names"]
+    assert [n for n in names if n.startswith("fmha_fwd_d")] and not [n for n in names if n.endswith("_gfx950")]
+    objs = [p.name for p in (gfx942_only.parent / "out.build" / "obj" / "libmha_fwd").rglob("*.o")]
+    assert objs and not [o for o in objs if "_gfx950" in o], objs
+    found = kernels.device_code_objects(gfx942_only / "lib" / f"{NS}_libmha_fwd.so")
+    assert list(found) == ["gfx942"] and any("FmhaFwdKernel" in k for k in found["gfx942"]), found
+
+
+@ck
+def test_same_kernels_per_arch_as_the_two_arch_build(te, gfx942_only):
+    """The gfx942 code objects of a gfx942-only build hold exactly the fMHA forward kernels the
+    two-arch build holds for gfx942 (the _gfx950 twin only ever held gfx950 code)."""
+    both = kernels.device_code_objects(te / "lib" / f"{NS}_libmha_fwd.so")
+    one = kernels.device_code_objects(gfx942_only / "lib" / f"{NS}_libmha_fwd.so")
+    assert sorted(both) == list(ARCHS) and list(one) == ["gfx942"]
+    fwd = lambda ks: {k for k in ks if "FmhaFwdKernel" in k}  # noqa: E731
+    assert fwd(one["gfx942"]) == fwd(both["gfx942"]) and fwd(both["gfx950"]), (both, one)
 
 
 def _llvm_env() -> dict[str, str]:
@@ -310,10 +342,11 @@ def test_jit_build_and_prebuild_of_deferred_ck_instances(aiter_root, tmp_path):
     proc, out = build(tmp_path, aiter_root, m)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
     (mod,) = record(out)["modules"]
-    # CK writes each kernel as a _gfx9 file and a _gfx950 twin (its --targets default, AITER's too)
+    # a gfx942 build: qola passes CK --targets=gfx942, so each kernel is one _gfx9 file (no _gfx950 twin)
     kernels = lambda part: {n.rsplit("_", 1)[0] for n in mod["jit"][part]["names"] if n.startswith("fmha_fwd_d")}  # noqa: E731
+    assert not [n for part in ("aot", "deferred") for n in mod["jit"][part]["names"] if n.endswith("_gfx950")]
     assert kernels("aot") == {n for n in kernels("aot") if "_d32_" in n and "_psddv_" in n} and len(kernels("aot")) == 1
-    assert len(kernels("deferred")) == 2 and mod["jit"]["deferred"]["count"] == 4, mod["jit"]
+    assert len(kernels("deferred")) == 2 and mod["jit"]["deferred"]["count"] == 2, mod["jit"]
     assert set(mod["jit"]["aot"]["names"]) - {n for n in mod["jit"]["aot"]["names"] if n.startswith("fmha_fwd_d")} \
         <= {"mha_fwd", "asm_fmha_fwd_v3_gfx942"}  # AITER's API and v3 dispatch: no instances, never deferred
     cache = tmp_path / "cache"

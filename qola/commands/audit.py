@@ -10,6 +10,9 @@ Exit 0 when clean, 1 listing every problem, 2 when manifest.json is missing or u
 * **Files.** Every file of the version is in manifest.json's ``files`` with its size and sha256,
   and every recorded file exists: an extra library in ``lib/``, garbage in ``jit/`` or a missing
   header is a problem. Symlinks, FIFOs and devices are problems and are never opened.
+* **Kernels.** A library whose switch record (:mod:`qola.kernels`) shows a source compiled with a
+  registry switch off (``mha_fwd.cu`` with ``FAV3_ON=0``: its kernel path compiled out; all off: its
+  entry point returns -1 for every call) is a problem, read from the binary, not from manifest.json.
 * **Modules.** A ``built`` module's artifact is one of those files, passes the ELF export audit
   (only ``qola::<ns>::…`` / ``<ns>_…``; a ``pybind`` module also ``PyInit_<module>``) and exports
   exactly its recorded ``exports`` (mangled or demangled names). A ``failed`` module is a problem
@@ -30,7 +33,7 @@ import os
 import stat
 from pathlib import Path
 
-from qola import audit
+from qola import audit, kernels
 from qola.errors import BuildFailed, QolaError
 from qola.hashing import regular_file_sha256
 from qola.rules import check_namespace
@@ -204,6 +207,10 @@ def check_module(root: Path, module: dict, namespace: str, files: dict | None = 
     except QolaError as exc:
         return problems + [f"{name}: {rel}: {exc.message}"]
     problems += [f"{name}: {rel}: leak: {line}" for line in result.problems()]
+    try:  # from the binary: a source compiled with a kernel switch off (qola.kernels)
+        problems += [f"{name}: {rel}: cannot compute: {line}" for line in kernels.switch_problems(path, name)]
+    except QolaError as exc:
+        problems.append(f"{name}: {rel}: {exc.message}")
     recorded = module.get("exports")
     if isinstance(recorded, list):
         want = {str(x) for x in recorded}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
+from pathlib import Path
 
 from qola.commands.common import add_manifest_args, plan_spec, warn
 from qola.pipeline import plan as whole_plan
@@ -31,10 +33,16 @@ def run(args: argparse.Namespace) -> int:
         key = build_key(replace(plan_spec(args), isolate=not args.no_isolation))
         print(json.dumps(key.explain(), indent=2, sort_keys=True) if args.json else key.key)
         return 0
-    plan = whole_plan(plan_spec(args)).plan
+    spec = plan_spec(args)
+    plan = whole_plan(spec).plan
     warn(plan.warnings)
+    files = generated_files(plan, spec.env)
     if args.json:
-        print(json.dumps(plan.to_json(), indent=2, sort_keys=True))
+        data = plan.to_json()
+        for mod, raw in zip(plan.modules, data["modules"]):
+            for i, gen in enumerate(raw["generators"]):
+                gen["files"] = files.get((mod.name, i))
+        print(json.dumps(data, indent=2, sort_keys=True))
         return 0
     print(f"namespace {plan.namespace}  archs {', '.join(plan.archs)}  tree {plan.tree_root}"
           f"  commit {plan.tree_commit or '(not a git checkout)'}")
@@ -43,10 +51,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"  sources     {len(m.sources)}")
         for s in m.sources:
             print(f"    {s}")
-        for g in m.generators:
-            print(f"  generator   {g.command}")
+        for i, g in enumerate(m.generators):
+            print(f"  generator   {g.command}" + ("  (qola's registry)" if g.origin == "registry" else ""))
             if g.filter is not None:
                 print(f"    filter    {g.filter}" + (f"  (through {g.wrapper})" if g.wrapper else ""))
+            if g.targets:
+                print(f"    archs     {', '.join(g.targets)}")
+            listed = files.get((m.name, i))
+            if listed is not None:
+                print(f"    files     {_summary(listed, plan.archs)}")
+        for src, names in m.gates:
+            print(f"  switches    {Path(src).name} gates kernel code on {', '.join(names)}")
         if m.jit is not None:
             print(f"  jit         {len(m.jit.ahead)} instance(s) ahead, every other generated one deferred"
                   f" (stubs: {m.jit.style})")
@@ -56,3 +71,35 @@ def run(args: argparse.Namespace) -> int:
             print(f"  cc flags    {' '.join(m.flags_extra_cc)}")
         print(f"  includes    {len(m.include_dirs)}")
     return 0
+
+
+def generated_files(plan, env: Mapping[str, str]) -> dict[tuple[str, int], dict[str, list[str]] | None]:
+    """(module, generator index) -> {file stem: the plan archs it holds device code for}, from the
+    generator's own ``--list_blobs`` (CK's fMHA generator; others cannot list their files: absent).
+    A listing that fails is None (the build will run the generator and say why)."""
+    from qola import genrules  # noqa: PLC0415
+    from qola.errors import QolaError  # noqa: PLC0415
+    from qola.variants import list_blobs  # noqa: PLC0415
+
+    out: dict[tuple[str, int], dict[str, list[str]] | None] = {}
+    for mod in plan.modules:
+        for i, gen in enumerate(mod.generators):
+            if genrules.flavor_of(gen.script) != "ck":
+                continue
+            try:
+                stems = list_blobs(gen, env, gen.filter)
+            except QolaError:
+                out[(mod.name, i)] = None
+                continue
+            out[(mod.name, i)] = {s: list(a) for s, a in genrules.file_archs(stems, plan.archs).items()}
+    return out
+
+
+def _summary(files: dict[str, list[str]] | None, archs) -> str:
+    if files is None:
+        return "(the generator could not list them)"
+    counts: dict[str, int] = {}
+    for served in files.values():
+        key = ", ".join(served) if served else "no arch of this build"
+        counts[key] = counts.get(key, 0) + 1
+    return "; ".join(f"{n} for {k}" for k, n in sorted(counts.items()))

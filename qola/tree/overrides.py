@@ -1,5 +1,5 @@
-"""Module overrides (a manifest's ``[[modules]]`` values, the registry's additions): plain values or
-expression strings, and what each one means.
+"""Module overrides (a manifest's ``[[modules]]`` values): plain values or expression strings, and
+what each one means.
 
 QoLA and Transformer Engine write overrides as AITER writes its module table: Python expression
 strings (``"f'{AITER_CSRC_DIR}/cpp_itfs/mha_fwd.cu'"``, ``"'-DFAV3_ON=1'"``); qola's manifests
