@@ -35,7 +35,6 @@ from qola.build import CompileReport, ModuleResult
 from qola.builddir import BuildLayout
 from qola.errors import QolaError
 from qola.fsutil import atomic_copy, atomic_write, copy_file, fsync_dir, inside, remove, remove_stale, remove_stale_trees
-from qola.hashing import file_sha256
 from qola.outdir import DIRS, ENTRIES, MANIFEST_JSON, STAGE, STORE, check_output
 from qola.tree.aiter_configs import CONFIGS
 

@@ -25,7 +25,6 @@ from qola.errors import QolaError
 from qola.publish import ENTRIES, MANIFEST_JSON, generated_at, publish
 
 CMAKE = shutil.which("cmake")
-CXX = shutil.which("g++")
 
 
 def report(tmp: Path, tag: str, modules: dict[str, bytes | None], *, build: str = "b",
@@ -360,3 +359,36 @@ def test_sigkill_at_every_step_of_a_publish_leaves_old_or_new(tmp_path, exchange
 
     prepare(out, work / "b")  # stale staging of the killed runs removed
     assert sorted(p.name for p in (out / ".qola").iterdir()) == ["prev", "switch.lock"]
+
+
+def test_the_next_build_or_jit_command_completes_a_killed_switch(tmp_path, monkeypatch):
+    from qola import fsutil
+    from qola.jit.prebuild import find_jit_dirs
+    from qola.publish import prepare
+
+    for who in ("build", "jit"):
+        out = tmp_path / who
+        publish_version(tmp_path, out, "v1")
+        publish_version(tmp_path / "ref", tmp_path / f"{who}-ref", "v2")
+        real, calls = fsutil.exchange, []
+
+        def dies_after_two(a, b, real=real, calls=calls):
+            if len(calls) == 2:
+                raise KeyboardInterrupt  # as a SIGKILL would stop it: lib/ and include/ swapped
+            calls.append(b)
+            return real(a, b)
+
+        monkeypatch.setattr(fsutil, "exchange", dies_after_two)
+        with pytest.raises(KeyboardInterrupt):
+            publish_version(tmp_path / "ref", out, "v2")
+        monkeypatch.setattr(fsutil, "exchange", real)
+        assert outdir.interrupted(out)
+        assert entry(published(out), "lib") == entry(published(tmp_path / f"{who}-ref"), "lib")
+        assert entry(published(out), "logs") != entry(published(tmp_path / f"{who}-ref"), "logs")
+        if who == "build":
+            assert any("completed the publish" in n for n in prepare(out, tmp_path / "b"))
+        else:
+            with pytest.raises(QolaError, match="no JIT modules"):
+                find_jit_dirs(out)
+        assert not outdir.interrupted(out)
+        assert published(out) == published(tmp_path / f"{who}-ref")
