@@ -1,0 +1,414 @@
+# cmake/QoLA.cmake - qola's CMake module, call-compatible with QoLA's file of the same name.
+#
+# A project that includes QoLA's module from a QoLA checkout includes this one from a qola
+# checkout instead, with no other change:
+#
+#   include(${QOLA_DIR}/cmake/QoLA.cmake)
+#   qola_add_modules(
+#     GROUP            ck_fused_attn                       # [[modules]] group = "..." of the manifest
+#     MANIFEST         ${CMAKE_CURRENT_LIST_DIR}/qola_manifest.toml
+#     BUILD_DIR        ${CMAKE_CURRENT_BINARY_DIR}/qola    # qola's output dir (OUT)
+#     ARCHS            gfx942 gfx950                       # a CMake list; empty: the manifest's
+#     OUT_INCLUDE_DIR  QOLA_INCLUDE_DIR                    # OUT/include
+#     OUT_LIB_DIR      QOLA_LIB_DIR                        # OUT/lib
+#     OUT_LIBS         QOLA_LIBS                           # file names: te_libmha_fwd.so;...
+#     OUT_CONFIG_DIR   QOLA_CONFIG_DIR                     # OUT/configs
+#     OUT_AITER_DIR    QOLA_AITER_SOURCE_DIR               # the kernel tree it built from
+#     OUT_TARGETS      QOLA_TARGETS)                       # qola only: qola::<ns>::<module> targets
+#
+# Functions (QoLA's names, arguments and results):
+#   qola_checkout_aiter(MANIFEST m [AITER_DIR d | DEFAULT_DIR d] [GROUPS g...] OUT_DIR var)
+#       `qola checkout` of the manifest's pinned tree into d (once per commit and dir per configure).
+#   qola_build_modules(GROUP g MANIFEST m BUILD_DIR out AITER_DIR tree [ARCHS a...] [LIBS f...]
+#                      [OUT_INCLUDE_DIR v] [OUT_LIB_DIR v] [OUT_LIBS v] [OUT_CONFIG_DIR v] [OUT_TARGETS v])
+#       `qola build --group g --skip-checkout` against a tree already checked out.
+#   qola_add_modules(...)  both of the above; the tree defaults to <BUILD_DIR>/third_party/aiter.
+#   qola_read_manifest_commit(manifest var), qola_find_python(var), qola_run_cli(what args...),
+#   qola_prebuilt_dir(group var): QoLA's helpers.
+#
+# Environment:
+#   QOLA_AITER_SOURCE_DIR, NVTE_AITER_SOURCE_DIR  build against this tree; no checkout. qola reports a
+#       tree whose commit is not the manifest's pin as a warning (recorded in OUT/manifest.json).
+#   QOLA_PREBUILT_DIR_<GROUP>  (GROUP upper-cased) what to use instead of building the group:
+#       * a finished output (lib/ and include/, as QoLA reads it): used as it is, nothing is built;
+#       * a directory of build-key archives (`qola package`, `qola build --publish`: <ns>-<key>.tar.gz)
+#         or an http(s):// URL of one: `qola build --prebuilt <it>` installs the archive of exactly
+#         this build's key into BUILD_DIR (checked: sha256, key, audit), or builds when there is none.
+#
+# Cache variables (qola only): QOLA_BUILD_ARGS - extra arguments for every `qola build` (e.g.
+# "-j;8;--launcher;sccache"); QOLA_PYTHON - the interpreter (default: Python_EXECUTABLE, else found).
+#
+# The CLI runs as QoLA runs it: `PYTHONPATH=<this checkout> python -m qola.cli ...`; from a pip
+# install (no qola/ beside this file) the installed qola is used. Its output streams to the console;
+# a failure stops the configure step with qola's own error message.
+
+include_guard(GLOBAL)
+if(CMAKE_VERSION VERSION_LESS 3.16)
+  message(FATAL_ERROR "[qola] cmake/QoLA.cmake needs CMake 3.16 or newer (this is ${CMAKE_VERSION})")
+endif()
+
+set(QOLA_CMAKE_DIR "${CMAKE_CURRENT_LIST_DIR}")
+get_filename_component(QOLA_ROOT_DIR "${QOLA_CMAKE_DIR}/.." ABSOLUTE)
+set(QOLA_BUILD_ARGS "" CACHE STRING "extra arguments for every `qola build` run by QoLA.cmake (a list)")
+
+# The value of `aiter_commit = "..."` in a manifest ("" when it pins none; qola does not require a pin).
+function(qola_read_manifest_commit manifest out_var)
+  if(NOT EXISTS "${manifest}" OR IS_DIRECTORY "${manifest}")
+    message(FATAL_ERROR "[qola] manifest not found: ${manifest}")
+  endif()
+  file(STRINGS "${manifest}" _lines REGEX "^[ \t]*aiter_commit[ \t]*=")
+  list(LENGTH _lines _count)
+  if(_count EQUAL 0)
+    set(${out_var} "" PARENT_SCOPE)
+    return()
+  endif()
+  if(NOT _count EQUAL 1)
+    message(FATAL_ERROR "[qola] ${manifest} has ${_count} 'aiter_commit = ...' lines; a manifest pins one commit.")
+  endif()
+  if(NOT _lines MATCHES "^[ \t]*aiter_commit[ \t]*=[ \t]*[\"']([0-9A-Za-z._/-]+)[\"']")
+    message(FATAL_ERROR "[qola] cannot read the aiter_commit line of ${manifest}: ${_lines}")
+  endif()
+  set(${out_var} "${CMAKE_MATCH_1}" PARENT_SCOPE)
+endfunction()
+
+# The Python interpreter that runs qola: QOLA_PYTHON, the caller's Python_EXECUTABLE, or one found.
+function(qola_find_python out_var)
+  foreach(_v QOLA_PYTHON Python_EXECUTABLE Python3_EXECUTABLE)
+    if(${_v})
+      set(${out_var} "${${_v}}" PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+  find_package(Python COMPONENTS Interpreter QUIET)
+  if(NOT Python_EXECUTABLE)
+    message(FATAL_ERROR "[qola] no Python interpreter found; qola needs one to check out and build the kernels "
+                        "(set Python_EXECUTABLE or QOLA_PYTHON).")
+  endif()
+  set(${out_var} "${Python_EXECUTABLE}" PARENT_SCOPE)
+endfunction()
+
+# `python -m qola.cli <args...>`; a failure is a FATAL_ERROR naming `what` with qola's message.
+# A list argument (`--arch "a;b"`) arrives here split: pass such values as repeated options.
+function(qola_run_cli what)
+  qola_find_python(_py)
+  set(_pythonpath "$ENV{PYTHONPATH}")
+  if(EXISTS "${QOLA_ROOT_DIR}/qola/cli.py")
+    if(_pythonpath STREQUAL "")
+      set(_pythonpath "${QOLA_ROOT_DIR}")
+    else()
+      set(_pythonpath "${QOLA_ROOT_DIR}:${_pythonpath}")
+    endif()
+  endif()
+  set(_echo)
+  if(NOT CMAKE_VERSION VERSION_LESS 3.18)
+    set(_echo ECHO_OUTPUT_VARIABLE ECHO_ERROR_VARIABLE)
+  endif()
+  string(REPLACE ";" " " _shown "${ARGN}")
+  message(STATUS "[qola] python -m qola.cli ${_shown}")
+  execute_process(
+    COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${_pythonpath}" "${_py}" -m qola.cli ${ARGN}
+    RESULT_VARIABLE _rc
+    OUTPUT_VARIABLE _out
+    ERROR_VARIABLE _err
+    ${_echo})
+  if(NOT _rc EQUAL 0)
+    if(_rc EQUAL 2)
+      set(_kind "refused (exit 2: a problem with the inputs)")
+    elseif(_rc EQUAL 1)
+      set(_kind "failed (exit 1)")
+    else()
+      set(_kind "failed (${_rc})")
+    endif()
+    string(STRIP "${_err}" _err)
+    if(_err STREQUAL "")
+      string(STRIP "${_out}" _err)
+    endif()
+    string(LENGTH "${_err}" _len)
+    if(_len GREATER 6000)  # the build's log is above; keep the message to its end
+      math(EXPR _from "${_len} - 6000")
+      string(SUBSTRING "${_err}" ${_from} -1 _err)
+      set(_err "...${_err}")
+    endif()
+    message(FATAL_ERROR "[qola] ${what} ${_kind}:\n${_err}")
+  endif()
+endfunction()
+
+# QOLA_PREBUILT_DIR_<GROUP> (GROUP upper-cased), or "".
+function(qola_prebuilt_dir group out_var)
+  string(TOUPPER "${group}" _uc)
+  if(DEFINED ENV{QOLA_PREBUILT_DIR_${_uc}} AND NOT "$ENV{QOLA_PREBUILT_DIR_${_uc}}" STREQUAL "")
+    set(${out_var} "$ENV{QOLA_PREBUILT_DIR_${_uc}}" PARENT_SCOPE)
+  else()
+    set(${out_var} "" PARENT_SCOPE)
+  endif()
+endfunction()
+
+# What a QOLA_PREBUILT_DIR_<GROUP> value is: "output" (lib/ + include/, used as it is) or "store"
+# (build-key archives or a URL: `qola build --prebuilt`).
+function(_qola_prebuilt_kind group dir out_var)
+  string(TOUPPER "${group}" _uc)
+  if(dir MATCHES "^[Hh][Tt][Tt][Pp][Ss]?://")
+    set(${out_var} store PARENT_SCOPE)
+    return()
+  endif()
+  if(NOT IS_ABSOLUTE "${dir}")
+    message(FATAL_ERROR "[qola] QOLA_PREBUILT_DIR_${_uc}=${dir}: give an absolute path (or an http(s):// URL).")
+  endif()
+  if(NOT IS_DIRECTORY "${dir}")
+    message(FATAL_ERROR "[qola] QOLA_PREBUILT_DIR_${_uc}=${dir} is not a directory.")
+  endif()
+  if(IS_DIRECTORY "${dir}/lib" AND IS_DIRECTORY "${dir}/include")
+    set(${out_var} output PARENT_SCOPE)
+    return()
+  endif()
+  file(GLOB _archives "${dir}/*.tar.gz")
+  if(_archives)
+    set(${out_var} store PARENT_SCOPE)
+    return()
+  endif()
+  message(FATAL_ERROR
+    "[qola] QOLA_PREBUILT_DIR_${_uc}=${dir} holds neither a finished output (lib/ and include/) nor "
+    "build-key archives (<namespace>-<key>.tar.gz, written by `qola package` or `qola build --publish`).")
+endfunction()
+
+# The kernel tree's include dir exists (a development tree: csrc/; an sdist/installed tree: aiter_meta/csrc/).
+function(_qola_check_tree dir what)
+  if(NOT IS_DIRECTORY "${dir}/csrc/include" AND NOT IS_DIRECTORY "${dir}/aiter_meta/csrc/include")
+    message(FATAL_ERROR "[qola] ${what}: ${dir} is not a kernel tree (no csrc/include or aiter_meta/csrc/include).")
+  endif()
+endfunction()
+
+# A mistake in a call: an argument the function does not know, or an OUT_* keyword without the name of
+# its variable (`OUT_LIBS LIBS ...`: LIBS is a keyword, so OUT_LIBS got nothing). An empty input value
+# (`AITER_DIR ""`, no ARCHS) means "not given", as in QoLA.
+macro(_qola_check_args fn prefix)
+  if(${prefix}_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "[qola] ${fn}: unknown arguments ${${prefix}_UNPARSED_ARGUMENTS}")
+  endif()
+  foreach(_qola_kw IN LISTS ${prefix}_KEYWORDS_MISSING_VALUES)
+    if(_qola_kw MATCHES "^OUT_")
+      message(FATAL_ERROR "[qola] ${fn}: ${_qola_kw} is given without the name of a variable")
+    endif()
+  endforeach()
+endmacro()
+
+# Check out the manifest's tree, unless QOLA_AITER_SOURCE_DIR / NVTE_AITER_SOURCE_DIR names one.
+function(qola_checkout_aiter)
+  set(_one MANIFEST AITER_DIR DEFAULT_DIR OUT_DIR)
+  cmake_parse_arguments(QCA "" "${_one}" "GROUPS" ${ARGN})
+  _qola_check_args(qola_checkout_aiter QCA)
+  if(NOT QCA_MANIFEST)
+    message(FATAL_ERROR "[qola] qola_checkout_aiter: MANIFEST is required.")
+  endif()
+  if(NOT QCA_OUT_DIR)
+    message(FATAL_ERROR "[qola] qola_checkout_aiter: OUT_DIR (the variable that receives the tree) is required.")
+  endif()
+  if(QCA_AITER_DIR)
+    set(QCA_DEFAULT_DIR "${QCA_AITER_DIR}")
+  endif()
+  if(NOT QCA_DEFAULT_DIR)
+    message(FATAL_ERROR "[qola] qola_checkout_aiter: AITER_DIR or DEFAULT_DIR (where the tree goes) is required.")
+  endif()
+  get_filename_component(_manifest "${QCA_MANIFEST}" ABSOLUTE)
+  qola_read_manifest_commit("${_manifest}" _sha)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_manifest}")
+
+  set(_dir "")
+  foreach(_env QOLA_AITER_SOURCE_DIR NVTE_AITER_SOURCE_DIR)
+    if(DEFINED ENV{${_env}} AND NOT "$ENV{${_env}}" STREQUAL "")
+      set(_dir "$ENV{${_env}}")
+      message(STATUS "[qola] kernel tree from ${_env}=${_dir}; no checkout")
+      break()
+    endif()
+  endforeach()
+  if(_dir STREQUAL "")
+    get_filename_component(_dir "${QCA_DEFAULT_DIR}" ABSOLUTE)
+    get_property(_done GLOBAL PROPERTY "QOLA_CHECKOUT_DONE_${_sha}_${_dir}")
+    if(_done)
+      message(STATUS "[qola] ${_dir} already checked out at ${_sha} in this configure")
+    else()
+      set(_groups)
+      foreach(_g IN LISTS QCA_GROUPS)
+        list(APPEND _groups --group "${_g}")
+      endforeach()
+      qola_run_cli("checkout of ${_dir}" checkout --manifest "${_manifest}" --aiter-root "${_dir}" ${_groups})
+      set_property(GLOBAL PROPERTY "QOLA_CHECKOUT_DONE_${_sha}_${_dir}" TRUE)
+    endif()
+  endif()
+  _qola_check_tree("${_dir}" "qola_checkout_aiter")
+  set(${QCA_OUT_DIR} "${_dir}" PARENT_SCOPE)
+endfunction()
+
+# lib/ file names of the group (LIBS, checked; else every *.so, else every *.a) into out_var.
+function(_qola_libs group lib_dir libs out_var)
+  set(_found)
+  if(libs)
+    foreach(_lib IN LISTS libs)
+      if(NOT EXISTS "${lib_dir}/${_lib}")
+        message(FATAL_ERROR "[qola] ${group}: expected library ${_lib} is not in ${lib_dir}.")
+      endif()
+      list(APPEND _found "${_lib}")
+    endforeach()
+  else()
+    file(GLOB _found RELATIVE "${lib_dir}" "${lib_dir}/*.so")
+    if(NOT _found)
+      file(GLOB _found RELATIVE "${lib_dir}" "${lib_dir}/*.a")
+    endif()
+    if(NOT _found)
+      message(FATAL_ERROR "[qola] ${group}: no libraries in ${lib_dir}.")
+    endif()
+    list(SORT _found)
+  endif()
+  set(${out_var} "${_found}" PARENT_SCOPE)
+endfunction()
+
+# qola::<ns>::<module> imported targets for `libs`, from the output's qola-<ns> CMake package (none
+# when `root` has no package: an output QoLA wrote).
+function(_qola_targets root libs out_var)
+  file(GLOB _cfgs "${root}/share/cmake/qola-*/qola-*-config.cmake")
+  set(_targets)
+  list(LENGTH _cfgs _n)
+  if(_n EQUAL 1)
+    get_filename_component(_cfgdir "${_cfgs}" DIRECTORY)
+    get_filename_component(_pkg "${_cfgdir}" NAME)
+    string(REGEX REPLACE "^qola-" "" _ns "${_pkg}")
+    # a later call may point at another output: the package is found where this one is
+    unset(${_pkg}_DIR CACHE)
+    find_package(${_pkg} CONFIG REQUIRED NO_DEFAULT_PATH PATHS "${_cfgdir}")
+    foreach(_lib IN LISTS libs)
+      string(REGEX REPLACE "\\.(so|a)$" "" _mod "${_lib}")
+      string(REGEX REPLACE "^${_ns}_" "" _mod "${_mod}")
+      if(TARGET "qola::${_ns}::${_mod}")
+        list(APPEND _targets "qola::${_ns}::${_mod}")
+      endif()
+    endforeach()
+  elseif(_n GREATER 1)
+    message(FATAL_ERROR "[qola] ${root} holds ${_n} CMake packages (${_cfgs}); one output dir holds one namespace.")
+  endif()
+  set(${out_var} "${_targets}" PARENT_SCOPE)
+endfunction()
+
+# Build one group against a checked-out tree (or use QOLA_PREBUILT_DIR_<GROUP>).
+function(qola_build_modules)
+  set(_one GROUP MANIFEST BUILD_DIR AITER_DIR OUT_INCLUDE_DIR OUT_LIB_DIR OUT_LIBS OUT_CONFIG_DIR OUT_TARGETS)
+  cmake_parse_arguments(QBM "" "${_one}" "ARCHS;LIBS" ${ARGN})
+  _qola_check_args(qola_build_modules QBM)
+  if(NOT QBM_GROUP)
+    message(FATAL_ERROR "[qola] qola_build_modules: GROUP is required.")
+  endif()
+  if(NOT QBM_BUILD_DIR)
+    message(FATAL_ERROR "[qola] qola_build_modules: BUILD_DIR is required.")
+  endif()
+  get_filename_component(_out "${QBM_BUILD_DIR}" ABSOLUTE)
+  qola_prebuilt_dir("${QBM_GROUP}" _prebuilt)
+  set(_kind "")
+  if(_prebuilt)
+    _qola_prebuilt_kind("${QBM_GROUP}" "${_prebuilt}" _kind)
+  endif()
+
+  if(_kind STREQUAL "output")
+    message(STATUS "[qola] ${QBM_GROUP}: prebuilt libraries from ${_prebuilt}; nothing is built")
+    set(_root "${_prebuilt}")
+  else()
+    if(NOT QBM_MANIFEST)
+      message(FATAL_ERROR "[qola] qola_build_modules: MANIFEST is required.")
+    endif()
+    if(NOT QBM_AITER_DIR)
+      message(FATAL_ERROR "[qola] qola_build_modules: AITER_DIR is required: this function only builds. Run "
+                          "qola_checkout_aiter() first and pass its OUT_DIR, or call qola_add_modules().")
+    endif()
+    get_filename_component(_manifest "${QBM_MANIFEST}" ABSOLUTE)
+    get_filename_component(_tree "${QBM_AITER_DIR}" ABSOLUTE)
+    _qola_check_tree("${_tree}" "${QBM_GROUP}: AITER_DIR")
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_manifest}")
+    # QoLA's output dir accumulates the groups built into it; a qola output holds what one build
+    # produced. So every group of this manifest built into this BUILD_DIR during this configure is
+    # built again with the new one (compiled once: the objects are kept in <BUILD_DIR>.build), and the
+    # libraries of an earlier qola_add_modules() call stay in lib/.
+    set(_key "QOLA_GROUPS_IN_${_out}|${_manifest}")
+    get_property(_groups GLOBAL PROPERTY "${_key}")
+    if(NOT QBM_GROUP IN_LIST _groups)
+      list(APPEND _groups "${QBM_GROUP}")
+      set_property(GLOBAL PROPERTY "${_key}" "${_groups}")
+    endif()
+    set(_args build --manifest "${_manifest}" --aiter-root "${_tree}" --output-dir "${_out}" --skip-checkout)
+    foreach(_g IN LISTS _groups)
+      list(APPEND _args --group "${_g}")
+    endforeach()
+    set(_shown "")
+    foreach(_a IN LISTS QBM_ARCHS)
+      string(STRIP "${_a}" _a)
+      if(NOT _a STREQUAL "")
+        list(APPEND _args --arch "${_a}")
+        string(APPEND _shown " ${_a}")
+      endif()
+    endforeach()
+    if(_kind STREQUAL "store")
+      list(APPEND _args --prebuilt "${_prebuilt}")
+      message(STATUS "[qola] ${QBM_GROUP}: installing the build-key archive from ${_prebuilt} (or building)")
+    endif()
+    if(_shown STREQUAL "")
+      set(_shown " (the manifest's architectures)")
+    endif()
+    list(JOIN _groups ", " _with)
+    message(STATUS "[qola] ${QBM_GROUP}: building group(s) ${_with} for${_shown} into ${_out}")
+    qola_run_cli("build of group '${QBM_GROUP}'" ${_args} ${QOLA_BUILD_ARGS})
+    set(_root "${_out}")
+  endif()
+
+  if(NOT EXISTS "${_root}/include/qola_config.h")
+    message(FATAL_ERROR "[qola] ${QBM_GROUP}: public headers missing at ${_root}/include (no qola_config.h).")
+  endif()
+  _qola_libs("${QBM_GROUP}" "${_root}/lib" "${QBM_LIBS}" _libs)
+  if(QBM_OUT_TARGETS)
+    _qola_targets("${_root}" "${_libs}" _targets)
+    set(${QBM_OUT_TARGETS} "${_targets}" PARENT_SCOPE)
+  endif()
+  if(QBM_OUT_INCLUDE_DIR)
+    set(${QBM_OUT_INCLUDE_DIR} "${_root}/include" PARENT_SCOPE)
+  endif()
+  if(QBM_OUT_LIB_DIR)
+    set(${QBM_OUT_LIB_DIR} "${_root}/lib" PARENT_SCOPE)
+  endif()
+  if(QBM_OUT_LIBS)
+    set(${QBM_OUT_LIBS} "${_libs}" PARENT_SCOPE)
+  endif()
+  if(QBM_OUT_CONFIG_DIR)
+    set(${QBM_OUT_CONFIG_DIR} "${_root}/configs" PARENT_SCOPE)
+  endif()
+endfunction()
+
+# Check out (unless AITER_DIR is given or the group is prebuilt) and build one group.
+function(qola_add_modules)
+  set(_one GROUP MANIFEST BUILD_DIR AITER_DIR
+           OUT_INCLUDE_DIR OUT_LIB_DIR OUT_LIBS OUT_AITER_DIR OUT_CONFIG_DIR OUT_TARGETS)
+  cmake_parse_arguments(QAM "" "${_one}" "ARCHS;LIBS" ${ARGN})
+  _qola_check_args(qola_add_modules QAM)
+  foreach(_req GROUP MANIFEST BUILD_DIR)
+    if(NOT QAM_${_req})
+      message(FATAL_ERROR "[qola] qola_add_modules: ${_req} is required.")
+    endif()
+  endforeach()
+  qola_prebuilt_dir("${QAM_GROUP}" _prebuilt)
+  set(_kind "")
+  if(_prebuilt)
+    _qola_prebuilt_kind("${QAM_GROUP}" "${_prebuilt}" _kind)
+  endif()
+  set(_tree "${QAM_AITER_DIR}")
+  # a finished prebuilt output needs no tree; an archive store does (the build key reads the tree)
+  if(NOT _tree AND NOT _kind STREQUAL "output")
+    qola_checkout_aiter(MANIFEST "${QAM_MANIFEST}" DEFAULT_DIR "${QAM_BUILD_DIR}/third_party/aiter"
+                        GROUPS "${QAM_GROUP}" OUT_DIR _tree)
+  endif()
+  qola_build_modules(
+    GROUP "${QAM_GROUP}" MANIFEST "${QAM_MANIFEST}" BUILD_DIR "${QAM_BUILD_DIR}" AITER_DIR "${_tree}"
+    ARCHS ${QAM_ARCHS} LIBS ${QAM_LIBS}
+    OUT_INCLUDE_DIR _inc OUT_LIB_DIR _lib OUT_LIBS _libs OUT_CONFIG_DIR _cfg OUT_TARGETS _targets)
+  foreach(_pair "INCLUDE_DIR;_inc" "LIB_DIR;_lib" "LIBS;_libs" "CONFIG_DIR;_cfg" "AITER_DIR;_tree" "TARGETS;_targets")
+    list(GET _pair 0 _name)
+    list(GET _pair 1 _local)
+    if(QAM_OUT_${_name})
+      set(${QAM_OUT_${_name}} "${${_local}}" PARENT_SCOPE)
+    endif()
+  endforeach()
+endfunction()
