@@ -83,6 +83,9 @@ def legacy_version(out: Path) -> Path | None:
     return path if path.is_dir() and not path.is_symlink() else None
 
 
+MAX_RECORD = 256 << 20  # a manifest.json larger than this is not one qola wrote
+
+
 def published(out: Path) -> bool:
     """Whether ``out`` holds a published output (a real ``manifest.json`` at its top)."""
     p = Path(out) / MANIFEST_JSON
@@ -90,6 +93,32 @@ def published(out: Path) -> bool:
         return stat.S_ISREG(os.lstat(p).st_mode)
     except OSError:
         return False
+
+
+def recognised(out: Path) -> bool:
+    """Whether ``out`` is an output qola published: a real ``OUT/.qola`` store beside a real
+    ``manifest.json`` that is a JSON object with qola's ``qola_version`` (any project may have a
+    manifest.json of its own: that alone is never taken for qola's). Opened without following a
+    link or blocking on a FIFO, size-checked before it is read."""
+    st_dir = store(out)
+    if st_dir.is_symlink() or not st_dir.is_dir() or not published(out):
+        return False
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(Path(out) / MANIFEST_JSON, flags)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RECORD:
+            return False
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = json.loads(fh.read(MAX_RECORD + 1))
+    except (OSError, ValueError, RecursionError):
+        return False
+    finally:
+        os.close(fd)
+    return isinstance(data, dict) and isinstance(data.get("qola_version"), str)
 
 
 # -- locks ----------------------------------------------------------------------------------------
@@ -256,8 +285,8 @@ def _drop_legacy(out: Path) -> None:
 
 
 def check_output(out: Path) -> None:
-    """QolaError unless ``out`` can take a publish: absent, empty, or a qola output (a real
-    ``manifest.json`` beside real dirs; or the symlink layout of an older qola). Never something
+    """QolaError unless ``out`` can take a publish: absent, empty, or a qola output (:func:`recognised`;
+    or the symlink layout of an older qola). Never something
     qola did not write: a real ``OUT/lib`` without a ``manifest.json`` is refused, not replaced.
     Entries other than qola's (a kernel tree inside OUT) are left alone."""
     out = Path(out)
@@ -272,13 +301,16 @@ def check_output(out: Path) -> None:
     if os.path.lexists(cur) and not cur.is_symlink():
         raise QolaError(f"{cur} exists and was not written by qola", hint=HINT_FOREIGN)
     legacy = cur.is_symlink()
-    ours = published(out) or legacy
+    ours = recognised(out) or legacy or interrupted(out)  # a killed switch: completed before publishing
     for name in ENTRIES:
         p = out / name
         if not os.path.lexists(p):
             continue
         if not ours:
-            raise QolaError(f"{p} exists and was not published by qola (no {out / MANIFEST_JSON})", hint=HINT_FOREIGN)
+            why = (f"{out / MANIFEST_JSON} is not a qola build record" if published(out)
+                   else f"no {out / MANIFEST_JSON}")
+            raise QolaError(f"output dir {out} holds {name}, which qola did not publish ({why}); "
+                            "a build would replace it", hint=HINT_FOREIGN)
         if p.is_symlink() and not legacy:
             raise QolaError(f"{p} is a symlink: not part of a qola output", hint=HINT_FOREIGN)
         want_dir = name != MANIFEST_JSON

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from qola import fastpath, lock, preflight
 from qola.builddir import BuildLayout
+from qola import outdir
 from qola.outdir import OUT_NAMES, OUT_PREFIXES
 from qola.reproduce import settings_record
 from qola.spec import BuildSpec, Prepared, Settings, hip_version, layout_of, prepare, settings, tree_root
@@ -139,6 +140,8 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
     # or in the tree), then one build per build dir and output dir
     preflight.check_jobs(spec.jobs, None, env)
     layout = layout_of(spec)
+    if not spec.dry_run:  # a directory qola did not publish (any project's lib/, manifest.json) is never replaced
+        outdir.check_output(layout.out)
     choice = _early_choice(spec, env)
     preflight.tree_placement(choice.path, layout.out, layout.root, OUT_NAMES, OUT_PREFIXES)
     if spec.publish_to:

@@ -210,7 +210,7 @@ def test_foreign_dirs_are_refused_and_other_entries_left_alone(tmp_path):
     foreign = tmp_path / "foreign"
     (foreign / "lib").mkdir(parents=True)
     (foreign / "lib" / "mine.so").write_bytes(b"user data")
-    with pytest.raises(QolaError, match="not published by qola"):
+    with pytest.raises(QolaError, match="qola did not publish"):
         publish_version(tmp_path, foreign, "v1")
     assert (foreign / "lib" / "mine.so").read_bytes() == b"user data" and not (foreign / ".qola").exists()
     # TE keeps its kernel tree inside the output dir: never touched, never audited
@@ -225,6 +225,32 @@ def test_foreign_dirs_are_refused_and_other_entries_left_alone(tmp_path):
     assert any("third_party is not part of qola's output" in n for n in notes)
     assert all("third_party" not in f for f in fastpath.published_files(out))
     assert all(f"{os.sep}.qola{os.sep}" not in f for f in fastpath.published_files(out))
+
+
+def test_a_projects_own_manifest_json_is_not_taken_for_qolas(tmp_path):
+    """Any project may have a manifest.json beside lib/ and include/: `qola build -o` there is refused
+    before anything is written (issue 23: it used to exit 0 and delete the project's files)."""
+    from conftest import KERNELS, run_qola
+
+    project = tmp_path / "project"
+    for rel, data in {"manifest.json": b'{"name": "my-app", "version": "1.0"}', "lib/libmine.so": b"mine",
+                      "include/mine.h": b"int mine;", "logs/today.log": b"log"}.items():
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        (project / rel).write_bytes(data)
+    before = snapshot(project)
+    mtimes = {p: p.stat().st_mtime_ns for p in project.rglob("*")}
+    proc = run_qola("build", "--manifest", str(KERNELS.parent / "quickstart.toml"), "--aiter-root", str(KERNELS),
+                    "-o", str(project), "--build-dir", str(tmp_path / "b"))
+    assert proc.returncode == 2, proc.stderr
+    assert "qola did not publish" in proc.stderr and "not a qola build record" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert snapshot(project) == before and {p: p.stat().st_mtime_ns for p in project.rglob("*")} == mtimes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["project"]  # no build dir, no lock file beside it
+    # a manifest.json of qola's shape but no .qola store beside it: still not taken for qola's
+    (project / "manifest.json").write_text(json.dumps({"qola_version": "0.1.0"}))
+    assert not outdir.recognised(project)
+    (project / ".qola").mkdir()
+    assert outdir.recognised(project)
 
 
 def test_audit_reports_a_linked_or_replaced_entry(tmp_path):
