@@ -5,8 +5,11 @@ OUT's ``manifest.json`` records what the rebuild needs: the manifest (path, sha2
 ``build`` (:func:`settings_record`), what no file holds: ``--no-isolation``, ``--allow-unpinned``
 and the environment variables that decide the plan or the compilers' output. :func:`reproduce`
 builds that again in a fresh temporary directory — so with another build dir and output dir than
-the original's — with the recorded compiler, no compiler launcher (a cache would hand back the
-original objects) and the recorded environment, then compares every library the manifest records
+the original's — with no compiler launcher (a cache would hand back the original objects), the
+compiler found as for any build in the auditor's environment (a different one is noted: the
+toolchain identity differs) and of the recorded environment only its data-only variables
+(:func:`rebuild_env`: nothing recorded in an output is run or passed to what runs), then compares
+every library the manifest records
 (sha256) with the rebuilt one and with the file in OUT. The temporary directory is removed.
 
 Light at import (:mod:`qola.pipeline` imports :func:`settings_record`).
@@ -29,7 +32,6 @@ from qola.errors import QolaError
 # the job count, and the archs (recorded on their own)
 UNRECORDED = frozenset({"PATH", "PYTHONPATH", "MAX_JOBS", "GPU_ARCHS"})
 ENV_PREFIXES = ("AITER_CONFIG_",)
-COMPILER_VAR = {"cuda": "CUDACXX", "hip": "HIPCC"}  # what pins the compiler the rebuild finds
 HINT_REBUILD = "rebuild OUT with this qola (qola build … -o OUT), then audit it"
 
 
@@ -145,18 +147,62 @@ def _inputs(data: Mapping) -> tuple[str, str, dict[str, Any]]:
     return manifest, tree, dict(settings)
 
 
-def rebuild_env(data: Mapping, settings: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with the recorded variables as they were (set or unset) and the recorded compiler pinned."""
-    out = dict(env)
-    for key in settings.get("env_keys") or []:
-        out.pop(str(key), None)
-    for key in [k for k in out if k.startswith(ENV_PREFIXES)]:
+def _tree_env_keys(tree: str) -> set[str]:
+    """The variables the tree's module table and core.py read (recomputed from the tree, never taken
+    from the output's record)."""
+    from qola.fastpath import referenced_env  # noqa: PLC0415
+    from qola.tree.aiter import TABLE  # noqa: PLC0415
+    from qola.tree.aiter_core import CORE  # noqa: PLC0415
+    from qola.tree.files import MAX_CORE, MAX_TABLE, read_small  # noqa: PLC0415
+
+    texts = []
+    for rel, limit in ((TABLE, MAX_TABLE), (CORE, MAX_CORE)):
+        try:
+            texts.append(read_small(Path(tree) / rel, limit=limit, what=rel).decode("utf-8", "replace"))
+        except (OSError, QolaError):
+            continue
+    return set(referenced_env(texts))
+
+
+def _data_only(key: str, value: str, tree_keys: set[str]) -> bool:
+    """Whether a recorded variable may be set again for the rebuild: only data a build reads (the
+    time that fixes __DATE__/__TIME__, AITER's tuned-config paths, what the tree's own table reads),
+    never what makes a program run something (a compiler, a loader, flags prepended to every compile)."""
+    from qola.toolchain.identity import COMPILER_ENV, TOOLCHAIN_ENV  # noqa: PLC0415
+
+    if key == "SOURCE_DATE_EPOCH":
+        return value.isdigit() and len(value) <= 12
+    if key in COMPILER_ENV or key in TOOLCHAIN_ENV or key.startswith(("LD_", "PYTHON")):
+        return False
+    if key.endswith(("_DIR", "_PATH", "_HOME", "_ROOT")):  # where programs are found (CK_DIR's generate.py)
+        return False
+    return key.startswith(ENV_PREFIXES) or key in tree_keys
+
+
+def rebuild_env(data: Mapping, settings: Mapping[str, Any], env: Mapping[str, str],
+                tree: str | None = None) -> tuple[dict[str, str], list[str]]:
+    """(the rebuild's environment, notes). Nothing an output records is ever run or given to what
+    runs: the compiler is found as for any build, in the auditor's own environment, and of the
+    recorded variables only data-only ones (:func:`_data_only`) are set again as they were (set or
+    unset); every other recorded value that differs from the auditor's is named in a note, for the
+    auditor to set by hand if they trust it."""
+    tree_keys = _tree_env_keys(tree) if tree else set()
+    recorded = {str(k): str(v) for k, v in (settings.get("env") or {}).items()}
+    out, notes = dict(env), []
+    for key in sorted({str(k) for k in settings.get("env_keys") or []} | set(recorded)):
+        value = recorded.get(key)
+        if value is not None and not _data_only(key, value, tree_keys):
+            if env.get(key) != value:
+                notes.append(f"manifest.json records {key}={value!r} (here {env.get(key)!r}); not applied: qola never "
+                             "runs or passes on what an output records. Set it yourself if you trust it")
+            continue
+        if value is None and key in env and _data_only(key, env[key], tree_keys):
+            out.pop(key)  # unset at the build, as recorded
+        elif value is not None:
+            out[key] = value
+    for key in [k for k in out if k.startswith(ENV_PREFIXES) and k not in recorded]:
         out.pop(key)
-    out.update({str(k): str(v) for k, v in (settings.get("env") or {}).items()})
-    kind, compiler = _get(data, "toolchain", "kind"), _get(data, "toolchain", "compiler")
-    if kind in COMPILER_VAR and isinstance(compiler, str):
-        out[COMPILER_VAR[kind]] = compiler
-    return out
+    return out, notes
 
 
 def reproduce(root: Path, data: Mapping, *, jobs: int | None = None, env: Mapping[str, str] | None = None,
@@ -169,6 +215,7 @@ def reproduce(root: Path, data: Mapping, *, jobs: int | None = None, env: Mappin
     libs = libraries(data)
     manifest, tree, settings = _inputs(data)
     archs = data.get("archs")
+    rebuild_env_, env_notes = rebuild_env(data, settings, os.environ if env is None else env, tree)
     tmp = Path(tempfile.mkdtemp(prefix="qola-reproduce-", dir=work_dir))
     try:
         if on_start is not None:
@@ -179,9 +226,10 @@ def reproduce(root: Path, data: Mapping, *, jobs: int | None = None, env: Mappin
             allow_unpinned=bool(settings.get("allow_unpinned")), isolate=bool(settings.get("isolate", True)),
             groups=tuple(g for g in settings.get("groups") or () if isinstance(g, str)),
             skip_checkout=True,  # the rebuild uses the recorded tree as it is (a recorded pin mismatch included)
-            env=rebuild_env(data, settings, os.environ if env is None else env))
+            env=rebuild_env_)
         report = pipeline.build(spec)
         result = Reproduction([])
+        result.notes += env_notes
         result.notes.append(f"rebuilt in {tmp} (removed)")
         result.problems += [f"{r.name}: failed to rebuild: {r.error}" for r in report.modules if r.status != "built"]
         rebuilt = tmp / "out"
