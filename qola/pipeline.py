@@ -140,10 +140,10 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
     # or in the tree), then one build per build dir and output dir
     preflight.check_jobs(spec.jobs, None, env)
     layout = layout_of(spec)
-    if not spec.dry_run:  # a directory qola did not publish (any project's lib/, manifest.json) is never replaced
-        outdir.check_output(layout.out)
     choice = _early_choice(spec, env)
     preflight.tree_placement(choice.path, layout.out, layout.root, OUT_NAMES, OUT_PREFIXES)
+    if not spec.dry_run:  # a directory qola did not publish (any project's lib/, manifest.json) is never replaced
+        outdir.check_output(layout.out)
     if spec.publish_to:
         preflight.disjoint({"the output dir": layout.out, "the prebuilt store (--publish)": Path(spec.publish_to)})
     dirs = {"the build dir": (layout.root, "--build-dir")}

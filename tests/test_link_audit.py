@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from qola.outdir import DIRS
+
 from conftest import run_qola
 from qola import audit, consumers, link
 from qola.errors import BuildFailed
@@ -290,6 +292,8 @@ def fake_output(built, out: Path, isolate: bool = True) -> Path:
          "sha256": hashlib.sha256(so.read_bytes()).hexdigest(), "exports": exports},
         {"name": "broken", "status": "failed"}]}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    for entry in DIRS:  # the rest of a published output's layout (qola.outdir), empty
+        (out / entry).mkdir(exist_ok=True)
     return out
 
 

@@ -108,6 +108,9 @@ def write_tree(root: Path) -> Path:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     (root / "csrc/include").mkdir()
+    for api, args in (("mha_fwd", "mha_fwd_args"), ("mha_bwd", "mha_bwd_args")):  # the API qola wraps (qola.itfs)
+        (root / f"csrc/include/{api}.h").write_text(
+            f"namespace aiter {{ struct {args}; float {api}({args} args, const int& s); }}\n")
     (root / "3rdparty/composable_kernel/example/ck_tile/01_fmha/codegen/ops").mkdir(parents=True)  # CK's flavour
     (root / "hsa/gfx1250/fmha_fwd_bf16").mkdir(parents=True)
     return root
@@ -124,12 +127,11 @@ def plan_of(text: str, tree, env=None):
 
 def expected(meta: str) -> dict[str, dict[str, list[str]]]:
     """The plan of TE_GFX1250 over the fixture tree, by hand (as QoLA's evaluation gives it)."""
-    wrappers = registry.templates_dir() / "wrappers"
     return {
         "libmha_fwd": {
             "sources": [f"{meta}/csrc/cpp_itfs/mha_fwd.cu", f"{meta}/csrc/cpp_itfs/mha_fwd_split.cu",
                         f"{meta}/csrc/cpp_itfs/mha_fwd_batch_prefill.cu",
-                        f"{meta}/csrc/py_itfs_cu/asm_fmha_fwd_with_sink.cu", f"{wrappers}/mha_fwd_itfs.cu"],
+                        f"{meta}/csrc/py_itfs_cu/asm_fmha_fwd_with_sink.cu"],  # + the wrapper made from the API
             "flags_extra_cc": ["-DFAV3_ON=1", "-DENABLE_CK=0", "-DFAV1250_ON=1"],
             # QoLA's registry appends -DFAV3_ON=1 -DFAV2_ON=1; qola's adds the switches mha_fwd.cu tests
             # that the flags leave undefined (FAV3_ON is in the override): the same defines reach hipcc
@@ -141,7 +143,7 @@ def expected(meta: str) -> dict[str, dict[str, list[str]]]:
             "embed": ["fmha_fwd_bf16"],  # hsa_subdirs replaces the registry's fmha_v3_fwd
         },
         "libmha_bwd": {
-            "sources": [f"{meta}/csrc/cpp_itfs/mha_bwd.cu", f"{wrappers}/mha_bwd_itfs.cu"],
+            "sources": [f"{meta}/csrc/cpp_itfs/mha_bwd.cu"],
             "flags_extra_cc": ["-DONLY_FAV3=1", "-DENABLE_CK=0"],
             "flags_extra_hip": ["-DCK_TILE_FLOAT_TO_BFLOAT16_DEFAULT=0"],
             # CK's -d bwd is dropped entirely (the module is CK-free); the hsa codegen has no -d
@@ -158,6 +160,9 @@ def test_te_gfx1250_manifest_plans_as_qola_evaluates_it(tree):
                     "flags_extra_hip": list(m.flags_extra_hip), "generators": [g.command for g in m.generators],
                     "embed": list(m.embed)} for m in plan.modules}
     assert got == expected(str(tree.meta_dir))
+    # the C++ API the wrappers forward to, read from the tree's headers (qola::te_v3::mha_fwd(args, s))
+    assert [(d.name, [p.type for p in d.params]) for m in plan.modules for d in m.api.decls] == [
+        ("mha_fwd", ["mha_fwd_args", "const int&"]), ("mha_bwd", ["mha_bwd_args", "const int&"])]
     assert any("drop_directions: ['fwd', 'fwd_splitkv', 'batch_prefill']: the manifest's blob_gen_cmd already "
                "replaced" in w for w in plan.warnings)
 

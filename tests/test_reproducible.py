@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,9 @@ def test_audit_reproduce(tmp_path):
     out = tmp_path / "out"
     build = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2"]
     assert qola(*build, env=env).returncode == 0
+    built_at = int(time.time())  # __TIME__ has a resolution of a second: the rebuild compiles in a later one
+    while int(time.time()) == built_at:
+        time.sleep(0.05)
     proc = qola("audit", str(out), "--reproduce", "-j", "2", env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "lib/qk_module_tiny.so" in proc.stdout and "differs" in proc.stdout, proc.stdout
