@@ -41,11 +41,12 @@ from typing import Iterable, Sequence
 
 from qola.errors import QolaError
 from qola.fsutil import write_if_changed
-from qola.hashing import file_sha256
+from qola.hashing import TooLarge, regular_file_sha256
 from qola import rules
 
 ALIGN = 256
 SUFFIX = ".co"
+MAX_CODE_OBJECT = 1 << 30  # bytes of one code object (AITER's largest are a few MB)
 _PART = re.compile(r"[A-Za-z0-9._+=,@-]+\Z")  # one path component of a key
 
 
@@ -152,8 +153,27 @@ def collect(hsa_dir: str | os.PathLike, archs: Sequence[str],
             for path in found:
                 key = _key_of(base, path)
                 if key not in blobs:
-                    blobs[key] = Blob(key, path.resolve(), path.stat().st_size, file_sha256(path))
+                    blobs[key] = _blob(base, key, path)
     return sorted(blobs.values(), key=lambda b: b.key.encode())
+
+
+def _blob(base: Path, key: str, path: Path) -> Blob:
+    """A code object as embedded: a regular file of at most :data:`MAX_CODE_OBJECT` bytes that lies
+    under the hsa dir once links are resolved (a link to /etc/shadow would put that file into a
+    library others can read), hashed from one checked open."""
+    real = path.resolve()
+    if not real.is_relative_to(base):
+        raise QolaError(f"code object {key} is a link to {real}, outside the tree's hsa dir {base}; not embedded",
+                        hint="code objects must be files of the tree (replace the link by the file)")
+    try:
+        digest, size = regular_file_sha256(real, limit=MAX_CODE_OBJECT)
+    except TooLarge as exc:
+        raise QolaError(f"code object {key} is too large to embed ({exc})",
+                        hint="AITER's code objects are kilobytes to a few megabytes: is this the right file?") from None
+    except OSError as exc:
+        raise QolaError(f"cannot read code object {key}: {exc.strerror or exc}",
+                        hint="code objects must be regular files") from None
+    return Blob(key, real, size, digest)
 
 
 def _asm_string(path: str) -> str:

@@ -232,6 +232,31 @@ def test_bad_code_object_name(small_hsa: Path):
         embed.collect(small_hsa, ["gfx942"], ["pa"])
 
 
+def test_a_code_object_linked_out_of_the_tree_is_never_embedded(tmp_path: Path, small_hsa: Path):
+    """A .co that is a link to a file outside the hsa dir (a root-only secret) would be published in a
+    library anyone can read: refused, naming both (issue 23). A link inside the hsa dir is fine."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"root:$6$hash")
+    (small_hsa / "aiter_meta" / "hsa" / "gfx942" / "pa" / "leak.co").symlink_to(secret)
+    with pytest.raises(QolaError, match=r"leak\.co is a link to .*secret, outside the tree's hsa dir"):
+        embed.collect(small_hsa, ["gfx942"], ["pa"])
+    (small_hsa / "aiter_meta" / "hsa" / "gfx942" / "pa" / "leak.co").unlink()
+    (small_hsa / "aiter_meta" / "hsa" / "gfx942" / "pa" / "same.co").symlink_to("c.co")
+    assert [b.size for b in embed.collect(small_hsa, ["gfx942"], ["pa"])] == [13, 13]
+
+
+def test_a_huge_sparse_code_object_is_refused_before_it_is_read(small_hsa: Path, monkeypatch):
+    big = small_hsa / "aiter_meta" / "hsa" / "gfx942" / "pa" / "huge.co"
+    with open(big, "wb") as fh:
+        fh.truncate(64 << 30)  # 64 GiB of holes: reading it would take minutes
+    with pytest.raises(QolaError, match=r"huge\.co is too large to embed .*68,719,476,736 bytes"):
+        embed.collect(small_hsa, ["gfx942"], ["pa"])
+    big.unlink()
+    monkeypatch.setattr(embed, "MAX_CODE_OBJECT", 12)
+    with pytest.raises(QolaError, match=r"c\.co is too large to embed"):
+        embed.collect(small_hsa, ["gfx942"], ["pa"])
+
+
 def test_cli_writes_files(tmp_path: Path, small_hsa: Path):
     out = tmp_path / "gen"
     proc = run_qola("embed", "--hsa-dir", str(small_hsa), "--arch", "gfx942", "--arch", "gfx950",
