@@ -37,6 +37,7 @@ from qola.errors import QolaError
 from qola.fsutil import atomic_copy, atomic_write, copy_file, fsync_dir, inside, remove, remove_stale, remove_stale_trees
 from qola.outdir import DIRS, ENTRIES, MANIFEST_JSON, STAGE, STORE, check_output
 from qola.tree.aiter_configs import CONFIGS
+from qola.tree.files import MAX_CSV, open_regular
 
 __all__ = ["MANIFEST_JSON", "STORE", "DIRS", "ENTRIES", "atomic_write", "atomic_copy", "publish", "prepare",
            "check_output", "module_record", "publish_tree", "install_version", "generated_at"]
@@ -100,17 +101,19 @@ class _Stage:
         remove(dst)  # a later source for the same path wins (texts after headers)
         return dst
 
-    def copy(self, src: Path, rel: str) -> None:
+    def copy(self, src: Path, rel: str, fd: int | None = None) -> None:
+        """Copy ``src`` (or, given ``fd``, the checked open file it names) to ``rel`` in the stage."""
         dst = self._dest(rel)
-        st = os.stat(src)
+        st = os.fstat(fd) if fd is not None else os.stat(src)
         key = _src_key(Path(src), st)
         known = self.seen.get(rel)
         if isinstance(known, dict) and known.get("src") == key and isinstance(known.get("sha256"), str):
-            copy_file(src, dst, st.st_mode & 0o777)
+            copy_file(src if fd is None else f"/proc/self/fd/{fd}", dst, st.st_mode & 0o777)
             rec = {"sha256": known["sha256"], "size": st.st_size}
         else:
             h, size = hashlib.sha256(), 0
-            with open(src, "rb") as inp, open(dst, "xb") as out:
+            source = open(src, "rb") if fd is None else os.fdopen(os.dup(fd), "rb")
+            with source as inp, open(dst, "xb") as out:
                 while chunk := inp.read(1 << 20):
                     h.update(chunk)
                     out.write(chunk)
@@ -200,11 +203,24 @@ def publish_tree(src: Path | None, dst: Path) -> None:
 
 
 def _configs(stage: _Stage, tree_root: Path) -> list[str]:
+    """The tree's tuned-config CSVs, into configs/. Each must be a regular file of the tree once links
+    are resolved (a link to a root-only file would be published for anyone to read) and at most
+    :data:`MAX_CSV` bytes, checked on the open descriptor (a FIFO or /dev/zero never blocks or fills
+    the disk)."""
     src = tree_root / CONFIGS
+    root = tree_root.resolve()
     copied = []
     for csv in sorted(src.rglob("*.csv")) if src.is_dir() else []:
         rel = csv.relative_to(src).as_posix()
-        stage.copy(csv, f"configs/{rel}")
+        real = csv.resolve()
+        if not real.is_relative_to(root):
+            raise QolaError(f"tuned config {csv} is a link to {real}, outside the kernel tree; not published",
+                            hint="configs must be files of the tree (replace the link by the file)")
+        fd, _ = open_regular(real, limit=MAX_CSV, what="tuned config")
+        try:
+            stage.copy(real, f"configs/{rel}", fd=fd)
+        finally:
+            os.close(fd)
         copied.append(rel)
     return copied
 

@@ -253,6 +253,34 @@ def test_a_projects_own_manifest_json_is_not_taken_for_qolas(tmp_path):
     assert outdir.recognised(project)
 
 
+def test_tuned_configs_are_files_of_the_tree_never_links_out_fifos_or_devices(tmp_path):
+    """configs/*.csv are published for anyone to read: a link to a root-only file outside the tree, a
+    FIFO (would block) or a link to /dev/zero (would fill the disk) is refused, the output unchanged
+    (issue 23). A CSV linked to another file of the tree is published."""
+    configs = tmp_path / "tree" / "aiter" / "configs"
+    configs.mkdir(parents=True)
+    (configs / "a8w8_tuned_gemm.csv").write_text("M,N,K\n1,2,3\n")
+    (configs / "same.csv").symlink_to("a8w8_tuned_gemm.csv")
+    out = tmp_path / "out"
+    publish_version(tmp_path, out, "v1")
+    assert (out / "configs" / "same.csv").read_text() == "M,N,K\n1,2,3\n"
+    assert not (out / "configs" / "same.csv").is_symlink()
+    before = published(out)
+    secret = tmp_path / "secret.csv"
+    secret.write_text("root:$6$hash\n")
+    secret.chmod(0o600)
+    cases = {"leak.csv": lambda p: p.symlink_to(secret), "fifo.csv": lambda p: os.mkfifo(p),
+             "zero.csv": lambda p: p.symlink_to("/dev/zero")}
+    for name, make in cases.items():
+        make(configs / name)
+        with pytest.raises(QolaError) as info:
+            publish_version(tmp_path, out, "v2")
+        assert name in str(info.value) or "FIFO" in str(info.value), (name, str(info.value))
+        assert published(out) == before, name  # nothing of v2 reached OUT
+        (configs / name).unlink()
+    assert "secret" not in json.dumps(published(out))
+
+
 def test_audit_reports_a_linked_or_replaced_entry(tmp_path):
     out = tmp_path / "out"
     publish_version(tmp_path, out, "v1")

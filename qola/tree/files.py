@@ -31,11 +31,11 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def read_small(path: str | os.PathLike, *, limit: int, what: str, nofollow: bool = False,
-               hint: str | None = None) -> bytes:
-    """The bytes of the regular file ``path`` (at most ``limit``). ``what`` names it in messages
-    ("manifest", "module table"). A missing file raises :class:`FileNotFoundError` (callers decide
-    whether that is an error); everything else is a :class:`QolaError`."""
+def open_regular(path: str | os.PathLike, *, limit: int, what: str, nofollow: bool = False,
+                 hint: str | None = None) -> tuple[int, os.stat_result]:
+    """(fd, its fstat) of the regular file ``path`` of at most ``limit`` bytes: opened without blocking
+    (a FIFO), checked on the open descriptor (the file checked is the file read). The caller closes
+    the fd. A missing file raises :class:`FileNotFoundError`; everything else is a :class:`QolaError`."""
     p = Path(path)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     if nofollow:
@@ -57,6 +57,20 @@ def read_small(path: str | os.PathLike, *, limit: int, what: str, nofollow: bool
         if st.st_size > limit:
             raise QolaError(f"{what} {p} is {st.st_size:,} bytes; at most {limit:,} are read",
                             hint=hint or "is this the right file?")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_small(path: str | os.PathLike, *, limit: int, what: str, nofollow: bool = False,
+               hint: str | None = None) -> bytes:
+    """The bytes of the regular file ``path`` (at most ``limit``). ``what`` names it in messages
+    ("manifest", "module table"). A missing file raises :class:`FileNotFoundError` (callers decide
+    whether that is an error); everything else is a :class:`QolaError`."""
+    fd, _ = open_regular(path, limit=limit, what=what, nofollow=nofollow, hint=hint)
+    p = Path(path)
+    try:
         chunks, total = [], 0
         while total <= limit:
             chunk = os.read(fd, min(limit + 1 - total, MiB))
