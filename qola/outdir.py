@@ -96,12 +96,12 @@ def published(out: Path) -> bool:
 
 
 def recognised(out: Path) -> bool:
-    """Whether ``out`` is an output qola published: a real ``OUT/.qola`` store beside a real
-    ``manifest.json`` that is a JSON object with qola's ``qola_version`` (any project may have a
-    manifest.json of its own: that alone is never taken for qola's). Opened without following a
-    link or blocking on a FIFO, size-checked before it is read."""
+    """Whether ``out`` is an output qola published: a real ``manifest.json`` that is a JSON object with
+    qola's ``qola_version`` and ``modules`` (any project may have a manifest.json of its own: that
+    alone is never taken for qola's), and no ``OUT/.qola`` that is anything but a directory. Opened
+    without following a link or blocking on a FIFO, size-checked before it is read."""
     st_dir = store(out)
-    if st_dir.is_symlink() or not st_dir.is_dir() or not published(out):
+    if st_dir.is_symlink() or (os.path.lexists(st_dir) and not st_dir.is_dir()) or not published(out):
         return False
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
@@ -118,7 +118,7 @@ def recognised(out: Path) -> bool:
         return False
     finally:
         os.close(fd)
-    return isinstance(data, dict) and isinstance(data.get("qola_version"), str)
+    return isinstance(data, dict) and isinstance(data.get("qola_version"), str) and isinstance(data.get("modules"), list)
 
 
 # -- locks ----------------------------------------------------------------------------------------

@@ -152,7 +152,7 @@ def test_output_of_an_older_layout_is_replaced_and_foreign_dirs_refused(tmp_path
     legacy = tmp_path / "legacy"  # real dirs and a manifest.json, as qola wrote before versions
     (legacy / "lib").mkdir(parents=True)
     (legacy / "lib" / "qk_old.so").write_bytes(b"old")
-    (legacy / "manifest.json").write_text('{"modules": []}')
+    (legacy / "manifest.json").write_text('{"qola_version": "0.1.0", "modules": []}')
     publish(fake_report(tmp_path, [("a", "qk_a", "built", b"A")]), legacy)
     assert not (legacy / "lib").is_symlink() and sorted(p.name for p in (legacy / "lib").iterdir()) == ["qk_a.so"]
     assert not (legacy / "manifest.json").is_symlink()
@@ -160,7 +160,7 @@ def test_output_of_an_older_layout_is_replaced_and_foreign_dirs_refused(tmp_path
     foreign = tmp_path / "foreign"
     (foreign / "lib").mkdir(parents=True)
     (foreign / "lib" / "mine.so").write_bytes(b"user data")
-    with pytest.raises(QolaError, match="not published by qola"):
+    with pytest.raises(QolaError, match="qola did not publish"):
         publish(fake_report(tmp_path, [("a", "qk_a", "built", b"A")]), foreign)
     assert (foreign / "lib" / "mine.so").read_bytes() == b"user data"
 

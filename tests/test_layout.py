@@ -246,11 +246,13 @@ def test_a_projects_own_manifest_json_is_not_taken_for_qolas(tmp_path):
     assert "Traceback" not in proc.stderr
     assert snapshot(project) == before and {p: p.stat().st_mtime_ns for p in project.rglob("*")} == mtimes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["project"]  # no build dir, no lock file beside it
-    # a manifest.json of qola's shape but no .qola store beside it: still not taken for qola's
+    # only a record of qola's shape is qola's (an output of a qola before versions has no .qola yet)
     (project / "manifest.json").write_text(json.dumps({"qola_version": "0.1.0"}))
     assert not outdir.recognised(project)
-    (project / ".qola").mkdir()
+    (project / "manifest.json").write_text(json.dumps({"qola_version": "0.1.0", "modules": []}))
     assert outdir.recognised(project)
+    (project / ".qola").write_text("")
+    assert not outdir.recognised(project)
 
 
 def test_tuned_configs_are_files_of_the_tree_never_links_out_fifos_or_devices(tmp_path):
