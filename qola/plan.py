@@ -76,8 +76,20 @@ def check_pin(manifest: Manifest, tree: AiterTree, allow_unpinned: bool, *, want
     problem = git_rev_problem(want) if want else None
     if problem:
         raise QolaError(f"{source} {want!r} {problem}")
-    head = git_head(tree)
+    head, unreadable = git_head(tree)
     record: dict[str, Any] = {"expected": want, "actual": head, "source": source, "tree_chosen_by": chosen}
+    if unreadable is not None:  # a git checkout whose commit git will not tell: a pin is not taken on trust
+        record["status"] = "unknown"
+        msg = f"{tree.root} is a git checkout, but its commit cannot be read: {unreadable}"
+        if not want:
+            return None, [msg], record
+        if chosen or allow_unpinned:
+            why = f"the tree is the one {chosen} chose" if chosen else "--allow-unpinned"
+            return None, [msg + f"; {source} {want} is not verified ({why}; recorded in manifest.json)"], record
+        raise QolaError(msg + f"; {source} pins {want}, which qola cannot verify",
+                        hint="install git, or mark the tree safe (git config --global --add safe.directory "
+                        f"{tree.root}) if another user owns it; or build it as it is with --skip-checkout "
+                        "(a recorded warning) or --allow-unpinned")
     if head is None:
         record["status"] = "unknown"
         note = f"{tree.root} is not a git checkout (an sdist?): its commit cannot be checked"

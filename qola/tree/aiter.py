@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,15 +139,26 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
-def git_head(tree: AiterTree) -> str | None:
-    """HEAD of the tree when the tree root is itself the top of a git checkout."""
-    if not (tree.root / ".git").exists():
-        return None
+def git_head(tree: AiterTree) -> tuple[str | None, str | None]:
+    """(HEAD, None) of the tree when its root is itself the top of a git checkout; (None, None) when it
+    is not one (an sdist: nothing to check); (None, why) when it is one and git cannot say (git
+    missing, the tree owned by another user and not a ``safe.directory``, a broken repository)."""
+    if not os.path.lexists(tree.root / ".git"):
+        return None, None
     try:
-        out = proc.run(["git", "-C", str(tree.root), "rev-parse", "HEAD"], stderr=proc.PIPE, timeout=30)
-    except (OSError, proc.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
+        out = proc.run(["git", "-C", str(tree.root), "rev-parse", "--verify", "HEAD^{commit}"],
+                       stderr=proc.PIPE, timeout=30)
+    except FileNotFoundError:
+        return None, "git is not installed"
+    except OSError as exc:
+        return None, f"git cannot run: {exc.strerror or exc}"
+    except proc.TimeoutExpired:
+        return None, "git rev-parse HEAD did not answer in 30 s"
+    if out.returncode != 0:
+        said = " ".join((out.stderr or out.stdout or "").split())[:300]
+        return None, f"git rev-parse HEAD failed ({said or f'exit {out.returncode}'})"
+    head = out.stdout.strip()
+    return (head, None) if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", head) else (None, f"git said {head[:80]!r}")
 
 
 @dataclass(frozen=True)
