@@ -76,8 +76,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER
 
 
+def undecodable(argv: Sequence[str]) -> str | None:
+    """The message for the first argument that is not valid UTF-8 (Python carries such bytes as
+    surrogate escapes; paths qola writes into build files, records and logs must be text)."""
+    for i, arg in enumerate(argv, 1):
+        bad = next((c for c in arg if "\udc80" <= c <= "\udcff"), None)
+        if bad is not None:
+            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            return (f"error: argument {i} ('{shown}') is not valid UTF-8 (byte 0x{ord(bad) - 0xDC00:02x})\n"
+                    "hint: qola writes paths into build files, manifest.json and logs as UTF-8 text: rename the "
+                    "file or directory, or use a path without that byte")
+    return None
+
+
 def _main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    bad = undecodable(argv)
+    if bad is not None:
+        print(bad, file=sys.stderr)
+        return EXIT_USER
     parser = _parser(_wanted(argv))
     args = parser.parse_args(argv)
     args.argv = argv  # the command line as given (the build's no-op record keys on it)
@@ -98,6 +115,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
         code = exc.exit_code if isinstance(exc, proc.Interrupted) else 130
         print("interrupted" if code == 130 else f"terminated (signal {code - 128})", file=sys.stderr)
         return code
+    except UnicodeError as exc:  # a name from the environment or a tree that is not UTF-8: one line
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: text that is not valid UTF-8 ({exc.reason}): {exc.object[exc.start:exc.end]!r}"
+              + ("" if args.debug else " (--debug shows the traceback)"), file=sys.stderr)
+        return EXIT_USER
     except (OSError, RecursionError, MemoryError) as exc:  # last resort: one line, no traceback
         if args.debug:
             traceback.print_exc()

@@ -211,3 +211,16 @@ def test_ck_jit_call_form(tmp_path):
     assert data["version_check"]["status"] in ("match", "mismatch")  # recorded either way, never a refusal
     calls = log.read_text().splitlines()
     assert any("--version" in c for c in calls) and any("tiny.cu" in c and " -c " in f" {c} " for c in calls)
+
+
+@pytest.mark.parametrize("where", ["-o", "-m", "-a"])
+def test_an_argument_that_is_not_utf8_is_one_line_not_a_traceback(tmp_path, where):
+    """Python carries undecodable bytes as surrogate escapes, which crashed qola where a path is
+    encoded (a build dir's hash, a log): refused at the command line, naming the argument (issue 23)."""
+    bad = str(tmp_path / "o\udcffut")
+    args = {"-o": bad, "-m": str(KERNELS.parent / "quickstart.toml"), "-a": str(KERNELS)}
+    args[where] = bad
+    proc = run_qola("build", "-m", args["-m"], "-a", args["-a"], "-o", args["-o"], "--dry-run")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "is not valid UTF-8 (byte 0xff)" in proc.stderr and "o\\xffut" in proc.stderr
+    assert not (tmp_path / "o\udcffut").exists() and not any(tmp_path.iterdir())

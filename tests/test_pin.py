@@ -69,3 +69,4 @@ def test_an_sdist_without_git_is_only_noted(tmp_path):
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa", "__pycache__", ".git"))
     proc = run_qola("plan", "-m", str(manifest(tmp_path, "abcdef1")), "-a", str(tree))
     assert proc.returncode == 0 and "is not a git checkout (an sdist?)" in proc.stderr, proc.stderr
+
