@@ -85,5 +85,6 @@ def check_accepted(
         how = "install a matching CUDA toolkit and point CUDACXX (or CUDA_HOME, or PATH) at it"
     message = f"found {kind.upper()} {shown} at {compiler}, but the manifest accepts only [{wanted}] ([qola] {key})"
     if not enforce:
-        return message + " (built anyway: recorded in manifest.json, see docs/manifest.md)"
+        abi = f"; the libraries link HIP's libamdhip64.so.{versions[0].split('.')[0]}" if kind == "hip" else ""
+        return message + f" (built anyway{abi}: recorded in manifest.json, see docs/manifest.md)"
     raise QolaError(message, hint=f"{how}, or add {'.'.join(versions[0].split('.')[:2])!r} to {key}")
