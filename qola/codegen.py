@@ -123,9 +123,18 @@ def stamp_of(job: GenJob, python: str) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def generated_sources(blob_dir: Path) -> tuple[str, ...]:
+def generated_sources(blob_dir: Path, module: str = "?") -> tuple[str, ...]:
+    """The sources a generator wrote under ``blob_dir``. A name with a control character (a newline
+    would break build.ninja's syntax) or one that is not UTF-8 fails the module, naming the file."""
     if not blob_dir.is_dir():
         return ()
+    for p in blob_dir.rglob("*"):
+        rel = str(p.relative_to(blob_dir))
+        if any(ord(c) < 32 or ord(c) == 127 or "\udc80" <= c <= "\udcff" for c in rel):
+            shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise QolaError(f"module {module}: its generator wrote a file named {shown!r} (a control character or "
+                            "bytes that are not UTF-8), which no build file can name",
+                            hint="fix the generator (or the variant filter that named the file)")
     return tuple(sorted(str(p) for p in blob_dir.rglob("*") if p.suffix in GENERATED_EXTS and p.is_file()))
 
 
@@ -156,7 +165,7 @@ def run_generators(
         try:
             done = json.loads(stamp_file.read_text())
             if done.get("stamp") == stamp:
-                return GenResult(job.module, blob, generated_sources(blob), True, 0.0,
+                return GenResult(job.module, blob, generated_sources(blob, job.module), True, 0.0,
                                  warnings=tuple(done.get("warnings", ())))
         except (OSError, ValueError):
             pass
@@ -184,14 +193,15 @@ def run_generators(
                 exc.hint = (missing_package_hint(exc.output, python)
                             or f"module {job.module}: its generator failed; fix the command or the generator")
                 raise
+        generated_sources(staging, job.module)  # refused before anything reaches the blob dir
         stamp_file.unlink(missing_ok=True)  # a sync cut short leaves no stamp: the next run redoes it
         sync_dir(staging, blob)
         atomic_write(stamp_file, json.dumps({"stamp": stamp, "commands": commands, "warnings": warnings},
                                             indent=1).encode())
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return GenResult(job.module, blob, generated_sources(blob), False, time.perf_counter() - start, tuple(commands),
-                     tuple(warnings))
+    return GenResult(job.module, blob, generated_sources(blob, job.module), False, time.perf_counter() - start,
+                     tuple(commands), tuple(warnings))
 
 
 def clean_stale(gen_root: Path) -> list[Path]:

@@ -110,6 +110,20 @@ def test_absent_asm_generator_is_skipped_others_fail(tmp_path):
     assert info.value.returncode == 3 and "GEN-STDOUT-MARK" in info.value.message
 
 
+@pytest.mark.parametrize("name", ["a\\nb.cu", "tab\\tname.cu", "bad\\udcff.cu"])
+def test_a_generated_name_no_build_file_can_hold_fails_its_module(tmp_path, name):
+    """A generator writing a file whose name holds a newline used to trip an assertion in the ninja
+    writer (a traceback): the module fails naming the file, nothing reaches its blob dir (issue 23)."""
+    gen = tmp_path / "gen.py"
+    gen.write_text("import os, sys\nd = sys.argv[sys.argv.index('--output_dir') + 1]\n"
+                   "open(os.path.join(os.fsencode(d), os.fsencode('" + name + "')), 'w').write('')\n"
+                   "open(os.path.join(d, 'ok.cu'), 'w').write('')\n")
+    job = GenJob("m", (Generator(f"{gen} --output_dir {{}}"),))
+    with pytest.raises(QolaError, match=r"module m: its generator wrote a file named .*which no build file can name"):
+        run_generators(job, tmp_path / "out", env={"PATH": "/usr/bin:/bin"})
+    assert not (tmp_path / "out" / "m" / "blob").exists()
+
+
 def test_failed_process_output_is_bounded_to_its_tail():
     err = FailedProcessError(["gen.py"], 1, "".join(f"line {i}\n" for i in range(500)))
     assert "line 499" in err.message and "line 459" not in err.message and "line 460" in err.message
