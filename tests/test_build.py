@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KERNELS, run_qola
+from conftest import KERNELS, run_qola, wait_for
 
 from qola import pipeline
 from qola.errors import QolaError
@@ -168,19 +168,16 @@ def test_sigkill_then_rebuild_never_shows_corrupt_output(tmp_path):
     published = {p: sha256(p) for p in (out / "lib").iterdir()}
     for src in (tree / "csrc" / "kernels").glob("*.cu"):
         src.write_text(src.read_text() + "\n// changed\n")
-    # a launcher that stalls each compile, so the kill lands mid-compile every time
+    # a launcher that marks and stalls each compile, so the kill lands mid-compile every time
     slow = tmp_path / "slow-launcher"
-    slow.write_text("#!/bin/sh\nsleep 2\nexec \"$@\"\n")
+    compiling = tmp_path / "compiling"
+    slow.write_text(f"#!/bin/sh\ntouch {compiling}\nsleep 600\nexec \"$@\"\n")
     slow.chmod(0o755)
     proc = subprocess.Popen([sys.executable, "-m", "qola", "build", "--manifest", str(m), "--aiter-root", str(tree),
                              "-o", str(out), "-j", "2", "--launcher", str(slow)], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    graph = tmp_path / "out.build" / "build.ninja"
-    mtime = graph.stat().st_mtime
-    deadline = time.time() + 60
-    while graph.stat().st_mtime == mtime and time.time() < deadline:
-        time.sleep(0.1)
-    time.sleep(3)  # ninja is compiling (each compile takes > 2 s)
+    assert wait_for(lambda: compiling.exists() or proc.poll() is not None, 300), "no compile started"
+    assert proc.poll() is None, "the build ended before a compile began"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     # what O shows is exactly the last published state: every file complete and matching manifest.json

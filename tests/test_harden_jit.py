@@ -385,8 +385,8 @@ def test_verify_fix_removes_stale_temps_but_not_those_of_a_running_compile(lib):
     stale_dir.mkdir()
     holder = subprocess.Popen(
         [sys.executable, "-c", "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR|os.O_CREAT);"
-         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
-         str(cache.lock_dir() / f"{'b' * 64}.lock")], stdout=subprocess.PIPE, text=True)  # fmt: skip
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
+         str(cache.lock_dir() / f"{'b' * 64}.lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "held"
         v = qola(lib, "verify")

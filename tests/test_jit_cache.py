@@ -74,9 +74,9 @@ def test_locks_are_exclusive_across_processes(tmp_path):
     key = "b" * 64
     holder = subprocess.Popen(
         [sys.executable, "-c", "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR|os.O_CREAT);"
-         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(30)",
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
          str(cache.path / "locks" / f"{key}.lock")],
-        stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "held"
