@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -135,14 +134,12 @@ def config_diffs(root: Path, oracle: dict, env: dict[str, str]) -> tuple[list[st
 
 
 def test_every_module_resolves_as_aiter_does(tree33):
-    start = time.perf_counter()
     oracle = run_oracle(tree33)
     assert len(oracle["modules"]) == 82
     assert entry_diffs(tree33, oracle, {}) == []
     diffs, merged = config_diffs(tree33, oracle, {})
     assert diffs == []
     assert merged == 5  # model_configs/ gives five of the nine configs per-model rows
-    assert time.perf_counter() - start < 120
 
 
 def test_plan_of_every_module_matches_aiters_build_args(tree33):
