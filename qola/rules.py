@@ -186,6 +186,12 @@ def file_stem_problem(stem: object) -> str | None:
     return None
 
 
+def usage_name_problem(name: object) -> str | None:
+    """A variant name in ``[usage]`` or a usage record (an instance file stem): a plain file name, so
+    no glob or filter character (``* ? [ , | @``) can make it select more than itself."""
+    return file_stem_problem(name)
+
+
 def relative_pattern_problem(pattern: object) -> str | None:
     """A file-name glob or a path relative to a tree (``drop_srcs``): no NUL or control characters,
     not absolute, no ``..`` component."""
