@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from qola.errors import QolaError
-from qola.usage.records import Record
 from qola.tree.files import read_small
+from qola.usage.records import Record
 
 MAX_MANIFEST_JSON = 256 << 20
 AHEAD, JIT, ABSENT, NO_MODULE = "ahead", "jit", "absent", "no-module"
