@@ -42,8 +42,8 @@ TE = {
 }
 # One model's usage set (issue 25; bench/usage.py: `qola usage merge` of its records, then `qola plan
 # --usage`): bf16, head size 128, batch mode, causal and no mask, with and without dropout, fwd + bwd,
-# every padding/tile kernel of those, both archs. Unit counts from the plan; seconds as above; its
-# dispatch files priced by their kernel count (bench/usage.py), the module's own sources unchanged.
+# every padding/tile kernel of those, both archs. Unit counts from the plan; seconds as above; its two
+# dispatch files measured (docs/benchmarks.md); AITER's own sources and generators unchanged.
 USAGE = {
     "name": "one model's usage set of the TE manifest (gfx942+gfx950)",
     "units": [
@@ -51,8 +51,8 @@ USAGE = {
         ("fwd instances", 28, 36.0),
         ("bwd pre/post (convert_dq, dot_do_o)", 16, 22.0),
         ("AITER bwd pre/post (fmha_bwd_pre_post_kernel_generate.py)", 96, 22.0),  # not CK's: unchanged
-        ("fmha_bwd_api.cpp (dispatch of 114 kernels)", 1, 7.1),
-        ("fmha_fwd_api.cpp (dispatch of 28 kernels)", 1, 5.0),
+        ("fmha_bwd_api.cpp (dispatch of 130 kernels, 0.23 MB)", 1, 13.1),  # measured: 13.1 s user
+        ("fmha_fwd_api.cpp (dispatch of 28 kernels)", 1, 9.4),  # measured: 9.4 s user
         ("AITER API + qola wrappers + asm v3", 8, 30.0),
     ],
     "before": 16.8,  # qola build --dry-run --usage: plan, the [usage] check, generators (measured, 16.3 s user)

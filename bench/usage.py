@@ -32,8 +32,6 @@ from qola.usage import records  # noqa: E402
 
 SECONDS = {label: secs for label, _, secs in TE["units"]}
 FIXED = [u for u in TE["units"] if u[0].startswith("AITER")]  # AITER's own sources and generators: always built
-BWD_API = next(u for u in TE["units"] if u[0].startswith("fmha_bwd_api"))
-FWD_API = next(u for u in TE["units"] if u[0].startswith("fmha_fwd_api"))
 
 
 def qola(*args: str) -> subprocess.CompletedProcess:
@@ -53,9 +51,20 @@ def files(plan_json: str) -> dict[str, list[str]]:
     return out
 
 
+def dispatch_seconds(kernels: int, small: tuple[int, float], large: tuple[int, float]) -> float:
+    """CPU seconds of a CK dispatch file over ``kernels`` files: the line through two measured ones."""
+    slope = (large[1] - small[1]) / (large[0] - small[0])
+    return max(1.0, small[1] + slope * (kernels - small[0]))
+
+
+# measured dispatch compiles (docs/benchmarks.md; user CPU, hipcc, both archs): (CK files, seconds)
+FWD_DISPATCH = ((28, 9.4), (416, 15.3))
+BWD_DISPATCH = ((130, 13.1), (2088, 130.0))
+
+
 def classes(f: dict[str, list[str]]) -> list[tuple[str, int, float]]:
-    """bench/farm.py's unit classes; a dispatch file priced by its kernel count (measured: 130 s for
-    2,088 bwd kernels, 15 s for 416 fwd ones; assumed linear, at least 5 s)."""
+    """bench/farm.py's unit classes; a dispatch file priced by its kernel count (between the two
+    measured sizes of each, docs/benchmarks.md)."""
     fwd = len(f.get("libmha_fwd", []))
     bwd = f.get("libmha_bwd", [])
     pre = sum(1 for n in bwd if n.startswith(("fmha_bwd_dot_do_o_", "fmha_bwd_convert_dq_")))
@@ -63,8 +72,8 @@ def classes(f: dict[str, list[str]]) -> list[tuple[str, int, float]]:
     units = [("fwd instances", fwd, SECONDS["fwd instances"]),
              ("bwd dq_dk_dv instances", main, SECONDS["bwd dq_dk_dv instances"]),
              ("bwd pre/post (convert_dq, dot_do_o)", pre, SECONDS["bwd pre/post (convert_dq, dot_do_o)"]),
-             ("fmha_fwd_api.cpp", 1, max(5.0, FWD_API[2] * fwd / 416)),
-             ("fmha_bwd_api.cpp", 1, max(5.0, BWD_API[2] * main / 2088)), *FIXED]  # fmt: skip
+             ("fmha_fwd_api.cpp", 1, dispatch_seconds(fwd, *FWD_DISPATCH)),
+             ("fmha_bwd_api.cpp", 1, dispatch_seconds(len(bwd), *BWD_DISPATCH)), *FIXED]  # fmt: skip
     return units
 
 
