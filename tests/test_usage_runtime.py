@@ -124,3 +124,28 @@ def test_configure_refuses_an_unknown_coverage_value(lib):
     so.qt_qola_usage_configure.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     assert so.qt_qola_usage_configure(None, b"sometimes") == -1
     assert so.qt_qola_usage_configure(None, b"report") == 0
+
+
+def _fork_worker(lib_path: str, env: dict, rec: str) -> tuple[int, int]:
+    os.environ.update(env)  # this child process only (see _worker)
+    so = ctypes.CDLL(lib_path)
+    so.qt_qola_usage_configure.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    so.qt_qola_usage_configure(rec.encode(), None)
+    assert so.qt_call(1, 1) == expected(1, 1)
+    child = os.fork()
+    if child == 0:  # the forked child records into a file of its own
+        os._exit(0 if so.qt_call(2, 1) == expected(2, 1) else 1)
+    _, status = os.waitpid(child, 0)
+    return os.getpid(), child if status == 0 else -1
+
+
+def test_a_forked_child_records_into_its_own_file(lib, tmp_path):
+    assert lib.run(1, 5).returncode == 0 and lib.run(2, 5).returncode == 0
+    rec = tmp_path / "rec"
+    so = str(lib.caller.parent.parent / "lib" / "libqt.so")
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        parent, child = pool.apply(_fork_worker, (so, lib.env, str(rec)))
+    assert child > 0
+    res = read_dir(rec)
+    assert res.files == 2 and res.bad_lines == 0
+    assert sorted((r.pid, r.unit) for r in res.records) == sorted([(parent, "unit_1"), (child, "unit_2")])

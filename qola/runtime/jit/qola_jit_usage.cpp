@@ -17,6 +17,7 @@
 #include <ctime>
 #include <fcntl.h>
 #include <mutex>
+#include <pthread.h>
 #include <set>
 #include <string>
 #include <sys/stat.h>
@@ -71,11 +72,20 @@ struct Writer {
     bool full = false; // k_usage_max_file reached, or the file could not be created
     std::set<std::pair<const void*, std::string>> seen; // (entry, event) recorded by this process
 };
+void fork_prepare();
+void fork_release();
 Writer& W()
 {
-    static Writer* w = new Writer; // never destroyed: stubs may run during exit
+    static Writer* w = [] {
+        Writer* made = new Writer; // never destroyed: stubs may run during exit
+        // a fork while another thread records must not leave the child's copy of the mutex held
+        pthread_atfork(fork_prepare, fork_release, fork_release);
+        return made;
+    }();
     return *w;
 }
+void fork_prepare() { W().mu.lock(); }
+void fork_release() { W().mu.unlock(); }
 
 std::string host_name()
 {
