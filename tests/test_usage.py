@@ -183,3 +183,18 @@ def test_te_recorded_usage_plans_exactly_the_recorded_kernels(aiter_root, tmp_pa
     proc = run_qola("usage", "merge", str(d), *base, "-o", str(frag))
     assert proc.returncode == 0, proc.stderr
     assert plan_files(run_qola("plan", "--json", *base, "--usage", str(frag))) == {k: set(v) for k, v in used.items()}
+
+
+def test_a_ck_name_brings_its_twin_for_the_other_arch(monkeypatch):
+    from qola import variants as vmod
+    from qola.plantypes import Generator, ModulePlan, Plan
+    from qola.usage import apply
+
+    k = "fmha_fwd_d128_bf16_batch_b128x128_nmask_lse"
+    every = [f"{k}_gfx9", f"{k}_gfx950", "fmha_fwd_d64_bf16_batch_b64x64_nmask_lse_gfx9"]
+    mod = ModulePlan("libmha_fwd", "te_libmha_fwd", "cpp_itfs", "shared", (), (), (), (), (Generator("g.py", "fwd"),),
+                     True, False, False, None)  # fmt: skip
+    plan = Plan("te", "hip", ("gfx942", "gfx950"), "/t", "/t", None, "m.toml", "0", (mod,))
+    monkeypatch.setattr(apply, "universe", lambda m, env: {0: (every, every)})
+    monkeypatch.setattr(vmod, "flavor_of", lambda g: "ck")
+    assert apply.check(plan, {"libmha_fwd": [f"{k}_gfx950"]}, {}) == {"libmha_fwd": {0: every[:2]}}

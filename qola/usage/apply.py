@@ -70,9 +70,12 @@ def _refuse(mod: ModulePlan, name: str, known: Sequence[str], commit: str | None
 
 def check(plan: Plan, by_module: Mapping[str, Sequence[str]], env: Mapping[str, str],
           where: str = "usage") -> dict[str, dict[int, list[str]]]:  # fmt: skip
-    """module -> generator index -> the named stems it writes. Raises QolaError for a module outside
+    """module -> generator index -> the named stems it writes (for CK with each name's twins for the
+    build's other archs: the same kernel). Raises QolaError for a module outside
     the plan or without listable generators, a name outside the module's universe, and a name the
     manifest's own variant tables exclude."""
+    from qola import variants  # noqa: PLC0415
+
     mods = {m.name: m for m in plan.modules}
     out: dict[str, dict[int, list[str]]] = {}
     for module, names in sorted(by_module.items()):
@@ -94,6 +97,10 @@ def check(plan: Plan, by_module: Mapping[str, Sequence[str]], env: Mapping[str, 
                 raise QolaError(f"{where}: variant {name!r} of module {module} is excluded by the manifest's "
                                 "variant tables", hint="widen [[variants]] / [[mha_*_variants]] or drop the name")
             per[every[name]].append(name)
+        for i, chosen in per.items():  # CK: a kernel's _gfx9/_gfx950 twin is the same kernel for another arch
+            if chosen and variants.flavor_of(mod.generators[i]) == "ck":
+                kernels = {variants.kernel_name(n, "ck") for n in chosen}
+                per[i] = sorted({*chosen, *(s for s in uni[i][1] if variants.kernel_name(s, "ck") in kernels)})
         out[module] = per
     return out
 
