@@ -198,3 +198,12 @@ def test_a_ck_name_brings_its_twin_for_the_other_arch(monkeypatch):
     monkeypatch.setattr(apply, "universe", lambda m, env: {0: (every, every)})
     monkeypatch.setattr(vmod, "flavor_of", lambda g: "ck")
     assert apply.check(plan, {"libmha_fwd": [f"{k}_gfx950"]}, {}) == {"libmha_fwd": {0: every[:2]}}
+
+
+def test_the_build_record_keeps_the_usage_fragments_for_a_reproduction(tmp_path, monkeypatch):
+    from qola.reproduce import settings_record
+    from qola.spec import BuildSpec
+
+    monkeypatch.chdir(tmp_path)
+    spec = BuildSpec(manifest="m.toml", usage_files=("usage.toml",))
+    assert settings_record(spec, {}, [])["usage_files"] == [str(tmp_path / "usage.toml")]
