@@ -62,6 +62,7 @@ def test_strict_coverage_refuses_to_compile_and_names_the_manifest_line(lib, tmp
     assert int(proc.stdout.split()[3]) == E_COVERAGE
     assert "variant unit_1 of module tm was not built ahead and is not in the JIT cache" in proc.stderr
     assert '{ module = "tm", name = "unit_1" },' in proc.stderr
+    assert proc.stderr.count("qola-jit: coverage: variant unit_1") == 1  # said by the runtime itself, once
     assert lib.compiles() == 0
     assert [(r.unit, r.event) for r in read_dir(rec).records] == [("unit_1", "refused")]
     # once in the cache (a run without the contract), strict passes: no compile

@@ -228,6 +228,7 @@ void* load_unit(const qola_jit_module& m, const qola_jit_entry& e, Failure* fail
                                           "=strict forbids compiling it at run time. To build it ahead, add this "
                                           "line to the manifest's [usage] variants (or to the usage fragment) and "
                                           "rebuild:\n    " + usage::manifest_line(m, e) + notes};
+        fprintf(stderr, "qola-jit: coverage: %s\n", fail->msg.c_str()); // once: the refusal is sticky
         return nullptr;
     }
     if(env(fmt::k_env_jit) == "0") {
