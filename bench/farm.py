@@ -27,15 +27,36 @@ import heapq
 TE = {
     "name": "Transformer Engine manifest (gfx942+gfx950)",
     "units": [
-        ("bwd dq_dk_dv instances", 2088, 75.0),  # d32: 108/115 s wall at ~1.5x contention
+        # CK's files split by kind as `qola plan --json` lists them (bench/usage.py, issue 25): of CK's 2,088
+        # bwd files 240 are its pre/post kernels (22 s, not 75 s as counted before: 48 -> 45 CPU-h)
+        ("bwd dq_dk_dv instances", 1848, 75.0),  # d32: 108/115 s wall at ~1.5x contention
         ("fwd instances", 416, 36.0),  # d32: 52/54 s wall at ~1.5x contention
-        ("bwd pre/post (convert_dq, dot_do_o)", 96, 22.0),  # 19-38 s wall
+        ("bwd pre/post (convert_dq, dot_do_o)", 240, 22.0),  # 19-38 s wall
+        ("AITER bwd pre/post (fmha_bwd_pre_post_kernel_generate.py)", 96, 22.0),
         ("fmha_bwd_api.cpp (dispatch of 2,088 kernels, 2.9 MB)", 1, 130.0),  # 152 s wall, 130 s user
         ("fmha_fwd_api.cpp (dispatch, 0.4 MB)", 1, 15.0),  # 16.8 s wall
         ("AITER API + qola wrappers + asm v3", 8, 30.0),  # 17-39 s wall
     ],
     "before": 41.0,  # qola build --dry-run of the TE manifest: plan + both generators, 41 s wall
     "after": 5.0,  # two links + audit + publish (0.1-0.2 s per link of 2 kernels; assumed 5 s for 2,600)
+}
+# One model's usage set (issue 25; bench/usage.py: `qola usage merge` of its records, then `qola plan
+# --usage`): bf16, head size 128, batch mode, causal and no mask, with and without dropout, fwd + bwd,
+# every padding/tile kernel of those, both archs. Unit counts from the plan; seconds as above; its two
+# dispatch files measured (docs/benchmarks.md); AITER's own sources and generators unchanged.
+USAGE = {
+    "name": "one model's usage set of the TE manifest (gfx942+gfx950)",
+    "units": [
+        ("bwd dq_dk_dv instances", 114, 75.0),
+        ("fwd instances", 28, 36.0),
+        ("bwd pre/post (convert_dq, dot_do_o)", 16, 22.0),
+        ("AITER bwd pre/post (fmha_bwd_pre_post_kernel_generate.py)", 96, 22.0),  # not CK's: unchanged
+        ("fmha_bwd_api.cpp (dispatch of 130 kernels, 0.23 MB)", 1, 13.1),  # measured: 13.1 s user
+        ("fmha_fwd_api.cpp (dispatch of 28 kernels)", 1, 9.4),  # measured: 9.4 s user
+        ("AITER API + qola wrappers + asm v3", 8, 30.0),
+    ],
+    "before": 16.8,  # qola build --dry-run --usage: plan, the [usage] check, generators (measured, 16.3 s user)
+    "after": 2.0,
 }
 AITER = {
     "name": "AITER's whole table, CK fMHA files (gfx942+gfx950)",
@@ -75,7 +96,7 @@ def main() -> None:
     ap.add_argument("--gbit", type=float, default=10.0, help="client upload bandwidth, Gbit/s")
     args = ap.parse_args()
     servers = [int(s) for s in args.servers.split(",")]
-    for build in (TE, AITER):
+    for build in (TE, USAGE, AITER):
         units = build["units"]
         total = sum(n for _, n, _ in units)
         cpu = sum(n * s for _, n, s in units)

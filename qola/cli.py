@@ -18,7 +18,7 @@ from qola import __version__, proc
 from qola.errors import EXIT_USER, QolaError
 
 # subcommand name -> module under qola.commands (imported lazily, in this order)
-COMMANDS = ("plan", "build", "checkout", "package", "variants", "embed", "jit", "audit", "doctor")
+COMMANDS = ("plan", "build", "checkout", "package", "variants", "embed", "jit", "usage", "audit", "doctor")
 
 
 def _wanted(argv: Sequence[str]) -> tuple[str, ...]:

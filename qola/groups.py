@@ -76,6 +76,9 @@ def select(manifest: Manifest, names: Sequence[str], where: str) -> Manifest:
             for key in ("variants", "mha_fwd_variants", "mha_bwd_variants")})
         mods = None if jit.modules is None else [m for m in jit.modules if m in chosen]
         update["jit"] = jit.model_copy(update={"modules": mods, "aot": aot})
+    if manifest.usage is not None:  # recorded variants of modules left out go with them
+        update["usage"] = manifest.usage.model_copy(
+            update={"variants": [v for v in manifest.usage.variants if v.module in chosen]})
     return manifest.model_copy(update=update)
 
 

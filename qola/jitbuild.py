@@ -163,10 +163,10 @@ def split(mod: ModulePlan, generated: Sequence[str]) -> tuple[tuple[str, ...], t
 
 
 def extra(mod: ModulePlan, generated: Sequence[str], plan: Plan, tc: Toolchain, layout: BuildLayout,
-          compiler: Callable[[], JitCompiler]) -> ModuleExtra:
+          compiler: Callable[[], JitCompiler], build_key: str = "") -> ModuleExtra:
     """What deferring ``mod``'s non-AOT instances adds to it (nothing when none is deferred).
     ``generated``: the module's generated files; ``compiler``: the JIT compiler's identity (probed
-    on first need)."""
+    on first need); ``build_key``: the output's, for usage records (docs/usage.md)."""
     if mod.jit is None:
         return ModuleExtra()
     from qola.jit import layout as jlayout  # noqa: PLC0415
@@ -186,7 +186,8 @@ def extra(mod: ModulePlan, generated: Sequence[str], plan: Plan, tc: Toolchain, 
     spec = jlayout.JitModuleSpec(
         module=mod.md_name, lang=tc.kind, arch=";".join(plan.archs), compiler=compiler(),
         flags=(*jlayout.shared_object_flags(tc.kind, plan.archs), *flags, *next(iter(per_source))),
-        include_dirs=(*map(Path, mod.include_dirs), blob, include_dir), style=mod.jit.style)
+        include_dirs=(*map(Path, mod.include_dirs), blob, include_dir), style=mod.jit.style,
+        manifest_name=mod.name, build_key=build_key)
     files = jlayout.render_jit_module(spec, [(Path(f).stem, Path(f)) for f in deferred], out_jit=layout.jit_out,
                                       stub_dir=layout.jit_stubs(mod.md_name), batch=STUB_BATCH)
     out = files.output

@@ -280,6 +280,41 @@ class JitSection(_Model):
     compiler: str | None = None  # the compiler the library runs (default: the build's)
 
 
+MAX_USAGE_VARIANTS = 100_000  # [usage] variants (a whole model zoo's set is a few thousand)
+
+
+class UsageVariant(_Model):
+    """One line of ``[usage] variants``: a variant (generated instance file stem) of a module."""
+
+    module: str
+    name: str
+
+    @field_validator("module")
+    @classmethod
+    def _module(cls, v: str) -> str:
+        problem = rules.module_key_problem(v)
+        if problem:
+            raise ValueError(f"module name {v!r} {problem}")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        problem = rules.usage_name_problem(v)
+        if problem:
+            raise ValueError(f"variant name {v!r} {problem}")
+        return v
+
+
+class UsageSection(_Model):
+    """``[usage]``: the variants a workload uses (``qola usage merge`` writes them), built ahead
+    exactly; ``files``: fragment files holding more (relative to the manifest). docs/usage.md."""
+
+    files: list[str] = Field(default_factory=list)
+    commit: str | None = None  # the tree commit the names were checked against (qola usage merge)
+    variants: list[UsageVariant] = Field(default_factory=list, max_length=MAX_USAGE_VARIANTS)
+
+
 class Manifest(_Model):
     qola: QolaSection = Field(default_factory=QolaSection)
     build: BuildSection = Field(default_factory=BuildSection)
@@ -288,6 +323,7 @@ class Manifest(_Model):
     mha_fwd_variants: list[MhaFwdVariant] = Field(default_factory=list)
     mha_bwd_variants: list[MhaBwdVariant] = Field(default_factory=list)
     jit: JitSection | None = None
+    usage: UsageSection | None = None
     # set by load(), not by the file
     path: str = ""
     sha256: str = ""

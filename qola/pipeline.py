@@ -126,8 +126,11 @@ def resolve(prepared: Prepared, env: Mapping[str, str]) -> Plan:
     """Stages 2 and 3: the declared variants' generator filters and the JIT split, in the plan."""
     from qola import jitbuild, variants  # noqa: PLC0415
 
+    from qola.usage import apply as usage  # noqa: PLC0415
+
     plan_ = variants.apply(prepared.plan, prepared.manifest, env)  # 2. variants
-    return jitbuild.plan_jit(plan_, prepared.manifest, env)  # 3. JIT plan
+    plan_ = jitbuild.plan_jit(plan_, prepared.manifest, env)  # 3. JIT plan
+    return usage.apply(plan_, prepared.manifest, env)  # [usage]: exactly these variants ahead
 
 
 def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
@@ -292,7 +295,7 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
         generated = stages.generate(plan_, tc, layout, jobs=s.jobs, env=env, results=results, notes=notes,
                                     on_event=ui.event)  # 6. generate
         srcs = stages.sources(plan_, generated, results, layout)
-        extras = _hooks(plan_, tc, layout, srcs, results, s, env)  # 7. hooks
+        extras = _hooks(plan_, tc, layout, srcs, results, s, env, key.key if key else "")  # 7. hooks
         extras_mod.write(extras, isolation.shared_files(plan_, layout))  # 8. write
         srcs = {name: src for name, src in srcs.items() if name in extras}
         logs = {name: list(r.log) for name, r in results.items()}  # before ninja: the incremental path's start
@@ -398,9 +401,11 @@ def _toolchain(plan_: Plan, manifest, s: Settings, env: Mapping[str, str]) -> To
 
 
 def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, ModuleSources],
-           results: dict[str, ModuleResult], s: Settings, env: Mapping[str, str]) -> dict[str, ModuleExtra]:
+           results: dict[str, ModuleResult], s: Settings, env: Mapping[str, str],
+           build_key: str = "") -> dict[str, ModuleExtra]:
     """Each buildable module's extra: the JIT's (deferred instances), then isolation's and
-    embedding's. A hook's QolaError fails its module only."""
+    embedding's. A hook's QolaError fails its module only. ``build_key`` goes into JIT tables
+    (usage records name it)."""
     from qola import isolation, jitbuild, kernels  # noqa: PLC0415
     from qola.build import fail  # noqa: PLC0415
     from qola.errors import QolaError  # noqa: PLC0415
@@ -412,7 +417,7 @@ def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, M
             continue
         r = results[mod.name]
         try:
-            jit = jitbuild.extra(mod, srcs[mod.name].generated, plan_, tc, layout, compiler)
+            jit = jitbuild.extra(mod, srcs[mod.name].generated, plan_, tc, layout, compiler, build_key)
             more = jit.then(isolation.extra(mod, srcs[mod.name].all, jit, plan_, layout, isolate=s.isolate,
                                             discard_locals=tc.discard_locals))
             more = more.then(kernels.extra(mod, layout.obj_dir(mod.name)))  # the switch record (qola.kernels)
@@ -462,6 +467,8 @@ def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s
     data += [a for m in plan_.modules for g in m.generators for a in g.argv[1:]
              if os.path.isabs(a) and os.path.isfile(a)]
     data += [f for m in plan_.modules if m.api is not None for f in m.api.reads]  # the API read from the tree
+    usage = prepared.manifest.usage  # the usage fragments ([usage] files, --usage): their variants are the set
+    data += [str(prepared.manifest.base_dir / f) for f in (usage.files if usage else [])] + list(spec.usage_files)
     tools = [tc.compiler, tc.host_cxx, s.launcher]
     layout = s.layout
     # what stages 6-8 wrote and read back: the generated dirs (listings and stamps), the graph's own

@@ -43,7 +43,8 @@ def settings_record(spec: Any, env: Mapping[str, str], env_keys: Sequence[str]) 
     keys = sorted({k for k in env_keys if k not in UNRECORDED} | {k for k in env if k.startswith(ENV_PREFIXES)})
     return {"isolate": bool(spec.isolate), "allow_unpinned": bool(spec.allow_unpinned), "env_keys": keys,
             "env": {k: env[k] for k in keys if k in env}, "groups": list(getattr(spec, "groups", ()) or ()),
-            "skip_checkout": bool(getattr(spec, "skip_checkout", False))}
+            "skip_checkout": bool(getattr(spec, "skip_checkout", False)),
+            "usage_files": [os.path.abspath(f) for f in getattr(spec, "usage_files", ()) or ()]}
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,7 @@ def reproduce(root: Path, data: Mapping, *, jobs: int | None = None, env: Mappin
             archs=tuple(archs) if isinstance(archs, list) else (), mode=data.get("mode"), jobs=jobs,
             allow_unpinned=bool(settings.get("allow_unpinned")), isolate=bool(settings.get("isolate", True)),
             groups=tuple(g for g in settings.get("groups") or () if isinstance(g, str)),
+            usage_files=tuple(f for f in settings.get("usage_files") or () if isinstance(f, str)),  # --usage
             skip_checkout=True,  # the rebuild uses the recorded tree as it is (a recorded pin mismatch included)
             env=rebuild_env_)
         report = pipeline.build(spec)

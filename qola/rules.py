@@ -186,6 +186,27 @@ def file_stem_problem(stem: object) -> str | None:
     return None
 
 
+MAX_VARIANT_NAME = 240  # CK's fMHA instance stems run to ~170 characters; a file name holds 255 bytes
+
+
+def usage_name_problem(name: object) -> str | None:
+    """A variant name in ``[usage]`` or a usage record (an instance file stem): a plain file name of at
+    most MAX_VARIANT_NAME characters, so no glob or filter character (``* ? [ , | @``) can make it
+    select more than itself."""
+    if not isinstance(name, str):
+        return f"is a {type(name).__name__}, not a string"
+    if not name:
+        return "is empty"
+    bad = _bad_chars(name)
+    if bad:
+        return bad
+    if len(name) > MAX_VARIANT_NAME:
+        return f"is {len(name)} characters long; at most {MAX_VARIANT_NAME} are allowed"
+    if not FILE_STEM_RE.match(name):
+        return "is not a plain file name (letters, digits, _ . + -)"
+    return None
+
+
 def relative_pattern_problem(pattern: object) -> str | None:
     """A file-name glob or a path relative to a tree (``drop_srcs``): no NUL or control characters,
     not absolute, no ``..`` component."""

@@ -54,6 +54,7 @@ class BuildSpec:
     patches_dir: str | None = None  # --patches-dir > [qola].patches_dir: the patch set of the checkout
     aiter_url: str | None = None  # --aiter-url > [qola].aiter_url > QOLA_AITER_URL > ROCm/aiter
     force_checkout: bool = False  # --force-checkout: a checkout may discard local changes of the tree
+    usage_files: tuple[str, ...] = ()  # --usage: fragments whose [usage] variants join the manifest's
     env: Mapping[str, str] | None = field(default=None, compare=False)  # None: os.environ when used
 
     def environ(self) -> dict[str, str]:
@@ -126,8 +127,10 @@ def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
     from qola import manifest as manifest_mod  # noqa: PLC0415
     from qola.plan import check_pin, choose_archs, make_plan  # noqa: PLC0415
     from qola.tree.aiter import open_tree  # noqa: PLC0415
+    from qola.usage import fragment as usage_fragment  # noqa: PLC0415
 
     manifest = manifest_mod.load(spec.manifest)
+    manifest = usage_fragment.merged(manifest, spec.usage_files)  # [usage] files and --usage
     wanted, where = groups.wanted(spec.groups, env)
     manifest = groups.select(manifest, wanted, where)
     tree = open_tree(tree_root(spec, manifest, env))

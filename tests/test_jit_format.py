@@ -35,6 +35,8 @@ STRINGS = {
     "k_env_prebuilt": fmt.ENV_PREBUILT, "k_env_source_dir": fmt.ENV_SOURCE_DIR, "k_env_verbose": fmt.ENV_VERBOSE,
     "k_xdg_subdir": fmt.XDG_SUBDIR, "k_home_subdir": fmt.HOME_SUBDIR, "k_prebuilt": fmt.PREBUILT,
     "k_headers_token": fmt.HEADERS_TOKEN, "k_dir_token": fmt.DIR_TOKEN,
+    "k_env_usage_dir": fmt.ENV_USAGE_DIR, "k_env_coverage": fmt.ENV_COVERAGE, "k_usage_head": fmt.USAGE_HEAD,
+    "k_usage_prefix": fmt.USAGE_PREFIX, "k_usage_suffix": fmt.USAGE_SUFFIX,
 }  # fmt: skip
 NUMBERS = {
     "k_key_len": fmt.KEY_LEN, "k_max_size_digits": fmt.MAX_SIZE_DIGITS, "k_memo_name_len": fmt.MEMO_NAME_LEN,
@@ -42,6 +44,8 @@ NUMBERS = {
     "k_network_stale_s": fmt.NETWORK_STALE_S, "k_max_meta": fmt.MAX_META, "k_max_memo": fmt.MAX_MEMO,
     "k_max_source": fmt.MAX_SOURCE, "k_max_object": fmt.MAX_OBJECT,
     "k_max_tree_entries": fmt.MAX_TREE_ENTRIES, "k_max_tree_depth": fmt.MAX_TREE_DEPTH,
+    "k_usage_max_line": fmt.USAGE_MAX_LINE, "k_usage_max_file": fmt.USAGE_MAX_FILE,
+    "k_usage_sum_len": fmt.USAGE_SUM_LEN,
 }  # fmt: skip
 DERIVED = {"k_n_meta_fields"}  # computed from another constant in the header
 

@@ -38,6 +38,11 @@ def add_manifest_args(parser: argparse.ArgumentParser, *, mode: bool = True) -> 
         "--aiter-commit", metavar="REV",
         help="the commit (sha, tag or branch) to check out and to expect (beats [qola].aiter_commit)",
     )
+    parser.add_argument(
+        "--usage", action="append", dest="usage_files", metavar="FRAGMENT",
+        help="a usage fragment (qola usage merge): build exactly its variants ahead, with the manifest's "
+        "[usage] (repeatable; docs/usage.md)",
+    )
     if mode:
         parser.add_argument("--mode", choices=["pybind", "cpp_itfs"], help="default mode for modules without one")
     parser.add_argument(
@@ -58,7 +63,8 @@ def checkout_args(args: argparse.Namespace) -> dict:
     return {"groups": tuple(getattr(args, "groups", None) or ()),
             "skip_checkout": bool(getattr(args, "skip_checkout", False)),
             "aiter_commit": getattr(args, "aiter_commit", None), "patches_dir": getattr(args, "patches_dir", None),
-            "aiter_url": getattr(args, "aiter_url", None), "force_checkout": bool(getattr(args, "force_checkout", False))}
+            "aiter_url": getattr(args, "aiter_url", None), "force_checkout": bool(getattr(args, "force_checkout", False)),
+            "usage_files": tuple(getattr(args, "usage_files", None) or ())}
 
 
 def prepare(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Prepared:

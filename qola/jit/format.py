@@ -174,6 +174,19 @@ def default_cache_dir(env: Mapping[str, str]) -> Path:
     return Path(home + HOME_SUBDIR)
 
 
+# -- recorded usage and the coverage contract (docs/usage.md; qola.usage reads the records) ------
+ENV_USAGE_DIR = "QOLA_USAGE_DIR"  # opt-in: the runtime writes one record file per process there
+ENV_COVERAGE = "QOLA_JIT_COVERAGE"  # "strict": a miss is an error; "report": compiled, reported once
+USAGE_HEAD = "qola-usage 1"  # first field of every record line
+USAGE_PREFIX = "qola-usage-"  # record files: <prefix><host>-<pid>-<random><suffix>
+USAGE_SUFFIX = ".rec"
+USAGE_MAX_LINE = 1024  # bytes of one record (one write(), under PIPE_BUF)
+USAGE_MAX_FILE = 1 << 20  # a process stops recording when its file reaches this size
+USAGE_SUM_LEN = 16  # hex digits of sha256(line before the sum) that end a record
+# a record: tab-separated, in this order, then the sum, then "\n"
+USAGE_FIELDS = ("head", "event", "module", "md_name", "unit", "arch", "build_key", "host", "pid", "time")
+USAGE_EVENTS = ("prebuilt", "cache", "compile", "refused", "failed")
+
 # -- OUT/jit/<module>/ and the library's table -----------------------------------------------------
 HEADERS_TOKEN = "@QOLA_JIT_HEADERS@"  # in a unit's flags: the unpacked bundle
 DIR_TOKEN = "@QOLA_JIT_DIR@"  # in a unit's flags: OUT/jit/<module>
@@ -187,4 +200,4 @@ RECORD_HEAD = "qola-jit-table 1\n"
 # the C structs of the generated table (qola_jit.h), field by field in declaration order
 ENTRY_STRUCT = ("name", "entry_symbol", "source_rel", "source_sha256", "content_key", "flags", "arch", "n_funcs")
 MODULE_STRUCT = ("name", "jit_dir_rel", "lang", "compiler", "compiler_id", "headers", "headers_sha256",
-                 "headers_digest", "entries", "n_entries", "record")
+                 "headers_digest", "entries", "n_entries", "record", "manifest_name", "build_key")

@@ -177,8 +177,9 @@ std::string resolve_compiler(const qola_jit_module& m)
     return found;
 }
 
-// Find or build the unit's shared object and dlopen it (no global lock held).
-void* load_unit(const qola_jit_module& m, const qola_jit_entry& e, Failure* fail)
+// Find or build the unit's shared object and dlopen it (no global lock held). *how: where it came
+// from (a usage record's event: prebuilt, cache, compile; refused by the coverage contract).
+void* load_unit(const qola_jit_module& m, const qola_jit_entry& e, Failure* fail, const char** how)
 {
     double t0 = now_seconds();
     std::string jit_dir = jit_dir_of(m), cache, cache_err, why, notes;
@@ -204,6 +205,7 @@ void* load_unit(const qola_jit_module& m, const qola_jit_entry& e, Failure* fail
         Load r = try_load(dir, key, m, e, &h, &why);
         if(r == Load::loaded) {
             say("loaded " + std::string(e.name) + " from prebuilt " + dir + " in " + ms_since(t0));
+            *how = fmt::k_prebuilt; // the event has the dir's name
             return h;
         }
         if(r == Load::broken || r == Load::failed) notes += "\n  skipped prebuilt entry: " + why;
@@ -212,10 +214,23 @@ void* load_unit(const qola_jit_module& m, const qola_jit_entry& e, Failure* fail
     Load r = try_load(cache, key, m, e, &h, &why);
     if(r == Load::loaded) {
         say("loaded " + std::string(e.name) + " from cache " + cache + " in " + ms_since(t0));
+        *how = "cache";
         return h;
     }
     if(r == Load::failed) { *fail = {QOLA_JIT_E_LOAD, why}; return nullptr; }
     if(r == Load::broken) say("rebuilding: " + why);
+    usage::Coverage cov = usage::coverage();
+    if(cov == usage::Coverage::strict) {
+        *how = "refused";
+        *fail = {QOLA_JIT_E_COVERAGE, "variant " + std::string(e.name) + " of module " + m.name +
+                                          " was not built ahead and is not in the JIT cache (" + cache +
+                                          ") or a prebuilt dir, and " + fmt::k_env_coverage +
+                                          "=strict forbids compiling it at run time. To build it ahead, add this "
+                                          "line to the manifest's [usage] variants (or to the usage fragment) and "
+                                          "rebuild:\n    " + usage::manifest_line(m, e) + notes};
+        fprintf(stderr, "qola-jit: coverage: %s\n", fail->msg.c_str()); // once: the refusal is sticky
+        return nullptr;
+    }
     if(env(fmt::k_env_jit) == "0") {
         *fail = {QOLA_JIT_E_DISABLED, "JIT unit " + std::string(e.name) + " of " + m.name + " is not in the cache (" +
                                           cache + ") or a prebuilt dir, and QOLA_JIT=0 forbids compiling it" + notes};
@@ -231,7 +246,13 @@ void* load_unit(const qola_jit_module& m, const qola_jit_entry& e, Failure* fail
     int lock = lock_key(cache, key, &lerr);
     if(lock < 0) { *fail = {QOLA_JIT_E_CACHE, lerr}; return nullptr; }
     r = try_load(cache, key, m, e, &h, &why); // another process may have built it meanwhile
+    *how = "cache";
     if(r == Load::missing || r == Load::broken) {
+        *how = "compile";
+        if(cov == usage::Coverage::report)
+            fprintf(stderr, "qola-jit: coverage: variant %s of module %s was not built ahead; compiling it at run "
+                            "time. To build it ahead, add to the manifest's [usage] variants: %s\n",
+                    e.name, m.name, usage::manifest_line(m, e).c_str());
         bool network = is_network_fs(cache, &fs);
         remove_stale_temps(cache, key, network);
         sweep_temps(cache, cache, "", network); // what killed compiles of other keys left behind
@@ -269,15 +290,20 @@ void* ensure_unit(const qola_jit_module& m, const qola_jit_entry& e, Failure* fa
     st.busy = true;
     lk.unlock();
     void* h = nullptr;
+    const char* how = "failed";
     try {
-        h = load_unit(m, e, fail);
+        h = load_unit(m, e, fail, &how);
     } catch(...) {
         *fail = {QOLA_JIT_E_INTERNAL, "out of memory or internal error in the JIT runtime"};
     }
+    usage::record(m, e, h ? how : fail->status == QOLA_JIT_E_COVERAGE ? "refused" : "failed");
     lk.lock();
     st.busy = false;
     st.handle = h;
-    if(!h && fail->status == QOLA_JIT_E_COMPILE) { st.fail_status = fail->status; st.fail_msg = fail->msg; }
+    if(!h && (fail->status == QOLA_JIT_E_COMPILE || fail->status == QOLA_JIT_E_COVERAGE)) {
+        st.fail_status = fail->status; // sticky in this process: reported (and recorded) once
+        st.fail_msg = fail->msg;
+    }
     g.cv.notify_all();
     return h;
 }

@@ -15,6 +15,11 @@
  * (':'-separated, read-only entries), QOLA_JIT_COMPILER (compiler override), QOLA_JIT_VERBOSE=1,
  * QOLA_JIT_SOURCE_DIR (root holding <module>/, default <libdir>/../jit).
  *
+ * Usage (docs/usage.md): QOLA_USAGE_DIR records each unit a process resolves (one line per unit,
+ * written once at resolution, never on the call path); QOLA_JIT_COVERAGE=strict makes a unit that
+ * would be compiled an error naming it and the manifest line that builds it ahead; =report compiles
+ * it and says so once on stderr (and in the record).
+ *
  * Failures never abort: the stub returns the dispatch's "no kernel" value and
  * <ns>_qola_jit_last_error() says why (thread-local, includes the compiler log path).
  */
@@ -33,6 +38,7 @@
 #define QOLA_JIT_E_SOURCE 6 /* OUT/jit missing or not matching this library */
 #define QOLA_JIT_E_COMPILER 7 /* compiler not found or its --version failed */
 #define QOLA_JIT_E_INTERNAL 8
+#define QOLA_JIT_E_COVERAGE 9 /* QOLA_JIT_COVERAGE=strict: neither built ahead nor in the JIT cache */
 
 /* Last JIT error of the calling thread ("" if none since the last clear). */
 QOLA_C_API const char* QOLA_C_NAME(qola_jit_last_error)(void);
@@ -43,6 +49,13 @@ QOLA_C_API void QOLA_C_NAME(qola_jit_clear_error)(void);
 /* Resolve (load or compile) every unit of `module` whose name matches the fnmatch `pattern`
  * (NULL = all) ahead of use. Returns the number that failed (0 = all ready), -1 if no such module. */
 QOLA_C_API int QOLA_C_NAME(qola_jit_prepare)(const char* module, const char* pattern);
+/* Recorded usage and the coverage contract (docs/usage.md), for this process, beating the
+ * environment: `record_dir` (NULL: keep; "": stop recording) is QOLA_USAGE_DIR, `coverage` (NULL:
+ * keep) is QOLA_JIT_COVERAGE ("strict", "report", "off"). Call it before the first kernel call; it
+ * applies to every qola library of the process. Returns 0, or -1 for an unknown coverage value. */
+QOLA_C_API int QOLA_C_NAME(qola_usage_configure)(const char* record_dir, const char* coverage);
+/* internal: the setting `which` (0: record dir, 1: coverage) set by qola_usage_configure, or NULL */
+QOLA_C_API const char* QOLA_C_NAME(qola_usage_setting_)(int which);
 /* internal: the one error state shared by all copies of the runtime (see qola_jit.cpp) */
 QOLA_C_API void QOLA_C_NAME(qola_jit_set_error_)(int status, const char* message);
 
@@ -79,6 +92,8 @@ struct qola_jit_module {
     const qola_jit_entry* entries;
     unsigned n_entries;
     const char* record; /* the same table as text (section .qola_jit): what `qola jit` reads back */
+    const char* manifest_name; /* the module's name in the manifest (usage records, coverage messages) */
+    const char* build_key; /* the build key of the output this library belongs to ("" if unknown) */
 };
 
 /* Slow path: find unit `unit` of `mod`, load or compile it, return function `which` and store

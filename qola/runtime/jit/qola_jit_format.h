@@ -86,6 +86,16 @@ constexpr char k_xdg_subdir[] = "/qola/jit";
 constexpr char k_home_subdir[] = "/.cache/qola/jit";
 constexpr char k_prebuilt[] = "prebuilt";
 
+// recorded usage and the coverage contract (docs/usage.md)
+constexpr char k_env_usage_dir[] = "QOLA_USAGE_DIR"; // opt-in: one record file per process in this dir
+constexpr char k_env_coverage[] = "QOLA_JIT_COVERAGE"; // "strict" | "report" | unset/"off"
+constexpr char k_usage_head[] = "qola-usage 1"; // first field of every record line
+constexpr char k_usage_prefix[] = "qola-usage-"; // record files: <prefix><host>-<pid>-<rand><suffix>
+constexpr char k_usage_suffix[] = ".rec";
+constexpr size_t k_usage_max_line = 1024; // one write() per record, well under PIPE_BUF
+constexpr uint64_t k_usage_max_file = 1ull << 20; // a process stops recording at this size
+constexpr size_t k_usage_sum_len = 16; // hex digits of sha256(line before the sum) ending a record
+
 // a unit's flags
 constexpr char k_headers_token[] = "@QOLA_JIT_HEADERS@";
 constexpr char k_dir_token[] = "@QOLA_JIT_DIR@";

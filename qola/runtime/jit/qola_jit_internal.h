@@ -117,6 +117,18 @@ bool compile_entry(const qola_jit_module& m, const qola_jit_entry& e, const std:
                    const std::string& cache, const std::string& compiler, const std::string& compiler_id,
                    const std::string& key, Failure* fail);
 } // namespace store
+
+// qola_jit_usage.cpp: recorded usage and the coverage contract (docs/usage.md)
+namespace usage {
+enum class Coverage { off, strict, report };
+// QOLA_JIT_COVERAGE (or qola_usage_configure); an unknown value is strict (fail closed), said once.
+Coverage coverage();
+// The line of the manifest's [usage] variants that builds this unit ahead.
+std::string manifest_line(const qola_jit_module& m, const qola_jit_entry& e);
+// Append one record (event: prebuilt | cache | compile | refused | failed) when recording is on:
+// one write() of one line to this process's own file; bounded; never throws.
+void record(const qola_jit_module& m, const qola_jit_entry& e, const char* event) noexcept;
+} // namespace usage
 } // namespace jit
 QOLA_NS_END
 
