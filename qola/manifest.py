@@ -403,6 +403,9 @@ def parse(text: str, path: str = "<string>") -> Manifest:
     except (RecursionError, MemoryError):
         raise QolaError("manifest nests arrays or tables too deeply to read", where=path,
                         hint="a qola.toml needs only a few levels; see docs/manifest.md") from None
+    except ValueError as exc:  # an integer of more than 4300 digits (Python's int/str conversion limit)
+        raise QolaError(f"not valid TOML: {exc}".split("; use sys.")[0], where=path,
+                        hint="numbers in a qola.toml are small (jobs, receipt)") from None
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:
