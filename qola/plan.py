@@ -21,6 +21,7 @@ from qola.rules import git_rev_problem, split_list
 from qola.plantypes import DEFAULT_MODE, Generator, JitSplit, ModulePlan, Plan
 from qola.tree.aiter import TABLE, AiterTree, git_head, load_table, namespace, resolve_entry, unknown_keys
 from qola.tree import overrides
+from qola.tree import sources as tree_sources
 from qola.tree.aiter_configs import MergedConfig, merge
 from qola.tree.aiter_core import cc_switch_flags
 
@@ -361,6 +362,10 @@ def make_plan(
     space = namespace(tree, archs=archs, env=env, hip_version=hip_version)
     names = space.names
     scope = overrides.Scope(names, tree.meta_dir, (str(tree.root), str(names["CK_DIR"])))
+    tree_roots = tree_sources.real_roots([tree.root, str(names["CK_DIR"])])
+    own_roots = tree_sources.real_roots([Path(registry.__file__).parent])  # qola's templates and runtime
+    searched: list[str] = []
+    named_roots: tuple[str, ...] = ()
     ns = manifest.qola.namespace
     notes = list(warnings or [])
     wanted = [m.name for m in manifest.modules] or _all_modules(table, names, env, notes)
@@ -386,7 +391,10 @@ def make_plan(
         table_directions = {m.group(1) for cmd in entry["blob_gen_cmd"] if (m := _DIRECTION_RE.search(cmd))}
         if section is not None:
             prefix = f"modules[{manifest.modules.index(section)}]"
-            entry.update(_overrides(section, scope, prefix, manifest.path or None))
+            given = _overrides(section, scope, prefix, manifest.path or None)
+            named_roots += tree_sources.manifest_roots(
+                [str(s) for k in ("srcs", "add_srcs") for s in (given.get(k) or [])], tree_roots)
+            entry.update(given)
         mode = section.mode if section is not None and section.mode else mode_default
         srcs = [str(s) for s in entry["srcs"]] + [str(s) for s in entry.get("add_srcs", [])]
         sources, missing, skipped = _expand_sources(srcs)
@@ -444,6 +452,8 @@ def make_plan(
         if entry.get("third_party"):
             notes.append(f"module {name}: third_party {entry['third_party']} is not fetched by qola (AITER clones "
                          "it at build time); place it under the tree's 3rdparty/ and add its include dir")
+        tree_sources.check_sources(name, sources, tree_roots + own_roots + named_roots)
+        searched += tree_sources.search_dirs(sources, includes)
         plans.append(ModulePlan(
             name=name,
             md_name=f"{ns}_{entry['md_name'] or name}",
@@ -472,6 +482,7 @@ def make_plan(
             gates=need.gates,
         ))
     _check_unique(plans, manifest)
+    tree_sources.check_search_dirs(searched, tree_roots, tree_roots + own_roots + named_roots)
     for key, mods in unknown.items():
         shown = ", ".join(mods[:3]) + (f" and {len(mods) - 3} more" if len(mods) > 3 else "")
         notes.append(f"{TABLE}: key {key!r} ({shown}) is not one AITER's get_args_of_build knows; "

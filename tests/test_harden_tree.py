@@ -348,3 +348,93 @@ def test_output_dir_owned_by_another_user_is_refused(tree, tmp_path):
     os.chown(out / "lib", OTHER_UID, OTHER_UID)
     proc = qola("build", "-m", str(manifest(tmp_path)), "-a", str(tree), "-o", str(out), "--dry-run")
     user_error(proc, "refusing", str(out / "lib"), f"uid {OTHER_UID}")
+
+
+# ------------------------------------------------------------------ 2: sources and headers out of the tree
+
+SECRET = "root:$6$not-a-real-hash:19000:0:99999:7:::"
+
+
+@pytest.fixture()
+def secret(tmp_path) -> Path:
+    """A root-only file outside the tree, as /etc/shadow is (C-like, so a compile would quote it)."""
+    path = tmp_path / "shadow"
+    path.write_text(SECRET + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def _leaks(tmp_path: Path) -> list[str]:
+    out = []
+    for d in (tmp_path / "out", tmp_path / "out.build"):
+        for p in d.rglob("*") if d.exists() else ():
+            if p.is_file() and not p.is_symlink() and SECRET.encode() in p.read_bytes():
+                out.append(str(p))
+    return out
+
+
+@pytest.mark.parametrize("link", ["csrc/kernels/rmsnorm.cu", "csrc/include/rmsnorm.h"])
+def test_source_or_header_linked_out_of_the_tree_is_refused_and_nothing_is_published(tree, tmp_path, secret, link):
+    """A source (or a header in a directory the compiles search) that is a symlink to a root-only file
+    outside the tree: refused at plan time naming the module or the file and where it leads; the file
+    is never compiled, so no compiler message quotes it into OUT/logs."""
+    (tree / link).unlink()
+    (tree / link).symlink_to(secret)
+    proc = qola("build", "-m", str(manifest(tmp_path)), "-a", str(tree), "-o", str(tmp_path / "out"))
+    err = user_error(proc, str(secret), "outside the kernel tree")
+    assert ("module_rmsnorm" in err) if link.endswith(".cu") else (link in err)
+    assert not (tmp_path / "out").exists() and _leaks(tmp_path) == []
+
+
+def test_directory_linked_out_of_the_tree_under_an_include_dir_is_refused(tree, tmp_path, secret):
+    (tree / "csrc" / "include" / "sys").symlink_to(secret.parent)  # #include "sys/shadow"
+    proc = qola("plan", "-m", str(manifest(tmp_path)), "-a", str(tree))
+    user_error(proc, "csrc/include/sys", "is a link to", "outside the kernel tree")
+
+
+def test_links_inside_the_tree_and_the_manifests_own_files_are_accepted(tree, tmp_path):
+    """A link from one file of the tree to another is the tree's business; a source the manifest names
+    by an absolute path outside the tree is the user's (its own directory is allowed), but not a link
+    from there to elsewhere."""
+    src = tree / "csrc" / "kernels" / "rmsnorm.cu"
+    moved = tree / "csrc" / "kernels" / "rmsnorm_real.cu"
+    src.rename(moved)
+    src.symlink_to("rmsnorm_real.cu")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "extra.cu").write_text("int qola_extra_source() { return 1; }\n")
+    path = manifest(tmp_path, f'add_srcs = ["{mine / "extra.cu"}"]\n')
+    proc = qola("plan", "-m", str(path), "-a", str(tree), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert str(mine / "extra.cu") in proc.stdout
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "x.cu").write_text("int x;\n")
+    (mine / "link.cu").symlink_to(elsewhere / "x.cu")
+    path = manifest(tmp_path, f'add_srcs = ["{mine / "link.cu"}"]\n')
+    user_error(qola("plan", "-m", str(path), "-a", str(tree)), str(elsewhere / "x.cu"), "module_rmsnorm")
+
+
+def test_fifo_source_is_refused_by_the_checked_open(tree, tmp_path):
+    src = tree / "csrc" / "kernels" / "rmsnorm.cu"
+    src.unlink()
+    os.mkfifo(src)
+    user_error(qola("plan", "-m", str(manifest(tmp_path)), "-a", str(tree)), "FIFO", "module_rmsnorm")
+
+
+def test_published_logs_are_private_and_no_file_is_wider_than_the_umask(tmp_path):
+    """Logs quote what compilers and generators read: 0600. Other written files (manifest.json …)
+    take 0644 less the user's umask; before, every written file was forced to 0644."""
+    from test_layout import publish_version
+
+    old = os.umask(0o077)
+    try:
+        publish_version(tmp_path, tmp_path / "out", "v1")  # returns manifest.json
+    finally:
+        os.umask(old)
+    out = tmp_path / "out"
+    logs = sorted((out / "logs").iterdir())
+    assert logs and all(p.stat().st_mode & 0o777 == 0o600 for p in logs)
+    assert (out / "manifest.json").stat().st_mode & 0o777 == 0o600
+    publish_version(tmp_path / "b", tmp_path / "out2", "v1")  # the usual umask (022 here)
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in (tmp_path / "out2" / "logs").iterdir())
