@@ -438,3 +438,13 @@ def test_published_logs_are_private_and_no_file_is_wider_than_the_umask(tmp_path
     assert (out / "manifest.json").stat().st_mode & 0o777 == 0o600
     publish_version(tmp_path / "b", tmp_path / "out2", "v1")  # the usual umask (022 here)
     assert all(p.stat().st_mode & 0o777 == 0o600 for p in (tmp_path / "out2" / "logs").iterdir())
+
+
+def test_tree_reached_through_a_link_to_a_non_utf8_path_blames_the_path(tmp_path):
+    """The argument is UTF-8 (a link), the tree's resolved path is not: refused naming the path, before
+    its bytes reach build.ninja or manifest.json."""
+    real = Path(os.fsdecode(bytes(tmp_path) + b"/t\xffree"))
+    copy_tree(real)
+    (tmp_path / "link").symlink_to(real)
+    proc = qola("plan", "-m", str(manifest(tmp_path)), "-a", str(tmp_path / "link"))
+    user_error(proc, "the kernel tree's path (resolved)", "not UTF-8")
