@@ -108,6 +108,14 @@ class BuildSection(_Model):
     def _archs(cls, v: list[str]) -> list[str]:
         return check_archs(v)
 
+    @field_validator("drop_hip_flags")
+    @classmethod
+    def _flags(cls, v: list[str]) -> list[str]:
+        for flag in v:
+            if any(ord(c) < 32 or ord(c) == 127 for c in flag):
+                raise ValueError(f"{flag!r} holds a NUL, line break or other control character; no flag does")
+        return v
+
 
 class ModuleSection(_Model):
     name: str

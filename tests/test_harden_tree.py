@@ -281,6 +281,12 @@ def test_nul_in_a_manifest_flag_is_refused_and_dry_run_writes_no_graph(tree, tmp
     assert not (tmp_path / "out.build" / "build.ninja").exists()
 
 
+def test_nul_in_drop_hip_flags_is_a_manifest_error(tree, tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text(QUICK.replace("[build]\n", '[build]\ndrop_hip_flags = ["-O3\\u0000"]\n'))
+    user_error(qola("plan", "-m", str(path), "-a", str(tree)), "build.drop_hip_flags", "NUL")
+
+
 def test_nul_in_per_source_flags_and_in_the_table_is_refused(tree, tmp_path):
     path = manifest(tmp_path, 'flags_extra_hip_per_source = { "*.cu" = ["-DX\\u0000"] }\n')
     proc = qola("build", "-m", str(path), "-a", str(tree), "-o", str(tmp_path / "out"), "--dry-run")
