@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import os
 import re
 import shlex
 from collections.abc import Mapping
@@ -393,7 +394,9 @@ def make_plan(
             prefix = f"modules[{manifest.modules.index(section)}]"
             given = _overrides(section, scope, prefix, manifest.path or None)
             named_roots += tree_sources.manifest_roots(
-                [str(s) for k in ("srcs", "add_srcs") for s in (given.get(k) or [])], tree_roots)
+                [str(s) for k in ("srcs", "add_srcs") for s in (given.get(k) or [])]
+                + [c.split()[0] for c in given.get("blob_gen_cmd") or [] if isinstance(c, str) and c.strip()],
+                tree_roots)
             entry.update(given)
         mode = section.mode if section is not None and section.mode else mode_default
         srcs = [str(s) for s in entry["srcs"]] + [str(s) for s in entry.get("add_srcs", [])]
@@ -452,8 +455,11 @@ def make_plan(
         if entry.get("third_party"):
             notes.append(f"module {name}: third_party {entry['third_party']} is not fetched by qola (AITER clones "
                          "it at build time); place it under the tree's 3rdparty/ and add its include dir")
-        tree_sources.check_sources(name, sources, tree_roots + own_roots + named_roots)
-        searched += tree_sources.search_dirs(sources, includes)
+        allowed = tree_roots + own_roots + named_roots
+        scripts = [g.script for g in generators if os.path.isabs(g.script)]
+        tree_sources.check_sources(name, sources, allowed)
+        tree_sources.check_sources(name, scripts, allowed, what="generator script", use="run it")
+        searched += tree_sources.search_dirs(sources + scripts, includes)
         plans.append(ModulePlan(
             name=name,
             md_name=f"{ns}_{entry['md_name'] or name}",

@@ -454,3 +454,15 @@ def test_tree_reached_through_a_link_to_a_non_utf8_path_blames_the_path(tmp_path
     (tmp_path / "link").symlink_to(real)
     proc = qola("plan", "-m", str(manifest(tmp_path)), "-a", str(tmp_path / "link"))
     user_error(proc, "the kernel tree's path (resolved)", "not UTF-8")
+
+
+def test_generator_script_linked_out_of_the_tree_is_not_run(tree, tmp_path, secret):
+    """python would quote a linked-in file's first line in its SyntaxError, into the generator's log."""
+    gen = tree / "csrc" / "attn" / "generate.py"
+    gen.unlink()
+    gen.symlink_to(secret)
+    path = tmp_path / "m.toml"
+    path.write_text(QUICK + '[[modules]]\nname = "module_attn_fwd"\n')
+    proc = qola("build", "-m", str(path), "-a", str(tree), "-o", str(tmp_path / "out"), "--dry-run")
+    user_error(proc, "generator script", str(secret), "module_attn_fwd")
+    assert _leaks(tmp_path) == []

@@ -9,8 +9,11 @@ diagnostics quote the lines they complain about into ``OUT/logs``. So, at plan t
   manifest names by an absolute path outside both (the manifest is the user's); it is opened
   through :func:`qola.tree.files.open_regular` (a regular file, not a FIFO, at most
   :data:`MAX_SOURCE` bytes);
+- so does every generator script (``blob_gen_cmd``'s first word: python would quote a linked-in
+  file's lines in its SyntaxError);
 - under the directories the compiles search inside the tree (include dirs, the sources' own
-  dirs), no symlink resolves outside the allowed roots.
+  dirs) and the generator scripts' dirs (what they import), no symlink resolves outside the allowed
+  roots.
 
 Each refusal is a :class:`QolaError` naming the module, the file and where it leads.
 """
@@ -39,15 +42,17 @@ def real_roots(paths: Iterable[str | os.PathLike]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(os.path.realpath(p) for p in paths))
 
 
-def check_sources(module: str, sources: Iterable[str], roots: tuple[str, ...]) -> None:
-    """Every source resolves under ``roots`` and is a regular file of at most :data:`MAX_SOURCE`."""
+def check_sources(module: str, sources: Iterable[str], roots: tuple[str, ...], *, what: str = "source",
+                  use: str = "compile it (its compiler messages would quote it into the logs)") -> None:
+    """Every source (or generator script: ``what``) resolves under ``roots`` and is a regular file of
+    at most :data:`MAX_SOURCE`."""
     for src in sources:
         real = os.path.realpath(src)
         if not under(real, roots):
-            raise QolaError(f"module {module}: source {src} resolves to {real}, outside the kernel tree; "
-                            "refusing to compile it (its compiler messages would quote it into the logs)", hint=HINT)
+            raise QolaError(f"module {module}: {what} {src} resolves to {real}, outside the kernel tree; "
+                            f"refusing to {use}", hint=HINT)
         try:
-            fd, _ = open_regular(real, limit=MAX_SOURCE, what=f"module {module}'s source", nofollow=True, hint=HINT)
+            fd, _ = open_regular(real, limit=MAX_SOURCE, what=f"module {module}'s {what}", nofollow=True, hint=HINT)
         except FileNotFoundError:
             continue  # listed but missing: the plan's own note names it
         os.close(fd)
