@@ -57,7 +57,9 @@ def check_dir(path: Path, what: str, flag: str, *, depth: int = 0, euid: int | N
             problem = foreign_problem(st, euid)
             if problem:
                 where = f"the {what} {d}" if d == path else f"{d} in the {what}"
-                fix = (f"remove it as its owner ({user_name(st.st_uid)}) or pass {flag} with a directory of your own"
+                fix = (f"remove it as its owner ({user_name(st.st_uid)}), take it over if it is yours to take "
+                       f"(`chown -R {os.geteuid() if euid is None else euid} {d}`), or pass {flag} with a "
+                       "directory of your own"
                        if st.st_uid not in (os.geteuid() if euid is None else euid, 0)
                        else f"run `chmod o-w {d}`, or pass {flag} with a directory of your own")
                 raise QolaError(f"refusing {where}: it {problem}; files another user writes there would be "
