@@ -466,3 +466,15 @@ def test_generator_script_linked_out_of_the_tree_is_not_run(tree, tmp_path, secr
     proc = qola("build", "-m", str(path), "-a", str(tree), "-o", str(tmp_path / "out"), "--dry-run")
     user_error(proc, "generator script", str(secret), "module_attn_fwd")
     assert _leaks(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", [b"x\xff.cu", b"y\x01.cu", b"z\n.cu"])
+def test_a_source_name_no_build_file_can_hold_fails_its_module_by_name(tree, tmp_path, name):
+    """A directory listed in srcs compiles every source in it: one named with a control character or
+    bytes that are not UTF-8 is refused naming the module and the file (it was a generic UTF-8 error,
+    or a ninja-writer assertion for a newline)."""
+    (tree / "csrc" / "kernels" / os.fsdecode(name)).write_text("int x;\n")
+    path = manifest(tmp_path, 'add_srcs = ["csrc/kernels"]\n')
+    proc = qola("build", "-m", str(path), "-a", str(tree), "-o", str(tmp_path / "out"), "--dry-run")
+    user_error(proc, "module module_rmsnorm: source", repr(os.fsdecode(name))[1:-1])
+    assert not (tmp_path / "out.build" / "build.ninja").exists()

@@ -24,6 +24,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from qola import rules
 from qola.errors import QolaError
 from qola.tree.files import MiB, open_regular
 
@@ -47,6 +48,10 @@ def check_sources(module: str, sources: Iterable[str], roots: tuple[str, ...], *
     """Every source (or generator script: ``what``) resolves under ``roots`` and is a regular file of
     at most :data:`MAX_SOURCE`."""
     for src in sources:
+        problem = rules.dir_path_problem(src)
+        if problem:
+            raise QolaError(f"module {module}: {what} {src!r} {problem}",
+                            hint="rename the file (a directory listed in srcs compiles every .cu/.cpp file in it)")
         real = os.path.realpath(src)
         if not under(real, roots):
             raise QolaError(f"module {module}: {what} {src} resolves to {real}, outside the kernel tree; "
