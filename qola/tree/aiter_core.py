@@ -4,7 +4,10 @@ Nothing in core.py is imported or run. Three statement forms are recognised at m
 wherever they stand; every other statement is ignored:
 
 - ``NAME = os.getenv("ENV", <default>)`` / ``os.environ.get(...)``: the environment's value,
-  else ``<default>`` evaluated by the restricted evaluator (skipped if it cannot be);
+  else ``<default>`` evaluated by the restricted evaluator (skipped if it cannot be, or if it holds
+  lists nested more than :data:`MAX_VALUE_NESTING` deep); all names' values together hold at most
+  :data:`MAX_CORE_VALUES` characters (more is an error naming core.py). Each default is evaluated in
+  one scope grown in place, so a core.py of N names resolves in time linear in N;
 - ``NAME = get_config_file("ENV", <default>, "stem")`` (older trees): a tuned-config file;
 - ``OBJ = Cls()`` where ``Cls`` is a class of the module whose ``@property`` methods
   ``return self.get_config_file("ENV", <default>, "stem")`` (AITER's ``AITER_CONFIGS``): an
