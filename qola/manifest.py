@@ -108,6 +108,14 @@ class BuildSection(_Model):
     def _archs(cls, v: list[str]) -> list[str]:
         return check_archs(v)
 
+    @field_validator("drop_hip_flags")
+    @classmethod
+    def _flags(cls, v: list[str]) -> list[str]:
+        for flag in v:
+            if any(ord(c) < 32 or ord(c) == 127 for c in flag):
+                raise ValueError(f"{flag!r} holds a NUL, line break or other control character; no flag does")
+        return v
+
 
 class ModuleSection(_Model):
     name: str
@@ -439,6 +447,9 @@ def parse(text: str, path: str = "<string>") -> Manifest:
     except (RecursionError, MemoryError):
         raise QolaError("manifest nests arrays or tables too deeply to read", where=path,
                         hint="a qola.toml needs only a few levels; see docs/manifest.md") from None
+    except ValueError as exc:  # an integer of more than 4300 digits (Python's int/str conversion limit)
+        raise QolaError(f"not valid TOML: {exc}".split("; use sys.")[0], where=path,
+                        hint="numbers in a qola.toml are small (jobs, receipt)") from None
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:

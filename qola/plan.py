@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import os
 import re
 import shlex
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ from qola.rules import git_rev_problem, split_list
 from qola.plantypes import DEFAULT_MODE, Generator, JitSplit, ModulePlan, Plan
 from qola.tree.aiter import TABLE, AiterTree, git_head, load_table, namespace, resolve_entry, unknown_keys
 from qola.tree import overrides
+from qola.tree import sources as tree_sources
 from qola.tree.aiter_configs import MergedConfig, merge
 from qola.tree.aiter_core import cc_switch_flags
 
@@ -361,6 +363,10 @@ def make_plan(
     space = namespace(tree, archs=archs, env=env, hip_version=hip_version)
     names = space.names
     scope = overrides.Scope(names, tree.meta_dir, (str(tree.root), str(names["CK_DIR"])))
+    tree_roots = tree_sources.real_roots([tree.root, str(names["CK_DIR"])])
+    own_roots = tree_sources.real_roots([Path(registry.__file__).parent])  # qola's templates and runtime
+    searched: list[str] = []
+    named_roots: tuple[str, ...] = ()
     ns = manifest.qola.namespace
     notes = list(warnings or [])
     wanted = [m.name for m in manifest.modules] or _all_modules(table, names, env, notes)
@@ -386,7 +392,12 @@ def make_plan(
         table_directions = {m.group(1) for cmd in entry["blob_gen_cmd"] if (m := _DIRECTION_RE.search(cmd))}
         if section is not None:
             prefix = f"modules[{manifest.modules.index(section)}]"
-            entry.update(_overrides(section, scope, prefix, manifest.path or None))
+            given = _overrides(section, scope, prefix, manifest.path or None)
+            named_roots += tree_sources.manifest_roots(
+                [str(s) for k in ("srcs", "add_srcs") for s in (given.get(k) or [])]
+                + [c.split()[0] for c in given.get("blob_gen_cmd") or [] if isinstance(c, str) and c.strip()],
+                tree_roots)
+            entry.update(given)
         mode = section.mode if section is not None and section.mode else mode_default
         srcs = [str(s) for s in entry["srcs"]] + [str(s) for s in entry.get("add_srcs", [])]
         sources, missing, skipped = _expand_sources(srcs)
@@ -444,6 +455,11 @@ def make_plan(
         if entry.get("third_party"):
             notes.append(f"module {name}: third_party {entry['third_party']} is not fetched by qola (AITER clones "
                          "it at build time); place it under the tree's 3rdparty/ and add its include dir")
+        allowed = tree_roots + own_roots + named_roots
+        scripts = [g.script for g in generators if os.path.isabs(g.script)]
+        tree_sources.check_sources(name, sources, allowed)
+        tree_sources.check_sources(name, scripts, allowed, what="generator script", use="run it")
+        searched += tree_sources.search_dirs(sources + scripts, includes)
         plans.append(ModulePlan(
             name=name,
             md_name=f"{ns}_{entry['md_name'] or name}",
@@ -472,6 +488,7 @@ def make_plan(
             gates=need.gates,
         ))
     _check_unique(plans, manifest)
+    tree_sources.check_search_dirs(searched, tree_roots, tree_roots + own_roots + named_roots)
     for key, mods in unknown.items():
         shown = ", ".join(mods[:3]) + (f" and {len(mods) - 3} more" if len(mods) > 3 else "")
         notes.append(f"{TABLE}: key {key!r} ({shown}) is not one AITER's get_args_of_build knows; "

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from itertools import combinations
 from pathlib import Path
 
+from qola import owner, rules
 from qola.errors import QolaError
 
 MAX_JOBS_LIMIT = 4096  # more parallel jobs than any build host has cores; ninja's own limit is an int
@@ -86,9 +87,14 @@ def output_dirs(output_dir: str, build_dir: str | None) -> tuple[Path, Path]:
     if build == Path(build.anchor):
         raise QolaError(f"refusing to use {build} as the build dir", hint="pass --build-dir with a directory of its own")
     for path, what, flag in ((out, "output dir", "-o"), (build, "build dir", "--build-dir")):
+        problem = rules.dir_path_problem(path)
+        if problem:
+            raise QolaError(f"the {what} {str(path)!r} {problem}", hint=f"pass {flag} with another directory")
         if path.exists() and not path.is_dir():
             raise QolaError(f"the {what} {path} exists and is not a directory", hint=f"pass {flag} with a directory")
     disjoint({"the output dir": out, "the build dir": build})
+    owner.check_dir(build, "build dir", "--build-dir", depth=owner.SUBDIR_DEPTH)
+    owner.check_dir(out, "output dir", "-o", depth=1)
     return out, build
 
 

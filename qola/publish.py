@@ -73,6 +73,7 @@ def prepare(out: Path, build_dir: Path) -> list[str]:
 # -- one version, staged ------------------------------------------------------------------------
 
 PUBLISHED = ".qola-published.json"  # BUILD/: what the last publish copied: each source's stat and sha256
+LOG_MODE = 0o600  # OUT/logs/*.log: the user's alone (docs/design-notes.md, "What qola trusts")
 
 
 def _src_key(path: Path, st: os.stat_result) -> list:
@@ -128,11 +129,12 @@ class _Stage:
         self.files[rel] = rec
         self.placed[rel] = {"src": key, "sha256": rec["sha256"]}
 
-    def write(self, rel: str, data: bytes, *, record: bool = True) -> None:
+    def write(self, rel: str, data: bytes, *, record: bool = True, mode: int = 0o644) -> None:
+        """``rel`` with ``data``, created with ``mode`` less the user's umask (never wider than it gives)."""
         dst = self._dest(rel) if record else inside(self.root, rel)
-        with open(dst, "xb") as out:
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+        with os.fdopen(fd, "wb") as out:
             out.write(data)
-            os.fchmod(out.fileno(), 0o644)
             out.flush()
             os.fsync(out.fileno())
         if record:
@@ -252,7 +254,8 @@ def publish(report: CompileReport, out: Path, *, headers: Iterable[Path] = (), e
             if src is not None:
                 stage.tree(Path(src), rel)
         for r in report.modules:
-            stage.write(BuildLayout.log_rel(r.name), ("\n".join(r.log) + "\n").encode())
+            # private: compilers and generators quote what they read (paths, environment, file lines)
+            stage.write(BuildLayout.log_rel(r.name), ("\n".join(r.log) + "\n").encode(), mode=LOG_MODE)
             if r.status == "built" and r.artifact is not None:
                 stage.copy(r.artifact, f"lib/{r.artifact.name}")
         for h in headers:

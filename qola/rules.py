@@ -18,6 +18,7 @@ namespace qola is given (manifest, ``qola embed``/``audit``, output files, link 
 
 from __future__ import annotations
 
+import os
 import re
 
 from qola.errors import QolaError
@@ -275,4 +276,22 @@ def url_problem(url: object) -> str | None:
         return "starts with '-' (git would read it as an option)"
     if url.lower().startswith("ext::") or "::" in url.split("/", 1)[0]:
         return "uses a remote-helper transport (<transport>::…); give an https, ssh, git, file URL or a path"
+    return None
+
+
+def dir_path_problem(path: object) -> str | None:
+    """A directory qola is given (the kernel tree, the output and build dirs) whose path it writes
+    into build.ninja, compile commands, logs and manifest.json: no NUL or control character (a
+    newline ends a ninja line), and UTF-8 (a path read from undecodable bytes holds surrogates)."""
+    text = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if not isinstance(text, str):
+        return f"is a {type(text).__name__}, not a string"
+    ctrl = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
+    if ctrl is not None:
+        return (f"contains a control character ({ctrl!r}" + (", a line break" if ctrl in "\n\r" else "")
+                + "); qola writes this path into build.ninja and compile commands, where it cannot stand")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains bytes that are not UTF-8; qola writes this path into build.ninja and manifest.json as UTF-8"
     return None

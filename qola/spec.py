@@ -99,6 +99,10 @@ def tree_root(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None
         raise QolaError(f"no kernel tree given, and the default checkout {choice.path} does not exist",
                         hint="pass --aiter-root DIR, set [qola].aiter_root in the manifest, or clone it: "
                         f"qola checkout --manifest {spec.manifest}")
+    if choice.managed:  # qola's own clone (a cache under ~/.cache for an installed qola): the user's alone
+        from qola import owner  # noqa: PLC0415
+
+        owner.check_dir(choice.path, "default kernel checkout", "--aiter-root")
     return choice.path
 
 

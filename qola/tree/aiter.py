@@ -83,12 +83,14 @@ class AiterTree:
 
 def open_tree(root: str | Path) -> AiterTree:
     path = Path(root).expanduser()
+    _check_path(path, "")
     if not path.is_dir():
         raise QolaError(
             f"kernel tree {str(path)!r} does not exist or is not a directory",
             hint="pass --aiter-root with the root of an AITER checkout or unpacked sdist",
         )
     path = path.resolve()
+    _check_path(path, " (resolved)")
     if not (path / TABLE).exists():  # a FIFO or a directory there is refused by load_table, by name
         raise QolaError(
             f"{path} has no {TABLE}",
@@ -104,6 +106,16 @@ def open_tree(root: str | Path) -> AiterTree:
     )
 
 
+def _check_path(path: Path, how: str) -> None:
+    """The tree's path (as given, then resolved) is blamed for a control character or non-UTF-8 byte
+    in it, before any table value built from it is."""
+    problem = rules.dir_path_problem(path)
+    if problem:
+        raise QolaError(f"the kernel tree's path{how} {str(path)!r} {problem}",
+                        hint="move or rename the tree to a path without control characters "
+                        "(a symlink to it does not help: qola uses the resolved path)")
+
+
 def load_table(tree: AiterTree) -> dict[str, dict[str, Any]]:
     """The module table as JSON data: a regular file of at most 16 MiB, nested at most as deep as the
     JSON reader's recursion allows (deeper is an error, not a RecursionError). Keys and values are
@@ -117,6 +129,9 @@ def load_table(tree: AiterTree) -> dict[str, dict[str, Any]]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise QolaError(f"{path} is not valid JSON: {exc}") from None
+    except ValueError as exc:  # an integer of more than 4300 digits (Python's int/str conversion limit)
+        raise QolaError(f"{path}: {exc}".split("; use sys.")[0],
+                        hint="AITER's table holds strings, lists and booleans; is this the right file?") from None
     except (RecursionError, MemoryError):
         raise QolaError(f"{path}: JSON nested too deeply to read",
                         hint=f"table values nest at most {MAX_VALUE_DEPTH} levels (AITER's: 3)") from None

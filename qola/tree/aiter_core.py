@@ -4,7 +4,10 @@ Nothing in core.py is imported or run. Three statement forms are recognised at m
 wherever they stand; every other statement is ignored:
 
 - ``NAME = os.getenv("ENV", <default>)`` / ``os.environ.get(...)``: the environment's value,
-  else ``<default>`` evaluated by the restricted evaluator (skipped if it cannot be);
+  else ``<default>`` evaluated by the restricted evaluator (skipped if it cannot be, or if it holds
+  lists nested more than :data:`MAX_VALUE_NESTING` deep); all names' values together hold at most
+  :data:`MAX_CORE_VALUES` characters (more is an error naming core.py). Each default is evaluated in
+  one scope grown in place, so a core.py of N names resolves in time linear in N;
 - ``NAME = get_config_file("ENV", <default>, "stem")`` (older trees): a tuned-config file;
 - ``OBJ = Cls()`` where ``Cls`` is a class of the module whose ``@property`` methods
   ``return self.get_config_file("ENV", <default>, "stem")`` (AITER's ``AITER_CONFIGS``): an
@@ -25,7 +28,7 @@ from qola import rules
 from qola.errors import QolaError
 from qola.tree.aiter_configs import MergedConfig, config_file
 from qola.tree.files import MAX_CORE, read_small
-from qola.tree.safe_eval import SafeObject, evaluate
+from qola.tree.safe_eval import SafeObject, evaluate, size_of
 
 CORE = "aiter/jit/core.py"  # relative to the tree root (qola.tree.aiter.AiterTree.core_path)
 GETENV = ("os.getenv", "os.environ.get")
@@ -53,6 +56,8 @@ class ConfigName:
 # flags_cc as ``-DENABLE_CK=<n>`` unless the module's flags_extra_cc name it). A tree whose core.py
 # reads none of them (older trees, the example tree) gets none: the tree decides, not a commit list.
 CC_SWITCHES = ("ENABLE_CK", "ENABLE_ROPE_POSITIONS_INT32")
+MAX_CORE_VALUES = 16 << 20  # characters (list items count one) all of core.py's names may hold together
+MAX_VALUE_NESTING = 8  # lists in lists a name's value may hold (AITER's: plain strings)
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,18 @@ def cc_switch_flags(core: CoreNames, flags_extra_cc: list[str], env: Mapping[str
                             hint=f"AITER's build reads {name} as an integer (e.g. {name}={default}); unset or fix it")
         flags.append(f"-D{name}={int(value)}")
     return flags
+
+
+def _nested(value: Any, limit: int) -> bool:
+    """Whether ``value`` holds lists or tuples nested more than ``limit`` deep (counted without recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple)):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in item)
+    return False
 
 
 def _str_const(node: ast.AST) -> str | None:
@@ -167,19 +184,28 @@ def resolve_core_names(core: CoreNames, *, base: Mapping[str, Any], env: Mapping
 
     Names ``base`` already has (qola's own reconstruction of the tree's paths) are kept."""
     names: dict[str, Any] = {}
+    scope = dict(base)  # base and names so far, grown in place: one copy, not one per name (linear)
+    budget = MAX_CORE_VALUES
     for item in core.env_names:
-        if item.name in base or item.name in names:
+        if item.name in scope:
             continue
         if item.env in env:  # os.getenv(k, d) returns a set variable even when it is empty
-            names[item.name] = env[item.env]
-            continue
-        try:
-            names[item.name] = evaluate(item.default, {**base, **names}, where=f"{CORE}: {item.name}")
-        except QolaError:
-            continue  # a default qola cannot evaluate: a table expression using it fails with the name
+            value: Any = env[item.env]
+        else:
+            try:
+                value = evaluate(item.default, scope, where=f"{CORE}: {item.name}")
+            except QolaError:
+                continue  # a default qola cannot evaluate: a table expression using it fails with the name
+            if _nested(value, MAX_VALUE_NESTING):
+                continue  # nested deeper than any real default (a chain of names can nest without limit)
+        budget -= size_of(value, budget + 1)
+        if budget < 0:
+            raise QolaError(f"{CORE}: the values of its names add up to more than {MAX_CORE_VALUES:,} "
+                            f"characters (at {item.name})",
+                            hint="AITER's core.py defines a few dozen short paths; is this the right tree?")
+        names[item.name] = scope[item.name] = value
     merges: dict[str, MergedConfig] = {}
     objects: dict[str, dict[str, Any]] = {}
-    scope = {**base, **names}
     for cfg in core.configs:
         where = f"{CORE}: {cfg.owner + '.' if cfg.owner else ''}{cfg.name}"
         problem = rules.file_stem_problem(cfg.stem)

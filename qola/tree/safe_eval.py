@@ -162,7 +162,7 @@ class _Evaluator:
             raise _Refused(f"format width or precision larger than {MAX_FORMAT_NUMBER} in {spec!r}")
         try:
             return format(value, spec)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, OverflowError) as exc:  # OverflowError: f'{-1:c}'
             raise _Refused(f"bad format spec {spec!r}: {exc}") from None
 
     # names and attributes ---------------------------------------------------
@@ -199,6 +199,8 @@ class _Evaluator:
                 return obj[key]
             except IndexError:
                 raise _Refused(f"index {key} out of range") from None
+            except ValueError as exc:  # a slice step of 0
+                raise _Refused(str(exc)) from None
         raise _Refused(f"subscript of a {type(obj).__name__} is not allowed")
 
     def v_Slice(self, node: ast.Slice, d: int) -> slice:
@@ -306,6 +308,9 @@ def evaluate(expr: str, names: Mapping[str, Any], *, where: str = "expression") 
     shown = expr if len(expr) <= 200 else expr[:200] + "…"
     if len(expr) > MAX_EXPR_CHARS:
         raise QolaError(f"expression longer than {MAX_EXPR_CHARS} characters: {shown!r}", where=where)
+    if "\x00" in expr:  # Python source cannot hold one; say so rather than "cannot parse"
+        raise QolaError(f"expression {shown!r} contains a NUL character", where=where,
+                        hint="write a NUL nowhere in a flag, path or command: it cannot reach a compiler")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SyntaxWarning for odd literals: not the user's concern here
@@ -331,6 +336,29 @@ def evaluate(expr: str, names: Mapping[str, Any], *, where: str = "expression") 
         raise QolaError(f"refused expression {shown!r}: nested too deeply", where=where) from None
     except MemoryError:  # a bound above was not enough: still the user's input, not a crash
         raise QolaError(f"refused expression {shown!r}: it needs too much memory", where=where) from None
+    except (ArithmeticError, ValueError, TypeError, LookupError) as exc:
+        # every operation above that can fail on its operands catches its own; this is the backstop
+        # for one that was missed: the user's input still gets a message naming it, never a traceback
+        raise QolaError(f"refused expression {shown!r}: {type(exc).__name__}: {exc}", where=where) from None
     if isinstance(value, (SafeObject, SafeFunction)):
         raise QolaError(f"expression {shown!r} evaluates to {value.name}, not a value", where=where)
+    if not _utf8(value):
+        raise QolaError(f"expression {shown!r} evaluates to text that is not UTF-8 (a lone surrogate)", where=where,
+                        hint="qola writes these values into build.ninja, logs and manifest.json as UTF-8")
     return value
+
+
+def _utf8(value: Any) -> bool:
+    """Whether every string in ``value`` encodes as UTF-8 (counted without recursion; the value's size
+    is already bounded)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return True
