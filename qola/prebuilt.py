@@ -150,7 +150,7 @@ def package(out: Path, into: Path) -> Packaged:
 
 def _package(out: Path, into: Path) -> Packaged:
     from qola import outdir  # noqa: PLC0415
-    from qola.commands.audit import audit_output, load_manifest, resolve_root  # noqa: PLC0415
+    from qola.outcheck import audit_output, load_manifest, resolve_root  # noqa: PLC0415
 
     if not outdir.published(out) and outdir.legacy_version(out) is None:
         raise QolaError(f"{out} is not a published qola output (no {out / outdir.MANIFEST_JSON})",
@@ -395,7 +395,7 @@ def verify(root: Path, key: str, namespace: str) -> None:
     """QolaError unless the unpacked version ``root`` is a clean qola output of ``namespace`` built
     for ``key``: its manifest.json records this key and every file, and ``qola audit`` finds
     nothing (sizes, sha256s, exports, every module built)."""
-    from qola.commands.audit import audit_output, load_manifest  # noqa: PLC0415
+    from qola.outcheck import audit_output, load_manifest  # noqa: PLC0415
 
     data = load_manifest(root)
     got = recorded_key(data)
