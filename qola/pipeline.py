@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qola import fastpath, lock, preflight
 from qola.builddir import BuildLayout
@@ -288,7 +288,8 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
     with ui.running(s.dry_run):
         start = time.perf_counter()
         layout.root.mkdir(parents=True, exist_ok=True)
-        results, notes = stages.new_results(plan_), []
+        results = stages.new_results(plan_)
+        notes: list[str] = []
         generated = stages.generate(plan_, tc, layout, jobs=s.jobs, env=env, results=results, notes=notes,
                                     on_event=ui.event)  # 6. generate
         srcs = stages.sources(plan_, generated, results, layout)
@@ -306,6 +307,7 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
         compiled.notes += seen
     if s.dry_run:
         return BuildReport(layout, compiled, dry_run=True)
+    assert key is not None  # computed for every build that is not a dry run
     isolation.audit(compiled, plan_)  # 10. audit
     published = _publish(compiled, plan_, tc, layout, extras, key,
                          settings_record(spec, env, fastpath.env_keys_of(table[1])))  # 11. publish
@@ -426,7 +428,7 @@ def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, M
 
 
 def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildLayout,
-             extras: Mapping[str, ModuleExtra], key: BuildKey, settings: Mapping[str, object]) -> Path:
+             extras: Mapping[str, ModuleExtra], key: BuildKey, settings: Mapping[str, Any]) -> Path:
     from qola import isolation, jitbuild  # noqa: PLC0415
     from qola.publish import publish  # noqa: PLC0415
 

