@@ -1,10 +1,16 @@
 """One build, start to end: :func:`build` (``qola build``) and :func:`plan` (``qola plan``).
 
-``build(spec)`` is a straight sequence of stages; each takes data and returns data:
+:func:`build` checks and locks (stage 0), then takes one of four paths, each its own function:
 
- 0. directories and numbers checked, locks taken, the no-op fast path asked; when nothing stages
-    1-8 read changed, the incremental path: ninja on the recorded graph, then 10-12 for what it
-    relinked (:func:`_incremental`)
+* **no-op** (:func:`_nothing_to_do`): nothing stages 1-8 read changed and ninja has no dirty edge;
+* **incremental** (:func:`_incremental`): nothing stages 1-8 read changed: ninja on the recorded
+  graph, then 10-12 for what it relinked (None: no usable recipe, the full path runs);
+* **--prebuilt** (:func:`_prebuilt`, after :func:`_prepare`'s stages 1-5): an archive of the build
+  key installed instead of stages 6-11 (None: no such archive, the full path runs);
+* **full** (:func:`_full`, after :func:`_prepare`): stages 6-12.
+
+Each stage takes data and returns data:
+
  1. prepare     manifest, tree, the plan as the tables give it; the build's settings
  2. variants    declared variants -> each generator's filter, in the plan
  3. JIT plan    [jit] -> each module's ahead/deferred split, in the plan
@@ -31,7 +37,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,13 +46,14 @@ from qola import fastpath, lock, preflight
 from qola.builddir import BuildLayout
 from qola import outdir
 from qola.outdir import OUT_NAMES, OUT_PREFIXES
+from qola.buildreport import BuildReport, Reporter
 from qola.reproduce import settings_record
 from qola.spec import BuildSpec, Prepared, Settings, hip_version, layout_of, prepare, settings, tree_root
 
 if TYPE_CHECKING:
     from qola.build import CompileReport, ModuleResult, ModuleSources
     from qola.buildkey import BuildKey, Material
-    from qola.prebuilt import Installed, Packaged
+    from qola.prebuilt import Packaged
     from qola.extras import ModuleExtra
     from qola.rebuild import Recipe, Run
     from qola.plantypes import Plan
@@ -54,65 +61,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BuildReport", "BuildSpec", "Reporter", "build", "build_key", "plan"]
 SHOW_PROGRESS_AFTER = 1.0  # seconds: the incremental path shows ninja's progress once it runs this long
-
-
-class Reporter:
-    """What :func:`build` tells its caller while it runs. This one says nothing."""
-
-    def warning(self, text: str) -> None:
-        """Something the user should know (a plan warning)."""
-
-    def note(self, text: str) -> None:
-        """Something qola did on its own (removed a killed run's leftovers)."""
-
-    def info(self, text: str) -> None:
-        """The build's one-line header (modules, toolchain, archs, jobs, build dir)."""
-
-    def event(self, text: str) -> None:
-        """A step finished (a generator ran or was up to date)."""
-
-    def status(self, done: int, total: int, text: str) -> None:
-        """ninja's progress: ``done`` of ``total`` edges, the last one started."""
-
-    @contextlib.contextmanager
-    def running(self, dry_run: bool) -> Iterator[None]:
-        """Around generating and compiling (a progress display lives here)."""
-        yield
-
-
-@dataclass(frozen=True)
-class BuildReport:
-    """What :func:`build` did. ``compiled`` is None when the no-op fast path answered or a prebuilt
-    archive was installed (``prebuilt``)."""
-
-    layout: BuildLayout
-    compiled: CompileReport | None = None
-    manifest_json: Path | None = None  # the published OUT/manifest.json (None: dry run, up to date)
-    dry_run: bool = False
-    key: str | None = None  # the build key (None: not computed: a dry run, the no-op fast path)
-    prebuilt: Installed | None = None  # --prebuilt: the archive installed instead of building
-    packaged: Packaged | None = None  # --publish: the archive written into the store
-
-    @property
-    def up_to_date(self) -> bool:
-        return self.compiled is None and self.prebuilt is None
-
-    @property
-    def modules(self) -> list[ModuleResult]:
-        return [] if self.compiled is None else self.compiled.modules
-
-    @property
-    def ok(self) -> bool:
-        """Up to date, every module built, or (dry run) none failed."""
-        if self.compiled is None:
-            return True
-        if self.dry_run:
-            return all(m.status != "failed" for m in self.compiled.modules)
-        return self.compiled.ok
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.ok else 1
 
 
 def plan(spec: BuildSpec) -> Prepared:
@@ -156,20 +104,29 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
     with lock.acquire(locks, ["qola", *spec.argv], wait=spec.wait):
         for note in _checkout(spec, choice, env):  # the tree first: the no-op fast path then sees its files
             ui.note(note)
-        if not spec.dry_run and spec.argv:
-            from ninja import BIN_DIR  # noqa: PLC0415 (light: the package's __init__)
-
-            record = fastpath.unchanged(layout.root, layout.out, spec.argv, env)
-            if record is not None and record.get("rebuild"):
-                preflight.room(layout.out, layout.root)
-                done = _incremental(spec, layout, env, ui, record)
-                if done is not None:
-                    return done
-            elif record is not None and fastpath.nothing_to_do(layout.root, os.path.join(BIN_DIR, "ninja")):
-                return BuildReport(layout)
+        record = fastpath.unchanged(layout.root, layout.out, spec.argv, env) if spec.argv and not spec.dry_run else None
+        if record is not None and record.get("rebuild"):  # the incremental path (None: no usable recipe)
+            preflight.room(layout.out, layout.root)
+            done = _incremental(spec, layout, env, ui, record)
+            if done is not None:
+                return done
+        elif record is not None and _nothing_to_do(layout):  # the no-op path
+            return BuildReport(layout)
         if not spec.dry_run:
             preflight.room(layout.out, layout.root)
-        return _build(spec, layout, env, ui)
+        ready = _prepare(spec, layout, env, ui)  # stages 1-5
+        if ready.key is not None and spec.prebuilt:  # the --prebuilt path (None: no archive of this key)
+            done = _prebuilt(spec.prebuilt, layout, ready.key, ready.plan.namespace, ui)
+            if done is not None:
+                return done
+        return _full(spec, ready, env, ui)  # the full path: stages 6-12
+
+
+def _nothing_to_do(layout: BuildLayout) -> bool:
+    """The no-op path's second question (its digest held): whether ninja has any dirty edge."""
+    from ninja import BIN_DIR  # noqa: PLC0415 (light: the package's __init__)
+
+    return fastpath.nothing_to_do(layout.root, os.path.join(BIN_DIR, "ninja"))
 
 
 def _early_choice(spec: BuildSpec, env: Mapping[str, str]):
@@ -253,10 +210,22 @@ def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: 
     return BuildReport(layout, compiled, published, key=key.key, packaged=_store(spec, layout, compiled))
 
 
-def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Reporter) -> BuildReport:
-    from qola import build as stages  # noqa: PLC0415
-    from qola import extras as extras_mod  # noqa: PLC0415
-    from qola import dist, isolation, jitbuild, rebuild  # noqa: PLC0415
+@dataclass(frozen=True)
+class Ready:
+    """What stages 1-5 decided, for the --prebuilt and the full path."""
+
+    prepared: Prepared
+    settings: Settings
+    plan: Plan  # with the variants' filters and the JIT split
+    toolchain: Toolchain
+    table: tuple[list[str], list[str]]  # the module table's and core.py's texts (:func:`_table_texts`)
+    material: Material | None  # None: a dry run (no key)
+    key: BuildKey | None
+
+
+def _prepare(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Reporter) -> Ready:
+    """Stages 1-5: manifest, tree and plan; settings; variants and the JIT split; the output dir
+    refused or cleaned; the toolchain; the build key."""
     from qola.publish import prepare as prepare_output  # noqa: PLC0415
 
     fastpath.forget(layout.root)
@@ -278,10 +247,18 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
     table = _table_texts(prepared)  # the module table and core.py: what the key, manifest.json and the record read
     material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, env, table)
     key = None if material is None else material.key()
-    if key is not None and spec.prebuilt:
-        done = _prebuilt(spec.prebuilt, layout, key, plan_.namespace, ui)
-        if done is not None:
-            return done
+    return Ready(prepared, s, plan_, tc, table, material, key)
+
+
+def _full(spec: BuildSpec, ready: Ready, env: dict[str, str], ui: Reporter) -> BuildReport:
+    """Stages 6-12: generate, hooks, write, ninja, audit, publish, record."""
+    from qola import build as stages  # noqa: PLC0415
+    from qola import extras as extras_mod  # noqa: PLC0415
+    from qola import dist, isolation, jitbuild, rebuild  # noqa: PLC0415
+
+    prepared, s, plan_, tc, table, material, key = (ready.prepared, ready.settings, ready.plan, ready.toolchain,
+                                                    ready.table, ready.material, ready.key)
+    layout = s.layout
     farm = f" (farm: {s.farm.servers} server(s), {s.farm.cpus} CPUs at {s.farm.scheduler})" if s.farm else ""
     ui.info(f"qola: {len(plan_.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
             f"archs {', '.join(plan_.archs)}, -j {s.jobs}{farm}, build dir {layout.root}")

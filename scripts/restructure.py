@@ -84,6 +84,7 @@ MOVES: dict[str, str] = {
     "fastpath": "store.fastpath",
     # pipeline: one build, start to end
     "pipeline": "pipeline.run",
+    "buildreport": "pipeline.report",
     "spec": "pipeline.spec",
     "settings": "pipeline.settings",
     "preflight": "pipeline.preflight",
