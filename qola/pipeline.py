@@ -48,7 +48,8 @@ from qola import outdir
 from qola.outdir import OUT_NAMES, OUT_PREFIXES
 from qola.buildreport import BuildReport, Reporter
 from qola.reproduce import settings_record
-from qola.spec import BuildSpec, Prepared, Settings, hip_version, layout_of, prepare, settings, tree_root
+from qola.spec import (BuildSpec, Prepared, Settings, hip_version, layout_of, prepare, requested, settings,
+                       tree_root)
 
 if TYPE_CHECKING:
     from qola.build import CompileReport, ModuleResult, ModuleSources
@@ -63,11 +64,13 @@ __all__ = ["BuildReport", "BuildSpec", "Reporter", "build", "build_key", "plan"]
 SHOW_PROGRESS_AFTER = 1.0  # seconds: the incremental path shows ninja's progress once it runs this long
 
 
-def plan(spec: BuildSpec) -> Prepared:
-    """The whole plan (``qola plan``): stages 1-3 of :func:`build`."""
+def plan(spec: BuildSpec, *, with_settings: bool = False) -> Prepared:
+    """The whole plan (``qola plan``): stages 1-3 of :func:`build`; ``with_settings``: and the
+    build's settings as requested (:func:`qola.spec.requested`, ``qola plan --json``)."""
     env = spec.environ()
     prepared = prepare(spec, env)
-    return dataclasses.replace(prepared, plan=resolve(prepared, env))
+    asked = requested(spec, prepared.manifest, env) if with_settings else None
+    return dataclasses.replace(prepared, plan=resolve(prepared, env), settings=asked)
 
 
 def resolve(prepared: Prepared, env: Mapping[str, str]) -> Plan:
@@ -258,7 +261,7 @@ def _full(spec: BuildSpec, ready: Ready, env: dict[str, str], ui: Reporter) -> B
 
     prepared, s, plan_, tc, table, material, key = (ready.prepared, ready.settings, ready.plan, ready.toolchain,
                                                     ready.table, ready.material, ready.key)
-    layout = s.layout
+    layout = _layout(s)
     farm = f" (farm: {s.farm.servers} server(s), {s.farm.cpus} CPUs at {s.farm.scheduler})" if s.farm else ""
     ui.info(f"qola: {len(plan_.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
             f"archs {', '.join(plan_.archs)}, -j {s.jobs}{farm}, build dir {layout.root}")
@@ -362,6 +365,11 @@ def _store(spec: BuildSpec, layout: BuildLayout, compiled: CompileReport) -> Pac
     return prebuilt.package(layout.out, Path(spec.publish_to))
 
 
+def _layout(s: Settings) -> BuildLayout:
+    assert s.layout is not None  # a build's settings have one (only planning's have none)
+    return s.layout
+
+
 def _toolchain(plan_: Plan, manifest, s: Settings, env: Mapping[str, str]) -> Toolchain:
     """The compilers for the plan's archs, probed (their flag probes cached in the build dir). A dry
     run with HIP plans with AITER's flags for the manifest's ROCm version, unprobed."""
@@ -372,7 +380,7 @@ def _toolchain(plan_: Plan, manifest, s: Settings, env: Mapping[str, str]) -> To
     assume = None
     if s.dry_run and hip:
         assume = (versions or [None])[0] or hip_version(env, manifest) or "7.0"
-    return find_toolchain(plan_.archs, env=env, accepted_versions=versions, cache_dir=s.layout.probes,
+    return find_toolchain(plan_.archs, env=env, accepted_versions=versions, cache_dir=_layout(s).probes,
                           assume_version=assume, drop_hip_flags=manifest.build.drop_hip_flags if hip else ())
 
 
@@ -442,7 +450,7 @@ def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s
              if os.path.isabs(a) and os.path.isfile(a)]
     data += [f for m in plan_.modules if m.api is not None for f in m.api.reads]  # the API read from the tree
     tools = [tc.compiler, tc.host_cxx, s.launcher]
-    layout = s.layout
+    layout = _layout(s)
     # what stages 6-8 wrote and read back: the generated dirs (listings and stamps), the graph's own
     # files, the embedded code objects (their bytes decide the embed index)
     gen = [m.name for m in plan_.modules if m.generators]

@@ -142,5 +142,6 @@ class Plan:
                                                             jit.get("compiler"))
             fields["api"] = None if m.get("api") is None else Api.from_json(m["api"])
             mods.append(ModulePlan(**fields, generators=gens))
-        top: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k != "modules"}
+        top: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()
+                               if k not in ("modules", "settings")}  # settings: qola plan --json's, not the plan's
         return cls(**top, modules=tuple(mods))

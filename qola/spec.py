@@ -8,6 +8,7 @@ Light at import (the no-op fast path reads a BuildSpec before anything heavy is 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Mapping
@@ -63,16 +64,26 @@ class BuildSpec:
 
 @dataclass(frozen=True)
 class Settings:
-    """Every setting of one build, resolved (see :class:`BuildSpec` for each chain)."""
+    """Every setting of one build, resolved once (see :class:`BuildSpec` for each chain):
+    :func:`requested` by the chains alone (what ``qola plan --json`` prints), :func:`settings` with
+    the machine asked (the launcher found on PATH, the --dist farm)."""
 
-    layout: BuildLayout
+    layout: BuildLayout | None  # None: planning (no output dir)
     jobs: int
-    launcher: str | None  # the launcher's path
+    launcher: str | None  # requested: as named; resolved: the launcher's path
     dry_run: bool
     verbose: bool
     isolate: bool
     farm: Farm | None = None  # --dist: the sccache-dist farm that answered
     notes: tuple[str, ...] = ()  # what resolving the settings decided on its own (a HIP --dist compiles locally)
+
+    def to_json(self) -> dict[str, object]:
+        farm = None if self.farm is None else {"scheduler": self.farm.scheduler, "servers": self.farm.servers,
+                                               "cpus": self.farm.cpus}
+        return {"jobs": self.jobs, "launcher": self.launcher, "dry_run": self.dry_run, "verbose": self.verbose,
+                "isolate": self.isolate, "farm": farm, "notes": list(self.notes),
+                "output_dir": None if self.layout is None else str(self.layout.out),
+                "build_dir": None if self.layout is None else str(self.layout.root)}
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,7 @@ class Prepared:
     manifest: Manifest
     tree: AiterTree
     plan: Plan
+    settings: Settings | None = None  # qola plan: the requested settings (:func:`requested`)
 
 
 def tree_choice(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None = None) -> TreeChoice:
@@ -158,16 +170,23 @@ def layout_of(spec: BuildSpec) -> BuildLayout:
     return BuildLayout(build_dir, out)
 
 
-def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapping[str, str],
-             vendor: str | None = None) -> Settings:
-    """Every setting of the build, each by its chain (values are checked: a bad ``[build].jobs`` or
-    ``MAX_JOBS`` is an error even where ``-j`` hides it). A launcher or ``--dist`` (``vendor``: the
-    plan's, "cuda" or "hip"): :func:`qola.dist.choose` decides the launcher, ``-j`` and farm."""
+def requested(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str], layout: BuildLayout | None = None) -> Settings:
+    """Every setting by its chain alone, nothing on the machine asked (values are checked: a bad
+    ``[build].jobs`` or ``MAX_JOBS`` is an error even where ``-j`` hides it)."""
     from qola import preflight  # noqa: PLC0415
     from qola.toolchain import default_jobs  # noqa: PLC0415
 
     preflight.check_jobs(spec.jobs, manifest.build.jobs, env)
-    jobs = spec.jobs or manifest.build.jobs or default_jobs(env)
+    return Settings(layout=layout, jobs=spec.jobs or manifest.build.jobs or default_jobs(env),
+                    launcher=spec.launcher or manifest.build.launcher, dry_run=spec.dry_run, verbose=spec.verbose,
+                    isolate=spec.isolate)
+
+
+def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapping[str, str],
+             vendor: str | None = None) -> Settings:
+    """:func:`requested`, then the machine asked: a launcher or ``--dist`` (``vendor``: the plan's,
+    "cuda" or "hip"): :func:`qola.dist.choose` decides the launcher, ``-j`` and farm."""
+    asked = requested(spec, manifest, env, layout)
     from qola import dist  # noqa: PLC0415 (light: no process runs unless --dist or a HIP build through sccache)
 
     def sccache() -> str:
@@ -175,10 +194,9 @@ def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapp
         assert path is not None  # a named launcher is found or refused
         return path
 
-    how = dist.choose(dist=spec.dist, vendor=vendor, launcher=launcher(spec.launcher or manifest.build.launcher, env),
-                      jobs=jobs, jobs_given=bool(spec.jobs), find_sccache=sccache, env=env)
-    return Settings(layout=layout, jobs=how.jobs, launcher=how.launcher, dry_run=spec.dry_run, verbose=spec.verbose,
-                    isolate=spec.isolate, farm=how.farm, notes=how.notes)
+    how = dist.choose(dist=spec.dist, vendor=vendor, launcher=launcher(asked.launcher, env),
+                      jobs=asked.jobs, jobs_given=bool(spec.jobs), find_sccache=sccache, env=env)
+    return dataclasses.replace(asked, jobs=how.jobs, launcher=how.launcher, farm=how.farm, notes=how.notes)
 
 
 def launcher(name: str | None, env: Mapping[str, str], hint: str | None = None) -> str | None:
