@@ -19,10 +19,11 @@ import pytest
 from qola.outdir import DIRS
 
 from conftest import run_qola
+import qola
 from qola import audit, consumers, link
 from qola.errors import BuildFailed, QolaError
 
-RUNTIME = Path(link.__file__).parent / "runtime"
+RUNTIME = Path(qola.__file__).parent / "runtime"  # the package's data, wherever link.py lies
 pytestmark = pytest.mark.skipif(not (shutil.which("g++") and shutil.which("ld")), reason="needs g++ and binutils")
 
 DEMO_CPP = r"""
