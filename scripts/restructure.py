@@ -109,6 +109,8 @@ THIS = Path(__file__).resolve()
 
 _DOTTED = re.compile(r"(?<![\w.\-/])qola((?:\.[A-Za-z_]\w*)+)(?![\w/])")
 _PATH = re.compile(r"(?<![\w.\-/])qola/((?:[A-Za-z_]\w*/)*[A-Za-z_][\w.]*)")
+# a quoted path relative to qola/ ("proc.py", "tree/aiter_core.py"), not one compared to a base name
+_REL_STR = re.compile(r"(?<!\.name == )([\"'])((?:[A-Za-z_]\w*/)*[A-Za-z_]\w*\.py)\1")
 _IMPORTED = re.compile(r"[ \t]+import[ \t]+\(?\s*([A-Za-z_]\w*)")
 # ruff's import-outside-toplevel marker (no config enables the rule) -> the layering test's own
 _NOQA_LAZY = re.compile(r"# noqa: PLC0415(?: \(([^)]*)\))?")
@@ -211,7 +213,7 @@ def _from_qola_line(m: re.Match[str]) -> str:
     return "\n".join(([f"{indent}from qola import {', '.join(kept)}{comment}"] if kept else []) + out)
 
 
-def _map_path(rel: str) -> str | None:
+def _map_path(rel: str, before: set[str]) -> str | None:
     """``x.py`` / ``tree/a.py`` / ``tree/`` / ``registry.toml`` (relative to qola/) -> the new path."""
     if rel in DATA_MOVES:
         return DATA_MOVES[rel]
@@ -220,8 +222,8 @@ def _map_path(rel: str) -> str | None:
         return MOVES[head].replace(".", "/") + "/" + rest  # a package: tree/...
     if not sep and rel.endswith(".py") and rel[:-3] in MOVES and rel[:-3] not in STAGES:
         return MOVES[rel[:-3]].replace(".", "/") + ".py"
-    if not sep and rel.endswith(".py") and rel[:-3] in STAGES and (PKG / rel).exists():
-        return MOVES[rel[:-3]].replace(".", "/") + ".py"  # plan.py, pipeline.py before the move
+    if not sep and rel.endswith(".py") and rel[:-3] in STAGES and rel[:-3] in before:
+        return MOVES[rel[:-3]].replace(".", "/") + ".py"  # plan.py, pipeline.py: still the module's name
     return None
 
 
@@ -283,7 +285,7 @@ def rewrite_text(path: Path, text: str, layout: Layout) -> str:
     text = _DOTTED.sub(dotted, text)
 
     def pathed(m: re.Match[str]) -> str:
-        new = _map_path(m.group(1))
+        new = _map_path(m.group(1), layout.before)
         return m.group(0) if new is None else "qola/" + new
 
     text = _PATH.sub(pathed, text)
@@ -292,11 +294,11 @@ def rewrite_text(path: Path, text: str, layout: Layout) -> str:
         text = _mark_lazy(text, _default_reason(rel))
     if rel in REL_PATH_FILES:
         def relstr(m: re.Match[str]) -> str:
-            new = _map_path(m.group(2))
+            new = _map_path(m.group(2), layout.before)
             return m.group(0) if new is None else m.group(1) + new + m.group(1)
 
         # package-relative paths in tests ("proc.py", "tree/aiter_core.py"), not compared to a base name
-        text = re.sub(r"(?<!\.name == )([\"'])((?:[A-Za-z_]\w*/)*[A-Za-z_]\w*\.py)\1", relstr, text)
+        text = _REL_STR.sub(relstr, text)
     if rel == "pyproject.toml":
         for old, new in DATA_MOVES.items():
             text = text.replace(f'"{old}"', f'"{new}"')
@@ -388,8 +390,13 @@ def leftovers(layout: Layout) -> list[str]:
                 names = re.findall(r"\b(\w+)\b", line.split("import", 1)[1].split("#")[0])
                 if any(x in MOVES and not layout.old_exists(x) for x in names):
                     bad.append(f"{rel}:{n}: {line.strip()}")
+            for m in _REL_STR.finditer(line) if rel in REL_PATH_FILES else ():
+                head, sep, _ = m.group(2).partition("/")
+                old = head if sep else head.removesuffix(".py")
+                if old in MOVES and not layout.old_exists(old) and (not sep or old not in STAGES):
+                    bad.append(f"{rel}:{n}: {m.group(0)} (a path relative to qola/)")
             for m in _PATH.finditer(line):
-                if _map_path(m.group(1)) is not None or (m.group(1).endswith(".py") and m.group(1)[:-3] in MOVES
+                if _map_path(m.group(1), layout.before) is not None or (m.group(1).endswith(".py") and m.group(1)[:-3] in MOVES
                                                           and not layout.old_exists(m.group(1)[:-3])):
                     bad.append(f"{rel}:{n}: {m.group(0)}")
     return bad
