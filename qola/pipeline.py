@@ -122,7 +122,7 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
             done = _prebuilt(spec.prebuilt, layout, ready.key, ready.plan.namespace, ui)
             if done is not None:
                 return done
-        return _full(spec, ready, env, ui)  # the full path: stages 6-12
+        return _full(spec, ready, ui)  # the full path: stages 6-12
 
 
 def _nothing_to_do(layout: BuildLayout) -> bool:
@@ -238,22 +238,22 @@ def _prepare(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Repo
     for note in s.notes:
         ui.note(note)
     preflight.tree_placement(prepared.tree.root, layout.out, layout.root, OUT_NAMES, OUT_PREFIXES)
-    plan_ = resolve(prepared, env)  # 2. variants, 3. JIT plan
+    plan_ = resolve(prepared, s.env)  # 2. variants, 3. JIT plan (from here on, the settings' environment)
     for w in plan_.warnings:
         ui.warning(w)
     if not s.dry_run:  # 4. output dir: refused or cleaned before anything compiles
         for note in prepare_output(layout.out, layout.root):
             ui.note(note)
-    tc = _toolchain(plan_, manifest, s, env)  # 5. toolchain
+    tc = _toolchain(plan_, manifest, s)  # 5. toolchain
     if tc.version_check and tc.version_check.get("message"):
         ui.warning(tc.version_check["message"])
     table = _table_texts(prepared)  # the module table and core.py: what the key, manifest.json and the record read
-    material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, env, table)
+    material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, s.env, table)
     key = None if material is None else material.key()
     return Ready(prepared, s, plan_, tc, table, material, key)
 
 
-def _full(spec: BuildSpec, ready: Ready, env: dict[str, str], ui: Reporter) -> BuildReport:
+def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
     """Stages 6-12: generate, hooks, write, ninja, audit, publish, record."""
     from qola import build as stages  # noqa: PLC0415
     from qola import extras as extras_mod  # noqa: PLC0415
@@ -261,7 +261,7 @@ def _full(spec: BuildSpec, ready: Ready, env: dict[str, str], ui: Reporter) -> B
 
     prepared, s, plan_, tc, table, material, key = (ready.prepared, ready.settings, ready.plan, ready.toolchain,
                                                     ready.table, ready.material, ready.key)
-    layout = _layout(s)
+    layout, env = _layout(s), s.env
     farm = f" (farm: {s.farm.servers} server(s), {s.farm.cpus} CPUs at {s.farm.scheduler})" if s.farm else ""
     ui.info(f"qola: {len(plan_.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
             f"archs {', '.join(plan_.archs)}, -j {s.jobs}{farm}, build dir {layout.root}")
@@ -273,7 +273,7 @@ def _full(spec: BuildSpec, ready: Ready, env: dict[str, str], ui: Reporter) -> B
         generated = stages.generate(plan_, tc, layout, jobs=s.jobs, env=env, results=results, notes=notes,
                                     on_event=ui.event)  # 6. generate
         srcs = stages.sources(plan_, generated, results, layout)
-        extras = _hooks(plan_, tc, layout, srcs, results, s, env)  # 7. hooks
+        extras = _hooks(plan_, tc, layout, srcs, results, s)  # 7. hooks
         extras_mod.write(extras, isolation.shared_files(plan_, layout))  # 8. write
         srcs = {name: src for name, src in srcs.items() if name in extras}
         logs = {name: list(r.log) for name, r in results.items()}  # before ninja: the incremental path's start
@@ -294,7 +294,7 @@ def _full(spec: BuildSpec, ready: Ready, env: dict[str, str], ui: Reporter) -> B
     if compiled.ok and spec.argv:  # 12. record
         recipe = (rebuild.of(compiled, plan_, tc, s.jobs, logs, layout.root, s.launcher)
                   if rebuild.eligible(extras) else None)
-        _remember(spec, prepared, plan_, tc, s, env, extras, *(recipe or (None, None)), table=table,
+        _remember(spec, prepared, plan_, tc, s, extras, *(recipe or (None, None)), table=table,
                   material=material)
     return BuildReport(layout, compiled, published, key=key.key, packaged=_store(spec, layout, compiled))
 
@@ -309,8 +309,8 @@ def build_key(spec: BuildSpec) -> BuildKey:
     plan_ = resolve(prepared, env)
     with pid_tempdir("qola-key-") as tmp:
         s = Settings(layout=BuildLayout(Path(tmp), Path(tmp) / "out"), jobs=1, launcher=None, dry_run=False,
-                     verbose=False, isolate=spec.isolate)
-        tc = _toolchain(plan_, prepared.manifest, s, env)
+                     verbose=False, isolate=spec.isolate, env=env)
+        tc = _toolchain(plan_, prepared.manifest, s)
     return _material(prepared, plan_, tc, spec.isolate, env).key()
 
 
@@ -370,7 +370,7 @@ def _layout(s: Settings) -> BuildLayout:
     return s.layout
 
 
-def _toolchain(plan_: Plan, manifest, s: Settings, env: Mapping[str, str]) -> Toolchain:
+def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
     """The compilers for the plan's archs, probed (their flag probes cached in the build dir). A dry
     run with HIP plans with AITER's flags for the manifest's ROCm version, unprobed."""
     from qola.toolchain import find_toolchain  # noqa: PLC0415
@@ -379,20 +379,20 @@ def _toolchain(plan_: Plan, manifest, s: Settings, env: Mapping[str, str]) -> To
     versions = manifest.qola.rocm_versions if hip else manifest.qola.cuda_versions
     assume = None
     if s.dry_run and hip:
-        assume = (versions or [None])[0] or hip_version(env, manifest) or "7.0"
-    return find_toolchain(plan_.archs, env=env, accepted_versions=versions, cache_dir=_layout(s).probes,
+        assume = (versions or [None])[0] or hip_version(s.env, manifest) or "7.0"
+    return find_toolchain(plan_.archs, env=s.env, accepted_versions=versions, cache_dir=_layout(s).probes,
                           assume_version=assume, drop_hip_flags=manifest.build.drop_hip_flags if hip else ())
 
 
 def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, ModuleSources],
-           results: dict[str, ModuleResult], s: Settings, env: Mapping[str, str]) -> dict[str, ModuleExtra]:
+           results: dict[str, ModuleResult], s: Settings) -> dict[str, ModuleExtra]:
     """Each buildable module's extra: the JIT's (deferred instances), then isolation's and
     embedding's. A hook's QolaError fails its module only."""
     from qola import isolation, jitbuild, kernels  # noqa: PLC0415
     from qola.build import fail  # noqa: PLC0415
     from qola.errors import QolaError  # noqa: PLC0415
 
-    compiler = jitbuild.compiler_of(plan_, tc, env)
+    compiler = jitbuild.compiler_of(plan_, tc, s.env)
     out: dict[str, ModuleExtra] = {}
     for mod in plan_.modules:
         if mod.name not in srcs:
@@ -427,7 +427,7 @@ def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildL
 
 
 def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s: Settings,
-              env: Mapping[str, str], extras: Mapping[str, ModuleExtra], recipe: Recipe | None,
+              extras: Mapping[str, ModuleExtra], recipe: Recipe | None,
               run: Run | None, *, table: tuple[list[str], list[str]], material: Material | None = None) -> None:
     """Record what this (successful) build was derived from, for the next no-op, and (``recipe``,
     ``run``) what the incremental path needs. The manifest and tree paths as the command line (or manifest)
@@ -435,7 +435,7 @@ def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s
     from qola import codegen, isolation, rebuild  # noqa: PLC0415
     from qola.builddir import gen_module_dir  # noqa: PLC0415
 
-    tree = prepared.tree
+    tree, env = prepared.tree, s.env
     given = [spec.manifest, str(tree_root(spec, prepared.manifest))]
     tree_files, texts = table
     dirs = {str(Path(src).parent) for m in plan_.modules for src in m.sources}

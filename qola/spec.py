@@ -14,6 +14,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from qola.builddir import BuildLayout
@@ -76,6 +77,8 @@ class Settings:
     isolate: bool
     farm: Farm | None = None  # --dist: the sccache-dist farm that answered
     notes: tuple[str, ...] = ()  # what resolving the settings decided on its own (a HIP --dist compiles locally)
+    # the environment the build read and runs its children under (a read-only copy; never printed)
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
 
     def to_json(self) -> dict[str, object]:
         farm = None if self.farm is None else {"scheduler": self.farm.scheduler, "servers": self.farm.servers,
@@ -179,7 +182,7 @@ def requested(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str], layou
     preflight.check_jobs(spec.jobs, manifest.build.jobs, env)
     return Settings(layout=layout, jobs=spec.jobs or manifest.build.jobs or default_jobs(env),
                     launcher=spec.launcher or manifest.build.launcher, dry_run=spec.dry_run, verbose=spec.verbose,
-                    isolate=spec.isolate)
+                    isolate=spec.isolate, env=MappingProxyType(dict(env)))
 
 
 def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapping[str, str],
