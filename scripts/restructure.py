@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import io
 import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,6 +157,16 @@ class Layout:
         return MOVES[parts[0]].split(".") + parts[1:]
 
 
+def _comment_of(statement: str) -> str:
+    """The last comment of a statement's lines (``# noqa: …``, ``# lazy: …``), or ""."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(statement).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return ""
+    comments = [t.string for t in tokens if t.type == tokenize.COMMENT]
+    return comments[-1] if comments else ""
+
+
 def rewrite_from_qola(text: str, layout: Layout) -> str:
     """``from qola import a, b`` -> one import per stage; names that stay are left in a ``from qola import``."""
     try:
@@ -171,11 +183,7 @@ def rewrite_from_qola(text: str, layout: Layout) -> str:
         start, end = node.lineno - 1, (node.end_lineno or node.lineno) - 1
         first = lines[start]
         indent = first[: len(first) - len(first.lstrip())]
-        last = lines[end].rstrip("\n")
-        comment = last[last.index("#"):] if "#" in last and last.rstrip().endswith(")") is False else ""
-        if not comment:
-            m = re.search(r"\)\s*(#.*)$", last)
-            comment = m.group(1) if m else ""
+        comment = _comment_of("".join(lines[start:end + 1]))
         comment = f"  {comment}" if comment else ""
         out, kept = [], []
         for a in node.names:
