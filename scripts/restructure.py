@@ -88,7 +88,6 @@ MOVES: dict[str, str] = {
     "pipeline": "pipeline.run",
     "buildreport": "pipeline.report",
     "spec": "pipeline.spec",
-    "settings": "pipeline.settings",
     "preflight": "pipeline.preflight",
     "reproduce": "pipeline.reproduce",
 }
