@@ -80,7 +80,7 @@ print(time.perf_counter() - t0)
         mods.append({"md_name": "t_" + m["name"], "sources": srcs, "bdir": str(bdir),
                      "includes": list(m["include_dirs"]) + [str(gen), str(build_dir / "include"),
                                                              pybind11.get_include()],
-                     "flags": [f for f in m["flags_extra_hip"]]})
+                     "flags": list(m["flags_extra_hip"])})
     (work / "plan.json").write_text(json.dumps(mods))
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, str(script)], env={**os.environ, "MAX_JOBS": str(jobs)},

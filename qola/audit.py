@@ -66,9 +66,8 @@ class ExportRule:
                 f"_ZTI{nested}", f"_ZTS{nested}")
 
     def allows(self, name: str, demangled: str) -> bool:
-        return (name.startswith(self.prefix) or name in self.extra
-                or demangled.startswith(self.cxx_prefix)
-                or name.startswith(self.mangled_prefixes))
+        return (name.startswith((self.prefix, *self.mangled_prefixes)) or name in self.extra
+                or demangled.startswith(self.cxx_prefix))
 
 
 @dataclass(frozen=True)
@@ -186,13 +185,14 @@ def read_ar(data: bytes) -> Iterator[tuple[str, bytes]]:
 def _elf_symbols(stream, member: str, where: Path) -> Iterator[tuple[str, str, str, str]]:
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     try:
         elf = ELFFile(stream)
         table = elf.get_section_by_name(".dynsym" if elf["e_type"] == "ET_DYN" else ".symtab")
     except ELFError as exc:
         raise QolaError(f"{where}{f'({member})' if member else ''} is not a readable ELF file: {exc}") from exc
-    if table is None:
+    if not isinstance(table, SymbolTableSection):  # None: no symbol table
         return
     for sym in table.iter_symbols():
         bind, kind = sym["st_info"]["bind"], sym["st_info"]["type"]

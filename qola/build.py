@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from qola import genrules, needs, ninja
@@ -39,13 +40,25 @@ class ModuleSources:
         return self.own + self.generated
 
 
+class Status(str, Enum):
+    """A module's state in a build. A ``str``: the JSON and manifest.json spell it as before."""
+
+    PENDING = "pending"  # not settled yet
+    PLANNED = "planned"  # a dry run: it would build
+    BUILT = "built"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class ModuleResult:
     name: str
     md_name: str
     mode: str
     link: str
-    status: str = "pending"  # built | failed
+    status: Status = Status.PENDING
     sources: int = 0
     generated: int = 0
     instances: tuple[str, ...] = ()
@@ -72,7 +85,7 @@ class CompileReport:
 
     @property
     def ok(self) -> bool:
-        return all(m.status == "built" for m in self.modules)
+        return all(m.status == Status.BUILT for m in self.modules)
 
 
 def _split(flags: tuple[str, ...] | list[str]) -> list[str]:
@@ -112,7 +125,7 @@ def module_ldflags(mod: ModulePlan, tc: Toolchain) -> list[str]:
 
 def fail(r: ModuleResult, exc: QolaError) -> None:
     """Mark ``r`` failed by ``exc``: the summary shows its rendering, the log gets the whole output."""
-    r.status, r.error, r.detail = "failed", exc.message, exc.render()
+    r.status, r.error, r.detail = Status.FAILED, exc.message, exc.render()
     if isinstance(exc, FailedProcessError):
         r.log += [f"$ {shlex.join(exc.cmd)}", exc.output.rstrip(), f"(exit code {exc.returncode})"]
     r.log.append(exc.render())
@@ -170,13 +183,13 @@ def sources(plan: Plan, generated: Mapping[str, tuple[str, ...]], results: dict[
     out: dict[str, ModuleSources] = {}
     for mod in plan.modules:
         r = results[mod.name]
-        if r.status == "failed":
+        if r.status == Status.FAILED:
             continue
         gen = tuple(generated.get(mod.name, ()))
         r.sources, r.generated = len(mod.sources), len(gen)
         r.instances = tuple(sorted(Path(s).stem for s in gen))
         if not mod.sources and not gen:
-            r.status, r.error = "failed", "the module has no sources (table srcs empty and no generated files)"
+            r.status, r.error = Status.FAILED, "the module has no sources (table srcs empty and no generated files)"
             continue
         if mod.gates:  # a source gating its kernels on a registry switch left off (qola.needs)
             flags = [*(mod.flags_extra_cc if plan.vendor == "hip" else ()), *mod.flags_extra_hip]
@@ -290,16 +303,16 @@ def settle(results: Mapping[str, ModuleResult], outcome: ninja.NinjaRun, artifac
         r.log += outcome.lines_by_module.get(name, [])
         r.seconds = r.codegen_seconds + seconds.get(name, 0.0)
         if dry_run:
-            r.status = "planned"
+            r.status = Status.PLANNED
         elif name in failed_mods or not (root / artifact).is_file():
-            r.status = "failed"
+            r.status = Status.FAILED
             first = next((ln for ln in r.log if "error" in ln.lower()), None) or (r.log[0] if r.log else "")
             r.error = r.error or (first.strip()[:300] or f"ninja exited {outcome.returncode}")
             r.detail = r.detail or _failed_excerpt(r.log)
         else:
-            r.status = "built"
+            r.status = Status.BUILT
     if outcome.returncode != 0 and not failed_mods and not dry_run and all(
-            r.status == "built" for r in results.values()):
+            r.status == Status.BUILT for r in results.values()):
         raise QolaError("ninja failed without naming a failed edge:\n" + "\n".join(outcome.log[-20:]))
 
 

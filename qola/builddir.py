@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from qola import fastpath, lock
+from qola import lock
 from qola.fsutil import inside
 from qola.toolchain import identity
 
@@ -40,6 +40,8 @@ ITFS = "itfs"
 JIT_STUBS, JIT_OUT = "jit", "jit-out"
 PROBES, TOOLS_BIN = "probes", "tools/bin"
 LOGS = "logs"
+
+NOOP_RECORD = ".qola-noop.json"  # what the no-op fast path (qola.fastpath) records
 
 
 def gen_module_dir(gen_root: Path, module: str) -> Path:
@@ -134,7 +136,7 @@ class BuildLayout:
 
     @property
     def noop_record(self) -> Path:
-        return self.root / fastpath.RECORD
+        return self.root / NOOP_RECORD
 
     @property
     def toolchain_stamp(self) -> Path:

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import qola
 from qola import __version__
 
 if TYPE_CHECKING:
@@ -96,8 +97,8 @@ def _rooted(roots: Iterable[str]) -> list[tuple[re.Pattern[str], str]]:
     """Patterns replacing each root (longest first, whole path components only) by ``<tree>``, and
     qola's own package dir (templates, runtime) by ``<qola>``."""
     named = {r.rstrip("/"): TREE for r in roots if r}
-    pkg = Path(__file__).resolve().parent
-    named.update({str(pkg): QOLA, str(Path(__file__).parent.absolute()): QOLA})
+    pkg = Path(qola.__file__).resolve().parent
+    named.update({str(pkg): QOLA, str(Path(qola.__file__).parent.absolute()): QOLA})
     return [(re.compile(re.escape(root) + r"(?=/|$|[\s'\"=:;,)])"), named[root])
             for root in sorted(named, key=len, reverse=True)]
 
@@ -186,7 +187,7 @@ def hash_files(roots: Iterable[tuple[str, bool]], tree_roots: Iterable[str]) -> 
 
 
 def _qola_files() -> str:
-    pkg = Path(__file__).resolve().parent
+    pkg = Path(qola.__file__).resolve().parent
     files = sorted(p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     from qola.hashing import file_sha256  # noqa: PLC0415
 
@@ -236,7 +237,7 @@ def tree_inputs(plan: Plan, table_files: Iterable[str]) -> list[tuple[str, bool]
         roots += [(f, False) for c in m.configs for f in (*c.sources, c.untuned) if f]
         roots += [(str(Path(plan.meta_dir) / "hsa" / a / t), True) for a in plan.archs for t in m.embed]
     roots.append((str(Path(plan.tree_root) / "aiter" / "configs"), True))
-    qola_pkg = str(Path(__file__).resolve().parent)
+    qola_pkg = str(Path(qola.__file__).resolve().parent)
     seen, out = set(), []
     for path, rec in roots:
         norm = os.path.normpath(path)

@@ -115,7 +115,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         code = exc.exit_code if isinstance(exc, proc.Interrupted) else 130
         print("interrupted" if code == 130 else f"terminated (signal {code - 128})", file=sys.stderr)
         return code
-    except UnicodeError as exc:  # a name from the environment or a tree that is not UTF-8: one line
+    except (UnicodeDecodeError, UnicodeEncodeError, UnicodeTranslateError) as exc:  # a name from the environment or a tree that is not UTF-8: one line
         if args.debug:
             traceback.print_exc()
         print(f"error: text that is not valid UTF-8 ({exc.reason}): {exc.object[exc.start:exc.end]!r}"

@@ -196,7 +196,8 @@ def render_pkgconfig(namespace: str, modules: Sequence[ConsumerModule], version:
     if any(m.kind == "shared" for m in modules):
         libs.append("-Wl,-rpath,${libdir}")
     libs += [f"-l:{m.lib_file}" for m in modules]
-    public, private = [], []
+    public: list[str] = []
+    private: list[str] = []
     for m in modules:
         dest = public if m.kind == "static" else private
         for d in m.lib_dirs:

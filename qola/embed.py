@@ -37,7 +37,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from qola.errors import QolaError
 from qola.fsutil import write_if_changed

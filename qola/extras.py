@@ -13,12 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from qola.fsutil import replace_tree, write_if_changed
 
-if TYPE_CHECKING:
-    from qola.jitbuild import JitRecord
+
+class HookRecord(Protocol):
+    """What a hook records of a module for the output's manifest.json (the JIT's
+    :class:`qola.jitbuild.JitRecord`): this module needs only its shape, and so imports no hook."""
+
+    @property
+    def jit_dir(self) -> Path: ...
+
+    def to_json(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ class ModuleExtra:
     writes: tuple[FileWrite, ...] = ()
     trees: tuple[TreeWrite, ...] = ()
     warnings: tuple[str, ...] = ()
-    jit: JitRecord | None = None  # what the JIT records of a module with deferred instances
+    jit: HookRecord | None = None  # what the JIT records of a module with deferred instances
 
     def then(self, other: ModuleExtra) -> ModuleExtra:
         """This extra followed by ``other``: lists concatenate, ``other``'s rule, variables and

@@ -26,10 +26,12 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+import qola
 from qola import proc
+from qola.builddir import NOOP_RECORD
 from qola.toolchain.identity import COMPILER_ENV, TOOLCHAIN_ENV
 
-RECORD = ".qola-noop.json"
+RECORD = NOOP_RECORD
 FORMAT = 2
 # what planning reads, what finds and configures the toolchain, what the compilers read (one list,
 # qola.toolchain.identity, shared with the build graph's toolchain stamp)
@@ -160,7 +162,7 @@ def input_files(*, manifest: str, tree_files: Iterable[str], dirs: Iterable[str]
         if os.path.isdir(d):
             files.append(d)
             files += [str(p) for p in Path(d).rglob("*")]
-    pkg = Path(__file__).resolve().parent
+    pkg = Path(qola.__file__).resolve().parent  # the package's root, wherever this module lies
     files += [str(p) for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     for d in dirs:
         if os.path.isdir(d):

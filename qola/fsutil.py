@@ -383,7 +383,7 @@ def stale_entries(parent: str | os.PathLike, prefix: str | re.Pattern[str]) -> l
     pattern = prefix if isinstance(prefix, re.Pattern) else re.compile(re.escape(prefix) + r"(?P<pid>\d+)(?:-|\Z)")
     found = []
     try:
-        entries = list(os.scandir(parent))
+        entries = list(os.scandir(os.fspath(parent)))
     except OSError:
         return []
     for entry in entries:

@@ -81,7 +81,7 @@ def per_arch(command: str, script: str, hsa_dir: str | os.PathLike | None, archs
     The arch dir segment ``/hsa/<gfx>/`` is replaced by each target's (its script may be absent there:
     skipped with a warning when it runs)."""
     arch = asm_arch(script, hsa_dir)
-    if arch is None or not archs:
+    if arch is None or not archs or hsa_dir is None:
         return [command]
     seg = f"{os.path.normpath(hsa_dir)}/{arch}/"
     if seg not in command:

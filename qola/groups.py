@@ -14,7 +14,7 @@ selected module runs (:func:`qola.spec.prepare` calls it once the plan is made).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qola import rules
 from qola.errors import QolaError
@@ -94,7 +94,7 @@ def prune(manifest: Manifest, plan: Plan) -> Manifest:
     def kept(tables: list, fam: str) -> list:
         return [t for t in tables if t.module is not None or fam in runs]
 
-    update = {"mha_fwd_variants": kept(manifest.mha_fwd_variants, "fwd"),
+    update: dict[str, Any] = {"mha_fwd_variants": kept(manifest.mha_fwd_variants, "fwd"),
               "mha_bwd_variants": kept(manifest.mha_bwd_variants, "bwd")}
     if manifest.jit is not None:
         aot = manifest.jit.aot.model_copy(update={"mha_fwd_variants": kept(manifest.jit.aot.mha_fwd_variants, "fwd"),

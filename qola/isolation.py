@@ -184,7 +184,7 @@ def consumers(report: CompileReport, plan: Plan, tc: Toolchain) -> dict[str, str
         if r.status == "built" and r.artifact is not None and not mods[r.name].is_python_module
     ]
     if entries:
-        return consumer_files(plan.namespace, entries, __version__)
+        return dict(consumer_files(plan.namespace, entries, __version__))
     if any(r.status != "built" and not mods[r.name].is_python_module for r in report.modules):
         # every library failed: the consumer files of an earlier build would name them
         return {rel: None for rel in consumer_files(plan.namespace, [], __version__) if not rel.startswith("include/")}

@@ -146,13 +146,14 @@ def _bundles(data: bytes) -> list[tuple[str, bytes]]:
 def _kernels(code_object: bytes) -> list[str]:
     from elftools.common.exceptions import ELFError  # noqa: PLC0415
     from elftools.elf.elffile import ELFFile  # noqa: PLC0415
+    from elftools.elf.sections import SymbolTableSection  # noqa: PLC0415
 
     if not code_object.startswith(b"\x7fELF"):
         return []
     try:
         elf = ELFFile(io.BytesIO(code_object))
         table = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
-        names = [s.name for s in table.iter_symbols()] if table is not None else []
+        names = [s.name for s in table.iter_symbols()] if isinstance(table, SymbolTableSection) else []
     except ELFError:
         return []
     return sorted({n[:-3] for n in names if n.endswith(".kd")})
@@ -192,7 +193,7 @@ def unembedded(rows: Sequence[tuple[str, str, str]], keys: Sequence[str], types:
                archs: Sequence[str]) -> list[str]:
     """The rows (of ``archs`` and embedded kernel ``types``) naming a code object no embedded key
     ``hsa/<arch>/<path>[<subdir>/]<co>`` holds: the v3 path would look it up and fail at run time."""
-    have = {}
+    have: dict[tuple[str, str], set[str]] = {}
     for k in keys:
         parts = k.split("/")
         if len(parts) >= 4:

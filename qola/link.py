@@ -175,6 +175,7 @@ def localize_list(obj: Path, namespace: str, out_list: Path, *, c_prefix: str | 
     """Step 2: write the defined globals of relocatable ``obj`` that must become local to
     ``out_list`` (one a line) and rebind such GNU-unique symbols to GLOBAL in ``obj``."""
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     rule = ExportRule(namespace, c_prefix, tuple(extra))
     obj = Path(obj)
@@ -184,7 +185,7 @@ def localize_list(obj: Path, namespace: str, out_list: Path, *, c_prefix: str | 
             raise QolaError(f"{obj} is not a relocatable object")
         table = elf.get_section_by_name(".symtab")
         found: list[tuple[int, str, str]] = []  # (index, name, bind)
-        for i, sym in enumerate(table.iter_symbols() if table else ()):
+        for i, sym in enumerate(table.iter_symbols() if isinstance(table, SymbolTableSection) else ()):
             bind = sym["st_info"]["bind"]
             if (bind in ("STB_GLOBAL", "STB_WEAK", "STB_LOOS", "STB_GNU_UNIQUE") and sym.name
                     and sym["st_shndx"] != "SHN_UNDEF"):

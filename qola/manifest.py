@@ -12,7 +12,7 @@ import hashlib
 import math
 import sys
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -31,8 +31,8 @@ MAX_VARIANTS_TOTAL = 4096  # … and all of the manifest's variant tables togeth
 MODES = ("pybind", "cpp_itfs")
 LINKS = ("shared", "static")
 
-Scalar = Union[str, bool, int]
-Option = Union[Scalar, list[Scalar]]
+Scalar = str | bool | int
+Option = Scalar | list[Scalar]
 
 
 vendor = rules.vendor  # the one arch syntax (qola.rules)
@@ -146,7 +146,7 @@ class ModuleSection(_Model):
     @classmethod
     def _ident(cls, v: str | None) -> str | None:
         problem = None if v is None else rules.module_key_problem(v)
-        if problem and len(v) > rules.MAX_NAME:
+        if problem and v is not None and len(v) > rules.MAX_NAME:
             raise ValueError(f"the name {problem}")
         if problem:
             raise ValueError("expected a module name made of letters, digits and _")
@@ -170,7 +170,7 @@ class ModuleSection(_Model):
         return v
 
     @model_validator(mode="after")
-    def _one_embed_key(self) -> "ModuleSection":
+    def _one_embed_key(self) -> ModuleSection:
         if self.embed is not None and self.hsa_subdirs is not None:
             raise ValueError("embed and hsa_subdirs are the same key (hsa_subdirs is QoLA's name for embed): "
                              "give one of them")
@@ -209,7 +209,7 @@ class VariantSection(_Model):
         return variant_count(self.options)
 
     @model_validator(mode="after")
-    def _bounded(self) -> "VariantSection":
+    def _bounded(self) -> VariantSection:
         _check_count(self.options)
         return self
 
@@ -224,7 +224,7 @@ class _MhaVariant(_Model):
         return variant_count(self.options())
 
     @model_validator(mode="after")
-    def _bounded(self) -> "_MhaVariant":
+    def _bounded(self) -> _MhaVariant:
         _check_count(self.options())
         return self
 
@@ -267,7 +267,7 @@ class JitAot(_Model):
     mha_bwd_variants: list[MhaBwdVariant] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _bounded(self) -> "JitAot":
+    def _bounded(self) -> JitAot:
         _check_total(self)
         return self
 
@@ -337,7 +337,7 @@ class Manifest(_Model):
     sha256: str = ""
 
     @model_validator(mode="after")
-    def _unique_modules(self) -> "Manifest":
+    def _unique_modules(self) -> Manifest:
         seen: set[str] = set()
         for i, m in enumerate(self.modules):
             if m.name in seen:
@@ -453,7 +453,7 @@ def parse(text: str, path: str = "<string>") -> Manifest:
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:
-        lines = [_describe(e) for e in _union_errors(exc.errors())]
+        lines = [_describe(e) for e in _union_errors([dict(e) for e in exc.errors()])]
         message = lines[0] if len(lines) == 1 else "invalid manifest:\n  " + "\n  ".join(lines)
         raise QolaError(message, where=path, hint="see docs/manifest.md for every key and its type") from None
     except (RecursionError, ValueError, TypeError) as exc:

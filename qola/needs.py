@@ -93,7 +93,10 @@ def _same(a: str, b: str) -> bool:
         x, y = shlex.split(a), shlex.split(b)
     except ValueError:
         return a.strip() == b.strip()
-    norm = (lambda argv: [os.path.normpath(argv[0]), *argv[1:]] if argv else argv)
+
+    def norm(argv: list[str]) -> list[str]:
+        return [os.path.normpath(argv[0]), *argv[1:]] if argv else argv
+
     return norm(x) == norm(y)
 
 

@@ -1,10 +1,16 @@
 """One build, start to end: :func:`build` (``qola build``) and :func:`plan` (``qola plan``).
 
-``build(spec)`` is a straight sequence of stages; each takes data and returns data:
+:func:`build` checks and locks (stage 0), then takes one of four paths, each its own function:
 
- 0. directories and numbers checked, locks taken, the no-op fast path asked; when nothing stages
-    1-8 read changed, the incremental path: ninja on the recorded graph, then 10-12 for what it
-    relinked (:func:`_incremental`)
+* **no-op** (:func:`_nothing_to_do`): nothing stages 1-8 read changed and ninja has no dirty edge;
+* **incremental** (:func:`_incremental`): nothing stages 1-8 read changed: ninja on the recorded
+  graph, then 10-12 for what it relinked (None: no usable recipe, the full path runs);
+* **--prebuilt** (:func:`_prebuilt`, after :func:`_prepare`'s stages 1-5): an archive of the build
+  key installed instead of stages 6-11 (None: no such archive, the full path runs);
+* **full** (:func:`_full`, after :func:`_prepare`): stages 6-12.
+
+Each stage takes data and returns data:
+
  1. prepare     manifest, tree, the plan as the tables give it; the build's settings
  2. variants    declared variants -> each generator's filter, in the plan
  3. JIT plan    [jit] -> each module's ahead/deferred split, in the plan
@@ -31,22 +37,24 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qola import fastpath, lock, preflight
 from qola.builddir import BuildLayout
 from qola import outdir
 from qola.outdir import OUT_NAMES, OUT_PREFIXES
+from qola.buildreport import BuildReport, Reporter
 from qola.reproduce import settings_record
-from qola.spec import BuildSpec, Prepared, Settings, hip_version, layout_of, prepare, settings, tree_root
+from qola.spec import (BuildSpec, Prepared, Settings, hip_version, layout_of, prepare, requested, settings,
+                       tree_root)
 
 if TYPE_CHECKING:
     from qola.build import CompileReport, ModuleResult, ModuleSources
     from qola.buildkey import BuildKey, Material
-    from qola.prebuilt import Installed, Packaged
+    from qola.prebuilt import Packaged
     from qola.extras import ModuleExtra
     from qola.rebuild import Recipe, Run
     from qola.plantypes import Plan
@@ -56,70 +64,13 @@ __all__ = ["BuildReport", "BuildSpec", "Reporter", "build", "build_key", "plan"]
 SHOW_PROGRESS_AFTER = 1.0  # seconds: the incremental path shows ninja's progress once it runs this long
 
 
-class Reporter:
-    """What :func:`build` tells its caller while it runs. This one says nothing."""
-
-    def warning(self, text: str) -> None:
-        """Something the user should know (a plan warning)."""
-
-    def note(self, text: str) -> None:
-        """Something qola did on its own (removed a killed run's leftovers)."""
-
-    def info(self, text: str) -> None:
-        """The build's one-line header (modules, toolchain, archs, jobs, build dir)."""
-
-    def event(self, text: str) -> None:
-        """A step finished (a generator ran or was up to date)."""
-
-    def status(self, done: int, total: int, text: str) -> None:
-        """ninja's progress: ``done`` of ``total`` edges, the last one started."""
-
-    @contextlib.contextmanager
-    def running(self, dry_run: bool) -> Iterator[None]:
-        """Around generating and compiling (a progress display lives here)."""
-        yield
-
-
-@dataclass(frozen=True)
-class BuildReport:
-    """What :func:`build` did. ``compiled`` is None when the no-op fast path answered or a prebuilt
-    archive was installed (``prebuilt``)."""
-
-    layout: BuildLayout
-    compiled: CompileReport | None = None
-    manifest_json: Path | None = None  # the published OUT/manifest.json (None: dry run, up to date)
-    dry_run: bool = False
-    key: str | None = None  # the build key (None: not computed: a dry run, the no-op fast path)
-    prebuilt: Installed | None = None  # --prebuilt: the archive installed instead of building
-    packaged: Packaged | None = None  # --publish: the archive written into the store
-
-    @property
-    def up_to_date(self) -> bool:
-        return self.compiled is None and self.prebuilt is None
-
-    @property
-    def modules(self) -> list[ModuleResult]:
-        return [] if self.compiled is None else self.compiled.modules
-
-    @property
-    def ok(self) -> bool:
-        """Up to date, every module built, or (dry run) none failed."""
-        if self.compiled is None:
-            return True
-        if self.dry_run:
-            return all(m.status != "failed" for m in self.compiled.modules)
-        return self.compiled.ok
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.ok else 1
-
-
-def plan(spec: BuildSpec) -> Prepared:
-    """The whole plan (``qola plan``): stages 1-3 of :func:`build`."""
+def plan(spec: BuildSpec, *, with_settings: bool = False) -> Prepared:
+    """The whole plan (``qola plan``): stages 1-3 of :func:`build`; ``with_settings``: and the
+    build's settings as requested (:func:`qola.spec.requested`, ``qola plan --json``)."""
     env = spec.environ()
     prepared = prepare(spec, env)
-    return dataclasses.replace(prepared, plan=resolve(prepared, env))
+    asked = requested(spec, prepared.manifest, env) if with_settings else None
+    return dataclasses.replace(prepared, plan=resolve(prepared, env), settings=asked)
 
 
 def resolve(prepared: Prepared, env: Mapping[str, str]) -> Plan:
@@ -159,20 +110,29 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
     with lock.acquire(locks, ["qola", *spec.argv], wait=spec.wait):
         for note in _checkout(spec, choice, env):  # the tree first: the no-op fast path then sees its files
             ui.note(note)
-        if not spec.dry_run and spec.argv:
-            from ninja import BIN_DIR  # noqa: PLC0415 (light: the package's __init__)
-
-            record = fastpath.unchanged(layout.root, layout.out, spec.argv, env)
-            if record is not None and record.get("rebuild"):
-                preflight.room(layout.out, layout.root)
-                done = _incremental(spec, layout, env, ui, record)
-                if done is not None:
-                    return done
-            elif record is not None and fastpath.nothing_to_do(layout.root, os.path.join(BIN_DIR, "ninja")):
-                return BuildReport(layout)
+        record = fastpath.unchanged(layout.root, layout.out, spec.argv, env) if spec.argv and not spec.dry_run else None
+        if record is not None and record.get("rebuild"):  # the incremental path (None: no usable recipe)
+            preflight.room(layout.out, layout.root)
+            done = _incremental(spec, layout, env, ui, record)
+            if done is not None:
+                return done
+        elif record is not None and _nothing_to_do(layout):  # the no-op path
+            return BuildReport(layout)
         if not spec.dry_run:
             preflight.room(layout.out, layout.root)
-        return _build(spec, layout, env, ui)
+        ready = _prepare(spec, layout, env, ui)  # stages 1-5
+        if ready.key is not None and spec.prebuilt:  # the --prebuilt path (None: no archive of this key)
+            done = _prebuilt(spec.prebuilt, layout, ready.key, ready.plan.namespace, ui)
+            if done is not None:
+                return done
+        return _full(spec, ready, ui)  # the full path: stages 6-12
+
+
+def _nothing_to_do(layout: BuildLayout) -> bool:
+    """The no-op path's second question (its digest held): whether ninja has any dirty edge."""
+    from ninja import BIN_DIR  # noqa: PLC0415 (light: the package's __init__)
+
+    return fastpath.nothing_to_do(layout.root, os.path.join(BIN_DIR, "ninja"))
 
 
 def _early_choice(spec: BuildSpec, env: Mapping[str, str]):
@@ -256,10 +216,22 @@ def _incremental(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: 
     return BuildReport(layout, compiled, published, key=key.key, packaged=_store(spec, layout, compiled))
 
 
-def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Reporter) -> BuildReport:
-    from qola import build as stages  # noqa: PLC0415
-    from qola import extras as extras_mod  # noqa: PLC0415
-    from qola import dist, isolation, jitbuild, rebuild  # noqa: PLC0415
+@dataclass(frozen=True)
+class Ready:
+    """What stages 1-5 decided, for the --prebuilt and the full path."""
+
+    prepared: Prepared
+    settings: Settings
+    plan: Plan  # with the variants' filters and the JIT split
+    toolchain: Toolchain
+    table: tuple[list[str], list[str]]  # the module table's and core.py's texts (:func:`_table_texts`)
+    material: Material | None  # None: a dry run (no key)
+    key: BuildKey | None
+
+
+def _prepare(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Reporter) -> Ready:
+    """Stages 1-5: manifest, tree and plan; settings; variants and the JIT split; the output dir
+    refused or cleaned; the toolchain; the build key."""
     from qola.publish import prepare as prepare_output  # noqa: PLC0415
 
     fastpath.forget(layout.root)
@@ -269,33 +241,42 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
     for note in s.notes:
         ui.note(note)
     preflight.tree_placement(prepared.tree.root, layout.out, layout.root, OUT_NAMES, OUT_PREFIXES)
-    plan_ = resolve(prepared, env)  # 2. variants, 3. JIT plan
+    plan_ = resolve(prepared, s.env)  # 2. variants, 3. JIT plan (from here on, the settings' environment)
     for w in plan_.warnings:
         ui.warning(w)
     if not s.dry_run:  # 4. output dir: refused or cleaned before anything compiles
         for note in prepare_output(layout.out, layout.root):
             ui.note(note)
-    tc = _toolchain(plan_, manifest, s, env)  # 5. toolchain
+    tc = _toolchain(plan_, manifest, s)  # 5. toolchain
     if tc.version_check and tc.version_check.get("message"):
         ui.warning(tc.version_check["message"])
     table = _table_texts(prepared)  # the module table and core.py: what the key, manifest.json and the record read
-    material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, env, table)
+    material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, s.env, table)
     key = None if material is None else material.key()
-    if key is not None and spec.prebuilt:
-        done = _prebuilt(spec.prebuilt, layout, key, plan_.namespace, ui)
-        if done is not None:
-            return done
+    return Ready(prepared, s, plan_, tc, table, material, key)
+
+
+def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
+    """Stages 6-12: generate, hooks, write, ninja, audit, publish, record."""
+    from qola import build as stages  # noqa: PLC0415
+    from qola import extras as extras_mod  # noqa: PLC0415
+    from qola import dist, isolation, jitbuild, rebuild  # noqa: PLC0415
+
+    prepared, s, plan_, tc, table, material, key = (ready.prepared, ready.settings, ready.plan, ready.toolchain,
+                                                    ready.table, ready.material, ready.key)
+    layout, env = _layout(s), s.env
     farm = f" (farm: {s.farm.servers} server(s), {s.farm.cpus} CPUs at {s.farm.scheduler})" if s.farm else ""
     ui.info(f"qola: {len(plan_.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
             f"archs {', '.join(plan_.archs)}, -j {s.jobs}{farm}, build dir {layout.root}")
     with ui.running(s.dry_run):
         start = time.perf_counter()
         layout.root.mkdir(parents=True, exist_ok=True)
-        results, notes = stages.new_results(plan_), []
+        results = stages.new_results(plan_)
+        notes: list[str] = []
         generated = stages.generate(plan_, tc, layout, jobs=s.jobs, env=env, results=results, notes=notes,
                                     on_event=ui.event)  # 6. generate
         srcs = stages.sources(plan_, generated, results, layout)
-        extras = _hooks(plan_, tc, layout, srcs, results, s, env, key.key if key else "")  # 7. hooks
+        extras = _hooks(plan_, tc, layout, srcs, results, s, key.key if key else "")  # 7. hooks
         extras_mod.write(extras, isolation.shared_files(plan_, layout))  # 8. write
         srcs = {name: src for name, src in srcs.items() if name in extras}
         logs = {name: list(r.log) for name, r in results.items()}  # before ninja: the incremental path's start
@@ -309,13 +290,14 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
         compiled.notes += seen
     if s.dry_run:
         return BuildReport(layout, compiled, dry_run=True)
+    assert key is not None  # computed for every build that is not a dry run
     isolation.audit(compiled, plan_)  # 10. audit
     published = _publish(compiled, plan_, tc, layout, extras, key,
                          settings_record(spec, env, fastpath.env_keys_of(table[1])))  # 11. publish
     if compiled.ok and spec.argv:  # 12. record
         recipe = (rebuild.of(compiled, plan_, tc, s.jobs, logs, layout.root, s.launcher)
                   if rebuild.eligible(extras) else None)
-        _remember(spec, prepared, plan_, tc, s, env, extras, *(recipe or (None, None)), table=table,
+        _remember(spec, prepared, plan_, tc, s, extras, *(recipe or (None, None)), table=table,
                   material=material)
     return BuildReport(layout, compiled, published, key=key.key, packaged=_store(spec, layout, compiled))
 
@@ -330,8 +312,8 @@ def build_key(spec: BuildSpec) -> BuildKey:
     plan_ = resolve(prepared, env)
     with pid_tempdir("qola-key-") as tmp:
         s = Settings(layout=BuildLayout(Path(tmp), Path(tmp) / "out"), jobs=1, launcher=None, dry_run=False,
-                     verbose=False, isolate=spec.isolate)
-        tc = _toolchain(plan_, prepared.manifest, s, env)
+                     verbose=False, isolate=spec.isolate, env=env)
+        tc = _toolchain(plan_, prepared.manifest, s)
     return _material(prepared, plan_, tc, spec.isolate, env).key()
 
 
@@ -386,7 +368,12 @@ def _store(spec: BuildSpec, layout: BuildLayout, compiled: CompileReport) -> Pac
     return prebuilt.package(layout.out, Path(spec.publish_to))
 
 
-def _toolchain(plan_: Plan, manifest, s: Settings, env: Mapping[str, str]) -> Toolchain:
+def _layout(s: Settings) -> BuildLayout:
+    assert s.layout is not None  # a build's settings have one (only planning's have none)
+    return s.layout
+
+
+def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
     """The compilers for the plan's archs, probed (their flag probes cached in the build dir). A dry
     run with HIP plans with AITER's flags for the manifest's ROCm version, unprobed."""
     from qola.toolchain import find_toolchain  # noqa: PLC0415
@@ -395,14 +382,13 @@ def _toolchain(plan_: Plan, manifest, s: Settings, env: Mapping[str, str]) -> To
     versions = manifest.qola.rocm_versions if hip else manifest.qola.cuda_versions
     assume = None
     if s.dry_run and hip:
-        assume = (versions or [None])[0] or hip_version(env, manifest) or "7.0"
-    return find_toolchain(plan_.archs, env=env, accepted_versions=versions, cache_dir=s.layout.probes,
+        assume = (versions or [None])[0] or hip_version(s.env, manifest) or "7.0"
+    return find_toolchain(plan_.archs, env=s.env, accepted_versions=versions, cache_dir=_layout(s).probes,
                           assume_version=assume, drop_hip_flags=manifest.build.drop_hip_flags if hip else ())
 
 
 def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, ModuleSources],
-           results: dict[str, ModuleResult], s: Settings, env: Mapping[str, str],
-           build_key: str = "") -> dict[str, ModuleExtra]:
+           results: dict[str, ModuleResult], s: Settings, build_key: str = "") -> dict[str, ModuleExtra]:
     """Each buildable module's extra: the JIT's (deferred instances), then isolation's and
     embedding's. A hook's QolaError fails its module only. ``build_key`` goes into JIT tables
     (usage records name it)."""
@@ -410,7 +396,7 @@ def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, M
     from qola.build import fail  # noqa: PLC0415
     from qola.errors import QolaError  # noqa: PLC0415
 
-    compiler = jitbuild.compiler_of(plan_, tc, env)
+    compiler = jitbuild.compiler_of(plan_, tc, s.env)
     out: dict[str, ModuleExtra] = {}
     for mod in plan_.modules:
         if mod.name not in srcs:
@@ -431,7 +417,7 @@ def _hooks(plan_: Plan, tc: Toolchain, layout: BuildLayout, srcs: Mapping[str, M
 
 
 def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildLayout,
-             extras: Mapping[str, ModuleExtra], key: BuildKey, settings: Mapping[str, object]) -> Path:
+             extras: Mapping[str, ModuleExtra], key: BuildKey, settings: Mapping[str, Any]) -> Path:
     from qola import isolation, jitbuild  # noqa: PLC0415
     from qola.publish import publish  # noqa: PLC0415
 
@@ -445,7 +431,7 @@ def _publish(compiled: CompileReport, plan_: Plan, tc: Toolchain, layout: BuildL
 
 
 def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s: Settings,
-              env: Mapping[str, str], extras: Mapping[str, ModuleExtra], recipe: Recipe | None,
+              extras: Mapping[str, ModuleExtra], recipe: Recipe | None,
               run: Run | None, *, table: tuple[list[str], list[str]], material: Material | None = None) -> None:
     """Record what this (successful) build was derived from, for the next no-op, and (``recipe``,
     ``run``) what the incremental path needs. The manifest and tree paths as the command line (or manifest)
@@ -453,7 +439,7 @@ def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s
     from qola import codegen, isolation, rebuild  # noqa: PLC0415
     from qola.builddir import gen_module_dir  # noqa: PLC0415
 
-    tree = prepared.tree
+    tree, env = prepared.tree, s.env
     given = [spec.manifest, str(tree_root(spec, prepared.manifest))]
     tree_files, texts = table
     dirs = {str(Path(src).parent) for m in plan_.modules for src in m.sources}
@@ -470,7 +456,7 @@ def _remember(spec: BuildSpec, prepared: Prepared, plan_: Plan, tc: Toolchain, s
     usage = prepared.manifest.usage  # the usage fragments ([usage] files, --usage): their variants are the set
     data += [str(prepared.manifest.base_dir / f) for f in (usage.files if usage else [])] + list(spec.usage_files)
     tools = [tc.compiler, tc.host_cxx, s.launcher]
-    layout = s.layout
+    layout = _layout(s)
     # what stages 6-8 wrote and read back: the generated dirs (listings and stamps), the graph's own
     # files, the embedded code objects (their bytes decide the embed index)
     gen = [m.name for m in plan_.modules if m.generators]

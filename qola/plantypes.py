@@ -130,7 +130,7 @@ class Plan:
             gens = tuple(Generator(g["command"], g.get("direction"), g.get("receipt"), g.get("filter"),
                                    g.get("wrapper"), bool(g.get("dispatch_only")), tuple(g.get("targets") or ()),
                                    g.get("origin")) for g in m["generators"])
-            fields = {k: tuple(v) if isinstance(v, list) else v for k, v in m.items()
+            fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in m.items()
                       if k not in ("generators", "jit", "api")}
             fields["per_source_flags"] = tuple((p, tuple(f)) for p, f in m.get("per_source_flags", []))
             fields["gates"] = tuple((p, tuple(f)) for p, f in m.get("gates", []))
@@ -142,5 +142,6 @@ class Plan:
                                                             jit.get("compiler"))
             fields["api"] = None if m.get("api") is None else Api.from_json(m["api"])
             mods.append(ModulePlan(**fields, generators=gens))
-        top = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k != "modules"}
+        top: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()
+                               if k not in ("modules", "settings")}  # settings: qola plan --json's, not the plan's
         return cls(**top, modules=tuple(mods))

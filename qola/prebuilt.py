@@ -37,7 +37,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO, cast
 
 from qola import __version__
 from qola.buildkey import recorded_key
@@ -150,7 +150,7 @@ def package(out: Path, into: Path) -> Packaged:
 
 def _package(out: Path, into: Path) -> Packaged:
     from qola import outdir  # noqa: PLC0415
-    from qola.commands.audit import audit_output, load_manifest, resolve_root  # noqa: PLC0415
+    from qola.outcheck import audit_output, load_manifest, resolve_root  # noqa: PLC0415
 
     if not outdir.published(out) and outdir.legacy_version(out) is None:
         raise QolaError(f"{out} is not a published qola output (no {out / outdir.MANIFEST_JSON})",
@@ -307,7 +307,7 @@ class _Budget:
     next member is seen (its data plus :data:`HEADERS`), so a giant PAX header or long name in a
     small gzip is refused before it is held in memory."""
 
-    def __init__(self, fh: BinaryIO) -> None:
+    def __init__(self, fh: IO[bytes] | gzip.GzipFile) -> None:
         self.fh, self.left = fh, HEADERS
 
     def read(self, n: int = -1) -> bytes:
@@ -338,6 +338,7 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, path
     """A regular member's bytes as the new file ``path`` (never through an existing one), fsynced."""
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     src = tar.extractfile(member)
+    assert src is not None  # a regular member (checked by the caller)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o755 if member.mode & 0o100 else 0o644)
     with os.fdopen(fd, "wb") as fh:
@@ -361,7 +362,7 @@ def unpack(archive: Path, dest: Path, *, max_bytes: int = MAX_UNPACKED, max_memb
     try:
         with open(archive, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as gz:
             budget = _Budget(gz)
-            with tarfile.open(fileobj=budget, mode="r|") as tar:
+            with tarfile.open(fileobj=cast("IO[bytes]", budget), mode="r|") as tar:
                 for member in tar:
                     budget.left = HEADERS + (member.size if member.isreg() else 0)
                     if len(seen) >= max_members:
@@ -395,7 +396,7 @@ def verify(root: Path, key: str, namespace: str) -> None:
     """QolaError unless the unpacked version ``root`` is a clean qola output of ``namespace`` built
     for ``key``: its manifest.json records this key and every file, and ``qola audit`` finds
     nothing (sizes, sha256s, exports, every module built)."""
-    from qola.commands.audit import audit_output, load_manifest  # noqa: PLC0415
+    from qola.outcheck import audit_output, load_manifest  # noqa: PLC0415
 
     data = load_manifest(root)
     got = recorded_key(data)

@@ -163,7 +163,7 @@ def module_record(r: ModuleResult, files: Mapping[str, Mapping[str, Any]]) -> di
         "duration_s": round(r.seconds, 3), "log": log, "warnings": list(r.warnings),
     }
     art = f"lib/{r.artifact.name}" if r.artifact is not None else None
-    if r.status == "built" and art in files:
+    if r.status == "built" and art is not None and art in files:
         rec.update({"artifact": art, "size": files[art]["size"], "sha256": files[art]["sha256"],
                     "exports": list(r.exports), "success": True, "so_path": art, "error": ""})
     else:

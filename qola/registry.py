@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from qola.itfs import Provide
 
@@ -91,7 +92,7 @@ SCALARS = ("api_header", "public_header")
 
 def _entry(entry: dict) -> RegistryEntry:
     special = ("provides", "entry_macros", "generators")
-    fields = {k: (v if k in SCALARS else tuple(v)) for k, v in entry.items() if k not in special}
+    fields: dict[str, Any] = {k: (v if k in SCALARS else tuple(v)) for k, v in entry.items() if k not in special}
     fields["provides"] = tuple(Provide(**p) for p in entry.get("provides", []))
     fields["entry_macros"] = tuple(sorted(entry.get("entry_macros", {}).items()))
     fields["generators"] = tuple(NeededGenerator(str(g["writes"]), str(g["command"]))
@@ -101,7 +102,7 @@ def _entry(entry: dict) -> RegistryEntry:
 
 @lru_cache(maxsize=1)
 def load() -> dict[str, RegistryEntry]:
-    raw = tomllib.loads((Path(str(resources.files("qola"))) / "registry.toml").read_text())
+    raw = tomllib.loads(Path(__file__).with_name("registry.toml").read_text())  # beside this module
     return {name: _entry(entry) for name, entry in raw.items()}
 
 

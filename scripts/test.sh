@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the test suite needs (hipcc, bubblewrap for sccache-dist's build servers and redis-server
-# from Debian, qola with its test extras), then run every test
+# from Debian, qola with its test extras, ruff and mypy among them), lint (scripts/lint.sh), then run every test
 # that does not need a GPU: the host suite, then the `rocm` tests (real AITER compiled for gfx942 and
 # gfx950) inside the project's ROCm 7 environment (scripts/rocm7.sh: created once, cached).
 # Extra arguments go to both pytest runs.
@@ -11,6 +11,8 @@ if ! command -v hipcc >/dev/null || ! command -v bwrap >/dev/null || ! command -
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq hipcc bubblewrap redis-server >/dev/null
 fi
 python3 -m pip install -q -e '.[test]'
+# lint first (ruff check, ruff format --check, mypy): seconds, and a failure says where
+bash scripts/lint.sh
 python3 -m pytest -m "not gpu and not rocm" "$@"
 # the `rocm` tests, `ck` ones included (real CK fMHA kernels compiled for gfx942 and gfx950: about
 # 8 minutes on 2 cores, docs/benchmarks.md)

@@ -184,7 +184,7 @@ def test_unknown_keys_pass_through_with_warnings(tmp_path):
 
 def test_all_modules_leave_out_experimental_ones(tmp_path):
     tree = open_tree(make_tree(tmp_path, TABLE))
-    kw = dict(archs=("gfx942",), hip_version="7.2.0")
+    kw = {"archs": ("gfx942",), "hip_version": "7.2.0"}
     plan = make_plan(parse("", "m.toml"), tree, env={}, **kw)
     assert [m.name for m in plan.modules] == ["module_new", "module_plain"]
     assert any("module_exp is experimental" in w for w in plan.warnings)

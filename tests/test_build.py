@@ -54,7 +54,7 @@ def check_published(out: Path) -> dict:
             assert art.is_file(), m
             assert sha256(art) == m["sha256"] and art.stat().st_size == m["size"]
         assert (out / m["log"]).is_file()
-    assert not [p for p in out.rglob(".*tmp*")], "temp files left in the output"
+    assert not list(out.rglob(".*tmp*")), "temp files left in the output"
     return data
 
 

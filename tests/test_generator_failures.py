@@ -241,7 +241,7 @@ def test_failing_generators_fail_their_modules_only(tmp_path):
     # no consumer files naming a failed library, no JIT tree
     assert not list(out.rglob("*.cmake")) and not list(out.rglob("*.pc"))
     assert not (out / "jit").exists() or not any((out / "jit").iterdir())
-    assert not [p for p in out.rglob(".*tmp*")]
+    assert not list(out.rglob(".*tmp*"))
 
 
 @pytest.mark.slow

@@ -225,7 +225,7 @@ def test_publish_killed_mid_switch_is_completed_by_the_audit(tmp_path):
     assert not outdir.interrupted(out)
     assert json.loads((out / "manifest.json").read_text())["modules"][0]["status"] == "built"
     assert "qk_a.so" in proc.stderr and "ELF" in proc.stderr  # audited the new version (fake bytes: not ELF)
-    from qola.commands.audit import audit_output
+    from qola.outcheck import audit_output
 
     assert any("stray.txt is not part of qola's output" in n for n in audit_output(out)[2])
 

@@ -78,7 +78,7 @@ def _c_number(expr: str) -> int:
     expr = re.sub(r"\b0([0-7]+)\b", r"0o\1", expr.strip())
     expr = re.sub(r"(?<=[0-9a-fA-F])(?:ull|ul|u|l)\b", "", expr, flags=re.I)
     assert re.fullmatch(r"[0-9a-fA-FxXo <>()+*]+", expr), expr
-    return int(eval(expr))  # noqa: S307 (digits and shifts only, checked above)
+    return int(eval(expr))  # digits and shifts only, checked above
 
 
 def _header() -> str:

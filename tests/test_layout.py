@@ -20,7 +20,7 @@ import pytest
 
 from qola import fastpath, outdir
 from qola.build import CompileReport, ModuleResult
-from qola.commands.audit import audit_output, check_files
+from qola.outcheck import audit_output, check_files
 from qola.errors import QolaError
 from qola.publish import ENTRIES, MANIFEST_JSON, generated_at, publish
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from qola.commands.audit import check_module
+from qola.outcheck import check_module
 from qola.reproduce import rebuild_env
 
 LIB = """\

@@ -76,9 +76,9 @@ def test_ck_filters_run_under_the_any_of_wrapper(tmp_path):
 def _module(name: str, gens=(), **kw):
     from qola.plantypes import ModulePlan
 
-    base = dict(name=name, md_name=f"qk_{name}", mode="cpp_itfs", link="shared", sources=(), flags_extra_cc=(),
-                flags_extra_hip=(), include_dirs=(), generators=tuple(gens), torch_exclude=True,
-                is_python_module=False, is_standalone=True, hip_clang_path=None)
+    base = {"name": name, "md_name": f"qk_{name}", "mode": "cpp_itfs", "link": "shared", "sources": (), "flags_extra_cc": (),
+                "flags_extra_hip": (), "include_dirs": (), "generators": tuple(gens), "torch_exclude": True,
+                "is_python_module": False, "is_standalone": True, "hip_clang_path": None}
     return ModulePlan(**{**base, **kw})
 
 
@@ -112,6 +112,23 @@ def test_settings_precedence(tmp_path):
         settings(dataclasses.replace(spec, launcher="no-such-launcher"), m, lay, env)
     with pytest.raises(QolaError, match="MAX_JOBS"):  # a bad value is an error even where -j hides it
         settings(dataclasses.replace(spec, jobs=2), m, lay, {**env, "MAX_JOBS": "-1"})
+
+
+def test_plan_json_prints_the_settings_as_resolved(tmp_path):
+    """``qola plan --json`` shows the build's settings by the same chains the build resolves them
+    (manifest > environment > default here: plan takes no -j), nothing on the machine asked: a
+    launcher that is not installed is shown as named, not refused."""
+    m = tmp_path / "q.toml"
+    m.write_text('[qola]\nnamespace = "qj"\n[build]\narchitectures = ["sm_90"]\nlauncher = "no-such-launcher"\n')
+    args = ("plan", "--manifest", str(m), "--aiter-root", str(KERNELS), "--json")
+    got = json.loads(run_qola(*args, env={"MAX_JOBS": "3"}, check=True).stdout)["settings"]
+    assert got == {"jobs": 3, "launcher": "no-such-launcher", "dry_run": False, "verbose": False, "isolate": True,
+                   "farm": None, "notes": [], "output_dir": None, "build_dir": None}
+    m.write_text(m.read_text() + "jobs = 5\n")
+    assert json.loads(run_qola(*args, env={"MAX_JOBS": "3"}, check=True).stdout)["settings"]["jobs"] == 5
+    bad = run_qola(*args, env={"MAX_JOBS": "-1"})  # checked as a build checks it
+    assert bad.returncode == 2 and "MAX_JOBS" in bad.stderr
+    assert run_qola(*args[:-1], env={"MAX_JOBS": "-1"}).returncode == 0  # the text plan shows no settings
 
 
 # --------------------------------------------------------------------------- layout and hooks

@@ -400,7 +400,7 @@ def test_jit_build_and_prebuild_of_deferred_ck_instances(aiter_root, tmp_path):
     assert ls.returncode == 0 and "ready" in ls.stdout, ls.stdout + ls.stderr
     ver = run_qola("jit", "--cache-dir", str(cache), "verify")
     assert ver.returncode == 0, ver.stdout + ver.stderr
-    entries = [p for p in cache.rglob("*.so")]
+    entries = list(cache.rglob("*.so"))
     assert len(entries) == mod["jit"]["deferred"]["count"], entries
     for so in entries:
         assert "gfx942" in {t.rsplit("-", 1)[-1] for b in bundles(fatbin_section(so)) for t, _ in b}

@@ -143,8 +143,11 @@ def test_asm_generators_run_once_per_target_arch(aiter_root, name, kind):
     library references gfx942::fmha_*_v3 and never defines it."""
     tree = open_tree(aiter_root)
     manifest = parse(f'[qola]\nnamespace = "te"\n[[modules]]\nname = "{name}"\n', "m.toml")
-    asm = lambda archs: [g.command.split()[0] for g in make_plan(  # noqa: E731
-        manifest, tree, archs=archs, env={}, hip_version="6.4").modules[0].generators if "/hsa/" in g.command]
+
+    def asm(archs: tuple[str, ...]) -> list[str]:
+        gens = make_plan(manifest, tree, archs=archs, env={}, hip_version="6.4").modules[0].generators
+        return [g.command.split()[0] for g in gens if "/hsa/" in g.command]
+
     meta = str(tree.meta_dir)
     assert asm(("gfx942", "gfx950")) == [f"{meta}/hsa/gfx942//{kind}/codegen.py", f"{meta}/hsa/gfx950//{kind}/codegen.py"]
     assert asm(("gfx950",)) == [f"{meta}/hsa/gfx950//{kind}/codegen.py"]  # one arch: the table's command as is

@@ -170,7 +170,7 @@ def te_report(aiter_root, tmp_path_factory):
 def _declared(fam: str) -> list[dict]:
     man = mf.load(EXAMPLES / "te-manifest.toml")
     secs = man.mha_fwd_variants if fam == "fwd" else man.mha_bwd_variants
-    return [v for s in secs for v in V.expand({k: x for k, x in s.model_dump(exclude={"module"}).items()})]
+    return [v for s in secs for v in V.expand(s.model_dump(exclude={"module"}))]
 
 
 def _ok(name: str, fam: str, variants: list[dict]) -> bool:

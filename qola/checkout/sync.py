@@ -160,8 +160,9 @@ def _checkout(req: Request, root: Path, *, cloned: bool) -> Result:
     patches = [(p.name, p.read_bytes()) for p in req.patches]
     key = _digest(target, patches)
     before = snapshot(root, env)
-    stamp = read_stamp(root, env)
-    ours = stamp is not None and stamp.get("state") == before.digest and stamp.get("commit") == before.head
+    found = read_stamp(root, env)
+    stamp = found or {}  # {}: no stamp (then not ours)
+    ours = found is not None and stamp.get("state") == before.digest and stamp.get("commit") == before.head
     if ours and stamp.get("key") == key and before.head == target:
         return Result(root, target, tuple(n for n, _ in patches), changed=False,
                       notes=[f"{root} is already at {target[:12]} with this patch set; nothing to do"])
@@ -225,7 +226,7 @@ def _apply(root: Path, files: Sequence[Path], patches: Sequence[tuple[str, bytes
     fails, reverse the ones applied and raise :class:`_PatchFailed`. Returns the files they added."""
     before = _untracked(root, env)
     done: list[Path] = []
-    for path, (name, data) in zip(files, patches):
+    for path, (_name, data) in zip(files, patches):
         res = git.run(root, "apply", "--whitespace=nowarn", str(path.resolve()), env=env, check=False)
         if res.returncode != 0:
             undone = _reverse(root, done, env)

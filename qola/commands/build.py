@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qola import preflight
 from qola.commands.common import add_manifest_args, checkout_args
@@ -103,7 +103,10 @@ class RichReporter(Reporter):
     REFRESH = 0.1  # seconds between progress updates (one per edge costs ~50 µs: a second at 25,000 edges)
 
     def __init__(self, verbose: bool) -> None:
-        self.verbose, self.progress, self.task, self._console = verbose, None, None, None
+        self.verbose = verbose
+        self.progress: Any = None  # rich's Progress while running
+        self.task: Any = None
+        self._console: Any = None
         self._updated = 0.0
 
     @property
@@ -161,10 +164,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     compiled = report.compiled
     if report.prebuilt is not None:
-        reporter.line(f"qola: installed prebuilt {report.prebuilt.origin} (build key {report.key[:16]}…) "
+        reporter.line(f"qola: installed prebuilt {report.prebuilt.origin} (build key {(report.key or '')[:16]}…) "
                       f"into {report.prebuilt.out}; nothing compiled")
         reporter.line(f"manifest: {report.manifest_json}")
         return 0
+    assert compiled is not None  # neither up to date nor installed: compiled
     if report.dry_run:
         for line in compiled.ninja_log:
             print(line)

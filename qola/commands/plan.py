@@ -16,7 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Resolve the manifest against the kernel tree and print the plan.")
     add_manifest_args(p)
     p.add_argument("--json", action="store_true",
-                   help='print the plan as JSON: {"modules": [...]} with generator filters and the JIT split')
+                   help='print the plan as JSON: {"modules": [...], "settings": {...}} with generator filters, the JIT split '
+                   "and the build's settings as the command line, the manifest and the environment give them")
     p.add_argument("--key", action="store_true",
                    help="probe the toolchain and print the build key (what --prebuilt looks up); with --json, "
                    "every input of the key and each part's digest (to see why two keys differ)")
@@ -34,11 +35,13 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(key.explain(), indent=2, sort_keys=True) if args.json else key.key)
         return 0
     spec = plan_spec(args)
-    plan = whole_plan(spec).plan
+    prepared = whole_plan(spec, with_settings=args.json)
+    plan = prepared.plan
     warn(plan.warnings)
     files = generated_files(plan, spec.env)
     if args.json:
         data = plan.to_json()
+        data["settings"] = None if prepared.settings is None else prepared.settings.to_json()
         for mod, raw in zip(plan.modules, data["modules"]):
             for i, gen in enumerate(raw["generators"]):
                 gen["files"] = files.get((mod.name, i))

@@ -307,7 +307,7 @@ def _parse_params(text: str, where: str) -> tuple[Param, ...]:
             and before
             and before[-1] != "::"
             and not all(t in _CV for t in before)
-            and not (before[-1] in {"struct", "class", "enum", "typename"})
+            and before[-1] not in {"struct", "class", "enum", "typename"}
         ):
             name = last
             decl = decl[: decl.rfind(last)]

@@ -50,7 +50,7 @@ def find_toolchain(
     compiler: str | None = None,
     assume_version: str | None = None,
     drop_hip_flags: Sequence[str] = (),
-) -> "Toolchain":
+) -> Toolchain:
     """The toolchain for ``archs`` (all gfx* -> HIP, all sm_* -> CUDA).
 
     ``env`` is the environment to search (PATH, HIPCC, ROCM_PATH, CUDA_HOME, ...)

@@ -1,0 +1,174 @@
+"""The package's layering (issue 24, CONTRIBUTING.md "Stages"): each stage folder imports only from
+the stages below it, the commands only the library's public names, and a qola import inside a
+function says why it is there (``# lazy: <reason>``). Read from the source (ast), nothing imported.
+
+Written for the stage-folder layout that ``scripts/restructure.py`` makes; skipped while the package
+is still flat.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "qola"
+
+# lowest first; a module may import from its own rank and the ranks below it. "" is qola/__init__.py.
+ORDER: tuple[frozenset[str], ...] = tuple(frozenset(x.split()) for x in (
+    "",
+    "core",
+    "toolchain",
+    "plan checkout",  # the checkout reads the manifest's [qola] pin; planning reads the pinned commit
+    "compile",
+    "output",
+    "jit",  # the on-demand JIT: its runtime's layout in OUT, the registry's headers
+    "hooks",
+    "store",
+    "pipeline",
+    "commands",
+    "cli __main__",
+))
+RANK = {"": 0} | {name: i for i, names in enumerate(ORDER) for name in names}
+# known upward imports, each a debt with its reason (a new one fails the test)
+UPWARD: dict[tuple[str, str], str] = {
+    ("qola.toolchain.base", "qola.compile.link"): "Toolchain.shared_link_argv spells the link with link's argv",
+}
+
+pytestmark = pytest.mark.skipif(not (PKG / "pipeline").is_dir(),
+                                reason="qola/ is still flat: scripts/restructure.py makes the stage folders")
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    target: str  # the qola module imported (or the module a name is imported from)
+    names: tuple[str, ...]
+    line: int
+    text: str  # the statement's source lines
+    in_function: bool
+    type_only: bool
+
+
+def module_name(path: Path) -> str:
+    parts = [p for p in path.relative_to(PKG.parent).with_suffix("").parts if p != "__init__"]
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PKG.rglob("*.py") if "templates" not in p.relative_to(PKG).parts}
+
+
+def stage(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def imports(path: Path, known: set[str]) -> list[Import]:
+    text = path.read_text()
+    lines = text.splitlines()
+    tree = ast.parse(text)
+    out: list[Import] = []
+    me = module_name(path)
+
+    def visit(node: ast.AST, in_function: bool, type_only: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            func = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            typed = type_only or (isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test))
+            src = "\n".join(lines[getattr(child, "lineno", 1) - 1:getattr(child, "end_lineno", 1)])
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    if alias.name == "qola" or alias.name.startswith("qola."):
+                        out.append(Import(me, alias.name, (), child.lineno, src, in_function, type_only))
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module and \
+                    (child.module == "qola" or child.module.startswith("qola.")):
+                names = tuple(a.name for a in child.names)
+                subs = [f"{child.module}.{n}" for n in names if f"{child.module}.{n}" in known]
+                if subs:  # from qola.plan import manifest: the modules themselves
+                    out.extend(Import(me, s, (), child.lineno, src, in_function, type_only) for s in subs)
+                    rest = tuple(n for n in names if f"{child.module}.{n}" not in known)
+                    if rest:
+                        out.append(Import(me, child.module, rest, child.lineno, src, in_function, type_only))
+                else:
+                    out.append(Import(me, child.module, names, child.lineno, src, in_function, type_only))
+            visit(child, func, typed)
+
+    visit(tree, False, False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def all_imports() -> list[Import]:
+    mods = modules()
+    known = set(mods)
+    return [imp for path in mods.values() for imp in imports(path, known)]
+
+
+def test_every_stage_has_a_rank():
+    stages = {stage(m) for m in modules()}
+    assert stages <= set(RANK), f"folders with no place in ORDER: {sorted(stages - set(RANK))}"
+
+
+def test_stages_import_downwards_only(all_imports):
+    bad = []
+    for imp in all_imports:
+        if RANK[stage(imp.target)] > RANK[stage(imp.module)] and (imp.module, imp.target) not in UPWARD:
+            bad.append(f"{imp.module}:{imp.line} imports {imp.target} "
+                       f"({stage(imp.module) or 'qola'} may not import from {stage(imp.target)})")
+    assert not bad, "\n".join(bad)
+
+
+def test_known_upward_imports_still_exist(all_imports):
+    """An entry of UPWARD whose import is gone is removed, so the list stays the real debt."""
+    found = {(imp.module, imp.target) for imp in all_imports}
+    assert not set(UPWARD) - found, sorted(set(UPWARD) - found)
+
+
+def test_commands_use_only_public_names(all_imports):
+    bad = []
+    for imp in all_imports:
+        if stage(imp.module) != "commands":
+            continue
+        if stage(imp.target) == "commands" and imp.target != "qola.commands.common":
+            bad.append(f"{imp.module}:{imp.line} imports another command ({imp.target})")
+        bad += [f"{imp.module}:{imp.line} imports the private {imp.target}.{n}" for n in imp.names if n.startswith("_")]
+        if any(part.startswith("_") for part in imp.target.split(".")[1:]):
+            bad.append(f"{imp.module}:{imp.line} imports the private module {imp.target}")
+    assert not bad, "\n".join(bad)
+
+
+def test_function_level_imports_say_why(all_imports):
+    bad = [f"{imp.module}:{imp.line}: {imp.text.strip()}" for imp in all_imports
+           if imp.in_function and not _lazy_reason(imp.text)]
+    assert not bad, "a qola import inside a function needs '# lazy: <reason>' on its line:\n" + "\n".join(bad)
+
+
+def _lazy_reason(text: str) -> bool:
+    for line in text.splitlines():
+        _, sep, reason = line.partition("# lazy:")
+        if sep and reason.strip():
+            return True
+    return False
+
+
+def test_the_checker_sees_what_it_checks(tmp_path):
+    """The reader finds a function-level import, a TYPE_CHECKING one and a lazy reason (no vacuous pass)."""
+    src = tmp_path / "m.py"
+    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from qola.core import errors\n"
+                   "def f():\n    from qola.plan import manifest  # lazy: start-up\n    import qola.store.key\n")
+    found = _imports_outside(src)
+    assert [(i.target, i.in_function, i.type_only, _lazy_reason(i.text)) for i in found] == [
+        ("qola.core.errors", False, True, False), ("qola.plan.manifest", True, False, True),
+        ("qola.store.key", True, False, False)]
+
+
+def _imports_outside(path: Path) -> list[Import]:
+    global PKG
+    saved = PKG
+    PKG = path.parent
+    try:
+        return imports(path, {"qola.core.errors", "qola.plan.manifest"})
+    finally:
+        PKG = saved
