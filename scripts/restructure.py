@@ -45,6 +45,7 @@ MOVES: dict[str, str] = {
     "hashing": "core.hashing",
     "rules": "core.rules",
     "lock": "core.lock",
+    "owner": "core.owner",
     # plan: manifest + kernel tree -> Plan
     "manifest": "plan.manifest",
     "plan": "plan.planner",
@@ -84,6 +85,7 @@ MOVES: dict[str, str] = {
     "buildkey": "store.key",
     "prebuilt": "store.prebuilt",
     "fastpath": "store.fastpath",
+    "usage": "store.usage",  # recorded usage: records, fragments, the set applied to a plan, coverage
     # pipeline: one build, start to end
     "pipeline": "pipeline.run",
     "buildreport": "pipeline.report",
