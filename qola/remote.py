@@ -163,8 +163,9 @@ def probe(trexe: str, ep: Endpoint, tc: Toolchain, env: dict[str, str], prop: st
     try:
         result = json.loads(meta.read_text())["actionResultMetadata"]
     except (OSError, ValueError, KeyError, TypeError):
-        tail = " ".join((got.stderr or "").split()[-50:])
-        raise QolaError(f"--remote: {ep.url} did not run the start-up action: {tail or 'no answer'}",
+        from qola.remote_launch import errors
+
+        raise QolaError(f"--remote: {ep.url} did not run the start-up action: {errors(got.stderr or '') or 'no answer'}",
                         hint=hint) from None
     out = (work / "probe.out").read_text(errors="replace") if (work / "probe.out").exists() else ""
     if int(result.get("exitCode", 0) or 0) != 0 or out.strip() != (tc.version_output or "").strip():

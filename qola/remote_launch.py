@@ -248,8 +248,8 @@ def remote(cfg: Mapping, argv: Sequence[str], cwd: str) -> tuple[int, str]:
                 data = json.load(f)
             result = data["actionResultMetadata"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            tail = " ".join((got.stderr or got.stdout or "").split()[-60:])
-            raise Infra(f"trexe exited {got.returncode} without a result: {tail}") from exc
+            raise Infra(f"trexe exited {got.returncode} without a result: {errors(got.stderr or got.stdout or '')}") \
+                from exc
         sys.stdout.write(got.stdout)
         sys.stderr.write(_strip_log(got.stderr))
         code = int(result.get("exitCode", 0) or 0)
@@ -269,6 +269,12 @@ def remote(cfg: Mapping, argv: Sequence[str], cwd: str) -> tuple[int, str]:
         for src, dst in pairs:
             os.replace(src, dst)
         return 0, "cached" if result.get("cachedResult") else "remote"
+
+
+def errors(text: str) -> str:
+    """The messages of trexe's ``[ERROR]`` log lines (the last two), without their prefixes."""
+    found = [line.split("[ERROR] ", 1)[1].strip() for line in text.splitlines() if "[ERROR] " in line]
+    return "; ".join(list(dict.fromkeys(found))[-2:])[:600] or " ".join(text.split()[-40:])
 
 
 def _strip_log(text: str) -> str:

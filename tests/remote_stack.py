@@ -25,7 +25,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 BGD = "/opt/qola-bgd-venv/bin/bgd"
+CHROOT = Path(os.environ.get("QOLA_ROCM7_ROOT") or Path.home() / ".cache" / "qola-rocm7" / "sid")
+REPO = Path(__file__).resolve().parent.parent
 TOOLS = ("trexe", "buildbox-worker", "buildbox-casd", "buildbox-run-hosttools")
+
+
+def missing_host() -> str | None:
+    """Why the host-side stack (CUDA: nvcc lives on the host) cannot start (None: it can)."""
+    if os.geteuid() != 0:
+        return "needs root (the ROCm 7 chroot)"
+    if not (CHROOT / ".qola-remote-recipe").exists():
+        return f"the ROCm 7 chroot's remote-execution packages are missing under {CHROOT} (scripts/rocm7.sh setup)"
+    return None
+
+
+def host_tools(bindir: Path) -> Path:
+    """buildbox's programs from the ROCm 7 chroot, runnable on the host: wrappers that start each
+    with the chroot's dynamic loader and libraries (the host's Debian 12 has no buildbox package and
+    an older glibc); what they run (bash, nvcc) is the host's own."""
+    bindir.mkdir(parents=True, exist_ok=True)
+    loader = CHROOT / "lib64" / "ld-linux-x86-64.so.2"
+    libs = f"{CHROOT}/usr/lib/x86_64-linux-gnu:{CHROOT}/lib/x86_64-linux-gnu"
+    for tool in TOOLS:
+        w = bindir / tool
+        w.write_text(f'#!/bin/sh\nexec {loader} --library-path {libs} {CHROOT}/usr/bin/{tool} "$@"\n')
+        w.chmod(0o755)
+    return bindir
 
 
 def missing() -> str | None:
@@ -108,16 +133,20 @@ class Stack:
         self.procs.append(p)
         return p
 
-    def worker(self, name: str, toolchain: str, jobs: int = 2) -> subprocess.Popen:
-        """A buildbox worker (with its own casd) offering ``qola-toolchain=<toolchain>``."""
+    def worker(self, name: str, toolchain: str, jobs: int = 2, tools: Path | None = None) -> subprocess.Popen:
+        """A buildbox worker (with its own casd) offering ``qola-toolchain=<toolchain>`` (``tools``:
+        where buildbox's programs are, else PATH)."""
+        def tool(t: str) -> str:
+            return str(tools / t) if tools else (shutil.which(t) or t)
+
         sock = self.root / f"{name}.casd.sock"
-        self._spawn(f"{name}-casd", ["buildbox-casd", f"--cas-remote=http://127.0.0.1:{self.port}",
+        self._spawn(f"{name}-casd", [tool("buildbox-casd"), f"--cas-remote=http://127.0.0.1:{self.port}",
                                      f"--cas-instance={self.instance}", f"--bind=unix:{sock}",
                                      str(self.root / f"{name}.casd")])
         wait_for(lambda: sock.exists(), f"{name}'s casd socket", self.root)
-        p = self._spawn(name, ["buildbox-worker", f"--bots-remote=http://127.0.0.1:{self.port}",
+        p = self._spawn(name, [tool("buildbox-worker"), f"--bots-remote=http://127.0.0.1:{self.port}",
                                f"--instance={self.instance}", f"--cas-remote=unix:{sock}",
-                               f"--concurrent-jobs={jobs}", "--buildbox-run=" + shutil.which("buildbox-run-hosttools"),
+                               f"--concurrent-jobs={jobs}", "--buildbox-run=" + tool("buildbox-run-hosttools"),
                                "--runner-arg=--staging-mode=copy-or-link", f"--platform=qola-toolchain={toolchain}",
                                "--max-wait-time=2", name])
         self.workers[name] = p
@@ -165,7 +194,7 @@ def running(root: Path, *, auth_secret: str | None = None, instance: str = "") -
     start = time.monotonic()
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o755)
-    pgbin = sorted(glob.glob("/usr/lib/postgresql/*/bin"))[-1]
+    pgbin = max(glob.glob("/usr/lib/postgresql/*/bin"))
     pg = Path(tempfile.mkdtemp(prefix="qola-pg-"))  # the postgres user must reach it (pytest's dirs are 0700)
     os.chmod(pg, 0o755)
     shutil.chown(pg, "postgres")
@@ -192,5 +221,46 @@ def running(root: Path, *, auth_secret: str | None = None, instance: str = "") -
         for p in reversed(stack.procs):
             _end(p)
         subprocess.run([*su, f"{pgbin}/pg_ctl -D {pg}/data stop -m immediate"], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+                       stderr=subprocess.DEVNULL, check=False)
         shutil.rmtree(pg, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def in_chroot(root: Path) -> Iterator[Stack]:
+    """The service (PostgreSQL + BuildGrid) started inside the ROCm 7 chroot from the host (for the
+    CUDA test: nvcc and the workers run on the host); ``root`` holds the host-side workers' files."""
+    root.mkdir(parents=True, exist_ok=True)
+    p = subprocess.Popen(["bash", str(REPO / "scripts" / "rocm7.sh"), "run", "python", str(Path(__file__).resolve()),
+                          "serve"], stdout=subprocess.PIPE, stderr=open(root / "chroot.log", "wb"),  # noqa: SIM115
+                         text=True, start_new_session=True, cwd=REPO)
+    try:
+        line = p.stdout.readline() if p.stdout else ""
+        if not line.startswith("READY "):
+            raise RuntimeError(f"the service did not start: {line!r}\n{(root / 'chroot.log').read_text()[-3000:]}")
+        stack = Stack(root, int(line.split()[1]))
+        stack.startup = float(line.split()[2])
+        yield stack
+        for w in list(stack.workers):
+            stack.stop_worker(w)
+        for q in stack.procs:
+            _end(q)
+    finally:
+        _end(p)
+
+
+def _serve() -> None:
+    """Inside the chroot: run the service until SIGTERM/SIGINT/SIGHUP, then end it cleanly."""
+    import signal
+
+    stop = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+    with tempfile.TemporaryDirectory(prefix="qola-svc-") as tmp, running(Path(tmp)) as svc:
+        print(f"READY {svc.port} {svc.startup:.2f}", flush=True)
+        signal.sigwait(stop)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["serve"]:
+        _serve()

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,9 @@ from qola import pipeline, remote
 from qola.errors import QolaError
 from qola.pipeline import BuildSpec
 
-pytestmark = [pytest.mark.rocm, pytest.mark.remote,
-              pytest.mark.skipif(remote_stack.missing() is not None, reason=str(remote_stack.missing()))]
+pytestmark = pytest.mark.remote
+_why = remote_stack.missing()
+chroot = pytest.mark.skipif(_why is not None, reason=str(_why))  # the ROCm 7 env, where the stack installs
 MODULES = SOFTMAX + ATTN + TINY_MODULE
 
 
@@ -45,6 +47,8 @@ def notes(report) -> str:
     return "\n".join(report.compiled.notes if report.compiled else [])
 
 
+@pytest.mark.rocm
+@chroot
 def test_hip_remote_identical_and_second_client_all_cached(tmp_path):
     tree = tree_copy(tmp_path / "a" / "kernels")
     m = manifest(tmp_path / "q.toml", "gfx942", MODULES)
@@ -73,6 +77,8 @@ def test_hip_remote_identical_and_second_client_all_cached(tmp_path):
         assert [n for n in want if want[n] != got[n]] == [], f"{name}: libraries differ from the local build"
 
 
+@pytest.mark.rocm
+@chroot
 def test_other_compiler_never_answers_and_bad_endpoints_stop_early(tmp_path, monkeypatch):
     tree = tree_copy(tmp_path / "kernels")
     m = manifest(tmp_path / "q.toml", "gfx942", SOFTMAX)
@@ -90,16 +96,20 @@ def test_other_compiler_never_answers_and_bad_endpoints_stop_early(tmp_path, mon
         build(tmp_path, "z", tree, m, remote="ftp://host")
 
 
+@pytest.mark.rocm
+@chroot
 def test_refused_token_stops_before_compiling(tmp_path):
     tree = tree_copy(tmp_path / "kernels")
     m = manifest(tmp_path / "q.toml", "gfx942", SOFTMAX)
     token = tmp_path / "token"
     token.write_text("not-a-jwt")
-    with remote_stack.running(tmp_path / "svc", auth_secret="s3cret") as svc:
-        with pytest.raises(QolaError, match="did not run the start-up action"):
-            build(tmp_path, "t", tree, m, remote=svc.url, remote_options={"token": str(token)})
+    with remote_stack.running(tmp_path / "svc", auth_secret="s3cret") as svc, \
+            pytest.raises(QolaError, match="did not run the start-up action"):
+        build(tmp_path, "t", tree, m, remote=svc.url, remote_options={"token": str(token)})
 
 
+@pytest.mark.rocm
+@chroot
 def test_service_lost_mid_build_publishes_nothing_or_falls_back_when_allowed(tmp_path, monkeypatch):
     tree = tree_copy(tmp_path / "kernels")
     m = manifest(tmp_path / "q.toml", "gfx942", SOFTMAX + TINY_MODULE)
@@ -107,14 +117,49 @@ def test_service_lost_mid_build_publishes_nothing_or_falls_back_when_allowed(tmp
     monkeypatch.setattr(remote, "probe", lambda *a, **k: None)  # the service answered, then went away
     failed = build(tmp_path, "f", tree, m, remote=dead)
     assert not failed.ok
-    assert not (tmp_path / "out-f" / "lib").exists()  # nothing half-published
+    out = tmp_path / "out-f" / "lib"  # no library of a module whose compile did not run
+    assert not out.exists() or not [p for p in out.iterdir() if p.suffix in (".so", ".a")]
     log = "\n".join(r.detail or "" for r in failed.modules)
     assert "the REAPI service at http://127.0.0.1:" in log and "nothing was compiled locally" in log, log
     saved = build(tmp_path, "s", tree, m, remote=dead, remote_fallback=True)
     assert saved.ok
     text = notes(saved)
-    assert "0 compile(s) ran on workers, 0 came from the action cache, 2 compiled locally" in text, text
-    local = build(tmp_path, "l", tree, m)
+    assert "0 compile(s) ran on workers, 0 came from the action cache, 3 compiled locally" in text, text
+    assert build(tmp_path, "l", tree, m).ok
     assert libraries(tmp_path / "out-s") == libraries(tmp_path / "out-l")
 
 
+
+
+needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc (the host's CUDA toolkit)")
+
+
+@pytest.mark.slow
+@needs_nvcc
+@pytest.mark.skipif(remote_stack.missing_host() is not None, reason=str(remote_stack.missing_host()))
+def test_cuda_remote_identical_and_second_client_all_cached(tmp_path):
+    """CUDA: nvcc is the host's (CUDA 13.0 cannot compile against the chroot's glibc 2.43 headers), so
+    the client and the workers run on the host with buildbox's programs from the chroot
+    (remote_stack.host_tools) and BuildGrid runs inside it."""
+    tools = remote_stack.host_tools(tmp_path / "bin")
+    env = {**os.environ, "PATH": f"{tools}:{os.environ.get('PATH', '')}"}
+    tree = tree_copy(tmp_path / "a" / "kernels")
+    m = manifest(tmp_path / "q.toml", "sm_90", MODULES)
+    assert build(tmp_path, "local", tree, m).ok
+    from qola.toolchain import find_toolchain
+
+    tc = find_toolchain(["sm_90"], env=env, accepted_versions=None, cache_dir=tmp_path / "probe")
+    with remote_stack.in_chroot(tmp_path / "svc") as svc:
+        svc.worker("w1", remote.toolchain_id(tc, env), tools=tools)
+        first = build(tmp_path, "r1", tree, m, remote=svc.url, env=env)
+        assert first.ok, [r.detail for r in first.modules if r.status != "built"]
+        text = notes(first)
+        ran = int(text.split("--remote (")[1].split("): ")[1].split(" compile")[0])
+        assert ran >= 4 and " 0 came from the action cache, 0 compiled locally" in text, text
+        second = build(tmp_path, "r2", tree_copy(tmp_path / "b" / "kernels"), m, remote=svc.url, env=env)
+        assert second.ok
+        assert f"0 compile(s) ran on workers, {ran} came from the action cache, 0 compiled locally" in notes(second)
+    want = libraries(tmp_path / "out-local")
+    for name in ("r1", "r2"):
+        got = libraries(tmp_path / f"out-{name}")
+        assert got.keys() == want.keys() and [n for n in want if want[n] != got[n]] == [], name
