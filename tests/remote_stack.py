@@ -176,12 +176,12 @@ def _listening(port: int) -> bool:
         return False
 
 
-def _end(p: subprocess.Popen) -> None:
+def _end(p: subprocess.Popen, grace: float = 5.0) -> None:
     if p.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, 15)
         try:
-            p.wait(10)
+            p.wait(grace)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, 9)
@@ -245,7 +245,7 @@ def in_chroot(root: Path) -> Iterator[Stack]:
         for q in stack.procs:
             _end(q)
     finally:
-        _end(p)
+        _end(p, grace=60.0)  # it ends its service first (bounded: 5 s a process)
 
 
 def _serve() -> None:
