@@ -230,10 +230,33 @@ class _LocalError(Exception):
     pass
 
 
-def remote(cfg: Mapping, argv: Sequence[str], cwd: str) -> tuple[int, str]:
-    """Run ``argv`` as an action: (its exit code, "remote" | "cached")."""
+def _seconds(meta: Mapping, a: str, b: str) -> float | None:
+    from datetime import datetime  # noqa: PLC0415
+
+    try:
+        t = [datetime.fromisoformat(str(meta[k]).replace("Z", "+00:00")) for k in (a, b)]
+    except (KeyError, ValueError):
+        return None
+    return round((t[1] - t[0]).total_seconds(), 3)
+
+
+def timings(data: Mapping) -> dict[str, float | None]:
+    """The service's timestamps of one action as durations: queued, inputs fetched by the worker,
+    executed, outputs uploaded by the worker."""
+    meta = data.get("executionMetadata") or {}
+    return {"queue": _seconds(meta, "queuedTimestamp", "workerStartTimestamp"),
+            "fetch": _seconds(meta, "inputFetchStartTimestamp", "inputFetchCompletedTimestamp"),
+            "exec": _seconds(meta, "executionStartTimestamp", "executionCompletedTimestamp"),
+            "upload": _seconds(meta, "outputUploadStartTimestamp", "outputUploadCompletedTimestamp")}
+
+
+def remote(cfg: Mapping, argv: Sequence[str], cwd: str, times: dict | None = None) -> tuple[int, str]:
+    """Run ``argv`` as an action: (its exit code, "remote" | "cached"); ``times`` gets where the
+    time went (client dependency scan, the whole trexe call, the service's own durations)."""
     build = cfg["build_dir"]
+    t0 = time.monotonic()
     args, command, m = action(cfg, argv, cwd)
+    t1 = time.monotonic()
     obj, dep = _option(argv, "-o") or "", _option(argv, "-MF")
     with tempfile.TemporaryDirectory(prefix="qola-dl-", dir=os.path.join(build, "remote")) as tmp:
         meta = os.path.join(tmp, "meta.json")
@@ -250,6 +273,8 @@ def remote(cfg: Mapping, argv: Sequence[str], cwd: str) -> tuple[int, str]:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise Infra(f"trexe exited {got.returncode} without a result: {errors(got.stderr or got.stdout or '')}") \
                 from exc
+        if times is not None:
+            times.update({"deps": round(t1 - t0, 3), "trexe": round(time.monotonic() - t1, 3), **timings(data)})
         sys.stdout.write(got.stdout)
         sys.stderr.write(_strip_log(got.stderr))
         code = int(result.get("exitCode", 0) or 0)
@@ -290,9 +315,9 @@ def main(argv: Sequence[str]) -> int:
         cfg = json.load(f)
     compile_argv, cwd = list(argv[2:]), os.getcwd()
     obj = _option(compile_argv, "-o") or "?"
-    start = time.monotonic()
+    times: dict = {}
     try:
-        code, where = remote(cfg, compile_argv, cwd)
+        code, where = remote(cfg, compile_argv, cwd, times)
     except _LocalError as exc:
         sys.stderr.write(str(exc))
         record(cfg["build_dir"], "failed", obj, "dependency scan failed")
@@ -311,7 +336,7 @@ def main(argv: Sequence[str]) -> int:
         code = done.returncode
         record(cfg["build_dir"], "local", obj, why)
         return code
-    record(cfg["build_dir"], where if code == 0 else "failed", obj, f"{time.monotonic() - start:.2f}s")
+    record(cfg["build_dir"], where if code == 0 else "failed", obj, json.dumps(times, separators=(",", ":")))
     return code
 
 
