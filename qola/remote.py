@@ -246,3 +246,28 @@ class Tally:
         if c.get("local"):
             text += f" (the service failed; --remote-fallback: {self.reasons[0][:200]})"
         return text
+
+
+def main(argv: list[str]) -> int:
+    """``python -m qola.remote toolchain-id ARCH…``: the ``qola-toolchain`` property of this
+    machine's compiler for those archs (run on a worker to start it with the clients' id)."""
+    import tempfile
+
+    from qola.toolchain import find_toolchain
+
+    if len(argv) < 2 or argv[0] != "toolchain-id":
+        print("usage: python -m qola.remote toolchain-id ARCH [ARCH…]   (e.g. gfx942, sm_90)", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    try:
+        with tempfile.TemporaryDirectory(prefix="qola-id-") as tmp:
+            tc = find_toolchain(argv[1:], env=env, accepted_versions=None, cache_dir=tmp)
+            print(f"{PROPERTY}={toolchain_id(tc, env)}")
+    except QolaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
