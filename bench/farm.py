@@ -30,11 +30,12 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+from typing import Any
 
 # (label, count, CPU seconds each); measured on the 2-core box with clang 21, AITER's flags without
 # -amdgpu-early-inline-all (docs/benchmarks.md): contended wall times are halved to CPU where the
 # table says the run was shared (~50 % of a core)
-TE = {
+TE: dict[str, Any] = {
     "name": "Transformer Engine manifest (gfx942+gfx950)",
     "units": [
         ("bwd dq_dk_dv instances", 2088, 75.0),  # d32: 108/115 s wall at ~1.5x contention
@@ -47,7 +48,7 @@ TE = {
     "before": 41.0,  # qola build --dry-run of the TE manifest: plan + both generators, 41 s wall
     "after": 5.0,  # two links + audit + publish (0.1-0.2 s per link of 2 kernels; assumed 5 s for 2,600)
 }
-AITER = {
+AITER: dict[str, Any] = {
     "name": "AITER's whole table, CK fMHA files (gfx942+gfx950)",
     "units": [
         ("CK fMHA instances", 64334, 60.0),  # --list_blobs count; ~60 s each (d32: 35-75 s)

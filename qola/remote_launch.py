@@ -34,7 +34,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 
-from qola import proc
+from qola import fsutil, proc
 
 STAGE = "@S@"
 DEP_ROOT = "/qola-remote"
@@ -195,6 +195,8 @@ def action(cfg: Mapping, argv: Sequence[str], cwd: str) -> tuple[list[str], list
     inputs: list[str] = [f"--input-path={anchor}:b/.qola-remote"]
     for d in dict.fromkeys(os.path.normpath(os.path.join(cwd, p)) for p in deps):
         slot = m.slot(d)
+        if slot is not None and ":" in d:  # trexe's --input-path is LOCAL:REMOTE
+            raise Infra(f"{d}: a path with ':' cannot be sent by trexe")
         if slot is not None:
             inputs.append(f"--input-path={d}:{slot}")
         elif not m.is_system(d):
@@ -231,7 +233,7 @@ class _LocalError(Exception):
 
 
 def _seconds(meta: Mapping, a: str, b: str) -> float | None:
-    from datetime import datetime  # noqa: PLC0415
+    from datetime import datetime
 
     try:
         t = [datetime.fromisoformat(str(meta[k]).replace("Z", "+00:00")) for k in (a, b)]
@@ -292,7 +294,7 @@ def remote(cfg: Mapping, argv: Sequence[str], cwd: str, times: dict | None = Non
             with open(src, "w", encoding="utf-8", errors="surrogateescape") as f:
                 f.write(text)
         for src, dst in pairs:
-            os.replace(src, dst)
+            fsutil.commit(src, dst)
         return 0, "cached" if result.get("cachedResult") else "remote"
 
 
