@@ -287,10 +287,9 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
     if s.remote is not None:  # the service answers and has this compiler before anything is generated
         from qola import remote  # noqa: PLC0415
 
-        layout.root.mkdir(parents=True, exist_ok=True)
         rx = remote.prepare(s.remote, tc, layout.root, plan_.tree_root, env, fallback=spec.remote_fallback,
                             dry_run=s.dry_run)
-        farm = f" (remote: {s.remote.url}, {remote.PROPERTY}={rx.toolchain})"
+        farm = rx.header()
     ui.info(f"qola: {len(plan_.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
             f"archs {', '.join(plan_.archs)}, -j {s.jobs}{farm}, build dir {layout.root}")
     with ui.running(s.dry_run):
@@ -307,14 +306,14 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
         graph = stages.graph_for(plan_, tc, layout, srcs, extras, launcher=rx.launcher if rx else s.launcher,
                                  rules={**isolation.RULES, **jitbuild.rules(tc)})
         seen: list[str] = []  # what sccache did, when it is the launcher
-        status = ui.status if rx is None else _remote_status(ui, rx.tally)
+        status = ui.status if rx is None else rx.tally.status(ui.status)
         with dist.watched(s.launcher, {**env, **tc.child_env}, seen, farm_=s.farm, enabled=not s.dry_run):
             compiled = stages.compile_graph(plan_, tc, layout, graph, results, jobs=s.jobs, env=env,
                                             dry_run=s.dry_run, verbose=s.verbose, on_status=status, notes=notes,
                                             start=start)  # 9. run_build
         compiled.notes += seen
         if rx is not None and not s.dry_run:
-            compiled.notes.append(rx.tally.update().describe(s.remote.url if s.remote else ""))
+            compiled.notes.append(rx.tally.update().describe(rx.endpoint.url))
     if s.dry_run:
         return BuildReport(layout, compiled, dry_run=True)
     isolation.audit(compiled, plan_)  # 10. audit
@@ -326,13 +325,6 @@ def _build(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Report
         _remember(spec, prepared, plan_, tc, s, env, extras, *(recipe or (None, None)), table=table,
                   material=material)
     return BuildReport(layout, compiled, published, key=key.key, packaged=_store(spec, layout, compiled))
-
-
-def _remote_status(ui: Reporter, tally):
-    """ninja's progress with where the compiles ran so far (remote / cached / local)."""
-    def status(done: int, total: int, text: str) -> None:
-        ui.status(done, total, f"[{tally.update().line()}] {text}")
-    return status
 
 
 def build_key(spec: BuildSpec) -> BuildKey:

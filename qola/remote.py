@@ -23,7 +23,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -143,6 +143,10 @@ class Remote:
     def __post_init__(self) -> None:
         self.tally = Tally(Path(self.launcher).parent / "tally")
 
+    def header(self) -> str:
+        """For the build's header line."""
+        return f" (remote: {self.endpoint.url}, {PROPERTY}={self.toolchain})"
+
 
 def probe(trexe: str, ep: Endpoint, tc: Toolchain, env: dict[str, str], prop: str, work: Path) -> None:
     """``<compiler> --version`` as an uncached action; a QolaError that names what failed."""
@@ -180,6 +184,7 @@ def prepare(ep: Endpoint, tc: Toolchain, build_dir: Path, tree_root: str, env: M
     from qola.fsutil import atomic_write
 
     trexe = find_trexe(env)
+    build_dir.mkdir(parents=True, exist_ok=True)
     work = build_dir / "remote"
     work.mkdir(parents=True, exist_ok=True)
     prop = toolchain_id(tc, env)
@@ -231,6 +236,12 @@ class Tally:
             if where in ("local", "failed"):
                 self.reasons.append(rest)
         return self
+
+    def status(self, show: Callable[[int, int, str], None]) -> Callable[[int, int, str], None]:
+        """``show`` (ninja's progress) with where the compiles ran so far in front of its text."""
+        def status(done: int, total: int, text: str) -> None:
+            show(done, total, f"[{self.update().line()}] {text}")
+        return status
 
     def line(self) -> str:
         c = self.counts
