@@ -40,9 +40,16 @@ STAGE = "@S@"
 DEP_ROOT = "/qola-remote"
 OUT_OBJ, OUT_DEP = ".qola-out/o", ".qola-out/o.d"  # in the action, relative to its working dir b/
 TALLY = "tally"  # in <build>/remote/: one line per compile: "<where> <object> [reason]"
+# qola gives the build dir no prefix map (docs/design-notes.md), yet a file compiled from there may
+# spell __FILE__ (AITER's generated asm_fmha_fwd_v3_<arch>.cpp does, through a tree macro): a local
+# build's object then holds the build dir's path. The action first runs without naming the client's
+# build dir (shared by every client); if the object holds the worker's staging path it exits with
+# this code, and the compile is sent again mapping the staging dir to the client's build dir.
+NAMES_BUILD_DIR = 86
 SCRIPT = (
-    's=${PWD%/b}; d=$1; o=$2; shift 2; for a do shift; set -- "$@" "${a//@S@/$s}"; done; '
+    's=${PWD%/b}; c=$1; d=$2; o=$3; shift 3; for a do shift; set -- "$@" "${a//@S@/$s}"; done; '
     'mkdir -p "${o%/*}" 2>/dev/null; "$@" || exit $?; '
+    f'[ -z "$c" ] || ! grep -qaF "$s/b/" "$o" || exit {NAMES_BUILD_DIR}; '
     '[ -z "$d" ] || [ ! -f "$d" ] || sed -i "s|$s/|' + DEP_ROOT + '/|g" "$d"'
 )
 
@@ -173,8 +180,10 @@ def record(build_dir: str, where: str, obj: str, why: str = "") -> None:
         os.close(fd)
 
 
-def action(cfg: Mapping, argv: Sequence[str], cwd: str) -> tuple[list[str], list[str], Mapper]:
-    """(trexe's arguments before ``--``, the remote command, the mapper) for compile ``argv``."""
+def action(cfg: Mapping, argv: Sequence[str], cwd: str, map_build: bool = False) -> tuple[list[str], list[str], Mapper]:
+    """(trexe's arguments before ``--``, the remote command, the mapper) for compile ``argv``;
+    ``map_build``: the worker's staging dir is mapped back to the client's build dir (see
+    :data:`NAMES_BUILD_DIR`), else the command fails with that code if the object holds it."""
     build = cfg["build_dir"]
     roots = {"t": cfg["tree"], "b": build}
     roots.update(extra_roots(argv, cwd, roots, cfg["system"]))
@@ -206,12 +215,14 @@ def action(cfg: Mapping, argv: Sequence[str], cwd: str) -> tuple[list[str], list
             *(f"--output-path={o}" for o in outs),
             f"--platform-properties={cfg['property']}", *(f"--env={k}={v}" for k, v in sorted(cfg["env"].items()))]
     spelled = [m.spell(a) for a in _canonical_outputs(argv)]
-    # an include root outside the tree and the build dir (pybind11's, say) keeps the path a local
-    # compile writes into __FILE__: the worker's staging dir must not reach the object
-    maps = [f.format(old=f"{STAGE}/{slot}", new=path) for slot, path in roots.items() if slot.startswith("x")
-            for f in cfg["map_flags"]]
+    # an include root outside the tree and the build dir (pybind11's, say), and the build dir when a
+    # file there names itself, keep the path a local compile writes into __FILE__: the worker's
+    # staging dir must not reach the object
+    mapped = [slot for slot in roots if slot.startswith("x") or (slot == "b" and map_build)]
+    maps = [f.format(old=f"{STAGE}/{slot}", new=roots[slot]) for slot in mapped for f in cfg["map_flags"]]
     spelled[1:1] = maps
-    command = ["/bin/bash", "-c", SCRIPT, "qola-remote", outs[1] if dep else "", outs[0], *spelled]
+    command = ["/bin/bash", "-c", SCRIPT, "qola-remote", "" if map_build else "check", outs[1] if dep else "", outs[0],
+               *spelled]
     return args, command, m
 
 
@@ -255,9 +266,16 @@ def timings(data: Mapping) -> dict[str, float | None]:
 def remote(cfg: Mapping, argv: Sequence[str], cwd: str, times: dict | None = None) -> tuple[int, str]:
     """Run ``argv`` as an action: (its exit code, "remote" | "cached"); ``times`` gets where the
     time went (client dependency scan, the whole trexe call, the service's own durations)."""
+    code, where = _remote(cfg, argv, cwd, times, map_build=False)
+    if code == NAMES_BUILD_DIR:
+        code, where = _remote(cfg, argv, cwd, times, map_build=True)
+    return code, where
+
+
+def _remote(cfg: Mapping, argv: Sequence[str], cwd: str, times: dict | None, *, map_build: bool) -> tuple[int, str]:
     build = cfg["build_dir"]
     t0 = time.monotonic()
-    args, command, m = action(cfg, argv, cwd)
+    args, command, m = action(cfg, argv, cwd, map_build)
     t1 = time.monotonic()
     obj, dep = _option(argv, "-o") or "", _option(argv, "-MF")
     with tempfile.TemporaryDirectory(prefix="qola-dl-", dir=os.path.join(build, "remote")) as tmp:
@@ -277,9 +295,11 @@ def remote(cfg: Mapping, argv: Sequence[str], cwd: str, times: dict | None = Non
                 from exc
         if times is not None:
             times.update({"deps": round(t1 - t0, 3), "trexe": round(time.monotonic() - t1, 3), **timings(data)})
+        code = int(result.get("exitCode", 0) or 0)
+        if code == NAMES_BUILD_DIR and not map_build:
+            return code, "remote"
         sys.stdout.write(got.stdout)
         sys.stderr.write(_strip_log(got.stderr))
-        code = int(result.get("exitCode", 0) or 0)
         if code != 0:
             return code, "remote"
         pairs = [(os.path.join(dl, OUT_OBJ), os.path.join(cwd, obj))]

@@ -163,3 +163,30 @@ def test_cuda_remote_identical_and_second_client_all_cached(tmp_path):
     for name in ("r1", "r2"):
         got = libraries(tmp_path / f"out-{name}")
         assert got.keys() == want.keys() and [n for n in want if want[n] != got[n]] == [], name
+
+
+@pytest.mark.rocm
+@pytest.mark.ck
+@pytest.mark.slow
+@chroot
+def test_ck_fwd_library_remote_identical(aiter_root, tmp_path):
+    """A real CK library: AITER's libmha_fwd (TE's manifest shape) narrowed to one fMHA forward kernel
+    for gfx942, built locally, then remotely into the same (cleaned) dirs: byte-identical. Its
+    generated asm_fmha_fwd_v3 file spells __FILE__, so a local build holds the build dir's path;
+    that compile's action is sent again naming the client's build dir (remote_launch.NAMES_BUILD_DIR)."""
+    from test_rocm_aiter import manifest as te_manifest  # noqa: PLC0415
+
+    m = te_manifest(tmp_path / "te.toml", "te", ("gfx942",))
+    local = build(tmp_path, "x", aiter_root, m)
+    assert local.ok, [r.detail for r in local.modules if r.status != "built"]
+    want = libraries(tmp_path / "out-x")
+    shutil.rmtree(tmp_path / "out-x")
+    shutil.rmtree(tmp_path / "build-x")
+    with remote_stack.running(tmp_path / "svc") as svc:
+        svc.worker("w1", toolchain_id(tmp_path, "gfx942"))
+        rem = build(tmp_path, "x", aiter_root, m, remote=svc.url)
+        assert rem.ok, [r.detail for r in rem.modules if r.status != "built"]
+        assert "0 came from the action cache, 0 compiled locally" in notes(rem), notes(rem)
+    got = libraries(tmp_path / "out-x")
+    assert want.keys() == got.keys() == {"te_libmha_fwd.so"}
+    assert want == got
