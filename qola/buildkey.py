@@ -59,7 +59,7 @@ QOLA = "<qola>"
 SKIP_DIRS = frozenset({"__pycache__", ".git"})
 # manifest keys that never change the output bytes (a path, parallelism, a compiler launcher)
 MANIFEST_IGNORED: dict[str, Any] = {"path": True, "sha256": True, "qola": {"aiter_root"},
-                                    "build": {"jobs", "launcher"}, "usage": {"files"}}
+                                    "build": {"jobs", "launcher", "remote"}, "usage": {"files"}}
 PLAN_IGNORED = ("manifest_path", "manifest_sha256", "warnings", "tree_root", "meta_dir", "pin")
 LINK_TOOLS = ("as", "ld")  # run by the compiler drivers from PATH
 

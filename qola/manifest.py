@@ -99,6 +99,7 @@ class BuildSection(_Model):
     mode: Literal["pybind", "cpp_itfs"] | None = None
     link: Literal["shared", "static"] = "shared"
     launcher: str | None = None
+    remote: str | None = None  # an REAPI endpoint every compile is sent to (qola build --remote)
     jobs: int | None = Field(default=None, ge=1)
     # entries of AITER's HIP flag set (spelled as AITER does) that this build leaves out
     drop_hip_flags: list[str] = Field(default_factory=list)

@@ -266,6 +266,13 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
                                                     ready.table, ready.material, ready.key)
     layout, env = _layout(s), s.env
     farm = f" (farm: {s.farm.servers} server(s), {s.farm.cpus} CPUs at {s.farm.scheduler})" if s.farm else ""
+    rx = None
+    if s.remote is not None:  # the service answers and has this compiler before anything is generated
+        from qola import remote  # noqa: PLC0415
+
+        rx = remote.prepare(s.remote, tc, layout.root, plan_.tree_root, env, fallback=spec.remote_fallback,
+                            dry_run=s.dry_run)
+        farm = rx.header()
     ui.info(f"qola: {len(plan_.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
             f"archs {', '.join(plan_.archs)}, -j {s.jobs}{farm}, build dir {layout.root}")
     with ui.running(s.dry_run):
@@ -280,14 +287,17 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
         extras_mod.write(extras, isolation.shared_files(plan_, layout))  # 8. write
         srcs = {name: src for name, src in srcs.items() if name in extras}
         logs = {name: list(r.log) for name, r in results.items()}  # before ninja: the incremental path's start
-        graph = stages.graph_for(plan_, tc, layout, srcs, extras, launcher=s.launcher,
+        graph = stages.graph_for(plan_, tc, layout, srcs, extras, launcher=rx.launcher if rx else s.launcher,
                                  rules={**isolation.RULES, **jitbuild.rules(tc)})
         seen: list[str] = []  # what sccache did, when it is the launcher
+        status = ui.status if rx is None else rx.tally.status(ui.status)
         with dist.watched(s.launcher, {**env, **tc.child_env}, seen, farm_=s.farm, enabled=not s.dry_run):
             compiled = stages.compile_graph(plan_, tc, layout, graph, results, jobs=s.jobs, env=env,
-                                            dry_run=s.dry_run, verbose=s.verbose, on_status=ui.status, notes=notes,
+                                            dry_run=s.dry_run, verbose=s.verbose, on_status=status, notes=notes,
                                             start=start)  # 9. run_build
         compiled.notes += seen
+        if rx is not None and not s.dry_run:
+            compiled.notes.append(rx.tally.update().describe(rx.endpoint.url))
     if s.dry_run:
         return BuildReport(layout, compiled, dry_run=True)
     assert key is not None  # computed for every build that is not a dry run

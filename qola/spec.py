@@ -23,6 +23,7 @@ from qola.errors import QolaError
 if TYPE_CHECKING:  # the heavy modules are imported where they are used
     from qola.checkout.choice import TreeChoice
     from qola.dist import Farm
+    from qola.remote import Endpoint
     from qola.manifest import Manifest
     from qola.plantypes import Plan
     from qola.tree.aiter import AiterTree
@@ -43,6 +44,9 @@ class BuildSpec:
     build_dir: str | None = None  # --build-dir > <output dir>.build
     launcher: str | None = None  # --launcher > [build].launcher > none
     dist: bool = False  # --dist: compile through sccache on its sccache-dist farm (qola.dist)
+    remote: str | None = None  # --remote URL > [build].remote: every compile an REAPI action (qola.remote)
+    remote_options: Mapping[str, str] = field(default_factory=dict)  # instance, ca, cert, key, token
+    remote_fallback: bool = False  # --remote-fallback: the service failing, compile locally (counted)
     dry_run: bool = False
     verbose: bool = False
     isolate: bool = True  # --no-isolation: False
@@ -77,6 +81,7 @@ class Settings:
     verbose: bool
     isolate: bool
     farm: Farm | None = None  # --dist: the sccache-dist farm that answered
+    remote: Endpoint | None = None  # --remote: the REAPI service every compile goes to
     notes: tuple[str, ...] = ()  # what resolving the settings decided on its own (a HIP --dist compiles locally)
     # the environment the build read and runs its children under (a read-only copy; never printed)
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
@@ -86,6 +91,7 @@ class Settings:
                                                "cpus": self.farm.cpus}
         return {"jobs": self.jobs, "launcher": self.launcher, "dry_run": self.dry_run, "verbose": self.verbose,
                 "isolate": self.isolate, "farm": farm, "notes": list(self.notes),
+                "remote": None if self.remote is None else {"url": self.remote.url, "instance": self.remote.instance},
                 "output_dir": None if self.layout is None else str(self.layout.out),
                 "build_dir": None if self.layout is None else str(self.layout.root)}
 
@@ -204,9 +210,25 @@ def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapp
         assert path is not None  # a named launcher is found or refused
         return path
 
+    ep = _remote(spec, manifest)
+    if ep is not None:
+        if spec.dist or asked.launcher:
+            raise QolaError("--remote sends every compile to an REAPI service: it takes no --dist or launcher",
+                            hint="drop --dist / --launcher (or [build].launcher) for a --remote build")
+        return dataclasses.replace(asked, launcher=None, remote=ep)
     how = dist.choose(dist=spec.dist, vendor=vendor, launcher=launcher(asked.launcher, env),
                       jobs=asked.jobs, jobs_given=bool(spec.jobs), find_sccache=sccache, env=env)
     return dataclasses.replace(asked, jobs=how.jobs, launcher=how.launcher, farm=how.farm, notes=how.notes)
+
+
+def _remote(spec: BuildSpec, manifest: Manifest) -> Endpoint | None:
+    """--remote URL > [build].remote; the other options from the command line only (they are this
+    machine's files: certificates, a token)."""
+    from qola.remote import endpoint  # noqa: PLC0415 (light)
+
+    o = spec.remote_options
+    return endpoint(spec.remote or manifest.build.remote, instance=o.get("instance"), ca=o.get("ca"),
+                    cert=o.get("cert"), key=o.get("key"), token=o.get("token"))
 
 
 def launcher(name: str | None, env: Mapping[str, str], hint: str | None = None) -> str | None:

@@ -21,6 +21,13 @@ APT_PKGS=(hipcc python3 python3-venv python3-dev ninja-build g++ git ca-certific
 PIP_PKGS=("ninja>=1.11" "pyelftools>=0.30" "rich>=13" "pydantic>=2.5" "pybind11>=2.11"
           pytest hypothesis setuptools packaging jinja2 pandas)
 
+# issue 26's loopback REAPI service (tests/remote_stack.py): buildbox (trexe, casd, worker, runners),
+# PostgreSQL for BuildGrid's scheduler, and BuildGrid itself in its own venv (its pins are not
+# qola's). Added to an existing chroot by `setup` (and `run`) without rebuilding it; own marker.
+REMOTE_RECIPE=1
+REMOTE_APT=(buildbox postgresql)
+REMOTE_PIP=("buildgrid==0.9.1")
+
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}
 ROOT=${QOLA_ROCM7_ROOT:-$CACHE/qola-rocm7/sid}
@@ -50,9 +57,31 @@ mount_into() {
   done
 }
 
+remote_ready() { [ -f "$ROOT/.qola-remote-recipe" ] && [ "$(cat "$ROOT/.qola-remote-recipe")" = "$REMOTE_RECIPE" ]; }
+
+# the remote-execution packages, into the ready chroot (seconds when apt's lists are fresh)
+remote_extras() {
+  remote_ready && return 0
+  local index start=$SECONDS
+  index=$(python3 -m pip config get global.index-url 2>/dev/null || true)
+  log "adding buildbox, postgresql and BuildGrid (issue 26's loopback REAPI service)"
+  unshare -m --propagation private bash -euo pipefail -c '
+    root=$1; shift
+    mount -t proc proc "$root/proc"
+    chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+      bash -euo pipefail -c "apt-get $APT_OPTS update && apt-get $APT_OPTS install -y $REMOTE_APT_LIST >/dev/null"
+  ' _ "$ROOT" || die "apt-get of the remote-execution packages failed"
+  chroot "$ROOT" /usr/bin/env -i PATH=/usr/bin:/bin PIP_CERT=/etc/qola-host-ca.crt \
+    ${index:+PIP_INDEX_URL=$index} PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    bash -euo pipefail -c '[ -x /opt/qola-bgd-venv/bin/pip ] || python3 -m venv /opt/qola-bgd-venv
+      /opt/qola-bgd-venv/bin/pip install -q "$@"' _ "${REMOTE_PIP[@]}" || die "pip install buildgrid failed"
+  echo "$REMOTE_RECIPE" >"$ROOT/.qola-remote-recipe"
+  log "remote-execution packages ready in $((SECONDS - start)) s"
+}
+
 setup() {
   need_root
-  is_ready && return 0
+  is_ready && { remote_extras; return 0; }
   command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
   local parent tmp start=$SECONDS
   parent=$(dirname "$ROOT")
@@ -83,12 +112,14 @@ setup() {
   mv "$tmp" "$ROOT"
   trap - EXIT
   log "ready in $((SECONDS - start)) s: $(du -sh "$ROOT" | cut -f1)"
+  remote_extras
 }
-export APT_OPTS="${APT[*]}" APT_LIST="${APT_PKGS[*]}"
+export APT_OPTS="${APT[*]}" APT_LIST="${APT_PKGS[*]}" REMOTE_APT_LIST="${REMOTE_APT[*]}"
 
 run() {
   need_root
   is_ready || setup
+  remote_ready || remote_extras
   [ $# -gt 0 ] || die "run: give a command"
   local shared
   shared=$(cd "$REPO/.." && pwd)/shared

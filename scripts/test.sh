@@ -11,7 +11,9 @@ if ! command -v hipcc >/dev/null || ! command -v bwrap >/dev/null || ! command -
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq hipcc bubblewrap redis-server >/dev/null
 fi
 python3 -m pip install -q -e '.[test]'
-# lint first (ruff check, ruff format --check, mypy): seconds, and a failure says where
+# the ROCm 7 chroot first: the host's CUDA remote-execution test runs buildbox and BuildGrid from it
+bash scripts/rocm7.sh setup
+# lint (ruff check, ruff format --check, mypy): seconds, and a failure says where
 bash scripts/lint.sh
 python3 -m pytest -m "not gpu and not rocm" "$@"
 # the `rocm` tests, `ck` ones included (real CK fMHA kernels compiled for gfx942 and gfx950: about

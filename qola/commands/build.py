@@ -38,6 +38,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dist", action="store_true",
                    help="compile through sccache on the sccache-dist farm its config names; -j sized for the farm "
                    "(HIP compiles locally: docs/distributed.md)")
+    p.add_argument("--remote", metavar="URL",
+                   help="run every compile as an action on this Remote Execution API service (grpc://host:port, "
+                   "grpcs://host:port for TLS, unix:/path; beats [build].remote) through buildbox's trexe: "
+                   "docs/distributed.md")
+    p.add_argument("--remote-instance", metavar="NAME", help="the service's instance name (default: none)")
+    p.add_argument("--remote-ca", metavar="PEM", help="CA certificate the service's TLS certificate is checked with")
+    p.add_argument("--remote-client-cert", metavar="PEM", help="client certificate (mTLS; with --remote-client-key)")
+    p.add_argument("--remote-client-key", metavar="PEM", help="client key (mTLS)")
+    p.add_argument("--remote-token", metavar="FILE", help="a file holding the access token (sent as a bearer token)")
+    p.add_argument("--remote-fallback", action="store_true",
+                   help="when the service fails (unreachable, refused, a worker lost), compile that file locally "
+                   "(counted and named in the summary) instead of failing the build")
     p.add_argument("--dry-run", action="store_true", help="write the graph and show what would run; O untouched")
     p.add_argument("--verbose", "-v", action="store_true", help="print every command")
     p.add_argument("--wait", nargs="?", type=preflight.seconds_arg, const=float("inf"), metavar="SECONDS",
@@ -91,7 +103,10 @@ def spec_of(args: argparse.Namespace) -> BuildSpec:
     return BuildSpec(
         manifest=args.manifest, output_dir=args.output_dir, aiter_root=args.aiter_root, archs=tuple(args.archs or ()),
         mode=args.mode, allow_unpinned=args.allow_unpinned, jobs=args.jobs, build_dir=args.build_dir,
-        launcher=args.launcher, dist=args.dist, dry_run=args.dry_run, verbose=args.verbose,
+        launcher=args.launcher, dist=args.dist, remote=args.remote, remote_fallback=args.remote_fallback,
+        remote_options={k: v for k, v in (("instance", args.remote_instance), ("ca", args.remote_ca),
+                                          ("cert", args.remote_client_cert), ("key", args.remote_client_key),
+                                          ("token", args.remote_token)) if v}, dry_run=args.dry_run, verbose=args.verbose,
         isolate=not args.no_isolation, wait=args.wait, prebuilt=args.prebuilt, publish_to=args.publish_to,
         argv=tuple(getattr(args, "argv", None) or ()), env=dict(os.environ), **checkout_args(args))
 

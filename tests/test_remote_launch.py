@@ -1,0 +1,97 @@
+"""The ``--remote`` launcher's pure parts (no service): how a compile becomes an action that names
+nothing of the client's dirs, and how the endpoint options are checked (issue 26)."""
+
+from __future__ import annotations
+
+import pytest
+
+from qola import remote
+from qola.errors import QolaError
+from qola.remote_launch import (
+    OUT_DEP,
+    OUT_OBJ,
+    STAGE,
+    Mapper,
+    _canonical_outputs,
+    _split_depfile,
+    deps_argv,
+    errors,
+    extra_roots,
+)
+
+ARGV = ["/usr/bin/hipcc", "-I/src/tree/include", "-I", "/opt/venv/pybind11/include",
+        "-ffile-prefix-map=/src/tree=/qola/tree", "-cuid=ab", "-MD", "-MF", "obj/m/a-1.o.d", "-MT", "obj/m/a-1.o",
+        "-x", "hip", "-c", "/src/tree/csrc/a.cu", "-o", "obj/m/a-1.o"]
+
+
+def test_the_action_spells_roots_by_slot_and_outputs_by_fixed_names():
+    roots = {"t": "/src/tree", "b": "/work/build"}
+    roots.update(extra_roots(ARGV, "/work/build", roots, remote.SYSTEM))
+    assert roots["x0"] == "/opt/venv/pybind11/include"
+    m = Mapper(roots, remote.SYSTEM)
+    spelled = [m.spell(a) for a in _canonical_outputs(ARGV)]
+    assert spelled[1] == f"-I{STAGE}/t/include" and spelled[3] == f"{STAGE}/x0"
+    assert f"-ffile-prefix-map={STAGE}/t=/qola/tree" in spelled
+    assert f"{STAGE}/t/csrc/a.cu" in spelled
+    assert spelled[spelled.index("-o") + 1] == OUT_OBJ and spelled[spelled.index("-MT") + 1] == OUT_OBJ
+    assert spelled[spelled.index("-MF") + 1] == OUT_DEP
+    assert not any("/src/tree" in a or "/work/build" in a or "a-1.o" in a for a in spelled)
+    # a root's name inside another path is left alone
+    assert m.spell("-I/x/src/tree") == "-I/x/src/tree" and m.spell("/src/treetop") == "/src/treetop"
+    assert m.slot("/usr/include/stdio.h") is None and m.is_system("/usr/include/stdio.h")
+    assert m.back("/qola-remote/t/a.h /qola-remote/b/g.h") == "/src/tree/a.h /work/build/g.h"
+
+
+def test_dependency_listing_and_depfile_parsing():
+    got = deps_argv(ARGV, "/tmp/d")
+    assert "-c" not in got and "-o" not in got and "-MD" not in got and "obj/m/a-1.o" not in got
+    assert got[-3:] == ["-M", "-MF", "/tmp/d"]
+    text = "obj/a.o: /src/tree/a.cu \\\n  /src/tree/with\\ space.h /usr/include/x.h\n"
+    assert _split_depfile(text) == ["/src/tree/a.cu", "/src/tree/with space.h", "/usr/include/x.h"]
+
+
+def test_trexe_errors_are_shortened_to_their_messages():
+    log = ("2026-11-25T01:49:28.376+0000 [1944:1] [x.cpp:1] [ERROR] Retry limit (4) exceeded\n"
+           "2026-11-25T01:49:28.376+0000 [1944:1] [y.cpp:2] [INFO] noise\n"
+           "2026-11-25T01:49:28.376+0000 [1944:1] [z.cpp:3] [ERROR] Connection refused\n")
+    assert errors(log) == "Retry limit (4) exceeded; Connection refused"
+
+
+def test_endpoints_checked(tmp_path):
+    assert remote.endpoint(None) is None
+    assert remote.endpoint("grpc://h:1").url == "http://h:1"
+    assert remote.endpoint("grpcs://h:443", instance="main").trexe_args()[:2] == ["--remote=https://h:443",
+                                                                                "--instance=main"]
+    assert remote.endpoint("unix:/run/s.sock").url == "unix:/run/s.sock"
+    for bad in ("ftp://h", "h:1", "grpc://", "grpc://a b"):
+        with pytest.raises(QolaError, match="not an REAPI endpoint"):
+            remote.endpoint(bad)
+    with pytest.raises(QolaError, match="needs its key"):
+        remote.endpoint("grpcs://h:1", cert=str(tmp_path))
+    with pytest.raises(QolaError, match="not a readable file"):
+        remote.endpoint("grpcs://h:1", token=str(tmp_path / "nope"))
+    token = tmp_path / "t"
+    token.write_text("x")
+    assert f"--access-token={token}" in remote.endpoint("grpcs://h:1", token=str(token)).trexe_args()
+
+
+def test_remote_refuses_dist_and_launchers_and_stays_out_of_the_key(tmp_path):
+    from pathlib import Path
+
+    from qola import manifest as manifest_mod
+    from qola.builddir import BuildLayout
+    from qola.buildkey import MANIFEST_IGNORED
+    from qola.spec import BuildSpec, settings
+
+    assert "remote" in MANIFEST_IGNORED["build"]
+    m = tmp_path / "q.toml"
+    m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\nremote = "grpc://h:1"\n')
+    man = manifest_mod.load(str(m))
+    layout = BuildLayout(Path(tmp_path / "b"), Path(tmp_path / "o"))
+    s = settings(BuildSpec(manifest=str(m)), man, layout, {"PATH": "/usr/bin"})
+    assert s.remote is not None and s.remote.url == "http://h:1" and s.launcher is None  # the manifest's key
+    s = settings(BuildSpec(manifest=str(m), remote="grpcs://other:443"), man, layout, {"PATH": "/usr/bin"})
+    assert s.remote is not None and s.remote.url == "https://other:443"  # the command line wins
+    for extra in ({"dist": True}, {"launcher": "ccache"}):
+        with pytest.raises(QolaError, match="takes no --dist or launcher"):
+            settings(BuildSpec(manifest=str(m), **extra), man, layout, {"PATH": "/usr/bin"})
