@@ -350,3 +350,27 @@ def test_ninja_output_of_a_loud_compile_is_kept_bounded_per_module(tmp_path):
     assert any("HEAD-MARK" in x for x in lines[:5]) and "TAIL-MARK" in lines[-3:] + lines[-6:]
     assert any("qola cut" in x for x in lines)
     assert all(len(x) <= 1 << 16 for x in done.log)
+
+
+def test_build_waiting_for_a_reader_of_its_output_dir_ends_on_sigterm(tmp_path):
+    """A publish waits for qola's readers of OUT (audit, package): said, and ended by SIGTERM with OUT
+    as it was."""
+    import shutil
+
+    from qola import outdir
+
+    tree = tmp_path / "kernels"
+    shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
+    (tree / "csrc" / "gen_fail.py").write_text("import sys\nprint('no recipe')\nsys.exit(3)\n")
+    m = tmp_path / "q.toml"
+    m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n\n[[modules]]\nname = "module_gen"\n'
+                 'srcs = []\nblob_gen_cmd = ["csrc/gen_fail.py --output_dir {}"]\nis_python_module = false\n')
+    out = tmp_path / "out"
+    argv = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out)]
+    assert qola(*argv).returncode == 1  # a first published version (its module failed)
+    before = (out / "manifest.json").read_bytes()
+    with outdir.reading(out):
+        w = Waiter(argv, {})
+        w.wait_for(f"waiting for the output dir {out}")
+        assert w.end() == 128 + signal.SIGTERM
+    assert (out / "manifest.json").read_bytes() == before and not outdir.interrupted(out)
