@@ -326,8 +326,10 @@ def _communicate(proc: subprocess.Popen, argv: Sequence[str], data: bytes | None
                         sent = len(view)
                     if sent < len(view):
                         continue
+                    sel.unregister(fd)
                     assert proc.stdin is not None
                     proc.stdin.close()
+                    continue
                 sel.unregister(fd)
         proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
     finally:

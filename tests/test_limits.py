@@ -374,3 +374,19 @@ def test_build_waiting_for_a_reader_of_its_output_dir_ends_on_sigterm(tmp_path):
         w.wait_for(f"waiting for the output dir {out}")
         assert w.end() == 128 + signal.SIGTERM
     assert (out / "manifest.json").read_bytes() == before and not outdir.interrupted(out)
+
+
+def test_a_hanging_hipconfig_beside_amdclang_is_ended(tmp_path):
+    """amdclang++ prints no HIP version: qola asks the hipconfig beside it, which hangs."""
+    from qola.toolchain import hip
+
+    root = tmp_path / "rocm"
+    clang = root / "bin" / "amdclang++"
+    clang.parent.mkdir(parents=True)
+    clang.write_text("#!/bin/sh\necho 'AMD clang version 19.0.0'\n")
+    clang.chmod(0o755)
+    _, pid = hanging_tool(root / "bin" / "hipconfig", "fifo")
+    with pytest.raises(FailedProcessError) as info:
+        hip.read_version(str(clang), str(root), {"PATH": "/usr/bin:/bin", "QOLA_PROBE_TIMEOUT": "1"})
+    assert "hipconfig --version" in info.value.message and "no answer within 1 s" in info.value.message
+    assert gone(pid)
