@@ -10,7 +10,7 @@ variable                   default     what it bounds
 ``QOLA_PROBE_TIMEOUT``     120         one toolchain probe: ``hipcc``/``nvcc``/``hipconfig --version``,
                                        flag probes, ``nvcc --list-gpu-code``, the JIT compiler's identity,
                                        ``ninja --version`` and ``qola doctor``'s test compile
-``QOLA_GENERATOR_TIMEOUT`` 3600        one generator command of a module
+``QOLA_GENERATOR_TIMEOUT`` 3600        one generator command of a module (and its ``--list_blobs`` run)
 ``QOLA_GIT_TIMEOUT``       600 / 3600  one git call (local / one that reaches the network)
 ``QOLA_LOCK_TIMEOUT``      inf         ``qola jit prebuild`` waiting for a JIT cache lock another process
                                        holds (it says so every minute while it waits)

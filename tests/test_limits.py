@@ -390,3 +390,17 @@ def test_a_hanging_hipconfig_beside_amdclang_is_ended(tmp_path):
         hip.read_version(str(clang), str(root), {"PATH": "/usr/bin:/bin", "QOLA_PROBE_TIMEOUT": "1"})
     assert "hipconfig --version" in info.value.message and "no answer within 1 s" in info.value.message
     assert gone(pid)
+
+
+def test_a_generator_listing_its_instances_is_ended_at_the_deadline(tmp_path):
+    from qola.plan import Generator
+    from qola.variants import list_blobs
+
+    pid = tmp_path / "gen.pid"
+    script = tmp_path / "gen.py"
+    script.write_text(f"import os\nopen({str(pid)!r}, 'w').write(str(os.getpid()))\n"
+                      "os.execvp('sleep', ['sleep', '1000'])\n")
+    with pytest.raises(QolaError) as info:
+        list_blobs(Generator(f"{script} --output_dir {{}}"), {"PATH": os.environ["PATH"], "QOLA_GENERATOR_TIMEOUT": "1"})
+    assert "no answer within 1 s" in info.value.message and "QOLA_GENERATOR_TIMEOUT" in (info.value.hint or "")
+    assert gone(pid)
