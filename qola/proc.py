@@ -113,6 +113,12 @@ def check_stop() -> None:
         raise Interrupted(_stop_signal[0])
 
 
+def reset_stop() -> None:
+    """Forget an earlier stop: for a process that goes on to run more after an interrupted command
+    (a test suite). :func:`signals_end_children` calls it when it starts."""
+    _stop.clear()
+
+
 def why_ended(exc: subprocess.TimeoutExpired) -> str:
     """Why a child was ended early, for messages: past its time limit or past its output limit."""
     return str(exc) if isinstance(exc, OutputLimit) else f"no answer within {exc.timeout:g} s; ended"
@@ -407,8 +413,8 @@ _HANDLED = ("SIGINT", "SIGTERM", "SIGHUP")
 @contextmanager
 def signals_end_children() -> Iterator[None]:
     """While active (main thread only), SIGINT/SIGTERM/SIGHUP end every child group started here and
-    raise :class:`Interrupted` in the main thread (and, until the block ends, :func:`check_stop` in
-    every thread); the previous handlers come back afterwards."""
+    raise :class:`Interrupted` in the main thread (and from then on :func:`check_stop` in every
+    thread, until :func:`reset_stop`); the previous handlers come back afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -419,6 +425,7 @@ def signals_end_children() -> Iterator[None]:
         terminate_all()
         raise Interrupted(signum)
 
+    reset_stop()  # a new command in this process (tests run several)
     previous: dict[int, Any] = {}
     try:
         for name in _HANDLED:
@@ -429,7 +436,8 @@ def signals_end_children() -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-        _stop.clear()  # the stop ends with the command it stopped
+        # the stop outlives the block: a worker thread the interrupted main thread could not join (a
+        # signal inside ThreadPoolExecutor's thread start orphans the thread) must still stop
 
 
 def wait_gone(pids: Sequence[int], timeout: float) -> list[int]:
