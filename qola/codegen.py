@@ -206,7 +206,8 @@ def run_generators(
                                f" (or raise {deadlines.GENERATOR.variable}, now {deadlines.shown(limit)})"))
                 raise
             printed = (done.stdout or "").rstrip("\n")
-            output.append(f"$ {shlex.join(argv)}\n" + (f"{printed}\n" if printed else "") + f"(exit code {done.returncode})")
+            shown = f"{printed}\n" if printed else ""
+            output.append(f"$ {shlex.join(argv)}\n{shown}(exit code {done.returncode})")
         generated_sources(staging, job.module)  # refused before anything reaches the blob dir
         stamp_file.unlink(missing_ok=True)  # a sync cut short leaves no stamp: the next run redoes it
         sync_dir(staging, blob)

@@ -347,7 +347,8 @@ def _communicate(proc: subprocess.Popen, argv: Sequence[str], data: bytes | None
 
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | os.PathLike | None = None,
         input: str | bytes | None = None, timeout: float | None = None, stdout: Any = PIPE, stderr: Any = STDOUT,
-        text: bool = True, log: str | os.PathLike | None = None, keep: int | None = None) -> subprocess.CompletedProcess:
+        text: bool = True, log: str | os.PathLike | None = None,
+        keep: int | None = None) -> subprocess.CompletedProcess:
     """Run ``argv`` to completion (output captured, stderr into stdout unless told otherwise); never
     raises for a non-zero exit. A timeout ends the whole group and raises ``TimeoutExpired``; so does
     any exception while waiting. A captured stream over :data:`MAX_CAPTURE` bytes ends the group too

@@ -62,7 +62,8 @@ def mini_manifest(path: Path, archs: str, extra: str = "") -> Path:
 def test_knobs_read_seconds_and_refuse_anything_else():
     assert deadlines.seconds(deadlines.PROBE, {}) == 120.0
     assert deadlines.seconds(deadlines.PROBE, {"QOLA_PROBE_TIMEOUT": " 2.5 "}) == 2.5
-    assert deadlines.timeout(deadlines.LOCK, {}) is None and deadlines.timeout(deadlines.PROBE, {"QOLA_PROBE_TIMEOUT": "inf"}) is None
+    assert deadlines.timeout(deadlines.LOCK, {}) is None
+    assert deadlines.timeout(deadlines.PROBE, {"QOLA_PROBE_TIMEOUT": "inf"}) is None
     assert deadlines.seconds(deadlines.GIT_NETWORK, {}) == 3600.0 and deadlines.seconds(deadlines.GIT_LOCAL, {}) == 600.0
     for bad in ("0", "-1", "nan", "soon", "1e99"):
         with pytest.raises(QolaError) as info:

@@ -144,7 +144,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     broken = [c.name for c in results if c.broken]
     if not any(c.ok for c in results if c.name in GPU):
         missing.append("a HIP or CUDA compiler")
-    problems = ([f"{', '.join(missing)} missing"] if missing else []) + ([f"{', '.join(broken)} broken"] if broken else [])
+    problems = [f"{', '.join(names)} {what}" for names, what in ((missing, "missing"), (broken, "broken")) if names]
     if problems:
         print(f"cannot build: {'; '.join(problems)}", file=sys.stderr)
         return 1
