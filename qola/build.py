@@ -170,6 +170,7 @@ def generate(plan: Plan, tc: Toolchain, layout: BuildLayout, *, jobs: int, env: 
                 continue
             r.warnings += res.warnings
             r.log += [f"warning: {w}" for w in res.warnings]
+            r.log += res.output.splitlines()  # what its generators printed (head and tail past proc.LOG_KEEP)
             generated[name] = res.sources
             r.codegen_seconds = res.seconds
             on_event(f"{'generated' if not res.skipped else 'up to date'}: {name} ({len(res.sources)} sources)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -22,14 +23,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from qola import proc
+from qola import deadlines, proc
 from qola.builddir import BLOB, CONFIGS, gen_module_dir
 from qola.errors import FailedProcessError, QolaError
 from qola.fsutil import atomic_write, old_prefix, remove_stale, sync_dir
 from qola.genrules import asm_arch, missing_package_hint, skip_warning
 from qola.plan import OUTPUT_DIR
 from qola.plantypes import Generator
-from qola.tree.aiter_configs import CONFIGS_TOKEN, MergedConfig, merge, render, write_merged
+from qola.tree.aiter_configs import (
+    CONFIGS_TOKEN,
+    MergedConfig,
+    merge,
+    render,
+    write_merged,
+)
 
 STAMP = "stamp.json"
 GENERATED_EXTS = (".cu", ".cpp")
@@ -70,6 +77,7 @@ class GenResult:
     seconds: float
     commands: tuple[str, ...] = field(default=())
     warnings: tuple[str, ...] = field(default=())  # absent per-arch asm generators, skipped
+    output: str = ""  # each command run and what it printed (at most proc.LOG_KEEP bytes each: head and tail)
 
 
 def _sources_digest(scripts: Sequence[str]) -> str:
@@ -173,7 +181,8 @@ def run_generators(
     staging = mod_dir / f".staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    commands, warnings = [], []
+    commands, warnings, output = [], [], []
+    limit = deadlines.timeout(deadlines.GENERATOR, env)
     try:
         for argv in job.argvs(str(staging), python):
             script = argv[1] if len(argv) > 1 else ""
@@ -187,12 +196,18 @@ def run_generators(
                     hint="check blob_gen_cmd in the module table or the manifest",
                 )
             commands.append(" ".join(argv))
-            try:  # its own process group, ended with qola (Ctrl-C, SIGTERM, qola killed): qola.proc
-                proc.run_checked(argv, cwd=staging, env=env)
+            try:  # its own process group, ended with qola (Ctrl-C, SIGTERM, qola killed) or past its deadline;
+                # what it prints is kept for the log, cut in the middle past proc.LOG_KEEP bytes: qola.proc
+                done = proc.run_checked(argv, cwd=staging, env=env, timeout=limit, keep=proc.LOG_KEEP)
             except FailedProcessError as exc:
                 exc.hint = (missing_package_hint(exc.output, python)
-                            or f"module {job.module}: its generator failed; fix the command or the generator")
+                            or f"module {job.module}: its generator failed; fix the command or the generator"
+                            + ("" if exc.returncode != 124 else
+                               f" (or raise {deadlines.GENERATOR.variable}, now {deadlines.shown(limit)})"))
                 raise
+            printed = (done.stdout or "").rstrip("\n")
+            shown = f"{printed}\n" if printed else ""
+            output.append(f"$ {shlex.join(argv)}\n{shown}(exit code {done.returncode})")
         generated_sources(staging, job.module)  # refused before anything reaches the blob dir
         stamp_file.unlink(missing_ok=True)  # a sync cut short leaves no stamp: the next run redoes it
         sync_dir(staging, blob)
@@ -201,7 +216,7 @@ def run_generators(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return GenResult(job.module, blob, generated_sources(blob, job.module), False, time.perf_counter() - start,
-                     tuple(commands), tuple(warnings))
+                     tuple(commands), tuple(warnings), "\n".join(output))
 
 
 def clean_stale(gen_root: Path) -> list[Path]:

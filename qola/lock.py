@@ -10,6 +10,11 @@ stale file never blocks anyone; what it says is only read when the lock is busy.
   where that parent is not writable, the output dir itself (an ``flock`` on the directory: the
   holder is then named from ``/proc/locks``).
 
+Every wait for a lock that another process holds goes through :func:`wait_flock`: it says once
+that it waits and for whom, again every :data:`EVERY` seconds, ends at its deadline, and ends at
+once (:class:`qola.proc.Interrupted`) when qola is told to stop (SIGTERM, SIGINT, SIGHUP), in
+whichever thread it waits.
+
 Standard library only (taken before the no-op fast path).
 """
 
@@ -17,17 +22,65 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import json
+import math
 import os
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from qola import proc
 from qola.errors import QolaError
 
 BUILD_LOCK = ".qola.lock"
 POLL = 0.2
+EVERY = 60.0  # seconds between "still waiting" messages
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def try_flock(fd: int, shared: bool = False) -> bool:
+    """Take the flock on ``fd`` if it is free; False if another holds it."""
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        return True
+    except OSError as exc:
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        return False
+
+
+def wait_flock(fd: int, what: str, *, wait: float | None, holder: Callable[[], str] = lambda: "",
+               shared: bool = False, say: Callable[[str], None] = _stderr) -> bool:
+    """Take the flock on ``fd`` (``what`` it guards, for messages), waiting up to ``wait`` seconds
+    (None or 0: not at all; ``inf``: as long as it takes) while another holds it. Says when it starts
+    waiting (with ``holder()``, who holds it) and every :data:`EVERY` seconds; raises
+    :class:`qola.proc.Interrupted` as soon as qola is told to stop. False when the deadline passed."""
+    if try_flock(fd, shared):
+        return True
+    if not wait:
+        return False
+    start = time.monotonic()
+    limit = "as long as it takes" if math.isinf(wait) else f"up to {wait:g} s"
+    who = holder()
+    say(f"waiting for {what}{f' (held by {who})' if who else ''}, {limit}; SIGTERM or Ctrl-C stops the wait")
+    told = start
+    while True:
+        proc.check_stop()
+        now = time.monotonic()
+        if now - start >= wait:
+            return False
+        if now - told >= EVERY:
+            told = now
+            say(f"still waiting for {what} ({int(now - start)} s)")
+        time.sleep(POLL)
+        if try_flock(fd, shared):
+            return True
 
 
 def build_lock_path(build_dir: Path) -> Path:
@@ -124,10 +177,10 @@ def acquire(locks: Mapping[Path, str], command: Sequence[str], *, wait: float | 
     """Take every lock file in ``locks`` (lock file -> what it guards, for messages), in a fixed
     order so that waiters never deadlock.
 
-    ``wait``: None fails at once when one is busy; a number waits up to that many seconds
-    (``float('inf')``: as long as it takes). Raises QolaError naming the holder."""
+    ``wait``: None fails at once when one is busy; a number waits up to that many seconds for each
+    (``float('inf')``: as long as it takes), saying so (:func:`wait_flock`). Raises QolaError naming
+    the holder; :class:`qola.proc.Interrupted` when qola is told to stop while it waits."""
     held = Held([], [])
-    deadline = None if wait is None else time.monotonic() + wait
     try:
         for path in sorted(Path(p) for p in locks):
             try:
@@ -136,21 +189,17 @@ def acquire(locks: Mapping[Path, str], command: Sequence[str], *, wait: float | 
                 raise QolaError(f"cannot create the lock file {path}: {exc.strerror or exc}",
                                 hint="check that its directory exists and is writable") from None
             held.fds.append(fd)
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                        raise QolaError(f"cannot lock {path}: {exc.strerror or exc}") from None
-                if deadline is None or time.monotonic() >= deadline:
-                    waited = "" if wait is None else f" (waited {wait:g} s)"
-                    raise QolaError(
-                        f"another qola build is using {locks[path]}{waited}: {holder_text(path, fd)}",
-                        hint="wait for it to finish, or pass --wait to queue behind it"
-                        if wait is None else "try again later, or raise --wait",
-                    )
-                time.sleep(POLL)
+            try:
+                got = wait_flock(fd, locks[path], wait=wait, holder=functools.partial(holder_text, path, fd))
+            except OSError as exc:
+                raise QolaError(f"cannot lock {path}: {exc.strerror or exc}") from None
+            if not got:
+                waited = "" if wait is None else f" (waited {wait:g} s)"
+                raise QolaError(
+                    f"another qola build is using {locks[path]}{waited}: {holder_text(path, fd)}",
+                    hint="wait for it to finish, or pass --wait to queue behind it"
+                    if wait is None else "try again later, or raise --wait",
+                )
             if not path.is_dir():
                 _write_info(fd, command)
             held.paths.append(path)

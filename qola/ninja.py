@@ -23,6 +23,7 @@ from qola.fsutil import write_if_changed
 
 STATUS = "[qola %f/%t] "
 UNWRAPPED = 1 << 62  # ninja_syntax.Writer width: never wrap (see write)
+NINJA_LOG_KEEP = 32 << 20  # bytes of ninja's whole output kept (head and tail); each module's lines: proc.LOG_KEEP
 _STATUS_RE = re.compile(r"^\[qola (\d+)/(\d+)\] (.*)$")
 _VARS = ("$in", "$out", "$out.d", "$out.rsp", "$flags", "$ldflags", "$launcher", "@$out.rsp")
 
@@ -154,13 +155,13 @@ def run(
         return NinjaRun(0, [], {}, [])
     child_env = {**env, "NINJA_STATUS": STATUS}
     failed: list[str] = []
-    by_module: dict[str, list[str]] = {}
-    log: list[str] = []
+    by_module: dict[str, proc.Lines] = {}  # each bounded: a compiler printing gigabytes is cut, not held
+    log = proc.Lines(NINJA_LOG_KEEP)
     current: str | None = None
     # its own process group; SIGTERM if qola dies (ninja then stops its compilers); ended on an exception
     with proc.started(argv, env=child_env) as child:
         assert child.stdout is not None
-        for raw in child.stdout:
+        for raw in proc.read_lines(child.stdout):
             line = raw.rstrip("\n")
             log.append(line)
             m = _STATUS_RE.match(line)
@@ -171,13 +172,14 @@ def run(
                     on_status(int(m.group(1)), int(m.group(2)), m.group(3))
                 continue
             if line.startswith("FAILED: "):
-                outs = [o for o in line[len("FAILED: "):].split() if not o.endswith(".d")]
+                outs = [o for o in line[len("FAILED: "):].split()  # ninja >= 1.12 says "FAILED: [code=1] out"
+                        if not o.endswith(".d") and not (o.startswith("[code=") and o.endswith("]"))]
                 failed.extend(outs)
                 current = next((mod for o in outs if (mod := owner(o))), current)
             if current is not None:
-                by_module.setdefault(current, []).append(line)
+                by_module.setdefault(current, proc.Lines()).append(line)
         rc = child.wait()
-    return NinjaRun(rc, failed, by_module, log)
+    return NinjaRun(rc, failed, {k: v.lines() for k, v in by_module.items()}, log.lines())
 
 
 def log_length(build_dir: Path) -> int:

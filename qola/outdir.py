@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import re
 import shutil
@@ -34,7 +35,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from qola import fsutil
+from qola import fsutil, lock
 from qola.errors import QolaError
 
 MANIFEST_JSON = "manifest.json"
@@ -135,6 +136,13 @@ def _open_lock(out: Path, create: bool) -> int | None:
         return None
 
 
+def _take(fd: int, out: Path, *, shared: bool) -> None:
+    """The switch lock, shared or exclusive, waiting as long as it takes (a publish switches in
+    moments; a reader may read for long): said while it waits, ended by SIGTERM (qola.lock)."""
+    what = f"the output dir {out} ({'a publish into it' if shared else 'qola commands reading or publishing it'})"
+    lock.wait_flock(fd, what, wait=math.inf, shared=shared)
+
+
 @contextlib.contextmanager
 def switching(out: Path) -> Iterator[bool]:
     """The exclusive switch lock of ``out`` (``.qola`` created), with any interrupted switch
@@ -147,7 +155,7 @@ def switching(out: Path) -> Iterator[bool]:
     if fd is None:
         raise QolaError(f"cannot open {st / LOCK}", hint="check the output dir's permissions")
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _take(fd, out, shared=False)
         yield complete(out)
     finally:
         os.close(fd)  # drops the lock
@@ -172,13 +180,13 @@ def reading(out: Path) -> Iterator[None]:
     try:
         while True:
             if interrupted(out):
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                _take(fd, out, shared=False)
                 try:
                     complete(out)
                 except OSError as exc:
                     raise QolaError(f"a publish into {out} was interrupted and cannot be completed: {exc}",
                                     hint="run qola build on it as its owner") from None
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            _take(fd, out, shared=True)
             if not interrupted(out):
                 break
             fcntl.flock(fd, fcntl.LOCK_UN)  # a publish switched in between: complete it first

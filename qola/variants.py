@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qola import genrules
+from qola import deadlines, genrules
 from qola import proc as runner
 from qola.errors import QolaError
 from qola.fsutil import pid_tempdir
@@ -115,10 +115,14 @@ def list_blobs(gen: Generator, env: Mapping[str, str], filt: str | None = None, 
         extra = ["--filter", filt] if filt else []
         wrap = [str(shim())] if filt and ANY_CK in filt else []
         cmd = [python, *wrap, *argv, "--list_blobs", str(out), *extra]
-        try:
-            done = runner.run(cmd, cwd=tmp, env=env)
+        limit = deadlines.timeout(deadlines.GENERATOR, env)
+        try:  # under the generators' deadline; its output only shown: cut past proc.LOG_KEEP, never held whole
+            done = runner.run(cmd, cwd=tmp, env=env, timeout=limit, keep=runner.LOG_KEEP)
         except OSError as exc:
             raise QolaError(f"cannot run `{gen.command}` to list its instances: {exc.strerror}") from None
+        except runner.TimeoutExpired as exc:
+            raise QolaError(f"listing the instances of `{gen.command}` failed ({runner.why_ended(exc)})",
+                            hint=f"fix the generator, or raise {deadlines.GENERATOR.variable}") from None
         if done.returncode != 0 or not out.is_file():
             raise QolaError(f"listing the instances of `{gen.command}` failed (exit {done.returncode}):\n"
                             f"    {done.stdout.strip()[-2000:]}", hint="run the generator by hand with --list_blobs")

@@ -109,6 +109,7 @@ def test_ctrl_c_ends_generators_running_in_worker_threads(tmp_path):
                     time.sleep(600)  # the handler raises Interrupted here
     finally:
         signal.signal(signal.SIGINT, previous)
+        proc.reset_stop()  # this process goes on to run other tests (a qola process would exit)
     pids = [int(p) for p in pids_file.read_text().split()]
     assert proc.wait_gone(pids, 10) == [], "a generator (or its child) survived Ctrl-C"
     assert isinstance(future.exception(), FailedProcessError)

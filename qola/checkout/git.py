@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from qola import proc
+from qola import deadlines, proc
 from qola.errors import QolaError, tail
 
-LOCAL_TIMEOUT = 600.0  # a status, a checkout of a large tree
-NETWORK_TIMEOUT = 3600.0  # a clone or fetch of AITER and its submodules
+# deadlines (qola.deadlines, QOLA_GIT_TIMEOUT): 600 s for a local step (a status, a checkout of a large
+# tree), 3600 s for one that reaches the network (a clone or fetch of AITER and its submodules)
 # what every git call runs with: no prompts (a missing credential fails instead of waiting), messages
 # in English (qola quotes them), no transport that runs commands
 SAFE = ("-c", "protocol.ext.allow=never", "-c", "core.quotePath=false")
@@ -36,11 +36,13 @@ def run(root: Path | None, *args: str, env: Mapping[str, str], network: str | No
     """``git -C root args``; stdout captured, stderr separate. ``network``: the URL this step reaches
     (named in the error). A non-zero exit raises unless ``check`` is false."""
     cmd = argv(root, args)
-    limit = timeout or (NETWORK_TIMEOUT if network else LOCAL_TIMEOUT)
+    limit = timeout or deadlines.timeout(deadlines.GIT_NETWORK if network else deadlines.GIT_LOCAL, env)
     try:
         done = proc.run(cmd, env=environ(env), timeout=limit, stderr=proc.PIPE, text=text)
-    except proc.TimeoutExpired:
-        raise GitError(args, root, f"no answer within {limit:g} s; ended", network=network) from None
+    except proc.TimeoutExpired as exc:
+        raise GitError(args, root, proc.why_ended(exc), network=network,
+                       hint=f"a git that hangs or is slow: fix it, or raise {deadlines.GIT_LOCAL.variable} "
+                            f"(now {deadlines.shown(limit)})" if network is None else None) from None
     except OSError as exc:
         raise QolaError(f"cannot run git: {exc.strerror or exc}",
                         hint="install git (apt-get install git) and make sure it is on PATH") from None

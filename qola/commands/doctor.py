@@ -1,5 +1,8 @@
 """``qola doctor``: what this machine has for a build — compilers, tools and the JIT cache dir,
-found the way a build finds them (same environment variables, same search order)."""
+found the way a build finds them (same environment variables, same search order). The host C++
+compiler must compile and link a one-line program (an empty PATH leaves it without its assembler
+and linker); a tool that is found but fails or hangs (each probe ends at ``QOLA_PROBE_TIMEOUT``)
+is reported broken, and doctor then exits 1."""
 
 from __future__ import annotations
 
@@ -7,11 +10,12 @@ import argparse
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from qola.commands.common import add_debug
-from qola.errors import QolaError
+from qola.errors import FailedProcessError, QolaError
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,13 @@ class Check:
     ok: bool
     detail: str
     required: bool  # a build cannot run without it (else: some features need it)
+    broken: bool = False  # found, but it failed or hung when run
+
+
+def probe_timeout(env: Mapping[str, str]) -> float | None:
+    from qola.toolchain.host import probe_timeout as limit  # noqa: PLC0415
+
+    return limit(env)
 
 
 def _ninja(env: Mapping[str, str]) -> str:
@@ -27,13 +38,23 @@ def _ninja(env: Mapping[str, str]) -> str:
     from qola.ninja import ninja_binary  # noqa: PLC0415
 
     exe = ninja_binary()
-    return f"{exe} ({proc.run_checked([exe, '--version'], env=env, timeout=30).stdout.strip()})"
+    return f"{exe} ({proc.run_checked([exe, '--version'], env=env, timeout=probe_timeout(env)).stdout.strip()})"
 
 
 def _host_cxx(env: Mapping[str, str]) -> str:
+    """The host C++ compiler, once it compiled and linked a one-line program with ``env``."""
+    from qola import proc  # noqa: PLC0415
     from qola.toolchain.host import find_host_cxx  # noqa: PLC0415
 
-    return find_host_cxx(env)
+    cxx = find_host_cxx(env)
+    with tempfile.TemporaryDirectory(prefix="qola-doctor-") as tmp:
+        src = os.path.join(tmp, "t.cpp")
+        with open(src, "w") as fh:
+            fh.write("int main() { return 0; }\n")
+        proc.run_checked([cxx, src, "-o", os.path.join(tmp, "t")], env=env, cwd=tmp, timeout=probe_timeout(env),
+                         hint="it cannot build a program with this environment (an empty or short PATH leaves a "
+                              "compiler driver without its assembler and linker)")
+    return f"{cxx} (compiles and links)"
 
 
 def _hip(env: Mapping[str, str]) -> str:
@@ -94,7 +115,8 @@ def checks(env: Mapping[str, str]) -> list[Check]:
             found.append(Check(name, True, probe(env), required))
         except (QolaError, OSError) as exc:
             detail = exc.render().replace("error: ", "", 1) if isinstance(exc, QolaError) else str(exc)
-            found.append(Check(name, False, detail.replace("\n", "\n    "), required))
+            found.append(Check(name, False, detail.replace("\n", "\n    "), required,
+                               broken=isinstance(exc, FailedProcessError)))
     return found
 
 
@@ -106,15 +128,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
-    """Exit 0 when a build can run (ninja, a host C++ compiler and a HIP or CUDA compiler), else 1."""
-    results = checks(dict(os.environ) if env is None else env)
+    """Exit 0 when a build can run (ninja, a host C++ compiler that builds a program and a HIP or
+    CUDA compiler) and no tool found is broken, else 1."""
+    env = dict(os.environ) if env is None else env
+    from qola import deadlines  # noqa: PLC0415
+
+    deadlines.seconds(deadlines.PROBE, env)  # a bad QOLA_PROBE_TIMEOUT: exit 2 before any probe
+    results = checks(env)
     print(f"qola doctor (Python {sys.version.split()[0]} at {sys.executable})")
+    if not env.get("PATH", "").strip(os.pathsep):
+        print(f"  note: PATH is {'empty' if 'PATH' in env else 'unset'}: compilers find no assembler or linker")
     for c in results:
-        print(f"  {'ok' if c.ok else 'missing':8} {c.name:14} {c.detail}")
-    missing = [c.name for c in results if c.required and not c.ok]
+        print(f"  {'ok' if c.ok else 'broken' if c.broken else 'missing':8} {c.name:14} {c.detail}")
+    missing = [c.name for c in results if c.required and not c.ok and not c.broken]
+    broken = [c.name for c in results if c.broken]
     if not any(c.ok for c in results if c.name in GPU):
         missing.append("a HIP or CUDA compiler")
-    if missing:
-        print(f"cannot build: {', '.join(missing)} missing", file=sys.stderr)
+    problems = [f"{', '.join(names)} {what}" for names, what in ((missing, "missing"), (broken, "broken")) if names]
+    if problems:
+        print(f"cannot build: {'; '.join(problems)}", file=sys.stderr)
         return 1
     return 0

@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
-import fcntl
+import math
 import os
 import stat
 import time
@@ -37,10 +36,10 @@ from pathlib import Path
 
 from qola.errors import QolaError
 from qola.fsutil import atomic_write, commit, remove
+from qola.hashing import file_sha256
 from qola.jit import format as fmt
 from qola.jit import safeio
 from qola.jit.format import HEX64, NETWORK_FS, parse_meta, render_meta
-from qola.hashing import file_sha256
 from qola.jit.key import entry_key
 
 NOT_A_DIR_HINT = "give a directory (it is created if missing) with --cache-dir or QOLA_JIT_CACHE_DIR"
@@ -278,9 +277,12 @@ class JitCache:
         return d
 
     @contextmanager
-    def lock(self, key: str, *, blocking: bool = True) -> Iterator[bool]:
+    def lock(self, key: str, *, blocking: bool = True, wait: float = math.inf) -> Iterator[bool]:
         """flock the key's lock file (same file and protocol as the runtime). Yields False
-        if ``blocking`` is False and another process holds it."""
+        if ``blocking`` is False and another process holds it. Blocking, it waits up to ``wait``
+        seconds, saying so (:func:`qola.lock.wait_flock`: a QolaError past it, Interrupted on SIGTERM)."""
+        from qola.lock import try_flock, wait_flock  # noqa: PLC0415
+
         if self.readonly:
             raise QolaError(f"{self.path} is a prebuilt dir: it is never locked or written")
         path = self.lock_dir() / fmt.lock_name(key)
@@ -290,13 +292,18 @@ class JitCache:
             except OSError as exc:
                 raise QolaError(f"cannot open the lock {path}: {exc.strerror}") from None
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-            except OSError as exc:
+                got = (wait_flock(fd, f"the JIT cache lock {path}", wait=wait) if blocking else try_flock(fd))
+            except BaseException:
                 os.close(fd)
-                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    yield False
-                    return
                 raise
+            if not got:
+                os.close(fd)
+                if blocking:
+                    raise QolaError(f"waited {wait:g} s for the JIT cache lock {path}: another process still holds it",
+                                    hint="a JIT compile of the same kernel is running; try again later, or raise "
+                                         "QOLA_LOCK_TIMEOUT")
+                yield False
+                return
             try:
                 a, b = os.fstat(fd), os.stat(path)
                 same = (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)

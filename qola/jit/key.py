@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from qola import proc
+from qola import deadlines, proc
 from qola.errors import QolaError
 from qola.jit import format as fmt
 
@@ -107,7 +107,8 @@ def probe_compiler(name: str, env: Mapping[str, str]) -> JitCompiler:
     path = which(name, env)
     if path is None:
         raise QolaError(f"JIT compiler {name!r} not found", hint="give an absolute path or put it in PATH")
-    done = proc.run_checked([path, "--version"], env=env, stderr=proc.DEVNULL, text=False, timeout=120,
+    done = proc.run_checked([path, "--version"], env=env, stderr=proc.DEVNULL, text=False,
+                            timeout=deadlines.timeout(deadlines.PROBE, env),
                             hint="is the compiler installed correctly?")
     first = done.stdout.decode(errors="replace").strip().splitlines()
     return JitCompiler(path=path, identity=compiler_identity(path, done.stdout), version=first[0] if first else "")

@@ -13,6 +13,7 @@ digest before every compile. The source is compiled from a private copy of the v
 from __future__ import annotations
 
 import fnmatch
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -20,12 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qola import proc
+from qola import deadlines, proc
 from qola.errors import FailedProcessError, QolaError
 from qola.fsutil import atomic_write, commit, remove
+from qola.jit import format as fmt
 from qola.jit import headers as hdr
 from qola.jit import key as jkey
-from qola.jit import format as fmt
 from qola.jit import libtable, safeio
 from qola.jit.cache import JitCache
 from qola.jit.layout import read_index
@@ -111,7 +112,7 @@ def entry_matches(fields: Mapping[str, str], table: libtable.LibModule, unit: li
             and fields.get("headers_sha256") == table.headers_sha256)  # fmt: skip
 
 
-def ensure_headers(cache: JitCache, u: Unit) -> Path:
+def ensure_headers(cache: JitCache, u: Unit, wait: float = math.inf) -> Path:
     """The module's bundle, unpacked into <cache>/headers/<sha> under the lock headers-<sha> (as the
     runtime does) and checked against the library's digest; a tree that fails the check (owner,
     mode, links, content) is moved aside and unpacked again."""
@@ -122,7 +123,7 @@ def ensure_headers(cache: JitCache, u: Unit) -> Path:
         raise QolaError(f"module {t.module}: its library records no header digest", hint="rebuild the library")
     heads = cache.path / fmt.HEADERS
     dest = heads / t.headers_sha256
-    with cache.lock(fmt.headers_lock(t.headers_sha256)):
+    with cache.lock(fmt.headers_lock(t.headers_sha256), wait=wait):
         for p in heads.glob(f"{fmt.temp_prefix(t.headers_sha256)}*"):  # we hold its lock: leftovers of dead unpacks
             remove(p)
         if os.path.lexists(dest):
@@ -167,12 +168,13 @@ def _suffix(source_rel: str) -> str:
     return ext if len(ext) <= 8 and all(c.isalnum() or c in ".+" for c in ext) else ".cpp"
 
 
-def build_one(cache: JitCache, u: Unit, env: Mapping[str, str]) -> tuple[str, str]:
-    """("built" | "present" | "failed", message). Holds the key's lock while compiling."""
+def build_one(cache: JitCache, u: Unit, env: Mapping[str, str], wait: float = math.inf) -> tuple[str, str]:
+    """("built" | "present" | "failed", message). Holds the key's lock while compiling (waits up to
+    ``wait`` seconds for it, and for the header bundle's)."""
     name = f"{u.module}/{u.unit.name}"
     if u.compiler is None:
         return "failed", f"{name}: compiler {u.table.compiler} not found (set QOLA_JIT_COMPILER)"
-    with cache.lock(u.key):
+    with cache.lock(u.key, wait=wait):
         e = cache.entry(u.key)
         if e.problem is None and entry_matches(e.fields, u.table, u.unit):
             return "present", name
@@ -184,7 +186,7 @@ def build_one(cache: JitCache, u: Unit, env: Mapping[str, str]) -> tuple[str, st
             return "failed", f"{name}: {exc.message}"
         if jkey.sha256_hex(text) != u.unit.source_sha256:
             return "failed", f"{name}: {src} does not match the library {u.table.library} (sha256 differs)"
-        headers = ensure_headers(cache, u)
+        headers = ensure_headers(cache, u, wait)
         fd, copy = tempfile.mkstemp(dir=cache.path, prefix=fmt.temp_prefix(u.key), suffix=_suffix(u.unit.source))
         with os.fdopen(fd, "wb") as f:
             f.write(text)
@@ -224,11 +226,13 @@ def build_one(cache: JitCache, u: Unit, env: Mapping[str, str]) -> tuple[str, st
 def prebuild(units: Sequence[Unit], cache: JitCache, env: Mapping[str, str], jobs: int,
              progress: Callable[[str, str], None] | None = None) -> PrebuildResult:  # fmt: skip
     result = PrebuildResult()
+    wait = deadlines.seconds(deadlines.LOCK, env)  # a bad QOLA_LOCK_TIMEOUT fails before any work
     cache.remove_stale_temps()  # what killed compiles left behind
 
     def work(u: Unit) -> tuple[str, str]:
+        proc.check_stop()  # told to stop (SIGTERM): the queued units end at once
         try:
-            return build_one(cache, u, env)
+            return build_one(cache, u, env, wait)
         except (OSError, QolaError) as exc:
             return "failed", f"{u.module}/{u.unit.name}: {getattr(exc, 'message', None) or exc}"
 

@@ -21,7 +21,7 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from qola import proc
+from qola import deadlines, proc
 from qola.fsutil import write_if_changed
 from qola.toolchain.base import Toolchain
 from qola.toolchain.versions import parse_hip_version
@@ -53,7 +53,8 @@ def shim_text(version: str, real: str | None) -> str:
 
 def _version_output(path: str, env: Mapping[str, str]) -> str | None:
     try:
-        done = proc.run([path, "--version"], env=env, timeout=60, stderr=proc.PIPE)
+        done = proc.run([path, "--version"], env=env, timeout=deadlines.timeout(deadlines.PROBE, env),
+                        stderr=proc.PIPE)
     except (OSError, proc.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None

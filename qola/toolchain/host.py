@@ -8,7 +8,7 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from qola import proc
+from qola import deadlines, proc
 from qola.errors import QolaError
 
 HOST_CXX_NAMES = ("c++", "g++", "clang++")
@@ -37,15 +37,26 @@ def first_executable(candidates: Iterable[str | None]) -> str | None:
     return None
 
 
-def run_capture(argv: Sequence[str], env: Mapping[str, str], timeout: float = 120.0) -> proc.CompletedProcess:
+def run_capture(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = None) -> proc.CompletedProcess:
     """Run ``argv`` with stdout and stderr captured together as text; never raises for a non-zero
-    exit (the caller decides); FailedProcessError if it cannot start or hangs (:func:`qola.proc.run_checked`)."""
-    return proc.run_checked(argv, env=env, timeout=timeout, any_exit=True)
+    exit (the caller decides); FailedProcessError if it cannot start or hangs (:func:`qola.proc.run_checked`).
+    ``timeout``: by default ``QOLA_PROBE_TIMEOUT`` in ``env`` (:mod:`qola.deadlines`)."""
+    return proc.run_checked(argv, env=env, timeout=probe_timeout(env, timeout), any_exit=True, hint=_hint(argv))
 
 
-def run_checked(argv: Sequence[str], env: Mapping[str, str], timeout: float = 120.0) -> str:
+def run_checked(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = None) -> str:
     """The output of ``argv``; FailedProcessError unless it starts, answers in time and exits 0."""
-    return proc.run_checked(argv, env=env, timeout=timeout).stdout or ""
+    return proc.run_checked(argv, env=env, timeout=probe_timeout(env, timeout), hint=_hint(argv)).stdout or ""
+
+
+def probe_timeout(env: Mapping[str, str], given: float | None = None) -> float | None:
+    """How long a toolchain probe may run: ``given``, else ``QOLA_PROBE_TIMEOUT`` (default 120 s)."""
+    return given if given is not None else deadlines.timeout(deadlines.PROBE, env)
+
+
+def _hint(argv: Sequence[str]) -> str:
+    return (f"{os.path.basename(str(argv[0]))} is part of the toolchain qola probes; if it hangs or fails, fix or "
+            f"replace it (a slow one: raise {deadlines.PROBE.variable})")
 
 
 def identity_of(compiler: str, version_output: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qola import proc, rules
+from qola import deadlines, proc, rules
 from qola.errors import QolaError
 from qola.tree.aiter_configs import MergedConfig
 from qola.tree.aiter_core import CORE, CoreNames, read_core, resolve_core_names
@@ -161,14 +161,15 @@ def git_head(tree: AiterTree) -> tuple[str | None, str | None]:
     if not os.path.lexists(tree.root / ".git"):
         return None, None
     try:
+        limit = min(30.0, deadlines.seconds(deadlines.GIT_LOCAL, os.environ))
         out = proc.run(["git", "-C", str(tree.root), "rev-parse", "--verify", "HEAD^{commit}"],
-                       stderr=proc.PIPE, timeout=30)
+                       stderr=proc.PIPE, timeout=limit)
     except FileNotFoundError:
         return None, "git is not installed"
     except OSError as exc:
         return None, f"git cannot run: {exc.strerror or exc}"
     except proc.TimeoutExpired:
-        return None, "git rev-parse HEAD did not answer in 30 s"
+        return None, f"git rev-parse HEAD did not answer in {limit:g} s"
     if out.returncode != 0:
         said = " ".join((out.stderr or out.stdout or "").split())[:300]
         return None, f"git rev-parse HEAD failed ({said or f'exit {out.returncode}'})"
