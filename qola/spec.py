@@ -195,7 +195,7 @@ def requested(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str], layou
     preflight.check_jobs(spec.jobs, manifest.build.jobs, env)
     return Settings(layout=layout, jobs=spec.jobs or manifest.build.jobs or default_jobs(env),
                     launcher=spec.launcher or manifest.build.launcher, dry_run=spec.dry_run, verbose=spec.verbose,
-                    isolate=spec.isolate, env=MappingProxyType(dict(env)))
+                    isolate=spec.isolate, remote=_remote(spec, manifest), env=MappingProxyType(dict(env)))
 
 
 def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapping[str, str],
@@ -210,7 +210,7 @@ def settings(spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapp
         assert path is not None  # a named launcher is found or refused
         return path
 
-    ep = _remote(spec, manifest)
+    ep = asked.remote
     if ep is not None:
         if spec.dist or asked.launcher:
             raise QolaError("--remote sends every compile to an REAPI service: it takes no --dist or launcher",

@@ -123,7 +123,7 @@ def test_plan_json_prints_the_settings_as_resolved(tmp_path):
     args = ("plan", "--manifest", str(m), "--aiter-root", str(KERNELS), "--json")
     got = json.loads(run_qola(*args, env={"MAX_JOBS": "3"}, check=True).stdout)["settings"]
     assert got == {"jobs": 3, "launcher": "no-such-launcher", "dry_run": False, "verbose": False, "isolate": True,
-                   "farm": None, "notes": [], "output_dir": None, "build_dir": None}
+                   "farm": None, "notes": [], "output_dir": None, "build_dir": None, "remote": None}
     m.write_text(m.read_text() + "jobs = 5\n")
     assert json.loads(run_qola(*args, env={"MAX_JOBS": "3"}, check=True).stdout)["settings"]["jobs"] == 5
     bad = run_qola(*args, env={"MAX_JOBS": "-1"})  # checked as a build checks it
