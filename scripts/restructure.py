@@ -46,6 +46,7 @@ MOVES: dict[str, str] = {
     "rules": "core.rules",
     "lock": "core.lock",
     "owner": "core.owner",
+    "deadlines": "core.deadlines",
     # plan: manifest + kernel tree -> Plan
     "manifest": "plan.manifest",
     "plan": "plan.planner",
@@ -71,6 +72,7 @@ MOVES: dict[str, str] = {
     "dist": "compile.dist",
     "extras": "compile.extras",
     "audit": "compile.elf",
+    "remote_launch": "compile.remote_launch",  # the per-compile REAPI launcher ninja runs
     # output: what is written into OUT, and the checks of it
     "publish": "output.publish",
     "outdir": "output.outdir",
@@ -85,6 +87,7 @@ MOVES: dict[str, str] = {
     "buildkey": "store.key",
     "prebuilt": "store.prebuilt",
     "fastpath": "store.fastpath",
+    "remote": "store.remote",  # REAPI: the service's action cache is a shared store of compiles
     "usage": "store.usage",  # recorded usage: records, fragments, the set applied to a plan, coverage
     # pipeline: one build, start to end
     "pipeline": "pipeline.run",
