@@ -23,7 +23,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 KERNELS = REPO / "examples" / "kernels"
-MODULES = ("module_rmsnorm", "module_softmax", "module_attn_fwd", "libattn_fwd", "module_asm")  # the whole example table
+MODULES = (
+    "module_rmsnorm",
+    "module_softmax",
+    "module_attn_fwd",
+    "libattn_fwd",
+    "module_asm",
+)  # the whole example table
 
 
 def child_cpu() -> float:
@@ -55,14 +61,19 @@ def compile_phase(build_dir: Path, jobs: int) -> tuple[float, float]:
 def torch_one_by_one(build_dir: Path, arch: str, jobs: int, work: Path, manifest: Path) -> float:
     """Each module with torch.utils.cpp_extension.load, one after the other (sources incl. generated)."""
     work.mkdir(parents=True, exist_ok=True)
-    plan = json.loads(subprocess.run(
-        [sys.executable, "-m", "qola", "plan", "--manifest", str(manifest), "--aiter-root", str(KERNELS),
-         "--json"], capture_output=True, text=True, check=True).stdout)
+    plan = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "qola", "plan", "--manifest", str(manifest), "--aiter-root", str(KERNELS), "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     script = work / "torch_load.py"
     script.write_text(f"""
 import json, sys, time, os
 from torch.utils import cpp_extension
-mods = json.loads(open({str(work / 'plan.json')!r}).read())
+mods = json.loads(open({str(work / "plan.json")!r}).read())
 t0 = time.perf_counter()
 for m in mods:
     cpp_extension.load(name=m["md_name"], sources=m["sources"], extra_include_paths=m["includes"],
@@ -77,14 +88,21 @@ print(time.perf_counter() - t0)
         bdir = work / "torch" / m["name"]
         bdir.mkdir(parents=True, exist_ok=True)
         import pybind11  # noqa: PLC0415
-        mods.append({"md_name": "t_" + m["name"], "sources": srcs, "bdir": str(bdir),
-                     "includes": list(m["include_dirs"]) + [str(gen), str(build_dir / "include"),
-                                                             pybind11.get_include()],
-                     "flags": list(m["flags_extra_hip"])})
+
+        mods.append(
+            {
+                "md_name": "t_" + m["name"],
+                "sources": srcs,
+                "bdir": str(bdir),
+                "includes": list(m["include_dirs"]) + [str(gen), str(build_dir / "include"), pybind11.get_include()],
+                "flags": list(m["flags_extra_hip"]),
+            }
+        )
     (work / "plan.json").write_text(json.dumps(mods))
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(script)], env={**os.environ, "MAX_JOBS": str(jobs)},
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(script)], env={**os.environ, "MAX_JOBS": str(jobs)}, capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise SystemExit(f"torch cpp_extension build failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return time.perf_counter() - t0
@@ -99,13 +117,28 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="qola-bench-"))
     manifest = work / "bench.toml"
-    manifest.write_text(f'[qola]\nnamespace = "bench"\n[build]\narchitectures = ["{args.arch}"]\n'
-                        + "".join(f'[[modules]]\nname = "{m}"\n' + ('mode = "cpp_itfs"\n' if m.startswith("lib") else "")
-                                  for m in MODULES))
+    manifest.write_text(
+        f'[qola]\nnamespace = "bench"\n[build]\narchitectures = ["{args.arch}"]\n'
+        + "".join(
+            f'[[modules]]\nname = "{m}"\n' + ('mode = "cpp_itfs"\n' if m.startswith("lib") else "") for m in MODULES
+        )
+    )
+
     def full_build(i: int) -> tuple[float, float, Path, list[str]]:
         o, b = work / f"out{i}", work / f"build{i}"
-        cmd = ["build", "--manifest", str(manifest), "--aiter-root", str(KERNELS), "-o", str(o),
-               "--build-dir", str(b), "-j", str(args.jobs)]
+        cmd = [
+            "build",
+            "--manifest",
+            str(manifest),
+            "--aiter-root",
+            str(KERNELS),
+            "-o",
+            str(o),
+            "--build-dir",
+            str(b),
+            "-j",
+            str(args.jobs),
+        ]
         wall, cpu = qola(cmd)
         return wall, cpu, b, cmd
 
@@ -127,8 +160,10 @@ def main() -> None:
     rows = [
         ("modules", str(len(MODULES))),
         ("objects compiled", str(sum(1 for _ in (bdir / "obj").rglob("*.o")))),
-        (f"qola full build, wall (median of {args.repeat}; min–max)",
-         f"{full_wall:.1f} s ({walls[0]:.1f}–{walls[-1]:.1f})"),
+        (
+            f"qola full build, wall (median of {args.repeat}; min–max)",
+            f"{full_wall:.1f} s ({walls[0]:.1f}–{walls[-1]:.1f})",
+        ),
         ("qola full build, CPU time of children", f"{full_cpu:.1f} s"),
         ("compile-phase core utilisation (edge-seconds / (span × jobs))", f"{util * 100:.0f} %"),
         ("whole-build core utilisation (CPU / (wall × jobs))", f"{full_cpu / (full_wall * args.jobs) * 100:.0f} %"),
@@ -137,13 +172,22 @@ def main() -> None:
         ("  of which: ninja's own no-op", f"{ninja_noop:.3f} s"),
     ]
     if not args.skip_torch:
-        twalls = sorted(torch_one_by_one(bdir, args.arch, args.jobs, work / f"t{i}", manifest) for i in range(args.repeat))
+        twalls = sorted(
+            torch_one_by_one(bdir, args.arch, args.jobs, work / f"t{i}", manifest) for i in range(args.repeat)
+        )
         torch_wall = statistics.median(twalls)
-        rows += [(f"module by module, torch.utils.cpp_extension.load (median of {args.repeat}; min–max)",
-                  f"{torch_wall:.1f} s ({twalls[0]:.1f}–{twalls[-1]:.1f})"),
-                 ("speed-up (module by module / qola)", f"{torch_wall / full_wall:.2f}×")]
-    slow = sorted(((int(ln.split("\t")[1]) - int(ln.split("\t")[0])) / 1000, ln.split("\t")[3])
-                  for ln in (bdir / ".ninja_log").read_text().splitlines()[1:] if ln.count("\t") >= 4)[-6:]
+        rows += [
+            (
+                f"module by module, torch.utils.cpp_extension.load (median of {args.repeat}; min–max)",
+                f"{torch_wall:.1f} s ({twalls[0]:.1f}–{twalls[-1]:.1f})",
+            ),
+            ("speed-up (module by module / qola)", f"{torch_wall / full_wall:.2f}×"),
+        ]
+    slow = sorted(
+        ((int(ln.split("\t")[1]) - int(ln.split("\t")[0])) / 1000, ln.split("\t")[3])
+        for ln in (bdir / ".ninja_log").read_text().splitlines()[1:]
+        if ln.count("\t") >= 4
+    )[-6:]
     print("slowest edges:", *(f"{t:.1f}s {o}" for t, o in reversed(slow)), sep="\n  ")
     print(f"\n| build benchmark ({args.arch}, -j {args.jobs}, {os.cpu_count()} cores) | value |\n|---|---|")
     for k, v in rows:

@@ -31,19 +31,19 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
-import shutil
 import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 try:
-    from qola import embed
+    from qola.hooks import embed
 except ImportError:  # run from a checkout without PYTHONPATH=src
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from qola import embed
+    from qola.hooks import embed
 
 # Runs a command in a fresh process so RUSAGE_CHILDREN covers that command's processes only.
 _WRAP = (
@@ -71,17 +71,28 @@ def write_hex_header(blobs: list[embed.Blob], path: Path) -> None:
     """The hex-array approach: one array per file, then a map over them (written as it goes)."""
     names = []
     with open(path, "w") as out:
-        out.write("\n".join(["#pragma once", "#include <string>", "#include <string_view>",
-                             "#include <unordered_map>", "namespace hex_hsa {", ""]))
+        out.write(
+            "\n".join(
+                [
+                    "#pragma once",
+                    "#include <string>",
+                    "#include <string_view>",
+                    "#include <unordered_map>",
+                    "namespace hex_hsa {",
+                    "",
+                ]
+            )
+        )
         for b in blobs:
             name = "data_" + re.sub(r"\W", "_", b.key)
             names.append((b.key, name, b.size))
             data = b.path.read_bytes()
-            body = ",\n".join(",".join(map(_HEX.__getitem__, data[i:i + 16])) for i in range(0, len(data), 16))
+            body = ",\n".join(",".join(map(_HEX.__getitem__, data[i : i + 16])) for i in range(0, len(data), 16))
             out.write(f"alignas(4096) inline const unsigned char {name}[] = {{\n{body}\n}};\n")
         out.write("inline const std::unordered_map<std::string, std::string_view> embedded_hsa_map = {\n")
-        out.writelines(f'    {{"{k}", std::string_view(reinterpret_cast<const char*>({n}), {s})}},\n'
-                       for k, n, s in names)
+        out.writelines(
+            f'    {{"{k}", std::string_view(reinterpret_cast<const char*>({n}), {s})}},\n' for k, n, s in names
+        )
         out.write("};\n}  // namespace hex_hsa\n")
 
 
@@ -135,8 +146,13 @@ def unpack_hsa(tarball: Path, archs: list[str], dest: Path) -> tuple[Path, int, 
     with tarfile.open(tarball, "r:*") as tar:
         for m in tar:  # streams: one pass over the gzip
             parts = m.name.removeprefix("./").split("/")
-            if (len(parts) < 5 or parts[1:3] != ["aiter_meta", "hsa"] or parts[3] not in archs
-                    or not m.isfile() or any(x in ("", ".", "..") for x in parts[3:])):
+            if (
+                len(parts) < 5
+                or parts[1:3] != ["aiter_meta", "hsa"]
+                or parts[3] not in archs
+                or not m.isfile()
+                or any(x in ("", ".", "..") for x in parts[3:])
+            ):
                 continue
             target = hsa.joinpath(*parts[3:])
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -171,21 +187,32 @@ def host_info(cc: str, cxx: str) -> dict:
         mem = f"{kib / 2**20:.0f} GiB"
     except (OSError, StopIteration, ValueError):
         pass
-    return {"node": platform.node(), "cpus": os.cpu_count(), "memory": mem, "python": platform.python_version(),
-            "cc": _first_line([cc, "--version"]), "cxx": _first_line([cxx, "--version"]),
-            "as": _first_line(["as", "--version"])}
+    return {
+        "node": platform.node(),
+        "cpus": os.cpu_count(),
+        "memory": mem,
+        "python": platform.python_version(),
+        "cc": _first_line([cc, "--version"]),
+        "cxx": _first_line([cxx, "--version"]),
+        "as": _first_line(["as", "--version"]),
+    }
 
 
-ROW_HEAD = ("| approach | code objects | bytes embedded | generate (s) | compile (s) | compile peak RSS (MiB) "
-            "| object (MiB) |\n|---|---:|---:|---:|---:|---:|---:|")
+ROW_HEAD = (
+    "| approach | code objects | bytes embedded | generate (s) | compile (s) | compile peak RSS (MiB) "
+    "| object (MiB) |\n|---|---:|---:|---:|---:|---:|---:|"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     src = p.add_mutually_exclusive_group()
     src.add_argument("--aiter-root", help="AITER tree root or its hsa/ dir (default: the test cache's sdist)")
-    src.add_argument("--aiter-tarball", type=Path,
-                     help="the amd-aiter sdist (.tar.gz): unpack only aiter_meta/hsa/<arch>/ into a temp dir")
+    src.add_argument(
+        "--aiter-tarball",
+        type=Path,
+        help="the amd-aiter sdist (.tar.gz): unpack only aiter_meta/hsa/<arch>/ into a temp dir",
+    )
     p.add_argument("--arch", action="append", dest="archs", help="default: gfx942 and gfx950")
     p.add_argument("--subset", type=int, default=0, help="first N code objects for the hex path (0: all)")
     p.add_argument("--skip-hex", action="store_true")
@@ -203,14 +230,20 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--aiter-tarball: no such file: {args.aiter_tarball}")
 
     info = host_info(args.cc, args.cxx)
-    print(f"archs {', '.join(archs)}; {info['node']}: {info['cpus']} cpus, {info['memory']}, "
-          f"Python {info['python']}\ncc: {info['cc']}\ng++: {info['cxx']}\nas: {info['as']}", flush=True)
+    print(
+        f"archs {', '.join(archs)}; {info['node']}: {info['cpus']} cpus, {info['memory']}, "
+        f"Python {info['python']}\ncc: {info['cc']}\ng++: {info['cxx']}\nas: {info['as']}",
+        flush=True,
+    )
     result: dict = {"archs": archs, "host": info, "rows": []}
 
     def row(name: str, bl: list[embed.Blob], r: dict) -> None:
         nbytes = sum(b.size for b in bl)
-        print(f"| {name} | {len(bl)} | {nbytes:,} | {r['gen']:.2f} | {r['compile']:.2f} | {r['rss']:.0f} "
-              f"| {r['obj'] / 2**20:.1f} |", flush=True)
+        print(
+            f"| {name} | {len(bl)} | {nbytes:,} | {r['gen']:.2f} | {r['compile']:.2f} | {r['rss']:.0f} "
+            f"| {r['obj'] / 2**20:.1f} |",
+            flush=True,
+        )
         result["rows"].append({"approach": name, "files": len(bl), "bytes": nbytes, **r})
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
@@ -221,21 +254,32 @@ def main(argv: list[str] | None = None) -> int:
         root = args.aiter_root
         if args.aiter_tarball is not None:
             root, n, secs = unpack_hsa(args.aiter_tarball, archs, Path(tmp) / "tree")
-            print(f"unpacked {n} files of aiter_meta/hsa/{{{','.join(archs)}}} from {args.aiter_tarball} "
-                  f"in {secs:.1f} s", flush=True)
+            print(
+                f"unpacked {n} files of aiter_meta/hsa/{{{','.join(archs)}}} from {args.aiter_tarball} in {secs:.1f} s",
+                flush=True,
+            )
             result["tarball"] = {"path": str(args.aiter_tarball), "files": n}
         blobs = embed.collect(root, archs, None)
         subset = blobs[: args.subset] if args.subset else blobs
-        print(f"{len(blobs)} code objects, {sum(b.size for b in blobs):,} bytes "
-              f"({len({b.sha256 for b in blobs})} unique)\n\n{ROW_HEAD}", flush=True)
+        print(
+            f"{len(blobs)} code objects, {sum(b.size for b in blobs):,} bytes "
+            f"({len({b.sha256 for b in blobs})} unique)\n\n{ROW_HEAD}",
+            flush=True,
+        )
         row("qola .incbin (all)", blobs, run_qola(blobs, work, "full", args.cc))
         if subset is not blobs:
             row("qola .incbin (subset)", subset, run_qola(subset, work, "subset", args.cc))
         if not args.skip_hex:
-            print(f"(hex: generating and compiling {len(subset)} arrays with {args.cxx} -O2; "
-                  "minutes on the full set)", file=sys.stderr, flush=True)
-            row("hex arrays + unordered_map (subset)" if subset is not blobs else "hex arrays + unordered_map",
-                subset, run_hex(subset, work, args.cxx))
+            print(
+                f"(hex: generating and compiling {len(subset)} arrays with {args.cxx} -O2; minutes on the full set)",
+                file=sys.stderr,
+                flush=True,
+            )
+            row(
+                "hex arrays + unordered_map (subset)" if subset is not blobs else "hex arrays + unordered_map",
+                subset,
+                run_hex(subset, work, args.cxx),
+            )
     return 0
 
 

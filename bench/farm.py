@@ -118,8 +118,13 @@ def reapi(args: argparse.Namespace, servers: list[int]) -> None:
             span, longest = makespan(units, n * args.cores)
             middle = max(span, scan)
             wall = build["before"] + middle + build["after"]
-            bound = ("client dependency scan" if middle == scan else "the longest unit"
-                     if span <= longest * 1.05 else "compiles")
+            bound = (
+                "client dependency scan"
+                if middle == scan
+                else "the longest unit"
+                if span <= longest * 1.05
+                else "compiles"
+            )
             print(f"| {n} | {n * args.cores:,} | {hours(span)} | {hours(scan)} | {hours(wall)} | {bound} |")
 
 
@@ -139,16 +144,19 @@ def measure() -> None:
     sys.path[:0] = [str(repo), str(repo / "tests")]
     import remote_stack
 
-    from qola import pipeline, remote
+    from qola.pipeline import run as pipeline
+    from qola.store import remote
     from qola.toolchain import find_toolchain
 
     arch = "gfx942"
     with tempfile.TemporaryDirectory(prefix="qola-farm-") as tmp_:
         tmp = Path(tmp_)
         m = tmp / "q.toml"
-        m.write_text(f'[qola]\nnamespace = "qk"\n[build]\narchitectures = ["{arch}"]\n\n'
-                     '[[modules]]\nname = "module_softmax"\n\n[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\n'
-                     'blob_gen_cmd = ["csrc/attn/generate.py -d fwd --filter attn_fwd_*_fp16_batch* --output_dir {}"]\n')
+        m.write_text(
+            f'[qola]\nnamespace = "qk"\n[build]\narchitectures = ["{arch}"]\n\n'
+            '[[modules]]\nname = "module_softmax"\n\n[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\n'
+            'blob_gen_cmd = ["csrc/attn/generate.py -d fwd --filter attn_fwd_*_fp16_batch* --output_dir {}"]\n'
+        )
         env = dict(os.environ)
         tc = find_toolchain([arch], env=env, accepted_versions=None, cache_dir=tmp / "probe")
         with remote_stack.running(tmp / "svc") as svc:
@@ -156,29 +164,45 @@ def measure() -> None:
             rows = []
             for client in ("cold", "second"):
                 tree = tmp / client / "kernels"
-                shutil.copytree(repo / "examples" / "kernels", tree, ignore=shutil.ignore_patterns("hsa", "__pycache__"))
+                shutil.copytree(
+                    repo / "examples" / "kernels", tree, ignore=shutil.ignore_patterns("hsa", "__pycache__")
+                )
                 t = time.monotonic()
-                rep = pipeline.build(pipeline.BuildSpec(manifest=str(m), aiter_root=str(tree), output_dir=str(tmp / f"o-{client}"),
-                                                        build_dir=str(tmp / f"b-{client}"), jobs=2, remote=svc.url))
+                rep = pipeline.build(
+                    pipeline.BuildSpec(
+                        manifest=str(m),
+                        aiter_root=str(tree),
+                        output_dir=str(tmp / f"o-{client}"),
+                        build_dir=str(tmp / f"b-{client}"),
+                        jobs=2,
+                        remote=svc.url,
+                    )
+                )
                 wall = time.monotonic() - t
                 assert rep.ok, [r.detail for r in rep.modules if r.status != "built"]
                 lines = (tmp / f"b-{client}" / "remote" / "tally").read_text().splitlines()
                 recs = [(ln.split(" ", 2)[0], json.loads(ln.split(" ", 2)[2])) for ln in lines]
                 rows.append((client, wall, recs))
         print(f"service start-up {svc.startup:.1f} s; {tc.kind} {tc.version}, {arch}")
-        print("| client | actions | where | build wall | dependency scan | trexe call | queue | worker fetch | "
-              "compile | worker upload | overhead (trexe - compile) |")
+        print(
+            "| client | actions | where | build wall | dependency scan | trexe call | queue | worker fetch | "
+            "compile | worker upload | overhead (trexe - compile) |"
+        )
         print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for client, wall, recs in rows:
+
             def med(k: str, recs: list = recs) -> str:
                 vals = [r[k] for _, r in recs if r.get(k) is not None]
                 return f"{statistics.median(vals):.3f} s" if vals else "-"
+
             where = ", ".join(f"{w} {sum(1 for x, _ in recs if x == w)}" for w in sorted({x for x, _ in recs}))
             over = [r["trexe"] - (r.get("exec") or 0) for w, r in recs if w == "remote"]
-            print(f"| {client} | {len(recs)} | {where} | {wall:.1f} s | {med('deps')} | {med('trexe')} | "
-                  f"{med('queue') if client == 'cold' else '-'} | {med('fetch') if client == 'cold' else '-'} | "
-                  f"{med('exec') if client == 'cold' else '-'} | {med('upload') if client == 'cold' else '-'} | "
-                  f"{f'{statistics.median(over):.3f} s' if over else '-'} |")
+            print(
+                f"| {client} | {len(recs)} | {where} | {wall:.1f} s | {med('deps')} | {med('trexe')} | "
+                f"{med('queue') if client == 'cold' else '-'} | {med('fetch') if client == 'cold' else '-'} | "
+                f"{med('exec') if client == 'cold' else '-'} | {med('upload') if client == 'cold' else '-'} | "
+                f"{f'{statistics.median(over):.3f} s' if over else '-'} |"
+            )
 
 
 def main() -> None:
@@ -202,8 +226,10 @@ def main() -> None:
         units = build["units"]
         total = sum(n for _, n, _ in units)
         cpu = sum(n * s for _, n, s in units)
-        print(f"\n{build['name']}: {total:,} units, {cpu / 3600:,.0f} CPU-h; serial {build['before']:.0f} s before, "
-              f"{build['after']:.0f} s after")
+        print(
+            f"\n{build['name']}: {total:,} units, {cpu / 3600:,.0f} CPU-h; serial {build['before']:.0f} s before, "
+            f"{build['after']:.0f} s after"
+        )
         print("| servers | cores | compile makespan | client preprocess | upload | wall | bound by |")
         print("|---:|---:|---:|---:|---:|---:|---|")
         pre = total * PREPROCESS_CPU / args.client_cores
@@ -213,10 +239,19 @@ def main() -> None:
             local = n == 1  # one machine: no farm, nothing preprocessed apart or uploaded
             middle = span if local else max(span, pre, upload)
             wall = build["before"] + middle + build["after"]
-            bound = ("compiles" if middle == span and span > longest * 1.05 else "the longest unit"
-                     if middle == span else "client preprocessing" if middle == pre else "upload")
-            print(f"| {n} | {n * args.cores} | {hours(span)} | {'-' if local else hours(pre)} | "
-                  f"{'-' if local else hours(upload)} | {hours(wall)} | {bound} |")
+            bound = (
+                "compiles"
+                if middle == span and span > longest * 1.05
+                else "the longest unit"
+                if middle == span
+                else "client preprocessing"
+                if middle == pre
+                else "upload"
+            )
+            print(
+                f"| {n} | {n * args.cores} | {hours(span)} | {'-' if local else hours(pre)} | "
+                f"{'-' if local else hours(upload)} | {hours(wall)} | {bound} |"
+            )
 
 
 if __name__ == "__main__":

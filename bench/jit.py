@@ -170,8 +170,11 @@ def qola_main(args: argparse.Namespace, hip: bool, arch: str, work: Path, env: d
            + (["-j", str(args.jobs)] if args.jobs else []), env)  # fmt: skip
         res["build_s"][kind] = round(time.perf_counter() - t0, 1)
         data = json.loads((out / "manifest.json").read_text())["modules"][0]
-        res[f"{kind}_instances"] = {"aot": data["jit"]["aot"]["count"], "deferred": data["jit"]["deferred"]["count"]} \
-            if "jit" in data else {"aot": data["instances"]["count"] - 1, "deferred": 0}
+        res[f"{kind}_instances"] = (
+            {"aot": data["jit"]["aot"]["count"], "deferred": data["jit"]["deferred"]["count"]}
+            if "jit" in data
+            else {"aot": data["instances"]["count"] - 1, "deferred": 0}
+        )
         src = work / f"caller_{kind}.cu"
         src.write_text(CALLER)
         callers[kind] = work / f"caller_{kind}"
@@ -287,12 +290,15 @@ def main() -> int:
     }
     res["aot_first_call_ms"] = {m: statistics.median(run("aot", f"first_{m}") for _ in range(args.repeat))
                                 for m in ("triv", "attn")}  # fmt: skip
-    steady = steady_times(run, (("steady_triv", 20_000_000), ("steady_attn", 2_000_000), ("launch", 20_000)),
-                          args.repeat)
+    steady = steady_times(
+        run, (("steady_triv", 20_000_000), ("steady_attn", 2_000_000), ("launch", 20_000)), args.repeat
+    )
     res["steady_ns_per_call"] = steady
     res["goals"] = {
-        "cached_resolve_le_2ms": max(res["cached_first_call_ms"][m] - res["aot_first_call_ms"][m]
-                                     for m in ("triv", "attn")) <= 2.0,  # fmt: skip
+        "cached_resolve_le_2ms": max(
+            res["cached_first_call_ms"][m] - res["aot_first_call_ms"][m] for m in ("triv", "attn")
+        )
+        <= 2.0,  # fmt: skip
         "steady_overhead_le_1us": all(isinstance(v, str) or v["overhead_ns"] <= 1000 for v in steady.values()),
     }
     print(json.dumps(res, indent=1))

@@ -48,16 +48,21 @@ def main() -> None:
     work = Path(args.keep or tempfile.mkdtemp(prefix="qola-bench-prebuilt-"))
     work.mkdir(parents=True, exist_ok=True)
     m = work / "q.toml"
-    m.write_text(f'[qola]\nnamespace = "qk"\n[build]\narchitectures = ["{args.arch}"]\n'
-                 + "".join(f'[[modules]]\nname = "{n}"\n' for n in args.modules.split(",")))
+    m.write_text(
+        f'[qola]\nnamespace = "qk"\n[build]\narchitectures = ["{args.arch}"]\n'
+        + "".join(f'[[modules]]\nname = "{n}"\n' for n in args.modules.split(","))
+    )
     common = ["--manifest", str(m), "--aiter-root", str(KERNELS)]
     store = work / "store"
-    rows = [("cold build", qola("build", *common, "-o", str(work / "o1"), "-j", args.jobs)),
-            ("qola plan --key", qola("plan", *common, "--key")),
-            ("qola package", qola("package", str(work / "o1"), "--into", str(store)))]
+    rows = [
+        ("cold build", qola("build", *common, "-o", str(work / "o1"), "-j", args.jobs)),
+        ("qola plan --key", qola("plan", *common, "--key")),
+        ("qola package", qola("package", str(work / "o1"), "--into", str(store))),
+    ]
     archive = next(store.glob("*.tar.gz"))
-    rows.append(("--prebuilt DIR (fresh output dir)", qola("build", *common, "-o", str(work / "o2"), "--prebuilt",
-                                                           str(store))))
+    rows.append(
+        ("--prebuilt DIR (fresh output dir)", qola("build", *common, "-o", str(work / "o2"), "--prebuilt", str(store)))
+    )
     handler = functools.partial(Quiet, directory=str(store))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -13,7 +13,7 @@ Columns (seconds, wall; one run unless ``--repeat``, then the median):
 * dry run     ``qola build --dry-run`` into a fresh build dir (generators run)
 * full build  ``qola build`` from nothing: wall, ninja's span (first edge start to last edge end,
               from ``.ninja_log``) and qola's overhead = wall - span; ``write`` is the time of
-              ``qola.ninja.write`` (build.ninja) in that build
+              ``qola.compile.ninja.write`` (build.ninja) in that build
 * no-op       ``qola build`` again vs plain ``ninja -C BUILD`` on the same build dir
 * touch 1     one instance source's mtime bumped: ``qola build`` vs ``ninja -C BUILD`` (the same
               rebuild: one object and the link)
@@ -102,10 +102,10 @@ int main(int argc, char **argv) {
     return 0;
 }
 """
-# what runs qola in the child: the CLI, with qola.ninja.write timed (the graph write's own cost)
+# what runs qola in the child: the CLI, with qola.compile.ninja.write timed (the graph write's own cost)
 DRIVER = textwrap.dedent("""\
     import atexit, json, sys, time
-    import qola.ninja as n
+    import qola.compile.ninja as n
     spent, write = [], n.write
     def timed(*a, **k):
         t = time.perf_counter()
@@ -160,15 +160,23 @@ def make_tree(root: Path, instances: int, modules: int) -> tuple[Path, list[Path
         scripts.append(script)
         count = per + (1 if m < extra else 0)
         table[name] = {
-            "srcs": [], "flags_extra_cc": [], "flags_extra_hip": [], "extra_ldflags": "None",
-            "extra_include": [], "verbose": "False", "is_python_module": "False", "is_standalone": "False",
+            "srcs": [],
+            "flags_extra_cc": [],
+            "flags_extra_hip": [],
+            "extra_ldflags": "None",
+            "extra_include": [],
+            "verbose": "False",
+            "is_python_module": "False",
+            "is_standalone": "False",
             "torch_exclude": "True",
             "blob_gen_cmd": [f"f'{{AITER_CSRC_DIR}}/syn/{script.name} --count {count} --output_dir {{{{}}}}'"],
         }
     (root / "aiter" / "jit" / "optCompilerConfig.json").write_text(json.dumps(table, indent=1))
     manifest = root.parent / "qola.toml"
-    manifest.write_text(f'[qola]\nnamespace = "{NS}"\n[build]\narchitectures = ["sm_90"]\nmode = "cpp_itfs"\n'
-                        'link = "shared"\n' + "".join(f'[[modules]]\nname = "{n}"\n' for n in table))
+    manifest.write_text(
+        f'[qola]\nnamespace = "{NS}"\n[build]\narchitectures = ["sm_90"]\nmode = "cpp_itfs"\n'
+        'link = "shared"\n' + "".join(f'[[modules]]\nname = "{n}"\n' for n in table)
+    )
     return manifest, scripts
 
 
@@ -201,13 +209,24 @@ class Case:
         return wall, writes, p.stderr
 
     def build_args(self, *extra: str) -> list[str]:
-        return ["build", "--manifest", str(self.manifest), "--aiter-root", str(self.work / "tree"),
-                "-o", str(self.out), "-j", str(self.jobs), *extra]
+        return [
+            "build",
+            "--manifest",
+            str(self.manifest),
+            "--aiter-root",
+            str(self.work / "tree"),
+            "-o",
+            str(self.out),
+            "-j",
+            str(self.jobs),
+            *extra,
+        ]
 
     def plain_ninja(self) -> float:
         t0 = time.perf_counter()
-        p = subprocess.run([self.ninja, "-C", str(self.build_dir), "-j", str(self.jobs)], env=self.env,
-                           capture_output=True, text=True)
+        p = subprocess.run(
+            [self.ninja, "-C", str(self.build_dir), "-j", str(self.jobs)], env=self.env, capture_output=True, text=True
+        )
         wall = time.perf_counter() - t0
         if p.returncode != 0:
             raise SystemExit(f"ninja failed:\n{p.stdout[-3000:]}")
@@ -224,8 +243,10 @@ class Case:
     def run(self) -> dict[str, float]:
         r: dict[str, float] = {}
         med = statistics.median
-        r["plan"] = med(self.qola("plan", "--manifest", str(self.manifest), "--aiter-root", str(self.work / "tree"),
-                                  "--json")[0] for _ in range(self.repeat))
+        r["plan"] = med(
+            self.qola("plan", "--manifest", str(self.manifest), "--aiter-root", str(self.work / "tree"), "--json")[0]
+            for _ in range(self.repeat)
+        )
         r["dry"] = self.qola(*self.build_args("--dry-run", "--build-dir", str(self.work / "dry.build")))[0]
         shutil.rmtree(self.work / "dry.build")
         wall, writes, _ = self.qola(*self.build_args(), timed_write=True)
@@ -263,15 +284,18 @@ class Case:
 
 
 def table(rows: list[tuple[int, int, dict[str, float]]]) -> str:
-    head = ("| instances | modules | plan | dry run | full build (span / qola overhead) | build.ninja write "
-            "| no-op qola / ninja | touch 1: qola / ninja | gen comment edit: s (objects) |")
+    head = (
+        "| instances | modules | plan | dry run | full build (span / qola overhead) | build.ninja write "
+        "| no-op qola / ninja | touch 1: qola / ninja | gen comment edit: s (objects) |"
+    )
     lines = [head, "|" + "---|" * 9]
     for n, mods, r in rows:
         lines.append(
             f"| {n:,} | {mods} | {r['plan']:.2f} | {r['dry']:.2f} | {r['full']:.1f} ({r['span']:.1f} / "
             f"{r['overhead']:.1f}) | {r['write']:.2f} | {r['noop']:.2f} / {r['ninja_noop']:.2f} "
             f"({r['noop'] / r['ninja_noop']:.2f}×) | {r['touch']:.2f} / {r['ninja_touch']:.2f} "
-            f"({r['touch'] / r['ninja_touch']:.2f}×) | {r['gen_edit']:.2f} ({r['gen_edit_objs']:,}) |")
+            f"({r['touch'] / r['ninja_touch']:.2f}×) | {r['gen_edit']:.2f} ({r['gen_edit_objs']:,}) |"
+        )
     return "\n".join(lines)
 
 
@@ -299,8 +323,11 @@ def main(argv: list[str] | None = None) -> int:
                 work.mkdir()
                 t0 = time.perf_counter()
                 r = Case(work, n, mods, stub, args).run()
-                print(f"# {n} instances, {mods} module(s): {time.perf_counter() - t0:.0f} s; {json.dumps(r)}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"# {n} instances, {mods} module(s): {time.perf_counter() - t0:.0f} s; {json.dumps(r)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 rows.append((n, mods, r))
                 if not args.keep:
                     shutil.rmtree(work, ignore_errors=True)

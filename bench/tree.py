@@ -48,9 +48,15 @@ def plan(tree: Path, manifest: Path, src: Path, timeout: int) -> tuple[float | N
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
     try:
-        out = subprocess.run([sys.executable, "-m", "qola", "plan", "-m", str(manifest), "-a", str(tree), "--json"],
-                             capture_output=True, text=True, env=env, timeout=timeout, check=False,
-                             cwd=tree.parent)  # not this checkout: ``-m`` puts the cwd before PYTHONPATH
+        out = subprocess.run(
+            [sys.executable, "-m", "qola", "plan", "-m", str(manifest), "-a", str(tree), "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+            cwd=tree.parent,
+        )  # not this checkout: ``-m`` puts the cwd before PYTHONPATH
     except subprocess.TimeoutExpired:
         return None, 0
     wall = time.perf_counter() - start

@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from farm import TE  # noqa: E402
 
-from qola.usage import records  # noqa: E402
+from qola.store.usage import records  # noqa: E402
 
 SECONDS = {label: secs for label, _, secs in TE["units"]}
 FIXED = [u for u in TE["units"] if u[0].startswith("AITER")]  # AITER's own sources and generators: always built

@@ -14,8 +14,9 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from qola import __version__, proc
-from qola.errors import EXIT_USER, QolaError
+from qola import __version__
+from qola.core import proc
+from qola.core.errors import EXIT_USER, QolaError
 
 # subcommand name -> module under qola.commands (imported lazily, in this order)
 COMMANDS = ("plan", "build", "checkout", "package", "variants", "embed", "jit", "usage", "audit", "doctor")
@@ -49,9 +50,14 @@ def _parser(names: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
 # qola's third-party imports -> the requirement that provides each (pyproject.toml's dependencies;
 # tests/test_cli_compat.py keeps the two in step): a missing one is one line, not a traceback
 DEPENDENCIES = {
-    "ninja": "ninja>=1.11", "ninja_syntax": "ninja>=1.11", "elftools": "pyelftools>=0.30",
-    "rich": "rich>=13", "pydantic": "pydantic>=2.5", "pydantic_core": "pydantic>=2.5",
-    "pybind11": "pybind11>=2.11", "tomli": "tomli>=2",
+    "ninja": "ninja>=1.11",
+    "ninja_syntax": "ninja>=1.11",
+    "elftools": "pyelftools>=0.30",
+    "rich": "rich>=13",
+    "pydantic": "pydantic>=2.5",
+    "pydantic_core": "pydantic>=2.5",
+    "pybind11": "pybind11>=2.11",
+    "tomli": "tomli>=2",
 }
 
 
@@ -61,8 +67,10 @@ def missing_dependency(exc: ModuleNotFoundError) -> str | None:
     req = DEPENDENCIES.get(top)
     if req is None:
         return None
-    return (f"error: qola needs the Python package {req.split('>')[0]!r}, which {sys.executable} cannot "
-            f"import; install it with: {sys.executable} -m pip install '{req}'")
+    return (
+        f"error: qola needs the Python package {req.split('>')[0]!r}, which {sys.executable} cannot "
+        f"import; install it with: {sys.executable} -m pip install '{req}'"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -83,9 +91,11 @@ def undecodable(argv: Sequence[str]) -> str | None:
         bad = next((c for c in arg if "\udc80" <= c <= "\udcff"), None)
         if bad is not None:
             shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-            return (f"error: argument {i} ('{shown}') is not valid UTF-8 (byte 0x{ord(bad) - 0xDC00:02x})\n"
-                    "hint: qola writes paths into build files, manifest.json and logs as UTF-8 text: rename the "
-                    "file or directory, or use a path without that byte")
+            return (
+                f"error: argument {i} ('{shown}') is not valid UTF-8 (byte 0x{ord(bad) - 0xDC00:02x})\n"
+                "hint: qola writes paths into build files, manifest.json and logs as UTF-8 text: rename the "
+                "file or directory, or use a path without that byte"
+            )
     return None
 
 
@@ -115,17 +125,23 @@ def _main(argv: Sequence[str] | None = None) -> int:
         code = exc.exit_code if isinstance(exc, proc.Interrupted) else 130
         print("interrupted" if code == 130 else f"terminated (signal {code - 128})", file=sys.stderr)
         return code
-    except (UnicodeDecodeError, UnicodeEncodeError, UnicodeTranslateError) as exc:  # a name from the environment or a tree that is not UTF-8: one line
+    except (
+        UnicodeDecodeError,
+        UnicodeEncodeError,
+        UnicodeTranslateError,
+    ) as exc:  # a name from the environment or a tree that is not UTF-8: one line
         if args.debug:
             traceback.print_exc()
-        print(f"error: text that is not valid UTF-8 ({exc.reason}): {exc.object[exc.start:exc.end]!r}"
-              + ("" if args.debug else " (--debug shows the traceback)"), file=sys.stderr)
+        print(
+            f"error: text that is not valid UTF-8 ({exc.reason}): {exc.object[exc.start : exc.end]!r}"
+            + ("" if args.debug else " (--debug shows the traceback)"),
+            file=sys.stderr,
+        )
         return EXIT_USER
     except (OSError, RecursionError, MemoryError) as exc:  # last resort: one line, no traceback
         if args.debug:
             traceback.print_exc()
-        print(f"error: {last_resort(exc)}" + ("" if args.debug else " (--debug shows the traceback)"),
-              file=sys.stderr)
+        print(f"error: {last_resort(exc)}" + ("" if args.debug else " (--debug shows the traceback)"), file=sys.stderr)
         return EXIT_USER
 
 

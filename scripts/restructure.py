@@ -152,8 +152,9 @@ class Layout:
         """The new spelling of ``qola.<parts>``, or None when it needs none."""
         if not parts or parts[0] not in MOVES:
             return None
-        n_new = max((n for n in range(1, len(parts) + 1) if "qola." + ".".join(parts[:n]) in self.new_modules),
-                    default=0)
+        n_new = max(
+            (n for n in range(1, len(parts) + 1) if "qola." + ".".join(parts[:n]) in self.new_modules), default=0
+        )
         if n_new > 1:
             return None  # qola.plan.manifest, qola.pipeline.run: already new
         if n_new == 1 and parts[0] not in self.before:
@@ -187,7 +188,7 @@ def rewrite_from_qola(text: str, layout: Layout) -> str:
         start, end = node.lineno - 1, (node.end_lineno or node.lineno) - 1
         first = lines[start]
         indent = first[: len(first) - len(first.lstrip())]
-        comment = _comment_of("".join(lines[start:end + 1]))
+        comment = _comment_of("".join(lines[start : end + 1]))
         comment = f"  {comment}" if comment else ""
         out, kept = [], []
         for a in node.names:
@@ -201,7 +202,7 @@ def rewrite_from_qola(text: str, layout: Layout) -> str:
             out.insert(0, f"{indent}from qola import {', '.join(kept)}{comment}\n")
         edits.append((start, end, out))
     for start, end, out in sorted(edits, reverse=True):
-        lines[start:end + 1] = out
+        lines[start : end + 1] = out
     return _FROM_QOLA_LINE.sub(_from_qola_line, "".join(lines))
 
 
@@ -254,9 +255,12 @@ def _mark_lazy(text: str, reason: str) -> str:
             func = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
                 mods = [a.name for a in child.names] if isinstance(child, ast.Import) else [child.module or ""]
-                stmt = "".join(lines[child.lineno - 1:child.end_lineno])
-                if getattr(child, "level", 0) == 0 and any(m == "qola" or m.startswith("qola.") for m in mods) \
-                        and "# lazy:" not in stmt:
+                stmt = "".join(lines[child.lineno - 1 : child.end_lineno])
+                if (
+                    getattr(child, "level", 0) == 0
+                    and any(m == "qola" or m.startswith("qola.") for m in mods)
+                    and "# lazy:" not in stmt
+                ):
                     ends.add((child.end_lineno or child.lineno) - 1)
             visit(child, func)
 
@@ -305,6 +309,7 @@ def rewrite_text(path: Path, text: str, layout: Layout) -> str:
         text = _NOQA_LAZY.sub(lambda m: f"# lazy: {m.group(1) or _default_reason(rel)}", text)
         text = _mark_lazy(text, _default_reason(rel))
     if rel in REL_PATH_FILES:
+
         def relstr(m: re.Match[str]) -> str:
             new = _map_path(m.group(2), layout.before)
             return m.group(0) if new is None else m.group(1) + new + m.group(1)
@@ -324,8 +329,11 @@ def files_to_scan() -> list[Path]:
     for d in SCAN_DIRS:
         base = ROOT / d
         if base.is_dir():
-            out += [p for p in base.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES
-                    and "__pycache__" not in p.parts and ".git" not in p.parts]
+            out += [
+                p
+                for p in base.rglob("*")
+                if p.is_file() and p.suffix in TEXT_SUFFIXES and "__pycache__" not in p.parts and ".git" not in p.parts
+            ]
     out += [ROOT / f for f in SCAN_FILES if (ROOT / f).is_file()]
     tracked = set(git("ls-files", "-co", "--exclude-standard").splitlines())
     return sorted(p for p in out if p.relative_to(ROOT).as_posix() in tracked and p.resolve() != THIS)
@@ -395,8 +403,12 @@ def leftovers(layout: Layout) -> list[str]:
                     continue
                 if layout.rewrite_dotted(parts) is not None:
                     bad.append(f"{rel}:{n}: {m.group(0)}")
-                elif parts[0] in layout.became_package and len(parts) > 1 and \
-                        "qola." + ".".join(parts[:2]) not in layout.new_modules and not layout.old_exists(parts[0]):
+                elif (
+                    parts[0] in layout.became_package
+                    and len(parts) > 1
+                    and "qola." + ".".join(parts[:2]) not in layout.new_modules
+                    and not layout.old_exists(parts[0])
+                ):
                     bad.append(f"{rel}:{n}: {m.group(0)} (qola.{parts[0]} is a package now)")
             if path.suffix == ".py" and _FROM_QOLA.match(line):
                 names = re.findall(r"\b(\w+)\b", line.split("import", 1)[1].split("#")[0])
@@ -408,21 +420,29 @@ def leftovers(layout: Layout) -> list[str]:
                 if old in MOVES and not layout.old_exists(old) and (not sep or old not in STAGES):
                     bad.append(f"{rel}:{n}: {m.group(0)} (a path relative to qola/)")
             for m in _PATH.finditer(line):
-                if _map_path(m.group(1), layout.before) is not None or (m.group(1).endswith(".py") and m.group(1)[:-3] in MOVES
-                                                          and not layout.old_exists(m.group(1)[:-3])):
+                if _map_path(m.group(1), layout.before) is not None or (
+                    m.group(1).endswith(".py") and m.group(1)[:-3] in MOVES and not layout.old_exists(m.group(1)[:-3])
+                ):
                     bad.append(f"{rel}:{n}: {m.group(0)}")
     return bad
 
 
 def import_all() -> list[str]:
-    code = ("import importlib, pathlib, sys\nbad = []\nfor p in sorted(pathlib.Path('qola').rglob('*.py')):\n"
-            "    if 'templates' in p.parts or 'runtime' in p.parts: continue\n"
-            "    m = '.'.join(p.with_suffix('').parts).removesuffix('.__init__')\n"
-            "    try: importlib.import_module(m)\n"
-            "    except Exception as e: bad.append(f'{m}: {type(e).__name__}: {e}')\n"
-            "print('\\n'.join(bad)); sys.exit(1 if bad else 0)\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    code = (
+        "import importlib, pathlib, sys\nbad = []\nfor p in sorted(pathlib.Path('qola').rglob('*.py')):\n"
+        "    if 'templates' in p.parts or 'runtime' in p.parts: continue\n"
+        "    m = '.'.join(p.with_suffix('').parts).removesuffix('.__init__')\n"
+        "    try: importlib.import_module(m)\n"
+        "    except Exception as e: bad.append(f'{m}: {type(e).__name__}: {e}')\n"
+        "print('\\n'.join(bad)); sys.exit(1 if bad else 0)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     return [x for x in proc.stdout.splitlines() if x] + ([proc.stderr] if proc.returncode and not proc.stdout else [])
 
 
@@ -456,8 +476,12 @@ def main() -> int:
     print(f"rewrote {len(changed)} files", *changed, sep="\n  ")
     bad = leftovers(layout)
     if bad:
-        print(f"restructure: {len(bad)} old references left (rewrite them, or add them to NOT_MODULES):",
-              *bad, sep="\n  ", file=sys.stderr)
+        print(
+            f"restructure: {len(bad)} old references left (rewrite them, or add them to NOT_MODULES):",
+            *bad,
+            sep="\n  ",
+            file=sys.stderr,
+        )
         return 1
     if not args.no_import_check:
         broken = import_all()

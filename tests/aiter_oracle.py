@@ -32,7 +32,7 @@ def _stubs(hip_version: str) -> None:
     cpp._jit_compile = cpp.get_hip_version = cpp.executable_path = unavailable
     sys.modules["cpp_extension"] = cpp
     guard = types.ModuleType("torch_guard")
-    guard.torch_compile_guard = lambda *a, **k: (lambda fn: fn)
+    guard.torch_compile_guard = lambda *a, **k: lambda fn: fn
     sys.modules["torch_guard"] = guard
 
 

@@ -32,7 +32,9 @@ def _index_url() -> str:
     try:
         out = subprocess.run(
             [sys.executable, "-m", "pip", "config", "get", "global.index-url"],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         if out.returncode == 0 and out.stdout.strip():
             return out.stdout.strip()

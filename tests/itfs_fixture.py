@@ -41,7 +41,9 @@ HEADERS = {
 enum class mask_enum { no_mask = 0, mask_top_left };
 enum class bias_enum { no_bias = 0, alibi };
 namespace aiter {
-""" + FWD_ARGS + """
+"""
+        + FWD_ARGS
+        + """
 __attribute__((visibility("default"))) float mha_fwd(mha_fwd_args args,
                                                      const ck_tile::stream_config& stream_config,
                                                      std::string q_dtype_str, bool is_group_mode,
@@ -64,7 +66,9 @@ __attribute__((visibility("default"))) float mha_fwd(mha_fwd_args args,
 enum class mask_enum { no_mask = 0, mask_top_left };
 enum class bias_enum { no_bias = 0, alibi };
 namespace aiter {
-""" + FWD_ARGS + """
+"""
+        + FWD_ARGS
+        + """
 /* the entry point */
 __attribute__((visibility("default"))) float mha_fwd(mha_fwd_args args,
                                                      const ck_tile::stream_config& s);
@@ -112,7 +116,9 @@ struct fmha_bwd_launcher {
 namespace aiter {
 inline namespace v4 {
 enum class fwd_mode { plain = 0, fast = 3 };
-""" + FWD_ARGS + """
+"""
+        + FWD_ARGS
+        + """
 struct mha_fwd_result { float ms; int kernels; };
 [[nodiscard]] AITER_API mha_fwd_result
 mha_fwd(const mha_fwd_args& args,
@@ -176,11 +182,18 @@ mha_fwd_result mha_fwd(const mha_fwd_args& args, const ck_tile::stream_config& s
 
 
 def _entry(src: str, flags: list[str]) -> dict:
-    return {"srcs": [f"f'{{AITER_CSRC_DIR}}/cpp_itfs/{src}'"], "flags_extra_cc": [],
-            "flags_extra_hip": [f"'{f}'" for f in flags], "extra_ldflags": "None",
-            "extra_include": ["f'{CK_DIR}/example/ck_tile/01_fmha'", "f'{AITER_CSRC_DIR}/include/ck_lite'"],
-            "verbose": "False", "is_python_module": "False", "is_standalone": "False", "torch_exclude": "True",
-            "blob_gen_cmd": "''"}
+    return {
+        "srcs": [f"f'{{AITER_CSRC_DIR}}/cpp_itfs/{src}'"],
+        "flags_extra_cc": [],
+        "flags_extra_hip": [f"'{f}'" for f in flags],
+        "extra_ldflags": "None",
+        "extra_include": ["f'{CK_DIR}/example/ck_tile/01_fmha'", "f'{AITER_CSRC_DIR}/include/ck_lite'"],
+        "verbose": "False",
+        "is_python_module": "False",
+        "is_standalone": "False",
+        "torch_exclude": "True",
+        "blob_gen_cmd": "''",
+    }
 
 
 def write_tree(root: Path, shape: str) -> Path:
@@ -201,14 +214,19 @@ def write_tree(root: Path, shape: str) -> Path:
 
 def include_dirs(root: Path) -> list[Path]:
     """What a consumer adds for the tree's own headers (the module's include dirs)."""
-    return [root / "csrc" / "include", root / "csrc" / "include" / "ck_lite",
-            root / "3rdparty" / "composable_kernel" / "example" / "ck_tile" / "01_fmha"]
+    return [
+        root / "csrc" / "include",
+        root / "csrc" / "include" / "ck_lite",
+        root / "3rdparty" / "composable_kernel" / "example" / "ck_tile" / "01_fmha",
+    ]
 
 
 def manifest(path: Path, shape: str, arch: str, ns: str = "te") -> Path:
     mods = ["libmha_fwd"] + (["libmha_bwd"] if shape == "new" else [])
-    path.write_text(f'[qola]\nnamespace = "{ns}"\n[build]\narchitectures = ["{arch}"]\nmode = "cpp_itfs"\n'
-                    + "".join(f'[[modules]]\nname = "{m}"\n' for m in mods))
+    path.write_text(
+        f'[qola]\nnamespace = "{ns}"\n[build]\narchitectures = ["{arch}"]\nmode = "cpp_itfs"\n'
+        + "".join(f'[[modules]]\nname = "{m}"\n' for m in mods)
+    )
     return path
 
 
@@ -330,10 +348,20 @@ GEMM_EXPECTED = ["0", "256", "512", "103"]
 
 
 def write_gemm_tree(root: Path, arch: str) -> Path:
-    table = {"module_gemm_a4w4_asm": {
-        "srcs": ["f'{AITER_CSRC_DIR}/pybind/gemm_a4w4_asm_pybind.cu'", "f'{AITER_CSRC_DIR}/py_itfs_cu/asm_gemm_a4w4.cu'"],
-        "flags_extra_cc": [], "flags_extra_hip": [], "extra_ldflags": "None", "extra_include": [],
-        "verbose": "False", "blob_gen_cmd": "''"}}
+    table = {
+        "module_gemm_a4w4_asm": {
+            "srcs": [
+                "f'{AITER_CSRC_DIR}/pybind/gemm_a4w4_asm_pybind.cu'",
+                "f'{AITER_CSRC_DIR}/py_itfs_cu/asm_gemm_a4w4.cu'",
+            ],
+            "flags_extra_cc": [],
+            "flags_extra_hip": [],
+            "extra_ldflags": "None",
+            "extra_include": [],
+            "verbose": "False",
+            "blob_gen_cmd": "''",
+        }
+    }
     files = {**GEMM, "aiter/jit/optCompilerConfig.json": json.dumps(table, indent=2)}
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)

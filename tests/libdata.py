@@ -1,6 +1,6 @@
 """Read what a built library carries, without a GPU: embedded code objects and HIP device code.
 
-Embedded code objects: qola's ``<prefix>_{count,index,keys,blobs}`` symbols (see qola.embed).
+Embedded code objects: qola's ``<prefix>_{count,index,keys,blobs}`` symbols (see qola.hooks.embed).
 
 A linked HIP library keeps one clang offload bundle per translation unit in its ``.hip_fatbin``
 section. Each bundle starts with ``__CLANG_OFFLOAD_BUNDLE__``, then the entry count and, per entry,
@@ -42,7 +42,7 @@ def embedded_blobs(so: Path, prefix: str, align: int) -> tuple[dict[str, bytes],
     for i in range(count):
         k, klen, off, size = struct.unpack_from("<IIQQ", index, 24 * i)
         assert off % align == 0
-        found[keys[k:k + klen].decode()] = blobs[off:off + size]
+        found[keys[k : k + klen].decode()] = blobs[off : off + size]
     return found, len(blobs)
 
 
@@ -58,9 +58,9 @@ def bundles(data: bytes) -> list[list[tuple[str, bytes]]]:
         for _ in range(count):
             off, size, tlen = struct.unpack_from("<QQQ", data, pos)
             pos += 24
-            triple = data[pos:pos + tlen].decode()
+            triple = data[pos : pos + tlen].decode()
             pos += tlen
-            entries.append((triple, data[start + off:start + off + size]))
+            entries.append((triple, data[start + off : start + off + size]))
         out.append(entries)
         start = data.find(MAGIC, pos)
     return out

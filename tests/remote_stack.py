@@ -136,19 +136,37 @@ class Stack:
     def worker(self, name: str, toolchain: str, jobs: int = 2, tools: Path | None = None) -> subprocess.Popen:
         """A buildbox worker (with its own casd) offering ``qola-toolchain=<toolchain>`` (``tools``:
         where buildbox's programs are, else PATH)."""
+
         def tool(t: str) -> str:
             return str(tools / t) if tools else (shutil.which(t) or t)
 
         sock = self.root / f"{name}.casd.sock"
-        self._spawn(f"{name}-casd", [tool("buildbox-casd"), f"--cas-remote=http://127.0.0.1:{self.port}",
-                                     f"--cas-instance={self.instance}", f"--bind=unix:{sock}",
-                                     str(self.root / f"{name}.casd")])
+        self._spawn(
+            f"{name}-casd",
+            [
+                tool("buildbox-casd"),
+                f"--cas-remote=http://127.0.0.1:{self.port}",
+                f"--cas-instance={self.instance}",
+                f"--bind=unix:{sock}",
+                str(self.root / f"{name}.casd"),
+            ],
+        )
         wait_for(lambda: sock.exists(), f"{name}'s casd socket", self.root)
-        p = self._spawn(name, [tool("buildbox-worker"), f"--bots-remote=http://127.0.0.1:{self.port}",
-                               f"--instance={self.instance}", f"--cas-remote=unix:{sock}",
-                               f"--concurrent-jobs={jobs}", "--buildbox-run=" + tool("buildbox-run-hosttools"),
-                               "--runner-arg=--staging-mode=copy-or-link", f"--platform=qola-toolchain={toolchain}",
-                               "--max-wait-time=2", name])
+        p = self._spawn(
+            name,
+            [
+                tool("buildbox-worker"),
+                f"--bots-remote=http://127.0.0.1:{self.port}",
+                f"--instance={self.instance}",
+                f"--cas-remote=unix:{sock}",
+                f"--concurrent-jobs={jobs}",
+                "--buildbox-run=" + tool("buildbox-run-hosttools"),
+                "--runner-arg=--staging-mode=copy-or-link",
+                f"--platform=qola-toolchain={toolchain}",
+                "--max-wait-time=2",
+                name,
+            ],
+        )
         self.workers[name] = p
         return p
 
@@ -200,19 +218,27 @@ def running(root: Path, *, auth_secret: str | None = None, instance: str = "") -
     shutil.chown(pg, "postgres")
     su = ["su", "postgres", "-s", "/bin/sh", "-c"]
     subprocess.run([*su, f"{pgbin}/initdb -D {pg}/data -A trust -U bgd >{pg}/initdb.log 2>&1"], check=True)
-    subprocess.run([*su, f"{pgbin}/pg_ctl -D {pg}/data -o '-k {pg} -c listen_addresses=' -l {pg}/pg.log -w start"],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [*su, f"{pgbin}/pg_ctl -D {pg}/data -o '-k {pg} -c listen_addresses=' -l {pg}/pg.log -w start"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     stack = Stack(root, free_port(), instance, pg=pg)
     try:
         subprocess.run([*su, f"{pgbin}/createdb -h {pg} -U bgd bgd"], check=True)
-        subprocess.run([BGD, "migrate", "apply", f"postgresql://bgd@/bgd?host={pg}"], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [BGD, "migrate", "apply", f"postgresql://bgd@/bgd?host={pg}"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         auth = "  method: none"
         if auth_secret is not None:
             (root / "jwt.secret").write_text(auth_secret)
             auth = f"  method: jwt\n  secret: {root / 'jwt.secret'}\n  algorithm: hs256"
-        (root / "bgd.yml").write_text(CONFIG.format(port=stack.port, pg=pg, cas=root / "cas", auth=auth,
-                                                    instance=instance))
+        (root / "bgd.yml").write_text(
+            CONFIG.format(port=stack.port, pg=pg, cas=root / "cas", auth=auth, instance=instance)
+        )
         stack._spawn("bgd", [BGD, "server", "start", str(root / "bgd.yml")])
         wait_for(lambda: _listening(stack.port), "BuildGrid", root)
         stack.startup = time.monotonic() - start
@@ -220,8 +246,12 @@ def running(root: Path, *, auth_secret: str | None = None, instance: str = "") -
     finally:
         for p in reversed(stack.procs):
             _end(p)
-        subprocess.run([*su, f"{pgbin}/pg_ctl -D {pg}/data stop -m immediate"], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(
+            [*su, f"{pgbin}/pg_ctl -D {pg}/data stop -m immediate"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
         shutil.rmtree(pg, ignore_errors=True)
 
 
@@ -230,9 +260,14 @@ def in_chroot(root: Path) -> Iterator[Stack]:
     """The service (PostgreSQL + BuildGrid) started inside the ROCm 7 chroot from the host (for the
     CUDA test: nvcc and the workers run on the host); ``root`` holds the host-side workers' files."""
     root.mkdir(parents=True, exist_ok=True)
-    p = subprocess.Popen(["bash", str(REPO / "scripts" / "rocm7.sh"), "run", "python", str(Path(__file__).resolve()),
-                          "serve"], stdout=subprocess.PIPE, stderr=open(root / "chroot.log", "wb"),  # noqa: SIM115
-                         text=True, start_new_session=True, cwd=REPO)
+    p = subprocess.Popen(
+        ["bash", str(REPO / "scripts" / "rocm7.sh"), "run", "python", str(Path(__file__).resolve()), "serve"],
+        stdout=subprocess.PIPE,
+        stderr=open(root / "chroot.log", "wb"),  # noqa: SIM115
+        text=True,
+        start_new_session=True,
+        cwd=REPO,
+    )
     try:
         line = p.stdout.readline() if p.stdout else ""
         if not line.startswith("READY "):

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from qola.codegen import GenJob, run_generators, stamp_of, write_configs
-from qola.errors import QolaError
-from qola.manifest import parse
-from qola.plan import Plan, make_plan
-from qola.tree.aiter import namespace, open_tree, resolve_entry
-from qola.tree.aiter_configs import CONFIGS_TOKEN, MergedConfig, config_file, merge, render, write_merged
-from qola.tree.aiter_core import read_core
+from qola.compile.codegen import GenJob, run_generators, stamp_of, write_configs
+from qola.core.errors import QolaError
+from qola.plan.manifest import parse
+from qola.plan.planner import Plan, make_plan
+from qola.plan.tree.aiter import namespace, open_tree, resolve_entry
+from qola.plan.tree.aiter_configs import CONFIGS_TOKEN, MergedConfig, config_file, merge, render, write_merged
+from qola.plan.tree.aiter_core import read_core
 
 HEAD = "cu_num,M,N,K,us,kernel"
 
@@ -36,13 +36,15 @@ def make_tree(root: Path, table: dict, core: str = "") -> Path:
 
 # --- get_config_file --------------------------------------------------------------------------------
 
+
 def test_config_file_env_default_and_model_configs(tmp_path):
     model = tmp_path / "aiter/configs/model_configs"
     assert config_file("E", "/d.csv", "x_tuned_gemm", env={}, root=tmp_path) == "/d.csv"
     assert config_file("E", "/d.csv", "x_tuned_gemm", env={"E": "/mine.csv"}, root=tmp_path) == "/mine.csv"
     both = config_file("E", "/d.csv", "x_tuned_gemm", env={"E": "/a.csv:/b.csv"}, root=tmp_path)
-    assert both == MergedConfig("x_tuned_gemm.csv", ("/a.csv", "/b.csv"),
-                                str(tmp_path / "aiter/configs/x_untuned_gemm.csv"))
+    assert both == MergedConfig(
+        "x_tuned_gemm.csv", ("/a.csv", "/b.csv"), str(tmp_path / "aiter/configs/x_untuned_gemm.csv")
+    )
     assert both.path == f"{CONFIGS_TOKEN}/x_tuned_gemm.csv" and "{}" not in both.path
     csv(model / "zz_x_tuned_gemm_m2.csv", HEAD)
     csv(model / "aa_x_tuned_gemm.csv", HEAD)
@@ -137,7 +139,9 @@ def test_core_names_are_read_not_run(tmp_path):
     core = read_core(root / "aiter/jit/core.py")
     assert [e.name for e in core.env_names] == ["X_DEFAULT", "BAD"]
     assert [(c.owner, c.name, c.env, c.stem) for c in core.configs] == [
-        (None, "OLD_STYLE_FILE", "OLD_ENV", "old_tuned_gemm"), ("CFG", "X_FILE", "X_ENV", "x_tuned_gemm")]
+        (None, "OLD_STYLE_FILE", "OLD_ENV", "old_tuned_gemm"),
+        ("CFG", "X_FILE", "X_ENV", "x_tuned_gemm"),
+    ]
     space = namespace(open_tree(root), archs=("gfx942",), env={}, hip_version="7.2.0")
     default = f"{root}/aiter/configs/x_tuned_gemm.csv"
     assert space.names["X_DEFAULT"] == default and "BAD" not in space.names
@@ -172,8 +176,9 @@ def test_unknown_keys_pass_through_with_warnings(tmp_path):
     assert entry["new_key"] == "-DFOO" and entry["new_list"] == ["-DBAR", f"{tree.csrc}"]
     assert entry["flags_extra_hip_per_source"] == {"*.device.cu": ["-D__HIPCC_RTC__"]}
     assert len(notes) == 2 and all("kept as plain text" in n for n in notes)
-    plan = make_plan(parse('[[modules]]\nname = "module_new"\n', "m.toml"), tree, archs=("gfx942",), env={},
-                     hip_version="7.2.0")
+    plan = make_plan(
+        parse('[[modules]]\nname = "module_new"\n', "m.toml"), tree, archs=("gfx942",), env={}, hip_version="7.2.0"
+    )
     mod = plan.modules[0]
     assert mod.per_source_flags == (("*.device.cu", ("-D__HIPCC_RTC__",)),) and mod.flags_extra_hip == ("-DX",)
     text = "\n".join(plan.warnings)
@@ -194,18 +199,22 @@ def test_all_modules_leave_out_experimental_ones(tmp_path):
 
 # --- plan and codegen ----------------------------------------------------------------------------------
 
-GEN_SCRIPT = '''
+GEN_SCRIPT = """
 import shutil, sys
 tune = sys.argv[sys.argv.index("--tune_file") + 1]
 out = sys.argv[sys.argv.index("--working_path") + 1]
 shutil.copy(tune, out + "/seen.cu")
-'''
+"""
 
 
 def test_codegen_writes_merged_configs_into_the_build_dir(tmp_path):
     root = tmp_path / "tree"
-    table = {"module_g": {"srcs": [], "blob_gen_cmd":
-                          "f'{AITER_CSRC_DIR}/gen.py --tune_file {CFG.X_FILE} --working_path {{}}'"}}
+    table = {
+        "module_g": {
+            "srcs": [],
+            "blob_gen_cmd": "f'{AITER_CSRC_DIR}/gen.py --tune_file {CFG.X_FILE} --working_path {{}}'",
+        }
+    }
     make_tree(root, table, CORE)
     (root / "csrc/gen.py").write_text(GEN_SCRIPT)
     a = csv(tmp_path / "a.csv", HEAD, "80,1,2,3,9,x")

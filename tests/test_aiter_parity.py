@@ -21,12 +21,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, run_qola
-from qola.manifest import parse
-from qola.plan import make_plan
-from qola.tree.aiter import load_table, namespace, open_tree, resolve_entry
-from qola.tree.aiter_configs import CONFIGS_TOKEN, MergedConfig, merge, render
+
+from qola.plan.manifest import parse
+from qola.plan.planner import make_plan
+from qola.plan.tree.aiter import load_table, namespace, open_tree, resolve_entry
+from qola.plan.tree.aiter_configs import CONFIGS_TOKEN, MergedConfig, merge, render
 
 pytestmark = pytest.mark.aiter
 pd = pytest.importorskip("pandas")  # AITER's merge is pandas: the oracle needs it
@@ -37,8 +37,15 @@ ARCHS = ("gfx942", "gfx950")
 HIP = "7.2.0"
 AITER_TMP = '"/tmp/aiter_configs/"'  # the one place core.py writes merged configs
 LIST_KEYS = ("srcs", "flags_extra_cc", "flags_extra_hip", "extra_include", "blob_gen_cmd")
-KEYS = LIST_KEYS + ("md_name", "torch_exclude", "is_python_module", "is_standalone", "extra_ldflags",
-                    "hip_clang_path", "verbose")
+KEYS = LIST_KEYS + (
+    "md_name",
+    "torch_exclude",
+    "is_python_module",
+    "is_standalone",
+    "extra_ldflags",
+    "hip_clang_path",
+    "verbose",
+)
 
 
 def _unpack(dest: Path) -> Path:
@@ -65,8 +72,9 @@ def run_oracle(root: Path, env_extra: dict[str, str] | None = None) -> dict:
     out = root.parent / "oracle.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AITER_")}
     env.update({"GPU_ARCHS": ";".join(ARCHS), **(env_extra or {})})
-    proc = subprocess.run([sys.executable, str(ORACLE), str(root), str(out), HIP],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ORACLE), str(root), str(out), HIP], capture_output=True, text=True, env=env, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -128,8 +136,10 @@ def config_diffs(root: Path, oracle: dict, env: dict[str, str]) -> tuple[list[st
                 diffs.append(f"{qualified}: columns {cols_a} != AITER's {cols_b}")
             elif rows_a != rows_b:
                 only_a, only_b = set(rows_a) - set(rows_b), set(rows_b) - set(rows_a)
-                diffs.append(f"{qualified}: {len(rows_a)} rows vs AITER's {len(rows_b)}; only qola: "
-                             f"{sorted(only_a)[:3]}, only AITER: {sorted(only_b)[:3]}")
+                diffs.append(
+                    f"{qualified}: {len(rows_a)} rows vs AITER's {len(rows_b)}; only qola: "
+                    f"{sorted(only_a)[:3]}, only AITER: {sorted(only_b)[:3]}"
+                )
     return diffs, merged
 
 
@@ -154,25 +164,37 @@ def test_plan_of_every_module_matches_aiters_build_args(tree33):
     for mod in plan.modules:
         theirs = oracle["modules"][mod.name]
         srcs = [s for s in theirs["srcs"] if os.path.exists(s)]  # AITER skips what does not exist
-        expanded = {str(Path(d) / f) for d in srcs if os.path.isdir(d)
-                    for f in os.listdir(d) if f.endswith((".cpp", ".cu")) and not os.path.isdir(Path(d) / f)}
+        expanded = {
+            str(Path(d) / f)
+            for d in srcs
+            if os.path.isdir(d)
+            for f in os.listdir(d)
+            if f.endswith((".cpp", ".cu")) and not os.path.isdir(Path(d) / f)
+        }
         expanded |= {s for s in srcs if not os.path.isdir(s) and s.endswith((".cpp", ".cu"))}
         assert set(mod.sources) == expanded, mod.name
         # qola's one addition: CK's --targets=<archs> (QoLA patches AITER to pass it too), where CK takes it
         ours = [g.command.replace(f" --targets={','.join(ARCHS)}", "") for g in mod.generators]
         assert all(g.targets == ARCHS for g in mod.generators if "--targets=" in g.command), mod.name
-        assert [_aiter_form("", c, configs_dir) for c in ours] == \
-            [c for c in _as_list(theirs["blob_gen_cmd"]) if c.strip()], mod.name
+        assert [_aiter_form("", c, configs_dir) for c in ours] == [
+            c for c in _as_list(theirs["blob_gen_cmd"]) if c.strip()
+        ], mod.name
         assert list(mod.flags_extra_hip) == [f for f in theirs["flags_extra_hip"] if f.strip()], mod.name
         assert list(mod.flags_extra_cc) == [f for f in theirs["flags_extra_cc"] if f.strip()], mod.name
         assert mod.md_name == f"t_{theirs['md_name'] or mod.name}"
-        assert (mod.torch_exclude, mod.is_python_module, mod.is_standalone) == \
-            (theirs["torch_exclude"], theirs["is_python_module"], theirs["is_standalone"]), mod.name
+        assert (mod.torch_exclude, mod.is_python_module, mod.is_standalone) == (
+            theirs["torch_exclude"],
+            theirs["is_python_module"],
+            theirs["is_standalone"],
+        ), mod.name
         assert mod.hip_clang_path == (theirs["hip_clang_path"] or None)
-        assert list(mod.include_dirs[-len(theirs["extra_include"]):] if theirs["extra_include"] else []) == \
-            theirs["extra_include"], mod.name
-        assert {c.path for c in mod.configs} == {c for g in mod.generators for c in g.argv
-                                                 if c.startswith(CONFIGS_TOKEN)}, mod.name
+        assert (
+            list(mod.include_dirs[-len(theirs["extra_include"]) :] if theirs["extra_include"] else [])
+            == theirs["extra_include"]
+        ), mod.name
+        assert {c.path for c in mod.configs} == {
+            c for g in mod.generators for c in g.argv if c.startswith(CONFIGS_TOKEN)
+        }, mod.name
     with_merges = [m.name for m in plan.modules if m.configs]
     assert len(with_merges) == 6, with_merges  # blockscale, bpreshuffle, blockscale_bpreshuffle (+ cktile)
 
@@ -185,21 +207,34 @@ def _write_csv(path: Path, rows: list[str]) -> str:
 def test_env_override_merges_two_files(tree33, tmp_path):
     """AITER_CONFIG_GEMM_A8W8=a.csv:b.csv merges the two (b overrides a's slower rows; _tag kept)."""
     head = "cu_num,M,N,K,q_dtype_w,kernelId,splitK,us,kernelName,tflops,bw,errRatio"
-    a = _write_csv(tmp_path / "a.csv", [head, "80,1,1280,8192,torch.int8,34,0,20.5,k1,1.0,510.5,0.0",
-                                        "80,2,1280,8192,torch.int8,34,0,30.0,k1,1.0,510.5,0.0",
-                                        "256,1,1280,8192,torch.int8,3,0,10.0,k9,1.0,5.5,0.0"])
-    b = _write_csv(tmp_path / "b.csv", [head + ",_tag", "80,1,1280,8192,torch.int8,7,0,11.25,k2,2.0,600,0.0,",
-                                        "80,2,1280,8192,torch.int8,7,0,99.0,k2,2.0,600,0.0,",
-                                        "80,2,1280,8192,torch.int8,8,0,5.0,k3,2.0,600,0.0,ds",
-                                        "80,4,64,64,torch.int8,1,1,1.5,k4,0.1,1,0.0,"])
+    a = _write_csv(
+        tmp_path / "a.csv",
+        [
+            head,
+            "80,1,1280,8192,torch.int8,34,0,20.5,k1,1.0,510.5,0.0",
+            "80,2,1280,8192,torch.int8,34,0,30.0,k1,1.0,510.5,0.0",
+            "256,1,1280,8192,torch.int8,3,0,10.0,k9,1.0,5.5,0.0",
+        ],
+    )
+    b = _write_csv(
+        tmp_path / "b.csv",
+        [
+            head + ",_tag",
+            "80,1,1280,8192,torch.int8,7,0,11.25,k2,2.0,600,0.0,",
+            "80,2,1280,8192,torch.int8,7,0,99.0,k2,2.0,600,0.0,",
+            "80,2,1280,8192,torch.int8,8,0,5.0,k3,2.0,600,0.0,ds",
+            "80,4,64,64,torch.int8,1,1,1.5,k4,0.1,1,0.0,",
+        ],
+    )
     env = {"AITER_CONFIG_GEMM_A8W8": f"{a}:{b}:{tmp_path / 'absent.csv'}"}
     oracle = run_oracle(tree33, env)
     assert entry_diffs(tree33, oracle, env) == []
     diffs, merged = config_diffs(tree33, oracle, env)
     assert diffs == [] and merged == 6
     tree = open_tree(tree33)
-    plan = make_plan(parse('[[modules]]\nname = "module_gemm_a8w8"\n', "m.toml"), tree, archs=ARCHS, env=env,
-                     hip_version=HIP)
+    plan = make_plan(
+        parse('[[modules]]\nname = "module_gemm_a8w8"\n', "m.toml"), tree, archs=ARCHS, env=env, hip_version=HIP
+    )
     (cfg,) = plan.modules[0].configs
     assert cfg.sources == (a, b, str(tmp_path / "absent.csv"))
     assert any("absent.csv does not exist" in w for w in plan.warnings)
@@ -221,12 +256,12 @@ def test_single_env_path_is_used_as_is(tree33):
     assert not any(c.name == "a8w8_blockscale_tuned_gemm.csv" for c in space.merges.values())
 
 
-NEW_ENV = '''
+NEW_ENV = """
 AITER_CONFIG_QOLA_PROBE = os.getenv(
     "AITER_CONFIG_QOLA_PROBE",
     f"{AITER_ROOT_DIR}/aiter/configs/probe_tuned_gemm.csv",
 )
-'''
+"""
 NEW_PROP = '''
     @property
     def AITER_CONFIG_QOLA_PROBE_FILE(self):
@@ -249,15 +284,19 @@ def test_a_new_config_name_needs_no_qola_change(tmp_path):
     configs = root / "aiter/configs"
     _write_csv(configs / "probe_untuned_gemm.csv", ["M,N,K"])
     _write_csv(configs / "probe_tuned_gemm.csv", ["cu_num,M,N,K,us,kernel", "80,1,2,3,5.0,a", "80,1,2,4,6.0,b"])
-    _write_csv(configs / "model_configs/big_probe_tuned_gemm.csv",
-               ["cu_num,M,N,K,us,kernel", "80,1,2,3,4.0,c", "256,1,2,3,9.0,d"])
+    _write_csv(
+        configs / "model_configs/big_probe_tuned_gemm.csv",
+        ["cu_num,M,N,K,us,kernel", "80,1,2,3,4.0,c", "256,1,2,3,9.0,d"],
+    )
     _write_csv(configs / "model_configs/big_probe_untuned_gemm.csv", ["M,N,K"])  # "untuned": not merged
     table_path = root / "aiter/jit/optCompilerConfig.json"
     table = json.loads(table_path.read_text())
     table["module_probe"] = {
         "srcs": ["f'{AITER_CSRC_DIR}/pybind/aiter_enum_pybind.cu'"],
-        "blob_gen_cmd": ["f'{AITER_CSRC_DIR}/probe/gen.py --tune_file {AITER_CONFIGS.AITER_CONFIG_QOLA_PROBE_FILE} "
-                         "--working_path {{}}'"],
+        "blob_gen_cmd": [
+            "f'{AITER_CSRC_DIR}/probe/gen.py --tune_file {AITER_CONFIGS.AITER_CONFIG_QOLA_PROBE_FILE} "
+            "--working_path {{}}'"
+        ],
     }
     table_path.write_text(json.dumps(table, indent=4))
     oracle = run_oracle(root)
@@ -265,8 +304,9 @@ def test_a_new_config_name_needs_no_qola_change(tmp_path):
     assert entry_diffs(root, oracle, {}) == []
     diffs, merged = config_diffs(root, oracle, {})
     assert diffs == [] and merged == 6
-    plan = make_plan(parse('[[modules]]\nname = "module_probe"\n', "m.toml"), open_tree(root), archs=ARCHS,
-                     env={}, hip_version=HIP)
+    plan = make_plan(
+        parse('[[modules]]\nname = "module_probe"\n', "m.toml"), open_tree(root), archs=ARCHS, env={}, hip_version=HIP
+    )
     (cfg,) = plan.modules[0].configs
     assert cfg.name == "probe_tuned_gemm.csv" and len(cfg.sources) == 2
     assert render(merge(cfg)) == "cu_num,M,N,K,us,kernel\n80,1,2,3,4.0,c\n80,1,2,4,6.0,b\n256,1,2,3,9.0,d\n"
@@ -277,16 +317,21 @@ def test_cli_plans_the_whole_table(tree33, tmp_path):
     the tarball is no git checkout, so a pinned commit is a warning, not an error."""
     keys = list(load_table(open_tree(tree33)))
     listed = tmp_path / "all82.toml"
-    listed.write_text('[qola]\naiter_commit = "33f2e6af"\n[build]\narchitectures = ["gfx942", "gfx950"]\n'
-                      + "".join(f'[[modules]]\nname = "{k}"\n' for k in keys))
+    listed.write_text(
+        '[qola]\naiter_commit = "33f2e6af"\n[build]\narchitectures = ["gfx942", "gfx950"]\n'
+        + "".join(f'[[modules]]\nname = "{k}"\n' for k in keys)
+    )
     proc = run_qola("plan", "--manifest", str(listed), "--aiter-root", str(tree33), "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "not a git checkout" in proc.stderr
     data = json.loads(proc.stdout)
     assert [m["name"] for m in data["modules"]] == keys
     merged = {c["name"] for m in data["modules"] for c in m["configs"]}
-    assert merged == {"a8w8_blockscale_tuned_gemm.csv", "a8w8_bpreshuffle_tuned_gemm.csv",
-                      "a8w8_blockscale_bpreshuffle_tuned_gemm.csv"}
+    assert merged == {
+        "a8w8_blockscale_tuned_gemm.csv",
+        "a8w8_bpreshuffle_tuned_gemm.csv",
+        "a8w8_blockscale_bpreshuffle_tuned_gemm.csv",
+    }
     everything = tmp_path / "all.toml"
     everything.write_text('[build]\narchitectures = ["gfx950"]\n')
     proc = run_qola("plan", "--manifest", str(everything), "--aiter-root", str(tree33), "--json")

@@ -1,6 +1,6 @@
 """The build engine on the example tree: real compiles with nvcc (sm_90) and hipcc (gfx90a).
 
-Most tests call the library's pipeline (:func:`qola.pipeline.build`) directly; those about the
+Most tests call the library's pipeline (:func:`qola.pipeline.run.build`) directly; those about the
 command line itself (the no-op fast path keyed on argv, a SIGKILL mid-build, exit codes and what
 the user reads) run ``qola build`` in a subprocess."""
 
@@ -17,12 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import KERNELS, run_qola, wait_for
 
-from qola import pipeline
-from qola.errors import QolaError
-from qola.pipeline import BuildSpec
+from qola.core.errors import QolaError
+from qola.pipeline import run as pipeline
+from qola.pipeline.run import BuildSpec
 
 pytestmark = pytest.mark.slow
 
@@ -146,8 +145,10 @@ def test_failing_generator_is_a_clear_error(tmp_path):
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     (tree / "csrc" / "gen_fail.py").write_text("import sys\nprint('cannot generate: no recipe')\nsys.exit(3)\n")
-    extra = ('\n[[modules]]\nname = "module_gen"\nsrcs = []\nblob_gen_cmd = ["csrc/gen_fail.py --output_dir {}"]\n'
-             'is_python_module = false\n')
+    extra = (
+        '\n[[modules]]\nname = "module_gen"\nsrcs = []\nblob_gen_cmd = ["csrc/gen_fail.py --output_dir {}"]\n'
+        "is_python_module = false\n"
+    )
     m = manifest(tmp_path / "q.toml", ["sm_90"], modules=(), extra=extra)
     out = tmp_path / "out"
     report = pipeline.build(BuildSpec(manifest=str(m), aiter_root=str(tree), output_dir=str(out)))
@@ -171,11 +172,29 @@ def test_sigkill_then_rebuild_never_shows_corrupt_output(tmp_path):
     # a launcher that marks and stalls each compile, so the kill lands mid-compile every time
     slow = tmp_path / "slow-launcher"
     compiling = tmp_path / "compiling"
-    slow.write_text(f"#!/bin/sh\ntouch {compiling}\nsleep 600\nexec \"$@\"\n")
+    slow.write_text(f'#!/bin/sh\ntouch {compiling}\nsleep 600\nexec "$@"\n')
     slow.chmod(0o755)
-    proc = subprocess.Popen([sys.executable, "-m", "qola", "build", "--manifest", str(m), "--aiter-root", str(tree),
-                             "-o", str(out), "-j", "2", "--launcher", str(slow)], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "qola",
+            "build",
+            "--manifest",
+            str(m),
+            "--aiter-root",
+            str(tree),
+            "-o",
+            str(out),
+            "-j",
+            "2",
+            "--launcher",
+            str(slow),
+        ],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     assert wait_for(lambda: compiling.exists() or proc.poll() is not None, 300), "no compile started"
     assert proc.poll() is None, "the build ended before a compile began"
     os.killpg(proc.pid, signal.SIGKILL)
@@ -206,8 +225,10 @@ def test_hip_build_gfx90a(tmp_path):
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     # the attention module narrowed to 2 of its 49 instances (the CUDA build above compiles them all)
-    attn = ('\n[[modules]]\nname = "module_attn_fwd"\nblob_gen_cmd = ["csrc/attn/generate.py -d fwd '
-            '--filter attn_fwd_d64_fp16_batch*_nmask_* --output_dir {}"]\n')
+    attn = (
+        '\n[[modules]]\nname = "module_attn_fwd"\nblob_gen_cmd = ["csrc/attn/generate.py -d fwd '
+        '--filter attn_fwd_d64_fp16_batch*_nmask_* --output_dir {}"]\n'
+    )
     m = manifest(tmp_path / "q.toml", ["gfx90a"], modules=PLAIN, extra=attn)
     out = tmp_path / "out"
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
@@ -233,8 +254,10 @@ def test_torch_extension_without_torch_is_a_clear_error(tmp_path):
 
     if importlib.util.find_spec("torch") is not None:
         pytest.skip("torch is installed here (the GPU test covers the torch extension build)")
-    extra = ('\n[[modules]]\nname = "module_needs_torch"\nsrcs = ["csrc/kernels/softmax.cu"]\n'
-             'torch_exclude = false\nis_python_module = true\n')
+    extra = (
+        '\n[[modules]]\nname = "module_needs_torch"\nsrcs = ["csrc/kernels/softmax.cu"]\n'
+        "torch_exclude = false\nis_python_module = true\n"
+    )
     m = manifest(tmp_path / "q.toml", ["sm_90"], modules=(), extra=extra)
     with pytest.raises(QolaError) as info:
         build(m, KERNELS, tmp_path / "out")

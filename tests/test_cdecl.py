@@ -1,4 +1,4 @@
-"""The declaration reader (qola.cdecl) and the API qola generates from it (qola.itfs): host-side,
+"""The declaration reader (qola.plan.cdecl) and the API qola generates from it (qola.plan.itfs): host-side,
 no compiler. The compiled outcome is tests/test_itfs_api.py's."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from qola import cdecl, itfs, registry
-from qola.cdecl import Decl, DeclError, Param
-from qola.errors import QolaError
+from qola.core.errors import QolaError
+from qola.plan import cdecl, itfs, registry
+from qola.plan.cdecl import Decl, DeclError, Param
 
 OLD = """#pragma once
 #include "fmha_fwd.hpp"
@@ -66,7 +66,10 @@ def test_new_generation_unnamed_parameters_and_include_conditions():
     h = cdecl.parse(NEW)
     (d,) = h.named("mha_bwd")
     assert d.params == (Param("mha_bwd_args"), Param("const ck_tile::stream_config&"))
-    assert [(i.target, i.conditions) for i in h.includes] == [("aiter_hip_common.h", ()), ("fmha_bwd.hpp", ("ENABLE_CK",))]
+    assert [(i.target, i.conditions) for i in h.includes] == [
+        ("aiter_hip_common.h", ()),
+        ("fmha_bwd.hpp", ("ENABLE_CK",)),
+    ]
     assert [x.name for x in h.decls] == ["mha_bwd", "fmha_v3_bwd"]  # not the struct member, not the comment
 
 
@@ -90,8 +93,10 @@ extern "C" int g(void);
 """
     h = cdecl.parse(text)
     assert [(tuple(p.type for p in d.params), d.conditions) for d in h.named("f")] == [
-        (("int",), ("defined(HAVE_A)",)), (("long",), ("!(defined(HAVE_A)) && (B > 1)",)),
-        (("short",), ("!(defined(HAVE_A)) && !(B > 1)",))]
+        (("int",), ("defined(HAVE_A)",)),
+        (("long",), ("!(defined(HAVE_A)) && (B > 1)",)),
+        (("short",), ("!(defined(HAVE_A)) && !(B > 1)",)),
+    ]
     (g,) = h.named("g")
     assert (g.linkage, g.params, g.conditions) == ("C", (), ("!X",))
 
@@ -126,7 +131,8 @@ int c_entry(void* p, struct desc* d);
         ("int&&", "token", "0"),
         ("mode", "md", "mode::fast"),
         ("unsigned", "n", "sizeof(int)*2"),
-        ("const volatile unsigned long long*", "p", "NULL")]
+        ("const volatile unsigned long long*", "p", "NULL"),
+    ]
     assert "int(*cb)(const char* name) = nullptr" in f.signature()
     assert one(text, "h").returns == "std::vector<int>"
     assert one(text, "defined_here").params == (Param("int", "v"),)
@@ -164,7 +170,8 @@ def test_decl_json_round_trip():
     assert Decl.from_json(json.loads(json.dumps(d.to_json()))) == d
 
 
-# -- qola.itfs ----------------------------------------------------------------------------------
+# -- qola.plan.itfs ----------------------------------------------------------------------------------
+
 
 def tree(tmp: Path, mha_bwd_h: str, fmha_bwd_hpp: str | None) -> Path:
     meta = tmp / "meta"
@@ -179,8 +186,17 @@ def tree(tmp: Path, mha_bwd_h: str, fmha_bwd_hpp: str | None) -> Path:
 
 def resolve_bwd(meta: Path, notes: list[str]) -> itfs.Api:
     r = registry.entry("libmha_bwd")
-    return itfs.resolve("libmha_bwd", meta, [str(meta / "csrc" / "include"), str(meta / "ck")], r.api_header,
-                        r.exports, r.public_header, r.provides, r.api_includes, notes)
+    return itfs.resolve(
+        "libmha_bwd",
+        meta,
+        [str(meta / "csrc" / "include"), str(meta / "ck")],
+        r.api_header,
+        r.exports,
+        r.public_header,
+        r.provides,
+        r.api_includes,
+        notes,
+    )
 
 
 def test_registry_names_the_api_by_tree_header():
@@ -198,8 +214,10 @@ def test_workspace_size_provided_where_ck_has_it(tmp_path):
     (ws,) = api.provided
     assert ws.conditions == ("ENABLE_CK",)  # as mha_bwd.h includes fmha_bwd.hpp
     header = itfs.render_header(api, "te", "libmha_bwd", api.header)
-    assert "#if ENABLE_CK\nQOLA_NS_BEGIN\nQOLA_VISIBLE size_t mha_bwd_workspace_size(const ::fmha_bwd_traits& traits);" \
+    assert (
+        "#if ENABLE_CK\nQOLA_NS_BEGIN\nQOLA_VISIBLE size_t mha_bwd_workspace_size(const ::fmha_bwd_traits& traits);"
         in header
+    )
     wrapper = itfs.render_wrapper(api, "te", "libmha_bwd")
     assert "return ::fmha_bwd_launcher(traits).workspace_size;" in wrapper
     assert "return ::aiter::mha_bwd(" in wrapper
@@ -216,7 +234,9 @@ def test_unreadable_api_is_an_error_naming_header_and_function(tmp_path):
     with pytest.raises(QolaError, match=r"mha_bwd\.h: no declaration of a function 'mha_bwd'"):
         resolve_bwd(meta, [])
     (meta / "csrc" / "include" / "mha_bwd.h").unlink()
-    with pytest.raises(QolaError, match=r"cannot read .*mha_bwd\.h, the header that declares its C\+\+ API \(mha_bwd\)"):
+    with pytest.raises(
+        QolaError, match=r"cannot read .*mha_bwd\.h, the header that declares its C\+\+ API \(mha_bwd\)"
+    ):
         resolve_bwd(meta, [])
 
 
@@ -255,8 +275,11 @@ def test_torch_api_is_refused_naming_the_declaration(tmp_path):
     meta = tmp_path / "meta"
     (meta / "inc").mkdir(parents=True)
     (meta / "inc" / "g.h").write_text("torch::Tensor gemm(torch::Tensor& A, int splitK);\n")
-    with pytest.raises(QolaError, match=r"g\.h:1: torch::Tensor gemm\(torch::Tensor& A, int splitK\) takes or "
-                                        "returns PyTorch types"):
+    with pytest.raises(
+        QolaError,
+        match=r"g\.h:1: torch::Tensor gemm\(torch::Tensor& A, int splitK\) takes or "
+        "returns PyTorch types",
+    ):
         itfs.resolve("m", meta, [], "inc/g.h", ["gemm"], "qola_g.h")
 
 

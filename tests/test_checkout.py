@@ -11,28 +11,41 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import run_qola
 
 pytestmark = pytest.mark.skipif(not shutil.which("git"), reason="needs git")
 
 # git refuses file:// submodules unless told (protocol.file.allow): the test's mirror is local
-GIT_ENV = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "protocol.file.allow", "GIT_CONFIG_VALUE_0": "always",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+GIT_ENV = {
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "protocol.file.allow",
+    "GIT_CONFIG_VALUE_0": "always",
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@t",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@t",
+}
 LOCK = ".aiter.qola-checkout.lock"  # beside the tree (one checkout of it at a time); it stays, as qola's build locks do
 LINES = "".join(f"line {i}\n" for i in range(1, 21))
 
 
 def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-c", "commit.gpgsign=false", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, **GIT_ENV})
+    done = subprocess.run(
+        ["git", "-c", "commit.gpgsign=false", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV},
+    )
     assert done.returncode == 0, f"git {args}: {done.stderr}"
     return done.stdout.strip()
 
 
 def patch(path: Path, file: str, old: str, new: str, line: int) -> Path:
-    path.write_text(f"diff --git a/{file} b/{file}\n--- a/{file}\n+++ b/{file}\n"
-                    f"@@ -{line},3 +{line},3 @@\n line {line}\n-{old}\n+{new}\n line {line + 2}\n")
+    path.write_text(
+        f"diff --git a/{file} b/{file}\n--- a/{file}\n+++ b/{file}\n"
+        f"@@ -{line},3 +{line},3 @@\n line {line}\n-{old}\n+{new}\n line {line + 2}\n"
+    )
     return path
 
 
@@ -71,10 +84,12 @@ def patches(tmp_path):
     (d / "0002-ck.patch").write_text(
         "diff --git a/3rdparty/composable_kernel/include/ck.h b/3rdparty/composable_kernel/include/ck.h\n"
         "--- a/3rdparty/composable_kernel/include/ck.h\n+++ b/3rdparty/composable_kernel/include/ck.h\n"
-        "@@ -1 +1 @@\n-ck v1\n+ck v1 patched\n")
+        "@@ -1 +1 @@\n-ck v1\n+ck v1 patched\n"
+    )
     (d / "0003-new.patch").write_text(
         "diff --git a/aiter/new.txt b/aiter/new.txt\nnew file mode 100644\n--- /dev/null\n+++ b/aiter/new.txt\n"
-        "@@ -0,0 +1 @@\n+added by a patch\n")
+        "@@ -0,0 +1 @@\n+added by a patch\n"
+    )
     (d / "README").write_text("not a patch: ignored\n")
     return d
 
@@ -95,8 +110,11 @@ def manifest(tmp_path: Path, commit: str, patches_dir: Path | None = None, url: 
 
 
 def tree_files(root: Path) -> dict[str, tuple[str, int]]:
-    return {str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-            for p in sorted(root.rglob("*")) if p.is_file() and ".git" not in p.relative_to(root).parts}
+    return {
+        str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
 
 
 def test_clone_pin_submodule_and_patches(tmp_path, mirror, patches):
@@ -128,8 +146,12 @@ def test_clone_pin_submodule_and_patches(tmp_path, mirror, patches):
 def test_conflict_leaves_the_tree_exactly_as_it_was(tmp_path, mirror, patches):
     bare, first, second = mirror
     root = tmp_path / "aiter"
-    assert checkout("--aiter-root", str(root), "--aiter-commit", first, "--aiter-url", str(bare),
-                    "--patches-dir", str(patches)).returncode == 0
+    assert (
+        checkout(
+            "--aiter-root", str(root), "--aiter-commit", first, "--aiter-url", str(bare), "--patches-dir", str(patches)
+        ).returncode
+        == 0
+    )
     before, head = tree_files(root), git(root, "rev-parse", "HEAD")
     # the next set: a good patch, then one whose context is not in commit 2
     bad = tmp_path / "bad"
@@ -155,8 +177,9 @@ def test_a_failed_fresh_clone_leaves_nothing(tmp_path, mirror):
     bad.mkdir()
     patch(bad / "0001-bad.patch", "aiter/x.py", "nope", "x", 3)
     root = tmp_path / "third_party" / "aiter"
-    proc = checkout("--aiter-root", str(root), "--aiter-commit", first, "--aiter-url", str(bare),
-                    "--patches-dir", str(bad))
+    proc = checkout(
+        "--aiter-root", str(root), "--aiter-commit", first, "--aiter-url", str(bare), "--patches-dir", str(bad)
+    )
     assert proc.returncode == 2 and "0001-bad.patch does not apply" in proc.stderr, proc.stderr
     assert not root.exists() and [p.name for p in (tmp_path / "third_party").iterdir()] == [LOCK]
 
@@ -208,7 +231,9 @@ def test_refusals(tmp_path, mirror):
     for bad, needle in (("-x", "--aiter-commit"), ("a..b", "--aiter-commit")):
         proc = checkout("--aiter-root", str(tmp_path / "t"), f"--aiter-commit={bad}")
         assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
-    proc = checkout("--aiter-root", str(tmp_path / "t"), "--aiter-commit", first, "--patches-dir", str(tmp_path / "nope"))
+    proc = checkout(
+        "--aiter-root", str(tmp_path / "t"), "--aiter-commit", first, "--patches-dir", str(tmp_path / "nope")
+    )
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     proc = checkout("--aiter-root", str(tmp_path / "t"))
     assert proc.returncode == 2 and "no commit to clone" in proc.stderr

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cmake_clients import mirror_tree, plain_checkout, sh
 from conftest import KERNELS
 from test_cmake_clients import MANIFEST
@@ -53,9 +52,29 @@ def test_ckjit_call_form_uses_the_interceptor(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HIPCC", "ROCM_HOME", "HIP_PATH")}
     env.update(ROCM_PATH=str(rocm), HIP_PLATFORM="amd")
     out = tmp_path / "jit" / "qola"
-    proc = subprocess.run([sys.executable, "-m", "qola.cli", "build", "--manifest", str(m), "--aiter-root", str(tree),
-                           "--output-dir", str(out), "--arch", "gfx90a", "--skip-checkout", "-j", "2"],
-                          cwd=qola_dir, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "qola.cli",
+            "build",
+            "--manifest",
+            str(m),
+            "--aiter-root",
+            str(tree),
+            "--output-dir",
+            str(out),
+            "--arch",
+            "gfx90a",
+            "--skip-checkout",
+            "-j",
+            "2",
+        ],
+        cwd=qola_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((out / "manifest.json").read_text())
     assert data["toolchain"]["kind"] == "hip" and data["archs"] == ["gfx90a"]

@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import KERNELS, REPO, run_qola
 from test_harden_build import make_tree
+
 from qola import cli
-from qola.rules import split_list
+from qola.core.rules import split_list
 
 EX = REPO / "examples"
 MODULE = '[[modules]]\nname = "module_tiny"\nsrcs = ["csrc/tiny/tiny.cu"]\nis_python_module = false\n'
@@ -49,8 +49,7 @@ def qola_cli(*args: str, cwd: Path | None = None, env: dict | None = None, pytho
     full = no_pythonpath(**GIT_ENV, **(env or {}))
     if pythonpath is not None:
         full["PYTHONPATH"] = str(pythonpath)
-    return subprocess.run([sys.executable, "-m", "qola.cli", *args], cwd=cwd, env=full, capture_output=True,
-                          text=True)
+    return subprocess.run([sys.executable, "-m", "qola.cli", *args], cwd=cwd, env=full, capture_output=True, text=True)
 
 
 # ---- importable from a plain checkout, one line for a missing dependency ------------------------------
@@ -60,13 +59,21 @@ def test_plain_checkout_runs_from_pythonpath_and_from_cwd(tmp_path):
     checkout = copy_checkout(tmp_path / "QoLA")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    for cwd, env in ((elsewhere, no_pythonpath(PYTHONPATH=str(checkout))),  # TE's CMake
-                     (checkout, no_pythonpath())):  # ck-jit: cwd=<checkout>, no PYTHONPATH
-        proc = subprocess.run([sys.executable, "-m", "qola.cli", "--version"], cwd=cwd, env=env,
-                              capture_output=True, text=True)
+    for cwd, env in (
+        (elsewhere, no_pythonpath(PYTHONPATH=str(checkout))),  # TE's CMake
+        (checkout, no_pythonpath()),
+    ):  # ck-jit: cwd=<checkout>, no PYTHONPATH
+        proc = subprocess.run(
+            [sys.executable, "-m", "qola.cli", "--version"], cwd=cwd, env=env, capture_output=True, text=True
+        )
         assert proc.returncode == 0 and proc.stdout.strip() == "qola 0.1.0+copy", proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "qola.cli", "plan", "-m", str(EX / "quickstart.toml"), "-a",
-                           str(KERNELS), "--json"], cwd=checkout, env=no_pythonpath(), capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "qola.cli", "plan", "-m", str(EX / "quickstart.toml"), "-a", str(KERNELS), "--json"],
+        cwd=checkout,
+        env=no_pythonpath(),
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0 and json.loads(proc.stdout)["namespace"] == "qk", proc.stderr
 
 
@@ -75,8 +82,13 @@ def test_missing_dependency_is_one_line(tmp_path):
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'pydantic'\", name='pydantic')\n")
     env = no_pythonpath(PYTHONPATH=f"{tmp_path / 'shadow'}{os.pathsep}{REPO}")
-    proc = subprocess.run([sys.executable, "-m", "qola.cli", "plan", "-m", str(EX / "quickstart.toml"), "-a",
-                           str(KERNELS)], env=env, capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "qola.cli", "plan", "-m", str(EX / "quickstart.toml"), "-a", str(KERNELS)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "'pydantic'" in lines[0] and "-m pip install 'pydantic>=2.5'" in lines[0]
@@ -113,10 +125,12 @@ def test_semicolon_lists_for_arch_and_gpu_archs(tmp_path):
 
 def test_groups_select_modules(tmp_path):
     m = tmp_path / "q.toml"
-    m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
-                 '[[modules]]\nname = "module_rmsnorm"\ngroup = "norm"\n'
-                 '[[modules]]\nname = "module_softmax"\ngroup = "soft"\n'
-                 '[[modules]]\nname = "module_attn_fwd"\n')
+    m.write_text(
+        '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
+        '[[modules]]\nname = "module_rmsnorm"\ngroup = "norm"\n'
+        '[[modules]]\nname = "module_softmax"\ngroup = "soft"\n'
+        '[[modules]]\nname = "module_attn_fwd"\n'
+    )
     base = ("-m", str(m), "-a", str(KERNELS))
 
     def names(*args: str, env: dict | None = None) -> list[str]:
@@ -124,8 +138,11 @@ def test_groups_select_modules(tmp_path):
 
     assert names() == ["module_rmsnorm", "module_softmax", "module_attn_fwd"]  # no selection: every module
     assert names("--group", "norm") == ["module_rmsnorm"]  # ungrouped modules left out while selecting
-    assert names("--group", "norm;soft") == names("--group", "soft", "--group", "norm") == [
-        "module_rmsnorm", "module_softmax"]
+    assert (
+        names("--group", "norm;soft")
+        == names("--group", "soft", "--group", "norm")
+        == ["module_rmsnorm", "module_softmax"]
+    )
     assert names(env={"QOLA_BUILD_GROUPS": "soft"}) == ["module_softmax"]
     assert names("--group", "norm", env={"QOLA_BUILD_GROUPS": "soft"}) == ["module_rmsnorm"]  # the flag wins
     proc = run_qola("plan", *base, "--group", "norm;attn")
@@ -176,13 +193,15 @@ def test_rocm_versions_is_recorded_not_enforced(tmp_path):
     from qola.toolchain.hip import find_hip
 
     hipcc = fake_hipcc(tmp_path / "hipcc", "6.4.43484")
-    tc = find_hip(["gfx942"], env={**os.environ, "HIPCC": str(hipcc)}, accepted_versions=["7.2"],
-                  cache_dir=tmp_path / "probes")
+    tc = find_hip(
+        ["gfx942"], env={**os.environ, "HIPCC": str(hipcc)}, accepted_versions=["7.2"], cache_dir=tmp_path / "probes"
+    )
     check = tc.version_check
     assert check["status"] == "mismatch" and check["accepted"] == ["7.2"] and check["found"]["hip"] == "6.4.43484"
     assert "accepts only ['7.2']" in check["message"] and "recorded in manifest.json" in check["message"]
-    ok = find_hip(["gfx942"], env={**os.environ, "HIPCC": str(hipcc)}, accepted_versions=["6.4"],
-                  cache_dir=tmp_path / "probes")
+    ok = find_hip(
+        ["gfx942"], env={**os.environ, "HIPCC": str(hipcc)}, accepted_versions=["6.4"], cache_dir=tmp_path / "probes"
+    )
     assert ok.version_check["status"] == "match" and "message" not in ok.version_check
 
 
@@ -201,10 +220,27 @@ def test_ck_jit_call_form(tmp_path):
     m = tmp_path / "te.toml"
     m.write_text(f'[qola]\nnamespace = "te"\nrocm_versions = ["7.2"]\n{MODULE}')
     out = tmp_path / "qola-out"
-    proc = qola_cli("build", "--manifest", str(m), "--aiter-root", str(tree), "--output-dir", str(out),
-                    "--arch", "gfx90a", "--skip-checkout", cwd=checkout, pythonpath=None,
-                    env={"ROCM_PATH": str(fake.parent.parent), "ROCM_HOME": "", "GPU_ARCHS": "gfx90a", "HIPCC": "",
-                         "PATH": f"{Path(real).parent}{os.pathsep}{os.environ['PATH']}"})
+    proc = qola_cli(
+        "build",
+        "--manifest",
+        str(m),
+        "--aiter-root",
+        str(tree),
+        "--output-dir",
+        str(out),
+        "--arch",
+        "gfx90a",
+        "--skip-checkout",
+        cwd=checkout,
+        pythonpath=None,
+        env={
+            "ROCM_PATH": str(fake.parent.parent),
+            "ROCM_HOME": "",
+            "GPU_ARCHS": "gfx90a",
+            "HIPCC": "",
+            "PATH": f"{Path(real).parent}{os.pathsep}{os.environ['PATH']}",
+        },
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((out / "manifest.json").read_text())
     assert data["qola_version"] == "0.1.0+copy" and data["toolchain"]["compiler"] == str(fake)

@@ -12,13 +12,22 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from cmake_clients import (ADD_MODULES_CMAKE, TE_CMAKE, cmake, mirror_tree, plain_checkout, project, read_vars,
-                           regular_tree)
+from cmake_clients import (
+    ADD_MODULES_CMAKE,
+    TE_CMAKE,
+    cmake,
+    mirror_tree,
+    plain_checkout,
+    project,
+    read_vars,
+    regular_tree,
+)
 from conftest import KERNELS, REPO, run_qola
 
-pytestmark = [pytest.mark.skipif(not shutil.which("cmake"), reason="needs cmake"),
-              pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc (the example tree for CUDA)")]
+pytestmark = [
+    pytest.mark.skipif(not shutil.which("cmake"), reason="needs cmake"),
+    pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc (the example tree for CUDA)"),
+]
 
 ARCHS = "sm_80;sm_90"  # the manifest says sm_90: the result proves the ;-list reached the build
 NS, GROUP, LIB = "qk", "attn", "qk_libattn_fwd.so"
@@ -89,15 +98,25 @@ def test_transformer_engine_call_form(mirror, manifest, tmp_path):
     """TE's CMakeLists.txt as TE runs it, against a plain qola checkout at 3rdparty/QoLA."""
     qola_dir = plain_checkout(tmp_path)
     src = project(tmp_path / "te", TE_CMAKE, SOURCES)
-    defs = {"QOLA_DIR": str(qola_dir), "QOLA_MANIFEST": str(manifest), "ARCHS": ARCHS,
-            "QOLA_TEST_ARGS": BUILD_ARGS, "QOLA_LINK": f"-l:{LIB}", "QOLA_LIB_FILES": LIB,
-            "CMAKE_INSTALL_PREFIX": str(tmp_path / "prefix")}
+    defs = {
+        "QOLA_DIR": str(qola_dir),
+        "QOLA_MANIFEST": str(manifest),
+        "ARCHS": ARCHS,
+        "QOLA_TEST_ARGS": BUILD_ARGS,
+        "QOLA_LINK": f"-l:{LIB}",
+        "QOLA_LIB_FILES": LIB,
+        "CMAKE_INSTALL_PREFIX": str(tmp_path / "prefix"),
+    }
     cfg = cmake(src, tmp_path / "bld", defs, mirror.env)
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
 
     tree, out = qola_dir / "build" / "third_party" / "aiter", qola_dir / "build"
-    assert subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip() == mirror.commit  # cloned from the mirror, pinned commit
+    assert (
+        subprocess.run(
+            ["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == mirror.commit
+    )  # cloned from the mirror, pinned commit
     data = json.loads((out / "manifest.json").read_text())
     assert data["archs"] == ["sm_80", "sm_90"]
     assert [m["name"] for m in data["modules"] if m["status"] == "built"] == ["libattn_fwd"]
@@ -113,8 +132,9 @@ def test_transformer_engine_call_form(mirror, manifest, tmp_path):
     subprocess.run(["cmake", "--install", str(tmp_path / "bld")], capture_output=True, check=True)
     prefix_lib = tmp_path / "prefix" / "lib"
     assert ran(prefix_lib / "app")  # $ORIGIN: the installed copy of the library, next to it
-    needed = subprocess.run(["readelf", "-d", str(prefix_lib / "libfused_attn.so")], capture_output=True,
-                            text=True, check=True).stdout
+    needed = subprocess.run(
+        ["readelf", "-d", str(prefix_lib / "libfused_attn.so")], capture_output=True, text=True, check=True
+    ).stdout
     assert f"[{LIB}]" in needed  # -l:<file> and the soname: DT_NEEDED is the bare file name
 
     # a second configure (TE reconfigures): the checkout is kept, the build is a no-op, same bytes
@@ -129,13 +149,25 @@ def test_qola_add_modules(mirror, manifest, tmp_path):
     in QoLA's OUT_* variables (and qola's OUT_TARGETS); both link forms give a working program."""
     src = project(tmp_path / "proj", ADD_MODULES_CMAKE, SOURCES)
     out = tmp_path / "bld" / "qola"
-    defs = {"QOLA_DIR": str(REPO), "QOLA_MANIFEST": str(manifest), "QOLA_OUT": str(out), "QOLA_GROUP": GROUP,
-            "ARCHS": ARCHS, "QOLA_BUILD_ARGS": BUILD_ARGS}
+    defs = {
+        "QOLA_DIR": str(REPO),
+        "QOLA_MANIFEST": str(manifest),
+        "QOLA_OUT": str(out),
+        "QOLA_GROUP": GROUP,
+        "ARCHS": ARCHS,
+        "QOLA_BUILD_ARGS": BUILD_ARGS,
+    }
     cfg = cmake(src, tmp_path / "bld", defs, mirror.env)
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
     got = read_vars(tmp_path / "bld")
-    assert got == {"include": f"{out}/include", "lib": f"{out}/lib", "libs": LIB, "configs": f"{out}/configs",
-                   "tree": f"{out}/third_party/aiter", "targets": f"qola::{NS}::libattn_fwd"}
+    assert got == {
+        "include": f"{out}/include",
+        "lib": f"{out}/lib",
+        "libs": LIB,
+        "configs": f"{out}/configs",
+        "tree": f"{out}/third_party/aiter",
+        "targets": f"qola::{NS}::libattn_fwd",
+    }
     assert json.loads((out / "manifest.json").read_text())["archs"] == ["sm_80", "sm_90"]
     ran(tmp_path / "bld" / "app_files")
     ran(tmp_path / "bld" / "app_targets")
@@ -157,8 +189,12 @@ def test_qola_add_modules(mirror, manifest, tmp_path):
     key = json.loads((out / "manifest.json").read_text())["build_key"]
     out3 = tmp_path / "bld3" / "qola"
     defs3 = {**defs, "QOLA_OUT": str(out3)}
-    cfg = cmake(project(tmp_path / "proj3", ADD_MODULES_CMAKE, SOURCES), tmp_path / "bld3", defs3,
-                {**mirror.env, "QOLA_PREBUILT_DIR_ATTN": str(store)})
+    cfg = cmake(
+        project(tmp_path / "proj3", ADD_MODULES_CMAKE, SOURCES),
+        tmp_path / "bld3",
+        defs3,
+        {**mirror.env, "QOLA_PREBUILT_DIR_ATTN": str(store)},
+    )
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
     installed = json.loads((out3 / "manifest.json").read_text())
     assert installed["build_key"] == key
@@ -187,14 +223,23 @@ def test_two_phase_checkout_then_build(mirror, manifest, tmp_path):
     """QoLA's two-phase form: qola_checkout_aiter() with GROUPS, then qola_build_modules() with LIBS;
     NVTE_AITER_SOURCE_DIR (a tree the user chose) skips the checkout."""
     src = project(tmp_path / "proj", TWO_PHASE_CMAKE, SOURCES)
-    defs = {"QOLA_DIR": str(REPO), "QOLA_MANIFEST": str(manifest), "QOLA_GROUP": GROUP, "ARCHS": ARCHS,
-            "QOLA_BUILD_ARGS": BUILD_ARGS}
+    defs = {
+        "QOLA_DIR": str(REPO),
+        "QOLA_MANIFEST": str(manifest),
+        "QOLA_GROUP": GROUP,
+        "ARCHS": ARCHS,
+        "QOLA_BUILD_ARGS": BUILD_ARGS,
+    }
     cfg = cmake(src, tmp_path / "bld", defs, mirror.env)
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
     ran(tmp_path / "bld" / "app")
     # the same project against the user's own tree: nothing is checked out into bld2/tree
-    cfg = cmake(project(tmp_path / "proj2", TWO_PHASE_CMAKE, SOURCES), tmp_path / "bld2", defs,
-                {**mirror.env, "NVTE_AITER_SOURCE_DIR": str(tmp_path / "bld" / "tree")})
+    cfg = cmake(
+        project(tmp_path / "proj2", TWO_PHASE_CMAKE, SOURCES),
+        tmp_path / "bld2",
+        defs,
+        {**mirror.env, "NVTE_AITER_SOURCE_DIR": str(tmp_path / "bld" / "tree")},
+    )
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
     assert not (tmp_path / "bld2" / "tree").exists()
     ran(tmp_path / "bld2" / "app")
@@ -207,31 +252,50 @@ cmake_language(EVAL CODE "${CALL}")
 """
 
 
-@pytest.mark.parametrize(("call", "env", "message"), [
-    ("qola_add_modules(MANIFEST m.toml BUILD_DIR b)", {}, "qola_add_modules: GROUP is required"),
-    ("qola_add_modules(GROUP g BUILD_DIR b)", {}, "qola_add_modules: MANIFEST is required"),
-    ("qola_add_modules(GROUP g MANIFEST m.toml BUILD_DIR b BOGUS x)", {}, "unknown arguments BOGUS;x"),
-    ("qola_build_modules(GROUP g MANIFEST ${QOLA_MANIFEST} BUILD_DIR b)", {}, "AITER_DIR is required"),
-    ("qola_build_modules(GROUP g BUILD_DIR b AITER_DIR t LIBS x.so OUT_LIBS LIBS y.so)", {},
-     "qola_build_modules: OUT_LIBS is given without the name of a variable"),
-    ("qola_build_modules(GROUP g MANIFEST ${QOLA_MANIFEST} BUILD_DIR b AITER_DIR /nonexistent)", {},
-     "/nonexistent is not a kernel tree"),
-    ("qola_checkout_aiter(MANIFEST /nonexistent.toml DEFAULT_DIR d OUT_DIR v)", {}, "manifest not found"),
-    ("qola_checkout_aiter(MANIFEST ${QOLA_MANIFEST} OUT_DIR v)", {}, "AITER_DIR or DEFAULT_DIR"),
-    ("qola_add_modules(GROUP attn MANIFEST ${QOLA_MANIFEST} BUILD_DIR b)",
-     {"QOLA_PREBUILT_DIR_ATTN": "/nonexistent"}, "QOLA_PREBUILT_DIR_ATTN=/nonexistent is not a directory"),
-    ("qola_add_modules(GROUP attn MANIFEST ${QOLA_MANIFEST} BUILD_DIR b)",
-     {"QOLA_PREBUILT_DIR_ATTN": "relative/dir"}, "give an absolute path"),
-    ("qola_add_modules(GROUP attn MANIFEST ${QOLA_MANIFEST} BUILD_DIR b)",
-     {"QOLA_PREBUILT_DIR_ATTN": "@EMPTY@"}, "holds neither a finished output"),
-])
+@pytest.mark.parametrize(
+    ("call", "env", "message"),
+    [
+        ("qola_add_modules(MANIFEST m.toml BUILD_DIR b)", {}, "qola_add_modules: GROUP is required"),
+        ("qola_add_modules(GROUP g BUILD_DIR b)", {}, "qola_add_modules: MANIFEST is required"),
+        ("qola_add_modules(GROUP g MANIFEST m.toml BUILD_DIR b BOGUS x)", {}, "unknown arguments BOGUS;x"),
+        ("qola_build_modules(GROUP g MANIFEST ${QOLA_MANIFEST} BUILD_DIR b)", {}, "AITER_DIR is required"),
+        (
+            "qola_build_modules(GROUP g BUILD_DIR b AITER_DIR t LIBS x.so OUT_LIBS LIBS y.so)",
+            {},
+            "qola_build_modules: OUT_LIBS is given without the name of a variable",
+        ),
+        (
+            "qola_build_modules(GROUP g MANIFEST ${QOLA_MANIFEST} BUILD_DIR b AITER_DIR /nonexistent)",
+            {},
+            "/nonexistent is not a kernel tree",
+        ),
+        ("qola_checkout_aiter(MANIFEST /nonexistent.toml DEFAULT_DIR d OUT_DIR v)", {}, "manifest not found"),
+        ("qola_checkout_aiter(MANIFEST ${QOLA_MANIFEST} OUT_DIR v)", {}, "AITER_DIR or DEFAULT_DIR"),
+        (
+            "qola_add_modules(GROUP attn MANIFEST ${QOLA_MANIFEST} BUILD_DIR b)",
+            {"QOLA_PREBUILT_DIR_ATTN": "/nonexistent"},
+            "QOLA_PREBUILT_DIR_ATTN=/nonexistent is not a directory",
+        ),
+        (
+            "qola_add_modules(GROUP attn MANIFEST ${QOLA_MANIFEST} BUILD_DIR b)",
+            {"QOLA_PREBUILT_DIR_ATTN": "relative/dir"},
+            "give an absolute path",
+        ),
+        (
+            "qola_add_modules(GROUP attn MANIFEST ${QOLA_MANIFEST} BUILD_DIR b)",
+            {"QOLA_PREBUILT_DIR_ATTN": "@EMPTY@"},
+            "holds neither a finished output",
+        ),
+    ],
+)
 def test_mistakes_are_clear_fatal_errors(manifest, tmp_path, call, env, message):
     empty = tmp_path / "empty"
     empty.mkdir()
     env = {k: v.replace("@EMPTY@", str(empty)) for k, v in env.items()}
     src = project(tmp_path / "proj", ERRORS_CMAKE, {})
-    cfg = cmake(src, tmp_path / "bld", {"QOLA_DIR": str(REPO), "QOLA_MANIFEST": str(manifest), "CALL": call},
-                env, build=False)
+    cfg = cmake(
+        src, tmp_path / "bld", {"QOLA_DIR": str(REPO), "QOLA_MANIFEST": str(manifest), "CALL": call}, env, build=False
+    )
     assert cfg.returncode != 0
     assert message in " ".join(cfg.stderr.split()), cfg.stderr
     assert "[qola]" in cfg.stderr
@@ -240,8 +304,14 @@ def test_mistakes_are_clear_fatal_errors(manifest, tmp_path, call, env, message)
 def test_a_failing_qola_shows_its_message(mirror, manifest, tmp_path):
     """An unknown group: qola's refusal (exit 2) reaches the configure output whole."""
     src = project(tmp_path / "proj", ADD_MODULES_CMAKE, SOURCES)
-    defs = {"QOLA_DIR": str(REPO), "QOLA_MANIFEST": str(manifest), "QOLA_OUT": str(tmp_path / "o"),
-            "QOLA_GROUP": "atn", "ARCHS": ARCHS, "QOLA_BUILD_ARGS": BUILD_ARGS}
+    defs = {
+        "QOLA_DIR": str(REPO),
+        "QOLA_MANIFEST": str(manifest),
+        "QOLA_OUT": str(tmp_path / "o"),
+        "QOLA_GROUP": "atn",
+        "ARCHS": ARCHS,
+        "QOLA_BUILD_ARGS": BUILD_ARGS,
+    }
     cfg = cmake(src, tmp_path / "bld", defs, mirror.env, build=False)
     assert cfg.returncode != 0
     text = " ".join(cfg.stderr.split())
@@ -271,14 +341,20 @@ def test_two_groups_into_one_build_dir(mirror, tmp_path):
     m = tmp_path / "two.toml"
     m.write_text(MANIFEST.format(commit=mirror.commit) + '\n[[modules]]\nname = "module_softmax"\ngroup = "norm"\n')
     src = project(tmp_path / "proj", TWO_GROUPS_CMAKE, SOURCES)
-    cfg = cmake(src, tmp_path / "bld", {"QOLA_DIR": str(REPO), "QOLA_MANIFEST": str(m), "QOLA_BUILD_ARGS": BUILD_ARGS},
-                mirror.env)
+    cfg = cmake(
+        src,
+        tmp_path / "bld",
+        {"QOLA_DIR": str(REPO), "QOLA_MANIFEST": str(m), "QOLA_BUILD_ARGS": BUILD_ARGS},
+        mirror.env,
+    )
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
     out = tmp_path / "bld" / "qola"
     assert read_vars(tmp_path / "bld") == {"attn": LIB, "norm": f"{LIB};qk_module_softmax.so"}
     assert sorted(p.name for p in (out / "lib").glob("*.so")) == [LIB, "qk_module_softmax.so"]
     assert {m_["name"] for m_ in json.loads((out / "manifest.json").read_text())["modules"]} == {
-        "libattn_fwd", "module_softmax"}
+        "libattn_fwd",
+        "module_softmax",
+    }
     assert "building group(s) attn, norm" in cfg.stdout
     # ninja logs each build of an output: libattn_fwd's instance object was compiled once
     log = (tmp_path / "bld" / "qola.build" / ".ninja_log").read_text().splitlines()

@@ -6,11 +6,11 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from conftest import KERNELS
-from qola.codegen import GenJob, run_generators
-from qola.errors import FailedProcessError
-from qola.plan import Generator
+
+from qola.compile.codegen import GenJob, run_generators
+from qola.core.errors import FailedProcessError
+from qola.plan.planner import Generator
 
 GEN = Generator(f"{KERNELS}/csrc/attn/generate.py -d fwd --receipt 0 --output_dir {{}}", "fwd", "0")
 
@@ -46,9 +46,11 @@ def test_a_file_named_in_the_command_decides_a_rerun(tmp_path):
     """A tuned-config CSV passed by path (not through {qola_configs}) is hashed into the stamp: editing it
     reruns the generator, an untouched one still skips."""
     script = tmp_path / "gen.py"
-    script.write_text("import sys, pathlib\nsrc, out = sys.argv[1], sys.argv[2]\n"
-                      "rows = pathlib.Path(src).read_text().split()\n"
-                      "for r in rows:\n    (pathlib.Path(out) / f'k_{r}.cpp').write_text('int x;\\n')\n")
+    script.write_text(
+        "import sys, pathlib\nsrc, out = sys.argv[1], sys.argv[2]\n"
+        "rows = pathlib.Path(src).read_text().split()\n"
+        "for r in rows:\n    (pathlib.Path(out) / f'k_{r}.cpp').write_text('int x;\\n')\n"
+    )
     csv = tmp_path / "tuned.csv"
     csv.write_text("a\nb\n")
     gen = Generator(f"{script} {csv} {{}}", "csv")
@@ -66,9 +68,11 @@ def test_a_rerun_generator_keeps_unchanged_files_untouched(tmp_path):
     the same bytes leaves those files as they were (same inode and mtime: ninja recompiles nothing);
     a changed file is replaced, one no longer generated is removed, a new one appears."""
     script = tmp_path / "gen.py"
-    body = ("import pathlib, sys\nout = pathlib.Path(sys.argv[1])\n"
-            "for n in {names}:\n    (out / f'k_{{n}}.cpp').write_text('int k_' + n + ' = {value};\\n')\n"
-            "(out / 'sub').mkdir()\n(out / 'sub' / 'api.cpp').write_text('int api;\\n')\n")
+    body = (
+        "import pathlib, sys\nout = pathlib.Path(sys.argv[1])\n"
+        "for n in {names}:\n    (out / f'k_{{n}}.cpp').write_text('int k_' + n + ' = {value};\\n')\n"
+        "(out / 'sub').mkdir()\n(out / 'sub' / 'api.cpp').write_text('int api;\\n')\n"
+    )
     script.write_text(body.format(names="'abc'", value=1))
     gen = Generator(f"{script} {{}}", "k")
     env = {"PATH": "/usr/bin:/bin"}

@@ -12,11 +12,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from qola import consumers, link
-from qola.consumers import ConsumerModule
-from qola.errors import QolaError
 from test_link_audit import build_objects, link_shared, sh, write_includes
+
+from qola.compile import link
+from qola.core.errors import QolaError
+from qola.output import consumers
+from qola.output.consumers import ConsumerModule
 
 VERSION = "1.2.3"
 MAIN_C = r"""
@@ -48,8 +49,10 @@ def test_config_header():
 
 
 def test_render_cmake_and_pkgconfig():
-    mods = [ConsumerModule("libmha_fwd", "te_libmha_fwd.so", "shared", ["amdhip64"], ["/opt/rocm/lib"]),
-            ConsumerModule("libmha_bwd", "te_libmha_bwd.a", "static", ["amdhip64"], ["/opt/rocm/lib"])]
+    mods = [
+        ConsumerModule("libmha_fwd", "te_libmha_fwd.so", "shared", ["amdhip64"], ["/opt/rocm/lib"]),
+        ConsumerModule("libmha_bwd", "te_libmha_bwd.a", "static", ["amdhip64"], ["/opt/rocm/lib"]),
+    ]
     cm = consumers.render_cmake_config("te", mods, version="0.1.0")
     assert '"${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE' in cm
     assert "add_library(qola::te::libmha_fwd SHARED IMPORTED)" in cm
@@ -63,9 +66,13 @@ def test_render_cmake_and_pkgconfig():
     assert "-l:te_libmha_fwd.so" in libs and "-l:te_libmha_bwd.a" in libs and "-lamdhip64" in libs
     assert "-lstdc++" in libs and "-Wl,-rpath,${libdir}" in libs
     files = consumers.consumer_files("te", mods, "0.1.0")
-    assert set(files) == {"include/qola_common.h", "include/qola_config.h", "lib/pkgconfig/qola-te.pc",
-                          "share/cmake/qola-te/qola-te-config.cmake",
-                          "share/cmake/qola-te/qola-te-config-version.cmake"}
+    assert set(files) == {
+        "include/qola_common.h",
+        "include/qola_config.h",
+        "lib/pkgconfig/qola-te.pc",
+        "share/cmake/qola-te/qola-te-config.cmake",
+        "share/cmake/qola-te/qola-te-config-version.cmake",
+    }
     assert "QOLA_NS_BEGIN" in files["include/qola_common.h"]
     with pytest.raises(QolaError):
         ConsumerModule("x", "te_x.so", "dynamic")
@@ -109,8 +116,7 @@ def test_cmake_find_package(output_dir, tmp_path):
         src.mkdir()
         (src / "CMakeLists.txt").write_text(CMAKE_LISTS.replace("C CXX", langs))
         (src / "main.c").write_text(MAIN_C)
-        sh("cmake", "-S", src, "-B", build, f"-Dqola-te_DIR={out}/share/cmake/qola-te",
-           "-DCMAKE_BUILD_TYPE=Release")
+        sh("cmake", "-S", src, "-B", build, f"-Dqola-te_DIR={out}/share/cmake/qola-te", "-DCMAKE_BUILD_TYPE=Release")
         sh("cmake", "--build", build)
         assert sh(build / "consumer").split() == ["te", VERSION, "5"]
     # a version the package does not satisfy is refused
@@ -118,8 +124,11 @@ def test_cmake_find_package(output_dir, tmp_path):
     bad.mkdir()
     (bad / "CMakeLists.txt").write_text(CMAKE_LISTS.replace("qola-te 1.0", "qola-te 2.0"))
     (bad / "main.c").write_text(MAIN_C)
-    proc = subprocess.run(["cmake", "-S", str(bad), "-B", str(tmp_path / "bb"),
-                           f"-Dqola-te_DIR={out}/share/cmake/qola-te"], capture_output=True, text=True)
+    proc = subprocess.run(
+        ["cmake", "-S", str(bad), "-B", str(tmp_path / "bb"), f"-Dqola-te_DIR={out}/share/cmake/qola-te"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0 and "1.2.3" in proc.stderr
 
 
@@ -127,8 +136,9 @@ def test_cmake_find_package(output_dir, tmp_path):
 def test_pkg_config(output_dir, tmp_path):
     kind, out = output_dir
     env = {**os.environ, "PKG_CONFIG_PATH": str(out / "lib" / "pkgconfig")}
-    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "qola-te"], capture_output=True, text=True,
-                           env=env, check=True).stdout
+    flags = subprocess.run(
+        ["pkg-config", "--cflags", "--libs", "qola-te"], capture_output=True, text=True, env=env, check=True
+    ).stdout
     flags = shlex.split(flags)  # pkg-config escapes the space of "moved elsewhere" with a backslash
     assert f"-l:te_demo.{'so' if kind == 'shared' else 'a'}" in flags
     (tmp_path / "main.c").write_text(MAIN_C)

@@ -10,11 +10,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import KERNELS, run_qola
 from farm import dist_farm, redis, sccache, sccache_env, stats
 
-from qola.dist import Stats
+from qola.compile.dist import Stats
 
 SOFTMAX = '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["{arch}"]\n[[modules]]\nname = "module_softmax"\n'
 
@@ -28,8 +27,9 @@ def manifest(tmp: Path, arch: str = "sm_90", extra: str = "") -> Path:
 def libs(out: Path) -> dict[str, str]:
     """Every published library's sha256, by its path in OUT."""
     files = json.loads((out / "manifest.json").read_text())["files"]
-    return {rel: hashlib.sha256((out / rel).read_bytes()).hexdigest() for rel in sorted(files)
-            if rel.startswith("lib/")}
+    return {
+        rel: hashlib.sha256((out / rel).read_bytes()).hexdigest() for rel in sorted(files) if rel.startswith("lib/")
+    }
 
 
 def build(m: Path, out: Path, *args: str, env: dict | None = None, build_dir: Path | None = None):
@@ -41,9 +41,15 @@ def build(m: Path, out: Path, *args: str, env: dict | None = None, build_dir: Pa
 
 # -- sccache's statistics, as qola reads them ------------------------------------------------------
 
-SNAPSHOT = {"stats": {"compile_requests": 5, "cache_hits": {"counts": {"CUDA": 2}, "adv_counts": {}},
-                      "cache_misses": {"counts": {"CUDA": 1, "PTX": 3}, "adv_counts": {}},
-                      "dist_compiles": {"127.0.0.1:10501": 4}, "dist_errors": 1}}
+SNAPSHOT = {
+    "stats": {
+        "compile_requests": 5,
+        "cache_hits": {"counts": {"CUDA": 2}, "adv_counts": {}},
+        "cache_misses": {"counts": {"CUDA": 1, "PTX": 3}, "adv_counts": {}},
+        "dist_compiles": {"127.0.0.1:10501": 4},
+        "dist_errors": 1,
+    }
+}
 
 
 def test_stats_difference_counts_this_build_only():
@@ -80,8 +86,10 @@ def test_dist_with_another_launcher_is_refused(tmp_path):
 def test_dist_with_a_scheduler_that_does_not_answer_compiles_locally(tmp_path):
     from farm import free_port
 
-    env = sccache_env(tmp_path / "sc", f'[dist]\nscheduler_url = "http://127.0.0.1:{free_port()}"\n'
-                      '[dist.auth]\ntype = "token"\ntoken = "t"\n')
+    env = sccache_env(
+        tmp_path / "sc",
+        f'[dist]\nscheduler_url = "http://127.0.0.1:{free_port()}"\n[dist.auth]\ntype = "token"\ntoken = "t"\n',
+    )
     try:
         proc = build(manifest(tmp_path), tmp_path / "out", "--dist", "--dry-run", "-j", "2", env=env)
     finally:
@@ -95,14 +103,26 @@ def test_dist_compiles_hip_locally_with_a_note(tmp_path):
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     m = manifest(tmp_path, arch="gfx90a")
-    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(tmp_path / "out"), "--dist",
-                    "-j", "2", env={"HIP_PLATFORM": "amd"})
+    proc = run_qola(
+        "build",
+        "--manifest",
+        str(m),
+        "--aiter-root",
+        str(tree),
+        "-o",
+        str(tmp_path / "out"),
+        "--dist",
+        "-j",
+        "2",
+        env={"HIP_PLATFORM": "amd"},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "sccache-dist cannot distribute HIP compiles" in proc.stderr
     assert "sccache" not in (tmp_path / "out.build" / "build.ninja").read_text()  # no launcher at all
 
 
 # -- a real farm on loopback ------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_dist_build_runs_compiles_on_the_farm_and_matches_a_local_build(tmp_path):
@@ -154,11 +174,19 @@ def test_redis_cache_serves_a_clean_rebuild(tmp_path):
 def test_hip_build_through_an_sccache_with_a_farm_is_warned(tmp_path):
     from farm import free_port
 
-    env = sccache_env(tmp_path / "sc", f'[dist]\nscheduler_url = "http://127.0.0.1:{free_port()}"\n'
-                      '[dist.auth]\ntype = "token"\ntoken = "t"\n')
+    env = sccache_env(
+        tmp_path / "sc",
+        f'[dist]\nscheduler_url = "http://127.0.0.1:{free_port()}"\n[dist.auth]\ntype = "token"\ntoken = "t"\n',
+    )
     try:
-        proc = build(manifest(tmp_path, arch="gfx942"), tmp_path / "out", "--launcher", "sccache", "--dry-run",
-                     env={**env, "HIP_PLATFORM": "amd"})
+        proc = build(
+            manifest(tmp_path, arch="gfx942"),
+            tmp_path / "out",
+            "--launcher",
+            "sccache",
+            "--dry-run",
+            env={**env, "HIP_PLATFORM": "amd"},
+        )
     finally:
         sccache(env, "--stop-server")
     assert proc.returncode == 0, proc.stderr

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import run_qola
 
-from qola import embed
-from qola.errors import QolaError
+from qola.core.errors import QolaError
+from qola.hooks import embed
 
 pytestmark = pytest.mark.skipif(not (shutil.which("cc") and shutil.which("g++")), reason="needs cc and g++")
 
@@ -82,8 +82,22 @@ def _round_trip(tmp: Path, sources, files, obj, align=embed.ALIGN) -> str:
     (tmp / "keys.tsv").write_text("".join(f"{e['key']}\t{e['source']}\n" for e in sources.index["entries"]))
     exe = tmp / "check"
     ns_mod = f"{sources.namespace}_{sources.module}"
-    _run(["g++", "-std=c++17", "-O1", "-Wall", "-Werror", f"-I{files.header.parent}",
-          embed.aiter_define(sources.module), f"-DNS_MOD={ns_mod}", tmp / "check.cpp", obj, "-o", exe])
+    _run(
+        [
+            "g++",
+            "-std=c++17",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            f"-I{files.header.parent}",
+            embed.aiter_define(sources.module),
+            f"-DNS_MOD={ns_mod}",
+            tmp / "check.cpp",
+            obj,
+            "-o",
+            exe,
+        ]
+    )
     out = _run([exe, tmp / "keys.tsv", str(align)]).stdout
     assert f"checked {len(sources.index['entries'])} bad 0" in out, out
     return out
@@ -115,8 +129,12 @@ def small_hsa(tmp_path: Path) -> Path:
 def test_collect_keys_sorted_and_filtered(small_hsa: Path):
     blobs = embed.collect(small_hsa, ["gfx950", "gfx942"], ["fmha_v3_fwd"])
     assert [b.key for b in blobs] == [
-        "hsa/gfx942/fmha_v3_fwd/MI300/a_copy.co", "hsa/gfx942/fmha_v3_fwd/a.co", "hsa/gfx942/fmha_v3_fwd/b.co",
-        "hsa/gfx950/fmha_v3_fwd/a.co", "hsa/gfx950/fmha_v3_fwd/empty.co"]
+        "hsa/gfx942/fmha_v3_fwd/MI300/a_copy.co",
+        "hsa/gfx942/fmha_v3_fwd/a.co",
+        "hsa/gfx942/fmha_v3_fwd/b.co",
+        "hsa/gfx950/fmha_v3_fwd/a.co",
+        "hsa/gfx950/fmha_v3_fwd/empty.co",
+    ]
     assert all(b.path.is_absolute() and b.path.stat().st_size == b.size for b in blobs)
     # tree root, aiter_meta root and the hsa dir itself all resolve to the same blobs
     assert embed.collect(small_hsa / "aiter_meta" / "hsa", ["gfx950", "gfx942"], ["fmha_v3_fwd"]) == blobs
@@ -144,7 +162,7 @@ def test_dedupe_alignment_and_round_trip(tmp_path: Path, small_hsa: Path, align:
         assert sec["sh_size"] < sum(unique_sizes) + align * len(unique_sizes)
         data = sec.data()
         for e in entries.values():
-            assert data[e["offset"]:e["offset"] + e["size"]] == Path(e["source"]).read_bytes()
+            assert data[e["offset"] : e["offset"] + e["size"]] == Path(e["source"]).read_bytes()
         syms = {s.name: s for s in elf.get_section_by_name(".symtab").iter_symbols() if s.name.startswith("qola_embed")}
         assert set(syms) == {f"qola_embed_te_mod_{k}" for k in ("blobs", "index", "keys", "count")}
         assert all(s["st_other"]["visibility"] == "STV_HIDDEN" for s in syms.values())
@@ -163,18 +181,22 @@ def test_write_is_atomic_and_idempotent(tmp_path: Path, small_hsa: Path):
     assert embed.write(sources, tmp_path / "gen") == files
     assert [p.stat().st_mtime_ns for p in (files.asm, files.header, files.index)] == mtimes
     assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == sorted(
-        p.name for p in (files.asm, files.header, files.index))  # no temp files left
+        p.name for p in (files.asm, files.header, files.index)
+    )  # no temp files left
     assert json.loads(files.index.read_text()) == sources.index
 
 
 def test_header_compiles_as_c(tmp_path: Path, small_hsa: Path):
     sources, files, obj = _build(tmp_path, small_hsa, ["gfx942"], ["pa"])
     src = tmp_path / "use.c"
-    src.write_text('#include "qola_embedded_mod.h"\n#include <stdio.h>\nint main(void){size_t n;'
-                   'const unsigned char* p = te_mod_embedded_find("hsa/gfx942/pa/c.co", &n);'
-                   'printf("%zu %s %d\\n", n, te_mod_embedded_key(0), p[0]); return !(p && n == 13);}\n')
-    _run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{files.header.parent}", src, obj,
-          "-o", tmp_path / "use"])
+    src.write_text(
+        '#include "qola_embedded_mod.h"\n#include <stdio.h>\nint main(void){size_t n;'
+        'const unsigned char* p = te_mod_embedded_find("hsa/gfx942/pa/c.co", &n);'
+        'printf("%zu %s %d\\n", n, te_mod_embedded_key(0), p[0]); return !(p && n == 13);}\n'
+    )
+    _run(
+        ["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{files.header.parent}", src, obj, "-o", tmp_path / "use"]
+    )
     assert _run([tmp_path / "use"]).stdout == "13 hsa/gfx942/pa/c.co 0\n"
 
 
@@ -184,17 +206,32 @@ def test_shared_library_exports_no_embed_symbol(tmp_path: Path, small_hsa: Path)
     sources, files, obj = _build(tmp_path, small_hsa, ["gfx942", "gfx950"], ["fmha_v3_fwd"])
     lib_src = tmp_path / "lib.cpp"
     lib_src.write_text(
-        '#include AITER_EMBEDDED_HSA_HEADER\n'
+        "#include AITER_EMBEDDED_HSA_HEADER\n"
         'extern "C" const void* te_lookup(const char* k) {\n'
-        '  auto it = AITER_EMBEDDED_HSA_MAP.find(k);\n'
-        '  return it == AITER_EMBEDDED_HSA_MAP.end() ? (const void*)te_mod_embedded_find(k, nullptr)\n'
-        '                                    : (const void*)it->second.data(); }\n')
+        "  auto it = AITER_EMBEDDED_HSA_MAP.find(k);\n"
+        "  return it == AITER_EMBEDDED_HSA_MAP.end() ? (const void*)te_mod_embedded_find(k, nullptr)\n"
+        "                                    : (const void*)it->second.data(); }\n"
+    )
     vers = tmp_path / "exports.map"
-    vers.write_text("{\n  global:\n    te_*;\n    extern \"C++\" {\n      qola::te::*;\n    };\n  local: *;\n};\n")
+    vers.write_text('{\n  global:\n    te_*;\n    extern "C++" {\n      qola::te::*;\n    };\n  local: *;\n};\n')
     for name, extra in (("libversioned.so", [f"-Wl,--version-script={vers}"]), ("libplain.so", [])):
         lib = tmp_path / name
-        _run(["g++", "-std=c++17", "-O2", "-shared", "-fPIC", f"-I{files.header.parent}",
-              embed.aiter_define("mod"), lib_src, obj, "-o", lib, *extra])
+        _run(
+            [
+                "g++",
+                "-std=c++17",
+                "-O2",
+                "-shared",
+                "-fPIC",
+                f"-I{files.header.parent}",
+                embed.aiter_define("mod"),
+                lib_src,
+                obj,
+                "-o",
+                lib,
+                *extra,
+            ]
+        )
         with open(lib, "rb") as f:
             dynsym = ELFFile(f).get_section_by_name(".dynsym")
             defined = {s.name for s in dynsym.iter_symbols() if s.name and s["st_shndx"] != "SHN_UNDEF"}
@@ -210,17 +247,20 @@ def test_empty_render_assembles(tmp_path: Path):
     assert sources.index["keys"] == 0
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda root: embed.collect(root / "missing", ["gfx942"], ["pa"]), "hsa directory not found"),
-    (lambda root: embed.collect(root, ["gfx90a"], ["pa"]), "no code objects for architecture gfx90a"),
-    (lambda root: embed.collect(root, ["gfx942"], ["fmoe"]), "no .co files for gfx942/fmoe"),
-    (lambda root: embed.collect(root, ["gfx942"], ["../gfx950"]), "bad kernel type"),
-    (lambda root: embed.collect(root, ["gfx9/42"], ["pa"]), "architecture 'gfx9/42' is not a GPU architecture"),
-    (lambda root: embed.collect(root, [], ["pa"]), "no architecture"),
-    (lambda root: embed.render([], "te", "my-module"), "module name 'my-module' is not a C identifier"),
-    (lambda root: embed.render([], "te ns", "m"), "namespace 'te ns' contains a space"),
-    (lambda root: embed.render([], "te", "m", align=100), "bad alignment"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda root: embed.collect(root / "missing", ["gfx942"], ["pa"]), "hsa directory not found"),
+        (lambda root: embed.collect(root, ["gfx90a"], ["pa"]), "no code objects for architecture gfx90a"),
+        (lambda root: embed.collect(root, ["gfx942"], ["fmoe"]), "no .co files for gfx942/fmoe"),
+        (lambda root: embed.collect(root, ["gfx942"], ["../gfx950"]), "bad kernel type"),
+        (lambda root: embed.collect(root, ["gfx9/42"], ["pa"]), "architecture 'gfx9/42' is not a GPU architecture"),
+        (lambda root: embed.collect(root, [], ["pa"]), "no architecture"),
+        (lambda root: embed.render([], "te", "my-module"), "module name 'my-module' is not a C identifier"),
+        (lambda root: embed.render([], "te ns", "m"), "namespace 'te ns' contains a space"),
+        (lambda root: embed.render([], "te", "m", align=100), "bad alignment"),
+    ],
+)
 def test_api_errors(small_hsa: Path, call, message):
     with pytest.raises(QolaError, match=message):
         call(small_hsa)
@@ -259,24 +299,47 @@ def test_a_huge_sparse_code_object_is_refused_before_it_is_read(small_hsa: Path,
 
 def test_cli_writes_files(tmp_path: Path, small_hsa: Path):
     out = tmp_path / "gen"
-    proc = run_qola("embed", "--hsa-dir", str(small_hsa), "--arch", "gfx942", "--arch", "gfx950",
-                    "--subdirs", "fmha_v3_fwd", "pa", "--output-dir", str(out), "--namespace", "te",
-                    "--module", "module_asm", check=True)
+    proc = run_qola(
+        "embed",
+        "--hsa-dir",
+        str(small_hsa),
+        "--arch",
+        "gfx942",
+        "--arch",
+        "gfx950",
+        "--subdirs",
+        "fmha_v3_fwd",
+        "pa",
+        "--output-dir",
+        str(out),
+        "--namespace",
+        "te",
+        "--module",
+        "module_asm",
+        check=True,
+    )
     assert "7 code objects (5 unique" in proc.stdout
     assert sorted(p.name for p in out.iterdir()) == [f"qola_embedded_module_asm.{s}" for s in ("S", "h", "json")]
     assert "te_module_asm_embedded_find" in (out / "qola_embedded_module_asm.h").read_text()
-    proc = run_qola("embed", "--hsa-dir", str(small_hsa), "--arch", "gfx950", "--all-types",
-                    "--output-dir", str(out), check=True)
+    proc = run_qola(
+        "embed", "--hsa-dir", str(small_hsa), "--arch", "gfx950", "--all-types", "--output-dir", str(out), check=True
+    )
     assert (out / "qola_embedded_asm.json").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--hsa-dir", "{root}/nope", "--arch", "gfx942", "--subdirs", "pa"], "hsa directory not found"),
-    (["--hsa-dir", "{root}", "--arch", "gfx1100", "--subdirs", "pa"], "architectures in"),
-    (["--hsa-dir", "{root}", "--arch", "gfx942", "--subdirs", "nope"], "kernel types for gfx942: fmha_v3_fwd, pa"),
-    (["--hsa-dir", "{root}", "--arch", "gfx942", "--subdirs", "pa", "--module", "a.b"], "module name 'a.b' is not a C identifier"),
-    (["--hsa-dir", "{root}", "--arch", "gfx942", "--subdirs", "pa", "--align", "3"], "bad alignment"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--hsa-dir", "{root}/nope", "--arch", "gfx942", "--subdirs", "pa"], "hsa directory not found"),
+        (["--hsa-dir", "{root}", "--arch", "gfx1100", "--subdirs", "pa"], "architectures in"),
+        (["--hsa-dir", "{root}", "--arch", "gfx942", "--subdirs", "nope"], "kernel types for gfx942: fmha_v3_fwd, pa"),
+        (
+            ["--hsa-dir", "{root}", "--arch", "gfx942", "--subdirs", "pa", "--module", "a.b"],
+            "module name 'a.b' is not a C identifier",
+        ),
+        (["--hsa-dir", "{root}", "--arch", "gfx942", "--subdirs", "pa", "--align", "3"], "bad alignment"),
+    ],
+)
 def test_cli_errors_exit_2(tmp_path: Path, small_hsa: Path, args, message):
     proc = run_qola("embed", *[a.format(root=small_hsa) for a in args], "--output-dir", str(tmp_path / "o"))
     assert proc.returncode == 2, proc.stderr
@@ -333,14 +396,29 @@ int main(int argc, char** argv)
 @pytest.mark.gpu
 def test_module_asm_on_gpu(tmp_path: Path, kernels_root: Path):
     csrc = kernels_root / "csrc"
-    arch = "sm_" + _run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]).stdout.split()[0].replace(".", "")
+    arch = "sm_" + _run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]).stdout.split()[0].replace(
+        ".", ""
+    )
     hsa = tmp_path / "hsa"  # the example tree's code objects, built as the tree builds them
     _run([sys.executable, kernels_root / "scripts" / "build_hsa.py", "--arch", arch, "--output", hsa])
     sources, files, obj = _build(tmp_path, hsa, [arch], ["vec_add"], ns="qk", module="module_asm")
     (tmp_path / "main.cu").write_text(ASM_MAIN)
     exe = tmp_path / "asm_main"
-    _run(["nvcc", "-std=c++17", f"-I{csrc / 'include'}", f"-I{csrc / 'asm'}", f"-I{files.header.parent}",
-          embed.aiter_define("module_asm"), csrc / "asm" / "asm_launch.cu", tmp_path / "main.cu", obj, "-o", exe])
+    _run(
+        [
+            "nvcc",
+            "-std=c++17",
+            f"-I{csrc / 'include'}",
+            f"-I{csrc / 'asm'}",
+            f"-I{files.header.parent}",
+            embed.aiter_define("module_asm"),
+            csrc / "asm" / "asm_launch.cu",
+            tmp_path / "main.cu",
+            obj,
+            "-o",
+            exe,
+        ]
+    )
     out = _run([exe, hsa]).stdout  # hsa/ doubles as the explicit fallback dir for vec_scale
     assert f"arch {arch} embedded 3 first hsa/{arch}/vec_add/vec_add_bf16.co add_bad 0" in out, out
     assert "scale_without_dir 1 code object" in out and "is not embedded (no asm_dir given)" in out, out

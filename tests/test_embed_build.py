@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import KERNELS, run_qola
 from libdata import embedded_blobs
-from qola import embed
+
+from qola.hooks import embed
 
 pytestmark = pytest.mark.slow
 
@@ -54,15 +54,18 @@ def tree_with_code_objects(tmp: Path, arch: str) -> Path:
 
 def qola_build(tmp: Path, tree: Path, arch: str) -> tuple[subprocess.CompletedProcess, Path]:
     m = tmp / "q.toml"
-    m.write_text(f'[qola]\nnamespace = "{NS}"\n[build]\narchitectures = ["{arch}"]\n\n'
-                 f'[[modules]]\nname = "{MODULE}"\nembed = {json.dumps(list(TYPES))}\n')
+    m.write_text(
+        f'[qola]\nnamespace = "{NS}"\n[build]\narchitectures = ["{arch}"]\n\n'
+        f'[[modules]]\nname = "{MODULE}"\nembed = {json.dumps(list(TYPES))}\n'
+    )
     out = tmp / "out"
     return run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2"), out
 
 
 def imported_keys(so: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", KEYS_PY, str(so), MD_NAME], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", KEYS_PY, str(so), MD_NAME], capture_output=True, text=True, timeout=120
+    )
 
 
 def elf_embedded(so: Path) -> tuple[dict[str, bytes], int]:
@@ -171,8 +174,18 @@ def test_cuda_failed_assembly_fails_the_module(cuda_build, tmp_path):
     later = time.time() + 4
     os.utime(co, (later, later))
     m = tmp / "q.toml"
-    failed = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2",
-                      env={"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"})
+    failed = run_qola(
+        "build",
+        "--manifest",
+        str(m),
+        "--aiter-root",
+        str(tree),
+        "-o",
+        str(out),
+        "-j",
+        "2",
+        env={"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"},
+    )
     assert failed.returncode == 1, failed.stdout + failed.stderr
     (mod,) = json.loads((out / "manifest.json").read_text())["modules"]
     assert mod["status"] == "failed", mod

@@ -140,9 +140,7 @@ def test_generated_files_match_their_names_and_are_stable(tmp_path: Path):
         m = re.fullmatch(r"attn_fwd_d(\d+)_(\w+?)_(batch|group)_b(\d+)x(\d+)_(n?mask)_(n?lse)\.cu", f.name)
         assert m, f.name
         hdim, dtype, mode, bm, bn, mask, lse = m.groups()
-        traits = (
-            f"attn_fwd_traits_<{hdim}, {dtype}_t, {tokens[mode]}, {bm}, {bn}, {tokens[mask]}, {tokens[lse]}>"
-        )
+        traits = f"attn_fwd_traits_<{hdim}, {dtype}_t, {tokens[mode]}, {bm}, {bn}, {tokens[mask]}, {tokens[lse]}>"
         text = f.read_text()
         assert f"template <>\nfloat attn_fwd_<{traits}>(const attn_fwd_args& a, qkStream_t s)" in text
         assert f"float attn_fwd_<{traits}>(const attn_fwd_args&, qkStream_t);" in api  # declared there
@@ -172,9 +170,11 @@ def test_module_table_parses_and_points_at_real_files():
     assert "--receipt 0 --output_dir {{}}" in lib["blob_gen_cmd"][0]
     for key in ("module_rmsnorm", "module_softmax", "module_attn_fwd"):
         pybind = [s for s in table[key]["srcs"] if "/pybind/" in s]
-        assert pybind and "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)" in (
-            CSRC / "pybind" / Path(pybind[0].rstrip("'")).name
-        ).read_text()
+        assert (
+            pybind
+            and "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)"
+            in (CSRC / "pybind" / Path(pybind[0].rstrip("'")).name).read_text()
+        )
 
 
 def test_config_env_block_defines_every_name_the_table_uses():
@@ -217,15 +217,19 @@ def test_build_hsa_sm90(tmp_path: Path):
     for co in tmp_path.rglob("*.co"):
         assert co.read_bytes()[:4] == b"\x7fELF"  # a cubin
     rows = (tmp_path / "sm_90" / "vec_scale" / "vec_scale.csv").read_text().splitlines()
-    assert rows == ["dtype,vec,knl_name,co_name", "fp32,1,vec_scale_fp32,vec_scale_fp32.co",
-                    "fp32,4,vec_scale_fp32x4,vec_scale_fp32x4.co"]
+    assert rows == [
+        "dtype,vec,knl_name,co_name",
+        "fp32,1,vec_scale_fp32,vec_scale_fp32.co",
+        "fp32,4,vec_scale_fp32x4,vec_scale_fp32x4.co",
+    ]
     again = subprocess.run(cmd, capture_output=True, text=True)
     assert again.returncode == 0 and "built" not in again.stdout  # up to date: nothing rebuilt
 
 
 def test_build_hsa_rejects_bad_arch(tmp_path: Path):
-    r = subprocess.run([sys.executable, str(BUILD_HSA), "--arch", "sm90", "--output", str(tmp_path)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, str(BUILD_HSA), "--arch", "sm90", "--output", str(tmp_path)], capture_output=True, text=True
+    )
     assert r.returncode == 2 and "unknown arch" in r.stderr
 
 
@@ -236,8 +240,17 @@ def test_hipcc_compiles_an_instance_and_the_api(tmp_path: Path):
     assert r.returncode == 0, r.stderr
     env = dict(os.environ, HIP_PLATFORM="amd")
     for src in sorted(tmp_path.glob("*.cu")):
-        cmd = ["hipcc", "-std=c++17", "--offload-arch=gfx90a", f"-I{CSRC / 'include'}", f"-I{CSRC / 'attn'}",
-               "-c", str(src), "-o", str(src.with_suffix(".o"))]
+        cmd = [
+            "hipcc",
+            "-std=c++17",
+            "--offload-arch=gfx90a",
+            f"-I{CSRC / 'include'}",
+            f"-I{CSRC / 'attn'}",
+            "-c",
+            str(src),
+            "-o",
+            str(src.with_suffix(".o")),
+        ]
         p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         assert p.returncode == 0, p.stdout + p.stderr
 
@@ -265,8 +278,12 @@ def built_modules(tmp_path_factory):
     gen_dir = root / "gen"
     r = gen("-d", "fwd", "--receipt", "0", "--output_dir", str(gen_dir))
     assert r.returncode == 0, r.stderr
-    includes = [f"-I{CSRC / 'include'}", f"-I{CSRC / 'attn'}", f"-I{pybind11.get_include()}",
-                f"-I{sysconfig.get_paths()['include']}"]
+    includes = [
+        f"-I{CSRC / 'include'}",
+        f"-I{CSRC / 'attn'}",
+        f"-I{pybind11.get_include()}",
+        f"-I{sysconfig.get_paths()['include']}",
+    ]
     base = ["nvcc", "-std=c++17", f"-arch=sm_{major}{minor}", "-O2", "-Xcompiler", "-fPIC", *includes]
     modules = {
         "module_rmsnorm": [CSRC / "kernels" / "rmsnorm.cu", CSRC / "pybind" / "rmsnorm_pybind.cu"],
@@ -319,8 +336,17 @@ def test_rmsnorm_and_softmax_on_gpu(built_modules):
             x = torch.randn(rows, cols, device="cuda", dtype=_dt(torch, dtype))
             w = torch.randn(cols, device="cuda", dtype=_dt(torch, dtype))
             out = torch.empty_like(x)
-            mods["module_rmsnorm"].rmsnorm(out.data_ptr(), x.data_ptr(), w.data_ptr(), rows, cols, 1e-6, dtype,
-                                           128, torch.cuda.current_stream().cuda_stream)
+            mods["module_rmsnorm"].rmsnorm(
+                out.data_ptr(),
+                x.data_ptr(),
+                w.data_ptr(),
+                rows,
+                cols,
+                1e-6,
+                dtype,
+                128,
+                torch.cuda.current_stream().cuda_stream,
+            )
             xf = x.float()
             ref = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
             torch.testing.assert_close(out.float(), ref, atol=TOL[dtype] * 10, rtol=TOL[dtype])
@@ -361,9 +387,23 @@ def test_attn_fwd_batch_on_gpu(built_modules, dtype, hdim, causal):
     v = torch.randn(b, sk, hk, hdim, device="cuda", dtype=t)
     out = torch.empty_like(q)
     lse = torch.empty(b, hq, sq, device="cuda", dtype=torch.float32)
-    scale = hdim ** -0.5
-    mods["module_attn_fwd"].attn_fwd(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), b, sq, sk, hq, hk,
-                                     hdim, scale, dtype, causal, lse.data_ptr())
+    scale = hdim**-0.5
+    mods["module_attn_fwd"].attn_fwd(
+        q.data_ptr(),
+        k.data_ptr(),
+        v.data_ptr(),
+        out.data_ptr(),
+        b,
+        sq,
+        sk,
+        hq,
+        hk,
+        hdim,
+        scale,
+        dtype,
+        causal,
+        lse.data_ptr(),
+    )
     torch.cuda.synchronize()
     for i in range(b):
         ro, rl = _ref_attn(torch, q[i], k[i], v[i], scale, causal)
@@ -388,9 +428,24 @@ def test_attn_fwd_group_on_gpu(built_modules, dtype, causal):
     out = torch.full_like(q, float("nan"))
     lse = torch.empty(hq, sum(seqs_q), device="cuda", dtype=torch.float32)
     scale = 0.1
-    mods["module_attn_fwd"].attn_fwd(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), len(seqs_q),
-                                     max(seqs_q), 0, hq, hk, hdim, scale, dtype, causal, lse.data_ptr(),
-                                     cu_q.data_ptr(), cu_k.data_ptr())
+    mods["module_attn_fwd"].attn_fwd(
+        q.data_ptr(),
+        k.data_ptr(),
+        v.data_ptr(),
+        out.data_ptr(),
+        len(seqs_q),
+        max(seqs_q),
+        0,
+        hq,
+        hk,
+        hdim,
+        scale,
+        dtype,
+        causal,
+        lse.data_ptr(),
+        cu_q.data_ptr(),
+        cu_k.data_ptr(),
+    )
     torch.cuda.synchronize()
     for i in range(len(seqs_q)):
         qs, qe = int(cu_q[i]), int(cu_q[i + 1])
@@ -406,8 +461,10 @@ def test_attn_fwd_errors_on_gpu(built_modules):
     torch, mods = built_modules
     x = torch.zeros(1, 1, 1, 256, device="cuda", dtype=torch.float16)
     with pytest.raises(RuntimeError, match="no instance built"):
-        mods["module_attn_fwd"].attn_fwd(x.data_ptr(), x.data_ptr(), x.data_ptr(), x.data_ptr(), 1, 1, 1, 1, 1,
-                                         256, 1.0, "fp16")
+        mods["module_attn_fwd"].attn_fwd(
+            x.data_ptr(), x.data_ptr(), x.data_ptr(), x.data_ptr(), 1, 1, 1, 1, 1, 256, 1.0, "fp16"
+        )
     with pytest.raises(ValueError, match="invalid arguments"):
-        mods["module_attn_fwd"].attn_fwd(x.data_ptr(), x.data_ptr(), x.data_ptr(), x.data_ptr(), 1, 1, 1, 3, 2,
-                                         64, 1.0, "fp16")
+        mods["module_attn_fwd"].attn_fwd(
+            x.data_ptr(), x.data_ptr(), x.data_ptr(), x.data_ptr(), 1, 1, 1, 3, 2, 64, 1.0, "fp16"
+        )

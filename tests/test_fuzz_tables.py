@@ -12,25 +12,47 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import KERNELS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import KERNELS
-from qola import rules
-from qola.errors import QolaError
-from qola.manifest import parse
-from qola.plan import make_plan
-from qola.tree.aiter import DEFAULTS, TABLE, open_tree
+from qola.core import rules
+from qola.core.errors import QolaError
+from qola.plan.manifest import parse
+from qola.plan.planner import make_plan
+from qola.plan.tree.aiter import DEFAULTS, TABLE, open_tree
 
 BASE = json.loads((KERNELS / TABLE).read_text())
 HOSTILE = [
-    "f'{1:>99999999999}'", "f'{[[\"a\"*100000]*100000]}'", "'a'*100000", "['a'*100000]*100000",
-    "'../../evil'", "'x\\n'", "'*'", "'a b'", "'x\\x00'", "''", "None", "True", "7",
-    "__import__('os').system('touch pwned')", "open('/etc/passwd').read()", "(lambda: 1)()",
-    "-" * 3000 + "1", "(" * 300 + "1" + ")" * 300, "+".join(["1"] * 3000), "1e308*10", "2**64**64",
-    "f'{AITER_CSRC_DIR}/kernels/rmsnorm.cu'", "f'{AITER_CSRC_DIR}/../../../x.cu'", "f'{AITER_CSRC_DIR}/attn'",
+    "f'{1:>99999999999}'",
+    "f'{[[\"a\"*100000]*100000]}'",
+    "'a'*100000",
+    "['a'*100000]*100000",
+    "'../../evil'",
+    "'x\\n'",
+    "'*'",
+    "'a b'",
+    "'x\\x00'",
+    "''",
+    "None",
+    "True",
+    "7",
+    "__import__('os').system('touch pwned')",
+    "open('/etc/passwd').read()",
+    "(lambda: 1)()",
+    "-" * 3000 + "1",
+    "(" * 300 + "1" + ")" * 300,
+    "+".join(["1"] * 3000),
+    "1e308*10",
+    "2**64**64",
+    "f'{AITER_CSRC_DIR}/kernels/rmsnorm.cu'",
+    "f'{AITER_CSRC_DIR}/../../../x.cu'",
+    "f'{AITER_CSRC_DIR}/attn'",
     "f'{AITER_CSRC_DIR}/attn/generate.py -d fwd --receipt 0 --output_dir {{}}'",
-    "os.environ.get('HOME')", "get_gfx()", "str(int('9'*40))", "f'{1:{\"9\"*9}}'",
+    "os.environ.get('HOME')",
+    "get_gfx()",
+    "str(int('9'*40))",
+    "f'{1:{\"9\"*9}}'",
 ]
 ODD_KEYS = ["../x", "a b", "x\x00y", "..", "*", "k" * 200, "x\n", "", "-", "é", "module_rmsnorm", "libattn_fwd"]
 FIELDS = [*DEFAULTS, "is_experimental", "no_such_key"]
@@ -54,11 +76,16 @@ def dump(value) -> str:
 
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=24), st.sampled_from(HOSTILE),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=24),
+    st.sampled_from(HOSTILE),
 )
 values = st.recursive(
-    scalars, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
+    scalars,
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
     max_leaves=10,
 )
 field_values = st.one_of(values, values, values, values, values, st.sampled_from([2, 17, 60, 900, 5000]).map(Deep))
@@ -97,10 +124,15 @@ def fuzz_root(tmp_path_factory) -> Path:
     return base
 
 
-@settings(max_examples=120, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
-@given(case=tables(), arch=st.sampled_from([("sm_90",), ("gfx942", "gfx950")]), mode=st.sampled_from([None, "cpp_itfs"]))
+@settings(
+    max_examples=120,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    case=tables(), arch=st.sampled_from([("sm_90",), ("gfx942", "gfx950")]), mode=st.sampled_from([None, "cpp_itfs"])
+)
 def test_hostile_tables_plan_or_refuse(fuzz_root, case, arch, mode):
     text, ask = case
     root = fuzz_root / "tree"
@@ -110,8 +142,14 @@ def test_hostile_tables_plan_or_refuse(fuzz_root, case, arch, mode):
     if ask is not None:
         manifest += f"[[modules]]\nname = {json.dumps(ask)}\n"
     try:
-        plan = make_plan(parse(manifest, "m.toml"), open_tree(root), archs=arch, cli_mode=mode, env={},
-                         hip_version="7.2.0" if arch[0].startswith("gfx") else None)
+        plan = make_plan(
+            parse(manifest, "m.toml"),
+            open_tree(root),
+            archs=arch,
+            cli_mode=mode,
+            env={},
+            hip_version="7.2.0" if arch[0].startswith("gfx") else None,
+        )
     except QolaError as exc:
         assert exc.render().startswith("error: ")
     else:

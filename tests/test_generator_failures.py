@@ -14,18 +14,17 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import KERNELS, run_qola
-from qola.codegen import GenJob, run_generators
-from qola.errors import FailedProcessError, QolaError
-from qola.genrules import asm_arch, missing_package_hint
-from qola.plan import Generator
+
+from qola.compile.codegen import GenJob, run_generators
+from qola.core.errors import FailedProcessError, QolaError
+from qola.plan.genrules import asm_arch, missing_package_hint
+from qola.plan.planner import Generator
 from qola.toolchain.base import Toolchain
 from qola.toolchain.hipconfig import generator_env, parses
 
 NS = "qk"
-EXIT3 = ("import sys\nprint('about to fail: GEN-STDOUT-MARK')\nprint('GEN-STDERR-MARK', file=sys.stderr)\n"
-         "sys.exit(3)\n")
+EXIT3 = "import sys\nprint('about to fail: GEN-STDOUT-MARK')\nprint('GEN-STDERR-MARK', file=sys.stderr)\nsys.exit(3)\n"
 NEEDS_PKG = "import qola_no_such_pkg_xyz  # noqa\n"
 # AITER's two ways of reading `hipconfig --version` (aiter/jit/core.py; int() of the dotted parts)
 AITER_PARSE = (
@@ -45,15 +44,24 @@ def own_traceback(stderr: str) -> bool:
 
 
 def toolchain(kind: str = "hip", version_output: str = "HIP version: 6.4.43484-9999\n") -> Toolchain:
-    return Toolchain(kind=kind, compiler="/usr/bin/hipcc", version="6.4.43484", version_output=version_output,
-                     identity="x", archs=("gfx942",), host_cxx="c++", child_env={})
+    return Toolchain(
+        kind=kind,
+        compiler="/usr/bin/hipcc",
+        version="6.4.43484",
+        version_output=version_output,
+        identity="x",
+        archs=("gfx942",),
+        host_cxx="c++",
+        child_env={},
+    )
 
 
 def fake_hipconfig(bin_dir: Path, output: str) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     path = bin_dir / "hipconfig"
-    path.write_text(f"#!/bin/sh\nif [ \"$1\" = --version ]; then printf '%s' '{output}'; exit 0; fi\n"
-                    "echo \"real hipconfig: $*\"\n")
+    path.write_text(
+        f"#!/bin/sh\nif [ \"$1\" = --version ]; then printf '%s' '{output}'; exit 0; fi\necho \"real hipconfig: $*\"\n"
+    )
     path.chmod(0o755)
     return path
 
@@ -96,8 +104,12 @@ def test_absent_asm_generator_is_skipped_others_fail(tmp_path):
     assert again.skipped and again.warnings == res.warnings  # the stamp remembers the warning
     # absent anywhere else (or without the tree's hsa dir): the module fails
     with pytest.raises(QolaError, match="does not exist"):
-        run_generators(GenJob("n", (Generator(f"{tmp_path}/tree/csrc/nope.py --output_dir {{}}"),)),
-                       tmp_path / "gen", env=env, hsa_dir=hsa)
+        run_generators(
+            GenJob("n", (Generator(f"{tmp_path}/tree/csrc/nope.py --output_dir {{}}"),)),
+            tmp_path / "gen",
+            env=env,
+            hsa_dir=hsa,
+        )
     with pytest.raises(QolaError, match="does not exist"):
         run_generators(GenJob("n", (asm,)), tmp_path / "gen", env=env)
     # an asm generator that exists and fails fails the module
@@ -105,8 +117,7 @@ def test_absent_asm_generator_is_skipped_others_fail(tmp_path):
     bad.parent.mkdir(parents=True)
     bad.write_text(EXIT3)
     with pytest.raises(FailedProcessError) as info:
-        run_generators(GenJob("n", (Generator(f"{bad} --output_dir {{}}"),)), tmp_path / "gen", env=env,
-                       hsa_dir=hsa)
+        run_generators(GenJob("n", (Generator(f"{bad} --output_dir {{}}"),)), tmp_path / "gen", env=env, hsa_dir=hsa)
     assert info.value.returncode == 3 and "GEN-STDOUT-MARK" in info.value.message
 
 
@@ -115,9 +126,11 @@ def test_a_generated_name_no_build_file_can_hold_fails_its_module(tmp_path, name
     """A generator writing a file whose name holds a newline used to trip an assertion in the ninja
     writer (a traceback): the module fails naming the file, nothing reaches its blob dir (issue 23)."""
     gen = tmp_path / "gen.py"
-    gen.write_text("import os, sys\nd = sys.argv[sys.argv.index('--output_dir') + 1]\n"
-                   "open(os.path.join(os.fsencode(d), os.fsencode('" + name + "')), 'w').write('')\n"
-                   "open(os.path.join(d, 'ok.cu'), 'w').write('')\n")
+    gen.write_text(
+        "import os, sys\nd = sys.argv[sys.argv.index('--output_dir') + 1]\n"
+        "open(os.path.join(os.fsencode(d), os.fsencode('" + name + "')), 'w').write('')\n"
+        "open(os.path.join(d, 'ok.cu'), 'w').write('')\n"
+    )
     job = GenJob("m", (Generator(f"{gen} --output_dir {{}}"),))
     with pytest.raises(QolaError, match=r"module m: its generator wrote a file named .*which no build file can name"):
         run_generators(job, tmp_path / "out", env={"PATH": "/usr/bin:/bin"})
@@ -175,15 +188,27 @@ def test_hip_dry_run_generators_get_the_probed_version(tmp_path):
     (tree / "csrc" / "gen_hip.py").write_text(AITER_PARSE)
     fake = fake_hipconfig(tmp_path / "fakebin", "HIP version: 6.4.43484-9999")
     m = tmp_path / "q.toml"
-    m.write_text(f'[qola]\nnamespace = "{NS}"\n[build]\narchitectures = ["gfx90a"]\n\n[[modules]]\n'
-                 'name = "module_hipv"\nsrcs = []\nis_python_module = false\n'
-                 'blob_gen_cmd = ["csrc/gen_hip.py --output_dir {}"]\n')
+    m.write_text(
+        f'[qola]\nnamespace = "{NS}"\n[build]\narchitectures = ["gfx90a"]\n\n[[modules]]\n'
+        'name = "module_hipv"\nsrcs = []\nis_python_module = false\n'
+        'blob_gen_cmd = ["csrc/gen_hip.py --output_dir {}"]\n'
+    )
     out = tmp_path / "out"
-    proc = run_qola("build", "--dry-run", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out),
-                    env={"PATH": f"{fake.parent}:{os.environ['PATH']}"})
+    proc = run_qola(
+        "build",
+        "--dry-run",
+        "--manifest",
+        str(m),
+        "--aiter-root",
+        str(tree),
+        "-o",
+        str(out),
+        env={"PATH": f"{fake.parent}:{os.environ['PATH']}"},
+    )
     assert proc.returncode == 0, proc.stderr
-    hipcc = subprocess.run(["hipcc", "--version"], capture_output=True, text=True,
-                           env={**os.environ, "HIP_PLATFORM": "amd"})
+    hipcc = subprocess.run(
+        ["hipcc", "--version"], capture_output=True, text=True, env={**os.environ, "HIP_PLATFORM": "amd"}
+    )
     probed = hipcc.stdout.split("HIP version:")[1].split()[0]  # Debian's: 5.2.21153-0
     seen = (tmp_path / "out.build" / "gen" / "module_hipv" / "blob" / "seen.cu").read_text()
     assert seen.startswith(f"// {probed!r} "), seen
@@ -213,10 +238,12 @@ def build(tmp: Path, tree: Path, body: str) -> tuple[subprocess.CompletedProcess
 @pytest.mark.slow
 def test_failing_generators_fail_their_modules_only(tmp_path):
     tree = broken_tree(tmp_path)
-    body = ('\n[[modules]]\nname = "module_softmax"\n'
-            '\n[[modules]]\nname = "module_attn_fwd"\nblob_gen_cmd = ["csrc/gen_exit3.py --output_dir {}"]\n'
-            '\n[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\n'
-            'blob_gen_cmd = ["csrc/gen_needs_pkg.py --output_dir {}"]\n')
+    body = (
+        '\n[[modules]]\nname = "module_softmax"\n'
+        '\n[[modules]]\nname = "module_attn_fwd"\nblob_gen_cmd = ["csrc/gen_exit3.py --output_dir {}"]\n'
+        '\n[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\n'
+        'blob_gen_cmd = ["csrc/gen_needs_pkg.py --output_dir {}"]\n'
+    )
     proc, out, mods = build(tmp_path, tree, body)
     err = proc.stderr
     assert proc.returncode == 1, err
@@ -248,8 +275,11 @@ def test_failing_generators_fail_their_modules_only(tmp_path):
 def test_embed_module_whose_generator_fails_publishes_nothing(tmp_path):
     tree = broken_tree(tmp_path)
     (tree / "hsa").mkdir()
-    subprocess.run([sys.executable, tree / "scripts" / "build_hsa.py", "--arch", "sm_90", "--output", tree / "hsa"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, tree / "scripts" / "build_hsa.py", "--arch", "sm_90", "--output", tree / "hsa"],
+        check=True,
+        capture_output=True,
+    )
     asm = '\n[[modules]]\nname = "module_asm"\nembed = ["vec_add"]\n'
     proc, out, mods = build(tmp_path, tree, asm)
     assert proc.returncode == 0, proc.stderr
@@ -270,14 +300,27 @@ def test_embed_module_whose_generator_fails_publishes_nothing(tmp_path):
 def test_gfx90a_mha_fwd_dry_run_skips_the_v3_asm_generator(tmp_path, aiter_root):
     """AITER has no hsa/gfx90a: libmha_fwd plans and builds (dry run) without fmha_v3_fwd, with warnings."""
     m = tmp_path / "te.toml"  # examples/te-manifest.toml's libmha_fwd
-    m.write_text('[qola]\nnamespace = "te"\nrocm_versions = ["7.2"]\n[build]\narchitectures = ["gfx950"]\n'
-                 'mode = "cpp_itfs"\n\n[[modules]]\nname = "libmha_fwd"\nreceipt = 700\n'
-                 'drop_directions = ["fwd_splitkv", "batch_prefill"]\nembed = ["fmha_v3_fwd"]\n\n'
-                 '[[mha_fwd_variants]]\ndtype = ["bf16", "fp16"]\nhas_bias = false\nhas_alibi = false\n'
-                 'has_lse = true\nhas_dropout = false\nhas_skip = false\nhas_sink = false\n')
+    m.write_text(
+        '[qola]\nnamespace = "te"\nrocm_versions = ["7.2"]\n[build]\narchitectures = ["gfx950"]\n'
+        'mode = "cpp_itfs"\n\n[[modules]]\nname = "libmha_fwd"\nreceipt = 700\n'
+        'drop_directions = ["fwd_splitkv", "batch_prefill"]\nembed = ["fmha_v3_fwd"]\n\n'
+        '[[mha_fwd_variants]]\ndtype = ["bf16", "fp16"]\nhas_bias = false\nhas_alibi = false\n'
+        "has_lse = true\nhas_dropout = false\nhas_skip = false\nhas_sink = false\n"
+    )
     out = tmp_path / "out"
-    proc = run_qola("build", "--dry-run", "--manifest", str(m), "--aiter-root", str(aiter_root), "--arch", "gfx90a",
-                    "--allow-unpinned", "-o", str(out))
+    proc = run_qola(
+        "build",
+        "--dry-run",
+        "--manifest",
+        str(m),
+        "--aiter-root",
+        str(aiter_root),
+        "--arch",
+        "gfx90a",
+        "--allow-unpinned",
+        "-o",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     assert not own_traceback(proc.stderr), proc.stderr
     skipped = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning: module libmha_fwd: skipped generator")]

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_embed_build import MD_NAME, qola_build, tree_with_code_objects
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -51,8 +50,15 @@ DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 def test_embedded_set_and_arch(asm, arch):
     assert asm.device_arch() == arch
     assert asm.embedded_keys() == sorted(
-        f"hsa/{arch}/{t}" for t in ("vec_add/vec_add_bf16.co", "vec_add/vec_add_fp16.co", "vec_add/vec_add_fp32.co",
-                                    "vec_scale/vec_scale_fp32.co", "vec_scale/vec_scale_fp32x4.co"))
+        f"hsa/{arch}/{t}"
+        for t in (
+            "vec_add/vec_add_bf16.co",
+            "vec_add/vec_add_fp16.co",
+            "vec_add/vec_add_fp32.co",
+            "vec_scale/vec_scale_fp32.co",
+            "vec_scale/vec_scale_fp32x4.co",
+        )
+    )
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
@@ -72,8 +78,8 @@ def test_vec_add_matches_torch(asm, torch, dtype, n):
 @pytest.mark.parametrize("offset", [0, 1])  # 0: 16-byte aligned -> the x4 code object; 1: the scalar one
 def test_vec_scale_matches_torch(asm, torch, offset):
     n = 1000003
-    x = torch.randn(n + 1, device="cuda")[offset:offset + n]
-    out = torch.empty(n + 1, device="cuda")[offset:offset + n]
+    x = torch.randn(n + 1, device="cuda")[offset : offset + n]
+    out = torch.empty(n + 1, device="cuda")[offset : offset + n]
     asm.vec_scale(out.data_ptr(), x.data_ptr(), -1.5, n, torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
     torch.testing.assert_close(out, x * -1.5, atol=0, rtol=0)

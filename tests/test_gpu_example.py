@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import KERNELS, run_qola
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -28,9 +27,11 @@ def _load(path: Path):
 def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gpu")
     m = tmp / "q.toml"
-    m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
-                 '[[modules]]\nname = "module_rmsnorm"\n[[modules]]\nname = "module_softmax"\n'
-                 '[[modules]]\nname = "module_attn_fwd"\n')
+    m.write_text(
+        '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
+        '[[modules]]\nname = "module_rmsnorm"\n[[modules]]\nname = "module_softmax"\n'
+        '[[modules]]\nname = "module_attn_fwd"\n'
+    )
     out = tmp / "out"
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -72,9 +73,15 @@ def test_softmax_matches_torch(built, torch, dtype):
     torch.testing.assert_close(out.float(), ref, atol=TOL[dtype], rtol=TOL[dtype])
 
 
-@pytest.mark.parametrize("dtype,hdim,causal,lse", [
-    ("fp16", 64, False, False), ("bf16", 128, True, True), ("fp32", 64, True, False), ("fp16", 128, False, True),
-])
+@pytest.mark.parametrize(
+    "dtype,hdim,causal,lse",
+    [
+        ("fp16", 64, False, False),
+        ("bf16", 128, True, True),
+        ("fp32", 64, True, False),
+        ("fp16", 128, False, True),
+    ],
+)
 def test_attention_matches_torch(built, torch, dtype, hdim, causal, lse):
     mod = _load(built / "lib" / "qk_module_attn_fwd.so")
     tdt = getattr(torch, DTYPES[dtype])
@@ -85,8 +92,22 @@ def test_attention_matches_torch(built, torch, dtype, hdim, causal, lse):
     out = torch.empty_like(q)
     lse_t = torch.empty(b, h, sq, device="cuda", dtype=torch.float32) if lse else None
     scale = 1.0 / math.sqrt(hdim)
-    mod.attn_fwd(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), b, sq, sk, h, h, hdim, scale,
-                 dtype, causal, lse_t.data_ptr() if lse else 0)
+    mod.attn_fwd(
+        q.data_ptr(),
+        k.data_ptr(),
+        v.data_ptr(),
+        out.data_ptr(),
+        b,
+        sq,
+        sk,
+        h,
+        h,
+        hdim,
+        scale,
+        dtype,
+        causal,
+        lse_t.data_ptr() if lse else 0,
+    )
     torch.cuda.synchronize()
     s = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * scale
     if causal:  # bottom-right aligned as in CK when seqlen_k > seqlen_q

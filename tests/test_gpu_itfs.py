@@ -7,7 +7,6 @@ import ctypes
 import math
 
 import pytest
-
 from attn_abi import Params
 from conftest import KERNELS, cmake_build, run_qola
 
@@ -17,8 +16,10 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 def test_ctypes_c_abi_matches_torch(tmp_path):
     torch = pytest.importorskip("torch")
     m = tmp_path / "q.toml"
-    m.write_text('[qola]\nnamespace = "te"\n[build]\narchitectures = ["sm_90"]\n'
-                 '[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\n')
+    m.write_text(
+        '[qola]\nnamespace = "te"\n[build]\narchitectures = ["sm_90"]\n'
+        '[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\n'
+    )
     out = tmp_path / "out"
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -32,8 +33,25 @@ def test_ctypes_c_abi_matches_torch(tmp_path):
     o = torch.empty_like(q)
     lse = torch.empty(b, h, sq, device="cuda", dtype=torch.float32)
     scale = 1 / math.sqrt(d)
-    p = Params(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), None, None,
-               b, sq, sk, h, h, d, scale, b"bf16", 1, None)
+    p = Params(
+        q.data_ptr(),
+        k.data_ptr(),
+        v.data_ptr(),
+        o.data_ptr(),
+        lse.data_ptr(),
+        None,
+        None,
+        b,
+        sq,
+        sk,
+        h,
+        h,
+        d,
+        scale,
+        b"bf16",
+        1,
+        None,
+    )
     assert lib.te_libattn_fwd_attn_fwd(ctypes.byref(p)) == 0
     torch.cuda.synchronize()
     s = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * scale
@@ -92,9 +110,11 @@ def test_cpp_api_from_cmake_consumer_on_gpu(tmp_path):
     if not shutil.which("cmake"):
         pytest.skip("cmake not installed")
     m = tmp_path / "q.toml"
-    m.write_text('[qola]\nnamespace = "te"\n[build]\narchitectures = ["sm_90"]\n'
-                 '[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\n'
-                 'blob_gen_cmd = ["csrc/attn/generate.py -d fwd --filter attn_fwd_d64_fp32_batch* --output_dir {}"]\n')
+    m.write_text(
+        '[qola]\nnamespace = "te"\n[build]\narchitectures = ["sm_90"]\n'
+        '[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\n'
+        'blob_gen_cmd = ["csrc/attn/generate.py -d fwd --filter attn_fwd_d64_fp32_batch* --output_dir {}"]\n'
+    )
     out = tmp_path / "out"
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -106,7 +126,8 @@ def test_cpp_api_from_cmake_consumer_on_gpu(tmp_path):
         "find_package(CUDAToolkit REQUIRED)\nfind_package(qola-te REQUIRED)\n"
         "add_executable(consumer main.cpp)\n"
         "target_link_libraries(consumer PRIVATE qola::te::libattn_fwd CUDA::cudart)\n"
-        f"set_target_properties(consumer PROPERTIES BUILD_RPATH {out / 'lib'})\n")
+        f"set_target_properties(consumer PROPERTIES BUILD_RPATH {out / 'lib'})\n"
+    )
     bld = tmp_path / "build"
     cmake_build(proj, bld, out)
     run = subprocess.run([str(bld / "consumer")], capture_output=True, text=True)

@@ -78,8 +78,10 @@ def test_deferred_variant_on_gpu_compiles_once_and_matches_torch(tmp_path):
 
     count = tmp_path / "count"
     cc = tmp_path / "countcc"
-    cc.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then exec {NVCC} --version; fi\n'
-                  f'echo "$$" >> {count}\nexec {NVCC} "$@"\n')
+    cc.write_text(
+        f'#!/bin/sh\nif [ "$1" = "--version" ]; then exec {NVCC} --version; fi\n'
+        f'echo "$$" >> {count}\nexec {NVCC} "$@"\n'
+    )
     cc.chmod(0o755)
     (tmp_path / "child.py").write_text(child_preamble() + CHILD)
     env = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT_COMPILER": str(cc)}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-
 from conftest import KERNELS, run_qola
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -35,9 +34,11 @@ def test_torch_extension_module(tmp_path):
     src = tmp_path / "axpy.cu"
     src.write_text(SRC)
     m = tmp_path / "q.toml"
-    m.write_text(f'[qola]\nnamespace = "tx"\n[build]\narchitectures = ["sm_90"]\n'
-                 f'[[modules]]\nname = "module_axpy"\nsrcs = ["{src}"]\ntorch_exclude = false\n'
-                 f'is_python_module = true\n')
+    m.write_text(
+        f'[qola]\nnamespace = "tx"\n[build]\narchitectures = ["sm_90"]\n'
+        f'[[modules]]\nname = "module_axpy"\nsrcs = ["{src}"]\ntorch_exclude = false\n'
+        f"is_python_module = true\n"
+    )
     out = tmp_path / "out"
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

@@ -17,7 +17,7 @@ from attn_abi import child_preamble
 from conftest import KERNELS, run_qola
 from test_jit_support import NVCC
 
-from qola.usage import fragment, records
+from qola.store.usage import fragment, records
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -63,8 +63,9 @@ print(json.dumps({"r": r, "err": (o.float() - ref).abs().max().item(),
 
 def _build(tmp_path: Path, name: str, *extra: str) -> Path:
     out = tmp_path / name
-    proc = run_qola("build", "--manifest", str(tmp_path / "q.toml"), "--aiter-root", str(KERNELS), "-o", str(out),
-                    *extra)
+    proc = run_qola(
+        "build", "--manifest", str(tmp_path / "q.toml"), "--aiter-root", str(KERNELS), "-o", str(out), *extra
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 
@@ -76,8 +77,10 @@ def test_recorded_usage_round_trip_on_gpu(tmp_path):
     (tmp_path / "child.py").write_text(child_preamble() + CHILD)
     count = tmp_path / "count"
     cc = tmp_path / "countcc"
-    cc.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then exec {NVCC} --version; fi\n'
-                  f'echo "$$" >> {count}\nexec {NVCC} "$@"\n')
+    cc.write_text(
+        f'#!/bin/sh\nif [ "$1" = "--version" ]; then exec {NVCC} --version; fi\n'
+        f'echo "$$" >> {count}\nexec {NVCC} "$@"\n'
+    )
     cc.chmod(0o755)
 
     def compiles() -> int:
@@ -108,8 +111,17 @@ def test_recorded_usage_round_trip_on_gpu(tmp_path):
 
     # 2. merge, 3. build exactly that set ahead (the rest stays deferred)
     frag = tmp_path / "usage.toml"
-    proc = run_qola("usage", "merge", str(rec), "--manifest", str(tmp_path / "q.toml"), "--aiter-root", str(KERNELS),
-                    "-o", str(frag))
+    proc = run_qola(
+        "usage",
+        "merge",
+        str(rec),
+        "--manifest",
+        str(tmp_path / "q.toml"),
+        "--aiter-root",
+        str(KERNELS),
+        "-o",
+        str(frag),
+    )
     assert proc.returncode == 0, proc.stderr
     assert sorted(v.name for v in fragment.load(frag).variants) == units
     second = _build(tmp_path, "out2", "--usage", str(frag))

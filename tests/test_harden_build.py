@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import KERNELS, run_qola
-from qola import cli, fastpath
-from qola.errors import QolaError
+
+from qola import cli
+from qola.core.errors import QolaError
+from qola.store import fastpath
 from qola.toolchain import cuda, hip
 from qola.toolchain.versions import check_accepted
 
@@ -49,11 +50,16 @@ if [ -n "$FAKE_NVCC_SLEEP" ]; then sleep "$FAKE_NVCC_SLEEP"; fi
 exec g++ -x c++ -fPIC -fvisibility=hidden -c "$src" -o "$out" -MD -MF "$dep" -MT "$mt"
 """
 TINY = 'extern "C" __attribute__((visibility("default"))) int tiny_answer() { return %d; }\n'
-MANIFEST = ('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n%s'
-            '[[modules]]\nname = "module_tiny"\nsrcs = ["csrc/tiny/tiny.cu"]\nis_python_module = false\n')
-pytestmark = pytest.mark.skipif(not shutil.which("g++") or not os.path.exists("/usr/local/cuda/lib64/libcudart_static.a")
-                                and not Path("/usr/local/cuda/targets/x86_64-linux/lib/libcudart_static.a").exists(),
-                                reason="needs g++ and a CUDA toolkit's libcudart_static.a (the fake nvcc links it)")
+MANIFEST = (
+    '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n%s'
+    '[[modules]]\nname = "module_tiny"\nsrcs = ["csrc/tiny/tiny.cu"]\nis_python_module = false\n'
+)
+pytestmark = pytest.mark.skipif(
+    not shutil.which("g++")
+    or not os.path.exists("/usr/local/cuda/lib64/libcudart_static.a")
+    and not Path("/usr/local/cuda/targets/x86_64-linux/lib/libcudart_static.a").exists(),
+    reason="needs g++ and a CUDA toolkit's libcudart_static.a (the fake nvcc links it)",
+)
 
 
 def fake_nvcc(path: Path, tag: str = "fake-1", release: str = "13.0") -> Path:
@@ -109,14 +115,17 @@ def one_error(proc_: subprocess.CompletedProcess, *needles: str) -> None:
 # ---- item 4: numbers are validated before anything runs --------------------------------------------
 
 
-@pytest.mark.parametrize("extra, env_extra, manifest_extra, needle", [
-    (("-j", "-5"), {}, "", "-j/--jobs"),
-    (("-j", "0"), {}, "", "-j/--jobs"),
-    (("-j", "99999999999"), {}, "", "-j/--jobs"),
-    (("-j", "two"), {}, "", "-j/--jobs"),
-    ((), {"MAX_JOBS": "-3"}, "", "MAX_JOBS"),
-    ((), {}, "jobs = 10000000\n", "[build].jobs"),
-])
+@pytest.mark.parametrize(
+    "extra, env_extra, manifest_extra, needle",
+    [
+        (("-j", "-5"), {}, "", "-j/--jobs"),
+        (("-j", "0"), {}, "", "-j/--jobs"),
+        (("-j", "99999999999"), {}, "", "-j/--jobs"),
+        (("-j", "two"), {}, "", "-j/--jobs"),
+        ((), {"MAX_JOBS": "-3"}, "", "MAX_JOBS"),
+        ((), {}, "jobs = 10000000\n", "[build].jobs"),
+    ],
+)
 def test_bad_job_counts_refused_before_anything_runs(setup, extra, env_extra, manifest_extra, needle):
     tmp, tree, m, env, build = setup
     assert build("-j", "2").returncode == 0
@@ -150,8 +159,17 @@ def test_compiler_replaced_in_place_recompiles(setup):
     assert "up to date" in build().stderr
 
 
-@pytest.mark.parametrize("var", ["NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "CPATH", "HIPCC_COMPILE_FLAGS_APPEND",
-                                 "CCC_OVERRIDE_OPTIONS", "LIBRARY_PATH"])
+@pytest.mark.parametrize(
+    "var",
+    [
+        "NVCC_APPEND_FLAGS",
+        "NVCC_PREPEND_FLAGS",
+        "CPATH",
+        "HIPCC_COMPILE_FLAGS_APPEND",
+        "CCC_OVERRIDE_OPTIONS",
+        "LIBRARY_PATH",
+    ],
+)
 def test_compiler_environment_change_rebuilds(setup, var):
     tmp, tree, m, env, build = setup
     assert build().returncode == 0 and "up to date" in build().stderr
@@ -167,9 +185,22 @@ def test_one_list_of_compiler_variables_feeds_fast_path_and_graph(setup):
     from qola.toolchain import identity
 
     assert set(identity.COMPILER_ENV) <= set(fastpath.ENV_KEYS)
-    assert {"NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "HIPCC_COMPILE_FLAGS_APPEND", "HIPCC_LINK_FLAGS_APPEND",
-            "CCC_OVERRIDE_OPTIONS", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH", "HIP_PATH",
-            "ROCM_PATH", "HIP_PLATFORM", "PTXAS_FLAGS", "INCLUDES"} <= set(identity.COMPILER_ENV)
+    assert {
+        "NVCC_APPEND_FLAGS",
+        "NVCC_PREPEND_FLAGS",
+        "HIPCC_COMPILE_FLAGS_APPEND",
+        "HIPCC_LINK_FLAGS_APPEND",
+        "CCC_OVERRIDE_OPTIONS",
+        "CPATH",
+        "C_INCLUDE_PATH",
+        "CPLUS_INCLUDE_PATH",
+        "LIBRARY_PATH",
+        "HIP_PATH",
+        "ROCM_PATH",
+        "HIP_PLATFORM",
+        "PTXAS_FLAGS",
+        "INCLUDES",
+    } <= set(identity.COMPILER_ENV)
     tmp, tree, m, env, build = setup
     assert build().returncode == 0
     graph = (tmp / "out.build" / "build.ninja").read_text()
@@ -233,8 +264,13 @@ def test_tuned_configs_are_inputs_of_the_fast_path(setup):
 def test_concurrent_builds_of_one_output_dir_are_refused_naming_the_holder(setup):
     tmp, tree, m, env, build = setup
     args = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(tmp / "out")]
-    first = subprocess.Popen([sys.executable, "-m", "qola", *args], env={**os.environ, **env, "FAKE_NVCC_SLEEP": "600"},
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "qola", *args],
+        env={**os.environ, **env, "FAKE_NVCC_SLEEP": "600"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp,
+    )
     try:
         deadline = time.time() + 60
         while not (tmp / "out.build" / "build.ninja").exists() and time.time() < deadline:
@@ -257,24 +293,28 @@ def test_concurrent_builds_of_one_output_dir_are_refused_naming_the_holder(setup
 # ---- item 4 (directories): refused with exit 2 before any work -------------------------------------
 
 
-@pytest.mark.parametrize("out, build_dir, needle", [
-    ("/", None, "refusing to use / as the output dir"),
-    ("{tree}/csrc/include", None, "is inside the kernel tree"),
-    ("{tree}", None, "the output dir and the kernel tree are the same directory"),
-    # a tree inside the output dir under a name qola never writes is accepted (TE's OUT/third_party/aiter,
-    # issue 21: tests/test_te_flow.py); under one it writes, refused there too
-    ("{tmp}/o", "{tmp}/o", "the output dir and the build dir are the same directory"),
-    ("{tmp}/b/o", "{tmp}/b", "is inside the build dir"),
-    ("{tmp}/o", "{tree}/build", "the build dir {tree}/build is inside the kernel tree"),
-    ("{tmp}/q.toml", None, "exists and is not a directory"),
-])
+@pytest.mark.parametrize(
+    "out, build_dir, needle",
+    [
+        ("/", None, "refusing to use / as the output dir"),
+        ("{tree}/csrc/include", None, "is inside the kernel tree"),
+        ("{tree}", None, "the output dir and the kernel tree are the same directory"),
+        # a tree inside the output dir under a name qola never writes is accepted (TE's OUT/third_party/aiter,
+        # issue 21: tests/test_te_flow.py); under one it writes, refused there too
+        ("{tmp}/o", "{tmp}/o", "the output dir and the build dir are the same directory"),
+        ("{tmp}/b/o", "{tmp}/b", "is inside the build dir"),
+        ("{tmp}/o", "{tree}/build", "the build dir {tree}/build is inside the kernel tree"),
+        ("{tmp}/q.toml", None, "exists and is not a directory"),
+    ],
+)
 def test_output_and_build_dirs_are_checked_before_any_work(setup, out, build_dir, needle):
     tmp, tree, m, env, build = setup
     before = snapshot(tree)
     fill = {"tmp": tmp, "tree": tree}
     extra = ["--build-dir", build_dir.format(**fill)] if build_dir else []
-    res = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", out.format(**fill), *extra,
-                   env=env, cwd=tmp)
+    res = run_qola(
+        "build", "--manifest", str(m), "--aiter-root", str(tree), "-o", out.format(**fill), *extra, env=env, cwd=tmp
+    )
     one_error(res, needle.format(**fill))
     assert snapshot(tree) == before and not list(tree.rglob("*.ninja")), "the tree was written to"
 
@@ -282,22 +322,39 @@ def test_output_and_build_dirs_are_checked_before_any_work(setup, out, build_dir
 def _mount_tmpfs(at: Path, options: str) -> bool:
     at.mkdir(parents=True, exist_ok=True)
     try:
-        return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(at)], capture_output=True,
-                              timeout=30).returncode == 0
+        return (
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(at)], capture_output=True, timeout=30
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.SubprocessError):
         return False
 
 
-@pytest.mark.parametrize("options, needle", [("ro,size=1m", "is not writable (a read-only file system"),
-                                             ("size=1m", "not enough free space")])
+@pytest.mark.parametrize(
+    "options, needle",
+    [("ro,size=1m", "is not writable (a read-only file system"), ("size=1m", "not enough free space")],
+)
 def test_read_only_or_full_output_fs_refused_before_compiling(setup, options, needle):
     tmp, tree, m, env, build = setup
     mnt = tmp / "mnt"
     if not _mount_tmpfs(mnt, options):
         pytest.skip("cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN)")
     try:
-        res = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(mnt / "out"),
-                       "--build-dir", str(tmp / "b"), env=env, cwd=tmp)
+        res = run_qola(
+            "build",
+            "--manifest",
+            str(m),
+            "--aiter-root",
+            str(tree),
+            "-o",
+            str(mnt / "out"),
+            "--build-dir",
+            str(tmp / "b"),
+            env=env,
+            cwd=tmp,
+        )
         one_error(res, needle)
         assert not objects_built(tmp / "b")
     finally:
@@ -305,7 +362,7 @@ def test_read_only_or_full_output_fs_refused_before_compiling(setup, options, ne
 
 
 def test_room_counts_the_previous_output(tmp_path, monkeypatch):
-    from qola import preflight
+    from qola.pipeline import preflight
 
     out = tmp_path / "out"
     (out / "lib").mkdir(parents=True)
@@ -366,9 +423,15 @@ def test_killed_build_leaves_no_children(setup, sig, code):
     args = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(tmp / "out")]
     # a shell's background job inherits SIGINT ignored (and qola rightly keeps it so): give the child
     # the disposition a terminal user's qola has
-    qola = subprocess.Popen([sys.executable, "-m", "qola", *args], env={**os.environ, **env, "FAKE_NVCC_SLEEP": "600"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    qola = subprocess.Popen(
+        [sys.executable, "-m", "qola", *args],
+        env={**os.environ, **env, "FAKE_NVCC_SLEEP": "600"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     ours: list[int] = []
     try:
         deadline = time.time() + 60
@@ -393,10 +456,12 @@ def test_killed_build_leaves_no_children(setup, sig, code):
 
 
 def test_runner_group_death_signal_and_timeout(tmp_path):
-    from qola import proc
+    from qola.core import proc
 
-    probe = ("import ctypes, os; buf = ctypes.c_int(); "
-             "ctypes.CDLL(None).prctl(2, ctypes.byref(buf), 0, 0, 0); print(os.getpgid(0), buf.value)")
+    probe = (
+        "import ctypes, os; buf = ctypes.c_int(); "
+        "ctypes.CDLL(None).prctl(2, ctypes.byref(buf), 0, 0, 0); print(os.getpgid(0), buf.value)"
+    )
     done = proc.run([sys.executable, "-c", probe])
     pgid, deathsig = map(int, done.stdout.split())
     assert pgid != os.getpgid(0) and deathsig == signal.SIGTERM
@@ -410,10 +475,22 @@ def test_runner_files_start_no_process_of_their_own():
     import qola
 
     src = Path(qola.__file__).parent
-    own = ["commands/build.py", "commands/common.py", "cli.py", "fastpath.py", "ninja.py", "build.py",
-           "genrules.py", "isolation.py", "jitbuild.py", "pipeline.py", "spec.py", "extras.py", "builddir.py",
-           *(f"toolchain/{p.name}" for p in
-                                                            (src / "toolchain").glob("*.py"))]
+    own = [
+        "commands/build.py",
+        "commands/common.py",
+        "cli.py",
+        "store/fastpath.py",
+        "compile/ninja.py",
+        "compile/steps.py",
+        "plan/genrules.py",
+        "hooks/isolation.py",
+        "hooks/jit.py",
+        "pipeline/run.py",
+        "pipeline/spec.py",
+        "compile/extras.py",
+        "compile/layout.py",
+        *(f"toolchain/{p.name}" for p in (src / "toolchain").glob("*.py")),
+    ]
     for rel in own:
         text = (src / rel).read_text()
         assert not re.search(r"subprocess\.(run|Popen|call|check_output|check_call)\(|os\.system\(", text), rel
@@ -435,8 +512,13 @@ def test_toolchain_hints_name_only_options_qola_build_takes(tmp_path):
             check_accepted(kind, "/opt/x/bin/cc", ["12.4"], ["13.0"])
         hints.append(info.value.hint)
     with pytest.raises(QolaError) as info:  # the compiler cannot target the arch
-        cuda.find_cuda(["sm_120"], env={"PATH": os.environ["PATH"]}, accepted_versions=None, cache_dir=tmp_path,
-                       compiler=str(fake_nvcc(tmp_path / "nvcc")))
+        cuda.find_cuda(
+            ["sm_120"],
+            env={"PATH": os.environ["PATH"]},
+            accepted_versions=None,
+            cache_dir=tmp_path,
+            compiler=str(fake_nvcc(tmp_path / "nvcc")),
+        )
     hints.append(info.value.hint)
     accepted = _build_options()
     for hint in hints:
@@ -456,14 +538,21 @@ def test_followed_version_hint_works(setup):
 # ---- item 7 (CLI): last-resort errors are one line; --debug shows the traceback ----------------------
 
 
-@pytest.mark.parametrize("exc, needles", [
-    (OSError(errno.EACCES, "Permission denied", "/srv/x/lib"), ("Permission denied", "'/srv/x/lib'", "errno 13",
-                                                                "EACCES")),
-    (OSError(errno.ENOSPC, "No space left on device", "/o/a", None, "/o/b"), ("No space left", "'/o/a' -> '/o/b'",
-                                                                         "ENOSPC")),
-    (RecursionError("maximum recursion depth exceeded"), ("nested too deeply",)),
-    (MemoryError(), ("out of memory",)),
-])
+@pytest.mark.parametrize(
+    "exc, needles",
+    [
+        (
+            OSError(errno.EACCES, "Permission denied", "/srv/x/lib"),
+            ("Permission denied", "'/srv/x/lib'", "errno 13", "EACCES"),
+        ),
+        (
+            OSError(errno.ENOSPC, "No space left on device", "/o/a", None, "/o/b"),
+            ("No space left", "'/o/a' -> '/o/b'", "ENOSPC"),
+        ),
+        (RecursionError("maximum recursion depth exceeded"), ("nested too deeply",)),
+        (MemoryError(), ("out of memory",)),
+    ],
+)
 def test_cli_last_resort_is_one_line_and_debug_shows_traceback(monkeypatch, capsys, exc, needles):
     import qola.commands.build as build_cmd
 

@@ -354,7 +354,6 @@ def test_cache_dir_that_is_a_file_is_exit_2(lib, tmp_path, action):
 # ------------------------------------------------------------------ item 5: stale temp files
 
 
-
 def test_killed_compile_leaves_a_temp_that_verify_reports_and_the_next_compile_removes(lib):
     (lib.root / "slow").write_text("30")
     victim = lib.spawn(1, 5)

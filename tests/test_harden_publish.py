@@ -16,13 +16,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import KERNELS, run_qola
-from qola import codegen
-from qola.build import CompileReport, ModuleResult
-from qola.errors import QolaError
-from qola.plan import Generator
-from qola.publish import publish
+
+from qola.compile import codegen
+from qola.compile.steps import CompileReport, ModuleResult
+from qola.core.errors import QolaError
+from qola.output.publish import publish
+from qola.plan.planner import Generator
 
 NVCC = shutil.which("nvcc")
 
@@ -48,9 +48,23 @@ def fake_report(tmp: Path, modules: list[tuple[str, str, str, bytes | None]]) ->
             art = lib / f"{md}.so"
             art.write_bytes(blob)
         results.append(ModuleResult(name, md, "cpp_itfs", "shared", status=status, artifact=art, log=[f"{name} log"]))
-    plan = SimpleNamespace(manifest_path="q.toml", manifest_sha256="0" * 64, tree_root=str(tmp / "tree"),
-                           tree_commit=None, namespace="qk", archs=("sm_90",))
-    tc = SimpleNamespace(kind="cuda", compiler="nvcc", version="12", identity="x", base_flags=("-O3",), dropped_flags=(), removed_flags=())
+    plan = SimpleNamespace(
+        manifest_path="q.toml",
+        manifest_sha256="0" * 64,
+        tree_root=str(tmp / "tree"),
+        tree_commit=None,
+        namespace="qk",
+        archs=("sm_90",),
+    )
+    tc = SimpleNamespace(
+        kind="cuda",
+        compiler="nvcc",
+        version="12",
+        identity="x",
+        base_flags=("-O3",),
+        dropped_flags=(),
+        removed_flags=(),
+    )
     return CompileReport(plan, tc, results, tmp / "b", 1.0)
 
 
@@ -60,8 +74,9 @@ def outside_files(tmp: Path, roots: list[Path]) -> list[Path]:
 
 # -- item 1: paths stay inside their root ---------------------------------------------------------
 
+
 def test_inside_refuses_escapes(tmp_path):
-    from qola.fsutil import inside
+    from qola.core.fsutil import inside
 
     root = tmp_path / "root"
     root.mkdir()
@@ -111,16 +126,30 @@ def test_table_md_name_with_dotdot_writes_nothing_outside(tmp_path):
     data["module_softmax"]["md_name"] = "'../../../../evil'"
     table.write_text(json.dumps(data, indent=1))
     m = tmp_path / "q.toml"
-    m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n\n[[modules]]\nname = "module_softmax"\n')
+    m.write_text(
+        '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n\n[[modules]]\nname = "module_softmax"\n'
+    )
     base = tmp_path / "a" / "b" / "c"
-    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(base / "out"),
-                    "--build-dir", str(base / "out.build"), "-j", "2")
+    proc = run_qola(
+        "build",
+        "--manifest",
+        str(m),
+        "--aiter-root",
+        str(tree),
+        "-o",
+        str(base / "out"),
+        "--build-dir",
+        str(base / "out.build"),
+        "-j",
+        "2",
+    )
     assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr, proc.stderr
-    lock = base / ".out.qola.lock"  # the build's lock beside OUT (qola.lock), if any
+    lock = base / ".out.qola.lock"  # the build's lock beside OUT (qola.core.lock), if any
     assert outside_files(tmp_path, [tree, m, base / "out", base / "out.build", lock]) == []
 
 
 # -- item 5: never glob with names from input -----------------------------------------------------
+
 
 def test_md_name_star_does_not_delete_a_sibling_library(tmp_path):
     out = tmp_path / "out"
@@ -167,8 +196,9 @@ def test_output_of_an_older_layout_is_replaced_and_foreign_dirs_refused(tmp_path
 
 # -- item 5 (issue list): stale staging dirs and listings of killed runs --------------------------
 
+
 def test_stale_staging_and_listings_are_removed(tmp_path):
-    from qola.publish import prepare
+    from qola.output.publish import prepare
 
     dead, live = dead_pid(), os.getpid()
     gen = tmp_path / "b" / "gen" / "module_x"
@@ -199,7 +229,8 @@ def test_stale_staging_and_listings_are_removed(tmp_path):
 def test_publish_killed_mid_switch_is_completed_by_the_audit(tmp_path):
     """A switch killed after its commit (``.qola/next`` renamed in, lib/ swapped, the rest not): the
     next qola command, here the audit, completes it before reading; stray entries are noted."""
-    from qola import fsutil, outdir
+    from qola.core import fsutil
+    from qola.output import outdir
 
     out = tmp_path / "out"
     publish(fake_report(tmp_path, [("a", "qk_a", "failed", None)]), out)
@@ -225,13 +256,13 @@ def test_publish_killed_mid_switch_is_completed_by_the_audit(tmp_path):
     assert not outdir.interrupted(out)
     assert json.loads((out / "manifest.json").read_text())["modules"][0]["status"] == "built"
     assert "qk_a.so" in proc.stderr and "ELF" in proc.stderr  # audited the new version (fake bytes: not ELF)
-    from qola.outcheck import audit_output
+    from qola.output.checks import audit_output
 
     assert any("stray.txt is not part of qola's output" in n for n in audit_output(out)[2])
 
 
 def test_listing_dir_carries_the_pid():
-    from qola.fsutil import pid_tempdir
+    from qola.core.fsutil import pid_tempdir
 
     with pid_tempdir(codegen.LISTING_PREFIX) as d:
         assert Path(d).name.startswith(f"{codegen.LISTING_PREFIX}{os.getpid()}-")
@@ -239,8 +270,10 @@ def test_listing_dir_carries_the_pid():
 
 # -- real builds: the audit and SIGKILL during publish --------------------------------------------
 
-MANIFEST = ('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n\n[[modules]]\nname = "module_rmsnorm"\n'
-            '\n[[modules]]\nname = "module_softmax"\n')
+MANIFEST = (
+    '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n\n[[modules]]\nname = "module_rmsnorm"\n'
+    '\n[[modules]]\nname = "module_softmax"\n'
+)
 
 
 @pytest.fixture(scope="module")
@@ -327,7 +360,7 @@ def slowed(name):
     return op
 
 os.replace, os.rename = slowed("replace"), slowed("rename")
-from qola import fsutil
+from qola.core import fsutil
 real["exchange"] = fsutil.exchange
 fsutil.exchange = slowed("exchange")  # the publish's per-directory swaps are kill points too
 from qola.cli import main
@@ -363,8 +396,13 @@ def test_sigkill_during_publish_leaves_old_or_new(built, tmp_path):
         log = tmp_path / f"run{k}.log"
         logs.append(log)
         with open(log, "w") as fh:
-            proc = subprocess.Popen([sys.executable, str(driver), str(out), str(events), "1.0", *argv], env=env,
-                                    stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, str(driver), str(out), str(events), "1.0", *argv],
+                env=env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             deadline = time.time() + 300
             while proc.poll() is None and len(events.read_text().splitlines()) < k and time.time() < deadline:
                 time.sleep(0.05)

@@ -20,12 +20,12 @@ from conftest import KERNELS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qola import owner
-from qola.errors import QolaError
-from qola.tree import aiter_core
-from qola.tree.aiter import TABLE, AiterTree, expression_names
-from qola.tree.aiter_core import CORE, CoreNames, EnvName, resolve_core_names
-from qola.tree.safe_eval import MAX_INT_BITS, MAX_STR, evaluate, size_of
+from qola.core import owner
+from qola.core.errors import QolaError
+from qola.plan.tree import aiter_core
+from qola.plan.tree.aiter import TABLE, AiterTree, expression_names
+from qola.plan.tree.aiter_core import CORE, CoreNames, EnvName, resolve_core_names
+from qola.plan.tree.safe_eval import MAX_INT_BITS, MAX_STR, evaluate, size_of
 
 QUICK = '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
 
@@ -36,8 +36,15 @@ def _limits() -> None:  # a regression must fail the test, not exhaust the share
 
 def qola(*args: str, cwd: Path | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run([sys.executable, "-m", "qola", *args], capture_output=True, text=True, cwd=cwd, check=False,
-                              timeout=timeout, preexec_fn=_limits)
+        return subprocess.run(
+            [sys.executable, "-m", "qola", *args],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            check=False,
+            timeout=timeout,
+            preexec_fn=_limits,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"qola {' '.join(args)} did not finish in {timeout} s")
 
@@ -145,8 +152,11 @@ def test_core_names_holding_too_much_text_are_refused_naming_core_py(tree, tmp_p
 def test_core_names_nested_by_a_chain_are_not_kept(tree, tmp_path):
     """``X_i = os.getenv(..., [X_(i-1)])`` nests one level per line, without limit: such a name is not
     kept (as a default qola cannot evaluate), so using it is an unknown name, not a RecursionError."""
-    add_core_lines(tree, ["X_0 = os.getenv('QOLA_TEST_UNSET', 'x')\n"]
-                   + [f"X_{i} = os.getenv('QOLA_TEST_UNSET', [X_{i - 1}])\n" for i in range(1, 5000)])
+    add_core_lines(
+        tree,
+        ["X_0 = os.getenv('QOLA_TEST_UNSET', 'x')\n"]
+        + [f"X_{i} = os.getenv('QOLA_TEST_UNSET', [X_{i - 1}])\n" for i in range(1, 5000)],
+    )
     set_rmsnorm_flag(tree, "X_4999")
     proc = qola("plan", "-m", str(manifest(tmp_path)), "-a", str(tree))
     user_error(proc, "module_rmsnorm", "unknown name 'X_4999'")
@@ -164,17 +174,90 @@ NAMES = _names()
 WHERE = "aiter/jit/optCompilerConfig.json: module 'module_x', key 'srcs'[3]"
 
 ATOMS = [
-    "0", "1", "-1", "7", "64", "10", "2**64", "10**10**10", "9" * 5000, "0x" + "f" * 40, "1e308", "1e309",
-    "-1e309", "0.5", "'a'", "''", "'é'", "'\\x00'", "'\\ud800'", "'\\U0001F600'", "b'x'", "'a' * 10**9",
-    "[1] * 10**9", "'9' * 5000", "'a' * 99999", "True", "None", "CK_DIR", "get_gfx()", "os.environ.get('A')",
-    "os.environ.get('S')", "torch.version.hip", "[]", "[1, 'a']", "()", "'%s'", "'{0}'", "'1.5'", "'  12 '",
+    "0",
+    "1",
+    "-1",
+    "7",
+    "64",
+    "10",
+    "2**64",
+    "10**10**10",
+    "9" * 5000,
+    "0x" + "f" * 40,
+    "1e308",
+    "1e309",
+    "-1e309",
+    "0.5",
+    "'a'",
+    "''",
+    "'é'",
+    "'\\x00'",
+    "'\\ud800'",
+    "'\\U0001F600'",
+    "b'x'",
+    "'a' * 10**9",
+    "[1] * 10**9",
+    "'9' * 5000",
+    "'a' * 99999",
+    "True",
+    "None",
+    "CK_DIR",
+    "get_gfx()",
+    "os.environ.get('A')",
+    "os.environ.get('S')",
+    "torch.version.hip",
+    "[]",
+    "[1, 'a']",
+    "()",
+    "'%s'",
+    "'{0}'",
+    "'1.5'",
+    "'  12 '",
 ]
-UNARY = ["-({})", "not {}", "int({})", "str({})", "int({}, 2)", "f'{{{}}}'", "f'{{{}:c}}'", "f'{{{}:,}}'",
-         "f'{{{}:>999}}'", "f'{{{}:.999f}}'", "f'{{{}!r}}'", "[{}]", "({},)", "[{}] * 1000", "{}[::0]",
-         "{}[10**20]", "{}[1:]", "{}.split()", "{}.upper()", "'-'.join({})", "(((({}))))"]
-BINARY = ["{} + {}", "{} - {}", "{} * {}", "{} // {}", "{} % {}", "{} ** {}", "{} == {}", "{} < {}",
-          "{} in {}", "{} and {}", "{} or {}", "{}[{}]", "{}[{}:{}]", "{} if {} else {}",
-          "{}.replace({}, {})", "{}.split({})", "{}.startswith({})", "int({}, {})", "f'{{{}:{}}}'"]
+UNARY = [
+    "-({})",
+    "not {}",
+    "int({})",
+    "str({})",
+    "int({}, 2)",
+    "f'{{{}}}'",
+    "f'{{{}:c}}'",
+    "f'{{{}:,}}'",
+    "f'{{{}:>999}}'",
+    "f'{{{}:.999f}}'",
+    "f'{{{}!r}}'",
+    "[{}]",
+    "({},)",
+    "[{}] * 1000",
+    "{}[::0]",
+    "{}[10**20]",
+    "{}[1:]",
+    "{}.split()",
+    "{}.upper()",
+    "'-'.join({})",
+    "(((({}))))",
+]
+BINARY = [
+    "{} + {}",
+    "{} - {}",
+    "{} * {}",
+    "{} // {}",
+    "{} % {}",
+    "{} ** {}",
+    "{} == {}",
+    "{} < {}",
+    "{} in {}",
+    "{} and {}",
+    "{} or {}",
+    "{}[{}]",
+    "{}[{}:{}]",
+    "{} if {} else {}",
+    "{}.replace({}, {})",
+    "{}.split({})",
+    "{}.startswith({})",
+    "int({}, {})",
+    "f'{{{}:{}}}'",
+]
 
 
 def _expressions(depth: int) -> st.SearchStrategy[str]:
@@ -216,22 +299,49 @@ def test_fuzz_hostile_expressions_are_values_or_qolaerrors(expr):
     _check(expr)
 
 
-@pytest.mark.parametrize("expr", [
-    "'abc'[::0]", "'abc'[1:2:0]", "[1, 2][::0]", "f'{-1:c}'", "f'{2**100:c}'", "f'{1114112:c}'",
-    "'\\ud800'", "os.environ.get('S')", "['a', '\\udcff']", "str('9' * 5000)", "int('9' * 5000)",
-    "9" * 5000, "f'{" + "9" * 5000 + "}'", "(" * 200 + "1" + ")" * 200, "-" * 5000 + "1", "1e308 * 10",
-    "2.0 ** 5000", "10 ** 10 ** 10", "'a' * 10 ** 9", "[[1] * 10**5] * 10**5", "int(1e309)",
-])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "'abc'[::0]",
+        "'abc'[1:2:0]",
+        "[1, 2][::0]",
+        "f'{-1:c}'",
+        "f'{2**100:c}'",
+        "f'{1114112:c}'",
+        "'\\ud800'",
+        "os.environ.get('S')",
+        "['a', '\\udcff']",
+        "str('9' * 5000)",
+        "int('9' * 5000)",
+        "9" * 5000,
+        "f'{" + "9" * 5000 + "}'",
+        "(" * 200 + "1" + ")" * 200,
+        "-" * 5000 + "1",
+        "1e308 * 10",
+        "2.0 ** 5000",
+        "10 ** 10 ** 10",
+        "'a' * 10 ** 9",
+        "[[1] * 10**5] * 10**5",
+        "int(1e309)",
+    ],
+)
 def test_hostile_expressions_each_named(expr):
     """Cases the fuzzer must keep covering (several were a ValueError or OverflowError traceback)."""
     _check(expr)
 
 
-@pytest.mark.parametrize("where, edit", [
-    ("optCompilerConfig.json", lambda root: (root / TABLE).write_text(
-        (root / TABLE).read_text().replace('"srcs"', '"x_big": ' + "9" * 5000 + ', "srcs"', 1))),
-    ("m.toml", None),
-])
+@pytest.mark.parametrize(
+    "where, edit",
+    [
+        (
+            "optCompilerConfig.json",
+            lambda root: (root / TABLE).write_text(
+                (root / TABLE).read_text().replace('"srcs"', '"x_big": ' + "9" * 5000 + ', "srcs"', 1)
+            ),
+        ),
+        ("m.toml", None),
+    ],
+)
 def test_integer_of_5000_digits_is_a_user_error(tree, tmp_path, where, edit):
     """Python refuses int<->str conversions over 4300 digits with a ValueError, which the JSON and
     TOML readers let through: a traceback before this fix."""

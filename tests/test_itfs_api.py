@@ -16,9 +16,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 import itfs_fixture as fx
+import pytest
 from conftest import run_qola
 
 pytestmark = pytest.mark.slow
@@ -33,8 +32,17 @@ def _env(arch: str) -> dict[str, str]:
 def build(tmp: Path, shape: str, arch: str):
     tree = fx.write_tree(tmp / shape, shape)
     out = tmp / f"out_{shape}"
-    proc = run_qola("build", "--manifest", str(fx.manifest(tmp / f"{shape}.toml", shape, arch)), "--aiter-root",
-                    str(tree), "-o", str(out), "-j", "2")
+    proc = run_qola(
+        "build",
+        "--manifest",
+        str(fx.manifest(tmp / f"{shape}.toml", shape, arch)),
+        "--aiter-root",
+        str(tree),
+        "-o",
+        str(out),
+        "-j",
+        "2",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     return tree, out
 
@@ -46,10 +54,25 @@ def consumer(tmp: Path, shape: str, tree: Path, out: Path, arch: str) -> list[st
     libs = sorted(p.name for p in (out / "lib").glob("te_*.so"))
     cxx = ["hipcc", "-x", "hip", "--offload-arch=gfx942"] if arch.startswith("gfx") else ["g++"]
     exe = tmp / f"use_{shape}"
-    cc = subprocess.run([*cxx, "-std=c++17", f"-I{out / 'include'}", *(f"-I{d}" for d in fx.include_dirs(tree)),
-                         "-DFIXTURE_CK=1", str(src), "-o", str(exe), f"-L{out / 'lib'}",
-                         *(f"-l:{lib}" for lib in libs), "-Wl,--no-undefined", f"-Wl,-rpath,{out / 'lib'}"],
-                        capture_output=True, text=True, env=_env(arch))
+    cc = subprocess.run(
+        [
+            *cxx,
+            "-std=c++17",
+            f"-I{out / 'include'}",
+            *(f"-I{d}" for d in fx.include_dirs(tree)),
+            "-DFIXTURE_CK=1",
+            str(src),
+            "-o",
+            str(exe),
+            f"-L{out / 'lib'}",
+            *(f"-l:{lib}" for lib in libs),
+            "-Wl,--no-undefined",
+            f"-Wl,-rpath,{out / 'lib'}",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(arch),
+    )
     assert cc.returncode == 0, cc.stderr[-4000:]
     run = subprocess.run([str(exe)], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -64,22 +87,34 @@ def exports(out: Path) -> dict[str, list[str]]:
 def test_new_two_argument_api_with_workspace_size(tmp_path, arch):
     tree, out = build(tmp_path, "new", arch)
     header = (out / "include" / "qola_mha_fwd.h").read_text()
-    assert "mha_fwd(\n    ::aiter::qola_api_te::mha_fwd_0_p0 args,\n    ::aiter::qola_api_te::mha_fwd_0_p1 s);" in header
+    assert (
+        "mha_fwd(\n    ::aiter::qola_api_te::mha_fwd_0_p0 args,\n    ::aiter::qola_api_te::mha_fwd_0_p1 s);" in header
+    )
     assert "using mha_fwd_0_p1 = const ck_tile::stream_config&;" in header
     bwd = (out / "include" / "qola_mha_bwd.h").read_text()
     assert "#if FIXTURE_CK\nQOLA_NS_BEGIN\nQOLA_VISIBLE size_t mha_bwd_workspace_size(" in bwd
     ex = exports(out)
-    assert ex["libmha_fwd"] == ["_ZN4qola2te7mha_fwdEN5aiter12mha_fwd_argsERKN7ck_tile13stream_configE",
-                                "te_qola_version"]
-    assert set(ex["libmha_bwd"]) == {"_ZN4qola2te7mha_bwdEN5aiter12mha_bwd_argsERKN7ck_tile13stream_configE",
-                                     "_ZN4qola2te22mha_bwd_workspace_sizeERK15fmha_bwd_traits", "te_qola_version"}
+    assert ex["libmha_fwd"] == [
+        "_ZN4qola2te7mha_fwdEN5aiter12mha_fwd_argsERKN7ck_tile13stream_configE",
+        "te_qola_version",
+    ]
+    assert set(ex["libmha_bwd"]) == {
+        "_ZN4qola2te7mha_bwdEN5aiter12mha_bwd_argsERKN7ck_tile13stream_configE",
+        "_ZN4qola2te22mha_bwd_workspace_sizeERK15fmha_bwd_traits",
+        "te_qola_version",
+    }
     assert consumer(tmp_path, "new", tree, out, arch) == fx.EXPECTED["new"]
-    plan = json.loads(run_qola("plan", "--manifest", str(tmp_path / "new.toml"), "--aiter-root", str(tree),
-                               "--json").stdout)
+    plan = json.loads(
+        run_qola("plan", "--manifest", str(tmp_path / "new.toml"), "--aiter-root", str(tree), "--json").stdout
+    )
     apis = {m["name"]: m["api"]["signatures"] for m in plan["modules"]}
-    assert apis == {"libmha_fwd": ["float aiter::mha_fwd(mha_fwd_args args, const ck_tile::stream_config& s)"],
-                    "libmha_bwd": ["float aiter::mha_bwd(mha_bwd_args, const ck_tile::stream_config&)",
-                                   "size_t mha_bwd_workspace_size(const ::fmha_bwd_traits& traits)"]}
+    assert apis == {
+        "libmha_fwd": ["float aiter::mha_fwd(mha_fwd_args args, const ck_tile::stream_config& s)"],
+        "libmha_bwd": [
+            "float aiter::mha_bwd(mha_bwd_args, const ck_tile::stream_config&)",
+            "size_t mha_bwd_workspace_size(const ::fmha_bwd_traits& traits)",
+        ],
+    }
     text = run_qola("plan", "--manifest", str(tmp_path / "new.toml"), "--aiter-root", str(tree)).stdout
     assert "  api         qola_mha_bwd.h, from the tree's csrc/include/mha_bwd.h" in text
     assert "size_t mha_bwd_workspace_size(const ::fmha_bwd_traits& traits)  (qola's)  [#if FIXTURE_CK]" in text
@@ -123,8 +158,10 @@ def test_gemm_entry_point_defined_by_a_macro_in_the_source(tmp_path, arch):
     macro: qola reads it there, the wrapper declares it, the public header needs aiter_tensor.h only."""
     tree = fx.write_gemm_tree(tmp_path / "t", arch)
     m = tmp_path / "g.toml"
-    m.write_text(f'[qola]\nnamespace = "te"\n[build]\narchitectures = ["{arch}"]\nmode = "cpp_itfs"\n'
-                 '[[modules]]\nname = "module_gemm_a4w4_asm"\nmd_name = "libgemm_a4w4_asm"\n')
+    m.write_text(
+        f'[qola]\nnamespace = "te"\n[build]\narchitectures = ["{arch}"]\nmode = "cpp_itfs"\n'
+        '[[modules]]\nname = "module_gemm_a4w4_asm"\nmd_name = "libgemm_a4w4_asm"\n'
+    )
     out = tmp_path / "out"
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
@@ -137,23 +174,42 @@ def test_gemm_entry_point_defined_by_a_macro_in_the_source(tmp_path, arch):
     src.write_text(fx.GEMM_CONSUMER)
     exe = tmp_path / "use"
     cxx = ["hipcc", "-x", "hip", "--offload-arch=gfx950"] if arch.startswith("gfx") else ["g++"]
-    cc = subprocess.run([*cxx, "-std=c++17", f"-I{out / 'include'}", f"-I{tree / 'csrc' / 'include'}", str(src),
-                         "-o", str(exe), f"-L{out / 'lib'}", "-l:te_libgemm_a4w4_asm.so", "-Wl,--no-undefined",
-                         f"-Wl,-rpath,{out / 'lib'}"], capture_output=True, text=True, env=_env(arch))
+    cc = subprocess.run(
+        [
+            *cxx,
+            "-std=c++17",
+            f"-I{out / 'include'}",
+            f"-I{tree / 'csrc' / 'include'}",
+            str(src),
+            "-o",
+            str(exe),
+            f"-L{out / 'lib'}",
+            "-l:te_libgemm_a4w4_asm.so",
+            "-Wl,--no-undefined",
+            f"-Wl,-rpath,{out / 'lib'}",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(arch),
+    )
     assert cc.returncode == 0, cc.stderr[-4000:]
     run = subprocess.run([str(exe)], capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout.split() == fx.GEMM_EXPECTED, run.stdout + run.stderr
 
 
 @pytest.mark.aiter
-@pytest.mark.parametrize("name,header", [("module_gemm_a4w4_asm", "asm_gemm_a4w4.cu"),
-                                         ("module_gemm_a4w4_blockscale", "gemm_a4w4_blockscale.h")])
+@pytest.mark.parametrize(
+    "name,header",
+    [("module_gemm_a4w4_asm", "asm_gemm_a4w4.cu"), ("module_gemm_a4w4_blockscale", "gemm_a4w4_blockscale.h")],
+)
 def test_sdist_gemm_modules_are_not_torch_free_and_say_so(aiter_root, tmp_path, name, header):
     """The amd-aiter 0.1.7 sdist has both GEMM modules, but their entry points take torch::Tensor:
     a cpp_itfs plan refuses them naming the declaration, instead of a build failing in torch headers."""
     m = tmp_path / "g.toml"
-    m.write_text(f'[qola]\nnamespace = "te"\n[build]\narchitectures = ["gfx950"]\nmode = "cpp_itfs"\n'
-                 f'[[modules]]\nname = "{name}"\n')
+    m.write_text(
+        f'[qola]\nnamespace = "te"\n[build]\narchitectures = ["gfx950"]\nmode = "cpp_itfs"\n'
+        f'[[modules]]\nname = "{name}"\n'
+    )
     proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(aiter_root))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert header in proc.stderr and "torch::Tensor" in proc.stderr and "not torch-free" in proc.stderr, proc.stderr
@@ -163,12 +219,18 @@ def test_sdist_gemm_modules_are_not_torch_free_and_say_so(aiter_root, tmp_path, 
 def test_a_changed_tree_header_changes_the_api_on_rebuild(tmp_path):
     tree, out = build(tmp_path, "new", "sm_90")
     header = tree / "csrc" / "include" / "mha_fwd.h"
-    header.write_text(header.read_text().replace("const ck_tile::stream_config& s);",
-                                                 "const ck_tile::stream_config& s, int extra = 7);"))
+    header.write_text(
+        header.read_text().replace(
+            "const ck_tile::stream_config& s);", "const ck_tile::stream_config& s, int extra = 7);"
+        )
+    )
     src = tree / "csrc" / "cpp_itfs" / "mha_fwd.cu"
-    src.write_text(src.read_text().replace("const ck_tile::stream_config& s)\n", "const ck_tile::stream_config& s, int)\n"))
-    proc = run_qola("build", "--manifest", str(tmp_path / "new.toml"), "--aiter-root", str(tree), "-o", str(out),
-                    "-j", "2")
+    src.write_text(
+        src.read_text().replace("const ck_tile::stream_config& s)\n", "const ck_tile::stream_config& s, int)\n")
+    )
+    proc = run_qola(
+        "build", "--manifest", str(tmp_path / "new.toml"), "--aiter-root", str(tree), "-o", str(out), "-j", "2"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert "mha_fwd_0_p2 extra = 7);" in (out / "include" / "qola_mha_fwd.h").read_text()
     assert exports(out)["libmha_fwd"][0] == "_ZN4qola2te7mha_fwdEN5aiter12mha_fwd_argsERKN7ck_tile13stream_configEi"

@@ -19,12 +19,12 @@ from attn_abi import child_preamble
 from conftest import KERNELS, run_qola
 from test_jit_support import HIPCC, NVCC
 
-from qola import jitbuild
 from qola.commands.common import prepare
-from qola.errors import QolaError
-from qola.manifest import parse
-from qola.plantypes import JitSplit
-from qola.publish import publish_tree
+from qola.core.errors import QolaError
+from qola.hooks import jit as jitbuild
+from qola.output.publish import publish_tree
+from qola.plan.manifest import parse
+from qola.plan.model import JitSplit
 
 GEN = KERNELS / "csrc" / "attn" / "generate.py"
 TOKENS = 'tokens = {mask = {true = "mask", false = "nmask"}, lse = {true = "lse", false = "nlse"}}'
@@ -59,8 +59,10 @@ exec {real} "$@"
 
 
 def manifest(path: Path, jit: str, arch: str = "sm_90", link: str = "shared") -> Path:
-    path.write_text(f'[qola]\nnamespace = "qj"\n[build]\narchitectures = ["{arch}"]\nlink = "{link}"\n'
-                    f'[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\n{jit}')
+    path.write_text(
+        f'[qola]\nnamespace = "qj"\n[build]\narchitectures = ["{arch}"]\nlink = "{link}"\n'
+        f'[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\n{jit}'
+    )
     return path
 
 
@@ -88,9 +90,12 @@ def build(tmp: Path, jit: str, *flags: str, arch: str = "sm_90", out: Path | Non
 
 # --------------------------------------------------------------------------- fast
 
+
 def test_manifest_shape_and_errors():
-    m = parse(f'[jit]\nmodules = ["libattn_fwd"]\n{AOT_TWO.replace("[jit]", "")}\n'
-              '[[jit.aot.mha_fwd_variants]]\ndtype = "bf16"\n')
+    m = parse(
+        f'[jit]\nmodules = ["libattn_fwd"]\n{AOT_TWO.replace("[jit]", "")}\n'
+        '[[jit.aot.mha_fwd_variants]]\ndtype = "bf16"\n'
+    )
     assert m.jit.enabled and m.jit.modules == ["libattn_fwd"]
     assert m.jit.aot.variants[0].options["lse"] == [False, True] and m.jit.aot.mha_fwd_variants[0].dtype == "bf16"
     assert parse("[jit]\n").jit.aot.variants == [] and parse("").jit is None
@@ -117,11 +122,14 @@ def test_plan_jit_selects_the_aot_instances(tmp_path):
         assert prep.plan.modules[0].jit is None
 
 
-@pytest.mark.parametrize("jit, message", [
-    ('[jit]\nmodules = ["nope"]\n', "jit.modules: module 'nope' is not built"),
-    (AOT_TWO.replace("hdim = 64", "hdim = 96"), "jit.aot.variants[0] {hdim=96, "),
-    (AOT_TWO.replace('module = "libattn_fwd"', 'module = "other"'), "module 'other' is not built"),
-])
+@pytest.mark.parametrize(
+    "jit, message",
+    [
+        ('[jit]\nmodules = ["nope"]\n', "jit.modules: module 'nope' is not built"),
+        (AOT_TWO.replace("hdim = 64", "hdim = 96"), "jit.aot.variants[0] {hdim=96, "),
+        (AOT_TWO.replace('module = "libattn_fwd"', 'module = "other"'), "module 'other' is not built"),
+    ],
+)
 def test_plan_jit_user_errors(tmp_path, jit, message):
     prep = _prepared(tmp_path, jit)
     with pytest.raises(QolaError) as exc:
@@ -130,8 +138,20 @@ def test_plan_jit_user_errors(tmp_path, jit, message):
 
 
 def test_portable_flags_drop_build_machine_paths():
-    flags = ["-O3", "-I/b/include", "-I", "/x", "-isystem", "/y", "-ccbin", "/usr/bin/g++-12", "-DX=1",
-             "-Xcompiler", "-fPIC", "-isystem/z"]
+    flags = [
+        "-O3",
+        "-I/b/include",
+        "-I",
+        "/x",
+        "-isystem",
+        "/y",
+        "-ccbin",
+        "/usr/bin/g++-12",
+        "-DX=1",
+        "-Xcompiler",
+        "-fPIC",
+        "-isystem/z",
+    ]
     assert jitbuild.portable_flags(flags) == ["-O3", "-DX=1", "-Xcompiler", "-fPIC"]
 
 
@@ -151,6 +171,7 @@ def test_publish_tree_mirrors_and_removes(tmp_path):
 
 
 # --------------------------------------------------------------------------- builds
+
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
@@ -249,9 +270,11 @@ except RuntimeError as exc:
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 def test_pybind_module_calls_a_deferred_variant(tmp_path):
     m = tmp_path / "q.toml"
-    m.write_text('[qola]\nnamespace = "qj"\n[build]\narchitectures = ["sm_90"]\n'
-                 '[[modules]]\nname = "module_attn_fwd"\nmode = "pybind"\n'
-                 + AOT_TWO.replace('"libattn_fwd"', '"module_attn_fwd"'))
+    m.write_text(
+        '[qola]\nnamespace = "qj"\n[build]\narchitectures = ["sm_90"]\n'
+        '[[modules]]\nname = "module_attn_fwd"\nmode = "pybind"\n'
+        + AOT_TWO.replace('"libattn_fwd"', '"module_attn_fwd"')
+    )
     out = tmp_path / "out"
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out), "-j", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -279,20 +302,24 @@ def test_split_defers_function_specialisations_only(tmp_path):
     ``template<> struct FmhaFwdV3Name<…>``) is no instance: it stays in the library, not in the JIT."""
     import dataclasses
 
-    from qola.jitbuild import split
-    from qola.plantypes import JitSplit, ModulePlan
+    from qola.hooks.jit import split
+    from qola.plan.model import JitSplit, ModulePlan
 
     kernel = tmp_path / "fmha_fwd_d32_x_gfx9.cpp"
     kernel.write_text("template <>\nfloat fmha_fwd_<trait_, ck_tile::gfx9_t>(const S& s, A a) { return 0; }\n")
     asm = tmp_path / "asm_fmha_fwd_v3_gfx942.cpp"
-    asm.write_text('template<> struct FmhaFwdV3Name<sel<1>> { static constexpr const char* n = "x"; };\n'
-                   "namespace gfx942 { float fmha_fwd_v3(int t) { return t; } }\n")
+    asm.write_text(
+        'template<> struct FmhaFwdV3Name<sel<1>> { static constexpr const char* n = "x"; };\n'
+        "namespace gfx942 { float fmha_fwd_v3(int t) { return t; } }\n"
+    )
     api = tmp_path / "fmha_fwd_api.cpp"
     api.write_text("template <>\nfloat f_<int>(int) { return 0; }\n")
-    fields = {f.name: () for f in dataclasses.fields(ModulePlan) if f.default is dataclasses.MISSING
-              and f.default_factory is dataclasses.MISSING}
-    mod = dataclasses.replace(ModulePlan(**{**fields, "name": "m", "md_name": "m"}),
-                              jit=JitSplit((), False, "ck", "0"))
+    fields = {
+        f.name: ()
+        for f in dataclasses.fields(ModulePlan)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    mod = dataclasses.replace(ModulePlan(**{**fields, "name": "m", "md_name": "m"}), jit=JitSplit((), False, "ck", "0"))
     aot, deferred = split(mod, [str(kernel), str(asm), str(api)])
     assert deferred == (str(kernel),)
     assert set(aot) == {"asm_fmha_fwd_v3_gfx942"}

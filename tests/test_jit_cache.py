@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from qola.errors import QolaError
+from qola.core.errors import QolaError
 from qola.jit import cache as jc
 from qola.jit import format as fmt
 from qola.jit.key import entry_key

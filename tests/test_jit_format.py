@@ -62,7 +62,7 @@ def _strip_comments(text: str) -> str:
             q, j = text[i], i + 1
             while text[j] != q:
                 j += 2 if text[j] == "\\" else 1
-            out.append(text[i: j + 1])
+            out.append(text[i : j + 1])
             i = j + 1
         else:
             out.append(text[i])
@@ -88,8 +88,9 @@ def _header() -> str:
 def test_every_constant_of_the_runtime_header_equals_the_python_one():
     text = _header()
     strings = {m[1]: _c_string(m[2]) for m in re.finditer(r'constexpr char (k_\w+)\[\] = "((?:[^"\\]|\\.)*)";', text)}
-    numbers = {m[1]: m[2] for m in re.finditer(r"constexpr (?:size_t|mode_t|long|int|uint64_t) (k_\w+) = ([^;]+);",
-                                               text)}
+    numbers = {
+        m[1]: m[2] for m in re.finditer(r"constexpr (?:size_t|mode_t|long|int|uint64_t) (k_\w+) = ([^;]+);", text)
+    }
     assert strings == STRINGS
     assert set(numbers) - DERIVED == set(NUMBERS)
     assert {k: _c_number(v) for k, v in numbers.items() if k not in DERIVED} == NUMBERS
@@ -114,20 +115,43 @@ def test_the_name_functions_agree_with_the_python_ones(tmp_path):
         "int main() {\n"
         f'  const char* k = "{key}"; const char* s = "{sha}";\n'
         "  for(const std::string& v : {so_name(k), meta_name(k), lock_name(k), log_name(k), temp_prefix(k),\n"
-        "                              headers_lock(s), stale_aside(s, 42), in(\"/c\", \"x\")})\n"
+        '                              headers_lock(s), stale_aside(s, 42), in("/c", "x")})\n'
         '    std::printf("%s\\n", v.c_str());\n'
-        "}\n")
+        "}\n"
+    )
     exe = tmp_path / "main"
-    subprocess.run([cxx, "-std=c++17", f"-I{tmp_path}", f"-I{RUNTIME}", f"-I{RUNTIME.parent}",
-                    str(tmp_path / "main.cpp"), "-o", str(exe)], check=True)
+    subprocess.run(
+        [
+            cxx,
+            "-std=c++17",
+            f"-I{tmp_path}",
+            f"-I{RUNTIME}",
+            f"-I{RUNTIME.parent}",
+            str(tmp_path / "main.cpp"),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
     got = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert got == [fmt.so_name(key), fmt.meta_name(key), fmt.lock_name(key), fmt.log_name(key),
-                   fmt.temp_prefix(key), fmt.headers_lock(sha), fmt.stale_aside(sha, 42), "/c/x"]
+    assert got == [
+        fmt.so_name(key),
+        fmt.meta_name(key),
+        fmt.lock_name(key),
+        fmt.log_name(key),
+        fmt.temp_prefix(key),
+        fmt.headers_lock(sha),
+        fmt.stale_aside(sha, 42),
+        "/c/x",
+    ]
 
 
 def _runtime_sources() -> dict[str, str]:
-    return {p.name: _strip_comments(p.read_text()) for p in sorted(RUNTIME.iterdir())
-            if p.suffix in (".cpp", ".h") and p != HEADER}
+    return {
+        p.name: _strip_comments(p.read_text())
+        for p in sorted(RUNTIME.iterdir())
+        if p.suffix in (".cpp", ".h") and p != HEADER
+    }
 
 
 def test_the_runtime_spells_no_format_string_inline():
@@ -161,8 +185,16 @@ def test_generated_table_follows_the_struct_declarations():
 
 def test_python_spells_the_format_only_in_qola_jit_format():
     """No other module writes a tag, a marker or a cache name as a literal (docstrings may describe them)."""
-    contained = {fmt.TAG_HEADERS, fmt.TAG_CONTENT, fmt.TAG_COMPILER, fmt.TAG_KEY, fmt.META_HEAD, fmt.MEMO_HEAD,
-                 fmt.RECORD_HEAD, fmt.NETWORK_LOCK_DIR}
+    contained = {
+        fmt.TAG_HEADERS,
+        fmt.TAG_CONTENT,
+        fmt.TAG_COMPILER,
+        fmt.TAG_KEY,
+        fmt.META_HEAD,
+        fmt.MEMO_HEAD,
+        fmt.RECORD_HEAD,
+        fmt.NETWORK_LOCK_DIR,
+    }
     exact = {fmt.COMPLETE, fmt.INDEX_FORMAT, fmt.SECTION, fmt.HEADERS_TOKEN, fmt.DIR_TOKEN, fmt.BUNDLE}
     src = Path(qola.__file__).parent
     found = []
@@ -170,9 +202,14 @@ def test_python_spells_the_format_only_in_qola_jit_format():
         if path.name == "format.py" and path.parent.name == "jit":
             continue
         tree = ast.parse(path.read_text())
-        docs = {id(node.body[0].value) for node in ast.walk(tree)
-                if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
-                and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        docs = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
                 if node.value in exact or any(w in node.value for w in contained):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_jit_support import API_H, UNIT, fake_compiler
 
-from qola.errors import QolaError
+from qola.core.errors import QolaError
 from qola.jit import key as jkey
 from qola.jit import layout
 

@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import wait_for
 from test_jit_support import build_runtime, expected, fake_compiler, make_lib
 
@@ -67,7 +66,6 @@ def test_32_processes_one_compile(lib):
         assert out.split()[1] == str(expected(1, i))
     assert lib.compiles() == 1
     assert len(lib.entries()) == 1
-
 
 
 def test_sigkill_during_compile_recovers(lib):
@@ -162,7 +160,7 @@ def test_changed_compiler_gets_its_own_entry(lib):
     ok(lib.run(1, 5, extra={"QOLA_JIT_COMPILER": str(cc2)}))
     assert len(lib.entries()) == 2
     # the same path whose --version output changed (an upgrade): noticed, recompiled
-    text = lib.compiler.read_text().replace('exec g++ --version; fi', 'echo "fake 2.0"; exit 0; fi')
+    text = lib.compiler.read_text().replace("exec g++ --version; fi", 'echo "fake 2.0"; exit 0; fi')
     lib.compiler.write_text(text)
     ok(lib.run(1, 5))
     assert len(lib.entries()) == 3
@@ -187,7 +185,7 @@ def test_a_loaded_library_keeps_its_jit_sources_across_a_publish(lib, tmp_path):
     ones in OUT/.qola/prev: a process that loaded the old library finds its own JIT sources there
     (the runtime follows its mapping, not the path it was loaded by, which now holds the next
     version with other sources)."""
-    from qola import fsutil
+    from qola.core import fsutil
 
     out = lib.root / "out"
     nxt = tmp_path / "next"
@@ -195,8 +193,14 @@ def test_a_loaded_library_keeps_its_jit_sources_across_a_publish(lib, tmp_path):
     shutil.copytree(out / "jit", nxt / "jit")
     edited = nxt / "jit/tm/src/unit_2.cpp"
     edited.write_text(edited.read_text() + "\n// the next build's sources\n")
-    proc = subprocess.Popen([str(lib.caller), "1", "5", "wait"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=lib.env)
+    proc = subprocess.Popen(
+        [str(lib.caller), "1", "5", "wait"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=lib.env,
+    )
     assert proc.stdout.readline().split() == ["first", str(expected(1, 5)), "status", "0"]  # loaded, unit 1 built
     for name in ("lib", "jit"):
         if not fsutil.exchange(nxt / name, out / name):

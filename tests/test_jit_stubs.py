@@ -152,8 +152,9 @@ def ck_fmha(aiter_root, tmp_path_factory):
     gen = aiter_root / FMHA / "generate.py"
     out = tmp_path_factory.mktemp("fmha")
     procs = [
-        subprocess.Popen([sys.executable, str(gen), "-d", d, "--receipt", "600", "-o", str(out / d)],
-                         stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, str(gen), "-d", d, "--receipt", "600", "-o", str(out / d)], stdout=subprocess.DEVNULL
+        )  # fmt: skip
         for d in ("fwd", "bwd")
     ]
     assert all(p.wait() == 0 for p in procs)
@@ -168,8 +169,9 @@ def test_ck_fmha_fwd_stubs_match_the_dispatch(ck_fmha):
     api = (out / "fwd/fmha_fwd_api.cpp").read_text()
     called = {
         (fn, canonical(f"{trait}, {arch}", {}))
-        for trait, fn, arch in re.findall(r"using trait_ = ([^;]*);\s*return (fmha_fwd_)<trait_, ([\w:]+)>\(s, a\);",
-                                          api)  # fmt: skip
+        for trait, fn, arch in re.findall(
+            r"using trait_ = ([^;]*);\s*return (fmha_fwd_)<trait_, ([\w:]+)>\(s, a\);", api
+        )  # fmt: skip
     }
     units = sorted((out / "fwd").glob("fmha_fwd_d*.cpp"))
     assert len(units) > 1000
@@ -221,8 +223,11 @@ def test_ck_fmha_batch_stub_qualifies_aliases(ck_fmha):
 @pytest.mark.parametrize("direction", ["fwd_splitkv", "batch_prefill"])
 def test_ck_fmha_splitkv_and_batch_prefill_stubs_match_their_declarations(aiter_root, tmp_path, direction):
     src = aiter_root / FMHA
-    subprocess.run([sys.executable, str(src / "generate.py"), "-d", direction, "--receipt", "600", "-o",
-                    str(tmp_path)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, str(src / "generate.py"), "-d", direction, "--receipt", "600", "-o", str(tmp_path)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     decls = declarations((src / "fmha_fwd.hpp").read_text())
     units = sorted(p for p in tmp_path.glob("*.cpp") if not p.stem.endswith("_api"))
     assert len(units) >= 50

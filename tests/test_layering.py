@@ -17,28 +17,32 @@ import pytest
 PKG = Path(__file__).resolve().parent.parent / "qola"
 
 # lowest first; a module may import from its own rank and the ranks below it. "" is qola/__init__.py.
-ORDER: tuple[frozenset[str], ...] = tuple(frozenset(x.split()) for x in (
-    "",
-    "core",
-    "toolchain",
-    "plan checkout",  # the checkout reads the manifest's [qola] pin; planning reads the pinned commit
-    "compile",
-    "output",
-    "jit",  # the on-demand JIT: its runtime's layout in OUT, the registry's headers
-    "hooks",
-    "store",
-    "pipeline",
-    "commands",
-    "cli __main__",
-))
+ORDER: tuple[frozenset[str], ...] = tuple(
+    frozenset(x.split())
+    for x in (
+        "",
+        "core",
+        "toolchain",
+        "plan checkout",  # the checkout reads the manifest's [qola] pin; planning reads the pinned commit
+        "compile",
+        "output",
+        "jit",  # the on-demand JIT: its runtime's layout in OUT, the registry's headers
+        "hooks",
+        "store",
+        "pipeline",
+        "commands",
+        "cli __main__",
+    )
+)
 RANK = {"": 0} | {name: i for i, names in enumerate(ORDER) for name in names}
 # known upward imports, each a debt with its reason (a new one fails the test)
 UPWARD: dict[tuple[str, str], str] = {
     ("qola.toolchain.base", "qola.compile.link"): "Toolchain.shared_link_argv spells the link with link's argv",
 }
 
-pytestmark = pytest.mark.skipif(not (PKG / "pipeline").is_dir(),
-                                reason="qola/ is still flat: scripts/restructure.py makes the stage folders")
+pytestmark = pytest.mark.skipif(
+    not (PKG / "pipeline").is_dir(), reason="qola/ is still flat: scripts/restructure.py makes the stage folders"
+)
 
 
 @dataclass(frozen=True)
@@ -77,13 +81,17 @@ def imports(path: Path, known: set[str]) -> list[Import]:
         for child in ast.iter_child_nodes(node):
             func = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             typed = type_only or (isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test))
-            src = "\n".join(lines[getattr(child, "lineno", 1) - 1:getattr(child, "end_lineno", 1)])
+            src = "\n".join(lines[getattr(child, "lineno", 1) - 1 : getattr(child, "end_lineno", 1)])
             if isinstance(child, ast.Import):
                 for alias in child.names:
                     if alias.name == "qola" or alias.name.startswith("qola."):
                         out.append(Import(me, alias.name, (), child.lineno, src, in_function, type_only))
-            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module and \
-                    (child.module == "qola" or child.module.startswith("qola.")):
+            elif (
+                isinstance(child, ast.ImportFrom)
+                and child.level == 0
+                and child.module
+                and (child.module == "qola" or child.module.startswith("qola."))
+            ):
                 names = tuple(a.name for a in child.names)
                 subs = [f"{child.module}.{n}" for n in names if f"{child.module}.{n}" in known]
                 if subs:  # from qola.plan import manifest: the modules themselves
@@ -115,8 +123,10 @@ def test_stages_import_downwards_only(all_imports):
     bad = []
     for imp in all_imports:
         if RANK[stage(imp.target)] > RANK[stage(imp.module)] and (imp.module, imp.target) not in UPWARD:
-            bad.append(f"{imp.module}:{imp.line} imports {imp.target} "
-                       f"({stage(imp.module) or 'qola'} may not import from {stage(imp.target)})")
+            bad.append(
+                f"{imp.module}:{imp.line} imports {imp.target} "
+                f"({stage(imp.module) or 'qola'} may not import from {stage(imp.target)})"
+            )
     assert not bad, "\n".join(bad)
 
 
@@ -140,8 +150,11 @@ def test_commands_use_only_public_names(all_imports):
 
 
 def test_function_level_imports_say_why(all_imports):
-    bad = [f"{imp.module}:{imp.line}: {imp.text.strip()}" for imp in all_imports
-           if imp.in_function and not _lazy_reason(imp.text)]
+    bad = [
+        f"{imp.module}:{imp.line}: {imp.text.strip()}"
+        for imp in all_imports
+        if imp.in_function and not _lazy_reason(imp.text)
+    ]
     assert not bad, "a qola import inside a function needs '# lazy: <reason>' on its line:\n" + "\n".join(bad)
 
 
@@ -156,12 +169,16 @@ def _lazy_reason(text: str) -> bool:
 def test_the_checker_sees_what_it_checks(tmp_path):
     """The reader finds a function-level import, a TYPE_CHECKING one and a lazy reason (no vacuous pass)."""
     src = tmp_path / "m.py"
-    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from qola.core import errors\n"
-                   "def f():\n    from qola.plan import manifest  # lazy: start-up\n    import qola.store.key\n")
+    src.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from qola.core import errors\n"
+        "def f():\n    from qola.plan import manifest  # lazy: start-up\n    import qola.store.key\n"
+    )
     found = _imports_outside(src)
     assert [(i.target, i.in_function, i.type_only, _lazy_reason(i.text)) for i in found] == [
-        ("qola.core.errors", False, True, False), ("qola.plan.manifest", True, False, True),
-        ("qola.store.key", True, False, False)]
+        ("qola.core.errors", False, True, False),
+        ("qola.plan.manifest", True, False, True),
+        ("qola.store.key", True, False, False),
+    ]
 
 
 def _imports_outside(path: Path) -> list[Import]:

@@ -18,17 +18,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from qola import fastpath, outdir
-from qola.build import CompileReport, ModuleResult
-from qola.outcheck import audit_output, check_files
-from qola.errors import QolaError
-from qola.publish import ENTRIES, MANIFEST_JSON, generated_at, publish
+from qola.compile.steps import CompileReport, ModuleResult
+from qola.core.errors import QolaError
+from qola.output import outdir
+from qola.output.checks import audit_output, check_files
+from qola.output.publish import ENTRIES, MANIFEST_JSON, generated_at, publish
+from qola.store import fastpath
 
 CMAKE = shutil.which("cmake")
 
 
-def report(tmp: Path, tag: str, modules: dict[str, bytes | None], *, build: str = "b",
-           archs: tuple[str, ...] = ("sm_90",)) -> tuple[CompileReport, list[Path], dict[str, str]]:
+def report(
+    tmp: Path, tag: str, modules: dict[str, bytes | None], *, build: str = "b", archs: tuple[str, ...] = ("sm_90",)
+) -> tuple[CompileReport, list[Path], dict[str, str]]:
     """(a CompileReport of modules name -> library bytes (None: failed), headers, texts), every
     file marked with ``tag`` so two versions differ in every entry."""
     b = tmp / build
@@ -40,14 +42,37 @@ def report(tmp: Path, tag: str, modules: dict[str, bytes | None], *, build: str 
         if blob is not None:
             art = b / "lib" / f"qk_{name}.so"
             art.write_bytes(blob)
-        results.append(ModuleResult(name, f"qk_{name}", "cpp_itfs", "shared", status="built" if blob else "failed",
-                                    artifact=art, log=[f"{name} log {tag}"], error=None if blob else "boom"))
+        results.append(
+            ModuleResult(
+                name,
+                f"qk_{name}",
+                "cpp_itfs",
+                "shared",
+                status="built" if blob else "failed",
+                artifact=art,
+                log=[f"{name} log {tag}"],
+                error=None if blob else "boom",
+            )
+        )
     header = b / "include" / "qola_mha_fwd.h"
     header.write_text(f"#pragma once\n// {tag}\n")
-    plan = SimpleNamespace(manifest_path="/m/q.toml", manifest_sha256="0" * 64, tree_root=str(tmp / "tree"),
-                           tree_commit=None, namespace="qk", archs=archs)
-    tc = SimpleNamespace(kind="cuda", compiler="nvcc", version="12", identity="x", base_flags=("-O3",),
-                         dropped_flags=(), removed_flags=())
+    plan = SimpleNamespace(
+        manifest_path="/m/q.toml",
+        manifest_sha256="0" * 64,
+        tree_root=str(tmp / "tree"),
+        tree_commit=None,
+        namespace="qk",
+        archs=archs,
+    )
+    tc = SimpleNamespace(
+        kind="cuda",
+        compiler="nvcc",
+        version="12",
+        identity="x",
+        base_flags=("-O3",),
+        dropped_flags=(),
+        removed_flags=(),
+    )
     texts = {"share/cmake/qola-qk/qola-qk-config.cmake": f"# {tag}\n", "lib/pkgconfig/qola-qk.pc": f"# {tag}\n"}
     return CompileReport(plan, tc, results, b, 1.0), [header], texts
 
@@ -86,6 +111,7 @@ def entry(snap: dict, name: str) -> dict:
 
 
 # -- the layout ------------------------------------------------------------------------------------
+
 
 def test_entries_are_real_dirs_of_real_files_never_links(tmp_path):
     out = tmp_path / "out"
@@ -233,14 +259,27 @@ def test_a_projects_own_manifest_json_is_not_taken_for_qolas(tmp_path):
     from conftest import KERNELS, run_qola
 
     project = tmp_path / "project"
-    for rel, data in {"manifest.json": b'{"name": "my-app", "version": "1.0"}', "lib/libmine.so": b"mine",
-                      "include/mine.h": b"int mine;", "logs/today.log": b"log"}.items():
+    for rel, data in {
+        "manifest.json": b'{"name": "my-app", "version": "1.0"}',
+        "lib/libmine.so": b"mine",
+        "include/mine.h": b"int mine;",
+        "logs/today.log": b"log",
+    }.items():
         (project / rel).parent.mkdir(parents=True, exist_ok=True)
         (project / rel).write_bytes(data)
     before = snapshot(project)
     mtimes = {p: p.stat().st_mtime_ns for p in project.rglob("*")}
-    proc = run_qola("build", "--manifest", str(KERNELS.parent / "quickstart.toml"), "--aiter-root", str(KERNELS),
-                    "-o", str(project), "--build-dir", str(tmp_path / "b"))
+    proc = run_qola(
+        "build",
+        "--manifest",
+        str(KERNELS.parent / "quickstart.toml"),
+        "--aiter-root",
+        str(KERNELS),
+        "-o",
+        str(project),
+        "--build-dir",
+        str(tmp_path / "b"),
+    )
     assert proc.returncode == 2, proc.stderr
     assert "qola did not publish" in proc.stderr and "not a qola build record" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -271,8 +310,11 @@ def test_tuned_configs_are_files_of_the_tree_never_links_out_fifos_or_devices(tm
     secret = tmp_path / "secret.csv"
     secret.write_text("root:$6$hash\n")
     secret.chmod(0o600)
-    cases = {"leak.csv": lambda p: p.symlink_to(secret), "fifo.csv": lambda p: os.mkfifo(p),
-             "zero.csv": lambda p: p.symlink_to("/dev/zero")}
+    cases = {
+        "leak.csv": lambda p: p.symlink_to(secret),
+        "fifo.csv": lambda p: os.mkfifo(p),
+        "zero.csv": lambda p: p.symlink_to("/dev/zero"),
+    }
     for name, make in cases.items():
         make(configs / name)
         with pytest.raises(QolaError) as info:
@@ -295,6 +337,7 @@ def test_audit_reports_a_linked_or_replaced_entry(tmp_path):
 
 
 # -- manifest.json: QoLA's fields --------------------------------------------------------------------
+
 
 def test_manifest_has_qolas_fields(tmp_path):
     out = tmp_path / "out"
@@ -329,7 +372,7 @@ try:
     sys.path.insert(0, sys.argv[1])
     from pathlib import Path
     from test_layout import publish_version
-    from qola import fsutil
+    from qola.core import fsutil
 
     tmp, out, kill_at, exchange = Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[5]), sys.argv[6]
     real = {"rename": os.rename, "replace": os.replace, "exchange": fsutil.exchange}
@@ -380,8 +423,12 @@ def test_sigkill_at_every_step_of_a_publish_leaves_old_or_new(tmp_path, exchange
     kills, k = [], 0
     while True:
         k += 1
-        proc = subprocess.Popen([sys.executable, str(driver), str(tests), str(work), str(out), events, str(k),
-                                 exchange], start_new_session=True, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(driver), str(tests), str(work), str(out), events, str(k), exchange],
+            start_new_session=True,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         with open(events) as fh:  # blocks until the driver reaches step k, or finishes
             line = fh.read().strip()
         if line.startswith("done"):
@@ -411,16 +458,16 @@ def test_sigkill_at_every_step_of_a_publish_leaves_old_or_new(tmp_path, exchange
     steps = 3 + len(ENTRIES) * (1 if exchange == "1" else 3) + 1  # prev aside, record, commit, entries, prev
     assert len(kills) == steps == int(line.split()[1]), kills
     assert published(out) == new
-    from qola.publish import prepare
+    from qola.output.publish import prepare
 
     prepare(out, work / "b")  # stale staging of the killed runs removed
     assert sorted(p.name for p in (out / ".qola").iterdir()) == ["prev", "switch.lock"]
 
 
 def test_the_next_build_or_jit_command_completes_a_killed_switch(tmp_path, monkeypatch):
-    from qola import fsutil
+    from qola.core import fsutil
     from qola.jit.prebuild import find_jit_dirs
-    from qola.publish import prepare
+    from qola.output.publish import prepare
 
     for who in ("build", "jit"):
         out = tmp_path / who

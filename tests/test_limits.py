@@ -18,16 +18,22 @@ from pathlib import Path
 import pytest
 from conftest import KERNELS
 
-from qola import deadlines, lock, proc
-from qola.errors import FailedProcessError, QolaError
+from qola.core import deadlines, lock, proc
+from qola.core.errors import FailedProcessError, QolaError
 
 GENEROUS = 120  # seconds the test waits for a process that should end in about one
 
 
 def qola(*args: str, env: dict | None = None, timeout: float = GENEROUS) -> subprocess.CompletedProcess:
     """The CLI in a subprocess; a qola that does not end within ``timeout`` fails the test."""
-    return subprocess.run([sys.executable, "-m", "qola", *args], capture_output=True, text=True, check=False,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "qola", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
 
 
 def hanging_tool(path: Path, how: str = "sleep") -> tuple[Path, Path]:
@@ -52,19 +58,24 @@ def gone(pid_file: Path) -> bool:
 
 
 def mini_manifest(path: Path, archs: str, extra: str = "") -> Path:
-    path.write_text(f'[qola]\nnamespace = "qk"\n[build]\narchitectures = ["{archs}"]\n'
-                    '\n[[modules]]\nname = "module_rmsnorm"\n' + extra)
+    path.write_text(
+        f'[qola]\nnamespace = "qk"\n[build]\narchitectures = ["{archs}"]\n'
+        '\n[[modules]]\nname = "module_rmsnorm"\n' + extra
+    )
     return path
 
 
 # ---- knobs ----------------------------------------------------------------------------------------
+
 
 def test_knobs_read_seconds_and_refuse_anything_else():
     assert deadlines.seconds(deadlines.PROBE, {}) == 120.0
     assert deadlines.seconds(deadlines.PROBE, {"QOLA_PROBE_TIMEOUT": " 2.5 "}) == 2.5
     assert deadlines.timeout(deadlines.LOCK, {}) is None
     assert deadlines.timeout(deadlines.PROBE, {"QOLA_PROBE_TIMEOUT": "inf"}) is None
-    assert deadlines.seconds(deadlines.GIT_NETWORK, {}) == 3600.0 and deadlines.seconds(deadlines.GIT_LOCAL, {}) == 600.0
+    assert (
+        deadlines.seconds(deadlines.GIT_NETWORK, {}) == 3600.0 and deadlines.seconds(deadlines.GIT_LOCAL, {}) == 600.0
+    )
     for bad in ("0", "-1", "nan", "soon", "1e99"):
         with pytest.raises(QolaError) as info:
             deadlines.seconds(deadlines.GENERATOR, {"QOLA_GENERATOR_TIMEOUT": bad})
@@ -74,6 +85,7 @@ def test_knobs_read_seconds_and_refuse_anything_else():
 
 
 # ---- toolchain probes: build and doctor ---------------------------------------------------------
+
 
 @pytest.mark.parametrize(("name", "variable", "how"), [("nvcc", "CUDACXX", "sleep"), ("hipcc", "HIPCC", "fifo")])
 def test_doctor_reports_a_compiler_that_hangs_and_fails(tmp_path, name, variable, how):
@@ -91,8 +103,16 @@ def test_build_ends_a_hanging_compiler_probe_naming_it(tmp_path):
     tool, pid = hanging_tool(tmp_path / "bin" / "nvcc")
     m = mini_manifest(tmp_path / "q.toml", "sm_90")
     out = tmp_path / "out"
-    done = qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out),
-                env={"CUDACXX": str(tool), "QOLA_PROBE_TIMEOUT": "1"})
+    done = qola(
+        "build",
+        "--manifest",
+        str(m),
+        "--aiter-root",
+        str(KERNELS),
+        "-o",
+        str(out),
+        env={"CUDACXX": str(tool), "QOLA_PROBE_TIMEOUT": "1"},
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"{tool} --version" in done.stderr and "no answer within 1 s" in done.stderr
     assert "QOLA_PROBE_TIMEOUT" in done.stderr and "Traceback" not in done.stderr
@@ -112,16 +132,29 @@ def test_a_flag_probe_that_hangs_is_ended_too(tmp_path):
 
 # ---- doctor with an empty PATH ------------------------------------------------------------------
 
+
 def test_doctor_with_an_empty_path_fails_with_a_clear_report():
     cxx = "/usr/bin/c++"
     if os.path.exists(cxx):
-        alone = subprocess.run([cxx, "-x", "c++", "-", "-o", os.devnull], input="int main(){}\n", env={"PATH": ""},
-                               capture_output=True, text=True, check=False)
+        alone = subprocess.run(
+            [cxx, "-x", "c++", "-", "-o", os.devnull],
+            input="int main(){}\n",
+            env={"PATH": ""},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if alone.returncode == 0:
             pytest.skip("this host's c++ builds a program without PATH")
     env = {k: v for k, v in os.environ.items() if k not in ("CXX", "PATH")}
-    done = subprocess.run([sys.executable, "-m", "qola", "doctor"], capture_output=True, text=True, check=False,
-                          env={**env, "PATH": ""}, timeout=GENEROUS)
+    done = subprocess.run(
+        [sys.executable, "-m", "qola", "doctor"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**env, "PATH": ""},
+        timeout=GENEROUS,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "PATH is empty" in done.stdout and "cannot build: " in done.stderr and "host C++" in done.stderr
     host = next(ln for ln in done.stdout.splitlines() if "host C++" in ln)
@@ -140,6 +173,7 @@ def test_doctor_fails_when_the_host_compiler_cannot_link(tmp_path):
 
 # ---- git ----------------------------------------------------------------------------------------
 
+
 def test_a_git_that_hangs_is_ended_at_the_knob_deadline(tmp_path):
     from qola.checkout import git
 
@@ -153,9 +187,10 @@ def test_a_git_that_hangs_is_ended_at_the_knob_deadline(tmp_path):
 
 # ---- generators: a deadline, and output never held whole ---------------------------------------
 
+
 def _job(tmp_path: Path, body: str):
-    from qola.codegen import GenJob
-    from qola.plan import Generator
+    from qola.compile.codegen import GenJob
+    from qola.plan.planner import Generator
 
     script = tmp_path / "gen.py"
     script.write_text("import os, sys\nout = sys.argv[sys.argv.index('--output_dir') + 1]\n" + body)
@@ -163,7 +198,7 @@ def _job(tmp_path: Path, body: str):
 
 
 def test_a_generator_past_its_deadline_is_ended_and_fails_its_module(tmp_path):
-    from qola.codegen import run_generators
+    from qola.compile.codegen import run_generators
 
     pid = tmp_path / "gen.pid"
     job = _job(tmp_path, f"open({str(pid)!r}, 'w').write(str(os.getpid()))\nos.execvp('sleep', ['sleep', '1000'])\n")
@@ -175,10 +210,12 @@ def test_a_generator_past_its_deadline_is_ended_and_fails_its_module(tmp_path):
     assert not (tmp_path / "gen" / "m" / "blob").exists()  # nothing half-generated
 
 
-LOUD = ("chunk = ('x' * 1023 + '\\n') * 1024\n"
-        "sys.stdout.write('HEAD-MARK\\n')\n"
-        "for _ in range({mib}):\n    sys.stdout.write(chunk)\n"
-        "sys.stdout.write('TAIL-MARK\\n')\nsys.stdout.flush()\n")
+LOUD = (
+    "chunk = ('x' * 1023 + '\\n') * 1024\n"
+    "sys.stdout.write('HEAD-MARK\\n')\n"
+    "for _ in range({mib}):\n    sys.stdout.write(chunk)\n"
+    "sys.stdout.write('TAIL-MARK\\n')\nsys.stdout.flush()\n"
+)
 
 
 def test_a_generator_printing_200_mb_keeps_memory_bounded(tmp_path):
@@ -190,16 +227,22 @@ def test_a_generator_printing_200_mb_keeps_memory_bounded(tmp_path):
     (job_dir / "gen.py").write_text("import os, sys\nout = sys.argv[sys.argv.index('--output_dir') + 1]\n" + body)
     child = (
         "import os, resource, sys\n"
-        "from qola.codegen import GenJob, run_generators\n"
-        "from qola.plan import Generator\n"
+        "from qola.compile.codegen import GenJob, run_generators\n"
+        "from qola.plan.planner import Generator\n"
         f"job = GenJob('m', (Generator({str(job_dir / 'gen.py')!r} + ' --output_dir {{}}'),))\n"
         f"res = run_generators(job, __import__('pathlib').Path({str(tmp_path / 'gen')!r}), env=dict(os.environ))\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, len(res.sources), flush=True)\n"
         "print(len(res.output), 'HEAD-MARK' in res.output[:4096], 'TAIL-MARK' in res.output[-4096:],\n"
         "      'qola cut' in res.output)\n"
     )
-    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=False, timeout=GENEROUS,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    done = subprocess.run(
+        [sys.executable, "-c", child],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=GENEROUS,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
     rss_kib, sources = (int(x) for x in done.stdout.split("\n", 1)[0].split())
     assert sources == 1
     assert rss_kib < 150 * 1024, f"peak RSS {rss_kib >> 10} MiB while a generator printed 200 MiB"
@@ -215,8 +258,10 @@ def test_a_loud_failing_generator_publishes_a_capped_log_with_head_and_tail(tmp_
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     (tree / "csrc" / "gen_loud.py").write_text("import sys\n" + LOUD.format(mib=64) + "sys.exit(3)\n")
-    extra = ('\n[[modules]]\nname = "module_gen"\nsrcs = []\nblob_gen_cmd = ["csrc/gen_loud.py --output_dir {}"]\n'
-             'is_python_module = false\n')
+    extra = (
+        '\n[[modules]]\nname = "module_gen"\nsrcs = []\nblob_gen_cmd = ["csrc/gen_loud.py --output_dir {}"]\n'
+        "is_python_module = false\n"
+    )
     m = tmp_path / "q.toml"
     m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n' + extra)
     out = tmp_path / "out"
@@ -246,12 +291,18 @@ def test_run_refuses_to_hold_more_than_its_capture_limit(tmp_path, monkeypatch):
 
 # ---- waits for locks: messages, deadlines, SIGTERM ---------------------------------------------
 
+
 class Waiter:
     """A qola subprocess whose stderr lines arrive in a queue (read by a thread)."""
 
     def __init__(self, argv: list[str], env: dict):
-        self.p = subprocess.Popen([sys.executable, "-m", "qola", *argv], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "qola", *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **env},
+        )
         self.lines: queue.Queue = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -284,8 +335,21 @@ def test_build_waiting_for_a_held_build_dir_says_so_and_ends_on_sigterm(tmp_path
     bdir, out = tmp_path / "bld", tmp_path / "out"
     bdir.mkdir()
     with lock.acquire({lock.build_lock_path(bdir): "the build dir"}, ["test", "holder"]):
-        w = Waiter(["build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out),
-                    "--build-dir", str(bdir), "--wait"], {})
+        w = Waiter(
+            [
+                "build",
+                "--manifest",
+                str(m),
+                "--aiter-root",
+                str(KERNELS),
+                "-o",
+                str(out),
+                "--build-dir",
+                str(bdir),
+                "--wait",
+            ],
+            {},
+        )
         line = w.wait_for("waiting for the build dir")
         assert "test holder" in line and "SIGTERM" in line
         assert w.end() == 128 + signal.SIGTERM
@@ -337,15 +401,17 @@ def jit_runtime(tmp_path_factory):
 
 def test_ninja_output_of_a_loud_compile_is_kept_bounded_per_module(tmp_path):
     """A compile printing 48 MiB (and one endless line): the module's lines keep head and tail."""
-    from qola import ninja
+    from qola.compile import ninja
 
     loud = tmp_path / "loud.py"
-    loud.write_text("import sys\nsys.stdout.write('HEAD-MARK\\n')\nchunk = ('w' * 1023 + '\\n') * 1024\n"
-                    "for _ in range(48):\n    sys.stdout.write(chunk)\nsys.stdout.write('v' * (8 << 20))\n"
-                    "sys.stdout.write('\\nTAIL-MARK\\n')\nsys.exit(1)\n")
+    loud.write_text(
+        "import sys\nsys.stdout.write('HEAD-MARK\\n')\nchunk = ('w' * 1023 + '\\n') * 1024\n"
+        "for _ in range(48):\n    sys.stdout.write(chunk)\nsys.stdout.write('v' * (8 << 20))\n"
+        "sys.stdout.write('\\nTAIL-MARK\\n')\nsys.exit(1)\n"
+    )
     (tmp_path / "build.ninja").write_text(
-        f"rule cc\n  command = {sys.executable} {loud} $out\n  description = CC m $out\n"
-        "build x.o: cc\n")
+        f"rule cc\n  command = {sys.executable} {loud} $out\n  description = CC m $out\nbuild x.o: cc\n"
+    )
     done = ninja.run(tmp_path, jobs=1, env=dict(os.environ), owner=lambda o: "m", targets=["x.o"])
     assert done.returncode != 0 and done.failed_outputs == ["x.o"]
     lines = done.lines_by_module["m"]
@@ -360,14 +426,16 @@ def test_build_waiting_for_a_reader_of_its_output_dir_ends_on_sigterm(tmp_path):
     as it was."""
     import shutil
 
-    from qola import outdir
+    from qola.output import outdir
 
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     (tree / "csrc" / "gen_fail.py").write_text("import sys\nprint('no recipe')\nsys.exit(3)\n")
     m = tmp_path / "q.toml"
-    m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n\n[[modules]]\nname = "module_gen"\n'
-                 'srcs = []\nblob_gen_cmd = ["csrc/gen_fail.py --output_dir {}"]\nis_python_module = false\n')
+    m.write_text(
+        '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n\n[[modules]]\nname = "module_gen"\n'
+        'srcs = []\nblob_gen_cmd = ["csrc/gen_fail.py --output_dir {}"]\nis_python_module = false\n'
+    )
     out = tmp_path / "out"
     argv = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out)]
     assert qola(*argv).returncode == 1  # a first published version (its module failed)
@@ -396,14 +464,17 @@ def test_a_hanging_hipconfig_beside_amdclang_is_ended(tmp_path):
 
 
 def test_a_generator_listing_its_instances_is_ended_at_the_deadline(tmp_path):
-    from qola.plan import Generator
-    from qola.variants import list_blobs
+    from qola.plan.planner import Generator
+    from qola.plan.variants import list_blobs
 
     pid = tmp_path / "gen.pid"
     script = tmp_path / "gen.py"
-    script.write_text(f"import os\nopen({str(pid)!r}, 'w').write(str(os.getpid()))\n"
-                      "os.execvp('sleep', ['sleep', '1000'])\n")
+    script.write_text(
+        f"import os\nopen({str(pid)!r}, 'w').write(str(os.getpid()))\nos.execvp('sleep', ['sleep', '1000'])\n"
+    )
     with pytest.raises(QolaError) as info:
-        list_blobs(Generator(f"{script} --output_dir {{}}"), {"PATH": os.environ["PATH"], "QOLA_GENERATOR_TIMEOUT": "1"})
+        list_blobs(
+            Generator(f"{script} --output_dir {{}}"), {"PATH": os.environ["PATH"], "QOLA_GENERATOR_TIMEOUT": "1"}
+        )
     assert "no answer within 1 s" in info.value.message and "QOLA_GENERATOR_TIMEOUT" in (info.value.hint or "")
     assert gone(pid)

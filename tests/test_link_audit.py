@@ -15,13 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-from qola.outdir import DIRS
-
 from conftest import run_qola
+
 import qola
-from qola import audit, consumers, link
-from qola.errors import BuildFailed, QolaError
+from qola.compile import elf as audit
+from qola.compile import link
+from qola.core.errors import BuildFailed, QolaError
+from qola.output import consumers
+from qola.output.outdir import DIRS
 
 RUNTIME = Path(qola.__file__).parent / "runtime"  # the package's data, wherever link.py lies
 pytestmark = pytest.mark.skipif(not (shutil.which("g++") and shutil.which("ld")), reason="needs g++ and binutils")
@@ -86,8 +87,19 @@ def build_objects(root: Path, ns: str, value: int, leak: bool = False) -> list[P
     objs = []
     for src in ("demo.cpp", "helper.cpp"):
         obj = d / src.replace(".cpp", ".o")
-        sh("g++", "-std=c++17", "-O2", "-fPIC", f"-DVALUE={value}", *(["-DPLANT_LEAK"] if leak else []),
-           f"-I{inc}", "-c", d / src, "-o", obj)
+        sh(
+            "g++",
+            "-std=c++17",
+            "-O2",
+            "-fPIC",
+            f"-DVALUE={value}",
+            *(["-DPLANT_LEAK"] if leak else []),
+            f"-I{inc}",
+            "-c",
+            d / src,
+            "-o",
+            obj,
+        )
         objs.append(obj)
     return objs
 
@@ -125,15 +137,16 @@ def test_version_script_text():
 
 
 def test_argv_and_rsp(tmp_path):
-    argv = link.shared_link_argv("g++", tmp_path / "o.rsp", tmp_path / "te_x.so",
-                                 link.library_ldflags(tmp_path / "v.map", "te_x.so"), ["-lfoo"])
+    argv = link.shared_link_argv(
+        "g++", tmp_path / "o.rsp", tmp_path / "te_x.so", link.library_ldflags(tmp_path / "v.map", "te_x.so"), ["-lfoo"]
+    )
     assert argv[:5] == ["g++", "-shared", f"@{tmp_path / 'o.rsp'}", "-o", str(tmp_path / "te_x.so")]
     assert "-Wl,-soname,te_x.so" in argv and "-Wl,--build-id=sha1" in argv
     assert f"-Wl,--version-script={tmp_path / 'v.map'}" in argv and "-Wl,--no-undefined" in argv
     assert argv[-1] == "-lfoo"
     off = link.shared_link_argv("g++", Path("r"), Path("x.so"), link.python_module_ldflags(None))
     assert not any("version-script" in a or "no-undefined" in a for a in off) and "-Wl,--build-id=sha1" in off
-    assert link.rsp_text(["a b.o", "c\"d\\e.o"]) == "a\\ b.o\nc\\\"d\\\\e.o\n"
+    assert link.rsp_text(["a b.o", 'c"d\\e.o']) == 'a\\ b.o\nc\\"d\\\\e.o\n'
 
 
 def test_shared_exports_only_allowed(built, tmp_path):
@@ -141,8 +154,15 @@ def test_shared_exports_only_allowed(built, tmp_path):
     so = link_shared(objs["te", 7, False], tmp_path / "te_demo.so", "te")
     result = audit.audit_artifact(so, "te")
     shown = {s.demangled for s in result.exports}
-    for want in ("qola::te::get_value()", "te_demo_get_value", "te_qola_version", "typeinfo for qola::te::Shape",
-                 "vtable for qola::te::Shape", "int qola::te::twice<int>(int)", "qola::te::Shape::sides() const"):
+    for want in (
+        "qola::te::get_value()",
+        "te_demo_get_value",
+        "te_qola_version",
+        "typeinfo for qola::te::Shape",
+        "vtable for qola::te::Shape",
+        "int qola::te::twice<int>(int)",
+        "qola::te::Shape::sides() const",
+    ):
         assert want in shown, shown
     assert not any("internal_helper" in s or "std::" in s or "inline_" in s for s in shown), shown
     assert all(s.binding in ("GLOBAL", "WEAK", "UNIQUE") for s in result.exports)
@@ -213,11 +233,16 @@ def test_two_shared_copies_in_one_process(built, tmp_path, isolate):
 @pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "isolation-off"])
 def test_two_static_copies_in_one_program(built, tmp_path, isolate):
     _, objs = built
-    libs = [link.run_static(objs[ns, v, False], tmp_path / f"{ns}_demo.a", ns, tmp_path / f"w{ns}", isolate=isolate)
-            for ns, v in (("a", 1), ("b", 2))]
+    libs = [
+        link.run_static(objs[ns, v, False], tmp_path / f"{ns}_demo.a", ns, tmp_path / f"w{ns}", isolate=isolate)
+        for ns, v in (("a", 1), ("b", 2))
+    ]
     (tmp_path / "main.c").write_text(STATIC_C)
-    proc = subprocess.run(["g++", "-x", "c", str(tmp_path / "main.c"), "-x", "none", *map(str, libs),
-                           "-o", str(tmp_path / "main")], capture_output=True, text=True)
+    proc = subprocess.run(
+        ["g++", "-x", "c", str(tmp_path / "main.c"), "-x", "none", *map(str, libs), "-o", str(tmp_path / "main")],
+        capture_output=True,
+        text=True,
+    )
     if not isolate:
         assert proc.returncode != 0 and "multiple definition of" in proc.stderr, proc.stderr
         return
@@ -233,11 +258,13 @@ def test_static_steps_shape(tmp_path):
     steps = link.static_archive_steps([tmp_path / "x.o"], tmp_path / "te_m.a", "te", tmp_path / "w")
     assert [s[0] for s in steps][0] == "ld" and steps[0][1:3] == ["-r", "--force-group-allocation"]
     assert steps[0][-1] == f"@{tmp_path / 'w' / 'te_m.objs.rsp'}"
-    assert steps[1][1:4] == ["-m", "qola.link", "localize-list"]
+    assert steps[1][1:4] == ["-m", "qola.compile.link", "localize-list"]
     assert steps[2][1].startswith("--localize-symbols=") and steps[3][:2] == ["ar", "rcsD"]
     assert (tmp_path / "w" / "te_m.objs.rsp").read_text() == f"{tmp_path / 'x.o'}\n"
-    assert len(link.static_archive_steps([tmp_path / "x.o"], tmp_path / "te_m.a", "te", tmp_path / "w",
-                                         isolate=False)) == 2
+    assert (
+        len(link.static_archive_steps([tmp_path / "x.o"], tmp_path / "te_m.a", "te", tmp_path / "w", isolate=False))
+        == 2
+    )
 
 
 MANY_C = "__attribute__((noinline)) int helper_XXXXXX(void) { return 7; }\nint te_obj_XXXXXX(void) { return helper_XXXXXX(); }\n"
@@ -262,8 +289,10 @@ def test_static_thousands_of_objects(tmp_path):
     res = audit.audit_artifact(lib, "te")
     names = {s.name for s in res.exports}
     assert len(names) == n and "te_obj_002999" in names and not any(x.startswith("helper_") for x in names)
-    (tmp_path / "main.c").write_text("int te_obj_000000(void); int te_obj_002999(void);\n"
-                                     "int main(void) { return te_obj_000000() + te_obj_002999() == 14 ? 0 : 1; }\n")
+    (tmp_path / "main.c").write_text(
+        "int te_obj_000000(void); int te_obj_002999(void);\n"
+        "int main(void) { return te_obj_000000() + te_obj_002999() == 14 ? 0 : 1; }\n"
+    )
     sh("cc", tmp_path / "main.c", lib, "-o", tmp_path / "main")
     sh(tmp_path / "main")
     print(f"{n} objects: made in {made - start:.2f}s, static steps {linked - made:.2f}s")
@@ -283,17 +312,28 @@ def test_read_ar_long_names(built, tmp_path):
 
 # -- qola audit OUT ------------------------------------------------------------------------------
 
+
 def fake_output(built, out: Path, isolate: bool = True) -> Path:
     _, objs = built
     so = link_shared(objs["te", 7, False], out / "lib" / "te_demo.so", "te", isolate)
     shutil.rmtree(out / "lib" / "te_demo.so.work")
     exports = [s.name for s in audit.exported_symbols(so)]
-    manifest = {"namespace": "te", "modules": [
-        {"name": "demo", "status": "built", "artifact": "lib/te_demo.so", "size": so.stat().st_size,
-         "sha256": hashlib.sha256(so.read_bytes()).hexdigest(), "exports": exports},
-        {"name": "broken", "status": "failed"}]}
+    manifest = {
+        "namespace": "te",
+        "modules": [
+            {
+                "name": "demo",
+                "status": "built",
+                "artifact": "lib/te_demo.so",
+                "size": so.stat().st_size,
+                "sha256": hashlib.sha256(so.read_bytes()).hexdigest(),
+                "exports": exports,
+            },
+            {"name": "broken", "status": "failed"},
+        ],
+    }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    for entry in DIRS:  # the rest of a published output's layout (qola.outdir), empty
+    for entry in DIRS:  # the rest of a published output's layout (qola.output.outdir), empty
         (out / entry).mkdir(exist_ok=True)
     return out
 

@@ -10,20 +10,22 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import KERNELS, run_qola
 from elftools.elf.elffile import ELFFile
 
-from conftest import KERNELS, run_qola
-from qola import link
-from qola.errors import FailedProcessError
+from qola.compile import link
+from qola.core.errors import FailedProcessError
 from qola.toolchain import Toolchain
 
 CXX = shutil.which("g++") or shutil.which("c++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="needs a host C++ compiler")
 
 GOOD = 'extern "C" __attribute__((visibility("default"))) int te_libgood_answer() { return 42; }\n'
-BAD = ('extern "C" int qola_never_defined_anywhere(int);\n'
-       'extern "C" __attribute__((visibility("default"))) int te_libbad_use(int x) '
-       "{ return qola_never_defined_anywhere(x); }\n")
+BAD = (
+    'extern "C" int qola_never_defined_anywhere(int);\n'
+    'extern "C" __attribute__((visibility("default"))) int te_libbad_use(int x) '
+    "{ return qola_never_defined_anywhere(x); }\n"
+)
 
 
 def build_id(path: Path) -> str | None:
@@ -59,8 +61,9 @@ def test_every_shared_object_has_a_reproducible_build_id(tmp_path):
     rsp = objects(tmp_path, "good", GOOD)
     ids = []
     for name in ("a.so", "b.so"):
-        subprocess.run(tc.shared_link_argv(rsp, tmp_path / name, link.library_ldflags(None, "te_libgood.so")),
-                       check=True)
+        subprocess.run(
+            tc.shared_link_argv(rsp, tmp_path / name, link.library_ldflags(None, "te_libgood.so")), check=True
+        )
         ids.append(build_id(tmp_path / name))
     assert ids[0] and len(ids[0]) == 40 and ids[0] == ids[1]  # sha1 of the content: same input, same id
 

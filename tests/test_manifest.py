@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qola.errors import QolaError
-from qola.manifest import load, parse
+from qola.core.errors import QolaError
+from qola.plan.manifest import load, parse
 
 GOOD = """
 [qola]
@@ -36,18 +36,42 @@ has_lse = true
 BAD = [
     ("[qolla]\n", "qolla: unknown key; did you mean 'qola'?"),
     ("[qola]\nnamespce = 'te'\n", "qola.namespce: unknown key; did you mean 'namespace'?"),
-    ("[qola]\nnamespace = '1te'\n", "qola.namespace: got '1te'; expected a valid C identifier that is not a keyword (letters, digits, _; e.g. \"te\")"),
-    ("[qola]\nnamespace = 'int'\n", "qola.namespace: got 'int'; expected a valid C identifier that is not a keyword (letters, digits, _; e.g. \"te\")"),
-    ("[qola]\nnamespace = 'a-b'\n", "qola.namespace: got 'a-b'; expected a valid C identifier that is not a keyword (letters, digits, _; e.g. \"te\")"),
+    (
+        "[qola]\nnamespace = '1te'\n",
+        "qola.namespace: got '1te'; expected a valid C identifier that is not a keyword (letters, digits, _; e.g. \"te\")",
+    ),
+    (
+        "[qola]\nnamespace = 'int'\n",
+        "qola.namespace: got 'int'; expected a valid C identifier that is not a keyword (letters, digits, _; e.g. \"te\")",
+    ),
+    (
+        "[qola]\nnamespace = 'a-b'\n",
+        "qola.namespace: got 'a-b'; expected a valid C identifier that is not a keyword (letters, digits, _; e.g. \"te\")",
+    ),
     ("[qola]\nnamespace = 3\n", "qola.namespace: got 3; expected a string"),
     ("[qola]\naiter_commit = 'zzz'\n", "qola.aiter_commit: got 'zzz'; expected a git commit sha (4 to 40 hex digits)"),
     ("[qola]\nrocm_versions = '7.2'\n", "qola.rocm_versions: got '7.2'; expected a list"),
-    ("[qola]\nrocm_versions = ['seven']\n", "qola.rocm_versions: expected versions like \"7.2\" or \"13.0\", got 'seven'"),
+    (
+        "[qola]\nrocm_versions = ['seven']\n",
+        'qola.rocm_versions: expected versions like "7.2" or "13.0", got \'seven\'',
+    ),
     ("[qola]\ncuda_versions = [13]\n", "qola.cuda_versions[0]: got 13; expected a string"),
-    ("[build]\narchitectures = ['gfx942', 'sm_90']\n", "build.architectures: architectures mix HIP and CUDA targets (gfx942, sm_90); build one vendor per manifest"),
-    ("[build]\narchitectures = ['gfx']\n", "build.architectures: unknown architecture 'gfx': expected gfx… (HIP, e.g. gfx942) or sm_… (CUDA, e.g. sm_90)"),
-    ("[build]\narchitectures = ['sm90']\n", "build.architectures: unknown architecture 'sm90': expected gfx… (HIP, e.g. gfx942) or sm_… (CUDA, e.g. sm_90)"),
-    ("[build]\narchitectures = ['gfx942', 'gfx942']\n", "build.architectures: architectures repeat an entry: ['gfx942', 'gfx942']"),
+    (
+        "[build]\narchitectures = ['gfx942', 'sm_90']\n",
+        "build.architectures: architectures mix HIP and CUDA targets (gfx942, sm_90); build one vendor per manifest",
+    ),
+    (
+        "[build]\narchitectures = ['gfx']\n",
+        "build.architectures: unknown architecture 'gfx': expected gfx… (HIP, e.g. gfx942) or sm_… (CUDA, e.g. sm_90)",
+    ),
+    (
+        "[build]\narchitectures = ['sm90']\n",
+        "build.architectures: unknown architecture 'sm90': expected gfx… (HIP, e.g. gfx942) or sm_… (CUDA, e.g. sm_90)",
+    ),
+    (
+        "[build]\narchitectures = ['gfx942', 'gfx942']\n",
+        "build.architectures: architectures repeat an entry: ['gfx942', 'gfx942']",
+    ),
     ("[build]\narchitectures = 'gfx942'\n", "build.architectures: got 'gfx942'; expected a list"),
     ("[build]\nmode = 'cpp'\n", "build.mode: got 'cpp'; expected one of 'pybind' or 'cpp_itfs'"),
     ("[build]\nlink = 'dynamic'\n", "build.link: got 'dynamic'; expected one of 'shared' or 'static'"),
@@ -56,17 +80,32 @@ BAD = [
     ("build = 3\n", "build: got 3; expected a table"),
     ("[[modules]]\nreceipt = 1\n", "modules[0].name: missing required key"),
     ("[[modules]]\nname = 'a'\ndrop_srcs = 'x.cu'\n", "modules[0].drop_srcs: got 'x.cu'; expected a list"),
-    ("[[modules]]\nname = 'a'\n[[modules]]\nname = 'b'\ndrop_src = ['x']\n", "modules[1].drop_src: unknown key; did you mean 'drop_srcs'?"),
+    (
+        "[[modules]]\nname = 'a'\n[[modules]]\nname = 'b'\ndrop_src = ['x']\n",
+        "modules[1].drop_src: unknown key; did you mean 'drop_srcs'?",
+    ),
     ("[[modules]]\nname = 'a'\nreceipt = '600'\n", "modules[0].receipt: got '600'; expected an integer"),
     ("[[modules]]\nname = 'a'\nreceipt = -1\n", "modules[0].receipt: got -1; expected a number >= 0"),
-    ("[[modules]]\nname = 'a'\nmode = 'torch'\n", "modules[0].mode: got 'torch'; expected one of 'pybind' or 'cpp_itfs'"),
+    (
+        "[[modules]]\nname = 'a'\nmode = 'torch'\n",
+        "modules[0].mode: got 'torch'; expected one of 'pybind' or 'cpp_itfs'",
+    ),
     ("[[modules]]\nname = 'a b'\n", "modules[0].name: got 'a b'; expected a module name made of letters, digits and _"),
     ("[[modules]]\nname = 'a'\n[[modules]]\nname = 'a'\n", "modules[1].name: module 'a' is listed twice"),
-    ("[[modules]]\nname = 'a'\nis_python_module = 'yes'\n", "modules[0].is_python_module: got 'yes'; expected true or false"),
+    (
+        "[[modules]]\nname = 'a'\nis_python_module = 'yes'\n",
+        "modules[0].is_python_module: got 'yes'; expected true or false",
+    ),
     ("[[modules]]\nname = 'a'\nembed = [1]\n", "modules[0].embed[0]: got 1; expected a string"),
     ("[[mha_fwd_variants]]\nhas_lsee = true\n", "mha_fwd_variants[0].has_lsee: unknown key; did you mean 'has_lse'?"),
-    ("[[mha_bwd_variants]]\ndeterminstic = true\n", "mha_bwd_variants[0].determinstic: unknown key; did you mean 'deterministic'?"),
-    ("[[mha_fwd_variants]]\ndtype = {a = 1}\n", "mha_fwd_variants[0].dtype: expected a string, true/false, an integer or a list of those (got {'a': 1})"),
+    (
+        "[[mha_bwd_variants]]\ndeterminstic = true\n",
+        "mha_bwd_variants[0].determinstic: unknown key; did you mean 'deterministic'?",
+    ),
+    (
+        "[[mha_fwd_variants]]\ndtype = {a = 1}\n",
+        "mha_fwd_variants[0].dtype: expected a string, true/false, an integer or a list of those (got {'a': 1})",
+    ),
     ("[[variants]]\nmodule = 'a'\n", "variants[0].pattern: missing required key"),
     ("[jit]\nenabled = 1\n", "jit.enabled: got 1; expected true or false"),
     ("[qola\n", "not valid TOML: Expected ']' at the end of a table declaration (at line 1, column 6)"),
@@ -122,12 +161,15 @@ def test_load_records_path_and_sha(tmp_path):
 
 
 toml_scalars = st.one_of(st.text(max_size=8), st.booleans(), st.integers(-5, 5))
-toml_values = st.recursive(toml_scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=6)
+toml_values = st.recursive(
+    toml_scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=6
+)
 keys = st.sampled_from(["qola", "build", "modules", "mha_fwd_variants", "jit", "variants", "namespace", "x"])
 
 
 def _dump(data) -> str:
     """Tiny TOML writer for the fuzz (inline tables only)."""
+
     def val(v):
         if isinstance(v, bool):
             return "true" if v else "false"
@@ -138,6 +180,7 @@ def _dump(data) -> str:
         if isinstance(v, list):
             return "[" + ", ".join(val(x) for x in v) + "]"
         return "{" + ", ".join(f"{val(k)} = {val(x)}" for k, x in v.items()) + "}"
+
     return "\n".join(f"{val(k)} = {val(v)}" for k, v in data.items()) + "\n"
 
 

@@ -17,12 +17,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import run_qola
-from qola import genrules, kernels, needs, registry
-from qola.codegen import GenJob, run_generators
-from qola.plan import Generator
-from qola.registry import NeededGenerator, RegistryEntry
+
+from qola.compile.codegen import GenJob, run_generators
+from qola.output import kernels
+from qola.plan import genrules, needs, registry
+from qola.plan.planner import Generator
+from qola.plan.registry import NeededGenerator, RegistryEntry
 
 # hsa/codegen.py's shape: archs from AITER_GPU_ARCHS (a KeyError without it), one header per -m
 CODEGEN = """\
@@ -74,24 +75,33 @@ def tree(tmp: Path, *, slim: bool = False, name: str = "libmha_fwd") -> Path:
     (root / "hsa").mkdir()
     (root / "csrc" / "cpp_itfs" / "mha_fwd.cu").write_text(MHA_FWD)
     (root / "hsa" / "codegen.py").write_text(CODEGEN)
-    (root / "csrc" / "include").mkdir()  # the API qola wraps (qola.itfs reads it from the tree)
+    (root / "csrc" / "include").mkdir()  # the API qola wraps (qola.plan.itfs reads it from the tree)
     for api in ("mha_fwd", "mha_bwd"):
         (root / "csrc" / "include" / f"{api}.h").write_text(f"namespace aiter {{ float {api}(int probe); }}\n")
     gens = ["f'{AITER_META_DIR}/hsa/codegen.py -m fmha_v3_fwd --output_dir {{}}'"] if slim else []
-    table = {name: {
-        "srcs": ["f'{AITER_CSRC_DIR}/cpp_itfs/mha_fwd.cu'"],
-        "flags_extra_cc": ["'-DFAV3_ON=1'", "'-DFAV2_ON=1'"] if slim else [],
-        "flags_extra_hip": [], "extra_ldflags": "None", "extra_include": [],
-        "is_python_module": "False", "is_standalone": "False", "torch_exclude": "True",
-        "blob_gen_cmd": gens}}
+    table = {
+        name: {
+            "srcs": ["f'{AITER_CSRC_DIR}/cpp_itfs/mha_fwd.cu'"],
+            "flags_extra_cc": ["'-DFAV3_ON=1'", "'-DFAV2_ON=1'"] if slim else [],
+            "flags_extra_hip": [],
+            "extra_ldflags": "None",
+            "extra_include": [],
+            "is_python_module": "False",
+            "is_standalone": "False",
+            "torch_exclude": "True",
+            "blob_gen_cmd": gens,
+        }
+    }
     (root / "aiter" / "jit" / "optCompilerConfig.json").write_text(json.dumps(table))
     return root
 
 
 def manifest(tmp: Path, arch: str = "gfx942", name: str = "libmha_fwd", extra: str = "") -> Path:
     m = tmp / f"q_{arch}.toml"
-    m.write_text(f'[qola]\nnamespace = "te"\n[build]\narchitectures = ["{arch}"]\nmode = "cpp_itfs"\n'
-                 f'[[modules]]\nname = "{name}"\n{extra}')
+    m.write_text(
+        f'[qola]\nnamespace = "te"\n[build]\narchitectures = ["{arch}"]\nmode = "cpp_itfs"\n'
+        f'[[modules]]\nname = "{name}"\n{extra}'
+    )
     return m
 
 
@@ -102,6 +112,7 @@ def plan_json(tmp: Path, root: Path, *args: str) -> dict:
 
 
 # ---- the plan: the registry's switches and generators where the sources ask -------------------
+
 
 def test_plan_adds_fav3_fav2_and_the_v3_generator_where_mha_fwd_gates_on_them(tmp_path):
     mod = plan_json(tmp_path, tree(tmp_path))
@@ -155,10 +166,19 @@ def test_build_wide_switches_come_from_the_trees_core_py(tmp_path):
     (root / "aiter" / "jit" / "core.py").write_text(CORE_WITH_SWITCHES)
     cc = plan_json(tmp_path, root)["flags_extra_cc"]
     assert cc[-2:] == ["-DENABLE_CK=1", "-DENABLE_ROPE_POSITIONS_INT32=0"]  # CK paths compiled in, as in AITER
-    proc = run_qola("plan", "--json", "-m", str(manifest(tmp_path)), "--aiter-root", str(root),
-                    env={"ENABLE_CK": "0", "ENABLE_ROPE_POSITIONS_INT32": "1"})
-    assert json.loads(proc.stdout)["modules"][0]["flags_extra_cc"][-2:] == ["-DENABLE_CK=0",
-                                                                           "-DENABLE_ROPE_POSITIONS_INT32=1"]
+    proc = run_qola(
+        "plan",
+        "--json",
+        "-m",
+        str(manifest(tmp_path)),
+        "--aiter-root",
+        str(root),
+        env={"ENABLE_CK": "0", "ENABLE_ROPE_POSITIONS_INT32": "1"},
+    )
+    assert json.loads(proc.stdout)["modules"][0]["flags_extra_cc"][-2:] == [
+        "-DENABLE_CK=0",
+        "-DENABLE_ROPE_POSITIONS_INT32=1",
+    ]
     own = manifest(tmp_path, extra="flags_extra_cc = [\"'-DENABLE_CK=0'\"]\n")
     proc = run_qola("plan", "--json", "-m", str(own), "--aiter-root", str(root))
     cc = json.loads(proc.stdout)["modules"][0]["flags_extra_cc"]
@@ -178,8 +198,14 @@ def test_conditionals_and_defines_are_read_as_the_preprocessor_would():
 
 # ---- the build and the audit --------------------------------------------------------------------
 
-TEST_ENTRY = RegistryEntry(switches=("FAV3_ON", "FAV2_ON"), generators=(NeededGenerator(
-    "asm_fmha_v3_fwd_configs.hpp", "f'{AITER_META_DIR}/hsa/codegen.py -m fmha_v3_fwd --output_dir {{}}'"),))
+TEST_ENTRY = RegistryEntry(
+    switches=("FAV3_ON", "FAV2_ON"),
+    generators=(
+        NeededGenerator(
+            "asm_fmha_v3_fwd_configs.hpp", "f'{AITER_META_DIR}/hsa/codegen.py -m fmha_v3_fwd --output_dir {{}}'"
+        ),
+    ),
+)
 
 
 def qola_in_process(monkeypatch, *argv: str) -> int:
@@ -225,6 +251,7 @@ def test_build_records_the_switches_and_the_audit_rejects_a_library_without_them
 
 # ---- generator environment and its stamp --------------------------------------------------------
 
+
 def test_generators_get_aiter_gpu_archs_and_an_arch_change_reruns_them(tmp_path):
     root = tree(tmp_path)
     gen = Generator(f"{root}/hsa/codegen.py -m fmha_v3_fwd --output_dir {{}}")
@@ -248,6 +275,7 @@ def test_generators_get_aiter_gpu_archs_and_an_arch_change_reruns_them(tmp_path)
 
 # ---- CK --targets --------------------------------------------------------------------------------
 
+
 def test_targets_only_where_the_generator_declares_them(tmp_path):
     ck = tmp_path / "ck" / "example" / "ck_tile" / "01_fmha"
     (ck / "codegen" / "ops").mkdir(parents=True)
@@ -255,15 +283,19 @@ def test_targets_only_where_the_generator_declares_them(tmp_path):
     script.write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('-d', '--direction')\n")
     cmd = f"{script} -d fwd --output_dir {{}}"
     assert genrules.with_targets(cmd, str(script), ("gfx942",)) == (cmd, ())  # an older CK: nothing added
-    script.write_text(script.read_text() + "p.add_argument(\n    \"--targets\",\n    default=\"gfx9,gfx950\")\n")
+    script.write_text(script.read_text() + 'p.add_argument(\n    "--targets",\n    default="gfx9,gfx950")\n')
     assert genrules.with_targets(cmd, str(script), ("gfx942:xnack-", "gfx950")) == (
-        f"{script} --targets=gfx942,gfx950 -d fwd --output_dir {{}}", ("gfx942", "gfx950"))
+        f"{script} --targets=gfx942,gfx950 -d fwd --output_dir {{}}",
+        ("gfx942", "gfx950"),
+    )
     chosen = f"{script} --targets gfx950 -d fwd --output_dir {{}}"  # the table's own choice stays
     assert genrules.with_targets(chosen, str(script), ("gfx942",)) == (chosen, ("gfx950",))
     stems = ["fmha_fwd_d128_bf16_gfx9", "fmha_fwd_d128_bf16_gfx950", "fmha_fwd_api"]
     assert genrules.file_archs(stems, ("gfx942", "gfx950")) == {
-        "fmha_fwd_d128_bf16_gfx9": ("gfx942",), "fmha_fwd_d128_bf16_gfx950": ("gfx950",),
-        "fmha_fwd_api": ("gfx942", "gfx950")}
+        "fmha_fwd_d128_bf16_gfx9": ("gfx942",),
+        "fmha_fwd_d128_bf16_gfx950": ("gfx950",),
+        "fmha_fwd_api": ("gfx942", "gfx950"),
+    }
 
 
 @pytest.mark.aiter
@@ -292,14 +324,17 @@ def test_ck_generate_lists_no_gfx950_file_for_a_gfx942_build(tmp_path, aiter_roo
 def test_every_code_object_a_v3_table_names_must_be_embedded():
     """The rows hsa/codegen.py writes (ADD_CFG(..., arch, path, knl_name, co_name)) against the embed
     keys; gfx942 keys carry AITER's MI300/MI308 subdir, which the runtime adds."""
-    text = ('#define ADD_CFG(dtype, hdim, arch, path, knl_name, co_name) \\\n'
-            'static CFG cfg_fmha_fwd = {\n'
-            '    ADD_CFG("bf16",  128, "gfx942", "fmha_v3_fwd/", "_ZN5aiter1kE", "fwd_hd128_bf16.co"),\n'
-            '    ADD_CFG("bf16",  128, "gfx950", "fmha_v3_fwd/", "_ZN5aiter1kE", "fwd_hd128_bf16.co"),\n};\n')
+    text = (
+        "#define ADD_CFG(dtype, hdim, arch, path, knl_name, co_name) \\\n"
+        "static CFG cfg_fmha_fwd = {\n"
+        '    ADD_CFG("bf16",  128, "gfx942", "fmha_v3_fwd/", "_ZN5aiter1kE", "fwd_hd128_bf16.co"),\n'
+        '    ADD_CFG("bf16",  128, "gfx950", "fmha_v3_fwd/", "_ZN5aiter1kE", "fwd_hd128_bf16.co"),\n};\n'
+    )
     rows = kernels.config_rows(text)
     assert rows == [("gfx942", "fmha_v3_fwd/", "fwd_hd128_bf16.co"), ("gfx950", "fmha_v3_fwd/", "fwd_hd128_bf16.co")]
     keys = ["hsa/gfx942/fmha_v3_fwd/MI300/fwd_hd128_bf16.co", "hsa/gfx950/fmha_v3_fwd/fwd_hd128_bf16.co"]
     assert kernels.unembedded(rows, keys, ["fmha_v3_fwd"], ["gfx942", "gfx950"]) == []
-    assert kernels.unembedded(rows, keys[:1], ["fmha_v3_fwd"], ["gfx942", "gfx950"]) == \
-        ["gfx950: fmha_v3_fwd/fwd_hd128_bf16.co"]
+    assert kernels.unembedded(rows, keys[:1], ["fmha_v3_fwd"], ["gfx942", "gfx950"]) == [
+        "gfx950: fmha_v3_fwd/fwd_hd128_bf16.co"
+    ]
     assert kernels.unembedded(rows, keys[:1], ["fmha_v3_fwd"], ["gfx942"]) == []  # not a target: not needed

@@ -1,5 +1,5 @@
-"""One home for each thing (issue 12): child processes go through qola.proc and fail with one
-error, file writes go through qola.fsutil, name/arch/version rules live in qola.rules and one
+"""One home for each thing (issue 12): child processes go through qola.core.proc and fail with one
+error, file writes go through qola.core.fsutil, name/arch/version rules live in qola.core.rules and one
 probe, and the code the docs describe is the code that runs."""
 
 from __future__ import annotations
@@ -16,19 +16,23 @@ from pathlib import Path
 import pytest
 
 import qola
-from qola import proc
-from qola.errors import FailedProcessError
+from qola.core import proc
+from qola.core.errors import FailedProcessError
 
 SRC = Path(qola.__file__).parent
 # the one module allowed to import subprocess, and the one left to the pipeline work of issue 12
-SUBPROCESS_ALLOWED = {"proc.py", "variants.py"}
+SUBPROCESS_ALLOWED = {"core/proc.py", "plan/variants.py"}
 
 
 # ---- process runs: one runner, one failure error ---------------------------------------------------
 
+
 def test_only_the_runner_imports_subprocess():
-    users = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
-                   if re.search(r"^\s*(import subprocess|from subprocess import)", p.read_text(), re.M))
+    users = sorted(
+        str(p.relative_to(SRC))
+        for p in SRC.rglob("*.py")
+        if re.search(r"^\s*(import subprocess|from subprocess import)", p.read_text(), re.M)
+    )
     assert set(users) <= SUBPROCESS_ALLOWED, users
 
 
@@ -44,8 +48,7 @@ def test_run_checked_one_error_for_every_failure(tmp_path):
     assert info.value.returncode == 127 and "cannot run" in info.value.message
 
     with pytest.raises(FailedProcessError) as info:
-        proc.run_checked([sys.executable, "-c", "print('started', flush=True); import time; time.sleep(60)"],
-                         timeout=2)
+        proc.run_checked([sys.executable, "-c", "print('started', flush=True); import time; time.sleep(60)"], timeout=2)
     assert info.value.returncode == 124 and "no answer within 2 s" in info.value.message
 
     with pytest.raises(FailedProcessError) as info:
@@ -57,7 +60,7 @@ def test_run_checked_one_error_for_every_failure(tmp_path):
 
 
 def test_link_step_and_compiler_probe_fail_through_the_runner(tmp_path):
-    from qola import link
+    from qola.compile import link
     from qola.jit import key
 
     with pytest.raises(FailedProcessError) as info:
@@ -85,8 +88,8 @@ def _generator(tmp_path: Path) -> Path:
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs the main thread")
 def test_ctrl_c_ends_generators_running_in_worker_threads(tmp_path):
-    from qola.codegen import GenJob, run_generators
-    from qola.plan import Generator
+    from qola.compile.codegen import GenJob, run_generators
+    from qola.plan.planner import Generator
 
     script = _generator(tmp_path)
     job = GenJob("m", (Generator(f"{script} --output_dir {{}}"),))
@@ -116,10 +119,11 @@ def test_ctrl_c_ends_generators_running_in_worker_threads(tmp_path):
     assert not (tmp_path / "gen" / "m" / "blob").exists()  # nothing half-generated was published
 
 
-# ---- file writes: one home (qola.fsutil) -----------------------------------------------------------
+# ---- file writes: one home (qola.core.fsutil) -----------------------------------------------------------
+
 
 def test_write_if_changed_keeps_mtime_takes_bytes_and_fixes_mode(tmp_path):
-    from qola.fsutil import write_if_changed
+    from qola.core.fsutil import write_if_changed
 
     path = write_if_changed(tmp_path / "d" / "f.cu", "int x;\n")
     os.utime(path, (1_000_000, 1_000_000))
@@ -133,7 +137,7 @@ def test_write_if_changed_keeps_mtime_takes_bytes_and_fixes_mode(tmp_path):
 
 
 def test_atomic_write_temp_prefix_commit_and_replace_dir(tmp_path, monkeypatch):
-    from qola import fsutil
+    from qola.core import fsutil
 
     seen = []
     real = os.replace
@@ -163,44 +167,65 @@ def test_atomic_write_temp_prefix_commit_and_replace_dir(tmp_path, monkeypatch):
 
 
 def test_atomic_writers_live_in_fsutil():
-    """No module renames its own temp files: they call qola.fsutil. Left out, each for a reason:
+    """No module renames its own temp files: they call qola.core.fsutil. Left out, each for a reason:
     outdir.py (the output switch: renames and exchanges of whole published dirs, its own
     roll-forward protocol, tested under SIGKILL at every step), jit/prebuild.py (the compiler's temp output
     and the moving aside of a bad header tree, named by qola.jit.format, under the key's lock) and
     ninja.py (build.ninja: the pipeline work of issue 12 owns that file)."""
-    allowed = {"fsutil.py", "outdir.py", "jit/prebuild.py", "ninja.py"}
-    found = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
-                   if re.search(r"os\.replace\(|os\.rename\(|\.rename\(|mkstemp\(", p.read_text())
-                   and str(p.relative_to(SRC)) not in allowed)
+    allowed = {"core/fsutil.py", "output/outdir.py", "jit/prebuild.py", "compile/ninja.py"}
+    found = sorted(
+        str(p.relative_to(SRC))
+        for p in SRC.rglob("*.py")
+        if re.search(r"os\.replace\(|os\.rename\(|\.rename\(|mkstemp\(", p.read_text())
+        and str(p.relative_to(SRC)) not in allowed
+    )
     assert found == [], found
 
 
-# ---- rules: one home (qola.rules) ------------------------------------------------------------------
+# ---- rules: one home (qola.core.rules) ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("ns", ["class", "and", "co_await", "_Bool", "__x", "_X", "te ns", "9te"])
 def test_a_bad_namespace_is_refused_wherever_it_comes_from(ns):
-    from qola import embed
-    from qola.audit import ExportRule
-    from qola.consumers import render_config_header
-    from qola.errors import QolaError
-    from qola.manifest import parse
+    from qola.compile.elf import ExportRule
+    from qola.core.errors import QolaError
+    from qola.hooks import embed
+    from qola.output.consumers import render_config_header
+    from qola.plan.manifest import parse
 
     with pytest.raises(QolaError, match="namespace"):
         parse(f'[qola]\nnamespace = "{ns}"\n')
-    for use in (lambda: embed.check_names(ns, "m"), lambda: ExportRule(ns),
-                lambda: render_config_header(ns, "1.0")):
+    for use in (lambda: embed.check_names(ns, "m"), lambda: ExportRule(ns), lambda: render_config_header(ns, "1.0")):
         with pytest.raises(QolaError, match="namespace"):
             use()
 
 
-ARCHS = ["gfx90a", "gfx942", "gfx1100", "gfx90a:xnack-", "gfx942:sramecc+:xnack-", "sm_80", "sm_90a", "sm_100f",
-         "gfx9", "gfx90a:tgsplit+", "gfx90a:xnack", "sm_9", "sm_1000", "GFX90A", "native", "gfx942\n", ""]
+ARCHS = [
+    "gfx90a",
+    "gfx942",
+    "gfx1100",
+    "gfx90a:xnack-",
+    "gfx942:sramecc+:xnack-",
+    "sm_80",
+    "sm_90a",
+    "sm_100f",
+    "gfx9",
+    "gfx90a:tgsplit+",
+    "gfx90a:xnack",
+    "sm_9",
+    "sm_1000",
+    "GFX90A",
+    "native",
+    "gfx942\n",
+    "",
+]
 
 
 def test_one_arch_syntax_for_manifest_toolchain_and_embed(tmp_path):
-    from qola import embed, rules
-    from qola.errors import QolaError
-    from qola.manifest import check_archs
+    from qola.core import rules
+    from qola.core.errors import QolaError
+    from qola.hooks import embed
+    from qola.plan.manifest import check_archs
     from qola.toolchain.archs import vendor_of
 
     for arch in ARCHS:
@@ -223,12 +248,14 @@ def test_one_arch_syntax_for_manifest_toolchain_and_embed(tmp_path):
 
 
 def test_arch_lists_one_rule(tmp_path):
-    from qola.errors import QolaError
-    from qola.manifest import parse
+    from qola.core.errors import QolaError
+    from qola.plan.manifest import parse
     from qola.toolchain.archs import validate_archs
 
-    for archs, needle in ((["gfx942", "sm_90"], "mix HIP and CUDA"),
-                          (["gfx90a:xnack-", "gfx90a:xnack+"], "different features")):
+    for archs, needle in (
+        (["gfx942", "sm_90"], "mix HIP and CUDA"),
+        (["gfx90a:xnack-", "gfx90a:xnack+"], "different features"),
+    ):
         with pytest.raises(QolaError, match=needle):
             validate_archs(archs)
         with pytest.raises(QolaError, match=needle):
@@ -237,8 +264,8 @@ def test_arch_lists_one_rule(tmp_path):
 
 def test_hip_version_is_probed_once_the_same_way(tmp_path):
     """Planning's torch.version.hip and the build's toolchain read the version with one probe."""
-    from qola.spec import hip_version
-    from qola.manifest import parse
+    from qola.pipeline.spec import hip_version
+    from qola.plan.manifest import parse
     from qola.toolchain import hip
 
     fake = tmp_path / "bin" / "hipcc"
@@ -250,32 +277,43 @@ def test_hip_version_is_probed_once_the_same_way(tmp_path):
     assert hip_version(env, manifest) == "6.4.43484"
     assert hip.read_version(str(fake), str(tmp_path), env)[1:] == ("6.4.43484", "-9999")
     assert hip_version({"PATH": str(tmp_path / "none")}, manifest) in ("7.2", hip.installed_version({}))
-    users = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if re.search(r"re\.\w+\(r?[\"']HIP version", p.read_text())]
+    users = [
+        str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if re.search(r"re\.\w+\(r?[\"']HIP version", p.read_text())
+    ]
     assert users == ["toolchain/versions.py"]
 
 
 def test_core_py_is_named_once():
     import ast
 
-    from qola.tree.aiter import open_tree
-    from qola.tree.aiter_core import CORE
-
     from conftest import KERNELS
+
+    from qola.plan.tree.aiter import open_tree
+    from qola.plan.tree.aiter_core import CORE
 
     assert open_tree(KERNELS).core_path == KERNELS / CORE
     found = []
     for path in SRC.rglob("*.py"):
         tree = ast.parse(path.read_text())
-        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef))
-                and n.body and isinstance(n.body[0], ast.Expr)}
-        found += [str(path.relative_to(SRC)) for n in ast.walk(tree)
-                  if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
-                  and n.value.endswith("core.py")]
+        docs = {
+            id(n.body[0].value)
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body and isinstance(n.body[0], ast.Expr)
+        }
+        found += [
+            str(path.relative_to(SRC))
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)
+            and id(n) not in docs
+            and n.value.endswith("core.py")
+        ]
     # commands/build.py: the pipeline work of issue 12 owns that file (it should use tree.core_path)
-    assert sorted(found) in (["tree/aiter_core.py"], ["commands/build.py", "tree/aiter_core.py"])
+    assert sorted(found) in (["plan/tree/aiter_core.py"], ["commands/build.py", "plan/tree/aiter_core.py"])
 
 
 # ---- no dead or untrue code -------------------------------------------------------------------------
+
 
 def test_every_listed_command_exists():
     import importlib
@@ -306,18 +344,22 @@ def test_doctor_reports_tools_and_fails_without_a_host_compiler(capsys, tmp_path
 
 @pytest.mark.parametrize("name", ["child_environ", "is_c_keyword", "configs_dir"])
 def test_removed_dead_code_stays_removed(name):
-    users = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if re.search(rf"\b{name}\b", p.read_text())
-             and not (name == "configs_dir" and p.name == "codegen.py")]  # GenJob.configs_dir: another thing
+    users = [
+        str(p.relative_to(SRC))
+        for p in SRC.rglob("*.py")
+        if re.search(rf"\b{name}\b", p.read_text()) and not (name == "configs_dir" and p.name == "codegen.py")
+    ]  # GenJob.configs_dir: another thing
     assert users == []
 
 
 # ---- what qola ships: runtime/ (into libraries) and templates/ (added to modules) -------------------
 
+
 def test_shipped_files_live_where_their_role_says():
     import tomllib
 
-    from qola import registry
     from qola.jit.layout import runtime_dir, runtime_sources
+    from qola.plan import registry
 
     assert (registry.runtime_dir() / "qola_common.h").is_file()
     assert runtime_dir() == registry.runtime_dir() / "jit" and all(p.is_file() for p in runtime_sources())

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from qola.outcheck import check_module
-from qola.reproduce import rebuild_env
+from qola.output.checks import check_module
+from qola.pipeline.reproduce import rebuild_env
 
 LIB = """\
 namespace qola { namespace te { int f() { return 1; } } }
@@ -31,8 +31,14 @@ def test_a_record_cannot_whitelist_an_export(tmp_path):
     so.parent.mkdir()
     subprocess.run(["g++", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
     digest = hashlib.sha256(so.read_bytes()).hexdigest()
-    module = {"name": "libx", "artifact": "lib/te_libx.so", "sha256": digest, "size": so.stat().st_size,
-              "mode": "cpp_itfs", "allowed_extra": ["evil_malloc"]}
+    module = {
+        "name": "libx",
+        "artifact": "lib/te_libx.so",
+        "sha256": digest,
+        "size": so.stat().st_size,
+        "mode": "cpp_itfs",
+        "allowed_extra": ["evil_malloc"],
+    }
     problems = check_module(tmp_path, module, "te")
     assert any("evil_malloc" in p and "leak" in p for p in problems), problems
 
@@ -40,18 +46,35 @@ def test_a_record_cannot_whitelist_an_export(tmp_path):
 def tree(tmp: Path) -> Path:
     root = tmp / "tree"
     (root / "aiter" / "jit").mkdir(parents=True, exist_ok=True)
-    (root / "aiter" / "jit" / "optCompilerConfig.json").write_text(json.dumps(
-        {"m": {"flags_extra_hip": ["f'-DX={os.environ.get(\"QK_TILE\", \"64\")}'"]}}))
+    (root / "aiter" / "jit" / "optCompilerConfig.json").write_text(
+        json.dumps({"m": {"flags_extra_hip": ['f\'-DX={os.environ.get("QK_TILE", "64")}\'']}})
+    )
     return root
 
 
 def test_reproduce_sets_data_only_variables_and_names_the_rest(tmp_path):
-    settings = {"env_keys": ["LD_PRELOAD", "NVCC_PREPEND_FLAGS", "CK_DIR", "QK_TILE", "SOURCE_DATE_EPOCH",
-                             "AITER_CONFIG_GEMM", "PYTHONSTARTUP", "HIPCC"],
-                "env": {"LD_PRELOAD": "/tmp/evil.so", "NVCC_PREPEND_FLAGS": "-Xcompiler -fplugin=/tmp/evil.so",
-                        "CK_DIR": "/tmp/evil-ck", "QK_TILE": "128", "SOURCE_DATE_EPOCH": "1700000000",
-                        "AITER_CONFIG_GEMM": "/data/gemm.csv", "PYTHONSTARTUP": "/tmp/evil.py",
-                        "HIPCC": "/tmp/evil-hipcc"}}
+    settings = {
+        "env_keys": [
+            "LD_PRELOAD",
+            "NVCC_PREPEND_FLAGS",
+            "CK_DIR",
+            "QK_TILE",
+            "SOURCE_DATE_EPOCH",
+            "AITER_CONFIG_GEMM",
+            "PYTHONSTARTUP",
+            "HIPCC",
+        ],
+        "env": {
+            "LD_PRELOAD": "/tmp/evil.so",
+            "NVCC_PREPEND_FLAGS": "-Xcompiler -fplugin=/tmp/evil.so",
+            "CK_DIR": "/tmp/evil-ck",
+            "QK_TILE": "128",
+            "SOURCE_DATE_EPOCH": "1700000000",
+            "AITER_CONFIG_GEMM": "/data/gemm.csv",
+            "PYTHONSTARTUP": "/tmp/evil.py",
+            "HIPCC": "/tmp/evil-hipcc",
+        },
+    }
     data = {"toolchain": {"kind": "hip", "compiler": "/tmp/evil-hipcc"}}
     here = {"PATH": "/usr/bin:/bin", "AITER_CONFIG_OTHER": "/x.csv", "SOURCE_DATE_EPOCH": "1"}
     env, notes = rebuild_env(data, settings, here, str(tree(tmp_path)))

@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import KERNELS, run_qola
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -20,19 +19,27 @@ pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def git_tree(tmp: Path) -> tuple[Path, str]:
     tree = tmp / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa", "__pycache__"))
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "tree"]):
         subprocess.run(["git", "-C", str(tree), *args], check=True, env=env, capture_output=True)
-    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     return tree, head
 
 
 def manifest(tmp: Path, pin: str) -> Path:
     m = tmp / "q.toml"
-    m.write_text(f'[qola]\naiter_commit = "{pin}"\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
-                 '[[modules]]\nname = "module_softmax"\n')
+    m.write_text(
+        f'[qola]\naiter_commit = "{pin}"\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
+        '[[modules]]\nname = "module_softmax"\n'
+    )
     return m
 
 
@@ -40,8 +47,9 @@ def refusing_git(tmp: Path) -> dict[str, str]:
     """A PATH whose git refuses the tree as git does for another user's checkout."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
-    (bin_dir / "git").write_text("#!/bin/sh\necho \"fatal: detected dubious ownership in repository at '$3'\" >&2\n"
-                                 "exit 128\n")
+    (bin_dir / "git").write_text(
+        "#!/bin/sh\necho \"fatal: detected dubious ownership in repository at '$3'\" >&2\nexit 128\n"
+    )
     (bin_dir / "git").chmod(0o755)
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
@@ -69,4 +77,3 @@ def test_an_sdist_without_git_is_only_noted(tmp_path):
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa", "__pycache__", ".git"))
     proc = run_qola("plan", "-m", str(manifest(tmp_path, "abcdef1")), "-a", str(tree))
     assert proc.returncode == 0 and "is not a git checkout (an sdist?)" in proc.stderr, proc.stderr
-

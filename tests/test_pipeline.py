@@ -1,4 +1,4 @@
-"""Issue 12: one build pipeline in the library (qola.pipeline.build), a Plan that is the whole plan
+"""Issue 12: one build pipeline in the library (qola.pipeline.run.build), a Plan that is the whole plan
 (generator filters, the filter wrapper, the JIT split), one layout for every build-dir path, typed
 hook extras that compute and never write."""
 
@@ -15,22 +15,29 @@ from conftest import KERNELS, run_qola
 from test_jit_build import AOT_TWO, TWO
 from test_variants import EXAMPLE_VARIANTS, expected_example
 
-from qola import extras, isolation, jitbuild, pipeline, variants
-from qola.builddir import BuildLayout, object_path
-from qola.errors import QolaError
-from qola.pipeline import BuildSpec, Reporter
-from qola.plantypes import Generator, Plan
-from qola.spec import settings
+from qola.compile import extras
+from qola.compile.layout import BuildLayout, object_path
+from qola.core.errors import QolaError
+from qola.hooks import isolation
+from qola.hooks import jit as jitbuild
+from qola.pipeline import run as pipeline
+from qola.pipeline.run import BuildSpec, Reporter
+from qola.pipeline.spec import settings
+from qola.plan import variants
+from qola.plan.model import Generator, Plan
 
 HAS_NVCC = shutil.which("nvcc") is not None
 
 
 def whole_manifest(path: Path) -> Path:
     """Variants for the pybind attention module, [jit] with two instances ahead for the library."""
-    path.write_text('[qola]\nnamespace = "qj"\n[build]\narchitectures = ["sm_90"]\nmode = "pybind"\n'
-                    '[[modules]]\nname = "module_attn_fwd"\n'
-                    '[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\n'
-                    + EXAMPLE_VARIANTS + AOT_TWO.replace("[jit]\n", '[jit]\nmodules = ["libattn_fwd"]\n', 1))
+    path.write_text(
+        '[qola]\nnamespace = "qj"\n[build]\narchitectures = ["sm_90"]\nmode = "pybind"\n'
+        '[[modules]]\nname = "module_attn_fwd"\n'
+        '[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\n'
+        + EXAMPLE_VARIANTS
+        + AOT_TWO.replace("[jit]\n", '[jit]\nmodules = ["libattn_fwd"]\n', 1)
+    )
     return path
 
 
@@ -49,8 +56,12 @@ def test_plan_json_shows_filters_and_the_jit_split(tmp_path):
     assert mods["module_attn_fwd"]["jit"] is None
     (lib_gen,) = mods["libattn_fwd"]["generators"]
     assert lib_gen["filter"] is None  # no top-level variant: every instance is generated ...
-    assert mods["libattn_fwd"]["jit"] == {"ahead": sorted(TWO), "declared": True, "style": "example_attn",
-                                          "compiler": None}  # ... two built ahead, the rest deferred
+    assert mods["libattn_fwd"]["jit"] == {
+        "ahead": sorted(TWO),
+        "declared": True,
+        "style": "example_attn",
+        "compiler": None,
+    }  # ... two built ahead, the rest deferred
     # the JSON is the Plan: it reads back into the same frozen data
     plan = pipeline.plan(BuildSpec(manifest=str(m), aiter_root=str(KERNELS))).plan
     assert Plan.from_json(json.loads(proc.stdout)) == plan == Plan.from_json(json.loads(json.dumps(plan.to_json())))
@@ -64,8 +75,7 @@ def test_ck_filters_run_under_the_any_of_wrapper(tmp_path):
     (ck / "codegen" / "ops").mkdir(parents=True)
     (ck / "generate.py").write_text("")
     gen = Generator(f"{ck}/generate.py -d fwd --output_dir {{}}", "fwd")
-    plan = Plan("qk", "hip", ("gfx942",), "/t", "/t", None, "q.toml", "0" * 64, modules=(
-        _module("m", (gen, gen)),))
+    plan = Plan("qk", "hip", ("gfx942",), "/t", "/t", None, "q.toml", "0" * 64, modules=(_module("m", (gen, gen)),))
     out = variants.with_filters(plan, {("m", 0): "*_lse_*|*_nlse_*", ("m", 1): "*_lse_*"})
     one, two = out.modules[0].generators
     assert one.wrapper == str(variants.shim()) and one.run_argv[0] == str(variants.shim())
@@ -74,18 +84,32 @@ def test_ck_filters_run_under_the_any_of_wrapper(tmp_path):
 
 
 def _module(name: str, gens=(), **kw):
-    from qola.plantypes import ModulePlan
+    from qola.plan.model import ModulePlan
 
-    base = {"name": name, "md_name": f"qk_{name}", "mode": "cpp_itfs", "link": "shared", "sources": (), "flags_extra_cc": (),
-                "flags_extra_hip": (), "include_dirs": (), "generators": tuple(gens), "torch_exclude": True,
-                "is_python_module": False, "is_standalone": True, "hip_clang_path": None}
+    base = {
+        "name": name,
+        "md_name": f"qk_{name}",
+        "mode": "cpp_itfs",
+        "link": "shared",
+        "sources": (),
+        "flags_extra_cc": (),
+        "flags_extra_hip": (),
+        "include_dirs": (),
+        "generators": tuple(gens),
+        "torch_exclude": True,
+        "is_python_module": False,
+        "is_standalone": True,
+        "hip_clang_path": None,
+    }
     return ModulePlan(**{**base, **kw})
 
 
 def test_mode_default_is_decided_once(tmp_path):
     m = tmp_path / "q.toml"
-    m.write_text('[build]\narchitectures = ["sm_90"]\nmode = "cpp_itfs"\n[[modules]]\nname = "libattn_fwd"\n'
-                 '[[modules]]\nname = "module_softmax"\nmode = "pybind"\n')
+    m.write_text(
+        '[build]\narchitectures = ["sm_90"]\nmode = "cpp_itfs"\n[[modules]]\nname = "libattn_fwd"\n'
+        '[[modules]]\nname = "module_softmax"\nmode = "pybind"\n'
+    )
     spec = BuildSpec(manifest=str(m), aiter_root=str(KERNELS))
     plan = pipeline.plan(spec).plan
     assert plan.mode == "cpp_itfs" and [x.mode for x in plan.modules] == ["cpp_itfs", "pybind"]
@@ -96,7 +120,7 @@ def test_mode_default_is_decided_once(tmp_path):
 
 
 def test_settings_precedence(tmp_path):
-    from qola import manifest as mf
+    from qola.plan import manifest as mf
 
     m = mf.parse('[build]\narchitectures = ["sm_90"]\njobs = 3\nlauncher = "true"\n', str(tmp_path / "q.toml"))
     lay = BuildLayout(tmp_path / "b", tmp_path / "o")
@@ -122,8 +146,18 @@ def test_plan_json_prints_the_settings_as_resolved(tmp_path):
     m.write_text('[qola]\nnamespace = "qj"\n[build]\narchitectures = ["sm_90"]\nlauncher = "no-such-launcher"\n')
     args = ("plan", "--manifest", str(m), "--aiter-root", str(KERNELS), "--json")
     got = json.loads(run_qola(*args, env={"MAX_JOBS": "3"}, check=True).stdout)["settings"]
-    assert got == {"jobs": 3, "launcher": "no-such-launcher", "dry_run": False, "verbose": False, "isolate": True,
-                   "farm": None, "notes": [], "output_dir": None, "build_dir": None, "remote": None}
+    assert got == {
+        "jobs": 3,
+        "launcher": "no-such-launcher",
+        "dry_run": False,
+        "verbose": False,
+        "isolate": True,
+        "farm": None,
+        "notes": [],
+        "output_dir": None,
+        "build_dir": None,
+        "remote": None,
+    }
     m.write_text(m.read_text() + "jobs = 5\n")
     assert json.loads(run_qola(*args, env={"MAX_JOBS": "3"}, check=True).stdout)["settings"]["jobs"] == 5
     bad = run_qola(*args, env={"MAX_JOBS": "-1"})  # checked as a build checks it
@@ -155,8 +189,9 @@ def test_hooks_compute_and_write_nothing(tmp_path):
     plan = Plan("qk", "cuda", ("sm_90",), str(tmp_path), str(tmp_path / "meta"), None, "q.toml", "0" * 64, modules=())
     lay = BuildLayout(tmp_path / "b", tmp_path / "o")
     mod = _module("m", embed=("vec",), link="static")
-    inner = extras.ModuleExtra(extra_inputs=("obj/m/jit.o",), localize_hidden=True, drop_sources=("/s/b.cu",),
-                               add_sources=("/s/stub.cu",))
+    inner = extras.ModuleExtra(
+        extra_inputs=("obj/m/jit.o",), localize_hidden=True, drop_sources=("/s/b.cu",), add_sources=("/s/stub.cu",)
+    )
     more = isolation.extra(mod, ("/s/a.cu", "/s/b.cu"), inner, plan, lay)
     assert not (tmp_path / "b").exists(), "a hook wrote into the build dir"
     assert more.rule == "archive" and [e.rule for e in more.edges] == ["asm"]
@@ -165,7 +200,9 @@ def test_hooks_compute_and_write_nothing(tmp_path):
     rsp = next(w for w in more.writes if w.path.suffix == ".rsp")
     objs = rsp.text.split()
     assert objs == [str(lay.root / object_path("m", s)) for s in ("/s/a.cu", "/s/stub.cu")] + [
-        str(lay.root / lay.embed_object("m")), str(lay.root / "obj/m/jit.o")]
+        str(lay.root / lay.embed_object("m")),
+        str(lay.root / "obj/m/jit.o"),
+    ]
     assert {w.path.suffix for w in more.writes} == {".S", ".h", ".json", ".rsp"}
     extras.write([more], isolation.shared_files(plan, lay))  # the one stage that writes
     assert all(w.path.read_text() == w.text for w in more.writes)
@@ -195,8 +232,9 @@ class Recorder(Reporter):
 @pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
 def test_build_runs_the_stages_and_reports(tmp_path):
     m = whole_manifest(tmp_path / "q.toml")
-    spec = BuildSpec(manifest=str(m), aiter_root=str(KERNELS), output_dir=str(tmp_path / "out"), jobs=2,
-                     argv=("build", "test"))
+    spec = BuildSpec(
+        manifest=str(m), aiter_root=str(KERNELS), output_dir=str(tmp_path / "out"), jobs=2, argv=("build", "test")
+    )
     # a dry run plans and writes the graph; OUT stays untouched
     ui = Recorder()
     dry = pipeline.build(dataclasses.replace(spec, dry_run=True), ui)

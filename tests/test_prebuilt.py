@@ -16,13 +16,13 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from conftest import KERNELS, run_qola
 
-from qola import pipeline, prebuilt
-from qola.errors import QolaError
-from qola.pipeline import BuildSpec, Reporter
-from qola.outdir import ENTRIES, published
+from qola.core.errors import QolaError
+from qola.output.outdir import ENTRIES, published
+from qola.pipeline import run as pipeline
+from qola.pipeline.run import BuildSpec, Reporter
+from qola.store import prebuilt
 from qola.toolchain import Toolchain
 
 MANIFEST = """# the example tree, one module
@@ -56,9 +56,18 @@ def write_manifest(path: Path, build_extra: str = "", module_extra: str = "") ->
 
 
 def fake_toolchain(version: str = "13.0", compiler: str = "/usr/bin/true") -> Toolchain:
-    return Toolchain("cuda", compiler, version, f"Cuda compilation tools, release {version}", "ab" * 32, ("sm_90",),
-                     "/usr/bin/true", {}, base_flags=("-O3", "-gencode", "arch=compute_90,code=sm_90"),
-                     lang_args=("-x", "cu"))
+    return Toolchain(
+        "cuda",
+        compiler,
+        version,
+        f"Cuda compilation tools, release {version}",
+        "ab" * 32,
+        ("sm_90",),
+        "/usr/bin/true",
+        {},
+        base_flags=("-O3", "-gencode", "arch=compute_90,code=sm_90"),
+        lang_args=("-x", "cu"),
+    )
 
 
 @pytest.fixture
@@ -68,8 +77,7 @@ def key_of(monkeypatch):
     monkeypatch.setattr(pipeline, "_toolchain", lambda *a, **k: tcs["tc"])
 
     def key(m: Path, tree: Path, **kw):
-        return pipeline.build_key(BuildSpec(manifest=str(m), aiter_root=str(tree), env={"PATH": "/usr/bin:/bin"},
-                                            **kw))
+        return pipeline.build_key(BuildSpec(manifest=str(m), aiter_root=str(tree), env={"PATH": "/usr/bin:/bin"}, **kw))
 
     key.tcs = tcs
     return key
@@ -83,6 +91,7 @@ def tree(tmp_path) -> Path:
 
 
 # ---- the key: cheap, no compile ---------------------------------------------------------------------
+
 
 def test_key_ignores_formatting_paths_jobs_and_launcher(tmp_path, tree, key_of):
     base = key_of(write_manifest(tmp_path / "a.toml"), tree)
@@ -99,10 +108,19 @@ def test_key_ignores_formatting_paths_jobs_and_launcher(tmp_path, tree, key_of):
     assert "<tree>/csrc/kernels/softmax.cu" in base.parts["tree"]["files"]
 
 
-@pytest.mark.parametrize("change, part", [
-    ("arch", "plan"), ("mode", "plan"), ("flag", "plan"), ("source", "tree"), ("header", "tree"),
-    ("table", "tree"), ("compiler", "toolchain"), ("isolation", "build"),
-])
+@pytest.mark.parametrize(
+    "change, part",
+    [
+        ("arch", "plan"),
+        ("mode", "plan"),
+        ("flag", "plan"),
+        ("source", "tree"),
+        ("header", "tree"),
+        ("table", "tree"),
+        ("compiler", "toolchain"),
+        ("isolation", "build"),
+    ],
+)
 def test_key_changes_with_what_changes_the_output(tmp_path, tree, key_of, change, part):
     m = write_manifest(tmp_path / "q.toml", module_extra='mode = "pybind"\n')  # beats --mode: a valid mode change
     base = key_of(m, tree)
@@ -133,11 +151,12 @@ def test_key_changes_with_what_changes_the_output(tmp_path, tree, key_of, change
 
 def test_key_material_round_trips_and_rehashes_the_tree(tmp_path, tree, monkeypatch):
     """The incremental path keeps the material in its record and rehashes only the tree's files."""
-    from qola import buildkey
+    from qola.store import key as buildkey
 
     monkeypatch.setattr(pipeline, "_toolchain", lambda *a, **k: fake_toolchain())
-    spec = BuildSpec(manifest=str(write_manifest(tmp_path / "q.toml")), aiter_root=str(tree),
-                     env={"PATH": "/usr/bin:/bin"})
+    spec = BuildSpec(
+        manifest=str(write_manifest(tmp_path / "q.toml")), aiter_root=str(tree), env={"PATH": "/usr/bin:/bin"}
+    )
     prepared = pipeline.plan(spec)
     material = pipeline._material(prepared, prepared.plan, fake_toolchain(), True, spec.environ())
     again = buildkey.Material.of(json.loads(json.dumps(material.to_json())))
@@ -151,8 +170,12 @@ def test_key_material_round_trips_and_rehashes_the_tree(tmp_path, tree, monkeypa
 
 
 def test_publish_into_the_output_dir_is_refused_before_anything_runs(tmp_path, tree):
-    spec = BuildSpec(manifest=str(write_manifest(tmp_path / "q.toml")), aiter_root=str(tree),
-                     output_dir=str(tmp_path / "out"), publish_to=str(tmp_path / "out" / "store"))
+    spec = BuildSpec(
+        manifest=str(write_manifest(tmp_path / "q.toml")),
+        aiter_root=str(tree),
+        output_dir=str(tmp_path / "out"),
+        publish_to=str(tmp_path / "out" / "store"),
+    )
     with pytest.raises(QolaError, match="prebuilt store"):
         pipeline.build(spec)
     assert not (tmp_path / "out").exists()
@@ -163,8 +186,9 @@ def test_plan_key_cli_prints_the_key_and_its_inputs(tmp_path, tree):
         pytest.skip("needs nvcc")
     m = write_manifest(tmp_path / "q.toml")
     key = run_qola("plan", "-m", str(m), "--aiter-root", str(tree), "--key", check=True).stdout.strip()
-    explained = json.loads(run_qola("plan", "-m", str(m), "--aiter-root", str(tree), "--key", "--json",
-                                    check=True).stdout)
+    explained = json.loads(
+        run_qola("plan", "-m", str(m), "--aiter-root", str(tree), "--key", "--json", check=True).stdout
+    )
     assert len(key) == 64 and explained["build_key"] == key
     assert set(explained["parts"]) == {"build", "env", "manifest", "plan", "python", "qola", "toolchain", "tree"}
 
@@ -191,6 +215,7 @@ def test_missing_archive_and_unsupported_source(tmp_path):
 
 # ---- round trips: one real build ----------------------------------------------------------------------
 
+
 class Notes(Reporter):
     def __init__(self) -> None:
         self.notes: list[str] = []
@@ -209,8 +234,9 @@ def built(tmp_path_factory):
     shutil.copytree(KERNELS, src, ignore=shutil.ignore_patterns("hsa", "__pycache__"))
     m = write_manifest(tmp / "q.toml")
     store = tmp / "store"
-    report = pipeline.build(BuildSpec(manifest=str(m), aiter_root=str(src), output_dir=str(tmp / "out"), jobs=2,
-                                      publish_to=str(store)))
+    report = pipeline.build(
+        BuildSpec(manifest=str(m), aiter_root=str(src), output_dir=str(tmp / "out"), jobs=2, publish_to=str(store))
+    )
     assert report.ok and report.packaged is not None, [r.detail for r in report.modules]
     return tmp, src, m, tmp / "out", store, report
 
@@ -265,8 +291,9 @@ def files_of(out: Path) -> dict[str, bytes]:
 
 def install_from(built, source: str, name: str) -> pipeline.BuildReport:
     tmp, src, m, _, _, _ = built
-    return pipeline.build(BuildSpec(manifest=str(m), aiter_root=str(src), output_dir=str(tmp / name), jobs=2,
-                                    prebuilt=source))
+    return pipeline.build(
+        BuildSpec(manifest=str(m), aiter_root=str(src), output_dir=str(tmp / name), jobs=2, prebuilt=source)
+    )
 
 
 @pytest.mark.slow
@@ -283,8 +310,9 @@ def test_publish_writes_a_deterministic_archive_named_by_the_key(built, tmp_path
     with tarfile.open(archive) as tar:
         members = tar.getmembers()
     assert [m.name for m in members] == sorted(m.name for m in members)
-    assert all(m.mtime == 0 and m.uid == 0 and m.gid == 0 and not m.uname and (m.isfile() or m.isdir())
-               for m in members)
+    assert all(
+        m.mtime == 0 and m.uid == 0 and m.gid == 0 and not m.uname and (m.isfile() or m.isdir()) for m in members
+    )
     again = run_qola("package", str(out), "--into", str(tmp_path), check=True)
     assert report.key in again.stdout
     assert (tmp_path / name).read_bytes() == archive.read_bytes()
@@ -324,13 +352,23 @@ def test_missing_archive_falls_back_to_building_with_a_note(built):
     empty.mkdir(exist_ok=True)
     notes = Notes()
     # the fixture's build dir: ninja finds the objects up to date (nothing compiles)
-    got = pipeline.build(BuildSpec(manifest=str(m), aiter_root=str(src), output_dir=str(tmp / "fallback"), jobs=2,
-                                   build_dir=str(tmp / "out.build"), prebuilt=str(empty)), notes)
+    got = pipeline.build(
+        BuildSpec(
+            manifest=str(m),
+            aiter_root=str(src),
+            output_dir=str(tmp / "fallback"),
+            jobs=2,
+            build_dir=str(tmp / "out.build"),
+            prebuilt=str(empty),
+        ),
+        notes,
+    )
     assert got.ok and got.prebuilt is None and got.compiled is not None and got.key == report.key
     assert any("no prebuilt archive" in n and "building" in n for n in notes.notes), notes.notes
 
 
 # ---- refusals: OUT keeps its version ------------------------------------------------------------------
+
 
 def members_of(archive: Path) -> list[tuple[tarfile.TarInfo, bytes]]:
     with tarfile.open(archive) as tar:
@@ -342,8 +380,10 @@ def write_store(store: Path, name: str, members, *, sha: str | None = None) -> P
     the shared store can write both) unless ``sha`` is given."""
     store.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with (
+        gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for info, data in members:
             tar.addfile(info, io.BytesIO(data) if info.isfile() else None)
     (store / name).write_bytes(buf.getvalue())
@@ -400,17 +440,23 @@ def tampered(built, store: Path, how: str) -> str:
     elif how == "pax-bomb":  # a 4 MiB name: a PAX header tar would hold in memory
         write_store(store, name, [*members, (info("lib/" + "x" * (4 << 20), b"x"), b"x")])
     elif how == "changed-library":
-        changed = [(ti, data[:-1] + bytes([data[-1] ^ 1]) if ti.name.endswith(".so") else data)
-                   for ti, data in members]
+        changed = [(ti, data[:-1] + bytes([data[-1] ^ 1]) if ti.name.endswith(".so") else data) for ti, data in members]
         write_store(store, name, changed)
     return name
 
 
 CASES = {
-    "wrong-sha256": "sha256", "truncated": "sha256", "truncated-consistent": "not a readable tar.gz",
-    "dotdot": "not a plain relative path", "absolute": "not a plain relative path", "symlink": "a symlink",
-    "hardlink": "a hard link", "extra-file": "not recorded", "other-key": "records build key",
-    "changed-library": "sha256", "pax-bomb": "header over",
+    "wrong-sha256": "sha256",
+    "truncated": "sha256",
+    "truncated-consistent": "not a readable tar.gz",
+    "dotdot": "not a plain relative path",
+    "absolute": "not a plain relative path",
+    "symlink": "a symlink",
+    "hardlink": "a hard link",
+    "extra-file": "not recorded",
+    "other-key": "records build key",
+    "changed-library": "sha256",
+    "pax-bomb": "header over",
 }
 
 

@@ -16,12 +16,12 @@ from test_harden_build import fake_nvcc
 from test_harden_build import pytestmark as needs_fake_nvcc  # g++ and a CUDA toolkit's cudart
 from test_harden_publish import fake_report
 
-from qola import publish as publish_mod
-from qola.publish import publish
+from qola.output import publish as publish_mod
+from qola.output.publish import publish
 
 
 def _fast_copies(monkeypatch) -> list[str]:
-    """Every source qola.publish copies without reading it (its stat as the last publish recorded)."""
+    """Every source qola.output.publish copies without reading it (its stat as the last publish recorded)."""
     fast: list[str] = []
     real = publish_mod.copy_file
 
@@ -94,12 +94,23 @@ for name, value in VALUES.items():
                                          f"int (*use_{name})() = inst_{name};\\n")
 (out / "gen_api.cu").write_text('extern "C" __attribute__((visibility("default"))) int qk_gen_api() { return 1; }\\n')
 """
-TABLE = {"libgen": {"srcs": [], "flags_extra_cc": [], "flags_extra_hip": [], "extra_ldflags": "None",
-                    "extra_include": [], "verbose": "False", "is_python_module": "False", "is_standalone": "False",
-                    "torch_exclude": "True",
-                    "blob_gen_cmd": ["f'{AITER_CSRC_DIR}/gen/gen.py --output_dir {{}}'"]}}
-GEN_MANIFEST = ('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\nmode = "cpp_itfs"\n'
-                '[[modules]]\nname = "libgen"\n')
+TABLE = {
+    "libgen": {
+        "srcs": [],
+        "flags_extra_cc": [],
+        "flags_extra_hip": [],
+        "extra_ldflags": "None",
+        "extra_include": [],
+        "verbose": "False",
+        "is_python_module": "False",
+        "is_standalone": "False",
+        "torch_exclude": "True",
+        "blob_gen_cmd": ["f'{AITER_CSRC_DIR}/gen/gen.py --output_dir {{}}'"],
+    }
+}
+GEN_MANIFEST = (
+    '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\nmode = "cpp_itfs"\n[[modules]]\nname = "libgen"\n'
+)
 
 
 @pytest.fixture
@@ -118,8 +129,20 @@ def gen_setup(tmp_path):
     env = {"CUDACXX": str(fake_nvcc(tmp_path / "nvcc"))}
 
     def build(*extra: str):
-        return run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(tmp_path / "out"),
-                        "-j", "2", *extra, env=env, cwd=tmp_path)
+        return run_qola(
+            "build",
+            "--manifest",
+            str(m),
+            "--aiter-root",
+            str(tree),
+            "-o",
+            str(tmp_path / "out"),
+            "-j",
+            "2",
+            *extra,
+            env=env,
+            cwd=tmp_path,
+        )
 
     return tmp_path, build, script, tmp_path / "out.build" / "gen" / "libgen" / "blob"
 
@@ -237,14 +260,17 @@ def test_build_ninja_names_a_source_with_a_space_or_colon_once_escaped(tmp_path)
     a source under 'a b/' named 'a$ b/' to ninja); ninja itself finds the source."""
     from ninja import BIN_DIR
 
-    from qola import ninja
+    from qola.compile import ninja
 
     src = tmp_path / "a b" / "c:d.cu"
     src.parent.mkdir()
     src.write_text("int x;\n")
     comp = ninja.Compile(str(src), "obj/m/c-1.o", "flags_m", ("-DX=1",))
-    graph = ninja.Graph(rules={"cc": {"command": "cp $in $out"}, "link": {"command": "cat $in > $out"}},
-                        variables={"flags_m": "-O3"}, targets=(ninja.Target("m", "lib/m.so", (comp,), "link"),))
+    graph = ninja.Graph(
+        rules={"cc": {"command": "cp $in $out"}, "link": {"command": "cat $in > $out"}},
+        variables={"flags_m": "-O3"},
+        targets=(ninja.Target("m", "lib/m.so", (comp,), "link"),),
+    )
     ninja.write(graph, tmp_path / "build.ninja")
     text = (tmp_path / "build.ninja").read_text()
     assert f"build obj/m/c-1.o: cc {str(src.parent).replace(' ', '$ ')}/c$:d.cu\n  flags = $flags_m -DX=1\n" in text

@@ -21,9 +21,10 @@ import pytest
 import remote_stack
 from test_reproducible import ATTN, SOFTMAX, TINY_MODULE, libraries, manifest, tree_copy
 
-from qola import pipeline, remote
-from qola.errors import QolaError
-from qola.pipeline import BuildSpec
+from qola.core.errors import QolaError
+from qola.pipeline import run as pipeline
+from qola.pipeline.run import BuildSpec
+from qola.store import remote
 
 pytestmark = pytest.mark.remote
 _why = remote_stack.missing()
@@ -39,8 +40,16 @@ def toolchain_id(tmp: Path, arch: str) -> str:
 
 
 def build(tmp: Path, name: str, tree: Path, m: Path, **kw) -> pipeline.BuildReport:
-    return pipeline.build(BuildSpec(manifest=str(m), aiter_root=str(tree), output_dir=str(tmp / f"out-{name}"),
-                                    build_dir=str(tmp / f"build-{name}"), jobs=2, **kw))
+    return pipeline.build(
+        BuildSpec(
+            manifest=str(m),
+            aiter_root=str(tree),
+            output_dir=str(tmp / f"out-{name}"),
+            build_dir=str(tmp / f"build-{name}"),
+            jobs=2,
+            **kw,
+        )
+    )
 
 
 def notes(report) -> str:
@@ -103,8 +112,10 @@ def test_refused_token_stops_before_compiling(tmp_path):
     m = manifest(tmp_path / "q.toml", "gfx942", SOFTMAX)
     token = tmp_path / "token"
     token.write_text("not-a-jwt")
-    with remote_stack.running(tmp_path / "svc", auth_secret="s3cret") as svc, \
-            pytest.raises(QolaError, match="did not run the start-up action"):
+    with (
+        remote_stack.running(tmp_path / "svc", auth_secret="s3cret") as svc,
+        pytest.raises(QolaError, match="did not run the start-up action"),
+    ):
         build(tmp_path, "t", tree, m, remote=svc.url, remote_options={"token": str(token)})
 
 
@@ -127,8 +138,6 @@ def test_service_lost_mid_build_publishes_nothing_or_falls_back_when_allowed(tmp
     assert "0 compile(s) ran on workers, 0 came from the action cache, 3 compiled locally" in text, text
     assert build(tmp_path, "l", tree, m).ok
     assert libraries(tmp_path / "out-s") == libraries(tmp_path / "out-l")
-
-
 
 
 needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc (the host's CUDA toolkit)")

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from qola import remote
-from qola.errors import QolaError
-from qola.remote_launch import (
+from qola.compile.remote_launch import (
     OUT_DEP,
     OUT_OBJ,
     STAGE,
@@ -18,10 +16,28 @@ from qola.remote_launch import (
     errors,
     extra_roots,
 )
+from qola.core.errors import QolaError
+from qola.store import remote
 
-ARGV = ["/usr/bin/hipcc", "-I/src/tree/include", "-I", "/opt/venv/pybind11/include",
-        "-ffile-prefix-map=/src/tree=/qola/tree", "-cuid=ab", "-MD", "-MF", "obj/m/a-1.o.d", "-MT", "obj/m/a-1.o",
-        "-x", "hip", "-c", "/src/tree/csrc/a.cu", "-o", "obj/m/a-1.o"]
+ARGV = [
+    "/usr/bin/hipcc",
+    "-I/src/tree/include",
+    "-I",
+    "/opt/venv/pybind11/include",
+    "-ffile-prefix-map=/src/tree=/qola/tree",
+    "-cuid=ab",
+    "-MD",
+    "-MF",
+    "obj/m/a-1.o.d",
+    "-MT",
+    "obj/m/a-1.o",
+    "-x",
+    "hip",
+    "-c",
+    "/src/tree/csrc/a.cu",
+    "-o",
+    "obj/m/a-1.o",
+]
 
 
 def test_the_action_spells_roots_by_slot_and_outputs_by_fixed_names():
@@ -51,17 +67,21 @@ def test_dependency_listing_and_depfile_parsing():
 
 
 def test_trexe_errors_are_shortened_to_their_messages():
-    log = ("2026-11-25T01:49:28.376+0000 [1944:1] [x.cpp:1] [ERROR] Retry limit (4) exceeded\n"
-           "2026-11-25T01:49:28.376+0000 [1944:1] [y.cpp:2] [INFO] noise\n"
-           "2026-11-25T01:49:28.376+0000 [1944:1] [z.cpp:3] [ERROR] Connection refused\n")
+    log = (
+        "2026-11-25T01:49:28.376+0000 [1944:1] [x.cpp:1] [ERROR] Retry limit (4) exceeded\n"
+        "2026-11-25T01:49:28.376+0000 [1944:1] [y.cpp:2] [INFO] noise\n"
+        "2026-11-25T01:49:28.376+0000 [1944:1] [z.cpp:3] [ERROR] Connection refused\n"
+    )
     assert errors(log) == "Retry limit (4) exceeded; Connection refused"
 
 
 def test_endpoints_checked(tmp_path):
     assert remote.endpoint(None) is None
     assert remote.endpoint("grpc://h:1").url == "http://h:1"
-    assert remote.endpoint("grpcs://h:443", instance="main").trexe_args()[:2] == ["--remote=https://h:443",
-                                                                                "--instance=main"]
+    assert remote.endpoint("grpcs://h:443", instance="main").trexe_args()[:2] == [
+        "--remote=https://h:443",
+        "--instance=main",
+    ]
     assert remote.endpoint("unix:/run/s.sock").url == "unix:/run/s.sock"
     for bad in ("ftp://h", "h:1", "grpc://", "grpc://a b"):
         with pytest.raises(QolaError, match="not an REAPI endpoint"):
@@ -78,10 +98,10 @@ def test_endpoints_checked(tmp_path):
 def test_remote_refuses_dist_and_launchers_and_stays_out_of_the_key(tmp_path):
     from pathlib import Path
 
-    from qola import manifest as manifest_mod
-    from qola.builddir import BuildLayout
-    from qola.buildkey import MANIFEST_IGNORED
-    from qola.spec import BuildSpec, settings
+    from qola.compile.layout import BuildLayout
+    from qola.pipeline.spec import BuildSpec, settings
+    from qola.plan import manifest as manifest_mod
+    from qola.store.key import MANIFEST_IGNORED
 
     assert "remote" in MANIFEST_IGNORED["build"]
     m = tmp_path / "q.toml"

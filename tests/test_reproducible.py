@@ -18,19 +18,19 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import KERNELS
 
-from qola import pipeline
-from qola.link import archive_steps
-from qola.pathmap import BUILD, TREE, PathMap, unit_id
-from qola.pipeline import BuildSpec
+from qola.compile.link import archive_steps
+from qola.compile.pathmap import BUILD, TREE, PathMap, unit_id
+from qola.pipeline import run as pipeline
+from qola.pipeline.run import BuildSpec
 from qola.toolchain import Toolchain
 from qola.toolchain import cuda as cuda_mod
 from qola.toolchain import hip as hip_mod
 
-needs_nvcc = pytest.mark.skipif(not (shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc")),
-                                reason="needs nvcc")
+needs_nvcc = pytest.mark.skipif(
+    not (shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc")), reason="needs nvcc"
+)
 slow = pytest.mark.slow
 
 # spells its own path (host and device) and has a kernel in an anonymous namespace, whose name nvcc
@@ -44,11 +44,15 @@ extern "C" __attribute__((visibility("default"))) const char* qk_tiny_file() {
     return __FILE__ TINY_EXTRA;
 }
 """
-ATTN = ('[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\nlink = "static"\nblob_gen_cmd = ["csrc/attn/generate.py '
-        '-d fwd --filter attn_fwd_d64_fp16_batch*_nmask_nlse --output_dir {}"]\n\n')
+ATTN = (
+    '[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\nlink = "static"\nblob_gen_cmd = ["csrc/attn/generate.py '
+    '-d fwd --filter attn_fwd_d64_fp16_batch*_nmask_nlse --output_dir {}"]\n\n'
+)
 SOFTMAX = '[[modules]]\nname = "module_softmax"\n\n'
-TINY_MODULE = ('[[modules]]\nname = "module_tiny"\nmode = "cpp_itfs"\nis_python_module = false\n'
-               'srcs = ["csrc/tiny/tiny.cu"]\nflags_extra_hip = [%s]\n\n')
+TINY_MODULE = (
+    '[[modules]]\nname = "module_tiny"\nmode = "cpp_itfs"\nis_python_module = false\n'
+    'srcs = ["csrc/tiny/tiny.cu"]\nflags_extra_hip = [%s]\n\n'
+)
 
 
 def test_names_and_ids_do_not_depend_on_the_roots(tmp_path):
@@ -67,13 +71,28 @@ def test_names_and_ids_do_not_depend_on_the_roots(tmp_path):
 
 
 def test_each_compiler_gets_its_spelling():
-    cuda = Toolchain("cuda", "/x/nvcc", "13.0", "", "ab" * 32, ("sm_90",), "c++", {}, host_wrap=("-Xcompiler",),
-                     unit_flags=cuda_mod.UNIT_FLAGS, discard_locals=True)
+    cuda = Toolchain(
+        "cuda",
+        "/x/nvcc",
+        "13.0",
+        "",
+        "ab" * 32,
+        ("sm_90",),
+        "c++",
+        {},
+        host_wrap=("-Xcompiler",),
+        unit_flags=cuda_mod.UNIT_FLAGS,
+        discard_locals=True,
+    )
     hip = Toolchain("hip", "/x/hipcc", "6.4", "", "ab" * 32, ("gfx942",), "c++", {}, unit_flags=hip_mod.UNIT_FLAGS)
     assert cuda.prefix_map_flags([("/t", TREE)]) == ["-Xcompiler", f"-ffile-prefix-map=/t={TREE}"]
     assert hip.prefix_map_flags([("/t", TREE)]) == [f"-ffile-prefix-map=/t={TREE}"]
     assert cuda.unit_flags_for("/qola/tree/a.cu", "0f") == [
-        "-Xcudafe", "--orig_src_path_name=/qola/tree/a.cu", "-Xcicc", "--orig_src_path_name=/qola/tree/a.cu"]
+        "-Xcudafe",
+        "--orig_src_path_name=/qola/tree/a.cu",
+        "-Xcicc",
+        "--orig_src_path_name=/qola/tree/a.cu",
+    ]
     assert hip.unit_flags_for("/qola/tree/a.cu", "0f") == ["-cuid=0f"]
     assert "-Wl,--discard-all" in cuda.shared_link_argv("o.rsp", "x.so", [])
     assert "-Wl,--discard-all" not in hip.shared_link_argv("o.rsp", "x.so", [])
@@ -90,8 +109,7 @@ def tree_copy(dest: Path) -> Path:
 
 def manifest(path: Path, arch: str, modules: str, tiny_extra: str = "") -> Path:
     flags = json.dumps(f"-DTINY_EXTRA={tiny_extra}")
-    path.write_text(f'[qola]\nnamespace = "qk"\n[build]\narchitectures = ["{arch}"]\n\n'
-                    + modules.replace("%s", flags))
+    path.write_text(f'[qola]\nnamespace = "qk"\n[build]\narchitectures = ["{arch}"]\n\n' + modules.replace("%s", flags))
     return path
 
 
@@ -106,8 +124,15 @@ def two_builds(tmp: Path, arch: str) -> tuple[dict[str, bytes], dict[str, bytes]
     for i, where in enumerate(("a", "somewhere/else/entirely")):
         tree = tree_copy(tmp / where / "kernels")
         m = manifest(tmp / f"q{i}.toml", arch, SOFTMAX + ATTN + TINY_MODULE)
-        report = pipeline.build(BuildSpec(manifest=str(m), aiter_root=str(tree), output_dir=str(tmp / f"out{i}"),
-                                          build_dir=str(tmp / f"b{i}" / ("x" * (i + 1))), jobs=2))
+        report = pipeline.build(
+            BuildSpec(
+                manifest=str(m),
+                aiter_root=str(tree),
+                output_dir=str(tmp / f"out{i}"),
+                build_dir=str(tmp / f"b{i}" / ("x" * (i + 1))),
+                jobs=2,
+            )
+        )
         assert report.ok, [r.detail for r in report.modules if r.status != "built"]
         trees.append(tree)
         built.append(libraries(tmp / f"out{i}"))

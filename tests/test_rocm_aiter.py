@@ -20,10 +20,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import cmake_build, run_qola
 from libdata import bundles, embedded_blobs, fatbin_section, kernels_by_arch
-from qola import embed, kernels
+
+from qola.hooks import embed
+from qola.output import kernels
 
 pytestmark = [pytest.mark.rocm, pytest.mark.aiter, pytest.mark.slow]
 ck = pytest.mark.ck  # compiles CK fMHA instances: minutes each with clang 21 (docs/benchmarks.md)
@@ -35,17 +36,31 @@ HIP_VERSION = "6.4"  # what Debian's hipcc 7.0.2 builds against (see test_rocm7_
 # kernel compiles for tens of minutes instead of 38 s (docs/benchmarks.md). Everything else is AITER's.
 DROP = ("-mllvm -amdgpu-early-inline-all=true",)
 # one forward kernel: a generic gfx9 instance (real code for gfx942) and its gfx950 twin
-FWD = ('dtype = "bf16"\nhdim = 32\nmode = "batch"\nhas_bias = false\nhas_alibi = false\nhas_logits = false\n'
-       'has_lse = true\nhas_mask = false\nhas_dropout = false\nhas_skip = false\nhas_sink = false\n')
+FWD = (
+    'dtype = "bf16"\nhdim = 32\nmode = "batch"\nhas_bias = false\nhas_alibi = false\nhas_logits = false\n'
+    "has_lse = true\nhas_mask = false\nhas_dropout = false\nhas_skip = false\nhas_sink = false\n"
+)
 FWD_ONE = 'name = "*_b128x64x16x32x32x32_*_psddv_*"\n'
-BWD = ('dtype = "bf16"\nhdim = 32\nmode = "batch"\nhas_bias = false\nhas_alibi = false\nhas_dbias = false\n'
-       'has_mask = false\nhas_dropout = false\ndeterministic = false\n')
+BWD = (
+    'dtype = "bf16"\nhdim = 32\nmode = "batch"\nhas_bias = false\nhas_alibi = false\nhas_dbias = false\n'
+    "has_mask = false\nhas_dropout = false\ndeterministic = false\n"
+)
 # one dq_dk_dv kernel (gfx9 and gfx950 files), with the dot_do_o / convert_dq kernels CK pairs with it
 BWD_ONE = 'name = "*_b32x128x32x32x32x32x64x32x32_*_npad_*"\n'
 
 
-def manifest(path: Path, ns: str, archs=ARCHS, *, fwd: bool = True, bwd: bool = False, link: str = "shared",
-             extra: str = "", rocm: str = HIP_VERSION, fwd_variant: str = FWD + FWD_ONE) -> Path:
+def manifest(
+    path: Path,
+    ns: str,
+    archs=ARCHS,
+    *,
+    fwd: bool = True,
+    bwd: bool = False,
+    link: str = "shared",
+    extra: str = "",
+    rocm: str = HIP_VERSION,
+    fwd_variant: str = FWD + FWD_ONE,
+) -> Path:
     """Transformer Engine's manifest shape (QoLA's example/te-manifest.toml), narrowed by variants.
 
     libmha_bwd (``bwd``) gets AITER's CK API only (``mha_bwd_generate.py --receipt 1``; the table's
@@ -53,18 +68,24 @@ def manifest(path: Path, ns: str, archs=ARCHS, *, fwd: bool = True, bwd: bool = 
     kernels (dot_do_o/convert_dq, fp16/bf16, d64-d256, batch/group) whatever the variants, and their
     pad-d forms take up to 8 min each with clang 21 here (docs/benchmarks.md). The v3 bwd code objects
     are embedded all the same."""
-    text = (f'[qola]\nnamespace = "{ns}"\nrocm_versions = ["{rocm}"]\n\n'
-            f'[build]\narchitectures = {json.dumps(list(archs))}\nmode = "cpp_itfs"\nlink = "{link}"\n'
-            f'drop_hip_flags = {json.dumps(list(DROP))}\n\n')
+    text = (
+        f'[qola]\nnamespace = "{ns}"\nrocm_versions = ["{rocm}"]\n\n'
+        f'[build]\narchitectures = {json.dumps(list(archs))}\nmode = "cpp_itfs"\nlink = "{link}"\n'
+        f"drop_hip_flags = {json.dumps(list(DROP))}\n\n"
+    )
     if fwd:
-        text += ('[[modules]]\nname = "libmha_fwd"\nreceipt = 700\n'
-                 'drop_srcs = ["mha_fwd_split.cu", "mha_fwd_batch_prefill.cu"]\n'
-                 'drop_directions = ["fwd_splitkv", "batch_prefill"]\nembed = ["fmha_v3_fwd"]\n\n')
+        text += (
+            '[[modules]]\nname = "libmha_fwd"\nreceipt = 700\n'
+            'drop_srcs = ["mha_fwd_split.cu", "mha_fwd_batch_prefill.cu"]\n'
+            'drop_directions = ["fwd_splitkv", "batch_prefill"]\nembed = ["fmha_v3_fwd"]\n\n'
+        )
     if bwd:
-        text += ('[[modules]]\nname = "libmha_bwd"\nreceipt = 700\nembed = ["fmha_v3_bwd"]\nblob_gen_cmd = [\n'
-                 '  "3rdparty/composable_kernel/example/ck_tile/01_fmha/generate.py -d bwd --receipt 700 '
-                 '--output_dir {}",\n'
-                 '  "csrc/cpp_itfs/mha_bwd_generate.py --receipt 1 --output_dir {}",\n]\n\n')
+        text += (
+            '[[modules]]\nname = "libmha_bwd"\nreceipt = 700\nembed = ["fmha_v3_bwd"]\nblob_gen_cmd = [\n'
+            '  "3rdparty/composable_kernel/example/ck_tile/01_fmha/generate.py -d bwd --receipt 700 '
+            '--output_dir {}",\n'
+            '  "csrc/cpp_itfs/mha_bwd_generate.py --receipt 1 --output_dir {}",\n]\n\n'
+        )
     if fwd:
         text += f"[[mha_fwd_variants]]\n{fwd_variant}\n"
     if bwd:
@@ -125,8 +146,11 @@ def _defined_dynamic(lib: Path) -> list[str]:
 
     with open(lib, "rb") as f:
         dyn = ELFFile(f).get_section_by_name(".dynsym")
-        return [s.name for s in dyn.iter_symbols()
-                if s.name and s["st_shndx"] != "SHN_UNDEF" and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")]
+        return [
+            s.name
+            for s in dyn.iter_symbols()
+            if s.name and s["st_shndx"] != "SHN_UNDEF" and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")
+        ]
 
 
 @ck
@@ -153,11 +177,19 @@ def test_device_code_for_both_archs(te, name, kernel, tmp_path):
     # .hip_fatbin section (llvm-objcopy) listed by clang-offload-bundler
     obj = next((te.parent / "out.build" / "obj" / name).glob("fmha_*_d[0-9]*_gfx9-*.o"))
     fatbin = tmp_path / "fatbin.bin"
-    dump = subprocess.run(["llvm-objcopy", f"--dump-section=.hip_fatbin={fatbin}", str(obj), str(tmp_path / "x.o")],
-                          capture_output=True, text=True, env=_llvm_env())
+    dump = subprocess.run(
+        ["llvm-objcopy", f"--dump-section=.hip_fatbin={fatbin}", str(obj), str(tmp_path / "x.o")],
+        capture_output=True,
+        text=True,
+        env=_llvm_env(),
+    )
     assert dump.returncode == 0, dump.stderr
-    listed = subprocess.run(["clang-offload-bundler", "--list", "--type=o", f"--input={fatbin}"],
-                            capture_output=True, text=True, env=_llvm_env())
+    listed = subprocess.run(
+        ["clang-offload-bundler", "--list", "--type=o", f"--input={fatbin}"],
+        capture_output=True,
+        text=True,
+        env=_llvm_env(),
+    )
     assert listed.returncode == 0, listed.stderr
     mine = {t for b in bundles(fatbin_section(obj)) for t, _ in b}
     assert set(listed.stdout.split()) == mine and any(t.endswith("gfx942") for t in mine), (listed.stdout, mine)
@@ -221,7 +253,9 @@ def test_dispatch_file_calls_exactly_the_instances(te, name, api):
     for trait, fn, arch in re.findall(r"using trait_\s*=\s*([^;]+);\s*return (fmha_\w+_)<trait_,\s*([^>]+)>", text):
         called.add((fn, " ".join(trait.split()), " ".join(arch.split())))
     norm = lambda s: re.sub(r"\s+", "", s)  # noqa: E731
-    assert {tuple(map(norm, d)) for d in defined if d[0] in {c[0] for c in called}} == {tuple(map(norm, c)) for c in called}
+    assert {tuple(map(norm, d)) for d in defined if d[0] in {c[0] for c in called}} == {
+        tuple(map(norm, c)) for c in called
+    }
 
 
 @ck
@@ -249,8 +283,20 @@ def test_c_and_cmake_consumers_link_and_load(te, tmp_path):
     src.write_text(C_MAIN)
     lib = te / "lib"
     exe = tmp_path / "use"
-    cc = subprocess.run(["cc", str(src), "-o", str(exe), f"-L{lib}", f"-l:{NS}_libmha_fwd.so",
-                         f"-l:{NS}_libmha_bwd.so", f"-Wl,-rpath,{lib}"], capture_output=True, text=True)
+    cc = subprocess.run(
+        [
+            "cc",
+            str(src),
+            "-o",
+            str(exe),
+            f"-L{lib}",
+            f"-l:{NS}_libmha_fwd.so",
+            f"-l:{NS}_libmha_bwd.so",
+            f"-Wl,-rpath,{lib}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert cc.returncode == 0, cc.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout.startswith("qola "), run.stdout + run.stderr
@@ -259,11 +305,13 @@ def test_c_and_cmake_consumers_link_and_load(te, tmp_path):
     (proj / "CMakeLists.txt").write_text(
         f"cmake_minimum_required(VERSION 3.16)\nproject(use C CXX)\nfind_package(qola-{NS} REQUIRED)\n"
         f"add_executable(use {src})\n"
-        f"target_link_libraries(use PRIVATE qola::{NS}::libmha_fwd qola::{NS}::libmha_bwd)\n")
+        f"target_link_libraries(use PRIVATE qola::{NS}::libmha_fwd qola::{NS}::libmha_bwd)\n"
+    )
     bld = tmp_path / "build"
     cmake_build(proj, bld, te)
-    run = subprocess.run([str(bld / "use")], capture_output=True, text=True,
-                         env={**os.environ, "LD_LIBRARY_PATH": str(lib)})
+    run = subprocess.run(
+        [str(bld / "use")], capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(lib)}
+    )
     assert run.returncode == 0 and run.stdout.startswith("qola "), run.stdout + run.stderr
 
 
@@ -318,16 +366,34 @@ def test_te_shaped_consumer_compiles_and_links_no_undefined(te, aiter_root, tmp_
     meta = aiter_root / "aiter_meta"
     # what a consumer adds for the tree's own headers (docs/integration.md): AITER's csrc/include,
     # CK's include and its 01_fmha example dir
-    inc = [te / "include", meta / "csrc" / "include", meta / "3rdparty" / "composable_kernel" / "include",
-           meta / "3rdparty" / "composable_kernel" / "example" / "ck_tile" / "01_fmha"]
+    inc = [
+        te / "include",
+        meta / "csrc" / "include",
+        meta / "3rdparty" / "composable_kernel" / "include",
+        meta / "3rdparty" / "composable_kernel" / "example" / "ck_tile" / "01_fmha",
+    ]
     header = (te / "include" / "qola_mha_fwd.h").read_text()
     assert "::aiter::qola_api_te::mha_fwd_0_p11 is_v3_api_check = false);" in header  # the tree's 12 parameters
     assert "mha_bwd_workspace_size" not in (te / "include" / "qola_mha_bwd.h").read_text()  # this CK predates it
     exe = tmp_path / "use"
-    cc = subprocess.run(["hipcc", "-std=c++20", *(f"-I{d}" for d in inc), *map(str, srcs), "-o", str(exe),
-                         f"-L{te / 'lib'}", f"-l:{NS}_libmha_fwd.so", f"-l:{NS}_libmha_bwd.so", "-Wl,--no-undefined",
-                         f"-Wl,-rpath,{te / 'lib'}"],
-                        capture_output=True, text=True, env={**os.environ, "HIP_PLATFORM": "amd"})
+    cc = subprocess.run(
+        [
+            "hipcc",
+            "-std=c++20",
+            *(f"-I{d}" for d in inc),
+            *map(str, srcs),
+            "-o",
+            str(exe),
+            f"-L{te / 'lib'}",
+            f"-l:{NS}_libmha_fwd.so",
+            f"-l:{NS}_libmha_bwd.so",
+            "-Wl,--no-undefined",
+            f"-Wl,-rpath,{te / 'lib'}",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HIP_PLATFORM": "amd"},
+    )
     assert cc.returncode == 0, cc.stderr[-4000:]
     run = subprocess.run([str(exe)], capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout.split()[-1] == "1", run.stdout + run.stderr
@@ -342,24 +408,52 @@ def test_static_archives_of_two_namespaces_link_into_one_program(aiter_root, tmp
     procs = {}
     for ns in ("ta", "tb"):
         m = manifest(tmp_path / f"{ns}.toml", ns, ("gfx942",), link="static")
-        procs[ns] = subprocess.Popen([sys.executable, "-m", "qola", "build", "--manifest", str(m), "--aiter-root",
-                                      str(aiter_root), "-o", str(tmp_path / f"out_{ns}"), "-j", "1"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs[ns] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "qola",
+                "build",
+                "--manifest",
+                str(m),
+                "--aiter-root",
+                str(aiter_root),
+                "-o",
+                str(tmp_path / f"out_{ns}"),
+                "-j",
+                "1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     for ns, proc in procs.items():
         text, _ = proc.communicate()
         assert proc.returncode == 0, text[-6000:]
         assert (tmp_path / f"out_{ns}" / "lib" / f"{ns}_libmha_fwd.a").is_file()
     main = tmp_path / "main.c"
-    main.write_text('#include <stdio.h>\nextern const char* ta_qola_version(void);\n'
-                    'extern const char* tb_qola_version(void);\n'
-                    'int main(void) { printf("%s %s\\n", ta_qola_version(), tb_qola_version()); return 0; }\n')
+    main.write_text(
+        "#include <stdio.h>\nextern const char* ta_qola_version(void);\n"
+        "extern const char* tb_qola_version(void);\n"
+        'int main(void) { printf("%s %s\\n", ta_qola_version(), tb_qola_version()); return 0; }\n'
+    )
     exe, obj = tmp_path / "prog", tmp_path / "main.o"
     assert subprocess.run(["cc", "-c", str(main), "-o", str(obj)]).returncode == 0
     # hipcc as the linker (it adds the HIP runtime); main is an object: hipcc's `-x c` for a .c file
     # would also apply to the archives after it
-    link = subprocess.run(["hipcc", str(obj), str(tmp_path / "out_ta/lib/ta_libmha_fwd.a"),
-                           str(tmp_path / "out_tb/lib/tb_libmha_fwd.a"), "-o", str(exe)],
-                          capture_output=True, text=True, env={**os.environ, "HIP_PLATFORM": "amd"})
+    link = subprocess.run(
+        [
+            "hipcc",
+            str(obj),
+            str(tmp_path / "out_ta/lib/ta_libmha_fwd.a"),
+            str(tmp_path / "out_tb/lib/tb_libmha_fwd.a"),
+            "-o",
+            str(exe),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HIP_PLATFORM": "amd"},
+    )
     assert link.returncode == 0, link.stderr[-4000:]  # no duplicate symbols between the two copies
     run = subprocess.run([str(exe)], capture_output=True, text=True)
     assert run.returncode == 0 and len(run.stdout.split()) == 2, run.stdout + run.stderr
@@ -380,7 +474,8 @@ def test_jit_build_and_prebuild_of_deferred_ck_instances(aiter_root, tmp_path):
     # three forward kernels for gfx942: one ahead of time, two deferred to the JIT
     three = FWD.replace("hdim = 32\n", "hdim = [32, 64]\n") + (
         'name = ["*_d32_*_b128x64x16x32x32x32_*_psddv_*", "*_d32_*_b128x64x16x32x32x32_*_psskddv_*", '
-        '"*_d64_*_b128x64x32x64x32x64_*_psddv_*"]\n')
+        '"*_d64_*_b128x64x32x64x32x64_*_psddv_*"]\n'
+    )
     assert "hdim = [32, 64]" in three  # the replace took
     m = manifest(tmp_path / "jit.toml", NS, ("gfx942",), extra=JIT, fwd_variant=three)
     proc, out = build(tmp_path, aiter_root, m)
@@ -391,8 +486,10 @@ def test_jit_build_and_prebuild_of_deferred_ck_instances(aiter_root, tmp_path):
     assert not [n for part in ("aot", "deferred") for n in mod["jit"][part]["names"] if n.endswith("_gfx950")]
     assert kernels("aot") == {n for n in kernels("aot") if "_d32_" in n and "_psddv_" in n} and len(kernels("aot")) == 1
     assert len(kernels("deferred")) == 2 and mod["jit"]["deferred"]["count"] == 2, mod["jit"]
-    assert set(mod["jit"]["aot"]["names"]) - {n for n in mod["jit"]["aot"]["names"] if n.startswith("fmha_fwd_d")} \
-        <= {"mha_fwd", "asm_fmha_fwd_v3_gfx942"}  # AITER's API and v3 dispatch: no instances, never deferred
+    assert set(mod["jit"]["aot"]["names"]) - {n for n in mod["jit"]["aot"]["names"] if n.startswith("fmha_fwd_d")} <= {
+        "mha_fwd",
+        "asm_fmha_fwd_v3_gfx942",
+    }  # AITER's API and v3 dispatch: no instances, never deferred
     cache = tmp_path / "cache"
     pre = run_qola("jit", "--cache-dir", str(cache), "prebuild", str(out), "-j", "2")
     assert pre.returncode == 0, pre.stdout + pre.stderr[-4000:]
@@ -410,18 +507,23 @@ def test_pybind_module_from_the_real_table(aiter_root, tmp_path):
     """AITER's aiter_enum_pybind.cu spells PYBIND11_MODULE(module_aiter_enum, m): the module still gets
     qola's namespaced name (PyInit_te_module_aiter_enum), which the audit requires."""
     m = tmp_path / "enum.toml"
-    m.write_text(f'[qola]\nnamespace = "{NS}"\n[build]\narchitectures = ["gfx942"]\nmode = "pybind"\n\n'
-                 '[[modules]]\nname = "module_aiter_enum"\n')
+    m.write_text(
+        f'[qola]\nnamespace = "{NS}"\n[build]\narchitectures = ["gfx942"]\nmode = "pybind"\n\n'
+        '[[modules]]\nname = "module_aiter_enum"\n'
+    )
     proc, out = build(tmp_path, aiter_root, m)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
     (mod,) = record(out)["modules"]
     assert mod["status"] == "built" and mod["exports"] == [f"PyInit_{NS}_module_aiter_enum"], mod
     so = out / mod["artifact"]
     # it imports (loading needs the HIP runtime library, not a GPU) and has AITER's enums
-    probe = ("import importlib.util as u, sys; s = u.spec_from_file_location(sys.argv[2], sys.argv[1]); "
-             "m = u.module_from_spec(s); s.loader.exec_module(m); print(int(m.QuantType.per_Token))")
-    run = subprocess.run([sys.executable, "-c", probe, str(so), f"{NS}_module_aiter_enum"],
-                         capture_output=True, text=True)
+    probe = (
+        "import importlib.util as u, sys; s = u.spec_from_file_location(sys.argv[2], sys.argv[1]); "
+        "m = u.module_from_spec(s); s.loader.exec_module(m); print(int(m.QuantType.per_Token))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", probe, str(so), f"{NS}_module_aiter_enum"], capture_output=True, text=True
+    )
     assert run.returncode == 0 and run.stdout.split() == ["2"], run.stdout + run.stderr
 
 

@@ -17,14 +17,26 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from cmake_clients import (ADD_MODULES_CMAKE, TE_CMAKE, cmake, mirror_tree, plain_checkout, project, read_vars,
-                           regular_tree)
+from cmake_clients import (
+    ADD_MODULES_CMAKE,
+    TE_CMAKE,
+    cmake,
+    mirror_tree,
+    plain_checkout,
+    project,
+    read_vars,
+    regular_tree,
+)
 from libdata import kernels_by_arch
 from test_rocm_aiter import ARCHS, manifest
 
-pytestmark = [pytest.mark.rocm, pytest.mark.aiter, pytest.mark.ck, pytest.mark.slow,
-              pytest.mark.skipif(not shutil.which("cmake"), reason="needs cmake")]
+pytestmark = [
+    pytest.mark.rocm,
+    pytest.mark.aiter,
+    pytest.mark.ck,
+    pytest.mark.slow,
+    pytest.mark.skipif(not shutil.which("cmake"), reason="needs cmake"),
+]
 
 NS, GROUP = "te", "ck_fused_attn"
 LIBS = ("te_libmha_fwd.so", "te_libmha_bwd.so")
@@ -52,7 +64,7 @@ def te_manifest(path: Path, commit: str) -> Path:
     # the sdist's libmha_fwd (AITER's pre-Dec-2025 API) lists no sources, so TE's drop_srcs match nothing:
     # against the pinned tree (this mirror's commit) qola refuses such a pattern, where the plain sdist
     # only gets a warning (docs/manifest.md, drop_srcs)
-    text, dropped = re.subn(r'drop_srcs = \[[^\]]*\]\n', "", text)
+    text, dropped = re.subn(r"drop_srcs = \[[^\]]*\]\n", "", text)
     assert dropped == 1
     text = re.sub(r'(\[\[modules\]\]\nname = "[a-z_]+"\n)', rf'\1group = "{GROUP}"\n', text)
     assert text.count(f'group = "{GROUP}"') == 2
@@ -74,9 +86,15 @@ def test_transformer_engine_then_qola_add_modules(aiter_root, tmp_path):
 
     # 1. TE's CMakeLists.txt
     src = project(tmp_path / "te", TE_CMAKE, SOURCES)
-    defs = {"QOLA_DIR": str(qola_dir), "QOLA_MANIFEST": str(m), "ARCHS": ";".join(ARCHS),
-            "QOLA_TEST_ARGS": "-j;2", "QOLA_LINK": ";".join(f"-l:{lib}" for lib in LIBS),
-            "QOLA_LIB_FILES": ";".join(LIBS), "CMAKE_INSTALL_PREFIX": str(tmp_path / "prefix")}
+    defs = {
+        "QOLA_DIR": str(qola_dir),
+        "QOLA_MANIFEST": str(m),
+        "ARCHS": ";".join(ARCHS),
+        "QOLA_TEST_ARGS": "-j;2",
+        "QOLA_LINK": ";".join(f"-l:{lib}" for lib in LIBS),
+        "QOLA_LIB_FILES": ";".join(LIBS),
+        "CMAKE_INSTALL_PREFIX": str(tmp_path / "prefix"),
+    }
     cfg = cmake(src, tmp_path / "bld", defs, mirror.env)
     assert cfg.returncode == 0, cfg.stdout[-4000:] + cfg.stderr[-8000:]
     head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
@@ -89,15 +107,23 @@ def test_transformer_engine_then_qola_add_modules(aiter_root, tmp_path):
 
     cache = tmp_path / "bld" / "aiter-prebuilts" / "rocm-7_aiter-pinned"
     files = regular_tree(cache)
-    assert {"include/qola_config.h", "include/qola_mha_fwd.h", "include/qola_mha_bwd.h",
-            *(f"lib/{lib}" for lib in LIBS)} <= set(files)
+    assert {
+        "include/qola_config.h",
+        "include/qola_mha_fwd.h",
+        "include/qola_mha_bwd.h",
+        *(f"lib/{lib}" for lib in LIBS),
+    } <= set(files)
     for lib in LIBS:
         assert (cache / "lib" / lib).read_bytes() == (out / "lib" / lib).read_bytes()
     version = ran(tmp_path / "bld" / "app")
     subprocess.run(["cmake", "--install", str(tmp_path / "bld")], capture_output=True, check=True)
     assert ran(tmp_path / "prefix" / "lib" / "app") == version
-    needed = subprocess.run(["readelf", "-d", str(tmp_path / "prefix" / "lib" / "libfused_attn.so")],
-                            capture_output=True, text=True, check=True).stdout
+    needed = subprocess.run(
+        ["readelf", "-d", str(tmp_path / "prefix" / "lib" / "libfused_attn.so")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert all(f"[{lib}]" in needed for lib in LIBS), needed
 
     # 2. qola_add_modules() on the same output dir and tree: checkout kept, nothing recompiled
@@ -105,8 +131,14 @@ def test_transformer_engine_then_qola_add_modules(aiter_root, tmp_path):
     objects = {p: p.stat().st_mtime_ns for p in (qola_dir / "build.build").rglob("*.o")}
     assert objects
     src2 = project(tmp_path / "proj", ADD_MODULES_CMAKE, SOURCES)
-    defs2 = {"QOLA_DIR": str(qola_dir), "QOLA_MANIFEST": str(m), "QOLA_OUT": str(out), "QOLA_GROUP": GROUP,
-             "ARCHS": ";".join(ARCHS), "QOLA_BUILD_ARGS": "-j;2"}
+    defs2 = {
+        "QOLA_DIR": str(qola_dir),
+        "QOLA_MANIFEST": str(m),
+        "QOLA_OUT": str(out),
+        "QOLA_GROUP": GROUP,
+        "ARCHS": ";".join(ARCHS),
+        "QOLA_BUILD_ARGS": "-j;2",
+    }
     cfg = cmake(src2, tmp_path / "bld2", defs2, mirror.env)
     assert cfg.returncode == 0, cfg.stdout[-4000:] + cfg.stderr[-8000:]
     got = read_vars(tmp_path / "bld2")

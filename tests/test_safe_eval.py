@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qola.errors import QolaError
-from qola.tree.aiter import AiterTree, expression_names
-from qola.tree.safe_eval import evaluate
+from qola.core.errors import QolaError
+from qola.plan.tree.aiter import AiterTree, expression_names
+from qola.plan.tree.safe_eval import evaluate
 
 
 @pytest.fixture()
@@ -32,9 +32,14 @@ def test_aiter_forms(names, tmp_path):
         f"{meta}/hsa/gfx950//fmha_v3_fwd/codegen.py --output_dir {{}}"
     )
     assert evaluate("get_gfx()", names) == "gfx950"  # the last target arch
-    assert evaluate(
-        "'-mllvm --misched-prera-direction=bottomup' if int(torch.version.hip.split('.')[0]) >= 7 "
-        "else '-mllvm --misched-bottomup=1'", names) == "-mllvm --misched-prera-direction=bottomup"
+    assert (
+        evaluate(
+            "'-mllvm --misched-prera-direction=bottomup' if int(torch.version.hip.split('.')[0]) >= 7 "
+            "else '-mllvm --misched-bottomup=1'",
+            names,
+        )
+        == "-mllvm --misched-prera-direction=bottomup"
+    )
     assert evaluate("'-DENABLE_TORCH_FP8' if hasattr(torch, 'float8_e4m3fnuz') else ''", names) == "-DENABLE_TORCH_FP8"
     assert evaluate("hasattr(torch, 'no_such_thing')", names) is False
     assert evaluate("str(int('3') + 1)", names) == "4"
@@ -116,11 +121,29 @@ def _fuzz_names():
     return expression_names(tree, archs=("gfx942",), env={"A": "1"}, hip_version="6.4.0")
 
 
-expr_atoms = st.sampled_from([
-    "1", "'a'", "CK_DIR", "os", "os.environ", "torch.version.hip", "get_gfx()", "int", "hasattr",
-    "None", "True", "[1, 2]", "'x'.split", "AITER_CONFIGS", "__x", "lambda: 0",
-])
-expr_ops = st.sampled_from([" + ", " * ", " if True else ", " and ", " or ", " == ", "(", ")", "[", "]", ".", ", ", " ** ", "f'{", "}'"])
+expr_atoms = st.sampled_from(
+    [
+        "1",
+        "'a'",
+        "CK_DIR",
+        "os",
+        "os.environ",
+        "torch.version.hip",
+        "get_gfx()",
+        "int",
+        "hasattr",
+        "None",
+        "True",
+        "[1, 2]",
+        "'x'.split",
+        "AITER_CONFIGS",
+        "__x",
+        "lambda: 0",
+    ]
+)
+expr_ops = st.sampled_from(
+    [" + ", " * ", " if True else ", " and ", " or ", " == ", "(", ")", "[", "]", ".", ", ", " ** ", "f'{", "}'"]
+)
 
 
 @settings(max_examples=400, deadline=None)

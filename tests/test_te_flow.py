@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from test_checkout import git
 from test_cli_compat import MODULE, copy_checkout, qola_cli
 from test_harden_build import FAKE_NVCC, make_tree
@@ -20,15 +19,17 @@ pytestmark = [needs_fake_nvcc, pytest.mark.skipif(not shutil.which("git"), reaso
 
 
 def two_arch_nvcc(path: Path) -> Path:
-    path.write_text(FAKE_NVCC.replace("{tag}", "two").replace("{release}", "13.0")
-                    .replace("echo sm_90;", "echo sm_80; echo sm_90;"))
+    path.write_text(
+        FAKE_NVCC.replace("{tag}", "two").replace("{release}", "13.0").replace("echo sm_90;", "echo sm_80; echo sm_90;")
+    )
     path.chmod(0o755)
     return path
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -43,16 +44,21 @@ def upstream(tmp_path):
     patches.mkdir()
     (patches / "0001-answer.patch").write_text(
         "diff --git a/csrc/tiny/tiny.cu b/csrc/tiny/tiny.cu\n--- a/csrc/tiny/tiny.cu\n+++ b/csrc/tiny/tiny.cu\n"
-        "@@ -1 +1 @@\n-" + (work / "csrc/tiny/tiny.cu").read_text().replace("42", "42") +
-        "+" + (work / "csrc/tiny/tiny.cu").read_text().replace("42", "43"))
+        "@@ -1 +1 @@\n-"
+        + (work / "csrc/tiny/tiny.cu").read_text().replace("42", "42")
+        + "+"
+        + (work / "csrc/tiny/tiny.cu").read_text().replace("42", "43")
+    )
     return tmp_path / "aiter.git", git(work, "rev-parse", "HEAD"), patches
 
 
 def manifest(tmp_path: Path, commit: str, url: Path, patches: Path | None = None) -> Path:
     m = tmp_path / "qola_manifest.toml"
     extra = f'patches_dir = "{patches}"\n' if patches else ""
-    m.write_text(f'[qola]\naiter_commit = "{commit}"\nnamespace = "te"\naiter_url = "{url}"\n{extra}'
-                 f'[build]\narchitectures = ["sm_90"]\n{MODULE}')
+    m.write_text(
+        f'[qola]\naiter_commit = "{commit}"\nnamespace = "te"\naiter_url = "{url}"\n{extra}'
+        f'[build]\narchitectures = ["sm_90"]\n{MODULE}'
+    )
     return m
 
 
@@ -66,30 +72,58 @@ def test_te_cmake_flow(tmp_path, upstream):
     assert "43" in (tree / "csrc/tiny/tiny.cu").read_text()
     before = snapshot(tree)
     env = {"CUDACXX": str(two_arch_nvcc(tmp_path / "nvcc"))}
-    build = ("build", "--manifest", str(m), "--aiter-root", str(tree), "--output-dir", str(out),
-             "--arch", "sm_90;sm_80", "--skip-checkout")
+    build = (
+        "build",
+        "--manifest",
+        str(m),
+        "--aiter-root",
+        str(tree),
+        "--output-dir",
+        str(out),
+        "--arch",
+        "sm_90;sm_80",
+        "--skip-checkout",
+    )
     proc = qola_cli(*build, env=env)
     assert proc.returncode == 0 and "does not hold the patches" not in proc.stderr, proc.stdout + proc.stderr
     data = json.loads((out / "manifest.json").read_text())
     assert data["archs"] == ["sm_90", "sm_80"] and data["modules"][0]["status"] == "built"
-    assert data["pin"] == {"expected": commit, "actual": commit, "status": "match", "source": "[qola] aiter_commit",
-                           "tree_chosen_by": "--skip-checkout"}
+    assert data["pin"] == {
+        "expected": commit,
+        "actual": commit,
+        "status": "match",
+        "source": "[qola] aiter_commit",
+        "tree_chosen_by": "--skip-checkout",
+    }
     assert (out / "lib" / "te_module_tiny.so").is_file()
     assert snapshot(tree) == before  # publishing never wrote or removed anything in the tree
     (tree / "csrc/tiny/tiny.cu").write_text((tree / "csrc/tiny/tiny.cu").read_text().replace("43", "44"))
     before = snapshot(tree)
     proc = qola_cli(*build, env=env)  # a rebuild and a second publish beside the tree
     assert proc.returncode == 0 and snapshot(tree) == before, proc.stderr
-    assert not [p.name for p in out.iterdir() if p.name not in ("third_party", ".qola", "current", "lib", "include",
-                                                               "configs", "jit", "share", "logs", "manifest.json")]
+    assert not [
+        p.name
+        for p in out.iterdir()
+        if p.name
+        not in ("third_party", ".qola", "current", "lib", "include", "configs", "jit", "share", "logs", "manifest.json")
+    ]
 
 
 def test_tree_under_a_name_qola_publishes_is_refused(tmp_path):
     tree = make_tree(tmp_path / "out" / "include" / "aiter")
     m = tmp_path / "q.toml"
     m.write_text(f'[qola]\nnamespace = "te"\n[build]\narchitectures = ["sm_90"]\n{MODULE}')
-    proc = qola_cli("build", "-m", str(m), "-a", str(tree), "-o", str(tmp_path / "out"), "--skip-checkout",
-                    env={"CUDACXX": str(two_arch_nvcc(tmp_path / "nvcc"))})
+    proc = qola_cli(
+        "build",
+        "-m",
+        str(m),
+        "-a",
+        str(tree),
+        "-o",
+        str(tmp_path / "out"),
+        "--skip-checkout",
+        env={"CUDACXX": str(two_arch_nvcc(tmp_path / "nvcc"))},
+    )
     assert proc.returncode == 2 and "under 'include', a name qola writes and removes there" in proc.stderr, proc.stderr
     assert (tree / "csrc/tiny/tiny.cu").is_file()
 
@@ -106,8 +140,13 @@ def test_pin_mismatch_of_a_tree_the_user_chose_is_recorded(tmp_path, upstream):
     proc = qola_cli(*args, "-a", str(tree), "--skip-checkout", env=env)
     assert proc.returncode == 0 and "warning:" in proc.stderr and "pins deadbeef" in proc.stderr, proc.stderr
     pin = json.loads((tmp_path / "out" / "manifest.json").read_text())["pin"]
-    assert pin == {"expected": "deadbeef", "actual": commit, "status": "mismatch", "source": "[qola] aiter_commit",
-                   "tree_chosen_by": "--skip-checkout"}
+    assert pin == {
+        "expected": "deadbeef",
+        "actual": commit,
+        "status": "mismatch",
+        "source": "[qola] aiter_commit",
+        "tree_chosen_by": "--skip-checkout",
+    }
     proc = qola_cli(*args, env={**env, "NVTE_AITER_SOURCE_DIR": str(tree)})  # TE's variable, no --aiter-root
     assert proc.returncode == 0, proc.stderr
     pin = json.loads((tmp_path / "out" / "manifest.json").read_text())["pin"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from qola.errors import QolaError
+from qola.core.errors import QolaError
 from qola.toolchain import Toolchain, default_jobs, find_toolchain, validate_archs, vendor_of
 from qola.toolchain import cuda as cuda_mod
 from qola.toolchain import hip as hip_mod
@@ -90,7 +90,7 @@ def build_library(tc: Toolchain, tmp: Path, name: str = "qola_tc") -> Path:
 
 def forbid_probes(monkeypatch):
     """Let only `--version` through qola's process runner (every child it starts); anything else fails."""
-    from qola import proc
+    from qola.core import proc
 
     real = proc.run
     seen = []
@@ -187,8 +187,9 @@ def test_drop_hip_flags_removes_named_entries_and_refuses_unknown_ones():
 
 @pytest.mark.hip
 def test_drop_hip_flags_reach_the_compile_flags(tmp_path):
-    tc = find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path,
-                        drop_hip_flags=["-DUSE_PROF_API=1"])
+    tc = find_toolchain(
+        ["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path, drop_hip_flags=["-DUSE_PROF_API=1"]
+    )
     assert "-DUSE_PROF_API=1" not in tc.device_flags() and tc.removed_flags == ("-DUSE_PROF_API=1",)
     assert "-DLEGACY_HIPBLAS_DIRECT" in tc.device_flags()
     with pytest.raises(QolaError, match="drop_hip_flags"):

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import run_qola
-from qola.manifest import parse
-from qola.plan import make_plan
-from qola.tree.aiter import expression_names, load_table, open_tree, resolve_entry
+
+from qola.plan.manifest import parse
+from qola.plan.planner import make_plan
+from qola.plan.tree.aiter import expression_names, load_table, open_tree, resolve_entry
 
 pytestmark = pytest.mark.aiter
 
@@ -51,7 +51,9 @@ def test_libmha_fwd_matches_table(aiter_root):
     assert list(mod.sources) == [e.strip("f'").replace("{AITER_CSRC_DIR}", f"{meta}/csrc") for e in raw["srcs"]]
     assert f"{ck}/example/ck_tile/01_fmha" in mod.include_dirs
     assert mod.flags_extra_hip == (
-        "-DCK_TILE_FMHA_FWD_FAST_EXP2=1", "-DCK_TILE_FLOAT_TO_BFLOAT16_DEFAULT=2", "-DCK_TILE_FMHA_FWD_SPLITKV_API=1",
+        "-DCK_TILE_FMHA_FWD_FAST_EXP2=1",
+        "-DCK_TILE_FLOAT_TO_BFLOAT16_DEFAULT=2",
+        "-DCK_TILE_FMHA_FWD_SPLITKV_API=1",
     )
     assert [g.command.split()[0] for g in mod.generators] == [
         f"{ck}/example/ck_tile/01_fmha/generate.py",
@@ -88,21 +90,25 @@ def test_te_manifest_plan_receipt_and_directions(aiter_root, tmp_path):
 def test_dropped_direction_generates_a_dispatch_that_finds_no_kernel(aiter_root, tmp_path):
     """The dispatch-only run of a dropped direction: CK writes fmha_fwd_splitkv_api.cpp and no kernel file,
     and its fmha_fwd_splitkv() returns -1 ("no kernel"), so AITER's mha_fwd_splitkv links and says so."""
-    from qola.codegen import GenJob, run_generators
+    from qola.compile.codegen import GenJob, run_generators
 
     m = tmp_path / "te.toml"
-    m.write_text('[qola]\nnamespace = "te"\n[build]\narchitectures = ["gfx942", "gfx950"]\nmode = "cpp_itfs"\n'
-                 '[[modules]]\nname = "libmha_fwd"\nreceipt = 700\ndrop_directions = ["fwd_splitkv", "batch_prefill"]\n')
-    plan = make_plan(parse(m.read_text(), str(m)), open_tree(aiter_root), archs=("gfx942", "gfx950"), env={},
-                     hip_version="6.4")
+    m.write_text(
+        '[qola]\nnamespace = "te"\n[build]\narchitectures = ["gfx942", "gfx950"]\nmode = "cpp_itfs"\n'
+        '[[modules]]\nname = "libmha_fwd"\nreceipt = 700\ndrop_directions = ["fwd_splitkv", "batch_prefill"]\n'
+    )
+    plan = make_plan(
+        parse(m.read_text(), str(m)), open_tree(aiter_root), archs=("gfx942", "gfx950"), env={}, hip_version="6.4"
+    )
     gens = tuple(g for g in plan.modules[0].generators if g.dispatch_only)
     assert {g.direction for g in gens} == {"fwd_splitkv", "batch_prefill"}
-    res = run_generators(GenJob("libmha_fwd", gens), tmp_path / "gen", env={"PATH": os.environ["PATH"],
-                                                                            "GPU_ARCHS": "gfx942;gfx950"})
+    res = run_generators(
+        GenJob("libmha_fwd", gens), tmp_path / "gen", env={"PATH": os.environ["PATH"], "GPU_ARCHS": "gfx942;gfx950"}
+    )
     names = sorted(Path(p).name for p in res.sources)
     assert names == ["fmha_batch_prefill_api.cpp", "fmha_fwd_splitkv_api.cpp"], names
     text = (tmp_path / "gen" / "libmha_fwd" / "blob" / "fmha_fwd_splitkv_api.cpp").read_text()
-    body = text[text.index("float fmha_fwd_splitkv(fmha_fwd_splitkv_traits"):]
+    body = text[text.index("float fmha_fwd_splitkv(fmha_fwd_splitkv_traits") :]
     assert "float r = -1;" in body and "fmha_fwd_splitkv_<" not in body
 
 
@@ -120,17 +126,33 @@ def test_dry_run_te_manifest_writes_graph_with_aiters_flags(aiter_root, tmp_path
     """`qola build --dry-run` plans the TE build (gfx950, ROCm 7.2) even where that toolchain is absent."""
     repo = __import__("conftest").REPO
     out = tmp_path / "out"
-    proc = run_qola("build", "--manifest", str(repo / "examples/te-manifest.toml"), "--aiter-root", str(aiter_root),
-                    "-o", str(out), "--build-dir", str(tmp_path / "b"), "--dry-run")
+    proc = run_qola(
+        "build",
+        "--manifest",
+        str(repo / "examples/te-manifest.toml"),
+        "--aiter-root",
+        str(aiter_root),
+        "-o",
+        str(out),
+        "--build-dir",
+        str(tmp_path / "b"),
+        "--dry-run",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert not out.exists()
     graph = (tmp_path / "b" / "build.ninja").read_text().replace("$\n", "")
     for target in ("module_libmha_fwd", "module_libmha_bwd", "lib/te_libmha_fwd.so", "lib/te_libmha_bwd.so"):
         assert target in graph
     flat = " ".join(graph.split())
-    for flag in ("--offload-arch=gfx950", "-DCK_TILE_FMHA_FWD_FAST_EXP2=1", "-D__HIP_PLATFORM_AMD__=1",
-                 "--amdgpu-kernarg-preload-count=16", "-fgpu-flush-denormals-to-zero", "-std=c++20",
-                 "-Wl,--version-script="):
+    for flag in (
+        "--offload-arch=gfx950",
+        "-DCK_TILE_FMHA_FWD_FAST_EXP2=1",
+        "-D__HIP_PLATFORM_AMD__=1",
+        "--amdgpu-kernarg-preload-count=16",
+        "-fgpu-flush-denormals-to-zero",
+        "-std=c++20",
+        "-Wl,--version-script=",
+    ):
         assert flag in flat, flag
     assert graph.count(" cc ") > 1000  # thousands of CK instances (variant-filtered), one graph
     assert "qola_embedded_libmha_fwd" in graph  # fmha_v3 code objects embedded
@@ -149,5 +171,8 @@ def test_asm_generators_run_once_per_target_arch(aiter_root, name, kind):
         return [g.command.split()[0] for g in gens if "/hsa/" in g.command]
 
     meta = str(tree.meta_dir)
-    assert asm(("gfx942", "gfx950")) == [f"{meta}/hsa/gfx942//{kind}/codegen.py", f"{meta}/hsa/gfx950//{kind}/codegen.py"]
+    assert asm(("gfx942", "gfx950")) == [
+        f"{meta}/hsa/gfx942//{kind}/codegen.py",
+        f"{meta}/hsa/gfx950//{kind}/codegen.py",
+    ]
     assert asm(("gfx950",)) == [f"{meta}/hsa/gfx950//{kind}/codegen.py"]  # one arch: the table's command as is

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLES, KERNELS, run_qola
 
-from qola import variants as V
 from qola.jit import format as fmt
-from qola.usage import fragment, records
-from qola.usage.records import Record
+from qola.plan import variants as V
+from qola.store.usage import fragment, records
+from qola.store.usage.records import Record
 
 MANIFEST = """[qola]
 namespace = "qg"
@@ -71,8 +71,11 @@ def test_merge_skips_torn_lines_and_writes_the_fragment(tmp_path):
     (tmp_path / "m.toml").write_text(MANIFEST)
     d = tmp_path / "rec"
     write_records(d / f"{fmt.USAGE_PREFIX}a-1-x{fmt.USAGE_SUFFIX}", [rec(USED[0]), rec(USED[1])])
-    write_records(d / f"{fmt.USAGE_PREFIX}b-2-y{fmt.USAGE_SUFFIX}", [rec(USED[0], event="cache", pid=2)],
-                  tail=records.render(rec(USED[1]))[:50])  # a process killed mid-write
+    write_records(
+        d / f"{fmt.USAGE_PREFIX}b-2-y{fmt.USAGE_SUFFIX}",
+        [rec(USED[0], event="cache", pid=2)],
+        tail=records.render(rec(USED[1]))[:50],
+    )  # a process killed mid-write
     (d / "unrelated.txt").write_text("not read\n")
     frag = tmp_path / "usage.toml"
     proc = run_qola("usage", "merge", str(d), "-m", str(tmp_path / "m.toml"), "-a", str(KERNELS), "-o", str(frag))
@@ -127,8 +130,12 @@ def test_plan_with_the_fragment_generates_exactly_the_used_variants(tmp_path, ho
 
 
 def test_with_jit_the_used_variants_are_built_ahead_and_the_rest_deferred(tmp_path):
-    (tmp_path / "m.toml").write_text(MANIFEST + "[jit]\n[usage]\nvariants = [\n"
-                                     + "".join(f"  {fragment.line('libattn_fwd', n)}\n" for n in USED) + "]\n")
+    (tmp_path / "m.toml").write_text(
+        MANIFEST
+        + "[jit]\n[usage]\nvariants = [\n"
+        + "".join(f"  {fragment.line('libattn_fwd', n)}\n" for n in USED)
+        + "]\n"
+    )
     proc = run_qola("plan", "--json", "-m", str(tmp_path / "m.toml"), "-a", str(KERNELS))
     assert proc.returncode == 0, proc.stderr
     mod = json.loads(proc.stdout)["modules"][0]
@@ -147,9 +154,21 @@ def test_a_fragment_with_other_keys_is_refused(tmp_path):
 def test_cover_reports_ahead_jit_and_absent(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    (out / "manifest.json").write_text(json.dumps({"build_key": KEY, "modules": [
-        {"name": "libattn_fwd", "md_name": "qg_libattn_fwd", "success": True,
-         "jit": {"aot": {"names": [USED[0]]}, "deferred": {"names": [USED[1]]}}}]}))
+    (out / "manifest.json").write_text(
+        json.dumps(
+            {
+                "build_key": KEY,
+                "modules": [
+                    {
+                        "name": "libattn_fwd",
+                        "md_name": "qg_libattn_fwd",
+                        "success": True,
+                        "jit": {"aot": {"names": [USED[0]]}, "deferred": {"names": [USED[1]]}},
+                    }
+                ],
+            }
+        )
+    )
     r = write_records(tmp_path / "r.rec", [rec(USED[0]), rec(USED[1]), rec("attn_fwd_d64_bf16_batch_b64x64_mask_lse")])
     proc = run_qola("usage", "cover", str(r), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -160,8 +179,11 @@ def test_cover_reports_ahead_jit_and_absent(tmp_path):
 # ------------------------------------------------------------------ the real AITER tree, TE's manifest
 def _te_manifest(path: Path) -> Path:
     """examples/te-manifest.toml less drop_srcs (this sdist's table lists no srcs for libmha_fwd)."""
-    path.write_text("".join(ln for ln in (EXAMPLES / "te-manifest.toml").read_text().splitlines(True)
-                            if not ln.startswith("drop_srcs")))
+    path.write_text(
+        "".join(
+            ln for ln in (EXAMPLES / "te-manifest.toml").read_text().splitlines(True) if not ln.startswith("drop_srcs")
+        )
+    )
     return path
 
 
@@ -186,9 +208,9 @@ def test_te_recorded_usage_plans_exactly_the_recorded_kernels(aiter_root, tmp_pa
 
 
 def test_a_ck_name_brings_its_twin_for_the_other_arch(monkeypatch):
-    from qola import variants as vmod
-    from qola.plantypes import Generator, ModulePlan, Plan
-    from qola.usage import apply
+    from qola.plan import variants as vmod
+    from qola.plan.model import Generator, ModulePlan, Plan
+    from qola.store.usage import apply
 
     k = "fmha_fwd_d128_bf16_batch_b128x128_nmask_lse"
     every = [f"{k}_gfx9", f"{k}_gfx950", "fmha_fwd_d64_bf16_batch_b64x64_nmask_lse_gfx9"]
@@ -201,8 +223,8 @@ def test_a_ck_name_brings_its_twin_for_the_other_arch(monkeypatch):
 
 
 def test_the_build_record_keeps_the_usage_fragments_for_a_reproduction(tmp_path, monkeypatch):
-    from qola.reproduce import settings_record
-    from qola.spec import BuildSpec
+    from qola.pipeline.reproduce import settings_record
+    from qola.pipeline.spec import BuildSpec
 
     monkeypatch.chdir(tmp_path)
     spec = BuildSpec(manifest="m.toml", usage_files=("usage.toml",))

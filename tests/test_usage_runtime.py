@@ -1,6 +1,6 @@
 """Recorded usage and the coverage contract in the C++ JIT runtime (host compiler, no GPU): the test
 library of test_jit_support (two units, a counting fake compiler) run with QOLA_USAGE_DIR and
-QOLA_JIT_COVERAGE, its records read back by qola.usage.records."""
+QOLA_JIT_COVERAGE, its records read back by qola.store.usage.records."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from test_jit_support import build_runtime, expected, make_lib
 
 from qola.jit import format as fmt
-from qola.usage import records
+from qola.store.usage import records
 
 E_COVERAGE = 9
 N_PROCS = 16
@@ -42,7 +42,9 @@ def test_recording_writes_one_record_per_unit_and_process(lib, tmp_path):
     got = read_dir(rec)
     assert got.bad_lines == 0
     assert sorted((r.module, r.md_name, r.unit, r.event) for r in got.records) == [
-        ("tm", "tm", "unit_1", "compile"), ("tm", "tm", "unit_2", "compile")]
+        ("tm", "tm", "unit_1", "compile"),
+        ("tm", "tm", "unit_2", "compile"),
+    ]
     assert all(r.pid > 0 and r.arch == "host" and r.build_key == "" for r in got.records)
     assert lib.run(1, 6, extra={fmt.ENV_USAGE_DIR: str(rec)}).returncode == 0  # a new process: from the cache
     events = sorted((r.unit, r.event) for r in read_dir(rec).records)
@@ -114,7 +116,8 @@ def test_16_processes_record_concurrently_without_loss(lib, tmp_path):
     res = read_dir(rec)
     assert res.files == N_PROCS and res.bad_lines == 0
     assert sorted((r.pid, r.unit) for r in res.records) == sorted(
-        (pid, u) for pid in {r.pid for r in res.records} for u in ("unit_1", "unit_2"))
+        (pid, u) for pid in {r.pid for r in res.records} for u in ("unit_1", "unit_2")
+    )
     assert len({r.pid for r in res.records}) == N_PROCS
     assert {r.event for r in res.records} == {"cache"}
     assert lib.compiles() == 2

@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLES, KERNELS, run_qola
 
-from qola import manifest as mf
-from qola import variants as V
 from qola.commands.common import prepare
+from qola.plan import manifest as mf
+from qola.plan import variants as V
 
 GEN = KERNELS / "csrc" / "attn" / "generate.py"
-NAME_RE = re.compile(r"^attn_fwd_d(?P<hdim>\d+)_(?P<dtype>\w+?)_(?P<mode>batch|group)_b\d+x\d+_(?P<mask>n?mask)_(?P<lse>n?lse)$")
+NAME_RE = re.compile(
+    r"^attn_fwd_d(?P<hdim>\d+)_(?P<dtype>\w+?)_(?P<mode>batch|group)_b\d+x\d+_(?P<mask>n?mask)_(?P<lse>n?lse)$"
+)
 TOKENS = 'tokens = {mask = {true = "mask", false = "nmask"}, lse = {true = "lse", false = "nlse"}}'
 EXAMPLE_VARIANTS = f"""
 [[variants]]
@@ -40,8 +42,9 @@ options = {{dtype = "bf16", lse = false}}
 
 def example_manifest(path: Path, variants: str = EXAMPLE_VARIANTS, modules=("module_attn_fwd",)) -> Path:
     mods = "".join(f'\n[[modules]]\nname = "{m}"\n' for m in modules)
-    path.write_text(f'[qola]\nnamespace = "qk"\n\n[build]\narchitectures = ["sm_90"]\nmode = "pybind"\n{mods}'
-                    + variants)
+    path.write_text(
+        f'[qola]\nnamespace = "qk"\n\n[build]\narchitectures = ["sm_90"]\nmode = "pybind"\n{mods}' + variants
+    )
     return path
 
 
@@ -61,16 +64,21 @@ def expected_example() -> set[str]:
         m = NAME_RE.match(name)
         assert m, name
         d = m.groupdict()
-        if (d["dtype"] == "fp16" and d["hdim"] == "128" and d["mask"] == "mask") or \
-                (d["dtype"] == "bf16" and d["lse"] == "nlse"):
+        if (d["dtype"] == "fp16" and d["hdim"] == "128" and d["mask"] == "mask") or (
+            d["dtype"] == "bf16" and d["lse"] == "nlse"
+        ):
             keep.add(name)
     return keep
 
 
 def test_expand_is_a_deduplicated_product():
     got = V.expand({"dtype": ["bf16", "fp16", "bf16"], "has_lse": True, "has_mask": None, "x": [1, True]})
-    assert got == [{"dtype": "bf16", "has_lse": True, "x": 1}, {"dtype": "bf16", "has_lse": True, "x": True},
-                   {"dtype": "fp16", "has_lse": True, "x": 1}, {"dtype": "fp16", "has_lse": True, "x": True}]
+    assert got == [
+        {"dtype": "bf16", "has_lse": True, "x": 1},
+        {"dtype": "bf16", "has_lse": True, "x": True},
+        {"dtype": "fp16", "has_lse": True, "x": 1},
+        {"dtype": "fp16", "has_lse": True, "x": True},
+    ]
     assert V.expand({}) == [{}]
 
 
@@ -79,7 +87,10 @@ def test_example_filters_select_exactly_the_declared_set(tmp_path):
     proc = run_qola("variants", "-m", str(m), "--aiter-root", str(KERNELS), "--json", check=True)
     data = json.loads(proc.stdout)
     rows = data["variants"]
-    assert [r["options"] for r in rows] == [{"dtype": "fp16", "hdim": 128, "mask": True}, {"dtype": "bf16", "lse": False}]
+    assert [r["options"] for r in rows] == [
+        {"dtype": "fp16", "hdim": 128, "mask": True},
+        {"dtype": "bf16", "lse": False},
+    ]
     assert rows[0]["filter"] == "attn_fwd_d128_fp16_*_mask_*" and rows[1]["filter"] == "attn_fwd_d*_bf16_*_*_nlse"
     want = expected_example()
     assert len(want) == 12
@@ -89,8 +100,10 @@ def test_example_filters_select_exactly_the_declared_set(tmp_path):
     # the generator run with the combined filter (what qola build passes) writes exactly that set
     assert list_example(tot["filter"]) == want
     # and the library call the build uses gives the same argv
-    prep = prepare(argparse.Namespace(manifest=str(m), aiter_root=str(KERNELS), archs=None, mode=None,
-                                      allow_unpinned=False), dict(os.environ))
+    prep = prepare(
+        argparse.Namespace(manifest=str(m), aiter_root=str(KERNELS), archs=None, mode=None, allow_unpinned=False),
+        dict(os.environ),
+    )
     plan = V.apply(prep.plan, prep.manifest, dict(os.environ))
     (gen,) = plan.modules[0].generators
     assert gen.filter == tot["filter"] and gen.run_argv[-2:] == ["--filter", tot["filter"]]
@@ -101,23 +114,42 @@ def test_example_filters_select_exactly_the_declared_set(tmp_path):
 
 
 def test_table_output(tmp_path):
-    proc = run_qola("variants", "-m", str(example_manifest(tmp_path / "q.toml")), "--aiter-root", str(KERNELS),
-                    check=True, env={"COLUMNS": "200"})
+    proc = run_qola(
+        "variants",
+        "-m",
+        str(example_manifest(tmp_path / "q.toml")),
+        "--aiter-root",
+        str(KERNELS),
+        check=True,
+        env={"COLUMNS": "200"},
+    )
     assert "module_attn_fwd" in proc.stdout and "48" in proc.stdout and "12" in proc.stdout
 
 
-@pytest.mark.parametrize("variants, message", [
-    ('[[variants]]\nmodule = "module_attn_fwd"\npattern = "attn_fwd_*_{mask}_*"\noptions = {mask = "maybe"}\n'
-     + 'tokens = {mask = {true = "mask", false = "nmask"}}\n', "'maybe' is not in its option space"),
-    ('[[variants]]\nmodule = "module_attn_fwd"\npattern = "attn_fwd_d{hdim}_*"\noptions = {hdim = [128, 96]}\n',
-     "variants[0] {hdim=96}: pattern 'attn_fwd_d96_*' matches no instance"),
-    ('[[variants]]\nmodule = "module_softmax"\npattern = "*"\n', "module 'module_softmax' is not built by this manifest"),
-    ('[[mha_fwd_variants]]\nmodule = "nope"\ndtype = "fp16"\n', "module 'nope' is not built by this manifest"),
-    ('[[mha_fwd_variants]]\ndtype = "fp16"\n', "runs CK's fMHA fwd generator"),
-])
+@pytest.mark.parametrize(
+    "variants, message",
+    [
+        (
+            '[[variants]]\nmodule = "module_attn_fwd"\npattern = "attn_fwd_*_{mask}_*"\noptions = {mask = "maybe"}\n'
+            + 'tokens = {mask = {true = "mask", false = "nmask"}}\n',
+            "'maybe' is not in its option space",
+        ),
+        (
+            '[[variants]]\nmodule = "module_attn_fwd"\npattern = "attn_fwd_d{hdim}_*"\noptions = {hdim = [128, 96]}\n',
+            "variants[0] {hdim=96}: pattern 'attn_fwd_d96_*' matches no instance",
+        ),
+        (
+            '[[variants]]\nmodule = "module_softmax"\npattern = "*"\n',
+            "module 'module_softmax' is not built by this manifest",
+        ),
+        ('[[mha_fwd_variants]]\nmodule = "nope"\ndtype = "fp16"\n', "module 'nope' is not built by this manifest"),
+        ('[[mha_fwd_variants]]\ndtype = "fp16"\n', "runs CK's fMHA fwd generator"),
+    ],
+)
 def test_user_errors_exit_2_without_traceback(tmp_path, variants, message):
-    proc = run_qola("variants", "-m", str(example_manifest(tmp_path / "q.toml", variants)), "--aiter-root",
-                    str(KERNELS))
+    proc = run_qola(
+        "variants", "-m", str(example_manifest(tmp_path / "q.toml", variants)), "--aiter-root", str(KERNELS)
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
@@ -130,9 +162,13 @@ def test_build_compiles_only_the_declared_instances(tmp_path):
     # the same two variants for the pybind module and for the torch-free cpp_itfs library
     both = EXAMPLE_VARIANTS + EXAMPLE_VARIANTS.replace('module = "module_attn_fwd"', 'module = "libattn_fwd"')
     m = example_manifest(tmp_path / "q.toml", both, modules=("module_attn_fwd",))
-    m.write_text(m.read_text().replace('name = "module_attn_fwd"\n',
-                                       'name = "module_attn_fwd"\n\n[[modules]]\nname = "libattn_fwd"\n'
-                                       'mode = "cpp_itfs"\n', 1))
+    m.write_text(
+        m.read_text().replace(
+            'name = "module_attn_fwd"\n',
+            'name = "module_attn_fwd"\n\n[[modules]]\nname = "libattn_fwd"\nmode = "cpp_itfs"\n',
+            1,
+        )
+    )
     out = tmp_path / "out"
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -151,8 +187,9 @@ def test_build_compiles_only_the_declared_instances(tmp_path):
 def te_manifest(path: Path, sections: str | None = None) -> Path:
     """examples/te-manifest.toml, less drop_srcs: this tree's table lists no srcs for libmha_fwd, so
     `drop_srcs` has nothing to drop there (a plan error unrelated to variants)."""
-    text = "".join(ln for ln in (EXAMPLES / "te-manifest.toml").read_text().splitlines(True)
-                   if not ln.startswith("drop_srcs"))
+    text = "".join(
+        ln for ln in (EXAMPLES / "te-manifest.toml").read_text().splitlines(True) if not ln.startswith("drop_srcs")
+    )
     if sections is not None:
         text = text[: text.index("[[mha_fwd_variants]]")] + sections
     path.write_text(text)
@@ -202,12 +239,15 @@ def test_te_manifest_counts_and_exact_selection(te_report, aiter_root):
 
 
 @pytest.mark.aiter
-@pytest.mark.parametrize("section, message", [
-    ('[[mha_fwd_variants]]\ndtype = "fp64"\n', "mha_fwd_variants[0].dtype: 'fp64' is not a value"),
-    ('[[mha_bwd_variants]]\nhas_bias = true\nhas_alibi = true\n', "matches no instance"),
-    ('[[mha_fwd_variants]]\nhas_sink = true\n', "matches no instance"),
-    ('[[mha_bwd_variants]]\nmodule = "libmha_fwd"\n', "no module libmha_fwd in the plan runs CK's fMHA bwd"),
-])
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        ('[[mha_fwd_variants]]\ndtype = "fp64"\n', "mha_fwd_variants[0].dtype: 'fp64' is not a value"),
+        ("[[mha_bwd_variants]]\nhas_bias = true\nhas_alibi = true\n", "matches no instance"),
+        ("[[mha_fwd_variants]]\nhas_sink = true\n", "matches no instance"),
+        ('[[mha_bwd_variants]]\nmodule = "libmha_fwd"\n', "no module libmha_fwd in the plan runs CK's fMHA bwd"),
+    ],
+)
 def test_ck_user_errors(tmp_path, aiter_root, section, message):
     m = te_manifest(tmp_path / "te.toml", section)
     proc = run_qola("variants", "-m", str(m), "--aiter-root", str(aiter_root), "--allow-unpinned")

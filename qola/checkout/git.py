@@ -1,5 +1,5 @@
-"""git for the checkout: every call through :func:`qola.proc.run` with a timeout, never a shell, never
-a prompt; a failure is a :class:`~qola.errors.QolaError` with the command, git's own message and, for
+"""git for the checkout: every call through :func:`qola.core.proc.run` with a timeout, never a shell, never
+a prompt; a failure is a :class:`~qola.core.errors.QolaError` with the command, git's own message and, for
 network steps, the URL tried."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from qola import deadlines, proc
-from qola.errors import QolaError, tail
+from qola.core import deadlines, proc
+from qola.core.errors import QolaError, tail
 
-# deadlines (qola.deadlines, QOLA_GIT_TIMEOUT): 600 s for a local step (a status, a checkout of a large
+# deadlines (qola.core.deadlines, QOLA_GIT_TIMEOUT): 600 s for a local step (a status, a checkout of a large
 # tree), 3600 s for one that reaches the network (a clone or fetch of AITER and its submodules)
 # what every git call runs with: no prompts (a missing credential fails instead of waiting), messages
 # in English (qola quotes them), no transport that runs commands
@@ -31,8 +31,15 @@ def shown(args: Sequence[str]) -> str:
     return shlex.join(["git", *args])
 
 
-def run(root: Path | None, *args: str, env: Mapping[str, str], network: str | None = None,
-        timeout: float | None = None, check: bool = True, text: bool = True) -> Any:
+def run(
+    root: Path | None,
+    *args: str,
+    env: Mapping[str, str],
+    network: str | None = None,
+    timeout: float | None = None,
+    check: bool = True,
+    text: bool = True,
+) -> Any:
     """``git -C root args``; stdout captured, stderr separate. ``network``: the URL this step reaches
     (named in the error). A non-zero exit raises unless ``check`` is false."""
     cmd = argv(root, args)
@@ -40,12 +47,21 @@ def run(root: Path | None, *args: str, env: Mapping[str, str], network: str | No
     try:
         done = proc.run(cmd, env=environ(env), timeout=limit, stderr=proc.PIPE, text=text)
     except proc.TimeoutExpired as exc:
-        raise GitError(args, root, proc.why_ended(exc), network=network,
-                       hint=f"a git that hangs or is slow: fix it, or raise {deadlines.GIT_LOCAL.variable} "
-                            f"(now {deadlines.shown(limit)})" if network is None else None) from None
+        raise GitError(
+            args,
+            root,
+            proc.why_ended(exc),
+            network=network,
+            hint=f"a git that hangs or is slow: fix it, or raise {deadlines.GIT_LOCAL.variable} "
+            f"(now {deadlines.shown(limit)})"
+            if network is None
+            else None,
+        ) from None
     except OSError as exc:
-        raise QolaError(f"cannot run git: {exc.strerror or exc}",
-                        hint="install git (apt-get install git) and make sure it is on PATH") from None
+        raise QolaError(
+            f"cannot run git: {exc.strerror or exc}",
+            hint="install git (apt-get install git) and make sure it is on PATH",
+        ) from None
     if check and done.returncode != 0:
         err = done.stderr if isinstance(done.stderr, str) else done.stderr.decode(errors="replace")
         raise GitError(args, root, err, code=done.returncode, network=network)
@@ -63,14 +79,24 @@ def ok(root: Path | None, *args: str, env: Mapping[str, str]) -> bool:
 class GitError(QolaError):
     """A git step failed: the command, where, git's message (and the URL of a network step)."""
 
-    def __init__(self, args: Sequence[str], root: Path | None, message: str, *, code: int | None = None,
-                 network: str | None = None, hint: str | None = None):
+    def __init__(
+        self,
+        args: Sequence[str],
+        root: Path | None,
+        message: str,
+        *,
+        code: int | None = None,
+        network: str | None = None,
+        hint: str | None = None,
+    ):
         what = f"`{shown(args)}`" + (f" in {root}" if root is not None else "")
         status = f" (exit {code})" if code is not None else ""
         body = tail(message or "(git printed nothing)", lines=20).replace("\n", "\n    ")
         reach = f" while reaching {network}" if network else ""
         if network and hint is None:
-            hint = ("check the network and the URL (--aiter-url, [qola].aiter_url or QOLA_AITER_URL), or "
-                    "work offline: pass --skip-checkout with a tree you already have")
+            hint = (
+                "check the network and the URL (--aiter-url, [qola].aiter_url or QOLA_AITER_URL), or "
+                "work offline: pass --skip-checkout with a tree you already have"
+            )
         super().__init__(f"{what} failed{reach}{status}:\n    {body}", hint=hint)
         self.git_message = message

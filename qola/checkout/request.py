@@ -8,13 +8,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qola import rules
 from qola.checkout.choice import DEFAULT_URL, URL_ENV, forced, qola_checkout
-from qola.errors import QolaError
+from qola.core import rules
+from qola.core.errors import QolaError
 
 if TYPE_CHECKING:
     from qola.checkout.sync import Request
-    from qola.manifest import Manifest
+    from qola.plan.manifest import Manifest
 
 
 def commit_of(cli: str | None, manifest: Manifest | None) -> tuple[str | None, str]:
@@ -45,8 +45,11 @@ def patches_dir_of(cli: str | None, manifest: Manifest | None) -> tuple[Path | N
 
 def url_of(cli: str | None, manifest: Manifest | None, env: Mapping[str, str]) -> str:
     """``--aiter-url`` > ``[qola] aiter_url`` > ``QOLA_AITER_URL`` > ROCm/aiter on GitHub."""
-    for where, value in (("--aiter-url", cli), ("[qola] aiter_url", manifest.qola.aiter_url if manifest else None),
-                         (URL_ENV, env.get(URL_ENV) or None)):
+    for where, value in (
+        ("--aiter-url", cli),
+        ("[qola] aiter_url", manifest.qola.aiter_url if manifest else None),
+        (URL_ENV, env.get(URL_ENV) or None),
+    ):
         if value is not None:
             problem = rules.url_problem(value)
             if problem:
@@ -55,24 +58,40 @@ def url_of(cli: str | None, manifest: Manifest | None, env: Mapping[str, str]) -
     return DEFAULT_URL
 
 
-def request(root: Path, manifest: Manifest | None, env: Mapping[str, str], *, commit: str | None = None,
-            patches_dir: str | None = None, url: str | None = None, force: bool = False) -> Request:
-    from qola.checkout.sync import Request, collect_patches  # noqa: PLC0415
+def request(
+    root: Path,
+    manifest: Manifest | None,
+    env: Mapping[str, str],
+    *,
+    commit: str | None = None,
+    patches_dir: str | None = None,
+    url: str | None = None,
+    force: bool = False,
+) -> Request:
+    from qola.checkout.sync import Request, collect_patches  # lazy: paid only by the callers that need it
 
     sha, commit_from = commit_of(commit, manifest)
     pdir, pwhere = patches_dir_of(patches_dir, manifest)
-    return Request(root=root, commit=sha, commit_from=commit_from, patches=collect_patches(pdir, pwhere),
-                   url=url_of(url, manifest, env), force=forced(force, env), env=dict(env))
+    return Request(
+        root=root,
+        commit=sha,
+        commit_from=commit_from,
+        patches=collect_patches(pdir, pwhere),
+        url=url_of(url, manifest, env),
+        force=forced(force, env),
+        env=dict(env),
+    )
 
 
-def unapplied_patches_note(root: Path, manifest: Manifest, env: Mapping[str, str],
-                           patches_dir: str | None = None) -> str | None:
+def unapplied_patches_note(
+    root: Path, manifest: Manifest, env: Mapping[str, str], patches_dir: str | None = None
+) -> str | None:
     """A warning when the patch set the manifest (or ``--patches-dir``) names is not the one the last
     ``qola checkout`` of ``root`` applied (None: it is, or there is none, or the tree is not a git checkout)."""
-    import hashlib  # noqa: PLC0415
+    import hashlib  # lazy: paid only by the callers that need it
 
-    from qola.checkout.state import read_stamp  # noqa: PLC0415
-    from qola.checkout.sync import collect_patches  # noqa: PLC0415
+    from qola.checkout.state import read_stamp  # lazy: paid only by the callers that need it
+    from qola.checkout.sync import collect_patches  # lazy: paid only by the callers that need it
 
     pdir, where = patches_dir_of(patches_dir, manifest)
     if pdir is None or not (root / ".git").exists():
@@ -85,6 +104,8 @@ def unapplied_patches_note(root: Path, manifest: Manifest, env: Mapping[str, str
     applied = [(p.get("name"), p.get("sha256")) for p in stamp.get("patches", []) if isinstance(p, dict)]
     if not wanted or applied == wanted:
         return None
-    return (f"{root} does not hold the patches of {where} ({pdir}: {', '.join(n for n, _ in wanted)}) as qola "
-            f"checkout applies them{' (it recorded ' + ', '.join(str(n) for n, _ in applied) + ')' if applied else ''}; "
-            "built as it is (run qola checkout to apply them)")
+    return (
+        f"{root} does not hold the patches of {where} ({pdir}: {', '.join(n for n, _ in wanted)}) as qola "
+        f"checkout applies them{' (it recorded ' + ', '.join(str(n) for n, _ in applied) + ')' if applied else ''}; "
+        "built as it is (run qola checkout to apply them)"
+    )

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from qola.checkout import git
-from qola.fsutil import atomic_write
+from qola.core.fsutil import atomic_write
 
 STAMP = "qola-checkout.json"
 FORMAT = 1
@@ -42,8 +42,9 @@ class Snapshot:
 
 
 def _status(root: Path, env: Mapping[str, str]) -> list[tuple[str, str]]:
-    raw = git.run(root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=none",
-                  env=env).stdout
+    raw = git.run(
+        root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=none", env=env
+    ).stdout
     entries, items = [], raw.split("\0")
     i = 0
     while i < len(items):

@@ -25,11 +25,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qola import lock
 from qola.checkout import git
 from qola.checkout.state import Snapshot, clear_stamp, read_stamp, snapshot, write_stamp
-from qola.errors import QolaError
-from qola.fsutil import replace_dir
+from qola.core import lock
+from qola.core.errors import QolaError
+from qola.core.fsutil import replace_dir
 
 HEX = re.compile(r"[0-9a-f]{4,40}\Z")
 LOCK_WAIT = 3600.0  # seconds another checkout of the same tree may take
@@ -62,10 +62,13 @@ def collect_patches(patches_dir: Path | None, where: str) -> tuple[Path, ...]:
     if patches_dir is None or str(patches_dir) == os.devnull:
         return ()
     if not patches_dir.is_dir():
-        raise QolaError(f"{where}: patches dir {patches_dir} does not exist or is not a directory",
-                        hint="fix the path, or give an empty directory (or /dev/null) to apply no patches")
-    return tuple(sorted((p for p in patches_dir.iterdir() if p.name.endswith(".patch") and p.is_file()),
-                        key=lambda p: p.name))
+        raise QolaError(
+            f"{where}: patches dir {patches_dir} does not exist or is not a directory",
+            hint="fix the path, or give an empty directory (or /dev/null) to apply no patches",
+        )
+    return tuple(
+        sorted((p for p in patches_dir.iterdir() if p.name.endswith(".patch") and p.is_file()), key=lambda p: p.name)
+    )
 
 
 def _digest(commit: str, patches: Sequence[tuple[str, bytes]]) -> str:
@@ -84,8 +87,10 @@ def ensure(req: Request) -> Result:
         try:
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise QolaError(f"cannot create {parent} for the checkout: {exc.strerror or exc}",
-                            hint="pass --aiter-root with a directory you can write") from None
+            raise QolaError(
+                f"cannot create {parent} for the checkout: {exc.strerror or exc}",
+                hint="pass --aiter-root with a directory you can write",
+            ) from None
     if not os.access(parent, os.W_OK | os.X_OK):
         return _ensure(req, root)  # nowhere to put a lock (and nowhere to clone): checked on the way
     guard = {parent / f".{root.name}.qola-checkout.lock": f"the kernel tree {root}"}
@@ -98,22 +103,26 @@ def _ensure(req: Request, root: Path) -> Result:
     if fresh:
         return _clone_and_checkout(req, root)
     if not root.is_dir() or not (root / ".git").exists():
-        raise QolaError(f"{root} exists and is not a git checkout: qola clones only into an absent or empty "
-                        "directory and never replaces one it did not make",
-                        hint="pass --aiter-root with another directory, or build this tree as it is with "
-                        "--skip-checkout")
+        raise QolaError(
+            f"{root} exists and is not a git checkout: qola clones only into an absent or empty "
+            "directory and never replaces one it did not make",
+            hint="pass --aiter-root with another directory, or build this tree as it is with --skip-checkout",
+        )
     return _checkout(req, root, cloned=False)
 
 
 def _clone_and_checkout(req: Request, root: Path) -> Result:
     if req.commit is None:
-        raise QolaError(f"there is no checkout at {root} and no commit to clone",
-                        hint="set [qola] aiter_commit in the manifest or pass --aiter-commit")
+        raise QolaError(
+            f"there is no checkout at {root} and no commit to clone",
+            hint="set [qola] aiter_commit in the manifest or pass --aiter-commit",
+        )
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.qola-clone-", dir=root.parent))
     try:
-        git.run(None, "clone", "--no-checkout", "--filter=blob:none", "--", req.url, str(tmp), env=req.env,
-                network=req.url)
+        git.run(
+            None, "clone", "--no-checkout", "--filter=blob:none", "--", req.url, str(tmp), env=req.env, network=req.url
+        )
         result = _checkout(req, tmp, cloned=True)
         replace_dir(tmp, root)  # in place of the empty dir we were given, if any
     except QolaError as exc:  # name the directory the user gave, not the temporary clone
@@ -141,16 +150,23 @@ def _resolve(req: Request, root: Path) -> str:
             try:  # servers that refuse fetching a sha by name: fetch everything
                 git.run(root, "fetch", "--quiet", "--tags", "origin", env=req.env, network=url)
             except git.GitError as second:
-                raise QolaError(f"commit {req.commit!r} ({req.commit_from}) is not in {root} and fetching it from "
-                                f"{url} failed:\n  {first.message}\n  then {second.message}",
-                                hint=second.hint) from None
+                raise QolaError(
+                    f"commit {req.commit!r} ({req.commit_from}) is not in {root} and fetching it from "
+                    f"{url} failed:\n  {first.message}\n  then {second.message}",
+                    hint=second.hint,
+                ) from None
         if not git.ok(root, "rev-parse", "--verify", "--quiet", spec, env=req.env):
-            raise QolaError(f"commit {req.commit!r} ({req.commit_from}) is not in {root}, even after fetching "
-                            f"from {url}", hint="check the commit (a sha, tag or branch of that repository)")
+            raise QolaError(
+                f"commit {req.commit!r} ({req.commit_from}) is not in {root}, even after fetching from {url}",
+                hint="check the commit (a sha, tag or branch of that repository)",
+            )
     sha = git.out(root, "rev-parse", "--verify", spec, env=req.env)
     if HEX.match(req.commit.lower()) and not sha.startswith(req.commit.lower()):
-        raise QolaError(f"{req.commit!r} ({req.commit_from}) resolves to {sha} in {root}, not to a commit "
-                        "starting with it (a branch or tag of that name?)", hint="pin the full 40-digit sha")
+        raise QolaError(
+            f"{req.commit!r} ({req.commit_from}) resolves to {sha} in {root}, not to a commit "
+            "starting with it (a branch or tag of that name?)",
+            hint="pin the full 40-digit sha",
+        )
     return sha
 
 
@@ -164,14 +180,22 @@ def _checkout(req: Request, root: Path, *, cloned: bool) -> Result:
     stamp = found or {}  # {}: no stamp (then not ours)
     ours = found is not None and stamp.get("state") == before.digest and stamp.get("commit") == before.head
     if ours and stamp.get("key") == key and before.head == target:
-        return Result(root, target, tuple(n for n, _ in patches), changed=False,
-                      notes=[f"{root} is already at {target[:12]} with this patch set; nothing to do"])
+        return Result(
+            root,
+            target,
+            tuple(n for n, _ in patches),
+            changed=False,
+            notes=[f"{root} is already at {target[:12]} with this patch set; nothing to do"],
+        )
     if not before.pristine and not ours and not req.force and not cloned:  # a fresh clone has no files yet
-        shown = "\n    ".join(before.changes[:12]) + (f"\n    (+{len(before.changes) - 12} more)"
-                                                     if len(before.changes) > 12 else "")
-        raise QolaError(f"{root} has changes qola did not make; refusing to reset it:\n    {shown}",
-                        hint="commit or stash them, build the tree as it is with --skip-checkout, or discard "
-                        "them: qola checkout --force, qola build --force-checkout (or QOLA_FORCE_AITER_CHECKOUT=1)")
+        shown = "\n    ".join(before.changes[:12]) + (
+            f"\n    (+{len(before.changes) - 12} more)" if len(before.changes) > 12 else ""
+        )
+        raise QolaError(
+            f"{root} has changes qola did not make; refusing to reset it:\n    {shown}",
+            hint="commit or stash them, build the tree as it is with --skip-checkout, or discard "
+            "them: qola checkout --force, qola build --force-checkout (or QOLA_FORCE_AITER_CHECKOUT=1)",
+        )
     branch = git.run(root, "symbolic-ref", "--quiet", "--short", "HEAD", env=env, check=False).stdout.strip()
     previous = [(p["name"], p["text"].encode()) for p in stamp.get("patches", [])] if ours else []
     _move(root, target, stamp.get("added", []) if ours else [], env)
@@ -184,11 +208,24 @@ def _checkout(req: Request, root: Path, *, cloned: bool) -> Result:
     after = snapshot(root, env)
     if after.head != target:
         raise QolaError(f"{root} is at {after.head} after checking out {target}: the pin could not be verified")
-    write_stamp(root, env, {"commit": target, "key": key, "state": after.digest, "added": added,
-                            "patches": [{"name": n, "sha256": hashlib.sha256(d).hexdigest(),
-                                         "text": d.decode("utf-8", "surrogateescape")} for n, d in patches]})
-    notes = [f"checked out {target[:12]} ({req.commit or 'HEAD'}) in {root}"
-             + (f" (was {before.head[:12]}{' on branch ' + branch if branch else ''})" if before.head != target else "")]
+    write_stamp(
+        root,
+        env,
+        {
+            "commit": target,
+            "key": key,
+            "state": after.digest,
+            "added": added,
+            "patches": [
+                {"name": n, "sha256": hashlib.sha256(d).hexdigest(), "text": d.decode("utf-8", "surrogateescape")}
+                for n, d in patches
+            ],
+        },
+    )
+    notes = [
+        f"checked out {target[:12]} ({req.commit or 'HEAD'}) in {root}"
+        + (f" (was {before.head[:12]}{' on branch ' + branch if branch else ''})" if before.head != target else "")
+    ]
     if patches:
         notes.append(f"applied {len(patches)} patch(es): {', '.join(n for n, _ in patches)}")
     return Result(root, target, tuple(n for n, _ in patches), changed=True, cloned=cloned, notes=notes)
@@ -220,8 +257,9 @@ def _untracked(root: Path, env: Mapping[str, str]) -> set[str]:
     return {p for p in out.split("\0") if p}
 
 
-def _apply(root: Path, files: Sequence[Path], patches: Sequence[tuple[str, bytes]],
-           env: Mapping[str, str]) -> list[str]:
+def _apply(
+    root: Path, files: Sequence[Path], patches: Sequence[tuple[str, bytes]], env: Mapping[str, str]
+) -> list[str]:
     """Apply every patch (each one atomically: ``git apply`` writes all its hunks or none); when one
     fails, reverse the ones applied and raise :class:`_PatchFailed`. Returns the files they added."""
     before = _untracked(root, env)
@@ -236,15 +274,20 @@ def _apply(root: Path, files: Sequence[Path], patches: Sequence[tuple[str, bytes
                 + res.stderr.strip().replace("\n", "\n    ")
                 + (f"\n  {len(done)} patch(es) applied before it were reversed" if done and undone else ""),
                 hint="rebase the patch on the pinned commit, or pin the commit it was made for; the tree is as "
-                "it was before this checkout")
+                "it was before this checkout",
+            )
         done.append(path)
     return sorted(_untracked(root, env) - before)
 
 
 def _reverse(root: Path, applied: Sequence[Path], env: Mapping[str, str]) -> bool:
     for path in reversed(applied):
-        if git.run(root, "apply", "--reverse", "--whitespace=nowarn", str(path.resolve()), env=env,
-                   check=False).returncode != 0:
+        if (
+            git.run(
+                root, "apply", "--reverse", "--whitespace=nowarn", str(path.resolve()), env=env, check=False
+            ).returncode
+            != 0
+        ):
             return False
     return True
 
@@ -267,8 +310,14 @@ def _hunk(patch: bytes, stderr: str) -> str:
     return f" (the hunk at line {line} of {path})"
 
 
-def _restore(root: Path, where: str, previous: Sequence[tuple[str, bytes]], before: Snapshot,
-             env: Mapping[str, str], failed: _PatchFailed) -> None:
+def _restore(
+    root: Path,
+    where: str,
+    previous: Sequence[tuple[str, bytes]],
+    before: Snapshot,
+    env: Mapping[str, str],
+    failed: _PatchFailed,
+) -> None:
     """Put the tree back as :func:`_checkout` found it: its branch or commit, its submodules and (when
     it held qola's previous patch set) those patches. Says so in ``failed`` when it could not."""
     try:
@@ -290,5 +339,7 @@ def _restore(root: Path, where: str, previous: Sequence[tuple[str, bytes]], befo
         same, failed.message = False, failed.message + f"\n  restoring the tree failed: {exc}"
     if not same:
         clear_stamp(root, env)
-        failed.hint = (f"the tree could not be put back exactly as it was (HEAD {before.head[:12]}); check it "
-                       "with git status, then rerun with --force")
+        failed.hint = (
+            f"the tree could not be put back exactly as it was (HEAD {before.head[:12]}); check it "
+            "with git status, then rerun with --force"
+        )

@@ -2,8 +2,8 @@
 
 Exit 0 when clean, 1 listing every problem, 2 when manifest.json is missing or unreadable.
 
-The checks themselves are the library's (:mod:`qola.outcheck`); this command parses, calls
-:func:`qola.outcheck.audit_output` (or :func:`qola.reproduce.reproduce`) and prints.
+The checks themselves are the library's (:mod:`qola.output.checks`); this command parses, calls
+:func:`qola.output.checks.audit_output` (or :func:`qola.pipeline.reproduce.reproduce`) and prints.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from qola.errors import BuildFailed
-from qola.outcheck import audit_output, load_manifest, resolve_root
+from qola.core.errors import BuildFailed
+from qola.output.checks import audit_output, load_manifest, resolve_root
 
 
 def register(subparsers) -> None:
@@ -25,26 +25,32 @@ def register(subparsers) -> None:
     )
     p.add_argument("output_dir", metavar="OUT", help="a qola output directory (holds manifest.json)")
     p.add_argument("--namespace", help="check against this namespace instead of the manifest's")
-    p.add_argument("--allow-failed", action="store_true",
-                   help="a module recorded as failed (and absent) is not a problem")
-    p.add_argument("--reproduce", action="store_true",
-                   help="instead: rebuild OUT's build (its recorded manifest, tree, settings and compiler) in a "
-                   "temporary directory and compare every library's bytes with manifest.json's sha256")
+    p.add_argument(
+        "--allow-failed", action="store_true", help="a module recorded as failed (and absent) is not a problem"
+    )
+    p.add_argument(
+        "--reproduce",
+        action="store_true",
+        help="instead: rebuild OUT's build (its recorded manifest, tree, settings and compiler) in a "
+        "temporary directory and compare every library's bytes with manifest.json's sha256",
+    )
     p.add_argument("-j", "--jobs", type=int, help="parallel jobs of the --reproduce rebuild")
-    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                   help="show a traceback on errors")
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show a traceback on errors")
     p.set_defaults(func=run)
 
 
 def run_reproduce(args: argparse.Namespace) -> int:
-    """``--reproduce``: the rebuild's table; exit 1 when a library differs (:mod:`qola.reproduce`)."""
-    import sys  # noqa: PLC0415
+    """``--reproduce``: the rebuild's table; exit 1 when a library differs (:mod:`qola.pipeline.reproduce`)."""
+    import sys  # lazy: start-up of the CLI and of the no-op path
 
-    from qola import preflight, reproduce  # noqa: PLC0415
+    from qola.pipeline import (
+        preflight,  # lazy: start-up of the CLI and of the no-op path
+        reproduce,  # lazy: start-up of the CLI and of the no-op path
+    )
 
     if args.jobs is not None:
         preflight.check_jobs(args.jobs, None, {})
-    from qola import outdir  # noqa: PLC0415
+    from qola.output import outdir  # lazy: start-up of the CLI and of the no-op path
 
     def start(tmp: Path) -> None:
         print(f"reproduce {args.output_dir}: rebuilding in {tmp} …", file=sys.stderr, flush=True)
@@ -60,8 +66,10 @@ def run_reproduce(args: argparse.Namespace) -> int:
     if bad:
         body = "\n".join(f"  {p}" for p in bad)
         raise BuildFailed(f"reproduce {args.output_dir}: {len(bad)} problem(s):\n{body}")
-    print(f"reproduce {args.output_dir}: {len(result.rows)} librar{'y' if len(result.rows) == 1 else 'ies'} "
-          "byte-identical")
+    print(
+        f"reproduce {args.output_dir}: {len(result.rows)} librar{'y' if len(result.rows) == 1 else 'ies'} "
+        "byte-identical"
+    )
     return 0
 
 

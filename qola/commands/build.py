@@ -1,4 +1,4 @@
-"""``qola build``: arguments in, :func:`qola.pipeline.build`, the summary out."""
+"""``qola build``: arguments in, :func:`qola.pipeline.run.build`, the summary out."""
 
 from __future__ import annotations
 
@@ -9,72 +9,120 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from qola import preflight
 from qola.commands.common import add_manifest_args, checkout_args
-from qola.pipeline import BuildSpec, Reporter, build
+from qola.pipeline import preflight
+from qola.pipeline.run import BuildSpec, Reporter, build
 
 if TYPE_CHECKING:
-    from qola.builddir import BuildLayout
+    from qola.compile.layout import BuildLayout
 
 # light imports only: the pipeline loads the rest after the no-op fast path had its chance
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("build", help="build the manifest's modules into an output dir",
-                       description="Build every module of the manifest in one ninja graph and publish the results.")
+    p = sub.add_parser(
+        "build",
+        help="build the manifest's modules into an output dir",
+        description="Build every module of the manifest in one ninja graph and publish the results.",
+    )
     add_manifest_args(p)
-    p.add_argument("--patches-dir", metavar="DIR",
-                   help="*.patch files the checkout applies, in lexical order (beats [qola].patches_dir; "
-                   "an empty dir or /dev/null: none)")
-    p.add_argument("--aiter-url", metavar="URL",
-                   help="where a checkout clones the tree from (beats [qola].aiter_url and QOLA_AITER_URL)")
-    p.add_argument("--force-checkout", action="store_true",
-                   help="let the checkout discard local changes of the tree (never without this)")
+    p.add_argument(
+        "--patches-dir",
+        metavar="DIR",
+        help="*.patch files the checkout applies, in lexical order (beats [qola].patches_dir; "
+        "an empty dir or /dev/null: none)",
+    )
+    p.add_argument(
+        "--aiter-url",
+        metavar="URL",
+        help="where a checkout clones the tree from (beats [qola].aiter_url and QOLA_AITER_URL)",
+    )
+    p.add_argument(
+        "--force-checkout",
+        action="store_true",
+        help="let the checkout discard local changes of the tree (never without this)",
+    )
     p.add_argument("--output-dir", "-o", required=True, help="where lib/, include/, manifest.json … land")
-    p.add_argument("-j", "--jobs", type=preflight.jobs_arg, metavar="N",
-                   help="parallel jobs (default: MAX_JOBS, else AITER's cpu/memory rule)")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=preflight.jobs_arg,
+        metavar="N",
+        help="parallel jobs (default: MAX_JOBS, else AITER's cpu/memory rule)",
+    )
     p.add_argument("--build-dir", help="objects and generated sources (default: <output-dir>.build)")
     p.add_argument("--launcher", help="compiler launcher, e.g. sccache or ccache")
-    p.add_argument("--dist", action="store_true",
-                   help="compile through sccache on the sccache-dist farm its config names; -j sized for the farm "
-                   "(HIP compiles locally: docs/distributed.md)")
-    p.add_argument("--remote", metavar="URL",
-                   help="run every compile as an action on this Remote Execution API service (grpc://host:port, "
-                   "grpcs://host:port for TLS, unix:/path; beats [build].remote) through buildbox's trexe: "
-                   "docs/distributed.md")
+    p.add_argument(
+        "--dist",
+        action="store_true",
+        help="compile through sccache on the sccache-dist farm its config names; -j sized for the farm "
+        "(HIP compiles locally: docs/distributed.md)",
+    )
+    p.add_argument(
+        "--remote",
+        metavar="URL",
+        help="run every compile as an action on this Remote Execution API service (grpc://host:port, "
+        "grpcs://host:port for TLS, unix:/path; beats [build].remote) through buildbox's trexe: "
+        "docs/distributed.md",
+    )
     p.add_argument("--remote-instance", metavar="NAME", help="the service's instance name (default: none)")
     p.add_argument("--remote-ca", metavar="PEM", help="CA certificate the service's TLS certificate is checked with")
     p.add_argument("--remote-client-cert", metavar="PEM", help="client certificate (mTLS; with --remote-client-key)")
     p.add_argument("--remote-client-key", metavar="PEM", help="client key (mTLS)")
     p.add_argument("--remote-token", metavar="FILE", help="a file holding the access token (sent as a bearer token)")
-    p.add_argument("--remote-fallback", action="store_true",
-                   help="when the service fails (unreachable, refused, a worker lost), compile that file locally "
-                   "(counted and named in the summary) instead of failing the build")
+    p.add_argument(
+        "--remote-fallback",
+        action="store_true",
+        help="when the service fails (unreachable, refused, a worker lost), compile that file locally "
+        "(counted and named in the summary) instead of failing the build",
+    )
     p.add_argument("--dry-run", action="store_true", help="write the graph and show what would run; O untouched")
     p.add_argument("--verbose", "-v", action="store_true", help="print every command")
-    p.add_argument("--wait", nargs="?", type=preflight.seconds_arg, const=float("inf"), metavar="SECONDS",
-                   help="when another qola build uses the same build or output dir, wait for it (at most SECONDS) "
-                   "instead of failing at once")
-    p.add_argument("--no-isolation", action="store_true",
-                   help="debug: link cpp_itfs libraries without the version script (the audit then fails on leaks)")
-    p.add_argument("--prebuilt", metavar="DIR|URL",
-                   help="install the archive of this build's key from DIR or an http(s) base URL instead of "
-                   "building (verified: sha256, safe unpacking, audit, key); build as usual when there is none")
-    p.add_argument("--publish", dest="publish_to", metavar="DIR",
-                   help="after a successful build, store the output's archive (+ .sha256, .json) in DIR by its key")
+    p.add_argument(
+        "--wait",
+        nargs="?",
+        type=preflight.seconds_arg,
+        const=float("inf"),
+        metavar="SECONDS",
+        help="when another qola build uses the same build or output dir, wait for it (at most SECONDS) "
+        "instead of failing at once",
+    )
+    p.add_argument(
+        "--no-isolation",
+        action="store_true",
+        help="debug: link cpp_itfs libraries without the version script (the audit then fails on leaks)",
+    )
+    p.add_argument(
+        "--prebuilt",
+        metavar="DIR|URL",
+        help="install the archive of this build's key from DIR or an http(s) base URL instead of "
+        "building (verified: sha256, safe unpacking, audit, key); build as usual when there is none",
+    )
+    p.add_argument(
+        "--publish",
+        dest="publish_to",
+        metavar="DIR",
+        help="after a successful build, store the output's archive (+ .sha256, .json) in DIR by its key",
+    )
     p.set_defaults(func=run)
 
 
 def summary(report, console, layout: BuildLayout | None = None) -> None:
-    from rich.table import Table  # noqa: PLC0415
+    from rich.table import Table  # lazy: start-up of the CLI and of the no-op path
 
     table = Table(title=f"qola build — {len(report.modules)} module(s) in {report.seconds:.1f} s")
     for col in ("module", "status", "sources", "generated", "artifact", "time"):
         table.add_column(col, overflow="fold")
     for m in report.modules:
         style = {"built": "green", "failed": "red"}.get(m.status, "yellow")
-        table.add_row(m.name, f"[{style}]{m.status}[/]", str(m.sources), str(m.generated),
-                      m.artifact.name if m.artifact and m.status == "built" else "-", f"{m.seconds:.1f} s")
+        table.add_row(
+            m.name,
+            f"[{style}]{m.status}[/]",
+            str(m.sources),
+            str(m.generated),
+            m.artifact.name if m.artifact and m.status == "built" else "-",
+            f"{m.seconds:.1f} s",
+        )
     console.print(table)
     problems(report, console, layout)
 
@@ -93,22 +141,53 @@ def problems(report, console, layout: BuildLayout | None = None) -> None:
         text = m.detail or f"error: {m.error}"
         head, _, rest = text.partition("\n")
         head = head.removeprefix("error: ")
-        console.print(f"error: {m.name} failed: {head}", *([rest] if rest else []), sep="\n", markup=False,
-                      highlight=False, soft_wrap=True)
+        console.print(
+            f"error: {m.name} failed: {head}",
+            *([rest] if rest else []),
+            sep="\n",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         if layout is not None:
             console.print(f"  full log: {layout.log(m.name)}", markup=False, highlight=False, soft_wrap=True)
 
 
 def spec_of(args: argparse.Namespace) -> BuildSpec:
     return BuildSpec(
-        manifest=args.manifest, output_dir=args.output_dir, aiter_root=args.aiter_root, archs=tuple(args.archs or ()),
-        mode=args.mode, allow_unpinned=args.allow_unpinned, jobs=args.jobs, build_dir=args.build_dir,
-        launcher=args.launcher, dist=args.dist, remote=args.remote, remote_fallback=args.remote_fallback,
-        remote_options={k: v for k, v in (("instance", args.remote_instance), ("ca", args.remote_ca),
-                                          ("cert", args.remote_client_cert), ("key", args.remote_client_key),
-                                          ("token", args.remote_token)) if v}, dry_run=args.dry_run, verbose=args.verbose,
-        isolate=not args.no_isolation, wait=args.wait, prebuilt=args.prebuilt, publish_to=args.publish_to,
-        argv=tuple(getattr(args, "argv", None) or ()), env=dict(os.environ), **checkout_args(args))
+        manifest=args.manifest,
+        output_dir=args.output_dir,
+        aiter_root=args.aiter_root,
+        archs=tuple(args.archs or ()),
+        mode=args.mode,
+        allow_unpinned=args.allow_unpinned,
+        jobs=args.jobs,
+        build_dir=args.build_dir,
+        launcher=args.launcher,
+        dist=args.dist,
+        remote=args.remote,
+        remote_fallback=args.remote_fallback,
+        remote_options={
+            k: v
+            for k, v in (
+                ("instance", args.remote_instance),
+                ("ca", args.remote_ca),
+                ("cert", args.remote_client_cert),
+                ("key", args.remote_client_key),
+                ("token", args.remote_token),
+            )
+            if v
+        },
+        dry_run=args.dry_run,
+        verbose=args.verbose,
+        isolate=not args.no_isolation,
+        wait=args.wait,
+        prebuilt=args.prebuilt,
+        publish_to=args.publish_to,
+        argv=tuple(getattr(args, "argv", None) or ()),
+        env=dict(os.environ),
+        **checkout_args(args),
+    )
 
 
 class RichReporter(Reporter):
@@ -127,7 +206,7 @@ class RichReporter(Reporter):
     @property
     def console(self):
         if self._console is None:  # rich loads only when something is shown (not for a no-op)
-            from rich.console import Console  # noqa: PLC0415
+            from rich.console import Console  # lazy: start-up of the CLI and of the no-op path
 
             self._console = Console(stderr=True)
         return self._console
@@ -158,10 +237,23 @@ class RichReporter(Reporter):
 
     @contextlib.contextmanager
     def running(self, dry_run: bool):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
+        from rich.progress import (  # lazy: start-up of the CLI and of the no-op path
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=self.console, transient=True, disable=dry_run) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+            disable=dry_run,
+        ) as progress:
             self.progress, self.task = progress, progress.add_task("generating", total=None)
             try:
                 yield
@@ -179,8 +271,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     compiled = report.compiled
     if report.prebuilt is not None:
-        reporter.line(f"qola: installed prebuilt {report.prebuilt.origin} (build key {(report.key or '')[:16]}…) "
-                      f"into {report.prebuilt.out}; nothing compiled")
+        reporter.line(
+            f"qola: installed prebuilt {report.prebuilt.origin} (build key {(report.key or '')[:16]}…) "
+            f"into {report.prebuilt.out}; nothing compiled"
+        )
         reporter.line(f"manifest: {report.manifest_json}")
         return 0
     assert compiled is not None  # neither up to date nor installed: compiled

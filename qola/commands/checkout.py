@@ -8,40 +8,61 @@ import os
 import sys
 
 from qola.commands.common import add_debug
-from qola.errors import QolaError
+from qola.core.errors import QolaError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("checkout", help="clone/fetch the kernel tree, check out the pin, apply the patches",
-                       description="Bring the kernel tree to the manifest's (or --aiter-commit's) commit with its "
-                       "submodules and patch set, without building.")
-    p.add_argument("--manifest", "-m", help="manifest whose [qola] aiter_commit, patches_dir, aiter_url and "
-                   "aiter_root are the defaults of the options below")
+    p = sub.add_parser(
+        "checkout",
+        help="clone/fetch the kernel tree, check out the pin, apply the patches",
+        description="Bring the kernel tree to the manifest's (or --aiter-commit's) commit with its "
+        "submodules and patch set, without building.",
+    )
+    p.add_argument(
+        "--manifest",
+        "-m",
+        help="manifest whose [qola] aiter_commit, patches_dir, aiter_url and "
+        "aiter_root are the defaults of the options below",
+    )
     p.add_argument("--aiter-root", "-a", help="the tree (default: [qola].aiter_root, else the default checkout)")
-    p.add_argument("--aiter-commit", metavar="REV", help="sha, tag or branch to check out (beats the manifest; "
-                   "default: the tree's HEAD, which must exist)")
-    p.add_argument("--patches-dir", metavar="DIR", help="*.patch files applied in lexical order (beats "
-                   "[qola].patches_dir; an empty dir or /dev/null: none)")
-    p.add_argument("--aiter-url", metavar="URL", help="clone URL (beats [qola].aiter_url and QOLA_AITER_URL; "
-                   "default: https://github.com/ROCm/aiter.git)")
+    p.add_argument(
+        "--aiter-commit",
+        metavar="REV",
+        help="sha, tag or branch to check out (beats the manifest; default: the tree's HEAD, which must exist)",
+    )
+    p.add_argument(
+        "--patches-dir",
+        metavar="DIR",
+        help="*.patch files applied in lexical order (beats [qola].patches_dir; an empty dir or /dev/null: none)",
+    )
+    p.add_argument(
+        "--aiter-url",
+        metavar="URL",
+        help="clone URL (beats [qola].aiter_url and QOLA_AITER_URL; default: https://github.com/ROCm/aiter.git)",
+    )
     p.add_argument("--force", action="store_true", help="discard local changes of the tree (never without this)")
-    p.add_argument("--group", action="append", dest="groups", metavar="GROUP",
-                   help="check that the manifest declares these groups (';'-separated, repeatable) and list "
-                   "their modules; the checkout is the same for every group")
+    p.add_argument(
+        "--group",
+        action="append",
+        dest="groups",
+        metavar="GROUP",
+        help="check that the manifest declares these groups (';'-separated, repeatable) and list "
+        "their modules; the checkout is the same for every group",
+    )
     add_debug(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from qola import groups  # noqa: PLC0415
-    from qola.checkout.choice import choose  # noqa: PLC0415
-    from qola.checkout.request import request  # noqa: PLC0415
-    from qola.checkout.sync import ensure  # noqa: PLC0415
+    from qola.checkout.choice import choose  # lazy: start-up of the CLI and of the no-op path
+    from qola.checkout.request import request  # lazy: start-up of the CLI and of the no-op path
+    from qola.checkout.sync import ensure  # lazy: start-up of the CLI and of the no-op path
+    from qola.plan import groups  # lazy: start-up of the CLI and of the no-op path
 
     env = dict(os.environ)
     manifest = None
     if args.manifest:
-        from qola import manifest as manifest_mod  # noqa: PLC0415
+        from qola.plan import manifest as manifest_mod  # lazy: start-up of the CLI and of the no-op path
 
         manifest = manifest_mod.load(args.manifest)
     names = groups.wanted(args.groups, {})[0]
@@ -56,8 +77,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"qola: {choice.how} names the tree to build as it is; not checking it out", file=sys.stderr)
         print(f"AITER ready at {os.path.abspath(choice.path)}")
         return 0
-    req = request(choice.path, manifest, env, commit=args.aiter_commit, patches_dir=args.patches_dir,
-                  url=args.aiter_url, force=args.force)
+    req = request(
+        choice.path,
+        manifest,
+        env,
+        commit=args.aiter_commit,
+        patches_dir=args.patches_dir,
+        url=args.aiter_url,
+        force=args.force,
+    )
     result = ensure(req)
     for note in result.notes:
         print(f"qola: {note}", file=sys.stderr)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from qola.commands.common import add_debug
-from qola.errors import FailedProcessError, QolaError
+from qola.core.errors import FailedProcessError, QolaError
 
 
 @dataclass(frozen=True)
@@ -28,14 +28,14 @@ class Check:
 
 
 def probe_timeout(env: Mapping[str, str]) -> float | None:
-    from qola.toolchain.host import probe_timeout as limit  # noqa: PLC0415
+    from qola.toolchain.host import probe_timeout as limit  # lazy: start-up of the CLI and of the no-op path
 
     return limit(env)
 
 
 def _ninja(env: Mapping[str, str]) -> str:
-    from qola import proc  # noqa: PLC0415
-    from qola.ninja import ninja_binary  # noqa: PLC0415
+    from qola.compile.ninja import ninja_binary  # lazy: start-up of the CLI and of the no-op path
+    from qola.core import proc  # lazy: start-up of the CLI and of the no-op path
 
     exe = ninja_binary()
     return f"{exe} ({proc.run_checked([exe, '--version'], env=env, timeout=probe_timeout(env)).stdout.strip()})"
@@ -43,22 +43,27 @@ def _ninja(env: Mapping[str, str]) -> str:
 
 def _host_cxx(env: Mapping[str, str]) -> str:
     """The host C++ compiler, once it compiled and linked a one-line program with ``env``."""
-    from qola import proc  # noqa: PLC0415
-    from qola.toolchain.host import find_host_cxx  # noqa: PLC0415
+    from qola.core import proc  # lazy: start-up of the CLI and of the no-op path
+    from qola.toolchain.host import find_host_cxx  # lazy: start-up of the CLI and of the no-op path
 
     cxx = find_host_cxx(env)
     with tempfile.TemporaryDirectory(prefix="qola-doctor-") as tmp:
         src = os.path.join(tmp, "t.cpp")
         with open(src, "w") as fh:
             fh.write("int main() { return 0; }\n")
-        proc.run_checked([cxx, src, "-o", os.path.join(tmp, "t")], env=env, cwd=tmp, timeout=probe_timeout(env),
-                         hint="it cannot build a program with this environment (an empty or short PATH leaves a "
-                              "compiler driver without its assembler and linker)")
+        proc.run_checked(
+            [cxx, src, "-o", os.path.join(tmp, "t")],
+            env=env,
+            cwd=tmp,
+            timeout=probe_timeout(env),
+            hint="it cannot build a program with this environment (an empty or short PATH leaves a "
+            "compiler driver without its assembler and linker)",
+        )
     return f"{cxx} (compiles and links)"
 
 
 def _hip(env: Mapping[str, str]) -> str:
-    from qola.toolchain import hip  # noqa: PLC0415
+    from qola.toolchain import hip  # lazy: start-up of the CLI and of the no-op path
 
     path, why = hip.locate_why(env)
     version = hip.read_version(path, hip.rocm_root(path, env), {**env, **hip.CHILD_ENV})[1]
@@ -66,7 +71,7 @@ def _hip(env: Mapping[str, str]) -> str:
 
 
 def _cuda(env: Mapping[str, str]) -> str:
-    from qola.toolchain import cuda  # noqa: PLC0415
+    from qola.toolchain import cuda  # lazy: start-up of the CLI and of the no-op path
 
     path = cuda.locate(env)
     return f"{path} (CUDA {cuda.read_version(path, env)[1]})"
@@ -78,12 +83,13 @@ def _tool(name: str, why: str) -> Callable[[Mapping[str, str]], str]:
         if not found:
             raise QolaError(f"{name} not found on PATH ({why})")
         return found
+
     return find
 
 
 def _jit_cache(env: Mapping[str, str]) -> str:
-    from qola.jit.cache import check_private_dir  # noqa: PLC0415
-    from qola.jit.format import default_cache_dir  # noqa: PLC0415
+    from qola.jit.cache import check_private_dir  # lazy: start-up of the CLI and of the no-op path
+    from qola.jit.format import default_cache_dir  # lazy: start-up of the CLI and of the no-op path
 
     path = default_cache_dir(env)
     if not path.exists():
@@ -115,14 +121,18 @@ def checks(env: Mapping[str, str]) -> list[Check]:
             found.append(Check(name, True, probe(env), required))
         except (QolaError, OSError) as exc:
             detail = exc.render().replace("error: ", "", 1) if isinstance(exc, QolaError) else str(exc)
-            found.append(Check(name, False, detail.replace("\n", "\n    "), required,
-                               broken=isinstance(exc, FailedProcessError)))
+            found.append(
+                Check(name, False, detail.replace("\n", "\n    "), required, broken=isinstance(exc, FailedProcessError))
+            )
     return found
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="check the compilers and tools a build needs",
-                       description="Find the compilers and tools the way `qola build` does and report them.")
+    p = sub.add_parser(
+        "doctor",
+        help="check the compilers and tools a build needs",
+        description="Find the compilers and tools the way `qola build` does and report them.",
+    )
     add_debug(p)
     p.set_defaults(func=run)
 
@@ -131,7 +141,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     """Exit 0 when a build can run (ninja, a host C++ compiler that builds a program and a HIP or
     CUDA compiler) and no tool found is broken, else 1."""
     env = dict(os.environ) if env is None else env
-    from qola import deadlines  # noqa: PLC0415
+    from qola.core import deadlines  # lazy: start-up of the CLI and of the no-op path
 
     deadlines.seconds(deadlines.PROBE, env)  # a bad QOLA_PROBE_TIMEOUT: exit 2 before any probe
     results = checks(env)

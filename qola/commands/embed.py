@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from qola import embed
+from qola.hooks import embed
 
 
 def register(subparsers) -> None:
@@ -17,20 +17,37 @@ def register(subparsers) -> None:
         "Assemble the .S with the host compiler: cc -c -x assembler qola_embedded_<module>.S "
         "(add -Wa,--MD,FILE for a depfile naming every embedded file).",
     )
-    p.add_argument("--hsa-dir", required=True, metavar="DIR",
-                   help="the hsa/ directory, or a tree root holding hsa/ or aiter_meta/hsa/")
-    p.add_argument("--arch", action="append", required=True, metavar="ARCH", dest="archs",
-                   help="target architecture (repeatable), e.g. gfx942")
+    p.add_argument(
+        "--hsa-dir",
+        required=True,
+        metavar="DIR",
+        help="the hsa/ directory, or a tree root holding hsa/ or aiter_meta/hsa/",
+    )
+    p.add_argument(
+        "--arch",
+        action="append",
+        required=True,
+        metavar="ARCH",
+        dest="archs",
+        help="target architecture (repeatable), e.g. gfx942",
+    )
     types = p.add_mutually_exclusive_group(required=True)
-    types.add_argument("--subdirs", nargs="+", metavar="TYPE",
-                       help="kernel types: directories under hsa/<arch>/ (searched recursively)")
-    types.add_argument("--all-types", action="store_true",
-                       help="every code object under hsa/<arch>/")
+    types.add_argument(
+        "--subdirs",
+        nargs="+",
+        metavar="TYPE",
+        help="kernel types: directories under hsa/<arch>/ (searched recursively)",
+    )
+    types.add_argument("--all-types", action="store_true", help="every code object under hsa/<arch>/")
     p.add_argument("--output-dir", required=True, metavar="DIR")
     p.add_argument("--namespace", default="qola", help="C/C++ namespace prefix (default: qola)")
     p.add_argument("--module", default="asm", help="module name used in file and symbol names (default: asm)")
-    p.add_argument("--align", type=int, default=embed.ALIGN,
-                   help=f"byte alignment of every blob, a power of two (default: {embed.ALIGN})")
+    p.add_argument(
+        "--align",
+        type=int,
+        default=embed.ALIGN,
+        help=f"byte alignment of every blob, a power of two (default: {embed.ALIGN})",
+    )
     p.set_defaults(func=run)
 
 

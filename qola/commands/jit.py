@@ -13,13 +13,13 @@ import os
 import sys
 from pathlib import Path
 
-from qola.errors import QolaError
-from qola.fsutil import remove
+from qola.core.errors import QolaError
+from qola.core.fsutil import remove
+from qola.jit import format as fmt
 from qola.jit import headers as hdr
 from qola.jit import libtable, safeio
 from qola.jit import prebuild as pb
 from qola.jit.cache import JitCache
-from qola.jit import format as fmt
 from qola.jit.format import default_cache_dir
 
 EXIT_BROKEN = 1
@@ -32,21 +32,38 @@ def register(subparsers) -> None:
         description="Deferred kernel instances are compiled on first use into the JIT cache. "
         "These commands fill it ahead of time, list it, check it and clean it.",
     )
-    p.add_argument("--cache-dir", type=Path, metavar="DIR",
-                   help="cache dir (default: QOLA_JIT_CACHE_DIR, else $XDG_CACHE_HOME/qola/jit or ~/.cache/qola/jit)")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="cache dir (default: QOLA_JIT_CACHE_DIR, else $XDG_CACHE_HOME/qola/jit or ~/.cache/qola/jit)",
+    )
     sub = p.add_subparsers(dest="jit_command", metavar="ACTION", required=True)
 
-    b = sub.add_parser("prebuild", help="compile deferred units of a build output into the cache",
-                       description="Compile the deferred units of OUT (same keys, format and locking as the "
-                       "runtime) into the cache, or into a prebuilt dir to ship.")
+    b = sub.add_parser(
+        "prebuild",
+        help="compile deferred units of a build output into the cache",
+        description="Compile the deferred units of OUT (same keys, format and locking as the "
+        "runtime) into the cache, or into a prebuilt dir to ship.",
+    )
     b.add_argument("out", type=Path, metavar="OUT", help="build output dir (or OUT/jit, or OUT/jit/<module>)")
     b.add_argument("--filter", metavar="PATTERN", help="fnmatch pattern on unit names (default: all)")
     b.add_argument("-j", "--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2), metavar="N")
-    b.add_argument("--prebuilt-dir", type=Path, metavar="D",
-                   help="write here (for QOLA_JIT_PREBUILT_DIR or OUT/jit/prebuilt) instead of the cache")
-    b.add_argument("--library", type=Path, action="append", default=[], metavar="LIB",
-                   help="the library (.so/.a) whose recorded JIT table OUT/jit is checked against "
-                        "(default: the libraries in OUT/lib)")
+    b.add_argument(
+        "--prebuilt-dir",
+        type=Path,
+        metavar="D",
+        help="write here (for QOLA_JIT_PREBUILT_DIR or OUT/jit/prebuilt) instead of the cache",
+    )
+    b.add_argument(
+        "--library",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="LIB",
+        help="the library (.so/.a) whose recorded JIT table OUT/jit is checked against "
+        "(default: the libraries in OUT/lib)",
+    )
     b.set_defaults(func=run_prebuild)
 
     ls = sub.add_parser("ls", help="list cache entries, or the units of OUT and whether they are ready")
@@ -54,10 +71,13 @@ def register(subparsers) -> None:
     ls.add_argument("--library", type=Path, action="append", default=[], metavar="LIB", help="as for prebuild")
     ls.set_defaults(func=run_ls)
 
-    v = sub.add_parser("verify", help="re-hash every cache entry, report stale temp files; exit 1 if any is broken",
-                       description="Check every cache entry (file types, owner, mode, size, sha256, the record "
-                       "of its sources), the unpacked headers and leftover temp files. With OUT (or --library), "
-                       "entries of its units must have been built from the sources its library recorded.")
+    v = sub.add_parser(
+        "verify",
+        help="re-hash every cache entry, report stale temp files; exit 1 if any is broken",
+        description="Check every cache entry (file types, owner, mode, size, sha256, the record "
+        "of its sources), the unpacked headers and leftover temp files. With OUT (or --library), "
+        "entries of its units must have been built from the sources its library recorded.",
+    )
     v.add_argument("out", type=Path, nargs="?", metavar="OUT", help="also check against this build output")
     v.add_argument("--library", type=Path, action="append", default=[], metavar="LIB", help="as for prebuild")
     v.add_argument("--fix", action="store_true", help="remove broken entries and stale temp files")
@@ -118,7 +138,9 @@ def run_ls(args: argparse.Namespace) -> int:
         for e in cache.entries():
             n += 1
             status = "ok" if e.problem is None else f"BROKEN: {e.problem}"
-            print(f"{fmt.short(e.key)}  {e.size:>10}  {e.fields.get('module', '?')}/{e.fields.get('unit', '?')}  {status}")
+            print(
+                f"{fmt.short(e.key)}  {e.size:>10}  {e.fields.get('module', '?')}/{e.fields.get('unit', '?')}  {status}"
+            )
         print(f"{n} entries in {cache.path}")
         return 0
     units = pb.select_units(pb.find_jit_dirs(args.out), env, libraries=args.library)

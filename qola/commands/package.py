@@ -9,10 +9,13 @@ from qola.commands.common import add_debug
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("package", help="archive a finished output dir by its build key (for --prebuilt)",
-                       description="Audit OUT (as qola audit does) and write its current version as "
-                       "<namespace>-<key[:16]>.tar.gz (deterministic), with .sha256 and .json beside it, into DIR: "
-                       "what qola build --prebuilt DIR|URL installs.")
+    p = sub.add_parser(
+        "package",
+        help="archive a finished output dir by its build key (for --prebuilt)",
+        description="Audit OUT (as qola audit does) and write its current version as "
+        "<namespace>-<key[:16]>.tar.gz (deterministic), with .sha256 and .json beside it, into DIR: "
+        "what qola build --prebuilt DIR|URL installs.",
+    )
     p.add_argument("output_dir", metavar="OUT", help="the -o directory of a finished qola build")
     p.add_argument("--into", default=".", metavar="DIR", help="where the archive goes (default: the current dir)")
     add_debug(p)
@@ -20,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qola.prebuilt import package  # noqa: PLC0415
+    from qola.store.prebuilt import package  # lazy: start-up of the CLI and of the no-op path
 
     done = package(Path(args.output_dir), Path(args.into))
     print(f"{done.archive}\nsha256 {done.sha256}\nbuild key {done.key}")

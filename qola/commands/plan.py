@@ -8,28 +8,37 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from qola.commands.common import add_manifest_args, plan_spec, warn
-from qola.pipeline import plan as whole_plan
+from qola.pipeline.run import plan as whole_plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="resolve the manifest against the tree and print the build plan",
-                       description="Resolve the manifest against the kernel tree and print the plan.")
+    p = sub.add_parser(
+        "plan",
+        help="resolve the manifest against the tree and print the build plan",
+        description="Resolve the manifest against the kernel tree and print the plan.",
+    )
     add_manifest_args(p)
-    p.add_argument("--json", action="store_true",
-                   help='print the plan as JSON: {"modules": [...], "settings": {...}} with generator filters, the JIT split '
-                   "and the build's settings as the command line, the manifest and the environment give them")
-    p.add_argument("--key", action="store_true",
-                   help="probe the toolchain and print the build key (what --prebuilt looks up); with --json, "
-                   "every input of the key and each part's digest (to see why two keys differ)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print the plan as JSON: {"modules": [...], "settings": {...}} with generator filters, the JIT split '
+        "and the build's settings as the command line, the manifest and the environment give them",
+    )
+    p.add_argument(
+        "--key",
+        action="store_true",
+        help="probe the toolchain and print the build key (what --prebuilt looks up); with --json, "
+        "every input of the key and each part's digest (to see why two keys differ)",
+    )
     p.add_argument("--no-isolation", action="store_true", help="the key of a build run with --no-isolation")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.key:
-        from dataclasses import replace  # noqa: PLC0415
+        from dataclasses import replace  # lazy: start-up of the CLI and of the no-op path
 
-        from qola.pipeline import build_key  # noqa: PLC0415
+        from qola.pipeline.run import build_key  # lazy: start-up of the CLI and of the no-op path
 
         key = build_key(replace(plan_spec(args), isolate=not args.no_isolation))
         print(json.dumps(key.explain(), indent=2, sort_keys=True) if args.json else key.key)
@@ -47,8 +56,10 @@ def run(args: argparse.Namespace) -> int:
                 gen["files"] = files.get((mod.name, i))
         print(json.dumps(data, indent=2, sort_keys=True))
         return 0
-    print(f"namespace {plan.namespace}  archs {', '.join(plan.archs)}  tree {plan.tree_root}"
-          f"  commit {plan.tree_commit or '(not a git checkout)'}")
+    print(
+        f"namespace {plan.namespace}  archs {', '.join(plan.archs)}  tree {plan.tree_root}"
+        f"  commit {plan.tree_commit or '(not a git checkout)'}"
+    )
     for m in plan.modules:
         print(f"\n{m.name} -> {m.md_name}  [{m.mode}, {'python module' if m.is_python_module else m.link}]")
         print(f"  sources     {len(m.sources)}")
@@ -65,15 +76,17 @@ def run(args: argparse.Namespace) -> int:
                 print(f"    files     {_summary(listed, plan.archs)}")
         for src, names in m.gates:
             print(f"  switches    {Path(src).name} gates kernel code on {', '.join(names)}")
-        if m.api is not None:  # the C++ API read from the tree, re-declared in qola::<ns>:: (qola.itfs)
+        if m.api is not None:  # the C++ API read from the tree, re-declared in qola::<ns>:: (qola.plan.itfs)
             print(f"  api         {m.api.public_header}, from the tree's {m.api.header}")
             for d in (*m.api.decls, *m.api.provided):
                 where = "qola's" if d.body is not None else "the tree's"
                 cond = f"  [#if {' && '.join(d.conditions)}]" if d.conditions else ""
                 print(f"    {d.signature()}  ({where}){cond}")
         if m.jit is not None:
-            print(f"  jit         {len(m.jit.ahead)} instance(s) ahead, every other generated one deferred"
-                  f" (stubs: {m.jit.style})")
+            print(
+                f"  jit         {len(m.jit.ahead)} instance(s) ahead, every other generated one deferred"
+                f" (stubs: {m.jit.style})"
+            )
         if m.flags_extra_hip:
             print(f"  hip flags   {' '.join(m.flags_extra_hip)}")
         if m.flags_extra_cc:
@@ -86,9 +99,9 @@ def generated_files(plan, env: Mapping[str, str]) -> dict[tuple[str, int], dict[
     """(module, generator index) -> {file stem: the plan archs it holds device code for}, from the
     generator's own ``--list_blobs`` (CK's fMHA generator; others cannot list their files: absent).
     A listing that fails is None (the build will run the generator and say why)."""
-    from qola import genrules  # noqa: PLC0415
-    from qola.errors import QolaError  # noqa: PLC0415
-    from qola.variants import list_blobs  # noqa: PLC0415
+    from qola.core.errors import QolaError  # lazy: start-up of the CLI and of the no-op path
+    from qola.plan import genrules  # lazy: start-up of the CLI and of the no-op path
+    from qola.plan.variants import list_blobs  # lazy: start-up of the CLI and of the no-op path
 
     out: dict[tuple[str, int], dict[str, list[str]] | None] = {}
     for mod in plan.modules:

@@ -7,14 +7,17 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from qola import variants as V
 from qola.commands.common import add_manifest_args, prepare, warn
+from qola.plan import variants as V
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("variants", help="show the generator filters the manifest's variants give, and what they select",
-                       description="Resolve [[mha_fwd_variants]], [[mha_bwd_variants]] and [[variants]] into "
-                       "generator --filter patterns and count the instances each selects (from --list_blobs).")
+    p = sub.add_parser(
+        "variants",
+        help="show the generator filters the manifest's variants give, and what they select",
+        description="Resolve [[mha_fwd_variants]], [[mha_bwd_variants]] and [[variants]] into "
+        "generator --filter patterns and count the instances each selects (from --list_blobs).",
+    )
     add_manifest_args(p)
     p.add_argument("--json", action="store_true", help='print {"variants": [...], "totals": {...}} as JSON')
     p.set_defaults(func=run)
@@ -32,15 +35,25 @@ def report(plan, manifest, env) -> dict:
     rows = []
     for sel, names in zip(res.selections, found):
         gen = mods[sel.module].generators[sel.generator]
-        rows.append({"module": sel.module, "direction": gen.direction or gen.script, "source": sel.source,
-                     "options": dict(sel.options), "filter": sel.filter, "instances": sorted(names)})
+        rows.append(
+            {
+                "module": sel.module,
+                "direction": gen.direction or gen.script,
+                "source": sel.source,
+                "options": dict(sel.options),
+                "filter": sel.filter,
+                "instances": sorted(names),
+            }
+        )
     totals: dict = {}
-    for (mod, i, sels), names in zip(gens, found[len(res.selections):]):
+    for (mod, i, sels), names in zip(gens, found[len(res.selections) :]):
         gen = mod.generators[i]
         full = [n for n in res.listings[(mod.name, i)] if not V.is_api(n)]
         totals.setdefault(mod.name, {})[gen.direction or gen.script] = {
-            "command": gen.command, "filter": V.join_filter(sels, sels[0].flavor),
-            "unfiltered": len(full), "selected": len(names),
+            "command": gen.command,
+            "filter": V.join_filter(sels, sels[0].flavor),
+            "unfiltered": len(full),
+            "selected": len(names),
             "reduction": round(len(full) / len(names), 1) if names else None,
         }
     return {"variants": rows, "totals": totals}
@@ -62,11 +75,18 @@ def run(args: argparse.Namespace) -> int:
     for row in data["variants"]:
         tot = data["totals"][row["module"]][row["direction"]]
         opts = ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in row["options"].items())
-        table.add_row(row["module"], row["direction"], opts, row["filter"], str(len(row["instances"])),
-                      str(tot["unfiltered"]))
+        table.add_row(
+            row["module"], row["direction"], opts, row["filter"], str(len(row["instances"])), str(tot["unfiltered"])
+        )
     for mod, dirs in data["totals"].items():
         for direction, tot in dirs.items():
-            table.add_row(mod, direction, "[bold]all declared[/bold]", tot["filter"], f"[bold]{tot['selected']}[/bold]",
-                          f"{tot['unfiltered']} ({tot['reduction']}x)")
+            table.add_row(
+                mod,
+                direction,
+                "[bold]all declared[/bold]",
+                tot["filter"],
+                f"[bold]{tot['selected']}[/bold]",
+                f"{tot['unfiltered']} ({tot['reduction']}x)",
+            )
     Console().print(table)
     return 0

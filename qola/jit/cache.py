@@ -34,9 +34,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from qola.errors import QolaError
-from qola.fsutil import atomic_write, commit, remove
-from qola.hashing import file_sha256
+from qola.core.errors import QolaError
+from qola.core.fsutil import atomic_write, commit, remove
+from qola.core.hashing import file_sha256
 from qola.jit import format as fmt
 from qola.jit import safeio
 from qola.jit.format import HEX64, NETWORK_FS, parse_meta, render_meta
@@ -52,8 +52,7 @@ def check_private_dir(path: Path, *, follow: bool = True) -> None:
     except OSError as exc:
         raise QolaError(f"cannot use JIT cache dir {path}: {exc.strerror}") from exc
     if not stat.S_ISDIR(st.st_mode):
-        raise QolaError(f"JIT cache dir {path} is not a directory",
-                        hint=NOT_A_DIR_HINT)
+        raise QolaError(f"JIT cache dir {path} is not a directory", hint=NOT_A_DIR_HINT)
     if st.st_uid != os.geteuid():
         raise QolaError(
             f"refusing JIT cache dir {path}: owned by uid {st.st_uid}, not by the current user (uid {os.geteuid()})",
@@ -128,8 +127,7 @@ class JitCache:
         self.path = Path(path)
         self.readonly = readonly
         if self.path.exists() and not self.path.is_dir():
-            raise QolaError(f"JIT cache dir {self.path} is not a directory",
-                            hint=NOT_A_DIR_HINT)
+            raise QolaError(f"JIT cache dir {self.path} is not a directory", hint=NOT_A_DIR_HINT)
         if create and not readonly:
             try:
                 self.path.mkdir(mode=fmt.DIR_MODE, parents=True, exist_ok=True)
@@ -280,28 +278,31 @@ class JitCache:
     def lock(self, key: str, *, blocking: bool = True, wait: float = math.inf) -> Iterator[bool]:
         """flock the key's lock file (same file and protocol as the runtime). Yields False
         if ``blocking`` is False and another process holds it. Blocking, it waits up to ``wait``
-        seconds, saying so (:func:`qola.lock.wait_flock`: a QolaError past it, Interrupted on SIGTERM)."""
-        from qola.lock import try_flock, wait_flock  # noqa: PLC0415
+        seconds, saying so (:func:`qola.core.lock.wait_flock`: a QolaError past it, Interrupted on SIGTERM)."""
+        from qola.core.lock import try_flock, wait_flock  # lazy: paid only by the callers that need it
 
         if self.readonly:
             raise QolaError(f"{self.path} is a prebuilt dir: it is never locked or written")
         path = self.lock_dir() / fmt.lock_name(key)
         for _ in range(100):
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, fmt.PRIVATE_MODE)
+                fd = os.open(
+                    path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, fmt.PRIVATE_MODE
+                )
             except OSError as exc:
                 raise QolaError(f"cannot open the lock {path}: {exc.strerror}") from None
             try:
-                got = (wait_flock(fd, f"the JIT cache lock {path}", wait=wait) if blocking else try_flock(fd))
+                got = wait_flock(fd, f"the JIT cache lock {path}", wait=wait) if blocking else try_flock(fd)
             except BaseException:
                 os.close(fd)
                 raise
             if not got:
                 os.close(fd)
                 if blocking:
-                    raise QolaError(f"waited {wait:g} s for the JIT cache lock {path}: another process still holds it",
-                                    hint="a JIT compile of the same kernel is running; try again later, or raise "
-                                         "QOLA_LOCK_TIMEOUT")
+                    raise QolaError(
+                        f"waited {wait:g} s for the JIT cache lock {path}: another process still holds it",
+                        hint="a JIT compile of the same kernel is running; try again later, or raise QOLA_LOCK_TIMEOUT",
+                    )
                 yield False
                 return
             try:
@@ -355,6 +356,6 @@ def _make_dir(d: Path, what: str) -> None:
 
 
 def _remove(p: Path) -> None:
-    """:func:`qola.fsutil.remove` (never follows a link), ignoring what cannot be removed."""
+    """:func:`qola.core.fsutil.remove` (never follows a link), ignoring what cannot be removed."""
     with contextlib.suppress(OSError):
         remove(p)

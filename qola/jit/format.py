@@ -45,8 +45,19 @@ META_SUFFIX = ".meta"
 META_HEAD = "qola-jit-entry 1\n"
 # one "<field> <value>\n" line each, in this order, after META_HEAD ('\n'-separated; the first
 # space splits; values hold no newline)
-META_FIELDS = ("key", "size", "sha256", "unit", "module", "compiler", "compiler_id", "content_key",
-               "source_sha256", "headers_sha256", "created")
+META_FIELDS = (
+    "key",
+    "size",
+    "sha256",
+    "unit",
+    "module",
+    "compiler",
+    "compiler_id",
+    "content_key",
+    "source_sha256",
+    "headers_sha256",
+    "created",
+)
 PROVENANCE = ("content_key", "source_sha256", "compiler_id")  # 64 hex each; headers_sha256: 64 hex or ""
 MAX_SIZE_DIGITS = 19  # the size field: at most 19 decimal digits
 
@@ -174,7 +185,7 @@ def default_cache_dir(env: Mapping[str, str]) -> Path:
     return Path(home + HOME_SUBDIR)
 
 
-# -- recorded usage and the coverage contract (docs/usage.md; qola.usage reads the records) ------
+# -- recorded usage and the coverage contract (docs/usage.md; qola.store.usage reads the records) ------
 ENV_USAGE_DIR = "QOLA_USAGE_DIR"  # opt-in: the runtime writes one record file per process there
 ENV_COVERAGE = "QOLA_JIT_COVERAGE"  # "strict": a miss is an error; "report": compiled, reported once
 USAGE_HEAD = "qola-usage 1"  # first field of every record line
@@ -199,5 +210,18 @@ SECTION = ".qola_jit"  # ELF section holding the library's table as text
 RECORD_HEAD = "qola-jit-table 1\n"
 # the C structs of the generated table (qola_jit.h), field by field in declaration order
 ENTRY_STRUCT = ("name", "entry_symbol", "source_rel", "source_sha256", "content_key", "flags", "arch", "n_funcs")
-MODULE_STRUCT = ("name", "jit_dir_rel", "lang", "compiler", "compiler_id", "headers", "headers_sha256",
-                 "headers_digest", "entries", "n_entries", "record", "manifest_name", "build_key")
+MODULE_STRUCT = (
+    "name",
+    "jit_dir_rel",
+    "lang",
+    "compiler",
+    "compiler_id",
+    "headers",
+    "headers_sha256",
+    "headers_digest",
+    "entries",
+    "n_entries",
+    "record",
+    "manifest_name",
+    "build_key",
+)

@@ -30,8 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qola.errors import QolaError
-from qola.fsutil import atomic_write
+from qola.core.errors import QolaError
+from qola.core.fsutil import atomic_write
 from qola.jit import format as fmt
 from qola.jit import safeio
 from qola.jit.format import COMPLETE, HEADERS_TOKEN, MAX_TREE_DEPTH, MAX_TREE_ENTRIES
@@ -125,7 +125,7 @@ def tar_gz_bytes(files: Iterable[tuple[str, bytes]]) -> bytes:
 
 
 def write_tar_gz(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
-    """:func:`tar_gz_bytes` written atomically (:func:`qola.fsutil.atomic_write`)."""
+    """:func:`tar_gz_bytes` written atomically (:func:`qola.core.fsutil.atomic_write`)."""
     atomic_write(path, tar_gz_bytes(files))
 
 

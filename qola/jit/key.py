@@ -23,15 +23,13 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from qola import deadlines, proc
-from qola.errors import QolaError
+from qola.core import deadlines, proc
+from qola.core.errors import QolaError
 from qola.jit import format as fmt
 
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
 
 
 def headers_digest(files: Iterable[tuple[str, bytes]]) -> str:
@@ -107,8 +105,13 @@ def probe_compiler(name: str, env: Mapping[str, str]) -> JitCompiler:
     path = which(name, env)
     if path is None:
         raise QolaError(f"JIT compiler {name!r} not found", hint="give an absolute path or put it in PATH")
-    done = proc.run_checked([path, "--version"], env=env, stderr=proc.DEVNULL, text=False,
-                            timeout=deadlines.timeout(deadlines.PROBE, env),
-                            hint="is the compiler installed correctly?")
+    done = proc.run_checked(
+        [path, "--version"],
+        env=env,
+        stderr=proc.DEVNULL,
+        text=False,
+        timeout=deadlines.timeout(deadlines.PROBE, env),
+        hint="is the compiler installed correctly?",
+    )
     first = done.stdout.decode(errors="replace").strip().splitlines()
     return JitCompiler(path=path, identity=compiler_identity(path, done.stdout), version=first[0] if first else "")

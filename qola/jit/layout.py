@@ -22,15 +22,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from qola import registry
-from qola.errors import QolaError
-from qola.fsutil import replace_tree, write_if_changed
+from qola.core.errors import QolaError
+from qola.core.fsutil import replace_tree, write_if_changed
 from qola.jit import format as fmt
 from qola.jit import headers as hdr
 from qola.jit import key as jkey
 from qola.jit import libtable, schema, stubs
 from qola.jit.cxx import CxxError
-
+from qola.plan import registry
 
 
 @dataclass(frozen=True)
@@ -144,8 +143,7 @@ def render_table(spec: JitModuleSpec, records: Sequence[JitUnitRecord], flags: S
         f"const char k_flags[] = {_c(chr(10).join(flags))};\n"
         f"const char k_arch[] = {_c(spec.arch)};\n"
         "const qola_jit_entry k_entries[] = {\n" + "\n".join(rows) + "\n};\n"
-        f"__attribute__((section(\"{fmt.SECTION}\"), used, aligned(1))) const char k_record[] =\n"
-        + record_lines + ";\n"
+        f'__attribute__((section("{fmt.SECTION}"), used, aligned(1))) const char k_record[] =\n' + record_lines + ";\n"
         "} // namespace\n\n"
         f"extern const qola_jit_module module_{ident} QOLA_JIT_HIDDEN;\n"
         f"const qola_jit_module module_{ident} = {{\n    {module}}};\n"
@@ -255,7 +253,9 @@ def render_jit_module(spec: JitModuleSpec, units: Sequence[tuple[str, Path]], *,
     }  # fmt: skip
     tree[fmt.INDEX] = (json.dumps(index, indent=1) + "\n").encode()
     table = stub_dir / f"qola_jit_table_{ident}.cpp"
-    sources.append((table, render_table(spec, records, flags, fmt.BUNDLE if bundle else "", headers_sha, headers_digest)))
+    sources.append(
+        (table, render_table(spec, records, flags, fmt.BUNDLE if bundle else "", headers_sha, headers_digest))
+    )
     output = JitModuleOutput(
         module=spec.module, jit_dir=final, index=final / fmt.INDEX, table_source=table,
         stub_sources=tuple(stub_sources), runtime_sources=runtime_sources(), include_dir=runtime_dir(),

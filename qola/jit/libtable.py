@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from qola.errors import QolaError
+from qola.core.errors import QolaError
 from qola.jit import format as fmt
 from qola.jit import safeio, schema
 
@@ -124,8 +124,8 @@ def _ar_members(f: BinaryIO, total: int) -> Iterator[tuple[int, int]]:
 
 
 def _sections(stream: BinaryIO) -> bytes | None:
-    from elftools.common.exceptions import ELFError  # noqa: PLC0415
-    from elftools.elf.elffile import ELFFile  # noqa: PLC0415
+    from elftools.common.exceptions import ELFError  # lazy: paid only by the callers that need it
+    from elftools.elf.elffile import ELFFile  # lazy: paid only by the callers that need it
 
     try:
         sec = ELFFile(stream).get_section_by_name(fmt.SECTION)

@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qola import deadlines, proc
-from qola.errors import FailedProcessError, QolaError
-from qola.fsutil import atomic_write, commit, remove
+from qola.core import deadlines, proc
+from qola.core.errors import FailedProcessError, QolaError
+from qola.core.fsutil import atomic_write, commit, remove
 from qola.jit import format as fmt
 from qola.jit import headers as hdr
 from qola.jit import key as jkey
@@ -55,7 +55,7 @@ def find_jit_dirs(out: Path) -> list[Path]:
     hint = "give the build's output dir (it has jit/<module>/index.json)"
     if out.exists() and not out.is_dir():
         raise QolaError(f"{out} is not a directory", hint=hint)
-    from qola import outdir  # noqa: PLC0415
+    from qola.output import outdir  # lazy: paid only by the callers that need it
 
     if outdir.interrupted(out):  # a publish killed mid-switch: completed before OUT/jit is read
         with outdir.reading(out):

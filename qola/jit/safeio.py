@@ -6,9 +6,9 @@
 * Cache files and directories must also be *trusted*: owned by the current user or root and
   not writable by group or others (:func:`untrusted`).
 
-Errors are :class:`Refused` (a :class:`~qola.errors.QolaError`: exit 2 at the CLI, or a
+Errors are :class:`Refused` (a :class:`~qola.core.errors.QolaError`: exit 2 at the CLI, or a
 "problem" string where the cache reports broken entries); ``missing`` says the path did not exist.
-Plain reads of untrusted inputs reuse :func:`qola.tree.files.read_small`; what it cannot do (owner
+Plain reads of untrusted inputs reuse :func:`qola.plan.tree.files.read_small`; what it cannot do (owner
 and mode checks on the open descriptor, ``dir_fd``, hashing large files without reading them
 into memory, comparing the size before hashing) is here.
 """
@@ -23,9 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from qola.errors import QolaError
+from qola.core.errors import QolaError
 from qola.jit.format import MiB
-
 
 
 class Refused(QolaError):
@@ -120,11 +119,11 @@ def sha256_fd(fd: int, limit: int) -> tuple[str, int]:
 def read_regular(path: str | os.PathLike, *, max_size: int, trusted: bool = False, follow: bool = False) -> bytes:
     """The bytes of a regular file. Untrusted inputs that are followed through links (index.json,
     sources, the bundle: all verified afterwards) go through the tree inputs' reader
-    (:func:`qola.tree.files.read_small`); cache files through :func:`open_regular` (owner, mode)."""
+    (:func:`qola.plan.tree.files.read_small`); cache files through :func:`open_regular` (owner, mode)."""
     read_small = None
     if follow and not trusted:
         try:
-            from qola.tree.files import read_small  # noqa: PLC0415
+            from qola.plan.tree.files import read_small  # lazy: paid only by the callers that need it
         except ImportError:  # a tree without the tree inputs' reader: the same checks below
             pass
     if read_small is not None:

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from qola.errors import QolaError
+from qola.core.errors import QolaError
 from qola.jit import format as fmt
 from qola.jit import safeio
 
@@ -69,7 +69,7 @@ def check(value: Any, spec: Spec, where: str, path: str = "") -> None:
             raise _bad(where, path, "a string without NUL or newlines", value)
     elif spec in ("hex", "hex?"):
         if not isinstance(value, str) or not (fmt.HEX64.fullmatch(value) or (spec == "hex?" and value == "")):
-            raise _bad(where, path, "a lowercase sha256 hex digest" + (" (or \"\")" if spec == "hex?" else ""), value)
+            raise _bad(where, path, "a lowercase sha256 hex digest" + (' (or "")' if spec == "hex?" else ""), value)
     elif spec == "name":
         if not isinstance(value, str) or not NAME.fullmatch(value):
             raise _bad(where, path, "a name (one path component, no control characters)", value)

@@ -21,8 +21,14 @@ if TYPE_CHECKING:
 
 # re-exported names -> their module, imported on first use (``qola.toolchain.identity`` stays cheap
 # for the no-op fast path)
-_LAZY = {"arch_base": "archs", "validate_archs": "archs", "vendor_of": "archs", "Toolchain": "base",
-         "default_jobs": "host", "find_host_cxx": "host"}
+_LAZY = {
+    "arch_base": "archs",
+    "validate_archs": "archs",
+    "vendor_of": "archs",
+    "Toolchain": "base",
+    "default_jobs": "host",
+    "find_host_cxx": "host",
+}
 
 __all__ = [
     "Toolchain",
@@ -60,14 +66,21 @@ def find_toolchain(
     probing (``--dry-run``); ``drop_hip_flags`` (HIP only): entries of AITER's flag set left out
     (``[build] drop_hip_flags``). Raises QolaError with a hint for every user-fixable problem.
     """
-    from qola.toolchain.archs import validate_archs  # noqa: PLC0415
+    from qola.toolchain.archs import validate_archs  # lazy: paid only by the callers that need it
 
     kind, archs = validate_archs(archs)
     if kind == "hip":
-        from qola.toolchain.hip import find_hip
+        from qola.toolchain.hip import find_hip  # lazy: paid only by the callers that need it
 
-        return find_hip(archs, env=env, accepted_versions=accepted_versions, cache_dir=cache_dir,
-                        compiler=compiler, assume_version=assume_version, drop=drop_hip_flags)
-    from qola.toolchain.cuda import find_cuda
+        return find_hip(
+            archs,
+            env=env,
+            accepted_versions=accepted_versions,
+            cache_dir=cache_dir,
+            compiler=compiler,
+            assume_version=assume_version,
+            drop=drop_hip_flags,
+        )
+    from qola.toolchain.cuda import find_cuda  # lazy: paid only by the callers that need it
 
     return find_cuda(archs, env=env, accepted_versions=accepted_versions, cache_dir=cache_dir, compiler=compiler)

@@ -4,7 +4,7 @@ HIP targets are AMD target IDs: ``gfx`` + digits + an optional letter, followed
 by optional ``:feature+`` / ``:feature-`` settings (``gfx90a:xnack-``).
 CUDA targets are ``sm_<digits>`` with an optional ``a`` (arch-specific, e.g.
 ``sm_90a``) or ``f`` (family-specific) suffix. The syntax and the list rules are
-:mod:`qola.rules`' (shared with the manifest); this module adds the toolchain's messages and the
+:mod:`qola.core.rules`' (shared with the manifest); this module adds the toolchain's messages and the
 CUDA code names.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from qola import rules
-from qola.errors import QolaError
+from qola.core import rules
+from qola.core.errors import QolaError
 
 HIP = "hip"
 CUDA = "cuda"
@@ -21,7 +21,7 @@ arch_base = rules.processor  # "gfx90a:xnack-" -> "gfx90a"
 
 
 def vendor_of(arch: str) -> str:
-    """``"hip"`` for a gfx target ID, ``"cuda"`` for ``sm_XX`` (:func:`qola.rules.vendor`); QolaError otherwise."""
+    """``"hip"`` for a gfx target ID, ``"cuda"`` for ``sm_XX`` (:func:`qola.core.rules.vendor`); QolaError otherwise."""
     found = rules.vendor(arch)
     if found:
         return found
@@ -32,7 +32,7 @@ def vendor_of(arch: str) -> str:
 
 
 def validate_archs(archs: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-    """Check a list of architectures (:func:`qola.rules.archs_problem`); return (vendor,
+    """Check a list of architectures (:func:`qola.core.rules.archs_problem`); return (vendor,
     de-duplicated archs in order)."""
     if isinstance(archs, str):
         archs = [archs]
@@ -46,8 +46,14 @@ def validate_archs(archs: Sequence[str]) -> tuple[str, tuple[str, ...]]:
         vendor_of(arch)  # an unknown one: its own message and hint
     problem = rules.archs_problem(cleaned)
     if problem:
-        hint = ("one build targets one toolchain: keep only gfx* (HIP) or only sm_* (CUDA) architectures, "
-                "and run a second build for the other vendor") if "mix" in problem else "keep one target ID per processor"
+        hint = (
+            (
+                "one build targets one toolchain: keep only gfx* (HIP) or only sm_* (CUDA) architectures, "
+                "and run a second build for the other vendor"
+            )
+            if "mix" in problem
+            else "keep one target ID per processor"
+        )
         raise QolaError(problem, hint=hint)
     return vendor_of(cleaned[0]), cleaned
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 DISCARD_LOCALS = "-Wl,--discard-all"  # see Toolchain.discard_locals
@@ -55,7 +55,7 @@ class Toolchain:
 
     def unit_flags_for(self, name: str, uid: str) -> list[str]:
         """Flags naming one source by ``name`` (its path with the roots mapped,
-        :class:`qola.pathmap.PathMap`) and ``uid`` (:func:`qola.pathmap.unit_id`) instead of its
+        :class:`qola.compile.pathmap.PathMap`) and ``uid`` (:func:`qola.compile.pathmap.unit_id`) instead of its
         real path, from which nvcc derives its module id and clang its HIP CUID."""
         return [f.format(name=name, uid=uid) for f in self.unit_flags]
 
@@ -88,8 +88,8 @@ class Toolchain:
         """Link a shared library with the host C++ compiler from a response file of
         objects (nvcc does not read @files; c++ does), then the GPU runtime:
         static cudart for CUDA (the .so then needs no CUDA toolkit to load),
-        libamdhip64 for HIP. The command is :func:`qola.link.shared_link_argv`'s."""
-        from qola.link import shared_link_argv  # noqa: PLC0415 (this module stays free of the link machinery)
+        libamdhip64 for HIP. The command is :func:`qola.compile.link.shared_link_argv`'s."""
+        from qola.compile.link import shared_link_argv  # lazy: this module stays free of the link machinery
 
         discard = [DISCARD_LOCALS] if self.discard_locals else []
         return shared_link_argv(self.host_cxx, objs_rsp, out, ldflags, (*self.link_flags, *discard))

@@ -6,7 +6,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-from qola.errors import QolaError
+from qola.core.errors import QolaError
 from qola.toolchain.archs import cuda_base_code, cuda_gencode
 from qola.toolchain.base import Toolchain
 from qola.toolchain.host import (

@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from qola.errors import QolaError
+from qola.core.errors import QolaError
 from qola.toolchain.archs import arch_base
 from qola.toolchain.base import Toolchain
 from qola.toolchain.host import (
@@ -83,8 +83,10 @@ def candidates(env: Mapping[str, str]) -> list[tuple[str | None, str]]:
     found += [(os.path.join(v, "bin", "hipcc") if v else None, f"${k}/bin/hipcc ({k})") for k, v in rocm.items()]
     found += [(which("hipcc", env), "hipcc on PATH")]
     found += [(p, "a default ROCm location") for p in HIPCC_FALLBACKS]
-    found += [(which("amdclang++", env), "amdclang++ on PATH"),
-              (os.path.join(root, "llvm", "bin", "amdclang++") if root else None, "the ROCm root's amdclang++")]
+    found += [
+        (which("amdclang++", env), "amdclang++ on PATH"),
+        (os.path.join(root, "llvm", "bin", "amdclang++") if root else None, "the ROCm root's amdclang++"),
+    ]
     found += [(p, "a default ROCm location") for p in CLANG_FALLBACKS]
     found += [(which("clang++", env) if root else None, "clang++ on PATH, beside a named ROCm")]
     return found
@@ -225,9 +227,17 @@ def find_hip(
         return _planning(path, root, output, assume_version, archs, env, drop)
     found = [dotted] + ([release] if release else [])
     mismatch = check_accepted("hip", path, found, accepted_versions, enforce=False)
-    check = None if accepted_versions is None else {
-        "key": "rocm_versions", "accepted": list(accepted_versions), "found": {"hip": dotted, "rocm_release": release},
-        "status": "mismatch" if mismatch else "match", **({"message": mismatch} if mismatch else {})}
+    check = (
+        None
+        if accepted_versions is None
+        else {
+            "key": "rocm_versions",
+            "accepted": list(accepted_versions),
+            "found": {"hip": dotted, "rocm_release": release},
+            "status": "mismatch" if mismatch else "match",
+            **({"message": mismatch} if mismatch else {}),
+        }
+    )
     identity = identity_of(path, output)
     pre = _clang_flags(root) if is_clang(path) else []
 
@@ -283,20 +293,40 @@ def without(wanted: list[str], drop: Sequence[str], where: str) -> list[str]:
     unknown = [f for f in drop if f not in wanted]
     if unknown:
         listed = "\n".join(f"    {f!r}" for f in wanted if not f.startswith("--offload-arch="))
-        raise QolaError(f"[build] drop_hip_flags: {', '.join(map(repr, unknown))} is not in AITER's flag set for "
-                        f"{where}", hint=f"name entries exactly as listed here:\n{listed}")
+        raise QolaError(
+            f"[build] drop_hip_flags: {', '.join(map(repr, unknown))} is not in AITER's flag set for {where}",
+            hint=f"name entries exactly as listed here:\n{listed}",
+        )
     return [f for f in wanted if f not in drop]
 
 
-def _planning(path: str, root: str, output: str, version: str, archs: Sequence[str],
-              env: Mapping[str, str], drop: Sequence[str] = ()) -> Toolchain:
+def _planning(
+    path: str,
+    root: str,
+    output: str,
+    version: str,
+    archs: Sequence[str],
+    env: Mapping[str, str],
+    drop: Sequence[str] = (),
+) -> Toolchain:
     pre = _clang_flags(root) if is_clang(path) else []
     wanted = without(hip_flag_set(hip_version_key(version), archs, env), drop, f"HIP {version}")
     kept = [f for f in wanted if f not in ALWAYS]
     flags = [*pre, *ALWAYS, *(tok for f in kept for tok in f.split()), *AFTER]
     return Toolchain(
-        kind="hip", compiler=path, version=version, version_output=output,
-        identity=identity_of(path, output), archs=tuple(archs), host_cxx=find_host_cxx(env),
-        child_env=dict(CHILD_ENV), root=root, base_flags=tuple(flags), lang_args=("-x", "hip"),
-        link_flags=("-lamdhip64",), libs=("amdhip64",), removed_flags=tuple(drop), unit_flags=UNIT_FLAGS,
+        kind="hip",
+        compiler=path,
+        version=version,
+        version_output=output,
+        identity=identity_of(path, output),
+        archs=tuple(archs),
+        host_cxx=find_host_cxx(env),
+        child_env=dict(CHILD_ENV),
+        root=root,
+        base_flags=tuple(flags),
+        lang_args=("-x", "hip"),
+        link_flags=("-lamdhip64",),
+        libs=("amdhip64",),
+        removed_flags=tuple(drop),
+        unit_flags=UNIT_FLAGS,
     )

@@ -21,8 +21,8 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from qola import deadlines, proc
-from qola.fsutil import write_if_changed
+from qola.core import deadlines, proc
+from qola.core.fsutil import write_if_changed
 from qola.toolchain.base import Toolchain
 from qola.toolchain.versions import parse_hip_version
 
@@ -42,19 +42,23 @@ def probed_version(tc: Toolchain) -> str | None:
 
 
 def shim_text(version: str, real: str | None) -> str:
-    fallback = (f"exec {shlex.quote(real)} \"$@\"" if real else
-                f"echo \"qola's {NAME} shim answers --version only (no {NAME} on PATH)\" >&2; exit 1")
-    return ("#!/bin/sh\n"
-            "# Written by qola for AITER's generators: the bare version its parse needs, from the toolchain's\n"
-            "# probe; any other argument goes to the real hipconfig.\n"
-            f"case \"$1\" in --version|-v) printf '%s' {shlex.quote(version)}; exit 0 ;; esac\n"
-            f"{fallback}\n")
+    fallback = (
+        f'exec {shlex.quote(real)} "$@"'
+        if real
+        else f'echo "qola\'s {NAME} shim answers --version only (no {NAME} on PATH)" >&2; exit 1'
+    )
+    return (
+        "#!/bin/sh\n"
+        "# Written by qola for AITER's generators: the bare version its parse needs, from the toolchain's\n"
+        "# probe; any other argument goes to the real hipconfig.\n"
+        f"case \"$1\" in --version|-v) printf '%s' {shlex.quote(version)}; exit 0 ;; esac\n"
+        f"{fallback}\n"
+    )
 
 
 def _version_output(path: str, env: Mapping[str, str]) -> str | None:
     try:
-        done = proc.run([path, "--version"], env=env, timeout=deadlines.timeout(deadlines.PROBE, env),
-                        stderr=proc.PIPE)
+        done = proc.run([path, "--version"], env=env, timeout=deadlines.timeout(deadlines.PROBE, env), stderr=proc.PIPE)
     except (OSError, proc.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None
@@ -75,8 +79,13 @@ def generator_env(tc: Toolchain, env: Mapping[str, str], tools_dir: Path) -> tup
     shim = tools_dir / NAME
     text = shim_text(version, real)
     write_if_changed(shim, text, mode=0o755)
-    said = "is not on PATH" if real is None else (
-        "failed" if out is None else f"prints {(out.strip().splitlines() or [''])[0][:60]!r}")
-    note = (f"{real or NAME} {said}, which AITER's generators cannot parse; they run with {shim} "
-            f"(--version: {version}, the probed HIP version)")
+    said = (
+        "is not on PATH"
+        if real is None
+        else ("failed" if out is None else f"prints {(out.strip().splitlines() or [''])[0][:60]!r}")
+    )
+    note = (
+        f"{real or NAME} {said}, which AITER's generators cannot parse; they run with {shim} "
+        f"(--version: {version}, the probed HIP version)"
+    )
     return {**env, "PATH": f"{tools_dir}{os.pathsep}{env.get('PATH', os.defpath)}"}, note

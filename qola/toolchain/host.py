@@ -8,8 +8,8 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from qola import deadlines, proc
-from qola.errors import QolaError
+from qola.core import deadlines, proc
+from qola.core.errors import QolaError
 
 HOST_CXX_NAMES = ("c++", "g++", "clang++")
 GB_PER_JOB = 0.5
@@ -39,8 +39,8 @@ def first_executable(candidates: Iterable[str | None]) -> str | None:
 
 def run_capture(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = None) -> proc.CompletedProcess:
     """Run ``argv`` with stdout and stderr captured together as text; never raises for a non-zero
-    exit (the caller decides); FailedProcessError if it cannot start or hangs (:func:`qola.proc.run_checked`).
-    ``timeout``: by default ``QOLA_PROBE_TIMEOUT`` in ``env`` (:mod:`qola.deadlines`)."""
+    exit (the caller decides); FailedProcessError if it cannot start or hangs (:func:`qola.core.proc.run_checked`).
+    ``timeout``: by default ``QOLA_PROBE_TIMEOUT`` in ``env`` (:mod:`qola.core.deadlines`)."""
     return proc.run_checked(argv, env=env, timeout=probe_timeout(env, timeout), any_exit=True, hint=_hint(argv))
 
 
@@ -55,8 +55,10 @@ def probe_timeout(env: Mapping[str, str], given: float | None = None) -> float |
 
 
 def _hint(argv: Sequence[str]) -> str:
-    return (f"{os.path.basename(str(argv[0]))} is part of the toolchain qola probes; if it hangs or fails, fix or "
-            f"replace it (a slow one: raise {deadlines.PROBE.variable})")
+    return (
+        f"{os.path.basename(str(argv[0]))} is part of the toolchain qola probes; if it hangs or fails, fix or "
+        f"replace it (a slow one: raise {deadlines.PROBE.variable})"
+    )
 
 
 def identity_of(compiler: str, version_output: str) -> str:

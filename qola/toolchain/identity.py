@@ -11,7 +11,7 @@
 resolved file's size and mtime), into the content of the build graph's toolchain stamp: every
 compile and link depends on that file, and it is rewritten only when its content changes, so
 replacing a compiler in place or changing ``NVCC_APPEND_FLAGS`` rebuilds what it affects. The no-op
-fast path (:mod:`qola.fastpath`) digests the same variables.
+fast path (:mod:`qola.store.fastpath`) digests the same variables.
 
 Standard library only, nothing at import time.
 """
@@ -52,8 +52,21 @@ LINKER_ENV = ("LD_RUN_PATH", "GNUTARGET", "LDEMULATION")
 # SCCACHE_*). Which programs PATH finds is covered by PATH_TOOLS and the compiler's identity.
 COMPILER_ENV: tuple[str, ...] = tuple(sorted(set(NVCC_ENV + HIPCC_ENV + CLANG_ENV + GCC_ENV + LINKER_ENV)))
 
-TOOLCHAIN_ENV = ("PATH", "CUDACXX", "CUDA_HOME", "CUDA_PATH", "CUDAHOSTCXX", "HIPCC", "ROCM_HOME", "ROCM_PATH", "HIP_PATH",
-                 "CXX", "CC", "AITER_FP4x2", "QOLA_JIT_COMPILER")
+TOOLCHAIN_ENV = (
+    "PATH",
+    "CUDACXX",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDAHOSTCXX",
+    "HIPCC",
+    "ROCM_HOME",
+    "ROCM_PATH",
+    "HIP_PATH",
+    "CXX",
+    "CC",
+    "AITER_FP4x2",
+    "QOLA_JIT_COMPILER",
+)
 PATH_TOOLS = ("gcc", "g++", "cc", "c++", "clang", "clang++", "as", "ld", "ld.bfd", "ld.gold", "ld.lld")
 
 STAMP = "toolchain.id"  # in the build dir: every compile and link edge depends on it
@@ -97,6 +110,6 @@ def stamp_text(tc: Any, env: Mapping[str, str]) -> str:
 
 def write_stamp(build_dir: Path, text: str) -> Path:
     """Write the stamp into ``build_dir`` unless it already says ``text`` (its mtime then stays)."""
-    from qola.fsutil import write_if_changed  # noqa: PLC0415 (this module is on the no-op path)
+    from qola.core.fsutil import write_if_changed  # lazy: this module is on the no-op path
 
     return write_if_changed(build_dir / STAMP, text)

@@ -3,7 +3,7 @@
 Which optional flags a compiler accepts, and a few facts read from it (the GPU
 codes nvcc knows, the toolkit root), only change when the compiler changes. They
 are probed once per identity, in parallel on a cold cache, and stored in
-``<cache_dir>/probes-<identity[:16]>.json`` (by :func:`qola.fsutil.atomic_write`, so readers
+``<cache_dir>/probes-<identity[:16]>.json`` (by :func:`qola.core.fsutil.atomic_write`, so readers
 never see half a file).
 """
 
@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from qola.fsutil import atomic_write
+from qola.core.fsutil import atomic_write
 from qola.toolchain.host import run_capture
 
 FORMAT = 1

@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from qola.errors import QolaError
+from qola.core.errors import QolaError
 
 _HIP = re.compile(r"HIP version:\s*([0-9]+(?:\.[0-9]+)*)(\S*)")
 _NVCC = re.compile(r"release\s+([0-9]+\.[0-9]+)")
@@ -77,10 +77,12 @@ def check_accepted(
         # "ROCm N" here means the HIP headers and runtime the compiler builds against (HIP N.x): they
         # decide the ABI (libamdhip64.so.N) and AITER's version-gated flags. A hipcc driver packaged
         # with a newer ROCm number (Debian's hipcc 7.0.2 ships HIP 6.4) still builds HIP 6.4 binaries.
-        how = (f"rocm_versions is matched against the HIP version (headers and runtime, which decide "
-               f"the ABI: libamdhip64.so.{versions[0].split('.')[0]}) and the ROCm release in "
-               "<ROCM_PATH>/.info/version, not the hipcc driver's package number; install a matching "
-               "ROCm and point ROCM_PATH (or HIPCC) at it")
+        how = (
+            f"rocm_versions is matched against the HIP version (headers and runtime, which decide "
+            f"the ABI: libamdhip64.so.{versions[0].split('.')[0]}) and the ROCm release in "
+            "<ROCM_PATH>/.info/version, not the hipcc driver's package number; install a matching "
+            "ROCm and point ROCM_PATH (or HIPCC) at it"
+        )
     else:
         how = "install a matching CUDA toolkit and point CUDACXX (or CUDA_HOME, or PATH) at it"
     message = f"found {kind.upper()} {shown} at {compiler}, but the manifest accepts only [{wanted}] ([qola] {key})"

@@ -10,7 +10,7 @@ in a kernel name). CK's fMHA generator takes one fnmatch pattern per kernel kind
 (``--filter`` split on ``,`` per API and on ``@`` per kind) and writes its
 dispatch file over exactly the kernels that pass the filter, so one run with
 ``a1|b1@a2|b2@a3|b3`` generates the union of several variants *and* an API file
-that dispatches to all of them. Written by qola (qola.variants); standard library only.
+that dispatches to all of them. Written by qola (qola.plan.variants); standard library only.
 """
 
 import fnmatch

@@ -1,0 +1,1 @@
+"""qola's compile stage (CONTRIBUTING.md: what it holds, what it may import)."""

@@ -1,0 +1,258 @@
+"""Run a module's generator commands into a staging dir, then bring the module's blob dir to it.
+
+A stamp over (commands, generator sources, filters, the environment qola sets for them: the archs)
+skips unchanged runs;
+every run starts from an empty staging dir, so instances from an earlier filter
+never survive. The blob dir is synced file by file (:func:`qola.core.fsutil.sync_dir`): a generated file
+whose bytes did not change keeps its mtime, so a rerun generator (an edited comment, a new option
+that selects the same instances) recompiles only what it really changed. A generator's exit code
+is checked (AITER ignores it). Staging dirs carry their owner's pid (``.staging-<pid>``,
+``.blob.old-<pid>``): :func:`clean_stale` removes those of killed runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from qola.compile.layout import BLOB, CONFIGS, gen_module_dir
+from qola.core import deadlines, proc
+from qola.core.errors import FailedProcessError, QolaError
+from qola.core.fsutil import atomic_write, old_prefix, remove_stale, sync_dir
+from qola.plan.genrules import asm_arch, missing_package_hint, skip_warning
+from qola.plan.model import Generator
+from qola.plan.planner import OUTPUT_DIR
+from qola.plan.tree.aiter_configs import (
+    CONFIGS_TOKEN,
+    MergedConfig,
+    merge,
+    render,
+    write_merged,
+)
+
+STAMP = "stamp.json"
+GENERATED_EXTS = (".cu", ".cpp")
+# gen_root/<module>/.staging-<pid>, .blob.old-<pid> (and .old-<pid>, what qola before issue 12 left)
+STAGING_PREFIXES = (".staging-", old_prefix("blob"), ".old-")
+LISTING_PREFIX = "qola-list-"  # <tmp>/qola-list-<pid>-…: a generator's --list_blobs run (qola.plan.variants)
+
+
+@dataclass(frozen=True)
+class GenJob:
+    """One module's generators, with the extra arguments (filters) qola adds to each."""
+
+    module: str
+    generators: tuple[Generator, ...]
+    extra_args: tuple[tuple[str, ...], ...] = ()  # per generator; () = none
+    configs: tuple[MergedConfig, ...] = ()  # merged tuned configs its commands name as {qola_configs}/<name>
+    configs_dir: str | None = None  # where they were written (set by write_configs)
+    config_digests: tuple[tuple[str, str], ...] = ()  # (name, sha256 of the written file)
+    env: tuple[tuple[str, str], ...] = ()  # the variables qola sets for its generators (genrules.aiter_env)
+
+    def argvs(self, out_dir: str, python: str) -> list[list[str]]:
+        result = []
+        for i, gen in enumerate(self.generators):
+            argv = [a.replace(OUTPUT_DIR, out_dir) for a in gen.run_argv]
+            if self.configs_dir is not None:
+                argv = [a.replace(CONFIGS_TOKEN, self.configs_dir) for a in argv]
+            extra = list(self.extra_args[i]) if i < len(self.extra_args) else []
+            result.append([python, *argv, *extra])
+        return result
+
+
+@dataclass(frozen=True)
+class GenResult:
+    module: str
+    blob_dir: Path
+    sources: tuple[str, ...]
+    skipped: bool
+    seconds: float
+    commands: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = field(default=())  # absent per-arch asm generators, skipped
+    output: str = ""  # each command run and what it printed (at most proc.LOG_KEEP bytes each: head and tail)
+
+
+def _sources_digest(scripts: Sequence[str]) -> str:
+    """Hash of every .py file beside each generator script (CK's generator imports its codegen/ package)."""
+    h = hashlib.sha256()
+    for script in sorted(set(scripts)):
+        p = Path(script)
+        if not p.exists():
+            h.update(f"missing:{script}".encode())
+            continue
+        files = sorted(p.parent.rglob("*.py")) if p.suffix == ".py" else [p]
+        for f in files:
+            if "__pycache__" in f.parts:
+                continue
+            h.update(str(f).encode() + b"\0")
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _argument_files_digest(argvs: Sequence[Sequence[str]]) -> dict[str, str]:
+    """sha256 of each existing regular file a generator command names after its script (``x.csv``,
+    ``--tune_file=x.csv``): a tuned-config CSV passed by path decides the output like the script
+    does, so editing it must rerun the generator. Read with the tuned-CSV size limit."""
+    from qola.plan.tree.files import MAX_CSV, read_small  # lazy: paid only by the callers that need it
+
+    found: dict[str, str] = {}
+    for argv in argvs:
+        for arg in argv[2:]:
+            path = arg.partition("=")[2] if arg.startswith("-") else arg
+            if path in found or not os.path.isabs(path) or not os.path.isfile(path):
+                continue
+            found[path] = hashlib.sha256(read_small(path, limit=MAX_CSV, what="generator input")).hexdigest()
+    return found
+
+
+def stamp_of(job: GenJob, python: str) -> str:
+    digests = dict(job.config_digests) or {
+        c.name: hashlib.sha256(render(merge(c)).encode()).hexdigest() for c in job.configs
+    }
+    payload = {
+        "argv": job.argvs(OUTPUT_DIR, python),
+        "generators": _sources_digest([a for g in job.generators for a in g.run_argv[:2] if a.endswith(".py")]),
+    }
+    if job.env:  # what qola tells the generators besides argv (the archs): another arch, another output
+        payload["env"] = dict(job.env)
+    if digests:  # merged tuned configs: their content, not just their name, decides a rerun
+        payload["configs"] = digests
+    files = _argument_files_digest(payload["argv"])
+    if files:
+        payload["files"] = files
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def generated_sources(blob_dir: Path, module: str = "?") -> tuple[str, ...]:
+    """The sources a generator wrote under ``blob_dir``. A name with a control character (a newline
+    would break build.ninja's syntax) or one that is not UTF-8 fails the module, naming the file."""
+    if not blob_dir.is_dir():
+        return ()
+    for p in blob_dir.rglob("*"):
+        rel = str(p.relative_to(blob_dir))
+        if any(ord(c) < 32 or ord(c) == 127 or "\udc80" <= c <= "\udcff" for c in rel):
+            shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise QolaError(
+                f"module {module}: its generator wrote a file named {shown!r} (a control character or "
+                "bytes that are not UTF-8), which no build file can name",
+                hint="fix the generator (or the variant filter that named the file)",
+            )
+    return tuple(sorted(str(p) for p in blob_dir.rglob("*") if p.suffix in GENERATED_EXTS and p.is_file()))
+
+
+def write_configs(job: GenJob, gen_root: Path) -> GenJob:
+    """Write the merged tuned configs ``job`` names into ``gen_root/configs`` (each atomically, and
+    only when its content changed); the job, now with their dir and digests."""
+    if not job.configs:
+        return job
+    directory = gen_root / CONFIGS
+    digests = tuple((cfg.name, write_merged(cfg, directory)) for cfg in job.configs)
+    return replace(job, configs_dir=str(directory), config_digests=digests)
+
+
+def run_generators(
+    job: GenJob,
+    gen_root: Path,
+    *,
+    env: Mapping[str, str],
+    python: str = sys.executable,
+    force: bool = False,
+    hsa_dir: str | os.PathLike | None = None,
+) -> GenResult:
+    """Generate ``job`` into ``gen_root/<module>/blob``. Raises FailedProcessError on a failing generator,
+    QolaError on an absent one — except an absent script under ``hsa_dir/<gfx…>/`` (a per-arch asm
+    generator, :mod:`qola.plan.genrules`), which is skipped and named in ``GenResult.warnings``."""
+    job = write_configs(job, gen_root)
+    mod_dir = gen_module_dir(gen_root, job.module)
+    blob = mod_dir / BLOB
+    stamp_file = mod_dir / STAMP
+    stamp = stamp_of(job, python)
+    start = time.perf_counter()
+    if not force and blob.is_dir() and stamp_file.is_file():
+        try:
+            done = json.loads(stamp_file.read_text())
+            if done.get("stamp") == stamp:
+                return GenResult(
+                    job.module,
+                    blob,
+                    generated_sources(blob, job.module),
+                    True,
+                    0.0,
+                    warnings=tuple(done.get("warnings", ())),
+                )
+        except (OSError, ValueError):
+            pass
+    mod_dir.mkdir(parents=True, exist_ok=True)
+    staging = mod_dir / f".staging-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    commands, warnings, output = [], [], []
+    limit = deadlines.timeout(deadlines.GENERATOR, env)
+    try:
+        for argv in job.argvs(str(staging), python):
+            script = argv[1] if len(argv) > 1 else ""
+            arch = asm_arch(script, hsa_dir)
+            if arch and not Path(script).exists():
+                warnings.append(skip_warning(job.module, script, arch))
+                continue
+            if not Path(script).exists():
+                raise QolaError(
+                    f"module {job.module}: generator script {script} does not exist",
+                    hint="check blob_gen_cmd in the module table or the manifest",
+                )
+            commands.append(" ".join(argv))
+            try:  # its own process group, ended with qola (Ctrl-C, SIGTERM, qola killed) or past its deadline;
+                # what it prints is kept for the log, cut in the middle past proc.LOG_KEEP bytes: qola.core.proc
+                done = proc.run_checked(argv, cwd=staging, env=env, timeout=limit, keep=proc.LOG_KEEP)
+            except FailedProcessError as exc:
+                exc.hint = missing_package_hint(
+                    exc.output, python
+                ) or f"module {job.module}: its generator failed; fix the command or the generator" + (
+                    ""
+                    if exc.returncode != 124
+                    else f" (or raise {deadlines.GENERATOR.variable}, now {deadlines.shown(limit)})"
+                )
+                raise
+            printed = (done.stdout or "").rstrip("\n")
+            shown = f"{printed}\n" if printed else ""
+            output.append(f"$ {shlex.join(argv)}\n{shown}(exit code {done.returncode})")
+        generated_sources(staging, job.module)  # refused before anything reaches the blob dir
+        stamp_file.unlink(missing_ok=True)  # a sync cut short leaves no stamp: the next run redoes it
+        sync_dir(staging, blob)
+        atomic_write(
+            stamp_file, json.dumps({"stamp": stamp, "commands": commands, "warnings": warnings}, indent=1).encode()
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return GenResult(
+        job.module,
+        blob,
+        generated_sources(blob, job.module),
+        False,
+        time.perf_counter() - start,
+        tuple(commands),
+        tuple(warnings),
+        "\n".join(output),
+    )
+
+
+def clean_stale(gen_root: Path) -> list[Path]:
+    """Remove the staging dirs that killed runs left in ``gen_root/<module>/`` (owner pid gone);
+    the paths removed."""
+    gone: list[Path] = []
+    try:
+        mods = sorted(p for p in Path(gen_root).iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return gone
+    for mod_dir in mods:
+        for prefix in STAGING_PREFIXES:
+            gone += remove_stale(mod_dir, prefix)
+    return gone

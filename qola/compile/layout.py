@@ -1,0 +1,165 @@
+"""Every path of a build: the build dir's tree and the output dir's entry points, spelled once.
+
+::
+
+    BUILD/build.ninja                 the one graph (qola.compile.ninja writes it)
+    BUILD/gen/<module>/blob/          generated sources (qola.compile.codegen; stamp.json and staging beside)
+    BUILD/gen/configs/                merged tuned configs the generators read
+    BUILD/obj/<module>/…              objects: <stem>-<hash of the source path>.o, qola_embedded_<module>.o
+    BUILD/include/                    qola_config.h, qola_common.h (the compiles include them)
+    BUILD/embed/<module>/             qola_embedded_<module>.{S,h,json}
+    BUILD/itfs/<module>/              the cpp_itfs wrapper and public header qola generates (qola.plan.itfs)
+    BUILD/link/                       version scripts; link/<module>/ the static archive's work dir
+    BUILD/lib/                        libraries and Python modules, before they are published
+    BUILD/jit/<md_name>/              JIT stubs and table, compiled into the library
+    BUILD/jit-out/<md_name>/          deferred instance sources + index: published as OUT/jit/<md_name>
+    BUILD/probes/                     cached compiler flag probes
+    BUILD/tools/bin/                  tools generators find on PATH (the hipconfig shim)
+    BUILD/.qola-noop.json, .qola.lock, the toolchain stamp, .ninja_log   (their modules own them)
+    OUT/logs/<module>.log             one log per module (published)
+
+A module that needs one of these paths takes it from :class:`BuildLayout`; names that come from
+input (module keys, ``md_name``) go through :func:`qola.core.fsutil.inside`. Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from qola.core import lock
+from qola.core.fsutil import inside
+from qola.toolchain import identity
+
+GRAPH = "build.ninja"
+GEN, BLOB, CONFIGS = "gen", "blob", "configs"
+OBJ, INCLUDE, EMBED, LINK, LIB = "obj", "include", "embed", "link", "lib"
+ITFS = "itfs"
+JIT_STUBS, JIT_OUT = "jit", "jit-out"
+PROBES, TOOLS_BIN = "probes", "tools/bin"
+LOGS = "logs"
+
+NOOP_RECORD = ".qola-noop.json"  # what the no-op fast path (qola.store.fastpath) records
+
+
+def gen_module_dir(gen_root: Path, module: str) -> Path:
+    """``gen/<module>``: the blob dir, its stamp and its staging dirs (owned by :mod:`qola.compile.codegen`)."""
+    return inside(gen_root, module)
+
+
+def object_path(module: str, src: str) -> str:
+    """``obj/<module>/<stem>-<hash of the full path>.o`` (relative to the build dir, as ninja names
+    it): equal basenames never collide."""
+    digest = hashlib.sha1(os.path.abspath(src).encode()).hexdigest()[:10]
+    return f"{OBJ}/{module}/{Path(src).stem}-{digest}.o"
+
+
+@dataclass(frozen=True)
+class BuildLayout:
+    """The build dir ``root`` and the output dir ``out`` (both resolved, absolute)."""
+
+    root: Path
+    out: Path
+
+    # -- the build dir ------------------------------------------------------------------------
+    @property
+    def graph(self) -> Path:
+        return self.root / GRAPH
+
+    @property
+    def gen_root(self) -> Path:
+        return self.root / GEN
+
+    @property
+    def configs(self) -> Path:
+        return self.root / GEN / CONFIGS
+
+    def blob(self, module: str) -> Path:
+        return gen_module_dir(self.gen_root, module) / BLOB
+
+    def obj_dir(self, module: str) -> Path:
+        return inside(self.root, OBJ, module)
+
+    def embed_object(self, module: str) -> str:
+        """The assembled embed file, relative (a ninja output)."""
+        return f"{OBJ}/{module}/qola_embedded_{module}.o"
+
+    @property
+    def include(self) -> Path:
+        return self.root / INCLUDE
+
+    def embed_dir(self, module: str) -> Path:
+        return inside(self.root, EMBED, module)
+
+    def itfs_dir(self, module: str) -> Path:
+        return inside(self.root, ITFS, module)
+
+    @property
+    def link(self) -> Path:
+        return self.root / LINK
+
+    def version_script(self, namespace: str) -> Path:
+        return inside(self.root, LINK, f"{namespace}.version")
+
+    def python_version_script(self, md_name: str) -> Path:
+        return inside(self.root, LINK, f"{md_name}.pyversion")
+
+    def archive_work(self, module: str) -> Path:
+        return inside(self.root, LINK, module)
+
+    def artifact_rel(self, file_name: str) -> str:
+        """``lib/<file>``, relative (a ninja output; the same path under OUT once published)."""
+        return f"{LIB}/{file_name}"
+
+    def artifact(self, file_name: str) -> Path:
+        return inside(self.root, LIB, file_name)
+
+    def jit_stubs(self, md_name: str) -> Path:
+        return inside(self.root, JIT_STUBS, md_name)
+
+    @property
+    def jit_out(self) -> Path:
+        return self.root / JIT_OUT
+
+    def jit_tree(self, md_name: str) -> Path:
+        return inside(self.root, JIT_OUT, md_name)
+
+    @property
+    def probes(self) -> Path:
+        return self.root / PROBES
+
+    @property
+    def tools_bin(self) -> Path:
+        return self.root / TOOLS_BIN
+
+    @property
+    def noop_record(self) -> Path:
+        return self.root / NOOP_RECORD
+
+    @property
+    def toolchain_stamp(self) -> Path:
+        return self.root / identity.STAMP
+
+    @property
+    def build_lock(self) -> Path:
+        return lock.build_lock_path(self.root)
+
+    # -- the output dir -----------------------------------------------------------------------
+    @property
+    def out_lock(self) -> Path:
+        return lock.output_lock_path(self.out)
+
+    @staticmethod
+    def log_rel(module: str) -> str:
+        """``logs/<module>.log``, relative to OUT (what manifest.json records)."""
+        return f"{LOGS}/{module}.log"
+
+    def log(self, module: str) -> Path:
+        return self.out / self.log_rel(module)
+
+    @staticmethod
+    def jit_rel(md_name: str) -> str:
+        """``jit/<md_name>``, relative to OUT: where a module's deferred instances are published."""
+        return f"jit/{md_name}"

@@ -1,0 +1,294 @@
+"""Link steps that isolate a module's symbols: version scripts, shared and static links.
+
+Shared: ``<linker> -shared`` with a generated version script that exports only
+``qola::<ns>::…`` and ``<ns>_…`` (see :class:`qola.compile.elf.ExportRule`) — ``local: *`` hides the rest,
+so a second copy of the same library (another namespace) never interposes.
+
+Static (an archive has no version script), :func:`static_archive_steps`:
+
+1. ``ld -r --force-group-allocation`` of all the module's objects (``@rsp``) into one relocatable
+   object. ``--force-group-allocation`` dissolves COMDAT groups: without it the localised inline
+   functions / template instantiations of two copies share a group signature, the final link keeps
+   one group and the other copy's now-local references end in "defined in discarded section";
+2. ``python -m qola.compile.link localize-list``: reads that object (pyelftools), writes every defined
+   global / weak / GNU-unique symbol outside the allowed set to a list and rebinds the unique ones
+   (``u``, g++'s inline-function statics) to GLOBAL in place — objcopy cannot localise
+   STB_GNU_UNIQUE, and a left-over unique symbol silently merges the two copies' statics;
+3. ``objcopy --localize-symbols=LIST`` (explicit list, not ``--keep-global-symbols``: an empty keep
+   list localises nothing);
+4. ``ar rcsD`` of the single ``<name>.o`` (deterministic: zero timestamps/uids).
+
+``isolate=False`` (debugging) skips the version script / steps 2-3 and the group dissolution.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qola.compile.elf import ExportRule, demangle
+from qola.core import proc
+from qola.core.errors import QolaError
+from qola.core.fsutil import inside, write_if_changed  # write_if_changed: callers import it from here too
+
+_RSP_SPECIAL = set(" \t\n\r\v\f'\"\\")
+
+
+def version_script(namespace: str, c_prefix: str | None = None, extra: Iterable[str] = ()) -> str:
+    """The linker version script exporting exactly :class:`ExportRule`'s set. Inside
+    ``extern "C++"`` the pattern is unquoted: a quoted one is literal and matches nothing."""
+    rule = ExportRule(namespace, c_prefix, tuple(extra))
+    mangled = "\n".join(f"    {p}*;" for p in rule.mangled_prefixes)
+    extras = "".join(f"    {name};\n" for name in sorted(rule.extra))
+    return (
+        f"/* qola: exports of namespace {namespace} - generated, do not edit */\n"
+        "{\n"
+        "  global:\n"
+        '    extern "C++" {\n'
+        f"      {rule.cxx_prefix}*;\n"
+        "    };\n"
+        "    /* vtables, VTTs, typeinfo (+ names) and templates whose demangled name starts with\n"
+        "       their return type: by mangled prefix */\n"
+        f"{mangled}\n"
+        f"    {rule.prefix}*;\n"
+        f"{extras}"
+        "  local:\n"
+        "    *;\n"
+        "};\n"
+    )
+
+
+def rsp_text(paths: Iterable[str | os.PathLike]) -> str:
+    """A response file (``@file``) for GNU ld / gcc / ar: one argument a line, special characters
+    backslash-escaped (libiberty's rules)."""
+
+    def esc(arg: str) -> str:
+        return "".join("\\" + c if c in _RSP_SPECIAL else c for c in arg)
+
+    return "".join(esc(os.fspath(p)) + "\n" for p in paths)
+
+
+BUILD_ID = "-Wl,--build-id=sha1"  # every shared object: a content hash note (reproducible, debuginfod)
+NO_UNDEFINED = "-Wl,--no-undefined"
+
+
+def shared_link_argv(
+    linker: str,
+    objs_rsp: str | os.PathLike,
+    out: str | os.PathLike,
+    ldflags: Sequence[str],
+    runtime_libs: Sequence[str] = (),
+) -> list[str]:
+    """The one shared-link command (:meth:`qola.toolchain.Toolchain.shared_link_argv` is this with
+    the toolchain's host compiler and GPU runtime): ``<linker> -shared @objs -o out``, a build-id
+    note, then ``ldflags`` (per module: :func:`library_ldflags` / :func:`python_module_ldflags`
+    and the table's) and ``runtime_libs`` last, after the objects that need them."""
+    rsp = os.fspath(objs_rsp)
+    return [
+        linker,
+        "-shared",
+        rsp if rsp.startswith("@") else "@" + rsp,
+        "-o",
+        os.fspath(out),
+        BUILD_ID,
+        *ldflags,
+        *runtime_libs,
+    ]
+
+
+def library_ldflags(version_script: str | os.PathLike | None, soname: str) -> list[str]:
+    """Link flags of a torch-free shared library (a cpp_itfs module): ``--no-undefined`` — every
+    symbol is defined in its objects or comes from a library it names (the GPU runtime, ``-ldl``),
+    so it carries DT_NEEDED for it and a missing symbol fails this link, not the consumer's dlopen —
+    its soname and, isolated (``version_script`` not None), the export version script."""
+    flags = [NO_UNDEFINED, f"-Wl,-soname,{soname}"]
+    if version_script is not None:
+        flags.append(f"-Wl,--version-script={os.fspath(version_script)}")
+    return flags
+
+
+def python_module_ldflags(version_script: str | os.PathLike | None) -> list[str]:
+    """Link flags of a Python extension module: no ``--no-undefined`` (libpython's symbols are
+    the interpreter's, resolved at import); isolated, a version script exporting PyInit_* only."""
+    return [] if version_script is None else [f"-Wl,--version-script={os.fspath(version_script)}"]
+
+
+@dataclass(frozen=True)
+class BinTools:
+    """Programs of the static steps (GNU binutils on PATH by default; lld's ``ld.lld -r`` also
+    supports ``--force-group-allocation`` since LLVM 17)."""
+
+    ld: str = "ld"
+    objcopy: str = "objcopy"
+    ar: str = "ar"
+    python: str = field(default_factory=lambda: sys.executable)
+
+
+def _stem(out: Path) -> str:
+    name = Path(out).name
+    for suffix in (".a", ".lib"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def static_archive_steps(
+    objs: Sequence[Path],
+    out: Path,
+    namespace: str,
+    work_dir: Path,
+    tools: BinTools | None = None,
+    *,
+    isolate: bool = True,
+    c_prefix: str | None = None,
+    extra: Iterable[str] = (),
+) -> list[list[str]]:
+    """The commands that turn ``objs`` into the isolated archive ``out`` (run them in order); the
+    object list ``work_dir/<stem>.objs.rsp`` they read is written now (only when it changes)."""
+    steps, rsp, text = archive_steps(
+        objs, out, namespace, work_dir, tools, isolate=isolate, c_prefix=c_prefix, extra=extra
+    )
+    write_if_changed(rsp, text)
+    return steps
+
+
+def archive_steps(
+    objs: Sequence[Path],
+    out: Path,
+    namespace: str,
+    work_dir: Path,
+    tools: BinTools | None = None,
+    *,
+    isolate: bool = True,
+    c_prefix: str | None = None,
+    extra: Iterable[str] = (),
+    localize_hidden: bool = False,
+    discard_locals: bool = False,
+) -> tuple[list[list[str]], Path, str]:
+    """(commands, path of the object list they read, its text): nothing is written.
+
+    The commands write every other file: ``<stem>.r.o`` (partial link), ``<stem>.localize`` (symbol
+    list), ``<stem>.o`` (the archive's one member). ``ar r`` replaces that member in an existing
+    ``out``; remove ``out`` first if it may hold anything else. ``localize_hidden`` (with
+    ``isolate``) also makes every hidden symbol local (objcopy ``--localize-hidden``);
+    ``discard_locals`` drops the objects' local symbols in the partial link (``ld -r
+    --discard-all``: relocations keep section symbols), as the toolchain's shared link does."""
+    tools = tools or BinTools()
+    rule = ExportRule(namespace, c_prefix, tuple(extra))
+    if not objs:
+        raise QolaError(f"no objects to archive into {out}")
+    work = Path(work_dir)
+    stem = _stem(out)
+    rsp = inside(work, f"{stem}.objs.rsp")
+    partial, member = inside(work, f"{stem}.r.o"), inside(work, f"{stem}.o")
+    relink = (
+        [tools.ld, "-r"]
+        + (["--force-group-allocation"] if isolate else [])
+        + (["--discard-all"] if discard_locals else [])
+    )
+    steps = [relink + ["-o", os.fspath(partial if isolate else member), f"@{rsp}"]]
+    if isolate:
+        symlist = inside(work, f"{stem}.localize")
+        ask = [tools.python, "-m", "qola.compile.link", "localize-list", "--namespace", rule.namespace]
+        if c_prefix is not None:
+            ask += ["--c-prefix", c_prefix]
+        for name in rule.extra:
+            ask += ["--extra", name]
+        steps.append(ask + [os.fspath(partial), os.fspath(symlist)])
+        hidden = ["--localize-hidden"] if localize_hidden else []
+        steps.append([tools.objcopy, *hidden, f"--localize-symbols={symlist}", os.fspath(partial), os.fspath(member)])
+    steps.append([tools.ar, "rcsD", os.fspath(out), os.fspath(member)])
+    return steps, rsp, rsp_text(objs)
+
+
+def localize_list(
+    obj: Path, namespace: str, out_list: Path, *, c_prefix: str | None = None, extra: Iterable[str] = ()
+) -> list[str]:
+    """Step 2: write the defined globals of relocatable ``obj`` that must become local to
+    ``out_list`` (one a line) and rebind such GNU-unique symbols to GLOBAL in ``obj``."""
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+    rule = ExportRule(namespace, c_prefix, tuple(extra))
+    obj = Path(obj)
+    with obj.open("r+b") as f:
+        elf = ELFFile(f)
+        if elf["e_type"] != "ET_REL":
+            raise QolaError(f"{obj} is not a relocatable object")
+        table = elf.get_section_by_name(".symtab")
+        found: list[tuple[int, str, str]] = []  # (index, name, bind)
+        for i, sym in enumerate(table.iter_symbols() if isinstance(table, SymbolTableSection) else ()):
+            bind = sym["st_info"]["bind"]
+            if (
+                bind in ("STB_GLOBAL", "STB_WEAK", "STB_LOOS", "STB_GNU_UNIQUE")
+                and sym.name
+                and sym["st_shndx"] != "SHN_UNDEF"
+            ):
+                found.append((i, sym.name, bind))
+        names = demangle([name for _, name, _ in found])
+        hide = [(i, name, bind) for (i, name, bind), dem in zip(found, names) if not rule.allows(name, dem)]
+        if table is not None:
+            base, size = table["sh_offset"], table["sh_entsize"]
+            info_at = 4 if elf.elfclass == 64 else 12  # st_info within Elf64_Sym / Elf32_Sym
+            for i, _, bind in hide:
+                if bind in ("STB_LOOS", "STB_GNU_UNIQUE"):
+                    f.seek(base + i * size + info_at)
+                    info = f.read(1)[0]
+                    f.seek(base + i * size + info_at)
+                    f.write(bytes([(1 << 4) | (info & 0xF)]))  # STB_GLOBAL, same type
+    listed = sorted({name for _, name, _ in hide})
+    write_if_changed(Path(out_list), "".join(n + "\n" for n in listed))
+    return listed
+
+
+def run_step(cmd: Sequence[str], cwd: Path | None = None) -> str:
+    """Run one step, output captured; FailedProcessError when it fails (:func:`qola.core.proc.run_checked`)."""
+    return proc.run_checked(cmd, cwd=cwd).stdout
+
+
+def run_static(
+    objs: Sequence[Path],
+    out: Path,
+    namespace: str,
+    work_dir: Path,
+    tools: BinTools | None = None,
+    *,
+    isolate: bool = True,
+    c_prefix: str | None = None,
+    extra: Iterable[str] = (),
+) -> Path:
+    """Run :func:`static_archive_steps` (a fresh ``out``); returns ``out``."""
+    out = Path(out)
+    steps = static_archive_steps(objs, out, namespace, work_dir, tools, isolate=isolate, c_prefix=c_prefix, extra=extra)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    for cmd in steps:
+        run_step(cmd)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m qola.compile.link localize-list --namespace NS OBJ LIST`` (step 2 of the static link)."""
+    parser = argparse.ArgumentParser(prog="python -m qola.compile.link")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("localize-list", help="write the symbols to localise; rebind unique ones")
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--c-prefix")
+    p.add_argument("--extra", action="append", default=[])
+    p.add_argument("obj", type=Path)
+    p.add_argument("out_list", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        localize_list(args.obj, args.namespace, args.out_list, c_prefix=args.c_prefix, extra=args.extra)
+    except (QolaError, OSError) as exc:
+        print(exc.render() if isinstance(exc, QolaError) else f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

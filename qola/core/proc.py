@@ -1,0 +1,494 @@
+"""The one way qola runs child processes.
+
+Every child (ninja, compilers, probes, generators) starts in its own process group and, on Linux,
+with a parent-death signal: if qola is killed — even by SIGKILL — the kernel sends the child
+SIGTERM (ninja then stops its compilers, a compiler driver its sub-tools). While qola lives, an
+exception while waiting (Ctrl-C, SIGTERM/SIGHUP turned into :class:`Interrupted` by
+:func:`signals_end_children`, a timeout) ends the child's whole group: SIGTERM, a grace period,
+then SIGKILL. Only groups this process started are ever signalled. Once such a signal came, no
+new child starts (:func:`popen` raises :class:`Interrupted`) and waits that poll :func:`stopping`
+(:mod:`qola.core.lock`) end, in every thread.
+
+Output is read as it comes, never held whole: :func:`run` keeps at most :data:`MAX_CAPTURE` bytes
+of a stream (a child printing more is ended: :class:`OutputLimit`), or with ``keep=N`` the first and
+last ``N/2`` bytes with a note of how much was cut between them (for output that only goes to logs).
+
+Standard library only, nothing at import time (the no-op fast path imports this module).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import selectors
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+PIPE, STDOUT, DEVNULL = subprocess.PIPE, subprocess.STDOUT, subprocess.DEVNULL
+TimeoutExpired = subprocess.TimeoutExpired
+CompletedProcess = subprocess.CompletedProcess
+GRACE = 5.0  # seconds between SIGTERM and SIGKILL for a group being ended
+MAX_CAPTURE = 64 << 20  # bytes of one captured stream :func:`run` holds for a caller that parses it
+LOG_KEEP = 2 << 20  # bytes of a child's output kept for a log (head and tail) by ``keep=LOG_KEEP``
+_CHUNK = 1 << 16
+_PR_SET_PDEATHSIG = 1
+
+_live: dict[int, subprocess.Popen] = {}  # process group id -> its leader (started here, not yet reaped)
+_live_lock = threading.Lock()
+_prctl: Any = None  # libc's prctl, resolved once in the parent (never in a forked child)
+_stop = threading.Event()  # set by the handler of signals_end_children: stop starting and waiting
+_stop_signal: list[int] = [int(signal.SIGTERM)]
+
+
+class OutputLimit(subprocess.TimeoutExpired):
+    """A child printed more than a caller may hold; its group was ended. (A TimeoutExpired: every
+    caller that handles a child running past its limit handles this one.)"""
+
+    def __init__(self, cmd: Sequence[str], limit: int, output: bytes = b""):
+        super().__init__(list(cmd), 0, output)
+        self.limit = limit
+
+    def __str__(self) -> str:
+        return f"printed more than {self.limit >> 20} MiB; ended"
+
+
+class Interrupted(KeyboardInterrupt):
+    """qola received ``signum`` (SIGINT, SIGTERM, SIGHUP); its children are being ended."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def _libc_prctl() -> Any:
+    global _prctl
+    if _prctl is None and sys.platform.startswith("linux"):
+        try:
+            import ctypes  # lazy: only when a child is started
+
+            fn = ctypes.CDLL(None, use_errno=True).prctl
+            fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+            fn.restype = ctypes.c_int
+            _prctl = fn
+        except (OSError, AttributeError, ImportError):
+            _prctl = False
+    return _prctl
+
+
+def _death_signal(parent: int, sig: int):
+    """A preexec function: ask for ``sig`` when the parent dies, and exit at once if it already has.
+    It calls a function pointer resolved before the fork and nothing else (safe beside threads)."""
+    prctl = _libc_prctl()
+    if not prctl:
+        return None
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(127)
+
+    return preexec
+
+
+def stopping() -> bool:
+    """Whether qola was told to stop (SIGINT/SIGTERM/SIGHUP under :func:`signals_end_children`)."""
+    return _stop.is_set()
+
+
+def check_stop() -> None:
+    """Raise :class:`Interrupted` once qola was told to stop (for loops in worker threads)."""
+    if _stop.is_set():
+        raise Interrupted(_stop_signal[0])
+
+
+def reset_stop() -> None:
+    """Forget an earlier stop: for a process that goes on to run more after an interrupted command
+    (a test suite). :func:`signals_end_children` calls it when it starts."""
+    _stop.clear()
+
+
+def why_ended(exc: subprocess.TimeoutExpired) -> str:
+    """Why a child was ended early, for messages: past its time limit or past its output limit."""
+    return str(exc) if isinstance(exc, OutputLimit) else f"no answer within {exc.timeout:g} s; ended"
+
+
+def popen(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike | None = None,
+    stdin: Any = DEVNULL,
+    stdout: Any = PIPE,
+    stderr: Any = STDOUT,
+    text: bool = True,
+    death_signal: int = signal.SIGTERM,
+) -> subprocess.Popen:
+    """Start ``argv`` in a new process group with a parent-death signal and remember its group.
+    Prefer :func:`run` or :func:`started`; a caller of this must call :func:`finish`. Raises
+    :class:`Interrupted` once qola was told to stop."""
+    check_stop()
+    kwargs: dict[str, Any] = {"errors": "replace"} if text else {}
+    proc = subprocess.Popen(
+        [os.fspath(a) for a in argv],
+        env=None if env is None else dict(env),
+        cwd=cwd,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        text=text,
+        process_group=0,
+        preexec_fn=_death_signal(os.getpid(), death_signal),
+        **kwargs,
+    )
+    with _live_lock:
+        _live[proc.pid] = proc
+    if _stop.is_set():  # the signal came while it started: terminate_all did not see it
+        finish(proc, ended=True)
+        check_stop()
+    return proc
+
+
+def finish(proc: subprocess.Popen, *, ended: bool = False) -> None:
+    """Forget ``proc``; with ``ended`` (the caller stops waiting early) end its group first."""
+    try:
+        if ended:
+            end_group(proc)
+    finally:
+        with _live_lock:
+            _live.pop(proc.pid, None)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def end_group(proc: subprocess.Popen, grace: float = GRACE) -> None:
+    """SIGTERM to ``proc``'s group, up to ``grace`` seconds for its leader, then SIGKILL to the group."""
+    if proc.returncode is None:
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    # the leader is reaped only here or by its waiter: its pid (= the group id) is not reused before
+    _signal_group(proc.pid, signal.SIGKILL)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def terminate_all(grace: float = GRACE) -> None:
+    """Send SIGTERM to every group started here that is still running; SIGKILL after ``grace``
+    seconds (from a timer thread: callable from a signal handler)."""
+    with _live_lock:
+        procs = [p for p in _live.values() if p.returncode is None]
+    for p in procs:
+        _signal_group(p.pid, signal.SIGTERM)
+    if procs:
+
+        def kill_rest() -> None:
+            for p in procs:
+                if p.poll() is None:
+                    _signal_group(p.pid, signal.SIGKILL)
+
+        timer = threading.Timer(grace, kill_rest)
+        timer.daemon = True
+        timer.start()
+
+
+@contextmanager
+def started(argv: Sequence[str], **kwargs: Any) -> Iterator[subprocess.Popen]:
+    """``with started(argv, ...) as p:`` — the group is ended if the block exits by an exception."""
+    proc = popen(argv, **kwargs)
+    ok = False
+    try:
+        yield proc
+        ok = True
+    finally:
+        finish(proc, ended=not ok or proc.returncode is None and proc.poll() is None)
+
+
+class _Kept:
+    """One captured stream: whole up to ``limit`` bytes (more: :class:`OutputLimit`), or with ``keep``
+    its first and last ``keep/2`` bytes and a count of what was cut between them."""
+
+    def __init__(self, argv: Sequence[str], limit: int, keep: int | None):
+        self.argv, self.limit, self.keep = argv, limit, keep
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.cut = 0
+
+    def write(self, data: bytes) -> None:
+        if self.keep is None:
+            if len(self.head) + len(data) > self.limit:
+                raise OutputLimit(self.argv, self.limit, bytes(self.head[-4096:]))
+            self.head += data
+            return
+        room = self.keep // 2 - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        self.tail += data
+        over = len(self.tail) - self.keep // 2
+        if over > self.keep // 2:  # trimmed in batches: memory stays under 1.5 * keep
+            del self.tail[:over]
+            self.cut += over
+
+    def value(self) -> bytes:
+        over = len(self.tail) - self.keep // 2 if self.keep is not None else 0
+        if over > 0:
+            del self.tail[:over]
+            self.cut += over
+        if not self.cut:
+            return bytes(self.head + self.tail)
+        note = f"\n[… qola cut {self.cut} bytes ({self.cut >> 20} MiB) of output here …]\n".encode()
+        return bytes(self.head) + note + bytes(self.tail)
+
+
+class Lines:
+    """Lines of a child's output kept for a log, at most about ``keep`` bytes: the first and last
+    ``keep/2`` bytes' worth, and one line saying how many were cut between them."""
+
+    def __init__(self, keep: int = LOG_KEEP):
+        self.keep = keep
+        self.head: list[str] = []
+        self.tail: collections.deque[str] = collections.deque()
+        self.head_bytes = self.tail_bytes = 0
+        self.cut_lines = self.cut_bytes = 0
+
+    def append(self, line: str) -> None:
+        if not self.tail and self.head_bytes + len(line) <= self.keep // 2:
+            self.head.append(line)
+            self.head_bytes += len(line) + 1
+            return
+        self.tail.append(line)
+        self.tail_bytes += len(line) + 1
+        while self.tail_bytes > self.keep // 2 and len(self.tail) > 1:
+            gone = self.tail.popleft()
+            self.tail_bytes -= len(gone) + 1
+            self.cut_lines += 1
+            self.cut_bytes += len(gone) + 1
+
+    def lines(self) -> list[str]:
+        note = (
+            [f"[… qola cut {self.cut_lines} line(s), {self.cut_bytes} bytes of output here …]"]
+            if self.cut_lines
+            else []
+        )
+        return [*self.head, *note, *self.tail]
+
+
+def read_lines(stream: Any, longest: int = _CHUNK) -> Iterator[str]:
+    """The lines of a text stream, none longer than ``longest`` characters (a longer one comes in
+    pieces): a child printing one endless line is never held whole."""
+    while True:
+        line = stream.readline(longest)
+        if not line:
+            return
+        yield line
+
+
+def _communicate(
+    proc: subprocess.Popen, argv: Sequence[str], data: bytes | None, timeout: float | None, keep: int | None
+) -> tuple[bytes | None, bytes | None]:
+    """Feed ``data``, read stdout/stderr as they come into bounded buffers, wait for the exit;
+    TimeoutExpired past ``timeout`` seconds (the caller ends the group)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    kept: dict[int, _Kept] = {}
+    sel = selectors.DefaultSelector()
+    view, sent = memoryview(data or b""), 0
+    try:
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                kept[stream.fileno()] = _Kept(argv, MAX_CAPTURE, keep)
+                sel.register(stream.fileno(), selectors.EVENT_READ)
+        if proc.stdin is not None:
+            if len(view):
+                os.set_blocking(proc.stdin.fileno(), False)
+                sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
+            else:
+                proc.stdin.close()
+        while sel.get_map():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                so_far = b"".join(k.value()[-(1 << 16) :] for k in kept.values())
+                raise subprocess.TimeoutExpired(list(argv), timeout or 0, so_far)
+            for key, _ in sel.select(left):
+                fd = key.fd
+                if fd in kept:
+                    chunk = os.read(fd, _CHUNK)
+                    if chunk:
+                        kept[fd].write(chunk)
+                        continue
+                else:
+                    try:
+                        sent += os.write(fd, view[sent : sent + _CHUNK])
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:
+                        sent = len(view)
+                    if sent < len(view):
+                        continue
+                    sel.unregister(fd)
+                    assert proc.stdin is not None
+                    proc.stdin.close()
+                    continue
+                sel.unregister(fd)
+        proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    finally:
+        sel.close()
+    out = kept[proc.stdout.fileno()].value() if proc.stdout is not None else None
+    err = kept[proc.stderr.fileno()].value() if proc.stderr is not None else None
+    return out, err
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike | None = None,
+    input: str | bytes | None = None,
+    timeout: float | None = None,
+    stdout: Any = PIPE,
+    stderr: Any = STDOUT,
+    text: bool = True,
+    log: str | os.PathLike | None = None,
+    keep: int | None = None,
+) -> subprocess.CompletedProcess:
+    """Run ``argv`` to completion (output captured, stderr into stdout unless told otherwise); never
+    raises for a non-zero exit. A timeout ends the whole group and raises ``TimeoutExpired``; so does
+    any exception while waiting. A captured stream over :data:`MAX_CAPTURE` bytes ends the group too
+    (:class:`OutputLimit`); with ``keep`` (bytes) the output is cut in the middle instead, the cut
+    said where it was. ``log``: also append the command, its output and exit status there."""
+    data = input.encode() if isinstance(input, str) else input
+    with started(
+        argv, env=env, cwd=cwd, stdin=PIPE if input is not None else DEVNULL, stdout=stdout, stderr=stderr, text=False
+    ) as proc:
+        try:
+            raw_out, raw_err = _communicate(proc, argv, data, timeout, keep)
+        except subprocess.TimeoutExpired:
+            end_group(proc, grace=1.0)
+            raise
+    out: Any = _decode(raw_out) if text else raw_out
+    err: Any = _decode(raw_err) if text else raw_err
+    result = subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
+    if log is not None:
+        write_log(Path(log), argv, result)
+    return result
+
+
+def _decode(data: bytes | None) -> str | None:
+    """As a text-mode pipe reads it: invalid bytes replaced, universal newlines."""
+    if data is None:
+        return None
+    return data.decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def run_checked(
+    argv: Sequence[str], *, hint: str | None = None, any_exit: bool = False, timeout: float | None = None, **kwargs: Any
+) -> subprocess.CompletedProcess:
+    """:func:`run` for a child that must work: one that cannot be started, runs past ``timeout``
+    or (unless ``any_exit``) exits non-zero raises :class:`qola.core.errors.FailedProcessError` — the
+    one error, and format, for a failed child (its command, why, the tail of its output, ``hint``)."""
+    from qola.core.errors import FailedProcessError  # lazy: only when a child runs
+
+    try:
+        result = run(argv, timeout=timeout, **kwargs)
+    except TimeoutExpired as exc:
+        raise FailedProcessError(argv, 124, _as_text(exc.output), hint, reason=why_ended(exc)) from None
+    except OSError as exc:
+        raise FailedProcessError(
+            argv, 127, "", hint, reason=f"cannot run {os.fspath(argv[0])}: {exc.strerror or exc}"
+        ) from None
+    if result.returncode != 0 and not any_exit:
+        raise FailedProcessError(argv, result.returncode, _as_text(result.stdout) + _as_text(result.stderr), hint)
+    return result
+
+
+def _as_text(x: Any) -> str:
+    return x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
+
+
+def write_log(path: Path, argv: Sequence[str], result: subprocess.CompletedProcess) -> None:
+    as_text = _as_text
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8", errors="replace") as fh:
+        fh.write(
+            f"$ {shlex.join(str(a) for a in argv)}\n{as_text(result.stdout)}{as_text(result.stderr)}"
+            f"(exit code {result.returncode})\n"
+        )
+
+
+_HANDLED = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+@contextmanager
+def signals_end_children() -> Iterator[None]:
+    """While active (main thread only), SIGINT/SIGTERM/SIGHUP end every child group started here and
+    raise :class:`Interrupted` in the main thread (and from then on :func:`check_stop` in every
+    thread, until :func:`reset_stop`); the previous handlers come back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        _stop_signal[0] = signum
+        _stop.set()  # worker threads: no new child, lock waits end (check_stop)
+        terminate_all()
+        raise Interrupted(signum)
+
+    reset_stop()  # a new command in this process (tests run several)
+    previous: dict[int, Any] = {}
+    try:
+        for name in _HANDLED:
+            sig = getattr(signal, name, None)
+            if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
+                previous[sig] = signal.signal(sig, handler)
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        # the stop outlives the block: a worker thread the interrupted main thread could not join (a
+        # signal inside ThreadPoolExecutor's thread start orphans the thread) must still stop
+
+
+def wait_gone(pids: Sequence[int], timeout: float) -> list[int]:
+    """The pids among ``pids`` still alive (not zombies) after up to ``timeout`` seconds (for tests
+    and diagnostics; reads /proc)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [p for p in pids if _alive(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False

