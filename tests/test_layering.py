@@ -114,6 +114,61 @@ def all_imports() -> list[Import]:
     return [imp for path in mods.values() for imp in imports(path, known)]
 
 
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle(all_imports):
+    """No two modules import each other, directly or round a loop, counting imports inside functions
+    too (a lazy import hides a cycle from Python, not from a reader); only ``TYPE_CHECKING`` imports
+    are left out. A package's ``__init__`` importing its own modules is not a cycle of theirs."""
+    known = set(modules())
+    edges: dict[str, set[str]] = {}
+    for imp in all_imports:
+        if imp.type_only or imp.target == imp.module:
+            continue
+        target = imp.target if imp.target in known else imp.target.rsplit(".", 1)[0]
+        if target in known and not imp.module.startswith(target + ".") and not target.startswith(imp.module + "."):
+            edges.setdefault(imp.module, set()).add(target)
+    assert _cycles(edges) == []
+
+
+def test_the_cycle_finder_finds_a_loop():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
 def test_every_stage_has_a_rank():
     stages = {stage(m) for m in modules()}
     assert stages <= set(RANK), f"folders with no place in ORDER: {sorted(stages - set(RANK))}"

@@ -2,7 +2,7 @@
 
 OUT's ``manifest.json`` records what the rebuild needs: the manifest (path, sha256), the kernel tree
 (path, commit), the archs, the default mode, the toolchain (compiler, identity, flags) and, under
-``build`` (:func:`settings_record`), what no file holds: ``--no-isolation``, ``--allow-unpinned``
+``build`` (:func:`qola.pipeline.spec.settings_record`), what no file holds: ``--no-isolation``, ``--allow-unpinned``
 and the environment variables that decide the plan or the compilers' output. :func:`reproduce`
 builds that again in a fresh temporary directory — so with another build dir and output dir than
 the original's — with no compiler launcher (a cache would hand back the original objects), the
@@ -12,7 +12,8 @@ toolchain identity differs) and of the recorded environment only its data-only v
 every library the manifest records
 (sha256) with the rebuilt one and with the file in OUT. The temporary directory is removed.
 
-Light at import (:mod:`qola.pipeline.run` imports :func:`settings_record`).
+It imports :mod:`qola.pipeline.run` (the rebuild) only when it runs: ``qola audit`` without
+``--reproduce`` stays light.
 """
 
 from __future__ import annotations
@@ -21,35 +22,15 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from qola.core.errors import QolaError
+from qola.store.fastpath import ENV_PREFIXES
 
-# not recorded: where programs are found (the compiler is pinned by path instead), what only changes
-# the job count, and the archs (recorded on their own)
-UNRECORDED = frozenset({"PATH", "PYTHONPATH", "MAX_JOBS", "GPU_ARCHS"})
-ENV_PREFIXES = ("AITER_CONFIG_",)
 HINT_REBUILD = "rebuild OUT with this qola (qola build … -o OUT), then audit it"
-
-
-def settings_record(spec: Any, env: Mapping[str, str], env_keys: Sequence[str]) -> dict[str, Any]:
-    """``manifest.json``'s ``build`` entry: the settings of ``spec`` (a :class:`qola.pipeline.spec.BuildSpec`)
-    that change the libraries and no file holds, and the environment the build read: ``env_keys``
-    (the fixed list and what the module table reads, :func:`qola.store.fastpath.env_keys_of`) and every
-    ``AITER_CONFIG_*``, with the values of those set (the others were unset)."""
-    keys = sorted({k for k in env_keys if k not in UNRECORDED} | {k for k in env if k.startswith(ENV_PREFIXES)})
-    return {
-        "isolate": bool(spec.isolate),
-        "allow_unpinned": bool(spec.allow_unpinned),
-        "env_keys": keys,
-        "env": {k: env[k] for k in keys if k in env},
-        "groups": list(getattr(spec, "groups", ()) or ()),
-        "skip_checkout": bool(getattr(spec, "skip_checkout", False)),
-        "usage_files": [os.path.abspath(f) for f in getattr(spec, "usage_files", ()) or ()],
-    }
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,6 @@ from qola.output import outdir
 from qola.output.outdir import OUT_NAMES, OUT_PREFIXES
 from qola.pipeline import preflight
 from qola.pipeline.report import BuildReport, Reporter
-from qola.pipeline.reproduce import settings_record
 from qola.pipeline.spec import (
     BuildSpec,
     Prepared,
@@ -58,6 +57,7 @@ from qola.pipeline.spec import (
     prepare,
     requested,
     settings,
+    settings_record,
     tree_root,
 )
 from qola.store import fastpath

@@ -11,14 +11,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qola.compile.layout import BuildLayout
 from qola.core.errors import QolaError
+from qola.store.fastpath import ENV_PREFIXES
 
 if TYPE_CHECKING:  # the heavy modules are imported where they are used
     from qola.checkout.choice import TreeChoice
@@ -295,3 +296,25 @@ def launcher(name: str | None, env: Mapping[str, str], hint: str | None = None) 
             hint=hint or f"install it (pip install {name} / apt-get install {name}) or drop --launcher",
         )
     return found
+
+
+# not recorded: where programs are found (the compiler is pinned by path instead), what only changes
+# the job count, and the archs (recorded on their own)
+UNRECORDED = frozenset({"PATH", "PYTHONPATH", "MAX_JOBS", "GPU_ARCHS"})
+
+
+def settings_record(spec: BuildSpec, env: Mapping[str, str], env_keys: Sequence[str]) -> dict[str, Any]:
+    """``manifest.json``'s ``build`` entry: the settings of ``spec``
+    that change the libraries and no file holds, and the environment the build read: ``env_keys``
+    (the fixed list and what the module table reads, :func:`qola.store.fastpath.env_keys_of`) and every
+    ``AITER_CONFIG_*``, with the values of those set (the others were unset)."""
+    keys = sorted({k for k in env_keys if k not in UNRECORDED} | {k for k in env if k.startswith(ENV_PREFIXES)})
+    return {
+        "isolate": bool(spec.isolate),
+        "allow_unpinned": bool(spec.allow_unpinned),
+        "env_keys": keys,
+        "env": {k: env[k] for k in keys if k in env},
+        "groups": list(getattr(spec, "groups", ()) or ()),
+        "skip_checkout": bool(getattr(spec, "skip_checkout", False)),
+        "usage_files": [os.path.abspath(f) for f in getattr(spec, "usage_files", ()) or ()],
+    }
