@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import run_qola
 from test_jit_support import build_runtime, expected, make_lib
 
 from qola.jit import format as fmt
@@ -153,3 +154,25 @@ def test_a_forked_child_records_into_its_own_file(lib, tmp_path):
     res = read_dir(rec)
     assert res.files == 2 and res.bad_lines == 0
     assert sorted((r.pid, r.unit) for r in res.records) == sorted([(parent, "unit_1"), (child, "unit_2")])
+
+
+def test_a_shipped_prebuilt_variant_is_recorded_once_and_passes_strict(lib, tmp_path):
+    """How an image records the variants it ships compiled (docs/usage.md, "What is recorded"):
+    defer them and ship their entries in OUT/jit/prebuilt (``qola jit prebuild --prebuilt-dir``).
+    Each resolves from there with event ``prebuilt``, one record per variant per process, whatever
+    the number of calls, and the strict contract passes without compiling."""
+    out = lib.root / "out"
+    shipped = out / "jit" / fmt.PREBUILT
+    proc = run_qola("jit", "prebuild", str(out), "--prebuilt-dir", str(shipped), env=lib.env)
+    assert proc.returncode == 0, proc.stderr
+    assert lib.compiles() == 2 and lib.entries() == []  # into the shipped dir, not the cache
+    rec = tmp_path / "rec"
+    fresh = {fmt.ENV_CACHE_DIR: str(tmp_path / "fresh"), fmt.ENV_COVERAGE: "strict", fmt.ENV_USAGE_DIR: str(rec)}
+    proc = lib.run(0, 5, mode=("threads",), extra=fresh)  # 16 calls, 8 of each unit
+    assert proc.returncode == 0, proc.stderr
+    assert [int(v) for v in proc.stdout.split()] == [expected(1 + i % 2, 5) for i in range(16)]
+    assert "coverage:" not in proc.stderr and lib.compiles() == 2
+    assert not list((tmp_path / "fresh").glob("*.so"))
+    got = read_dir(rec)
+    assert got.files == 1 and got.bad_lines == 0
+    assert sorted((r.unit, r.event) for r in got.records) == [("unit_1", fmt.PREBUILT), ("unit_2", fmt.PREBUILT)]
