@@ -11,56 +11,31 @@ import subprocess
 import sys
 
 import pytest
-from attn_abi import child_preamble
+from attn_abi import attn_manifest, child_call, child_preamble
 from conftest import KERNELS, run_qola
 from test_jit_support import NVCC
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
-MANIFEST = """[qola]
-namespace = "qg"
-[build]
-architectures = ["sm_90"]
-[[modules]]
-name = "libattn_fwd"
-mode = "cpp_itfs"
-[[variants]]
-module = "libattn_fwd"
-pattern = "attn_fwd_d*_{dtype}_*"
-options = {dtype = "bf16"}
-[jit]
+MANIFEST = attn_manifest(
+    "qg",
+    """[jit]
 [[jit.aot.variants]]
 module = "libattn_fwd"
 pattern = "attn_fwd_*_{mask}_*"
 options = {mask = false}
 tokens = {mask = {true = "mask", false = "nmask"}}
-"""
+""",
+)
 
-CHILD = r"""
-import ctypes, math, sys, torch
-lib = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_LOCAL)
-f = lib.qg_libattn_fwd_attn_fwd
-f.argtypes, f.restype = [ctypes.POINTER(P)], ctypes.c_int
-lib.qg_qola_jit_last_error.restype = ctypes.c_char_p
-causal = int(sys.argv[2])
-torch.manual_seed(0)
-b, sq, sk, h, d = 2, 64, 80, 4, 128
-q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for s in (sq, sk, sk))
-o = torch.empty_like(q)
-lse = torch.empty(b, h, sq, device="cuda", dtype=torch.float32)
-scale = 1 / math.sqrt(d)
-p = P(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), None, None,
-      b, sq, sk, h, h, d, scale, b"bf16", causal, None)
-r = f(ctypes.byref(p))
-torch.cuda.synchronize()
-s = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * scale
-if causal:
-    s = s.masked_fill(~torch.ones(sq, sk, device="cuda", dtype=torch.bool).tril(sk - sq), float("-inf"))
-ref = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), v.float())
+CHILD = (
+    child_call("qg")
+    + r"""
 err = (o.float() - ref).abs().max().item()
 lerr = (lse - torch.logsumexp(s, -1)).abs().max().item()
 print(r, f"{err:.5f}", f"{lerr:.6f}", lib.qg_qola_jit_last_error().decode())
 """
+)
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")

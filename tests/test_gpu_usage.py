@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from attn_abi import child_preamble
+from attn_abi import attn_manifest, child_call, child_preamble
 from conftest import KERNELS, run_qola
 from test_jit_support import NVCC
 
@@ -21,44 +21,16 @@ from qola.store.usage import fragment, records
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
-MANIFEST = """[qola]
-namespace = "qu"
-[build]
-architectures = ["sm_90"]
-[[modules]]
-name = "libattn_fwd"
-mode = "cpp_itfs"
-[[variants]]
-module = "libattn_fwd"
-pattern = "attn_fwd_d*_{dtype}_*"
-options = {dtype = "bf16"}
-[jit]
-"""
+MANIFEST = attn_manifest("qu", "[jit]\n")
 
-CHILD = r"""
-import ctypes, json, math, sys, torch
-lib = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_LOCAL)
-f = lib.qu_libattn_fwd_attn_fwd
-f.argtypes, f.restype = [ctypes.POINTER(P)], ctypes.c_int
-lib.qu_qola_jit_last_error.restype = ctypes.c_char_p
-causal = int(sys.argv[2])
-torch.manual_seed(0)
-b, sq, sk, h, d = 2, 64, 80, 4, 128
-q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for s in (sq, sk, sk))
-o = torch.zeros_like(q)
-lse = torch.empty(b, h, sq, device="cuda", dtype=torch.float32)
-scale = 1 / math.sqrt(d)
-p = P(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), None, None,
-      b, sq, sk, h, h, d, scale, b"bf16", causal, None)
-r = f(ctypes.byref(p))
-torch.cuda.synchronize()
-s = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * scale
-if causal:
-    s = s.masked_fill(~torch.ones(sq, sk, device="cuda", dtype=torch.bool).tril(sk - sq), float("-inf"))
-ref = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), v.float())
+CHILD = (
+    child_call("qu")
+    + r"""
+import json
 print(json.dumps({"r": r, "err": (o.float() - ref).abs().max().item(),
                   "error": lib.qu_qola_jit_last_error().decode(), "status": lib.qu_qola_jit_last_status()}))
 """
+)
 
 
 def _build(tmp_path: Path, name: str, *extra: str) -> Path:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from attn_abi import attn_manifest
 from conftest import EXAMPLES, KERNELS, run_qola
 
 from qola.jit import format as fmt
@@ -16,18 +17,7 @@ from qola.plan import variants as V
 from qola.store.usage import fragment, records
 from qola.store.usage.records import Record
 
-MANIFEST = """[qola]
-namespace = "qg"
-[build]
-architectures = ["sm_90"]
-[[modules]]
-name = "libattn_fwd"
-mode = "cpp_itfs"
-[[variants]]
-module = "libattn_fwd"
-pattern = "attn_fwd_d*_{dtype}_*"
-options = {dtype = "bf16"}
-"""
+MANIFEST = attn_manifest("qg")
 USED = ["attn_fwd_d128_bf16_batch_b64x32_mask_lse", "attn_fwd_d128_bf16_batch_b64x32_nmask_lse"]
 KEY = "ab" * 32
 

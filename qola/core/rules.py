@@ -112,7 +112,9 @@ def _bad_chars(value: str) -> str | None:
     return None
 
 
-def _name_problem(value: object, limit: int) -> str | None:
+def _text_problem(value: object, limit: int, why: str, pattern: re.Pattern[str], shape: str) -> str | None:
+    """A name's problem: not a string, empty, a bad character, longer than ``limit`` (``why`` says
+    why there is one), or not matching ``pattern`` (``shape`` says what it must be); None: fine."""
     if not isinstance(value, str):
         return f"is a {type(value).__name__}, not a string"
     if not value:
@@ -121,10 +123,17 @@ def _name_problem(value: object, limit: int) -> str | None:
     if bad:
         return bad
     if len(value) > limit:
-        return f"is {len(value)} characters long; at most {limit} are allowed (names become file names)"
-    if not C_IDENT_RE.match(value):
-        return "is not a C identifier (letters, digits and _, not starting with a digit)"
+        return f"is {len(value)} characters long; at most {limit} are allowed{why}"
+    if not pattern.match(value):
+        return shape
     return None
+
+
+def _name_problem(value: object, limit: int) -> str | None:
+    return _text_problem(
+        value, limit, " (names become file names)", C_IDENT_RE,
+        "is not a C identifier (letters, digits and _, not starting with a digit)",
+    )  # fmt: skip
 
 
 def module_key_problem(key: object) -> str | None:
@@ -194,18 +203,9 @@ def usage_name_problem(name: object) -> str | None:
     """A variant name in ``[usage]`` or a usage record (an instance file stem): a plain file name of at
     most MAX_VARIANT_NAME characters, so no glob or filter character (``* ? [ , | @``) can make it
     select more than itself."""
-    if not isinstance(name, str):
-        return f"is a {type(name).__name__}, not a string"
-    if not name:
-        return "is empty"
-    bad = _bad_chars(name)
-    if bad:
-        return bad
-    if len(name) > MAX_VARIANT_NAME:
-        return f"is {len(name)} characters long; at most {MAX_VARIANT_NAME} are allowed"
-    if not FILE_STEM_RE.match(name):
-        return "is not a plain file name (letters, digits, _ . + -)"
-    return None
+    return _text_problem(
+        name, MAX_VARIANT_NAME, "", FILE_STEM_RE, "is not a plain file name (letters, digits, _ . + -)"
+    )
 
 
 def relative_pattern_problem(pattern: object) -> str | None:

@@ -37,23 +37,26 @@ from qola.core.hashing import regular_file_sha256
 from qola.core.rules import check_namespace
 from qola.output import kernels, outdir
 from qola.output.outdir import DIRS
+from qola.plan.tree.files import read_small
 
 STATUSES = ("built", "failed")  # what qola writes
 
 
+MAX_MANIFEST_JSON = 256 << 20  # a manifest.json qola writes is kilobytes; past this it is not one
+
+
 def load_manifest(root: Path) -> dict:
+    """OUT's ``manifest.json`` as data: a regular file (the checked open: no FIFO, device or link's
+    surprise), at most :data:`MAX_MANIFEST_JSON`, a JSON object with a ``modules`` list."""
     path = Path(root) / "manifest.json"
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise QolaError(f"{path} is not a regular file")
-        if st.st_size > 1 << 30:
-            raise QolaError(f"{path} is {st.st_size} bytes: not a manifest qola wrote")
-        data = json.loads(path.read_text())
+        raw = read_small(path, limit=MAX_MANIFEST_JSON, what="output manifest")
     except FileNotFoundError:
         raise QolaError(f"{path} does not exist", hint="is OUT the --output-dir of a qola build?") from None
-    except (OSError, ValueError, RecursionError) as exc:
-        raise QolaError(f"cannot read {path}: {exc}") from exc
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise QolaError(f"cannot read {path}: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("modules"), list):
         raise QolaError(f"{path}: not a qola manifest (no 'modules' list)")
     return data

@@ -4,17 +4,14 @@ variant, whether ``OUT`` built it ahead, defers it to the JIT, or lacks it, read
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qola.core.errors import QolaError
-from qola.plan.tree.files import read_small
+from qola.output.checks import load_manifest
 from qola.store.usage.records import Record
 
-MAX_MANIFEST_JSON = 256 << 20
 AHEAD, JIT, ABSENT, NO_MODULE = "ahead", "jit", "absent", "no-module"
 
 
@@ -32,24 +29,9 @@ def _names(block: Any) -> set[str]:
     return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
 
 
-def read_output(out: Path) -> dict[str, Any]:
-    path = out / "manifest.json"
-    try:
-        raw = read_small(path, limit=MAX_MANIFEST_JSON, what="output manifest")
-    except FileNotFoundError:
-        raise QolaError(f"{path} not found", hint="pass the output dir of a qola build (-o)") from None
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise QolaError(f"{path} is not JSON: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("modules"), list):
-        raise QolaError(f"{path} is not a qola manifest.json (no modules list)")
-    return data
-
-
 def cover(records: Iterable[Record], out: Path) -> tuple[list[Row], str | None]:
     """(one row per recorded (module, variant), sorted; OUT's build key)."""
-    data = read_output(out)
+    data = load_manifest(out)
     mods: dict[str, tuple[set[str], set[str]]] = {}
     for m in data["modules"]:
         if not isinstance(m, Mapping) or not isinstance(m.get("name"), str) or not m.get("success", True):
