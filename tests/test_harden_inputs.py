@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import KERNELS
+from limited import qola, user_error
 
 from qola.core.errors import QolaError
 from qola.plan.manifest import parse
@@ -21,32 +21,6 @@ from qola.plan.tree.aiter import TABLE, open_tree
 
 ARCHS = ("sm_90",)
 QUICK = '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
-
-
-def _limits() -> None:  # a regression must fail the test, not exhaust the shared machine
-    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
-
-
-def qola(*args: str, cwd: Path | None = None, timeout: int = 60) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "qola", *args],
-            capture_output=True,
-            text=True,
-            cwd=cwd,
-            timeout=timeout,
-            preexec_fn=_limits,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"qola {' '.join(args)} hung (> {timeout} s)")
-
-
-def user_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr, proc.stderr
-    for needle in needles:
-        assert needle in proc.stderr, (needle, proc.stderr)
-    return proc.stderr
 
 
 @pytest.fixture()
@@ -265,7 +239,13 @@ def test_cpp_itfs_declared_torch_free_or_registered_plans(tree):
 
 def test_manifest_dev_zero_is_refused_at_once(tmp_path):
     user_error(
-        qola("plan", "--manifest", "/dev/zero", "--aiter-root", str(KERNELS), timeout=30),
+        qola(
+            "plan",
+            "--manifest",
+            "/dev/zero",
+            "--aiter-root",
+            str(KERNELS),
+        ),
         "character device",
         "not a regular file",
     )
@@ -274,7 +254,16 @@ def test_manifest_dev_zero_is_refused_at_once(tmp_path):
 def test_manifest_fifo_is_refused_not_waited_on(tmp_path):
     fifo = tmp_path / "m.toml"
     os.mkfifo(fifo)
-    user_error(qola("plan", "--manifest", str(fifo), "--aiter-root", str(KERNELS), timeout=30), "a FIFO")
+    user_error(
+        qola(
+            "plan",
+            "--manifest",
+            str(fifo),
+            "--aiter-root",
+            str(KERNELS),
+        ),
+        "a FIFO",
+    )
 
 
 def test_manifest_too_big_and_a_directory(tmp_path):
@@ -304,7 +293,13 @@ def test_huge_variant_matrix_is_refused_with_its_size(tmp_path):
         parse(text, "m.toml")
     assert "variants[0]: expands to 4,096,000,000 variants (40 o0 × 40 o1" in info.value.render()
     user_error(
-        qola("variants", "--manifest", str(mf(tmp_path, text)), "--aiter-root", str(KERNELS), timeout=60),
+        qola(
+            "variants",
+            "--manifest",
+            str(mf(tmp_path, text)),
+            "--aiter-root",
+            str(KERNELS),
+        ),
         "4,096,000,000 variants",
     )
 
@@ -396,7 +391,13 @@ def test_tree_file_fifo_is_refused_not_waited_on(tree, tmp_path, rel):
     (tree / rel).unlink()
     os.mkfifo(tree / rel)
     user_error(
-        qola("plan", "--manifest", str(mf(tmp_path, QUICK)), "--aiter-root", str(tree), timeout=30),
+        qola(
+            "plan",
+            "--manifest",
+            str(mf(tmp_path, QUICK)),
+            "--aiter-root",
+            str(tree),
+        ),
         f"{tree / rel} is a FIFO, not a regular file",
     )
 
@@ -405,7 +406,13 @@ def test_tree_file_symlink_to_dev_zero_is_refused(tree, tmp_path):
     (tree / TABLE).unlink()
     (tree / TABLE).symlink_to("/dev/zero")
     user_error(
-        qola("plan", "--manifest", str(mf(tmp_path, QUICK)), "--aiter-root", str(tree), timeout=30),
+        qola(
+            "plan",
+            "--manifest",
+            str(mf(tmp_path, QUICK)),
+            "--aiter-root",
+            str(tree),
+        ),
         "is a character device, not a regular file",
     )
 
@@ -436,7 +443,11 @@ def test_tuned_config_fifo_is_refused(tmp_path):
         "except QolaError as e:\n    print(e.message)\n"
     )
     try:  # in a child: opening a FIFO the old way blocks forever
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("reading a FIFO tuned config hung")
     assert f"{fifo} is a FIFO, not a regular file" in proc.stdout, proc.stdout + proc.stderr

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +16,7 @@ import pytest
 from conftest import KERNELS
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from limited import qola, user_error
 
 from qola.core import owner
 from qola.core.errors import QolaError
@@ -28,33 +26,6 @@ from qola.plan.tree.aiter_core import CORE, CoreNames, EnvName, resolve_core_nam
 from qola.plan.tree.safe_eval import MAX_INT_BITS, MAX_STR, evaluate, size_of
 
 QUICK = '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
-
-
-def _limits() -> None:  # a regression must fail the test, not exhaust the shared machine
-    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
-
-
-def qola(*args: str, cwd: Path | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "qola", *args],
-            capture_output=True,
-            text=True,
-            cwd=cwd,
-            check=False,
-            timeout=timeout,
-            preexec_fn=_limits,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"qola {' '.join(args)} did not finish in {timeout} s")
-
-
-def user_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr, proc.stderr
-    for needle in needles:
-        assert needle in proc.stderr, (needle, proc.stderr)
-    return proc.stderr
 
 
 def copy_tree(dest: Path) -> Path:
