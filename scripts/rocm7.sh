@@ -59,22 +59,34 @@ mount_into() {
 
 remote_ready() { [ -f "$ROOT/.qola-remote-recipe" ] && [ "$(cat "$ROOT/.qola-remote-recipe")" = "$REMOTE_RECIPE" ]; }
 
+# apt-get install the packages named by the variable $2 (APT_LIST, REMOTE_APT_LIST) into the chroot at $1
+chroot_apt() {
+  unshare -m --propagation private bash -euo pipefail -c '
+    root=$1; list=$2
+    mount -t proc proc "$root/proc"
+    chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+      bash -euo pipefail -c "apt-get $APT_OPTS update && apt-get $APT_OPTS install -y ${!list} >/dev/null"
+  ' _ "$1" "$2"
+}
+
+# pip install $3... into the venv $2 (made if missing) inside the chroot at $1, from the host's index
+chroot_pip() {
+  local root=$1 venv=$2 index
+  shift 2
+  index=$(python3 -m pip config get global.index-url 2>/dev/null || true)
+  chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin PIP_CERT=/etc/qola-host-ca.crt \
+    ${index:+PIP_INDEX_URL=$index} PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    bash -euo pipefail -c 'venv=$1; shift; [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
+      "$venv/bin/pip" install -q "$@"' _ "$venv" "$@"
+}
+
 # the remote-execution packages, into the ready chroot (seconds when apt's lists are fresh)
 remote_extras() {
   remote_ready && return 0
-  local index start=$SECONDS
-  index=$(python3 -m pip config get global.index-url 2>/dev/null || true)
+  local start=$SECONDS
   log "adding buildbox, postgresql and BuildGrid (issue 26's loopback REAPI service)"
-  unshare -m --propagation private bash -euo pipefail -c '
-    root=$1; shift
-    mount -t proc proc "$root/proc"
-    chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
-      bash -euo pipefail -c "apt-get $APT_OPTS update && apt-get $APT_OPTS install -y $REMOTE_APT_LIST >/dev/null"
-  ' _ "$ROOT" || die "apt-get of the remote-execution packages failed"
-  chroot "$ROOT" /usr/bin/env -i PATH=/usr/bin:/bin PIP_CERT=/etc/qola-host-ca.crt \
-    ${index:+PIP_INDEX_URL=$index} PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    bash -euo pipefail -c '[ -x /opt/qola-bgd-venv/bin/pip ] || python3 -m venv /opt/qola-bgd-venv
-      /opt/qola-bgd-venv/bin/pip install -q "$@"' _ "${REMOTE_PIP[@]}" || die "pip install buildgrid failed"
+  chroot_apt "$ROOT" REMOTE_APT_LIST || die "apt-get of the remote-execution packages failed"
+  chroot_pip "$ROOT" /opt/qola-bgd-venv "${REMOTE_PIP[@]}" || die "pip install buildgrid failed"
   echo "$REMOTE_RECIPE" >"$ROOT/.qola-remote-recipe"
   log "remote-execution packages ready in $((SECONDS - start)) s"
 }
@@ -94,19 +106,9 @@ setup() {
   rm -f "$tmp.log"
   # the host's CA bundle: pip inside talks to the registries the host is configured for
   cp /etc/ssl/certs/ca-certificates.crt "$tmp/etc/qola-host-ca.crt"
-  local index
-  index=$(python3 -m pip config get global.index-url 2>/dev/null || true)
-  unshare -m --propagation private bash -euo pipefail -c '
-    root=$1; shift
-    mount -t proc proc "$root/proc"
-    chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
-      bash -euo pipefail -c "apt-get $APT_OPTS update && apt-get $APT_OPTS install -y $APT_LIST >/dev/null"
-  ' _ "$tmp" || die "apt-get inside the chroot failed"
+  chroot_apt "$tmp" APT_LIST || die "apt-get inside the chroot failed"
   log "installing Python packages into /opt/qola-venv"
-  chroot "$tmp" /usr/bin/env -i PATH=/usr/bin:/bin PIP_CERT=/etc/qola-host-ca.crt \
-    ${index:+PIP_INDEX_URL=$index} PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    bash -euo pipefail -c 'python3 -m venv /opt/qola-venv && /opt/qola-venv/bin/pip install -q "$@"' _ "${PIP_PKGS[@]}" \
-    || die "pip inside the chroot failed"
+  chroot_pip "$tmp" /opt/qola-venv "${PIP_PKGS[@]}" || die "pip inside the chroot failed"
   echo "$RECIPE" >"$tmp/.qola-recipe"
   rm -rf --one-file-system "$ROOT"
   mv "$tmp" "$ROOT"
