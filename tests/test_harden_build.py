@@ -471,6 +471,29 @@ def test_runner_group_death_signal_and_timeout(tmp_path):
     assert not _alive([int(marker.read_text())], 60), "a timed-out child's group survived"
 
 
+def test_runner_new_group_without_popen_process_group(monkeypatch):
+    """Python 3.10 (requires-python) has no Popen(process_group=): there the child still leads a
+    group of its own and gets the death signal, through its preexec function (3.10's Popen faked)."""
+    from qola.core import proc
+
+    real = subprocess.Popen
+
+    def popen_310(*args, **kwargs):
+        if "process_group" in kwargs:
+            raise TypeError("__init__() got an unexpected keyword argument 'process_group'")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(proc, "_POPEN_PROCESS_GROUP", False)
+    monkeypatch.setattr(proc.subprocess, "Popen", popen_310)
+    probe = (
+        "import ctypes, os; buf = ctypes.c_int(); "
+        "ctypes.CDLL(None).prctl(2, ctypes.byref(buf), 0, 0, 0); print(os.getpid(), os.getpgid(0), buf.value)"
+    )
+    done = proc.run([sys.executable, "-c", probe])
+    pid, pgid, deathsig = map(int, done.stdout.split())
+    assert pgid == pid != os.getpgid(0) and deathsig == signal.SIGTERM
+
+
 def test_runner_files_start_no_process_of_their_own():
     import qola
 

@@ -206,6 +206,21 @@ def test_ck_fmha_bwd_stubs_match_the_dispatch(ck_fmha):
     assert called <= defined
 
 
+def test_batch_stub_qualifies_an_alias_with_a_comment_in_its_head():
+    """A comment between ``using`` and ``=`` (the alias was found with comments blanked, its name
+    was read from the raw text: an AttributeError before)."""
+    text = (
+        '#include "x.h"\n'
+        "using /* the trait */ trait_0 = Traits<int, 64>;\n"
+        "using trait_1 // second\n    = Traits<int, 128>;\n"
+        "template <>\nfloat run_<trait_0>(const Args& a) { return impl<trait_0>(a); }\n"
+        "template <>\nfloat run_<trait_1>(const Args& a) { return impl<trait_1>(a); }\n"
+    )
+    assert cxx.alias_names(text, cxx.top_level_items(text)) == ["trait_0", "trait_1"]
+    out = stubs.stub_batch([("u0", text)], module="m")
+    assert [s.targs for s in cxx.find_specializations(out)] == ["qola_jit_u0::trait_0", "qola_jit_u0::trait_1"]
+
+
 @pytest.mark.aiter
 def test_ck_fmha_batch_stub_qualifies_aliases(ck_fmha):
     _, out = ck_fmha

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     prepared = whole_plan(spec, with_settings=args.json)
     plan = prepared.plan
     warn(plan.warnings)
-    files = generated_files(plan, spec.env)
+    files = generated_files(plan, spec.environ())
     if args.json:
         data = plan.to_json()
         data["settings"] = None if prepared.settings is None else prepared.settings.to_json()

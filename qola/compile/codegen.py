@@ -117,15 +117,16 @@ def stamp_of(job: GenJob, python: str) -> str:
     digests = dict(job.config_digests) or {
         c.name: hashlib.sha256(render(merge(c)).encode()).hexdigest() for c in job.configs
     }
-    payload = {
-        "argv": job.argvs(OUTPUT_DIR, python),
+    argv = job.argvs(OUTPUT_DIR, python)
+    payload: dict[str, object] = {
+        "argv": argv,
         "generators": _sources_digest([a for g in job.generators for a in g.run_argv[:2] if a.endswith(".py")]),
     }
     if job.env:  # what qola tells the generators besides argv (the archs): another arch, another output
         payload["env"] = dict(job.env)
     if digests:  # merged tuned configs: their content, not just their name, decides a rerun
         payload["configs"] = digests
-    files = _argument_files_digest(payload["argv"])
+    files = _argument_files_digest(argv)
     if files:
         payload["files"] = files
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()

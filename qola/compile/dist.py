@@ -24,6 +24,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from qola.core import proc
 from qola.core.errors import QolaError
@@ -45,8 +46,8 @@ class Farm:
     cpus: int
 
 
-def is_sccache(launcher: str | None) -> bool:
-    return bool(launcher) and os.path.basename(launcher) in ("sccache", "sccache.exe")
+def is_sccache(launcher: str | None) -> TypeGuard[str]:
+    return launcher is not None and os.path.basename(launcher) in ("sccache", "sccache.exe")
 
 
 def _query(sccache: str, args: list[str], env: Mapping[str, str]) -> str:

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -87,17 +87,26 @@ def _libc_prctl() -> Any:
     return _prctl
 
 
-def _death_signal(parent: int, sig: int):
-    """A preexec function: ask for ``sig`` when the parent dies, and exit at once if it already has.
-    It calls a function pointer resolved before the fork and nothing else (safe beside threads)."""
+# Popen's ``process_group`` came in Python 3.11; on 3.10 the child's preexec function calls setpgid.
+_POPEN_PROCESS_GROUP = sys.version_info >= (3, 11)
+
+
+def _death_signal(parent: int, sig: int, new_group: bool = False) -> Callable[[], None] | None:
+    """A preexec function: (with ``new_group``, enter a new process group, as Popen's
+    ``process_group=0``,) ask for ``sig`` when the parent dies, and exit at once if it already has.
+    It calls os.setpgid and a function pointer resolved before the fork, nothing else (safe beside
+    threads)."""
     prctl = _libc_prctl()
-    if not prctl:
+    if not prctl and not new_group:
         return None
 
     def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(127)
+        if new_group:
+            os.setpgid(0, 0)
+        if prctl:
+            prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+            if os.getppid() != parent:
+                os._exit(127)
 
     return preexec
 
@@ -140,6 +149,8 @@ def popen(
     :class:`Interrupted` once qola was told to stop."""
     check_stop()
     kwargs: dict[str, Any] = {"errors": "replace"} if text else {}
+    if _POPEN_PROCESS_GROUP:
+        kwargs["process_group"] = 0
     proc = subprocess.Popen(
         [os.fspath(a) for a in argv],
         env=None if env is None else dict(env),
@@ -148,8 +159,7 @@ def popen(
         stdout=stdout,
         stderr=stderr,
         text=text,
-        process_group=0,
-        preexec_fn=_death_signal(os.getpid(), death_signal),
+        preexec_fn=_death_signal(os.getpid(), death_signal, new_group=not _POPEN_PROCESS_GROUP),
         **kwargs,
     )
     with _live_lock:

@@ -166,8 +166,8 @@ class JitCache:
         if (not text.startswith(fmt.META_HEAD) or fields.get("key") != key or not HEX64.fullmatch(fields.get("sha256", ""))
                 or not (size_text.isascii() and size_text.isdigit() and len(size_text) <= fmt.MAX_SIZE_DIGITS)):  # fmt: skip
             return Entry(key, so, meta, fields, "malformed .meta")
-        if why := provenance_problem(fields, key):
-            return Entry(key, so, meta, fields, why)
+        if problem := provenance_problem(fields, key):
+            return Entry(key, so, meta, fields, problem)
         try:
             digest, size = safeio.sha256_regular(so, max_size=fmt.MAX_OBJECT, trusted=True,
                                                  expect_size=int(size_text))  # fmt: skip

@@ -188,7 +188,9 @@ def _scan(text: str, nc: str, st: str, lo: int, hi: int, ns: tuple[str, ...], ou
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
     """Split at ``sep`` outside brackets; angle brackets count only outside parentheses."""
-    parts, stack, cur = [], [], []
+    parts: list[str] = []
+    stack: list[str] = []
+    cur: list[str] = []
     for ch in text:
         if ch in "([{" or (ch == "<" and (not stack or stack[-1] == "<")):
             stack.append(ch)
@@ -208,7 +210,8 @@ def _split_top(text: str, sep: str = ",") -> list[str]:
 
 def _outside_angles(text: str) -> str:
     """The characters of ``text`` that are not inside template argument lists."""
-    out, stack = [], []
+    out: list[str] = []
+    stack: list[str] = []
     for ch in text:
         if ch == "<" and (not stack or stack[-1] == "<"):
             stack.append(ch)
@@ -359,7 +362,16 @@ def top_level_items(text: str) -> list[tuple[str, int, int]]:
 
 
 def alias_names(text: str, items: list[tuple[str, int, int]]) -> list[str]:
-    return [_ALIAS.match(text, a).group(1) for kind, a, _ in items if kind == "alias"]
+    """The names of the ``alias`` items of :func:`top_level_items`, read where it found them: in
+    the structural text (a comment inside ``using … =`` is blanked there, not in ``text``)."""
+    _, st = mask(text)
+    names = []
+    for kind, a, _ in items:
+        if kind == "alias":
+            m = _ALIAS.match(st, a)
+            assert m is not None  # top_level_items matched _ALIAS at ``a`` in this same text
+            names.append(m.group(1))
+    return names
 
 
 def qualify(text: str, names: set[str], prefix: str) -> str:

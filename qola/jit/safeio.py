@@ -19,7 +19,7 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -92,7 +92,8 @@ def open_regular(path: str | os.PathLike, *, max_size: int, trusted: bool = Fals
 
 def read_fd(fd: int, max_size: int, what: object) -> bytes:
     """All bytes of ``fd`` from offset 0, at most ``max_size`` (the file may grow meanwhile)."""
-    parts, total, off = [], 0, 0
+    parts: list[bytes] = []
+    total = off = 0
     while True:
         chunk = os.pread(fd, min(MiB, max_size + 1 - total), off)
         if not chunk:
@@ -120,15 +121,17 @@ def read_regular(path: str | os.PathLike, *, max_size: int, trusted: bool = Fals
     """The bytes of a regular file. Untrusted inputs that are followed through links (index.json,
     sources, the bundle: all verified afterwards) go through the tree inputs' reader
     (:func:`qola.plan.tree.files.read_small`); cache files through :func:`open_regular` (owner, mode)."""
-    read_small = None
+    reader: Callable[..., bytes] | None = None
     if follow and not trusted:
         try:
             from qola.plan.tree.files import read_small  # lazy: paid only by the callers that need it
         except ImportError:  # a tree without the tree inputs' reader: the same checks below
             pass
-    if read_small is not None:
+        else:
+            reader = read_small
+    if reader is not None:
         try:
-            return read_small(path, limit=max_size, what="JIT input")
+            return reader(path, limit=max_size, what="JIT input")
         except FileNotFoundError:
             raise Refused(f"cannot read {path}: No such file or directory", missing=True) from None
         except QolaError as exc:

@@ -222,6 +222,8 @@ class VariantSection(_Model):
 class _MhaVariant(_Model):
     """Shared by the CK fMHA variant tables: ``name`` (any-of globs) is not an option of the product."""
 
+    module: str | None = None
+
     def options(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in type(self).model_fields if k not in ("module", "name")}
 
@@ -235,7 +237,6 @@ class _MhaVariant(_Model):
 
 
 class MhaFwdVariant(_MhaVariant):
-    module: str | None = None
     dtype: Option | None = None
     has_bias: Option | None = None
     has_alibi: Option | None = None
@@ -251,7 +252,6 @@ class MhaFwdVariant(_MhaVariant):
 
 
 class MhaBwdVariant(_MhaVariant):
-    module: str | None = None
     dtype: Option | None = None
     has_bias: Option | None = None
     has_alibi: Option | None = None

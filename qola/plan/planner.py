@@ -158,7 +158,9 @@ def _nearest(name: str, keys: list[str]) -> str:
 def _expand_sources(items: list[str]) -> tuple[list[str], list[str], list[str]]:
     """Files as given; directories expand to their .cu/.cpp files (not recursive), as AITER.
     Returns (found, missing, skipped: listed files that are not sources, never silently)."""
-    found, missing, skipped = [], [], []
+    found: list[str] = []
+    missing: list[str] = []
+    skipped: list[str] = []
     for item in items:
         p = Path(item)
         if p.is_dir():
@@ -245,10 +247,9 @@ def _generators(
         )
     kept = []
     for g in gens:
-        if g.direction in drops:
-            g = _dropped(g, no_ck)
-        if g is not None:
-            kept.append(g)
+        left = _dropped(g, no_ck) if g.direction in drops else g
+        if left is not None:
+            kept.append(left)
     return tuple(kept)
 
 

@@ -22,7 +22,7 @@ import itertools
 import math
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from qola.core import proc as runner
 from qola.core.errors import QolaError
 from qola.core.fsutil import pid_tempdir
 from qola.plan import genrules
-from qola.plan.manifest import MAX_VARIANTS, Manifest
+from qola.plan.manifest import MAX_VARIANTS, Manifest, VariantSection
 from qola.plan.planner import OUTPUT_DIR, Generator, ModulePlan, Plan
 from qola.plan.registry import genwrap_script
 
@@ -42,14 +42,15 @@ HDIM = re.compile(r"^d[0-9]+$")
 
 FAMILY = {"fwd": ("fwd", "fwd_splitkv", "batch_prefill"), "bwd": ("bwd",)}
 # slot -> (options, {token: their values}); a slot holds at most one token of a kernel name.
-_BIAS = (("has_bias", "has_alibi"), {"nbias": (False, False), "bias": (True, False), "alibi": (False, True)})
+_Slot = tuple[tuple[str, ...], dict[str, tuple[bool, ...]]]
+_BIAS: _Slot = (("has_bias", "has_alibi"), {"nbias": (False, False), "bias": (True, False), "alibi": (False, True)})
 
 
-def _flag(option: str, token: str) -> tuple[tuple[str, ...], dict[str, tuple[bool, ...]]]:
+def _flag(option: str, token: str) -> _Slot:
     return (option,), {f"n{token}": (False,), token: (True,)}
 
 
-SLOTS: dict[str, dict[str, tuple[tuple[str, ...], dict[str, tuple[bool, ...]]]]] = {
+SLOTS: dict[str, dict[str, _Slot]] = {
     "fwd": {
         "bias": _BIAS,
         "mask": _flag("has_mask", "mask"),
@@ -240,11 +241,14 @@ def patterns(variant: Mapping[str, Any], fam: str, layout: Layout, where: str) -
     for slot in layout.slots:
         if slot == "dtype":
             want = variant.get("dtype")
-            choices.append([None] if want is None else [want] if want in layout.dtypes else [])
+            column: list[str | None] = [None] if want is None else [want] if want in layout.dtypes else []
+            choices.append(column)
             continue
         opts, table = SLOTS[fam][slot]
         seen = {t for n in layout.names for t in n.split("_") if t in table}
-        ok = [t for t in table if t in seen and all(variant.get(o) in (None, v) for o, v in zip(opts, table[t]))]
+        ok: list[str | None] = [
+            t for t in table if t in seen and all(variant.get(o) in (None, v) for o, v in zip(opts, table[t]))
+        ]
         choices.append([None] if set(ok) == seen else ok)
     for slot in {s for o in variant for s, (opts, _) in SLOTS[fam].items() if o in opts} - set(layout.slots):
         if any(variant.get(o) is True for o in SLOTS[fam][slot][0]):
@@ -378,11 +382,13 @@ def resolve(plan: Plan, manifest: Manifest, env: Mapping[str, str], python: str 
             layouts = {}
             for mod, i in targets:
                 gen, names = mod.generators[i], listing(mod, i)
-                by_kind: list[list[str]] = [[] for _ in genrules.CK_KINDS[gen.direction]]
+                direction = gen.direction
+                assert direction is not None  # targets are generators of a direction in FAMILY[fam]
+                by_kind: list[list[str]] = [[] for _ in genrules.CK_KINDS[direction]]
                 for stem in names:
                     if not is_api(stem):
                         name = kernel_name(stem, "ck")
-                        by_kind[kind_of(name, gen.direction)].append(name)
+                        by_kind[kind_of(name, direction)].append(name)
                 layouts[(mod.name, i)] = [learn(sorted(set(k)), fam, f"{mod.name}: {gen.command}") for k in by_kind]
             declared = {k: v for k, v in sec.model_dump(exclude={"module"}).items() if v is not None}
             dtypes = sorted({d for ls in layouts.values() for lay in ls for d in lay.dtypes})
@@ -410,8 +416,8 @@ def resolve(plan: Plan, manifest: Manifest, env: Mapping[str, str], python: str 
                         + "; ".join(f"{m.name}: {m.generators[i].command}" for m, i in targets),
                         hint="remove or change that variant (check its options against the receipt)",
                     )
-    for n, sec in enumerate(manifest.variants):
-        sels += _generic(plan, sec, n, listing)
+    for n, table in enumerate(manifest.variants):
+        sels += _generic(plan, table, n, listing)
     done = {(s.module, s.generator) for s in sels}
     for mod, i, fam in targeted:
         if (mod.name, i) not in done:
@@ -423,7 +429,9 @@ def resolve(plan: Plan, manifest: Manifest, env: Mapping[str, str], python: str 
     return Resolution(plan, sels, listings)
 
 
-def _generic(plan: Plan, sec: Any, n: int, listing: Any) -> list[Selection]:
+def _generic(
+    plan: Plan, sec: VariantSection, n: int, listing: Callable[[ModulePlan, int], list[str]]
+) -> list[Selection]:
     where = f"variants[{n}]"
     mod = _modules_for(plan, sec.module, where)[0]
     gens = [
@@ -452,8 +460,8 @@ def _generic(plan: Plan, sec: Any, n: int, listing: Any) -> list[Selection]:
     for variant in expand(dict(sec.options)):
         pat = sec.pattern
         for hole in holes:
-            v = variant.get(hole)
-            tok = "*" if v is None else sec.tokens.get(hole, {}).get(_key(v), _key(v))
+            chosen = variant.get(hole)
+            tok = "*" if chosen is None else sec.tokens.get(hole, {}).get(_key(chosen), _key(chosen))
             pat = pat.replace(f"{{{hole}}}", tok)
         hits = 0
         for i in gens:

@@ -99,7 +99,7 @@ def locate_why(env: Mapping[str, str], compiler: str | None = None) -> tuple[str
         if not found:
             raise QolaError(f"HIP compiler {compiler!r} does not exist or is not executable", hint=INSTALL_HINT)
         return found, "given"
-    skipped = []
+    skipped: list[str] = []
     for path, why in candidates(env):
         hit = executable(path) if path else None
         if hit:

@@ -117,7 +117,7 @@ def _str_const(node: ast.AST) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
-def _config_call(call: ast.AST, func_ok) -> tuple[str, str, str] | None:
+def _config_call(call: ast.AST | None, func_ok) -> tuple[str, str, str] | None:
     """(env, default source, stem) of ``get_config_file("ENV", <default>, "stem")``."""
     if not (isinstance(call, ast.Call) and func_ok(call.func) and len(call.args) == 3 and not call.keywords):
         return None
@@ -176,8 +176,8 @@ def read_core(path: Path) -> CoreNames:
         if not isinstance(value, ast.Call) or value.keywords:
             continue
         func = ast.unparse(value.func)
-        if func in GETENV and len(value.args) == 2 and _str_const(value.args[0]) is not None:
-            env_names.append(EnvName(name, _str_const(value.args[0]), ast.unparse(value.args[1])))
+        if func in GETENV and len(value.args) == 2 and (env := _str_const(value.args[0])) is not None:
+            env_names.append(EnvName(name, env, ast.unparse(value.args[1])))
         elif call := _config_call(value, lambda f: isinstance(f, ast.Name) and f.id == GET_CONFIG_FILE):
             configs.append(ConfigName(None, name, *call))
         elif func in classes and not value.args:
