@@ -61,7 +61,9 @@ def test_views_resolve_every_stage_once():
 
 def test_tree_env_is_what_the_tree_names(tmp_path):
     table, core = tmp_path / "optCompilerConfig.json", tmp_path / "core.py"
-    table.write_text('{"module_x": {"flags_extra_cc": ["os.environ.get(\'TABLE_FLAG\', \'0\')"]}}')
+    table.write_text(
+        r"""{"module_x": {"flags_extra_cc": ["os.environ.get('TABLE_FLAG', '0')", "f'-DE={os.environ.get(\"ESCAPED\", 1)}'"]}}"""
+    )
     core.write_text('X = os.environ["CORE_VAR"]\nY = os.getenv("CORE_OTHER", "1")\n')
     tree = SimpleNamespace(table_path=table, core_path=core)
     env = {
@@ -73,9 +75,11 @@ def test_tree_env_is_what_the_tree_names(tmp_path):
         "AITER_CONFIG_GEMM": "/g.csv",
         "ENABLE_CK": "0",
         "UNNAMED": "z",
+        "ESCAPED": "e",
     }
     assert tree_env(env, tree) == {
         "TABLE_FLAG": "1",
+        "ESCAPED": "e",  # inside a JSON string: \"ESCAPED\"
         "CORE_VAR": "a",  # os.environ[...] is read too, not only .get
         "CORE_OTHER": "b",
         "AITER_CONFIG_GEMM": "/g.csv",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -226,15 +227,18 @@ def tree_env(env: Mapping[str, str], tree: AiterTree) -> dict[str, str]:
     """What the tree's evaluation may read (AITER's core.py and its config lookups read the
     environment, as AITER does): every variable its module table or core.py names as a string,
     ``AITER_CONFIG_*`` and :data:`PLAN_VARIABLES`. Resolved once, before the plan is made."""
+    from qola.plan.tree.files import MAX_CORE, MAX_TABLE, read_small  # lazy: start-up of the CLI and of the no-op path
+
     texts = []
-    for path in (tree.table_path, tree.core_path):
-        try:
-            texts.append(Path(path).read_text(errors="replace"))
-        except OSError:
+    for path, limit in ((tree.table_path, MAX_TABLE), (tree.core_path, MAX_CORE)):
+        try:  # checked (a FIFO or a device is never waited on); what is refused, planning reports
+            texts.append(read_small(path, limit=limit, what="tree file").decode("utf-8", errors="replace"))
+        except (OSError, QolaError):
             pass
 
-    def named(key: str) -> bool:
-        return any(f'"{key}"' in t or f"'{key}'" in t for t in texts)
+    def named(key: str) -> bool:  # a string literal, in Python or escaped inside the table's JSON strings
+        quoted = re.compile(r"""\\?['"]""" + re.escape(key) + r"""\\?['"]""")
+        return any(quoted.search(t) for t in texts)
 
     return {k: v for k, v in env.items() if k in PLAN_VARIABLES or k.startswith(ENV_PREFIXES) or named(k)}
 
