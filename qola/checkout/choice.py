@@ -20,6 +20,7 @@ URL_ENV = "QOLA_AITER_URL"
 FORCE_ENV = "QOLA_FORCE_AITER_CHECKOUT"  # QoLA's: 1 = discard local changes (as --force)
 DEFAULT_URL = "https://github.com/ROCm/aiter.git"
 DEFAULT = "the default checkout"
+VARIABLES = (*SOURCE_ENV, "XDG_CACHE_HOME", "HOME")  # every variable choose and named_by_env read
 
 
 def qola_checkout() -> Path | None:

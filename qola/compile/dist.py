@@ -28,6 +28,7 @@ from typing import TypeGuard
 
 from qola.core import proc
 from qola.core.errors import QolaError
+from qola.core.proc import ChildEnv
 
 TIMEOUT = 60.0  # seconds for one sccache query (the first one starts its server)
 DOCS = "docs/distributed.md"
@@ -50,12 +51,12 @@ def is_sccache(launcher: str | None) -> TypeGuard[str]:
     return launcher is not None and os.path.basename(launcher) in ("sccache", "sccache.exe")
 
 
-def _query(sccache: str, args: list[str], env: Mapping[str, str]) -> str:
+def _query(sccache: str, args: list[str], env: Mapping[str, str] | ChildEnv) -> str:
     hint = f"check that {sccache} runs (sccache --show-stats); its log: SCCACHE_ERROR_LOG=FILE SCCACHE_LOG=info"
     return proc.run_checked([sccache, *args], env=env, timeout=TIMEOUT, stderr=proc.PIPE, hint=hint).stdout
 
 
-def _status(sccache: str, env: Mapping[str, str]) -> tuple[object, str]:
+def _status(sccache: str, env: Mapping[str, str] | ChildEnv) -> tuple[object, str]:
     """``sccache --dist-status``: (its JSON, or None; the text)."""
     text = _query(sccache, ["--dist-status"], env)
     try:
@@ -68,7 +69,7 @@ def _disabled(status: object) -> bool:
     return status == {"Disabled": "disabled"} or status == "Disabled"
 
 
-def farm(sccache: str, env: Mapping[str, str]) -> tuple[Farm | None, str | None]:
+def farm(sccache: str, env: Mapping[str, str] | ChildEnv) -> tuple[Farm | None, str | None]:
     """The farm sccache is configured for: (Farm, None), or (None, why) when its scheduler does not
     answer (sccache then compiles locally, and so does the build). No farm configured at all is an
     error: ``--dist`` asked for one."""
@@ -88,7 +89,7 @@ def farm(sccache: str, env: Mapping[str, str]) -> tuple[Farm | None, str | None]
     return None, f"the sccache-dist scheduler does not answer ({str(why)[:200]})"
 
 
-def hip_warning(sccache: str, env: Mapping[str, str]) -> str | None:
+def hip_warning(sccache: str, env: Mapping[str, str] | ChildEnv) -> str | None:
     """For a HIP build whose launcher is sccache: a warning when sccache is configured for a farm
     (it would try to send the HIP compiles there, see the module's docstring)."""
     try:
@@ -121,7 +122,7 @@ def choose(
     jobs: int,
     jobs_given: bool,
     find_sccache: Callable[[], str],
-    env: Mapping[str, str],
+    env: Mapping[str, str] | ChildEnv,
 ) -> Choice:
     """The launcher, ``-j`` and farm of a build: ``dist`` (``--dist``) compiles CUDA through sccache on
     its farm (``-j``: the farm's CPUs unless ``jobs_given``), HIP locally with a note; a HIP build
@@ -212,7 +213,7 @@ class Stats:
         return text
 
 
-def stats(sccache: str, env: Mapping[str, str]) -> Stats | None:
+def stats(sccache: str, env: Mapping[str, str] | ChildEnv) -> Stats | None:
     """sccache's counters now (None: it did not answer in JSON)."""
     try:
         return Stats.of(json.loads(_query(sccache, ["--show-stats", "--stats-format", "json"], env)))
@@ -222,7 +223,12 @@ def stats(sccache: str, env: Mapping[str, str]) -> Stats | None:
 
 @contextmanager
 def watched(
-    launcher: str | None, env: Mapping[str, str], notes: list[str], *, farm_: Farm | None = None, enabled: bool = True
+    launcher: str | None,
+    env: Mapping[str, str] | ChildEnv,
+    notes: list[str],
+    *,
+    farm_: Farm | None = None,
+    enabled: bool = True,
 ) -> Iterator[None]:
     """Around a ninja run: when the launcher is sccache, one note with what sccache did in between
     (and, for a farm build, a warning-like note when nothing ran on the farm)."""

@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -133,10 +134,34 @@ def why_ended(exc: subprocess.TimeoutExpired) -> str:
     return str(exc) if isinstance(exc, OutputLimit) else f"no answer within {exc.timeout:g} s; ended"
 
 
+@dataclass(frozen=True)
+class ChildEnv:
+    """The environment a child process runs under, built once from the build's environment.
+    Opaque on purpose: no setting is read from it (a stage resolves what it reads into typed values
+    first, e.g. :class:`qola.toolchain.env.ToolchainEnv`); only :func:`popen` opens it."""
+
+    items: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, env: Mapping[str, str] | ChildEnv) -> ChildEnv:
+        return env if isinstance(env, ChildEnv) else cls(tuple(sorted(env.items())))
+
+    def plus(self, extra: Mapping[str, str]) -> ChildEnv:
+        """This environment with ``extra`` set over it."""
+        return ChildEnv(tuple(sorted({**dict(self.items), **extra}.items()))) if extra else self
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.items)
+
+
+def _env_of(env: Mapping[str, str] | ChildEnv | None) -> dict[str, str] | None:
+    return None if env is None else env.as_dict() if isinstance(env, ChildEnv) else dict(env)
+
+
 def popen(
     argv: Sequence[str],
     *,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | ChildEnv | None = None,
     cwd: str | os.PathLike | None = None,
     stdin: Any = DEVNULL,
     stdout: Any = PIPE,
@@ -153,7 +178,7 @@ def popen(
         kwargs["process_group"] = 0
     proc = subprocess.Popen(
         [os.fspath(a) for a in argv],
-        env=None if env is None else dict(env),
+        env=_env_of(env),
         cwd=cwd,
         stdin=stdin,
         stdout=stdout,
@@ -386,7 +411,7 @@ def _communicate(
 def run(
     argv: Sequence[str],
     *,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | ChildEnv | None = None,
     cwd: str | os.PathLike | None = None,
     input: str | bytes | None = None,
     timeout: float | None = None,

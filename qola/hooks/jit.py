@@ -41,6 +41,7 @@ from qola.toolchain import Toolchain
 if TYPE_CHECKING:
     from qola.jit.key import JitCompiler
     from qola.plan.manifest import Manifest
+    from qola.plan.variants import GenEnv
 
 STUB_BATCH = 64
 # an explicit specialisation of a function (what jit.stubs stubs), not of a class: AITER's asm v3
@@ -56,7 +57,7 @@ def _aot_manifest(manifest: Manifest) -> Manifest:
                                        "mha_bwd_variants": aot.mha_bwd_variants})  # fmt: skip
 
 
-def plan_jit(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> Plan:
+def plan_jit(plan: Plan, manifest: Manifest, env: GenEnv) -> Plan:
     """The plan with each module the JIT applies to carrying its :class:`JitSplit`; the plan as it
     is without ``[jit]`` (or with ``enabled = false``). Generator filters of the plan do not matter
     (listings use each generator's own command). Raises QolaError for a ``[jit]`` naming a module

@@ -53,11 +53,11 @@ from qola.pipeline.spec import (
     Prepared,
     Settings,
     hip_version,
-    layout_of,
     prepare,
     requested,
     settings,
     settings_record,
+    start,
     tree_root,
 )
 from qola.store import fastpath
@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from qola.compile.rebuild import Recipe, Run
     from qola.compile.steps import CompileReport, ModuleResult, ModuleSources
     from qola.plan.model import Plan
+    from qola.plan.variants import GenEnv
     from qola.store.key import BuildKey, Material
     from qola.store.prebuilt import Packaged
     from qola.toolchain import Toolchain
@@ -84,7 +85,7 @@ def plan(spec: BuildSpec, *, with_settings: bool = False) -> Prepared:
     return dataclasses.replace(prepared, plan=resolve(prepared, env), settings=asked)
 
 
-def resolve(prepared: Prepared, env: Mapping[str, str]) -> Plan:
+def resolve(prepared: Prepared, env: GenEnv) -> Plan:
     """Stages 2 and 3: the declared variants' generator filters and the JIT split, in the plan."""
     from qola.hooks import jit as jitbuild  # lazy: start-up of the CLI and of the no-op path
     from qola.plan import variants  # lazy: start-up of the CLI and of the no-op path
@@ -100,12 +101,10 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
     QolaError for what the user must fix (exit 2); a module that fails to build is in the report
     (exit 1), and nothing of it is published."""
     ui = reporter or Reporter()
-    env = spec.environ()
     # 0. before anything is written or run: numbers, directories (never /, never nested in each other
     # or in the tree), then one build per build dir and output dir
-    preflight.check_jobs(spec.jobs, None, env)
-    layout = layout_of(spec)
-    choice = _early_choice(spec, env)
+    begun = start(spec)
+    env, layout, choice = begun.env, begun.layout, begun.choice
     preflight.tree_placement(choice.path, layout.out, layout.root, OUT_NAMES, OUT_PREFIXES)
     if not spec.dry_run:  # a directory qola did not publish (any project's lib/, manifest.json) is never replaced
         outdir.check_output(layout.out)
@@ -144,13 +143,6 @@ def _nothing_to_do(layout: BuildLayout) -> bool:
     from ninja import BIN_DIR  # lazy: light: the package's __init__
 
     return fastpath.nothing_to_do(layout.root, os.path.join(BIN_DIR, "ninja"))
-
-
-def _early_choice(spec: BuildSpec, env: Mapping[str, str]):
-    """The tree as far as it is known before the manifest's schema loads (:mod:`qola.checkout.choice`)."""
-    from qola.checkout.choice import choose  # lazy: standard library only
-
-    return choose(spec.aiter_root, preflight.early_tree_root(None, spec.manifest), env)
 
 
 def _checkout(spec: BuildSpec, choice, env: Mapping[str, str]) -> list[str]:
@@ -275,7 +267,7 @@ def _prepare(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Repo
     for note in s.notes:
         ui.note(note)
     preflight.tree_placement(prepared.tree.root, layout.out, layout.root, OUT_NAMES, OUT_PREFIXES)
-    plan_ = resolve(prepared, s.env)  # 2. variants, 3. JIT plan (from here on, the settings' environment)
+    plan_ = resolve(prepared, s.generator_env or s.env)  # 2. variants, 3. JIT plan (from here on, the settings')
     for w in plan_.warnings:
         ui.warning(w)
     if not s.dry_run:  # 4. output dir: refused or cleaned before anything compiles
@@ -348,7 +340,8 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
         )
         seen: list[str] = []  # what sccache did, when it is the launcher
         status = ui.status if rx is None else rx.tally.status(ui.status)
-        with dist.watched(s.launcher, {**env, **tc.child_env}, seen, farm_=s.farm, enabled=not s.dry_run):
+        child = s.child.plus(tc.child_env) if s.child is not None else {**env, **tc.child_env}
+        with dist.watched(s.launcher, child, seen, farm_=s.farm, enabled=not s.dry_run):
             compiled = stages.compile_graph(
                 plan_,
                 tc,
@@ -469,6 +462,7 @@ def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
     """The compilers for the plan's archs, probed (their flag probes cached in the build dir). A dry
     run with HIP plans with AITER's flags for the manifest's ROCm version, unprobed."""
     from qola.toolchain import find_toolchain  # lazy: start-up of the CLI and of the no-op path
+    from qola.toolchain.env import ToolchainEnv  # lazy: start-up of the CLI and of the no-op path
 
     hip = plan_.vendor == "hip"
     versions = manifest.qola.rocm_versions if hip else manifest.qola.cuda_versions
@@ -477,7 +471,7 @@ def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
         assume = (versions or [None])[0] or hip_version(s.env, manifest) or "7.0"
     return find_toolchain(
         plan_.archs,
-        env=s.env,
+        env=s.toolchain_env or ToolchainEnv.of(s.env),  # only what the toolchain reads, and its children's environment
         accepted_versions=versions,
         cache_dir=_layout(s).probes,
         assume_version=assume,

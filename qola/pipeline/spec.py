@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -24,10 +25,13 @@ from qola.store.fastpath import ENV_PREFIXES
 if TYPE_CHECKING:  # the heavy modules are imported where they are used
     from qola.checkout.choice import TreeChoice
     from qola.compile.dist import Farm
+    from qola.core.proc import ChildEnv
     from qola.plan.manifest import Manifest
     from qola.plan.model import Plan
     from qola.plan.tree.aiter import AiterTree
+    from qola.plan.variants import GeneratorEnv
     from qola.store.remote import Endpoint
+    from qola.toolchain.env import ToolchainEnv
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,10 @@ class Settings:
     notes: tuple[str, ...] = ()  # what resolving the settings decided on its own (a HIP --dist compiles locally)
     # the environment the build read and runs its children under (a read-only copy; never printed)
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
+    # resolved once from ``env`` (:func:`requested`): the children's environment, the toolchain's view
+    child: ChildEnv | None = field(default=None, repr=False, compare=False)
+    toolchain_env: ToolchainEnv | None = field(default=None, repr=False, compare=False)
+    generator_env: GeneratorEnv | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, object]:
         farm = (
@@ -118,10 +126,10 @@ class Prepared:
 def tree_choice(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None = None) -> TreeChoice:
     """Which tree (:mod:`qola.checkout.choice`): --aiter-root > [qola].aiter_root (relative to the
     manifest's dir) > QOLA_AITER_SOURCE_DIR > NVTE_AITER_SOURCE_DIR > the default checkout."""
-    from qola.checkout.choice import choose  # lazy: start-up of the CLI and of the no-op path
+    from qola.checkout.choice import VARIABLES, choose  # lazy: start-up of the CLI and of the no-op path
 
     root = manifest.base_dir / manifest.qola.aiter_root if manifest.qola.aiter_root else None
-    return choose(spec.aiter_root, root, spec.environ() if env is None else env)
+    return choose(spec.aiter_root, root, only(spec.environ() if env is None else env, VARIABLES))
 
 
 def tree_root(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None = None) -> Path:
@@ -142,20 +150,21 @@ def tree_root(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None
 
 def pin_chooser(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str]) -> str | None:
     """Why the tree is the user's explicit choice (its pin mismatch then a recorded warning), or None."""
-    from qola.checkout.choice import named_by_env  # lazy: start-up of the CLI and of the no-op path
+    from qola.checkout.choice import VARIABLES, named_by_env  # lazy: start-up of the CLI and of the no-op path
 
     choice = tree_choice(spec, manifest, env)
     if spec.skip_checkout:
         return "--skip-checkout"
-    return choice.how if choice.from_env else named_by_env(choice.path, env)
+    return choice.how if choice.from_env else named_by_env(choice.path, only(env, VARIABLES))
 
 
 def hip_version(env: Mapping[str, str], manifest: Manifest) -> str | None:
     """The HIP version that answers ``torch.version.hip``: the installed HIP compiler's (found and
     read as the build finds and reads it), else the manifest's first accepted ROCm version."""
+    from qola.toolchain.env import ToolchainEnv  # lazy: the build's own probe
     from qola.toolchain.hip import installed_version  # lazy: the build's own probe
 
-    return installed_version(env) or next(iter(manifest.qola.rocm_versions or ()), None)
+    return installed_version(ToolchainEnv.of(env)) or next(iter(manifest.qola.rocm_versions or ()), None)
 
 
 def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
@@ -169,10 +178,10 @@ def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
 
     manifest = manifest_mod.load(spec.manifest)
     manifest = usage_fragment.merged(manifest, spec.usage_files)  # [usage] files and --usage
-    wanted, where = groups.wanted(spec.groups, env)
+    wanted, where = groups.wanted(spec.groups, only(env, (groups.ENV,)))
     manifest = groups.select(manifest, wanted, where)
     tree = open_tree(tree_root(spec, manifest, env))
-    archs = choose_archs(list(spec.archs) or None, manifest, env)
+    archs = choose_archs(list(spec.archs) or None, manifest, only(env, ("GPU_ARCHS",)))
     commit, notes, pin = check_pin(
         manifest,
         tree,
@@ -193,7 +202,7 @@ def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
         tree,
         archs=archs,
         cli_mode=spec.mode,
-        env=env,
+        env=tree_env(env, tree),
         hip_version=hipv,
         tree_commit=commit,
         warnings=notes,
@@ -202,6 +211,36 @@ def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
     if wanted:
         manifest = groups.prune(manifest, plan)
     return Prepared(manifest, tree, plan)
+
+
+def only(env: Mapping[str, str], keys: Iterable[str]) -> dict[str, str]:
+    """The variables of ``keys`` that ``env`` sets: what one stage reads, and nothing else."""
+    return {k: env[k] for k in keys if k in env}
+
+
+# what the plan reads of the environment besides the variables the tree names (qola.plan.planner,
+# qola.plan.tree.aiter)
+PLAN_VARIABLES = ("CK_DIR", "ENABLE_CK", "AITER_ENABLE_EXPERIMENTAL")
+
+
+def tree_env(env: Mapping[str, str], tree: AiterTree) -> dict[str, str]:
+    """What the tree's evaluation may read (AITER's core.py and its config lookups read the
+    environment, as AITER does): every variable its module table or core.py names as a string,
+    ``AITER_CONFIG_*`` and :data:`PLAN_VARIABLES`. Resolved once, before the plan is made."""
+    from qola.plan.tree.files import MAX_CORE, MAX_TABLE, read_small  # lazy: start-up of the CLI and of the no-op path
+
+    texts = []
+    for path, limit in ((tree.table_path, MAX_TABLE), (tree.core_path, MAX_CORE)):
+        try:  # checked (a FIFO or a device is never waited on); what is refused, planning reports
+            texts.append(read_small(path, limit=limit, what="tree file").decode("utf-8", errors="replace"))
+        except (OSError, QolaError):
+            pass
+
+    def named(key: str) -> bool:  # a string literal, in Python or escaped inside the table's JSON strings
+        quoted = re.compile(r"""\\?['"]""" + re.escape(key) + r"""\\?['"]""")
+        return any(quoted.search(t) for t in texts)
+
+    return {k: v for k, v in env.items() if k in PLAN_VARIABLES or k.startswith(ENV_PREFIXES) or named(k)}
 
 
 def layout_of(spec: BuildSpec) -> BuildLayout:
@@ -223,17 +262,59 @@ def requested(
     from qola.pipeline import preflight  # lazy: start-up of the CLI and of the no-op path
     from qola.toolchain import default_jobs  # lazy: start-up of the CLI and of the no-op path
 
-    preflight.check_jobs(spec.jobs, manifest.build.jobs, env)
+    max_jobs = only(env, ("MAX_JOBS",))
+    preflight.check_jobs(spec.jobs, manifest.build.jobs, max_jobs)
+    child, tenv, genv = views(env)
     return Settings(
         layout=layout,
-        jobs=spec.jobs or manifest.build.jobs or default_jobs(env),
+        jobs=spec.jobs or manifest.build.jobs or default_jobs(max_jobs),
         launcher=spec.launcher or manifest.build.launcher,
         dry_run=spec.dry_run,
         verbose=spec.verbose,
         isolate=spec.isolate,
         remote=_remote(spec, manifest),
         env=MappingProxyType(dict(env)),
+        child=child,
+        toolchain_env=tenv,
+        generator_env=genv,
     )
+
+
+def views(env: Mapping[str, str]) -> tuple[ChildEnv, ToolchainEnv, GeneratorEnv]:
+    """What the stages after planning read of ``env``, resolved once: the environment every child
+    runs under (opaque), the toolchain's variables (:mod:`qola.toolchain.env`) and the generators'
+    deadline (:class:`qola.plan.variants.GeneratorEnv`)."""
+    from qola.core import deadlines  # lazy: start-up of the CLI and of the no-op path
+    from qola.core.proc import ChildEnv  # lazy: start-up of the CLI and of the no-op path
+    from qola.plan.variants import GeneratorEnv  # lazy: start-up of the CLI and of the no-op path
+    from qola.toolchain.env import VARIABLES, ToolchainEnv  # lazy: start-up of the CLI and of the no-op path
+
+    child = ChildEnv(tuple(sorted(env.items())))
+    toolchain = ToolchainEnv(tuple(sorted(only(env, VARIABLES).items())), child)
+    return child, toolchain, GeneratorEnv(child, env.get(deadlines.GENERATOR.variable))
+
+
+@dataclass(frozen=True)
+class Start:
+    """Stage 0 of a build: its environment, directories and tree as known before the manifest loads."""
+
+    env: dict[str, str]
+    layout: BuildLayout
+    choice: TreeChoice
+
+
+def start(spec: BuildSpec) -> Start:
+    """The build's environment (read once), ``-j`` and ``MAX_JOBS`` checked, its directories
+    (:func:`layout_of`) and the tree as far as it is known before the manifest's schema loads
+    (:mod:`qola.checkout.choice`, given only the variables it reads)."""
+    from qola.checkout.choice import VARIABLES, choose  # lazy: standard library only
+    from qola.pipeline import preflight  # lazy: start-up of the CLI and of the no-op path
+
+    env = spec.environ()
+    preflight.check_jobs(spec.jobs, None, only(env, ("MAX_JOBS",)))
+    layout = layout_of(spec)
+    early = preflight.early_tree_root(None, spec.manifest)
+    return Start(env, layout, choose(spec.aiter_root, early, only(env, VARIABLES)))
 
 
 def settings(
@@ -264,7 +345,7 @@ def settings(
         jobs=asked.jobs,
         jobs_given=bool(spec.jobs),
         find_sccache=sccache,
-        env=env,
+        env=asked.child if asked.child is not None else env,
     )
     return dataclasses.replace(asked, jobs=how.jobs, launcher=how.launcher, farm=how.farm, notes=how.notes)
 

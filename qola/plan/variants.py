@@ -124,9 +124,29 @@ def flavor_of(gen: Generator) -> str:
     return genrules.flavor_of(gen.script)
 
 
-def list_blobs(
-    gen: Generator, env: Mapping[str, str], filt: str | None = None, python: str = sys.executable
-) -> list[str]:
+@dataclass(frozen=True)
+class GeneratorEnv:
+    """What listing a generator's instances reads of the build's environment, resolved once: the
+    environment it runs under (opaque) and ``QOLA_GENERATOR_TIMEOUT`` as set (checked when a
+    generator first runs, :mod:`qola.core.deadlines`)."""
+
+    child: runner.ChildEnv
+    timeout_raw: str | None = None
+
+    @classmethod
+    def of(cls, env: Mapping[str, str] | GeneratorEnv) -> GeneratorEnv:
+        if isinstance(env, GeneratorEnv):
+            return env
+        return cls(runner.ChildEnv.of(env), env.get(deadlines.GENERATOR.variable))
+
+    def timeout(self) -> float | None:
+        return deadlines.timeout(deadlines.GENERATOR, {deadlines.GENERATOR.variable: self.timeout_raw or ""})
+
+
+GenEnv = Mapping[str, str] | GeneratorEnv  # a test's mapping, or the build's resolved view
+
+
+def list_blobs(gen: Generator, env: GenEnv, filt: str | None = None, python: str = sys.executable) -> list[str]:
     """File stems the generator would write (``--list_blobs``), optionally under ``filt``."""
     with pid_tempdir("qola-list-") as tmp:  # pid in the name: a killed run's is removed later
         out = Path(tmp) / "blobs.txt"
@@ -134,9 +154,10 @@ def list_blobs(
         extra = ["--filter", filt] if filt else []
         wrap = [str(shim())] if filt and ANY_CK in filt else []
         cmd = [python, *wrap, *argv, "--list_blobs", str(out), *extra]
-        limit = deadlines.timeout(deadlines.GENERATOR, env)
+        genv = GeneratorEnv.of(env)
+        limit = genv.timeout()
         try:  # under the generators' deadline; its output only shown: cut past proc.LOG_KEEP, never held whole
-            done = runner.run(cmd, cwd=tmp, env=env, timeout=limit, keep=runner.LOG_KEEP)
+            done = runner.run(cmd, cwd=tmp, env=genv.child, timeout=limit, keep=runner.LOG_KEEP)
         except OSError as exc:
             raise QolaError(f"cannot run `{gen.command}` to list its instances: {exc.strerror}") from None
         except runner.TimeoutExpired as exc:
@@ -348,7 +369,7 @@ def _show(variant: Mapping[str, Any]) -> str:
     return "{" + ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in variant.items()) + "}"
 
 
-def resolve(plan: Plan, manifest: Manifest, env: Mapping[str, str], python: str = sys.executable) -> Resolution:
+def resolve(plan: Plan, manifest: Manifest, env: GenEnv, python: str = sys.executable) -> Resolution:
     """Check every declared variant against its generators' unfiltered instance lists.
 
     Raises QolaError for a section naming a module outside the plan, an option value outside its
@@ -483,7 +504,7 @@ def _key(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def filters(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> dict[tuple[str, int], str]:
+def filters(plan: Plan, manifest: Manifest, env: GenEnv) -> dict[tuple[str, int], str]:
     """(module, generator index) -> the ``--filter`` value selecting every declared variant."""
     res = resolve(plan, manifest, env)
     return {(mod.name, i): join_filter(sels, sels[0].flavor) for mod, i, sels in res.generators()}
@@ -506,7 +527,7 @@ def with_filters(plan: Plan, chosen: Mapping[tuple[str, int], str]) -> Plan:
     return dataclasses.replace(plan, modules=tuple(mods))
 
 
-def apply(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> Plan:
+def apply(plan: Plan, manifest: Manifest, env: GenEnv) -> Plan:
     """The plan with the declared variants' generator filters (each checked against the generator's
     own listing). No variants: the plan as it is."""
     if not (manifest.variants or manifest.mha_fwd_variants or manifest.mha_bwd_variants):

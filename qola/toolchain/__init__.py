@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from qola.toolchain.archs import arch_base, validate_archs, vendor_of
     from qola.toolchain.base import Toolchain
+    from qola.toolchain.env import ToolchainEnv
     from qola.toolchain.host import default_jobs, find_host_cxx
 
 # re-exported names -> their module, imported on first use (``qola.toolchain.identity`` stays cheap
@@ -50,7 +51,7 @@ def __getattr__(name: str) -> Any:
 def find_toolchain(
     archs: Sequence[str],
     *,
-    env: Mapping[str, str],
+    env: Mapping[str, str] | ToolchainEnv,
     accepted_versions: Sequence[str] | None,
     cache_dir: str | os.PathLike,
     compiler: str | None = None,
@@ -67,8 +68,10 @@ def find_toolchain(
     (``[build] drop_hip_flags``). Raises QolaError with a hint for every user-fixable problem.
     """
     from qola.toolchain.archs import validate_archs  # lazy: paid only by the callers that need it
+    from qola.toolchain.env import ToolchainEnv  # lazy: paid only by the callers that need it
 
     kind, archs = validate_archs(archs)
+    env = ToolchainEnv.of(env)  # resolved once: the variables the search reads, the probes' environment
     if kind == "hip":
         from qola.toolchain.hip import find_hip  # lazy: paid only by the callers that need it
 

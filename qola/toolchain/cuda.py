@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from qola.core.errors import QolaError
 from qola.toolchain.archs import cuda_base_code, cuda_gencode
 from qola.toolchain.base import Toolchain
+from qola.toolchain.env import ToolchainEnv
 from qola.toolchain.host import (
+    Env,
     executable,
     find_host_cxx,
     first_executable,
@@ -39,7 +41,7 @@ UNIT_FLAGS = ("-Xcudafe", "--orig_src_path_name={name}", "-Xcicc", "--orig_src_p
 RUNTIME = ("-lcudart_static", "-ldl", "-lrt", "-lpthread")
 
 
-def locate(env: Mapping[str, str], compiler: str | None = None) -> str:
+def locate(env: Env, compiler: str | None = None) -> str:
     if compiler:
         found = executable(compiler) or (which(compiler, env) if os.sep not in compiler else None)
         if not found:
@@ -63,14 +65,14 @@ def locate(env: Mapping[str, str], compiler: str | None = None) -> str:
     return found
 
 
-def _gpu_codes(nvcc: str, env: Mapping[str, str]) -> list[str] | None:
+def _gpu_codes(nvcc: str, env: Env) -> list[str] | None:
     proc = run_capture([nvcc, "--list-gpu-code"], env)
     if proc.returncode != 0:
         return None  # an nvcc too old to list them: let the compile say it
     return sorted(set(re.findall(r"sm_[0-9]+[a-z]?", proc.stdout or "")))
 
 
-def _layout(nvcc: str, env: Mapping[str, str]) -> dict[str, str]:
+def _layout(nvcc: str, env: Env) -> dict[str, str]:
     """The toolkit root and target dir, as nvcc itself resolves them (a wrapper
     script in /usr/local/bin still points into the real toolkit)."""
     out = run_checked([nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull], env)
@@ -93,7 +95,7 @@ def lib_dir(root: str, target_dir: str) -> str:
     return candidates[0]
 
 
-def read_version(path: str, env: Mapping[str, str]) -> tuple[str, str]:
+def read_version(path: str, env: Env) -> tuple[str, str]:
     """(version_output, ``X.Y``) of nvcc ``path`` — the one CUDA version probe."""
     output = run_checked([path, "--version"], env)
     version = parse_nvcc_version(output)
@@ -108,13 +110,14 @@ def read_version(path: str, env: Mapping[str, str]) -> tuple[str, str]:
 def find_cuda(
     archs: Sequence[str],
     *,
-    env: Mapping[str, str],
+    env: Env,
     accepted_versions: Sequence[str] | None,
     cache_dir: str | os.PathLike,
     compiler: str | None = None,
 ) -> Toolchain:
+    env = ToolchainEnv.of(env)  # what the search reads, resolved once; the probes' environment
     path = locate(env, compiler)
-    child = dict(env)
+    child = env
     output, version = read_version(path, child)
     check_accepted("cuda", path, [version], accepted_versions)
     identity = identity_of(path, output)

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from qola.core.errors import QolaError
 from qola.toolchain.archs import arch_base
 from qola.toolchain.base import Toolchain
+from qola.toolchain.env import ToolchainEnv
 from qola.toolchain.host import (
+    Env,
     executable,
     find_host_cxx,
     first_executable,
@@ -73,7 +75,7 @@ UNIT_FLAGS = ("-cuid={uid}",)
 PROBE_TAIL = ("-Werror=unknown-warning-option", "-x", "hip", "-E", "-P", "/dev/null", "-o", "/dev/null")
 
 
-def candidates(env: Mapping[str, str]) -> list[tuple[str | None, str]]:
+def candidates(env: Env) -> list[tuple[str | None, str]]:
     """(path, why) in the order a build tries them: ``HIPCC``, then the ROCm install AITER's
     ``_find_rocm_home`` names (``ROCM_HOME``, else ``ROCM_PATH``: ck-jit's interceptor lives at
     ``$ROCM_PATH/bin/hipcc``), ``HIP_PATH``, hipcc on PATH, the usual install locations, amdclang++."""
@@ -92,7 +94,7 @@ def candidates(env: Mapping[str, str]) -> list[tuple[str | None, str]]:
     return found
 
 
-def locate_why(env: Mapping[str, str], compiler: str | None = None) -> tuple[str, str]:
+def locate_why(env: Env, compiler: str | None = None) -> tuple[str, str]:
     """(hipcc or amdclang++ / clang++ used with -x hip as an absolute path, how it was found)."""
     if compiler:
         found = executable(compiler) or (which(compiler, env) if os.sep not in compiler else None)
@@ -114,7 +116,7 @@ def locate_why(env: Mapping[str, str], compiler: str | None = None) -> tuple[str
     )
 
 
-def locate(env: Mapping[str, str], compiler: str | None = None) -> str:
+def locate(env: Env, compiler: str | None = None) -> str:
     """hipcc (or amdclang++ / clang++ used with -x hip), as an absolute path (:func:`locate_why`)."""
     return locate_why(env, compiler)[0]
 
@@ -123,7 +125,7 @@ def is_clang(compiler: str) -> bool:
     return "clang" in os.path.basename(compiler)
 
 
-def rocm_root(compiler: str, env: Mapping[str, str]) -> str:
+def rocm_root(compiler: str, env: Env) -> str:
     for key in ("ROCM_HOME", "ROCM_PATH", "HIP_PATH"):
         if env.get(key) and os.path.isdir(env[key]):
             return os.path.abspath(env[key])
@@ -156,7 +158,7 @@ def _clang_flags(root: str) -> list[str]:
     return flags
 
 
-def read_version(compiler: str, root: str, env: Mapping[str, str]) -> tuple[str, str, str]:
+def read_version(compiler: str, root: str, env: Env) -> tuple[str, str, str]:
     """(version_output, dotted HIP version, suffix) of ``compiler`` — the one HIP version probe
     (parsed by :func:`qola.toolchain.versions.parse_hip_version`); ``env`` is the child's."""
     output = run_checked([compiler, "--version"], env)
@@ -174,17 +176,18 @@ def read_version(compiler: str, root: str, env: Mapping[str, str]) -> tuple[str,
     return output, parsed[0], parsed[1]
 
 
-def installed_version(env: Mapping[str, str]) -> str | None:
+def installed_version(env: Env) -> str | None:
     """The dotted HIP version of the compiler a build with ``env`` would use (:func:`locate`), or
     None when there is none or it cannot tell (planning without a toolchain)."""
     try:
         path = locate(env)
-        return read_version(path, rocm_root(path, env), {**env, **CHILD_ENV})[1]
+        tenv = ToolchainEnv.of(env)
+        return read_version(path, rocm_root(path, tenv), tenv.with_child(CHILD_ENV))[1]
     except QolaError:
         return None
 
 
-def hip_flag_set(version_key: tuple[int, int, int, int], archs: Sequence[str], env: Mapping[str, str]) -> list[str]:
+def hip_flag_set(version_key: tuple[int, int, int, int], archs: Sequence[str], env: Env) -> list[str]:
     """AITER's flags_hip for this HIP version and these archs: sorted, de-duplicated,
     unprobed. Entries like ``-mllvm X`` are one string (split them for argv)."""
     flags = list(AITER_HIP)
@@ -208,7 +211,7 @@ def _needs_probe(flag: str) -> bool:
 def find_hip(
     archs: Sequence[str],
     *,
-    env: Mapping[str, str],
+    env: Env,
     accepted_versions: Sequence[str] | None,
     cache_dir: str | os.PathLike,
     compiler: str | None = None,
@@ -218,9 +221,10 @@ def find_hip(
     """``assume_version`` (planning, e.g. ``--dry-run``): take AITER's flag set for that HIP version,
     skip the version check and every probe, keep every flag — nothing is compiled with it.
     ``drop``: entries of that flag set to leave out (:func:`without`)."""
+    env = ToolchainEnv.of(env)  # what the search reads, resolved once; the probes' environment
     path, why = locate_why(env, compiler)
     root = rocm_root(path, env)
-    child = {**env, **CHILD_ENV}
+    child = env.with_child(CHILD_ENV)
     output, dotted, suffix = read_version(path, root, child)
     release = rocm_release(root)
     if assume_version is not None:
@@ -306,7 +310,7 @@ def _planning(
     output: str,
     version: str,
     archs: Sequence[str],
-    env: Mapping[str, str],
+    env: Env,
     drop: Sequence[str] = (),
 ) -> Toolchain:
     pre = _clang_flags(root) if is_clang(path) else []

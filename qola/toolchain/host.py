@@ -10,14 +10,17 @@ from pathlib import Path
 
 from qola.core import deadlines, proc
 from qola.core.errors import QolaError
+from qola.toolchain.env import ToolchainEnv
+
+Env = Mapping[str, str] | ToolchainEnv  # a test's mapping, or the build's resolved view
 
 HOST_CXX_NAMES = ("c++", "g++", "clang++")
 GB_PER_JOB = 0.5
 
 
-def which(name: str, env: Mapping[str, str]) -> str | None:
+def which(name: str, env: Env) -> str | None:
     """``name`` on the PATH of ``env`` (not of this process), as an absolute path."""
-    found = shutil.which(name, path=env.get("PATH", ""))
+    found = shutil.which(name, path=ToolchainEnv.of(env).get("PATH", ""))
     return os.path.abspath(found) if found else None
 
 
@@ -37,21 +40,23 @@ def first_executable(candidates: Iterable[str | None]) -> str | None:
     return None
 
 
-def run_capture(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = None) -> proc.CompletedProcess:
+def run_capture(argv: Sequence[str], env: Env, timeout: float | None = None) -> proc.CompletedProcess:
     """Run ``argv`` with stdout and stderr captured together as text; never raises for a non-zero
     exit (the caller decides); FailedProcessError if it cannot start or hangs (:func:`qola.core.proc.run_checked`).
     ``timeout``: by default ``QOLA_PROBE_TIMEOUT`` in ``env`` (:mod:`qola.core.deadlines`)."""
-    return proc.run_checked(argv, env=env, timeout=probe_timeout(env, timeout), any_exit=True, hint=_hint(argv))
+    tenv = ToolchainEnv.of(env)
+    return proc.run_checked(argv, env=tenv.child, timeout=probe_timeout(tenv, timeout), any_exit=True, hint=_hint(argv))
 
 
-def run_checked(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = None) -> str:
+def run_checked(argv: Sequence[str], env: Env, timeout: float | None = None) -> str:
     """The output of ``argv``; FailedProcessError unless it starts, answers in time and exits 0."""
-    return proc.run_checked(argv, env=env, timeout=probe_timeout(env, timeout), hint=_hint(argv)).stdout or ""
+    tenv = ToolchainEnv.of(env)
+    return proc.run_checked(argv, env=tenv.child, timeout=probe_timeout(tenv, timeout), hint=_hint(argv)).stdout or ""
 
 
-def probe_timeout(env: Mapping[str, str], given: float | None = None) -> float | None:
+def probe_timeout(env: Env, given: float | None = None) -> float | None:
     """How long a toolchain probe may run: ``given``, else ``QOLA_PROBE_TIMEOUT`` (default 120 s)."""
-    return given if given is not None else deadlines.timeout(deadlines.PROBE, env)
+    return given if given is not None else ToolchainEnv.of(env).probe_timeout()
 
 
 def _hint(argv: Sequence[str]) -> str:
@@ -65,9 +70,10 @@ def identity_of(compiler: str, version_output: str) -> str:
     return hashlib.sha256(f"{compiler}\n{version_output}".encode()).hexdigest()
 
 
-def find_host_cxx(env: Mapping[str, str]) -> str:
+def find_host_cxx(env: Env) -> str:
     """The host C++ compiler: ``$CXX`` when it names one program, else c++/g++/clang++."""
-    cxx = env.get("CXX", "").strip()
+    env = ToolchainEnv.of(env)
+    cxx = (env.get("CXX") or "").strip()
     if cxx:
         found = executable(cxx) or which(cxx, env)
         if not found:
@@ -105,10 +111,10 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def default_jobs(env: Mapping[str, str], cpus: int | None = None, free_gb: float | None = None) -> int:
+def default_jobs(env: Env, cpus: int | None = None, free_gb: float | None = None) -> int:
     """Parallel compile jobs: ``MAX_JOBS`` when set, else AITER's rule
     ``max(1, min(int(0.8 * cpus), int(free_GB / 0.5)))``."""
-    raw = env.get("MAX_JOBS")
+    raw = ToolchainEnv.of(env).get("MAX_JOBS")
     if raw is not None and raw.strip():
         try:
             jobs = int(raw.strip())

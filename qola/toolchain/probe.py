@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from qola.core.fsutil import atomic_write
+from qola.toolchain.env import ToolchainEnv
 from qola.toolchain.host import run_capture
 
 FORMAT = 1
@@ -30,10 +31,10 @@ def probe_path(cache_dir: str | os.PathLike, identity: str) -> Path:
 class Probes:
     """Cached probe results for one compiler identity."""
 
-    def __init__(self, cache_dir: str | os.PathLike, identity: str, env: Mapping[str, str]):
+    def __init__(self, cache_dir: str | os.PathLike, identity: str, env: Mapping[str, str] | ToolchainEnv):
         self.path = probe_path(cache_dir, identity)
         self.identity = identity
-        self.env = dict(env)
+        self.env = ToolchainEnv.of(env)
         self.flags: dict[str, bool] = {}
         self.facts: dict[str, Any] = {}
         self.ran = 0  # child processes started by this object (for tests and logs)

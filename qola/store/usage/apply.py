@@ -18,12 +18,16 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from qola.core.errors import QolaError
 from qola.plan import genrules
 from qola.plan.manifest import Manifest
 from qola.plan.model import Generator, ModulePlan, Plan
 from qola.plan.tree.files import read_text
+
+if TYPE_CHECKING:
+    from qola.plan.variants import GenEnv
 
 MAX_SCRIPT = genrules.MAX_SCRIPT
 
@@ -43,7 +47,7 @@ def listable(gen: Generator) -> bool:
         return False
 
 
-def universe(mod: ModulePlan, env: Mapping[str, str]) -> dict[int, tuple[list[str], list[str]]]:
+def universe(mod: ModulePlan, env: GenEnv) -> dict[int, tuple[list[str], list[str]]]:
     """generator index -> (every instance stem it can write, those the manifest's filter keeps)."""
     from qola.plan import variants  # lazy: paid only by the callers that need it
 
@@ -68,7 +72,7 @@ def _refuse(mod: ModulePlan, name: str, known: Sequence[str], commit: str | None
     )
 
 
-def check(plan: Plan, by_module: Mapping[str, Sequence[str]], env: Mapping[str, str],
+def check(plan: Plan, by_module: Mapping[str, Sequence[str]], env: GenEnv,
           where: str = "usage") -> dict[str, dict[int, list[str]]]:  # fmt: skip
     """module -> generator index -> the named stems it writes (for CK with each name's twins for the
     build's other archs: the same kernel). Raises QolaError for a module outside
@@ -132,7 +136,7 @@ def by_module(manifest: Manifest) -> dict[str, list[str]]:
     return out
 
 
-def apply(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> Plan:
+def apply(plan: Plan, manifest: Manifest, env: GenEnv) -> Plan:
     """The plan with ``[usage]`` applied (see the module doc); as it is without ``[usage]`` variants.
     Call after the variant filters and the JIT split are in the plan."""
     wanted = by_module(manifest)
