@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import overload
 
 from qola.core import deadlines
 from qola.core.proc import ChildEnv
@@ -48,6 +49,10 @@ class ToolchainEnv:
             return env
         return cls(tuple(sorted((k, v) for k, v in env.items() if k in VARIABLES)), child or ChildEnv.of(env))
 
+    @overload
+    def get(self, key: str, default: str) -> str: ...
+    @overload
+    def get(self, key: str, default: None = None) -> str | None: ...
     def get(self, key: str, default: str | None = None) -> str | None:
         if key not in VARIABLES:
             raise KeyError(f"the toolchain reads {key}, which qola.toolchain.env.VARIABLES does not name")
