@@ -391,13 +391,7 @@ def test_tree_file_fifo_is_refused_not_waited_on(tree, tmp_path, rel):
     (tree / rel).unlink()
     os.mkfifo(tree / rel)
     user_error(
-        qola(
-            "plan",
-            "--manifest",
-            str(mf(tmp_path, QUICK)),
-            "--aiter-root",
-            str(tree),
-        ),
+        qola("plan", "--manifest", str(mf(tmp_path, QUICK)), "--aiter-root", str(tree)),
         f"{tree / rel} is a FIFO, not a regular file",
     )
 
@@ -406,13 +400,7 @@ def test_tree_file_symlink_to_dev_zero_is_refused(tree, tmp_path):
     (tree / TABLE).unlink()
     (tree / TABLE).symlink_to("/dev/zero")
     user_error(
-        qola(
-            "plan",
-            "--manifest",
-            str(mf(tmp_path, QUICK)),
-            "--aiter-root",
-            str(tree),
-        ),
+        qola("plan", "--manifest", str(mf(tmp_path, QUICK)), "--aiter-root", str(tree)),
         "is a character device, not a regular file",
     )
 
