@@ -269,10 +269,8 @@ def started(argv: Sequence[str], **kwargs: Any) -> Iterator[subprocess.Popen]:
 class _Kept:
     """One captured stream: whole up to ``limit`` bytes (more: :class:`OutputLimit`), or with ``keep``
     its first and last ``keep/2`` bytes and a count of what was cut between them. The tail is a queue
-    of the chunks as read, whole chunks dropped from its front: no buffer is grown, moved or trimmed
-    in place, so memory stays about ``keep`` whatever the reads' sizes and timing (a bytearray trimmed
-    at its front and grown at its back left the heap fragmented: 322 MiB for 200 MiB printed on a
-    loaded machine)."""
+    of the chunks as read, whole chunks dropped from its front: no large buffer is regrown or moved,
+    so memory stays about ``keep``."""
 
     def __init__(self, argv: Sequence[str], limit: int, keep: int | None):
         self.argv, self.limit, self.keep = argv, limit, keep
