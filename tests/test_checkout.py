@@ -258,3 +258,25 @@ def test_group_is_checked_against_the_manifest(tmp_path, mirror):
     assert proc.returncode == 2 and "unknown module group(s) 'attn'" in proc.stderr and "'norm'" in proc.stderr
     proc = checkout("--manifest", str(m), "--aiter-root", str(tmp_path / "t"), "--group", "norm")
     assert proc.returncode == 0 and "group norm: module_rmsnorm" in proc.stderr, proc.stderr
+
+
+def test_a_tree_whose_diff_runs_past_the_capture_limit_is_snapshotted(tmp_path):
+    """A changed tree's ``git diff --binary`` can run to gigabytes (a QoLA checkout of AITER whose
+    build wrote into it printed more than 64 MiB and the checkout failed): the snapshot hashes it as
+    git writes it, and two different changes still give different snapshots."""
+    from qola.checkout import state
+    from qola.core import proc
+
+    root = tmp_path / "t"
+    root.mkdir()
+    git(root, "init", "-q")
+    (root / "blob.bin").write_bytes(b"\0")
+    git(root, "add", "blob.bin")
+    git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "one byte")
+    size = proc.MAX_CAPTURE  # random bytes: git's binary diff of them is larger still (base85)
+    (root / "blob.bin").write_bytes(os.urandom(size))
+    env = dict(os.environ)
+    first = state.snapshot(root, env)
+    assert "blob.bin (M)" in first.changes
+    (root / "blob.bin").write_bytes(os.urandom(size))
+    assert state.snapshot(root, env).digest != first.digest

@@ -5,6 +5,7 @@ network steps, the URL tried."""
 from __future__ import annotations
 
 import shlex
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,13 +40,15 @@ def run(
     timeout: float | None = None,
     check: bool = True,
     text: bool = True,
+    stdout: Any = proc.PIPE,
 ) -> Any:
-    """``git -C root args``; stdout captured, stderr separate. ``network``: the URL this step reaches
-    (named in the error). A non-zero exit raises unless ``check`` is false."""
+    """``git -C root args``; stdout captured (or written to ``stdout``, a file), stderr separate.
+    ``network``: the URL this step reaches (named in the error). A non-zero exit raises unless
+    ``check`` is false."""
     cmd = argv(root, args)
     limit = timeout or deadlines.timeout(deadlines.GIT_NETWORK if network else deadlines.GIT_LOCAL, env)
     try:
-        done = proc.run(cmd, env=environ(env), timeout=limit, stderr=proc.PIPE, text=text)
+        done = proc.run(cmd, env=environ(env), timeout=limit, stdout=stdout, stderr=proc.PIPE, text=text)
     except proc.TimeoutExpired as exc:
         raise GitError(
             args,
@@ -70,6 +73,17 @@ def run(
 
 def out(root: Path | None, *args: str, env: Mapping[str, str], **kw) -> str:
     return run(root, *args, env=env, **kw).stdout.strip()
+
+
+def digest(root: Path | None, *args: str, env: Mapping[str, str], into: Any) -> None:
+    """Feed what ``git args`` prints into the hash ``into``: written to a temporary file and read
+    back in chunks, never held (a ``git diff --binary`` of a changed AITER tree runs past the 64 MiB a
+    captured output may hold)."""
+    with tempfile.TemporaryFile() as f:
+        run(root, *args, env=env, stdout=f, text=False)
+        f.seek(0)
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            into.update(chunk)
 
 
 def ok(root: Path | None, *args: str, env: Mapping[str, str]) -> bool:

@@ -106,7 +106,7 @@ def snapshot(root: Path, env: Mapping[str, str]) -> Snapshot:
                     untracked.append(path)
             if not (where == "" and path.rstrip("/") in inited and code.strip() == "M"):  # shown by its own entries
                 changes.append(f"{rel} ({'untracked' if code == '??' else code.strip()})")
-        h.update(git.run(base, "diff", "--binary", "HEAD", env=env, text=False).stdout)
+        git.digest(base, "diff", "--binary", "HEAD", env=env, into=h)
     for flag, sha, path in subs:
         h.update(f"{flag}{sha} {path}\0".encode())
         if flag == "+":
