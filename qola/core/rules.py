@@ -182,18 +182,13 @@ FILE_STEM_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
 def file_stem_problem(stem: object) -> str | None:
     """A name from the tree that qola turns into a file name in its own dirs (a tuned config's stem
     → ``<build>/gen/configs/<stem>.csv``): one plain path component, at most MAX_NAME characters."""
-    if not isinstance(stem, str):
-        return f"is a {type(stem).__name__}, not a string"
-    if not stem:
-        return "is empty"
-    bad = _bad_chars(stem)
-    if bad:
-        return bad
-    if len(stem) > MAX_NAME:
-        return f"is {len(stem)} characters long; at most {MAX_NAME} are allowed (names become file names)"
-    if not FILE_STEM_RE.match(stem):
-        return "is not a plain file name (letters, digits, _ . + -)"
-    return None
+    return _text_problem(
+        stem,
+        MAX_NAME,
+        " (names become file names)",
+        FILE_STEM_RE,
+        "is not a plain file name (letters, digits, _ . + -)",
+    )
 
 
 MAX_VARIANT_NAME = 240  # CK's fMHA instance stems run to ~170 characters; a file name holds 255 bytes
