@@ -133,6 +133,39 @@ MOVES = {  # test file stem -> folder/new stem
 }
 
 
+# paths a moved file computed from its own place (one folder deeper now)
+FILE_FIXES = {
+    "tests/support/common.py": (
+        "REPO = Path(__file__).resolve().parent.parent",
+        "REPO = Path(__file__).resolve().parents[2]",
+    ),
+    "tests/support/remote_stack.py": (
+        "REPO = Path(__file__).resolve().parent.parent",
+        "REPO = Path(__file__).resolve().parents[2]",
+    ),
+    "tests/hooks/test_jit_example.py": (
+        "layout.Path(__file__).resolve().parent.parent",
+        "layout.Path(__file__).resolve().parents[2]",
+    ),
+    "tests/plan/test_example_tree.py": (
+        "Path(__file__).resolve().parent.parent",
+        "Path(__file__).resolve().parents[2]",
+    ),
+    "tests/plan/test_aiter_parity.py": (
+        'Path(__file__).resolve().parent / "aiter_oracle.py"',
+        'Path(__file__).resolve().parents[1] / "support" / "aiter_oracle.py"',
+    ),
+    "tests/pipeline/test_settings_path.py": (
+        "Path(__file__).resolve().parent.parent",
+        "Path(__file__).resolve().parents[2]",
+    ),
+    "tests/jit/test_jit_format.py": ("Path(__file__).resolve().parent.parent", "Path(__file__).resolve().parents[2]"),
+    "tests/jit/test_jit_stubs.py": ("Path(__file__).resolve().parent.parent", "Path(__file__).resolve().parents[2]"),
+    "tests/core/test_limits.py": ("Path(__file__).resolve().parent.parent", "Path(__file__).resolve().parents[2]"),
+}
+BENCH_WITH_TESTS = ("bench/farm.py",)  # bench files that put tests/ on sys.path (others' imports are bench's own)
+
+
 def sh(*argv: str) -> None:
     subprocess.run(argv, cwd=ROOT, check=True)
 
@@ -141,7 +174,11 @@ def top_names(node: ast.stmt) -> set[str]:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return {node.name}
     if isinstance(node, ast.Assign):
-        return {t.id for t in node.targets if isinstance(t, ast.Name)}
+        names = set()
+        for t in node.targets:
+            elts = t.elts if isinstance(t, ast.Tuple) else [t]
+            names |= {e.id for e in elts if isinstance(e, ast.Name)}
+        return names
     if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
         return {node.target.id}
     return set()
@@ -174,14 +211,21 @@ def extract(src: Path, names: list[str], dest: Path) -> None:
         todo.extend(used_names(defs[name]) & set(defs))
     nodes = [n for n in body if top_names(n) & want]
     imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    head = "".join("".join(lines[n.lineno - 1 : n.end_lineno]) for n in imports)
+    own = {f"support.{dest.stem}", dest.stem}  # an import of the destination itself is not carried
+    head = "".join(
+        "".join(lines[n.lineno - 1 : n.end_lineno])
+        for n in imports
+        if not (isinstance(n, ast.ImportFrom) and (n.module in own or n.module == "__future__"))
+    )
     moved = "\n\n".join("".join(lines[a:b]).rstrip() + "\n" for a, b in (segment(lines, n) for n in nodes))
-    if dest.exists():
+    if dest.exists():  # the carried imports go after the module's own (ruff's isort orders them)
         old = dest.read_text()
-        dest.write_text(head + old + "\n\n" + moved)  # imports first: ruff's isort puts them in order
+        olines = old.splitlines(keepends=True)
+        at = max(n.end_lineno or n.lineno for n in ast.parse(old).body if isinstance(n, (ast.Import, ast.ImportFrom)))
+        dest.write_text("".join(olines[:at]) + head + "".join(olines[at:]) + "\n\n" + moved)
     else:
         doc = f'"""Helpers shared by test files (moved out of {src.name} by scripts/restructure_tests.py)."""\n\n'
-        dest.write_text(doc + head + "\n\n" + moved)
+        dest.write_text(doc + "from __future__ import annotations\n\n" + head + "\n\n" + moved)
     cut = sorted((segment(lines, n) for n in nodes), reverse=True)
     for a, b in cut:
         del lines[a:b]
@@ -221,7 +265,7 @@ def main() -> int:
         sh("git", "add", f"tests/support/{dest}.py")
         modmap[src] = dest
     # conftest keeps its fixtures; what other files imported from it is support.common now
-    py = [*TESTS.rglob("*.py"), *(ROOT / "bench").glob("*.py")]
+    py = [*TESTS.rglob("*.py"), *(ROOT / b for b in BENCH_WITH_TESTS)]
     for p in py:
         text = p.read_text()
         new = rewrite_imports(text, modmap)
@@ -231,6 +275,13 @@ def main() -> int:
         (TESTS / new).parent.mkdir(parents=True, exist_ok=True)
         if old + ".py" != new + ".py":
             sh("git", "mv", f"tests/{old}.py", f"tests/{new}.py")
+    for rel, (old_text, new_text) in FILE_FIXES.items():
+        p = ROOT / rel
+        text = p.read_text()
+        if old_text not in text:
+            print(f"{rel}: {old_text!r} not found", file=sys.stderr)
+            return 1
+        p.write_text(text.replace(old_text, new_text))
     # references by path or file name in text
     refs = {f"tests/{o}.py": f"tests/{n}.py" for o, n in MOVES.items()}
     refs |= {f"tests/{o}.py": f"tests/support/{n}.py" for o, n in SUPPORT.items()}
