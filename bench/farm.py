@@ -129,7 +129,7 @@ def reapi(args: argparse.Namespace, servers: list[int]) -> None:
 
 
 def measure() -> None:
-    """Loopback: BuildGrid + one buildbox worker (tests/remote_stack.py), the example tree's HIP
+    """Loopback: BuildGrid + one buildbox worker (tests/support/remote_stack.py), the example tree's HIP
     modules built remotely twice (a cold client, then a clean second one: all cached); per action:
     the client's dependency scan, the trexe call, and the service's durations."""
     import os
@@ -142,7 +142,7 @@ def measure() -> None:
 
     repo = Path(__file__).resolve().parent.parent
     sys.path[:0] = [str(repo), str(repo / "tests")]
-    import remote_stack
+    from support import remote_stack
 
     from qola.pipeline import run as pipeline
     from qola.store import remote

@@ -48,7 +48,7 @@ def _parser(names: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
 
 
 # qola's third-party imports -> the requirement that provides each (pyproject.toml's dependencies;
-# tests/test_cli_compat.py keeps the two in step): a missing one is one line, not a traceback
+# tests/clients/test_cli_compat.py keeps the two in step): a missing one is one line, not a traceback
 DEPENDENCIES = {
     "ninja": "ninja>=1.11",
     "ninja_syntax": "ninja>=1.11",

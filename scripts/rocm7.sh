@@ -21,7 +21,7 @@ APT_PKGS=(hipcc python3 python3-venv python3-dev ninja-build g++ git ca-certific
 PIP_PKGS=("ninja>=1.11" "pyelftools>=0.30" "rich>=13" "pydantic>=2.5" "pybind11>=2.11"
           pytest hypothesis setuptools packaging jinja2 pandas)
 
-# issue 26's loopback REAPI service (tests/remote_stack.py): buildbox (trexe, casd, worker, runners),
+# issue 26's loopback REAPI service (tests/support/remote_stack.py): buildbox (trexe, casd, worker, runners),
 # PostgreSQL for BuildGrid's scheduler, and BuildGrid itself in its own venv (its pins are not
 # qola's). Added to an existing chroot by `setup` (and `run`) without rebuilding it; own marker.
 REMOTE_RECIPE=1

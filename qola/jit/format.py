@@ -2,7 +2,7 @@
 side and the C++ runtime (``qola/runtime/jit``) must agree on.
 
 The spec is ``docs/jit-cache.md``. The runtime spells the same constants once, in
-``qola_jit_format.h``; ``tests/test_jit_format.py`` reads that header and the runtime's sources
+``qola_jit_format.h``; ``tests/jit/test_jit_format.py`` reads that header and the runtime's sources
 and fails if any value differs from this module or is spelled inline elsewhere. Everything here is
 a constant or a pure function of its arguments (no file system, no environment).
 

@@ -1,0 +1,98 @@
+"""Staged codegen: stamps skip unchanged runs, a new filter never keeps an old filter's instances,
+a failing generator leaves the last good output in place."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from support.common import KERNELS
+
+from qola.compile.codegen import GenJob, run_generators
+from qola.core.errors import FailedProcessError
+from qola.plan.planner import Generator
+
+GEN = Generator(f"{KERNELS}/csrc/attn/generate.py -d fwd --receipt 0 --output_dir {{}}", "fwd", "0")
+
+
+def names(res) -> set[str]:
+    return {p.rsplit("/", 1)[1].removesuffix(".cu") for p in res.sources}
+
+
+def test_stamp_skips_and_filters_never_leak(tmp_path):
+    env = {"PATH": "/usr/bin:/bin"}
+    a = run_generators(GenJob("m", (GEN,), (("--filter", "*_d64_fp16_batch_*"),)), tmp_path, env=env)
+    assert not a.skipped and names(a) == {n for n in names(a) if "_d64_fp16_batch_" in n} | {"attn_fwd_api"}
+    assert len(names(a)) == 5
+    again = run_generators(GenJob("m", (GEN,), (("--filter", "*_d64_fp16_batch_*"),)), tmp_path, env=env)
+    assert again.skipped and names(again) == names(a)
+    b = run_generators(GenJob("m", (GEN,), (("--filter", "*_d128_bf16_group_*"),)), tmp_path, env=env)
+    assert not b.skipped
+    assert names(b) & names(a) == {"attn_fwd_api"}  # nothing of the earlier filter survives
+    assert not [p for p in (tmp_path / "m").iterdir() if p.name.startswith(".staging")]
+
+
+def test_failing_generator_keeps_the_last_good_output(tmp_path):
+    env = {"PATH": "/usr/bin:/bin"}
+    good = run_generators(GenJob("m", (GEN,), (("--filter", "*_d64_fp32_*"),)), tmp_path, env=env)
+    bad = Generator(f"{KERNELS}/csrc/attn/generate.py -d nope --output_dir {{}}", "nope")
+    with pytest.raises(FailedProcessError) as info:
+        run_generators(GenJob("m", (bad,)), tmp_path, env=env, python=sys.executable)
+    assert "exit code" in info.value.message and "generate.py" in info.value.message
+    assert {p.rsplit("/", 1)[1] for p in good.sources} == {p.name for p in (tmp_path / "m" / "blob").iterdir()}
+
+
+def test_a_file_named_in_the_command_decides_a_rerun(tmp_path):
+    """A tuned-config CSV passed by path (not through {qola_configs}) is hashed into the stamp: editing it
+    reruns the generator, an untouched one still skips."""
+    script = tmp_path / "gen.py"
+    script.write_text(
+        "import sys, pathlib\nsrc, out = sys.argv[1], sys.argv[2]\n"
+        "rows = pathlib.Path(src).read_text().split()\n"
+        "for r in rows:\n    (pathlib.Path(out) / f'k_{r}.cpp').write_text('int x;\\n')\n"
+    )
+    csv = tmp_path / "tuned.csv"
+    csv.write_text("a\nb\n")
+    gen = Generator(f"{script} {csv} {{}}", "csv")
+    env = {"PATH": "/usr/bin:/bin"}
+    first = run_generators(GenJob("m", (gen,)), tmp_path / "gen", env=env)
+    assert {p.rsplit("/", 1)[1] for p in first.sources} == {"k_a.cpp", "k_b.cpp"}
+    assert run_generators(GenJob("m", (gen,)), tmp_path / "gen", env=env).skipped
+    csv.write_text("a\nc\n")
+    edited = run_generators(GenJob("m", (gen,)), tmp_path / "gen", env=env)
+    assert not edited.skipped and {p.rsplit("/", 1)[1] for p in edited.sources} == {"k_a.cpp", "k_c.cpp"}
+
+
+def test_a_rerun_generator_keeps_unchanged_files_untouched(tmp_path):
+    """Issue 12 (rebuild cost): a generator that reruns (an edited comment changes its stamp) but writes
+    the same bytes leaves those files as they were (same inode and mtime: ninja recompiles nothing);
+    a changed file is replaced, one no longer generated is removed, a new one appears."""
+    script = tmp_path / "gen.py"
+    body = (
+        "import pathlib, sys\nout = pathlib.Path(sys.argv[1])\n"
+        "for n in {names}:\n    (out / f'k_{{n}}.cpp').write_text('int k_' + n + ' = {value};\\n')\n"
+        "(out / 'sub').mkdir()\n(out / 'sub' / 'api.cpp').write_text('int api;\\n')\n"
+    )
+    script.write_text(body.format(names="'abc'", value=1))
+    gen = Generator(f"{script} {{}}", "k")
+    env = {"PATH": "/usr/bin:/bin"}
+    blob = tmp_path / "gen" / "m" / "blob"
+    first = run_generators(GenJob("m", (gen,)), tmp_path / "gen", env=env)
+    before = {p.relative_to(blob).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns) for p in blob.rglob("*.cpp")}
+    assert set(before) == {"k_a.cpp", "k_b.cpp", "k_c.cpp", "sub/api.cpp"} and len(first.sources) == 4
+
+    script.write_text("# a comment: the output does not change\n" + body.format(names="'abc'", value=1))
+    again = run_generators(GenJob("m", (gen,)), tmp_path / "gen", env=env)
+    assert not again.skipped, "the edited generator must rerun"
+    after = {p.relative_to(blob).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns) for p in blob.rglob("*.cpp")}
+    assert after == before, "byte-identical output must keep every file's inode and mtime"
+
+    changed = body.format(names="'abd'", value=1)
+    script.write_text(changed.replace("'int k_' + n", "('long k_' if n == 'b' else 'int k_') + n"))
+    third = run_generators(GenJob("m", (gen,)), tmp_path / "gen", env=env)
+    now = {p.relative_to(blob).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns) for p in blob.rglob("*.cpp")}
+    assert set(now) == {"k_a.cpp", "k_b.cpp", "k_d.cpp", "sub/api.cpp"}  # k_c gone, k_d new
+    assert now["k_a.cpp"] == before["k_a.cpp"] and now["sub/api.cpp"] == before["sub/api.cpp"]
+    assert now["k_b.cpp"] != before["k_b.cpp"] and (blob / "k_b.cpp").read_text() == "long k_b = 1;\n"
+    assert {p.rsplit("/", 1)[1] for p in third.sources} == {"k_a.cpp", "k_b.cpp", "k_d.cpp", "api.cpp"}
+    assert not [p for p in (tmp_path / "gen" / "m").iterdir() if p.name.startswith(".")]

@@ -1,0 +1,125 @@
+"""``qola jit prebuild | ls | verify | clean`` against caches the runtime also uses."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from support.common import run_qola
+from support.jit_lib import build_runtime, expected, make_lib
+
+
+@pytest.fixture(scope="session")
+def jit_runtime(tmp_path_factory):
+    return build_runtime(tmp_path_factory.mktemp("jit-runtime-cli"))
+
+
+@pytest.fixture
+def lib(tmp_path, jit_runtime):
+    return make_lib(tmp_path / "lib", jit_runtime)
+
+
+def qola(lib, *args, extra=None):
+    return run_qola("jit", *args, env={**lib.env, **(extra or {})})
+
+
+def ok_call(lib, n=1, x=5, extra=None):
+    proc = lib.run(n, x, extra=extra)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[1] == str(expected(n, x))
+
+
+def test_prebuild_fills_the_cache_the_runtime_uses(lib):
+    out = lib.root / "out"
+    proc = qola(lib, "prebuild", str(out), "-j", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "2 built" in proc.stdout
+    assert lib.compiles() == 2
+    ok_call(lib, 1)
+    ok_call(lib, 2)
+    assert lib.compiles() == 2  # the runtime found the prebuilt entries
+    again = qola(lib, "prebuild", str(out))
+    assert "0 built, 2 already present" in again.stdout
+    ls = qola(lib, "ls", str(out))
+    assert "2 of 2 units ready" in ls.stdout, ls.stdout + ls.stderr
+
+
+def test_prebuild_filter_and_prebuilt_dir(lib, tmp_path):
+    prebuilt = tmp_path / "prebuilt"
+    proc = qola(lib, "prebuild", str(lib.root / "out"), "--filter", "unit_2", "--prebuilt-dir", str(prebuilt))
+    assert proc.returncode == 0, proc.stderr
+    assert "1 built" in proc.stdout and lib.compiles() == 1
+    ok_call(lib, 2, extra={"QOLA_JIT_PREBUILT_DIR": str(prebuilt)})
+    assert lib.compiles() == 1 and lib.entries() == []  # loaded from the prebuilt dir
+    ok_call(lib, 1, extra={"QOLA_JIT_PREBUILT_DIR": str(prebuilt)})
+    assert lib.compiles() == 2  # unit_1 was not prebuilt: compiled into the cache
+
+
+def test_ls_verify_fix_clean(lib):
+    ok_call(lib, 1)
+    ok_call(lib, 2)
+    ls = qola(lib, "ls")
+    assert ls.returncode == 0 and "2 entries" in ls.stdout and "tm/unit_1" in ls.stdout
+    assert qola(lib, "verify").returncode == 0
+    so = next(p for p in lib.entries() if "unit unit_1\n" in p.with_suffix(".meta").read_text())
+    data = bytearray(so.read_bytes())
+    data[100] ^= 1
+    so.write_bytes(data)
+    bad = qola(lib, "verify")
+    assert bad.returncode == 1 and f"BROKEN {so.stem}" in bad.stdout and "sha256" in bad.stdout
+    assert "--fix" in bad.stderr
+    fixed = qola(lib, "verify", "--fix")
+    assert fixed.returncode == 0 and "removed" in fixed.stdout
+    assert not so.exists() and len(lib.entries()) == 1
+    assert qola(lib, "verify").returncode == 0
+    ok_call(lib, 1)  # rebuilt on next use
+    assert lib.compiles() == 3
+    (lib.cache / f".tmp-{so.stem}-junk.so").write_bytes(b"x")
+    clean = qola(lib, "clean")
+    assert clean.returncode == 0 and len(lib.entries()) == 2
+    assert not list(lib.cache.glob(".tmp-*"))
+    clean_all = qola(lib, "clean", "--all")
+    assert clean_all.returncode == 0 and lib.entries() == []
+
+
+def test_refused_cache_dir_exits_2_with_hint(lib):
+    lib.cache.mkdir(mode=0o700)
+    os.chmod(lib.cache, 0o777)
+    for args in (["ls"], ["verify"], ["prebuild", str(lib.root / "out")]):
+        proc = qola(lib, *args)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "error: refusing JIT cache dir" in proc.stderr and "hint: run `chmod go-w" in proc.stderr
+
+
+def test_user_errors_exit_2(lib, tmp_path):
+    proc = qola(lib, "prebuild", str(tmp_path / "nothing"))
+    assert proc.returncode == 2 and "error: no JIT modules under" in proc.stderr and "hint:" in proc.stderr
+    proc = qola(lib, "prebuild", str(lib.root / "out"), "--filter", "nope*")
+    assert proc.returncode == 2 and "no JIT unit matches" in proc.stderr
+    proc = qola(lib, "ls", extra={"QOLA_JIT_CACHE_DIR": str(tmp_path / "absent")})
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+def test_prebuild_reports_compile_failures(lib):
+    (lib.root / "fail").write_text("")
+    proc = qola(lib, "prebuild", str(lib.root / "out"))
+    assert proc.returncode == 1
+    assert "2 failed" in proc.stdout and "boom" in proc.stderr
+    assert lib.entries() == []
+
+
+def test_entries_are_0644_whatever_the_umask(lib):
+    """Whatever mode the linker leaves on its output (it depends on the linker and the umask: 0711
+    here before), the runtime and prebuild both publish entries with the format's 0644."""
+    old = os.umask(0o002)
+    try:
+        ok_call(lib, 1)  # compiled by the runtime
+        proc = qola(lib, "prebuild", str(lib.root / "out"))  # unit_2 by qola jit prebuild
+        assert proc.returncode == 0 and "1 built" in proc.stdout, proc.stdout + proc.stderr
+        ok_call(lib, 2)
+        ok_call(lib, 1)
+    finally:
+        os.umask(old)
+    assert lib.compiles() == 2
+    assert sorted(p.stat().st_mode & 0o777 for p in lib.entries()) == [0o644, 0o644]
+    assert qola(lib, "verify").returncode == 0

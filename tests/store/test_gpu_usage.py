@@ -1,0 +1,120 @@
+"""On a GPU: the recorded-usage round trip on the example tree (issue 25). libattn_fwd (cpp_itfs, bf16,
+[jit] with nothing ahead) runs a causal and a non-causal call while recording (QOLA_USAGE_DIR); the
+records merge into a fragment; the library rebuilt with it (`--usage`) runs both calls again under
+QOLA_JIT_COVERAGE=strict with an empty JIT cache: no compile, results match torch. Rebuilt with the
+causal variant removed from the set, the causal call fails with the message that names it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.attn_abi import attn_manifest, child_call, child_preamble
+from support.common import KERNELS, run_qola
+from support.jit_lib import NVCC
+
+from qola.store.usage import fragment, records
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+MANIFEST = attn_manifest("qu", "[jit]\n")
+
+CHILD = (
+    child_call("qu")
+    + r"""
+import json
+print(json.dumps({"r": r, "err": (o.float() - ref).abs().max().item(),
+                  "error": lib.qu_qola_jit_last_error().decode(), "status": lib.qu_qola_jit_last_status()}))
+"""
+)
+
+
+def _build(tmp_path: Path, name: str, *extra: str) -> Path:
+    out = tmp_path / name
+    proc = run_qola(
+        "build", "--manifest", str(tmp_path / "q.toml"), "--aiter-root", str(KERNELS), "-o", str(out), *extra
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_recorded_usage_round_trip_on_gpu(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "q.toml").write_text(MANIFEST)
+    (tmp_path / "child.py").write_text(child_preamble() + CHILD)
+    count = tmp_path / "count"
+    cc = tmp_path / "countcc"
+    cc.write_text(
+        f'#!/bin/sh\nif [ "$1" = "--version" ]; then exec {NVCC} --version; fi\n'
+        f'echo "$$" >> {count}\nexec {NVCC} "$@"\n'
+    )
+    cc.chmod(0o755)
+
+    def compiles() -> int:
+        return len(count.read_text().split()) if count.exists() else 0
+
+    def call(out: Path, causal: int, cache: str, **env: str) -> dict:
+        full = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / cache), "QOLA_JIT_COMPILER": str(cc), **env}
+        p = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(out / "lib/qu_libattn_fwd.so"),
+                            str(causal)], capture_output=True, text=True, env=full, timeout=600)  # fmt: skip
+        assert p.returncode == 0, p.stdout + p.stderr
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    # 1. everything deferred; a real run records what it resolves
+    first = _build(tmp_path, "out1")
+    key = json.loads((first / "manifest.json").read_text())["build_key"]
+    rec = tmp_path / "rec"
+    for causal in (0, 1):
+        got = call(first, causal, "cache1", QOLA_USAGE_DIR=str(rec))
+        assert got["r"] == 0 and got["err"] < 5e-2, got
+    assert compiles() == 2
+    read = records.read(records.record_files([rec]))
+    assert read.bad_lines == 0 and len(read.records) == 2
+    units = sorted({r.unit for r in read.records})
+    assert len(units) == 2 and all("_d128_bf16_batch_" in u for u in units), units
+    assert {r.event for r in read.records} == {"compile"} and {r.build_key for r in read.records} == {key}
+    assert {r.module for r in read.records} == {"libattn_fwd"}
+    causal_unit = next(u for u in units if "_mask_" in u)
+
+    # 2. merge, 3. build exactly that set ahead (the rest stays deferred)
+    frag = tmp_path / "usage.toml"
+    proc = run_qola(
+        "usage",
+        "merge",
+        str(rec),
+        "--manifest",
+        str(tmp_path / "q.toml"),
+        "--aiter-root",
+        str(KERNELS),
+        "-o",
+        str(frag),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(v.name for v in fragment.load(frag).variants) == units
+    second = _build(tmp_path, "out2", "--usage", str(frag))
+    jit = json.loads((second / "manifest.json").read_text())["modules"][0]["jit"]
+    assert jit["aot"]["names"] == units and not set(units) & set(jit["deferred"]["names"])
+    assert run_qola("usage", "cover", str(rec), "--out", str(second), "--strict").returncode == 0
+
+    # 4. run again: fail-closed mode, an empty cache, no JIT compile
+    before = compiles()
+    for causal in (0, 1):
+        got = call(second, causal, "cache2", QOLA_JIT_COVERAGE="strict")
+        assert got["r"] == 0 and got["err"] < 5e-2 and got["status"] == 0, got
+    assert compiles() == before
+
+    # 5. the causal variant removed from the set: the causal call fails naming it
+    frag.write_text(fragment.render([("libattn_fwd", u) for u in units if u != causal_unit], None))
+    third = _build(tmp_path, "out3", "--usage", str(frag))
+    got = call(third, 0, "cache3", QOLA_JIT_COVERAGE="strict")
+    assert got["r"] == 0 and got["status"] == 0, got
+    got = call(third, 1, "cache3", QOLA_JIT_COVERAGE="strict")
+    assert got["r"] != 0 and got["status"] == 9, got  # QOLA_JIT_E_COVERAGE
+    assert f"variant {causal_unit} of module qu_libattn_fwd was not built ahead" in got["error"]
+    assert fragment.line("libattn_fwd", causal_unit) in got["error"]
+    assert compiles() == before

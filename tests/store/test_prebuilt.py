@@ -1,0 +1,498 @@
+"""Prebuilt libraries by build key (issue 13): the key (no compile), ``qola package``, and
+``qola build --prebuilt DIR|URL`` / ``--publish DIR`` round trips and refusals on one small module
+(module_softmax, sm_90 nvcc), built once for the whole file."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.server
+import io
+import json
+import os
+import shutil
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+from support.common import KERNELS, run_qola
+
+from qola.core.errors import QolaError
+from qola.output.outdir import ENTRIES, published
+from qola.pipeline import run as pipeline
+from qola.pipeline.run import BuildSpec, Reporter
+from qola.store import prebuilt
+from qola.toolchain import Toolchain
+
+MANIFEST = """# the example tree, one module
+[qola]
+namespace = "qk"   # library prefix
+
+[build]
+architectures = ["sm_90"]
+{build_extra}
+[[modules]]
+name = "module_softmax"
+{module_extra}"""
+
+REFORMATTED = """[[modules]]
+name    =    'module_softmax'
+
+[build]
+# a comment, and the keys in another order
+architectures = [ 'sm_90' ]
+jobs = 3
+launcher = "sccache"
+
+[qola]
+namespace='qk'
+"""
+
+
+def write_manifest(path: Path, build_extra: str = "", module_extra: str = "") -> Path:
+    path.write_text(MANIFEST.format(build_extra=build_extra, module_extra=module_extra))
+    return path
+
+
+def fake_toolchain(version: str = "13.0", compiler: str = "/usr/bin/true") -> Toolchain:
+    return Toolchain(
+        "cuda",
+        compiler,
+        version,
+        f"Cuda compilation tools, release {version}",
+        "ab" * 32,
+        ("sm_90",),
+        "/usr/bin/true",
+        {},
+        base_flags=("-O3", "-gencode", "arch=compute_90,code=sm_90"),
+        lang_args=("-x", "cu"),
+    )
+
+
+@pytest.fixture
+def key_of(monkeypatch):
+    """The build key of a manifest and tree through the pipeline (toolchain faked: no compiler needed)."""
+    tcs = {"tc": fake_toolchain()}
+    monkeypatch.setattr(pipeline, "_toolchain", lambda *a, **k: tcs["tc"])
+
+    def key(m: Path, tree: Path, **kw):
+        return pipeline.build_key(BuildSpec(manifest=str(m), aiter_root=str(tree), env={"PATH": "/usr/bin:/bin"}, **kw))
+
+    key.tcs = tcs
+    return key
+
+
+@pytest.fixture
+def tree(tmp_path) -> Path:
+    dst = tmp_path / "kernels"
+    shutil.copytree(KERNELS, dst, ignore=shutil.ignore_patterns("hsa", "__pycache__"))
+    return dst
+
+
+# ---- the key: cheap, no compile ---------------------------------------------------------------------
+
+
+def test_key_ignores_formatting_paths_jobs_and_launcher(tmp_path, tree, key_of):
+    base = key_of(write_manifest(tmp_path / "a.toml"), tree)
+    (tmp_path / "sub").mkdir()
+    other = tmp_path / "sub" / "b.toml"
+    other.write_text(REFORMATTED)
+    moved = tmp_path / "elsewhere" / "tree"
+    shutil.copytree(tree, moved)
+    again = key_of(other, moved)
+    assert again.key == base.key, {k: v for k, v in again.digests.items() if base.digests[k] != v}
+    text = json.dumps(base.explain())
+    for path in (str(tmp_path), str(tree), str(moved)):
+        assert path not in text  # no absolute path of the tree (or the manifest) in the inputs
+    assert "<tree>/csrc/kernels/softmax.cu" in base.parts["tree"]["files"]
+
+
+@pytest.mark.parametrize(
+    "change, part",
+    [
+        ("arch", "plan"),
+        ("mode", "plan"),
+        ("flag", "plan"),
+        ("source", "tree"),
+        ("header", "tree"),
+        ("table", "tree"),
+        ("compiler", "toolchain"),
+        ("isolation", "build"),
+    ],
+)
+def test_key_changes_with_what_changes_the_output(tmp_path, tree, key_of, change, part):
+    m = write_manifest(tmp_path / "q.toml", module_extra='mode = "pybind"\n')  # beats --mode: a valid mode change
+    base = key_of(m, tree)
+    kw = {}
+    if change == "arch":
+        write_manifest(m).write_text(m.read_text().replace('"sm_90"', '"sm_80"'))
+    elif change == "mode":
+        kw["mode"] = "cpp_itfs"  # the default mode (manifest.json's "mode")
+    elif change == "flag":
+        write_manifest(m, module_extra='mode = "pybind"\nflags_extra_hip = ["-DQK_SOFTMAX_FAST_EXP=1"]\n')
+    elif change == "source":
+        with open(tree / "csrc/kernels/softmax.cu", "a") as fh:
+            fh.write("// edited\n")
+    elif change == "header":
+        with open(tree / "csrc/include/softmax.h", "a") as fh:
+            fh.write("// edited\n")
+    elif change == "table":
+        table = tree / "aiter/jit/optCompilerConfig.json"
+        table.write_text(table.read_text() + "\n")
+    elif change == "compiler":
+        key_of.tcs["tc"] = fake_toolchain(version="12.8")
+    elif change == "isolation":
+        kw["isolate"] = False
+    changed = key_of(m, tree, **kw)
+    assert changed.key != base.key
+    assert changed.digests[part] != base.digests[part]
+
+
+def test_key_material_round_trips_and_rehashes_the_tree(tmp_path, tree, monkeypatch):
+    """The incremental path keeps the material in its record and rehashes only the tree's files."""
+    from qola.store import key as buildkey
+
+    monkeypatch.setattr(pipeline, "_toolchain", lambda *a, **k: fake_toolchain())
+    spec = BuildSpec(
+        manifest=str(write_manifest(tmp_path / "q.toml")), aiter_root=str(tree), env={"PATH": "/usr/bin:/bin"}
+    )
+    prepared = pipeline.plan(spec)
+    material = pipeline._material(prepared, prepared.plan, fake_toolchain(), True, spec.environ())
+    again = buildkey.Material.of(json.loads(json.dumps(material.to_json())))
+    before = material.key()
+    assert again.key().key == before.key == pipeline.build_key(spec).key
+    with open(tree / "csrc/include/softmax.h", "a") as fh:
+        fh.write("// edited\n")
+    after = again.key()
+    assert after.key == pipeline.build_key(spec).key != before.key
+    assert [k for k in after.digests if after.digests[k] != before.digests[k]] == ["tree"]
+
+
+def test_publish_into_the_output_dir_is_refused_before_anything_runs(tmp_path, tree):
+    spec = BuildSpec(
+        manifest=str(write_manifest(tmp_path / "q.toml")),
+        aiter_root=str(tree),
+        output_dir=str(tmp_path / "out"),
+        publish_to=str(tmp_path / "out" / "store"),
+    )
+    with pytest.raises(QolaError, match="prebuilt store"):
+        pipeline.build(spec)
+    assert not (tmp_path / "out").exists()
+
+
+def test_plan_key_cli_prints_the_key_and_its_inputs(tmp_path, tree):
+    if not shutil.which("nvcc"):
+        pytest.skip("needs nvcc")
+    m = write_manifest(tmp_path / "q.toml")
+    key = run_qola("plan", "-m", str(m), "--aiter-root", str(tree), "--key", check=True).stdout.strip()
+    explained = json.loads(
+        run_qola("plan", "-m", str(m), "--aiter-root", str(tree), "--key", "--json", check=True).stdout
+    )
+    assert len(key) == 64 and explained["build_key"] == key
+    assert set(explained["parts"]) == {"build", "env", "manifest", "plan", "python", "qola", "toolchain", "tree"}
+
+
+def test_sha256_lines_and_member_names_are_checked():
+    good = "a" * 64
+    assert prebuilt.expected_sha256(f"{good}  x.tar.gz\n".encode(), "x.tar.gz", "w") == good
+    assert prebuilt.expected_sha256(f"{good.upper()}\n".encode(), "x.tar.gz", "w") == good
+    for bad in (b"", b"nothex  x.tar.gz", f"{good}  y.tar.gz".encode(), b"\xff" * 70):
+        with pytest.raises(QolaError):
+            prebuilt.expected_sha256(bad, "x.tar.gz", "w")
+
+
+def test_missing_archive_and_unsupported_source(tmp_path):
+    (tmp_path / "store").mkdir()
+    with pytest.raises(prebuilt.Missing):
+        prebuilt.install(str(tmp_path / "store"), "qk", "0" * 64, tmp_path / "out", tmp_path / "work")
+    with pytest.raises(prebuilt.Missing):
+        prebuilt.install("http://127.0.0.1:9/store", "qk", "0" * 64, tmp_path / "out", tmp_path / "work", timeout=5)
+    with pytest.raises(QolaError, match="only a directory or an http"):
+        prebuilt.install("ftp://example.invalid/store", "qk", "0" * 64, tmp_path / "out", tmp_path / "work")
+    assert not (tmp_path / "out").exists()
+
+
+# ---- round trips: one real build ----------------------------------------------------------------------
+
+
+class Notes(Reporter):
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """module_softmax for sm_90, built once with --publish into a store."""
+    if not shutil.which("nvcc"):
+        pytest.skip("needs nvcc")
+    tmp = tmp_path_factory.mktemp("prebuilt")
+    src = tmp / "kernels"
+    shutil.copytree(KERNELS, src, ignore=shutil.ignore_patterns("hsa", "__pycache__"))
+    m = write_manifest(tmp / "q.toml")
+    store = tmp / "store"
+    report = pipeline.build(
+        BuildSpec(manifest=str(m), aiter_root=str(src), output_dir=str(tmp / "out"), jobs=2, publish_to=str(store))
+    )
+    assert report.ok and report.packaged is not None, [r.detail for r in report.modules]
+    return tmp, src, m, tmp / "out", store, report
+
+
+@pytest.fixture
+def server():
+    """An HTTP server on 127.0.0.1 serving a dir; ``truncate`` makes it send half of each .tar.gz."""
+    state = {"dir": None, "truncate": False}
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **k):
+            super().__init__(*a, directory=state["dir"], **k)
+
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            if state["truncate"] and self.path.endswith(".tar.gz"):
+                data = Path(state["dir"], self.path.lstrip("/")).read_bytes()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 2])
+                self.close_connection = True
+                return
+            super().do_GET()
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+
+    def serve(directory: Path, truncate: bool = False) -> str:
+        state["dir"], state["truncate"] = str(directory), truncate
+        return f"http://127.0.0.1:{httpd.server_address[1]}/"
+
+    yield serve
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def files_of(out: Path) -> dict[str, bytes]:
+    """OUT's published files (not .qola), which must be real files in real dirs."""
+    found = {}
+    for p in sorted(out.rglob("*")):
+        rel = p.relative_to(out).as_posix()
+        if rel.split("/")[0] in ENTRIES:
+            assert not p.is_symlink(), rel
+            if p.is_file():
+                found[rel] = p.read_bytes()
+    return found
+
+
+def install_from(built, source: str, name: str) -> pipeline.BuildReport:
+    tmp, src, m, _, _, _ = built
+    return pipeline.build(
+        BuildSpec(manifest=str(m), aiter_root=str(src), output_dir=str(tmp / name), jobs=2, prebuilt=source)
+    )
+
+
+@pytest.mark.slow
+def test_publish_writes_a_deterministic_archive_named_by_the_key(built, tmp_path):
+    tmp, _, _, out, store, report = built
+    data = json.loads((out / "manifest.json").read_text())
+    assert data["build_key"] == report.key == report.packaged.key
+    assert set(data["build_key_parts"]) >= {"manifest", "plan", "tree", "toolchain"}
+    name = prebuilt.archive_name("qk", report.key)
+    archive = store / name
+    assert report.packaged.archive == archive
+    assert (store / f"{name}.sha256").read_text() == f"{hashlib.sha256(archive.read_bytes()).hexdigest()}  {name}\n"
+    assert json.loads((store / f"{name}.json").read_text())["build_key"] == report.key
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+    assert [m.name for m in members] == sorted(m.name for m in members)
+    assert all(
+        m.mtime == 0 and m.uid == 0 and m.gid == 0 and not m.uname and (m.isfile() or m.isdir()) for m in members
+    )
+    again = run_qola("package", str(out), "--into", str(tmp_path), check=True)
+    assert report.key in again.stdout
+    assert (tmp_path / name).read_bytes() == archive.read_bytes()
+    refused = run_qola("package", str(out), "--into", str(out / "lib"))
+    assert refused.returncode == 2 and "into the output dir" in refused.stderr
+
+
+@pytest.mark.slow
+def test_prebuilt_from_a_dir_installs_without_compiling(built):
+    tmp, _, _, out, store, report = built
+    got = install_from(built, str(store), "from-dir")
+    assert got.prebuilt is not None and got.compiled is None and not got.up_to_date
+    assert got.key == report.key
+    build_dir = tmp / "from-dir.build"
+    assert not (build_dir / "build.ninja").exists() and not (build_dir / "obj").exists()
+    assert files_of(tmp / "from-dir") == files_of(out)
+    assert json.loads((tmp / "from-dir" / "manifest.json").read_text())["build_key"] == report.key
+    audit = run_qola("audit", str(tmp / "from-dir"))
+    assert audit.returncode == 0, audit.stderr
+    assert not list(build_dir.glob(prebuilt.WORK_PREFIX + "*"))
+    assert install_from(built, str(store), "from-dir").up_to_date  # OUT holds the key already
+
+
+@pytest.mark.slow
+def test_prebuilt_over_http_installs_without_compiling(built, server):
+    tmp, _, _, out, store, report = built
+    got = install_from(built, server(store), "from-http")
+    assert got.prebuilt is not None and got.prebuilt.origin.startswith("http://127.0.0.1:")
+    assert not (tmp / "from-http.build" / "build.ninja").exists()
+    assert files_of(tmp / "from-http") == files_of(out)
+
+
+@pytest.mark.slow
+def test_missing_archive_falls_back_to_building_with_a_note(built):
+    tmp, src, m, out, _, report = built
+    empty = tmp / "empty-store"
+    empty.mkdir(exist_ok=True)
+    notes = Notes()
+    # the fixture's build dir: ninja finds the objects up to date (nothing compiles)
+    got = pipeline.build(
+        BuildSpec(
+            manifest=str(m),
+            aiter_root=str(src),
+            output_dir=str(tmp / "fallback"),
+            jobs=2,
+            build_dir=str(tmp / "out.build"),
+            prebuilt=str(empty),
+        ),
+        notes,
+    )
+    assert got.ok and got.prebuilt is None and got.compiled is not None and got.key == report.key
+    assert any("no prebuilt archive" in n and "building" in n for n in notes.notes), notes.notes
+
+
+# ---- refusals: OUT keeps its version ------------------------------------------------------------------
+
+
+def members_of(archive: Path) -> list[tuple[tarfile.TarInfo, bytes]]:
+    with tarfile.open(archive) as tar:
+        return [(m, tar.extractfile(m).read() if m.isfile() else b"") for m in tar.getmembers()]
+
+
+def write_store(store: Path, name: str, members, *, sha: str | None = None) -> Path:
+    """An archive of ``members`` ((TarInfo, bytes)) as ``store/name``, with a matching .sha256 (a writer of
+    the shared store can write both) unless ``sha`` is given."""
+    store.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    with (
+        gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if info.isfile() else None)
+    (store / name).write_bytes(buf.getvalue())
+    digest = sha or hashlib.sha256(buf.getvalue()).hexdigest()
+    (store / f"{name}.sha256").write_text(f"{digest}  {name}\n")
+    return store / name
+
+
+def info(name: str, data: bytes = b"", **kw) -> tarfile.TarInfo:
+    ti = tarfile.TarInfo(name)
+    ti.size = len(data)
+    for k, v in kw.items():
+        setattr(ti, k, v)
+    return ti
+
+
+def tampered(built, store: Path, how: str) -> str:
+    """A copy of the good store, damaged ``how``."""
+    _, _, _, _, good, report = built
+    name = prebuilt.archive_name("qk", report.key)
+    shutil.copytree(good, store)
+    archive = store / name
+    members = members_of(archive)
+    if how == "wrong-sha256":
+        (store / f"{name}.sha256").write_text(f"{'0' * 64}  {name}\n")
+    elif how == "truncated":
+        archive.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+    elif how == "truncated-consistent":  # the .sha256 matches the cut archive
+        data = archive.read_bytes()[: archive.stat().st_size // 2]
+        archive.write_bytes(data)
+        (store / f"{name}.sha256").write_text(f"{hashlib.sha256(data).hexdigest()}  {name}\n")
+    elif how == "dotdot":
+        write_store(store, name, [*members, (info("lib/../../escaped.txt", b"x"), b"x")])
+    elif how == "absolute":
+        write_store(store, name, [*members, (info("/tmp/qola-absolute-escape", b"x"), b"x")])
+    elif how == "symlink":
+        link = info("lib/evil.so", type=tarfile.SYMTYPE, linkname="/etc/passwd")
+        write_store(store, name, [*members, (link, b"")])
+    elif how == "hardlink":
+        link = info("include/evil.h", type=tarfile.LNKTYPE, linkname="lib/qk_module_softmax.so")
+        write_store(store, name, [*members, (link, b"")])
+    elif how == "extra-file":
+        write_store(store, name, [*members, (info("lib/extra.so", b"\x7fELF"), b"\x7fELF")])
+    elif how == "other-key":
+        changed = []
+        for ti, data in members:
+            if ti.name == "manifest.json":
+                doc = json.loads(data)
+                doc["build_key"] = "f" * 64
+                data = json.dumps(doc).encode()
+                ti = info("manifest.json", data)
+            changed.append((ti, data))
+        write_store(store, name, changed)
+    elif how == "pax-bomb":  # a 4 MiB name: a PAX header tar would hold in memory
+        write_store(store, name, [*members, (info("lib/" + "x" * (4 << 20), b"x"), b"x")])
+    elif how == "changed-library":
+        changed = [(ti, data[:-1] + bytes([data[-1] ^ 1]) if ti.name.endswith(".so") else data) for ti, data in members]
+        write_store(store, name, changed)
+    return name
+
+
+CASES = {
+    "wrong-sha256": "sha256",
+    "truncated": "sha256",
+    "truncated-consistent": "not a readable tar.gz",
+    "dotdot": "not a plain relative path",
+    "absolute": "not a plain relative path",
+    "symlink": "a symlink",
+    "hardlink": "a hard link",
+    "extra-file": "not recorded",
+    "other-key": "records build key",
+    "changed-library": "sha256",
+    "pax-bomb": "header over",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", sorted(CASES))
+def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(built, tmp_path, how):
+    tmp, _, _, _, good, report = built
+    out = tmp_path / "out"
+    first = prebuilt.install(str(good), "qk", report.key, out, tmp_path / "work")
+    before = files_of(out)
+    bad = tmp_path / "bad-store"
+    tampered(built, bad, how)
+    with pytest.raises(QolaError, match=CASES[how]) as err:
+        prebuilt.install(str(bad), "qk", report.key, out, tmp_path / "work")
+    assert "Traceback" not in err.value.render() and err.value.hint
+    assert first.out == out and files_of(out) == before
+    assert sorted(p.name for p in (out / ".qola").iterdir()) == ["switch.lock"]
+    assert not (tmp_path / "escaped.txt").exists() and not os.path.lexists("/tmp/qola-absolute-escape")
+
+
+@pytest.mark.slow
+def test_a_truncated_http_download_is_refused(built, tmp_path, server):
+    _, _, _, _, good, report = built
+    out = tmp_path / "out"
+    with pytest.raises(QolaError, match="truncated|broke off"):
+        prebuilt.install(server(good, truncate=True), "qk", report.key, out, tmp_path / "work")
+    assert not published(out)
+
+
+@pytest.mark.slow
+def test_the_build_command_refuses_a_hostile_store_and_installs_nothing(built, tmp_path):
+    tmp, src, m, _, _, _ = built
+    bad = tmp_path / "bad-store"
+    tampered(built, bad, "symlink")
+    out = tmp_path / "out"
+    done = run_qola("build", "-m", str(m), "--aiter-root", str(src), "-o", str(out), "--prebuilt", str(bad))
+    assert done.returncode == 2, done.stderr
+    assert "a symlink: refused" in done.stderr and "hint:" in done.stderr and "Traceback" not in done.stderr
+    assert not published(out) and not (out / "lib").exists()

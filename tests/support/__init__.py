@@ -1,0 +1,1 @@
+"""Helpers shared by the tests (no tests here); test files import them as support.<module>."""
