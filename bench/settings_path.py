@@ -2,9 +2,13 @@
 
 Runs ``qola build`` (the command line's own entry, in this process) on the bundled example tree under
 a profiler and records every call into a qola function that receives the build's settings: the
-command's arguments, the :class:`BuildSpec`, the resolved :class:`Settings`, or the raw environment
-(a mapping holding ``PATH``). The files of those calls, in order (a repeat of the file just left is
-one step), give:
+command's arguments, the :class:`BuildSpec`, the resolved :class:`Settings`, the raw environment (a
+mapping holding ``PATH``), or any dataclass holding one of those (two levels down: the stage-0
+:class:`~qola.pipeline.spec.Start`, which keeps the environment, the stage-1
+:class:`~qola.pipeline.spec.Resolved`, the pipeline's ``Ready``). The typed views a stage gets
+instead (``ToolchainEnv``, ``ChildEnv``, ``GeneratorEnv``, ``GitEnv``, ``RecordedEnv``, a dict of a
+few variables) are not settings: they hold only what that stage reads. The files of those calls, in
+order (a repeat of the file just left is one step), give:
 
 * files: how many distinct files the settings enter;
 * steps: how many times they move into a file;
@@ -18,6 +22,7 @@ It stops at the first call into the compile step (``compile_graph``), as the iss
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -37,10 +42,14 @@ class Done(Exception):
     pass
 
 
-def carries_settings(value: object) -> bool:
+def carries_settings(value: object, depth: int = 0) -> bool:
     if isinstance(value, (BuildSpec, Settings, argparse.Namespace)):
         return True
-    return isinstance(value, Mapping) and "PATH" in value and len(value) > 3
+    if isinstance(value, Mapping):  # the raw environment (a copy, a read-only proxy)
+        return "PATH" in value and len(value) > 3
+    if depth < 2 and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return any(carries_settings(getattr(value, f.name, None), depth + 1) for f in dataclasses.fields(value))
+    return False
 
 
 def follow(argv: list[str]) -> list[tuple[str, str]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,28 @@ from qola.core.errors import QolaError, tail
 SAFE = ("-c", "protocol.ext.allow=never", "-c", "core.quotePath=false")
 
 
-def environ(env: Mapping[str, str]) -> dict[str, str]:
-    return {**env, "GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never", "LC_ALL": "C", "LANGUAGE": "C"}
+QUIET = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never", "LC_ALL": "C", "LANGUAGE": "C"}
+
+
+@dataclass(frozen=True)
+class GitEnv:
+    """git's view of the build's environment, resolved once: the environment git runs under
+    (opaque) and ``QOLA_GIT_TIMEOUT`` as set (checked when git first runs)."""
+
+    child: proc.ChildEnv
+    timeout_raw: str | None = None
+
+    @classmethod
+    def of(cls, env: Mapping[str, str] | GitEnv) -> GitEnv:
+        if isinstance(env, GitEnv):
+            return env
+        return cls(proc.ChildEnv.of(env), env.get(deadlines.GIT_LOCAL.variable))
+
+    def timeout(self, knob: deadlines.Knob) -> float | None:
+        return deadlines.timeout(knob, {knob.variable: self.timeout_raw or ""})
+
+
+Env = Mapping[str, str] | GitEnv  # a caller's mapping, or the build's resolved view
 
 
 def argv(root: Path | None, args: Sequence[str]) -> list[str]:
@@ -35,7 +56,7 @@ def shown(args: Sequence[str]) -> str:
 def run(
     root: Path | None,
     *args: str,
-    env: Mapping[str, str],
+    env: Env,
     network: str | None = None,
     timeout: float | None = None,
     check: bool = True,
@@ -46,9 +67,10 @@ def run(
     ``network``: the URL this step reaches (named in the error). A non-zero exit raises unless
     ``check`` is false."""
     cmd = argv(root, args)
-    limit = timeout or deadlines.timeout(deadlines.GIT_NETWORK if network else deadlines.GIT_LOCAL, env)
+    genv = GitEnv.of(env)
+    limit = timeout or genv.timeout(deadlines.GIT_NETWORK if network else deadlines.GIT_LOCAL)
     try:
-        done = proc.run(cmd, env=environ(env), timeout=limit, stdout=stdout, stderr=proc.PIPE, text=text)
+        done = proc.run(cmd, env=genv.child.plus(QUIET), timeout=limit, stdout=stdout, stderr=proc.PIPE, text=text)
     except proc.TimeoutExpired as exc:
         raise GitError(
             args,
@@ -71,11 +93,11 @@ def run(
     return done
 
 
-def out(root: Path | None, *args: str, env: Mapping[str, str], **kw) -> str:
+def out(root: Path | None, *args: str, env: Env, **kw) -> str:
     return run(root, *args, env=env, **kw).stdout.strip()
 
 
-def digest(root: Path | None, *args: str, env: Mapping[str, str], into: Any) -> None:
+def digest(root: Path | None, *args: str, env: Env, into: Any) -> None:
     """Feed what ``git args`` prints into the hash ``into``: written to a temporary file and read
     back in chunks, never held (a ``git diff --binary`` of a changed AITER tree runs past the 64 MiB a
     captured output may hold)."""
@@ -86,7 +108,7 @@ def digest(root: Path | None, *args: str, env: Mapping[str, str], into: Any) -> 
             into.update(chunk)
 
 
-def ok(root: Path | None, *args: str, env: Mapping[str, str]) -> bool:
+def ok(root: Path | None, *args: str, env: Env) -> bool:
     return run(root, *args, env=env, check=False).returncode == 0
 
 

@@ -13,6 +13,7 @@ from qola.core import rules
 from qola.core.errors import QolaError
 
 if TYPE_CHECKING:
+    from qola.checkout.git import Env
     from qola.checkout.sync import Request
     from qola.plan.manifest import Manifest
 
@@ -83,11 +84,10 @@ def request(
     )
 
 
-def unapplied_patches_note(
-    root: Path, manifest: Manifest, env: Mapping[str, str], patches_dir: str | None = None
-) -> str | None:
+def unapplied_patches_note(root: Path, manifest: Manifest, env: Env, patches_dir: str | None = None) -> str | None:
     """A warning when the patch set the manifest (or ``--patches-dir``) names is not the one the last
-    ``qola checkout`` of ``root`` applied (None: it is, or there is none, or the tree is not a git checkout)."""
+    ``qola checkout`` of ``root`` applied (None: it is, or there is none, or the tree is not a git
+    checkout). ``env``: what git runs under (:class:`qola.checkout.git.GitEnv`)."""
     import hashlib  # lazy: paid only by the callers that need it
 
     from qola.checkout.state import read_stamp  # lazy: paid only by the callers that need it

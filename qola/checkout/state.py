@@ -114,11 +114,11 @@ def snapshot(root: Path, env: Mapping[str, str]) -> Snapshot:
     return Snapshot(head, h.hexdigest(), tuple(changes), tuple(untracked), tuple(inited))
 
 
-def git_dir(root: Path, env: Mapping[str, str]) -> Path:
+def git_dir(root: Path, env: git.Env) -> Path:
     return Path(git.out(root, "rev-parse", "--absolute-git-dir", env=env))
 
 
-def read_stamp(root: Path, env: Mapping[str, str]) -> dict[str, Any] | None:
+def read_stamp(root: Path, env: git.Env) -> dict[str, Any] | None:
     try:
         data = json.loads((git_dir(root, env) / STAMP).read_text())
     except (OSError, ValueError, git.GitError):

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from qola.commands.common import add_manifest_args, checkout_args
+from qola.commands.common import add_manifest_args
 from qola.pipeline import preflight
 from qola.pipeline.run import BuildSpec, Reporter, build
 
@@ -154,6 +154,8 @@ def problems(report, console, layout: BuildLayout | None = None) -> None:
 
 
 def spec_of(args: argparse.Namespace) -> BuildSpec:
+    """The command line's arguments as a :class:`BuildSpec`: the one place the build's Namespace is
+    read (the pipeline, and every stage after it, never sees it)."""
     return BuildSpec(
         manifest=args.manifest,
         output_dir=args.output_dir,
@@ -186,7 +188,13 @@ def spec_of(args: argparse.Namespace) -> BuildSpec:
         publish_to=args.publish_to,
         argv=tuple(getattr(args, "argv", None) or ()),
         env=dict(os.environ),
-        **checkout_args(args),
+        groups=tuple(args.groups or ()),
+        skip_checkout=args.skip_checkout,
+        aiter_commit=args.aiter_commit,
+        patches_dir=args.patches_dir,
+        aiter_url=args.aiter_url,
+        force_checkout=args.force_checkout,
+        usage_files=tuple(args.usage_files or ()),
     )
 
 

@@ -73,21 +73,15 @@ def plan_spec(args: argparse.Namespace, env: Mapping[str, str] | None = None) ->
         mode=getattr(args, "mode", None),
         allow_unpinned=args.allow_unpinned,
         env=dict(os.environ) if env is None else dict(env),
-        **checkout_args(args),
+        # the group and checkout options a command may lack: their defaults
+        groups=tuple(getattr(args, "groups", None) or ()),
+        skip_checkout=bool(getattr(args, "skip_checkout", False)),
+        aiter_commit=getattr(args, "aiter_commit", None),
+        patches_dir=getattr(args, "patches_dir", None),
+        aiter_url=getattr(args, "aiter_url", None),
+        force_checkout=bool(getattr(args, "force_checkout", False)),
+        usage_files=tuple(getattr(args, "usage_files", None) or ()),
     )
-
-
-def checkout_args(args: argparse.Namespace) -> dict:
-    """The BuildSpec fields of the group and checkout options (absent ones: their defaults)."""
-    return {
-        "groups": tuple(getattr(args, "groups", None) or ()),
-        "skip_checkout": bool(getattr(args, "skip_checkout", False)),
-        "aiter_commit": getattr(args, "aiter_commit", None),
-        "patches_dir": getattr(args, "patches_dir", None),
-        "aiter_url": getattr(args, "aiter_url", None),
-        "force_checkout": bool(getattr(args, "force_checkout", False)),
-        "usage_files": tuple(getattr(args, "usage_files", None) or ()),
-    }
 
 
 def prepare(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Prepared:

@@ -19,7 +19,7 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from qola.plan.tree.aiter_configs import (
     render,
     write_merged,
 )
+from qola.plan.variants import GenEnv, GeneratorEnv
 
 STAMP = "stamp.json"
 GENERATED_EXTS = (".cu", ".cpp")
@@ -163,7 +164,7 @@ def run_generators(
     job: GenJob,
     gen_root: Path,
     *,
-    env: Mapping[str, str],
+    env: GenEnv,
     python: str = sys.executable,
     force: bool = False,
     hsa_dir: str | os.PathLike | None = None,
@@ -196,7 +197,8 @@ def run_generators(
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     commands, warnings, output = [], [], []
-    limit = deadlines.timeout(deadlines.GENERATOR, env)
+    genv = GeneratorEnv.of(env)  # the environment they run under, QOLA_GENERATOR_TIMEOUT
+    limit = genv.timeout()
     try:
         for argv in job.argvs(str(staging), python):
             script = argv[1] if len(argv) > 1 else ""
@@ -212,7 +214,7 @@ def run_generators(
             commands.append(" ".join(argv))
             try:  # its own process group, ended with qola (Ctrl-C, SIGTERM, qola killed) or past its deadline;
                 # what it prints is kept for the log, cut in the middle past proc.LOG_KEEP bytes: qola.core.proc
-                done = proc.run_checked(argv, cwd=staging, env=env, timeout=limit, keep=proc.LOG_KEEP)
+                done = proc.run_checked(argv, cwd=staging, env=genv.child, timeout=limit, keep=proc.LOG_KEEP)
             except FailedProcessError as exc:
                 exc.hint = missing_package_hint(
                     exc.output, python

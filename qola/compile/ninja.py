@@ -142,7 +142,7 @@ def run(
     build_dir: Path,
     *,
     jobs: int,
-    env: Mapping[str, str],
+    env: Mapping[str, str] | proc.ChildEnv,
     owner: Callable[[str], str | None],
     targets: Sequence[str] = (),
     dry_run: bool = False,
@@ -162,7 +162,7 @@ def run(
     argv += list(targets)
     if not targets:
         return NinjaRun(0, [], {}, [])
-    child_env = {**env, "NINJA_STATUS": STATUS}
+    child_env = proc.ChildEnv.of(env).plus({"NINJA_STATUS": STATUS})
     failed: list[str] = []
     by_module: dict[str, proc.Lines] = {}  # each bounded: a compiler printing gigabytes is cut, not held
     log = proc.Lines(NINJA_LOG_KEEP)

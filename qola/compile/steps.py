@@ -22,10 +22,13 @@ from qola.compile.layout import BuildLayout, object_path
 from qola.compile.pathmap import PathMap, unit_id
 from qola.compile.pyext import pybind11_flags, torch_flags
 from qola.core.errors import FailedProcessError, QolaError, tail
+from qola.core.proc import ChildEnv
 from qola.plan import genrules, needs
 from qola.plan.model import ModulePlan, Plan
+from qola.plan.variants import GeneratorEnv
 from qola.toolchain import Toolchain, identity
-from qola.toolchain.hipconfig import generator_env
+from qola.toolchain.env import ToolchainEnv
+from qola.toolchain.hipconfig import generator_child
 
 
 @dataclass(frozen=True)
@@ -141,13 +144,16 @@ def generate(
     layout: BuildLayout,
     *,
     jobs: int,
-    env: Mapping[str, str],
+    env: Mapping[str, str] | ToolchainEnv,
+    timeout: GeneratorEnv | None = None,
     results: dict[str, ModuleResult],
     notes: list[str],
     on_event: Callable[[str], None] = lambda s: None,
 ) -> dict[str, tuple[str, ...]]:
     """Run every module's generators (with the plan's filters) in parallel; module -> its generated
-    files. A failure marks its module failed."""
+    files. A failure marks its module failed. ``env``: the toolchain's view (they run under its
+    children's environment, hipconfig found on its PATH); ``timeout``: the generators' view, for
+    ``QOLA_GENERATOR_TIMEOUT`` (both resolved from ``env`` when it is a mapping)."""
     from qola.compile.codegen import GenJob, run_generators  # lazy: the incremental path needs none of it
 
     given = genrules.aiter_env(plan.archs, plan.meta_dir)  # what AITER's build exports; in each stamp
@@ -160,7 +166,10 @@ def generate(
     if not gen_jobs:
         return generated
     hsa_dir = Path(plan.meta_dir) / "hsa"
-    gen_env, note = generator_env(tc, {**env, **given}, layout.tools_bin)
+    tenv = ToolchainEnv.of(env)
+    raw = (timeout or GeneratorEnv.of({} if isinstance(env, ToolchainEnv) else env)).timeout_raw
+    child, note = generator_child(tc, tenv, given, layout.tools_bin)
+    gen_env = GeneratorEnv(child, raw)
     notes += [note] if note else []
 
     def one(job: GenJob):
@@ -326,19 +335,23 @@ def compile_graph(
     results: dict[str, ModuleResult],
     *,
     jobs: int,
-    env: Mapping[str, str],
+    env: Mapping[str, str] | ChildEnv,
+    stamp_env: Mapping[str, str] | None = None,
     dry_run: bool = False,
     verbose: bool = False,
     on_status: Callable[[int, int, str], None] | None = None,
     notes: list[str] | None = None,
     start: float | None = None,
 ) -> CompileReport:
-    """Write the toolchain stamp and ``build.ninja``, run ninja (``-k 0``) and sort its outcome into
-    the modules' results (``dry_run``: ``ninja -n``, every module "planned")."""
+    """Write the toolchain stamp and ``build.ninja``, run ninja (``-k 0``) under ``env`` (the
+    children's environment) and sort its outcome into the modules' results (``dry_run``: ``ninja
+    -n``, every module "planned"). ``stamp_env``: what the stamp reads (PATH and
+    :data:`qola.toolchain.identity.COMPILER_ENV`; default: ``env``, a mapping)."""
     start = time.perf_counter() if start is None else start
     # the compilers' identity and environment: a replaced compiler or a changed NVCC_APPEND_FLAGS
     # rebuilds every edge, though no command line changed
-    identity.write_stamp(layout.root, identity.stamp_text(tc, {**env, **tc.child_env}))
+    read = stamp_env if stamp_env is not None else env if isinstance(env, Mapping) else {}
+    identity.write_stamp(layout.root, identity.stamp_text(tc, {**read, **tc.child_env}))
     ninja.write(graph, layout.graph)
     owners = {t.artifact: t.module for t in graph.targets}
     owners.update({c.obj: t.module for t in graph.targets for c in t.compiles})
@@ -347,7 +360,7 @@ def compile_graph(
     outcome = ninja.run(
         layout.root,
         jobs=jobs,
-        env={**env, **tc.child_env},
+        env=ChildEnv.of(env).plus(tc.child_env),
         owner=owners.get,
         targets=[f"module_{t.module}" for t in graph.targets],
         dry_run=dry_run,

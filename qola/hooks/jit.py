@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from qola.jit.key import JitCompiler
     from qola.plan.manifest import Manifest
     from qola.plan.variants import GenEnv
+    from qola.toolchain.env import ToolchainEnv
 
 STUB_BATCH = 64
 # an explicit specialisation of a function (what jit.stubs stubs), not of a class: AITER's asm v3
@@ -242,13 +243,13 @@ def extra(
     )
 
 
-def compiler_of(plan: Plan, tc: Toolchain, env: Mapping[str, str]) -> Callable[[], JitCompiler]:
+def compiler_of(plan: Plan, tc: Toolchain, env: ToolchainEnv) -> Callable[[], JitCompiler]:
     """The JIT compiler's identity, probed once on first call (``[jit] compiler``, else the build's);
-    ``env``: the environment the build runs children under."""
+    ``env``: the toolchain's view (PATH, the probe's timeout, the environment children run under)."""
     from qola.jit import key as jkey  # lazy: paid only by the callers that need it
 
     name = next((m.jit.compiler for m in plan.modules if m.jit is not None and m.jit.compiler), None)
-    return functools.cache(lambda: jkey.probe_compiler(name or tc.compiler, {**env, **tc.child_env}))
+    return functools.cache(lambda: jkey.probe_compiler(name or tc.compiler, env.with_child(tc.child_env)))
 
 
 def publish_items(

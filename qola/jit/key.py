@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from qola.core import deadlines, proc
 from qola.core.errors import QolaError
 from qola.jit import format as fmt
+from qola.toolchain.env import ToolchainEnv
 
 
 def sha256_hex(data: bytes) -> str:
@@ -99,18 +100,23 @@ def _executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
-def probe_compiler(name: str, env: Mapping[str, str]) -> JitCompiler:
+def probe_compiler(name: str, env: Mapping[str, str] | ToolchainEnv) -> JitCompiler:
     """Find ``name`` (path or PATH name) and compute its identity by running ``--version``
-    (stdout only; stderr is ignored, as the runtime does). ``env`` is the child's environment."""
-    path = which(name, env)
+    (stdout only; stderr is ignored, as the runtime does). ``env`` is the child's environment, or
+    the toolchain's view (PATH and the probe's timeout read from it, run under its children's)."""
+    if isinstance(env, ToolchainEnv):
+        path_var, child, limit = env.get("PATH"), env.child, env.probe_timeout
+    else:
+        path_var, child, limit = env.get("PATH"), proc.ChildEnv.of(env), lambda: deadlines.timeout(deadlines.PROBE, env)
+    path = which(name, {} if path_var is None else {"PATH": path_var})
     if path is None:
         raise QolaError(f"JIT compiler {name!r} not found", hint="give an absolute path or put it in PATH")
     done = proc.run_checked(
         [path, "--version"],
-        env=env,
+        env=child,
         stderr=proc.DEVNULL,
         text=False,
-        timeout=deadlines.timeout(deadlines.PROBE, env),
+        timeout=limit(),
         hint="is the compiler installed correctly?",
     )
     first = done.stdout.decode(errors="replace").strip().splitlines()

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import time
 from collections.abc import Mapping
@@ -46,31 +45,35 @@ from qola.compile.layout import BuildLayout
 from qola.core import lock
 from qola.output import outdir
 from qola.output.outdir import OUT_NAMES, OUT_PREFIXES
-from qola.pipeline import preflight
+from qola.pipeline import finish, preflight
 from qola.pipeline.report import BuildReport, Reporter
 from qola.pipeline.spec import (
     BuildSpec,
     Prepared,
+    Resolved,
     Settings,
+    Start,
     hip_version,
     prepare,
+    recorded_env,
     requested,
-    settings,
+    resolve_build,
     settings_record,
     start,
-    tree_root,
+    table_texts,
 )
 from qola.store import fastpath
+from qola.store.fastpath import RecordedEnv
 
 if TYPE_CHECKING:
     from qola.compile.extras import ModuleExtra
-    from qola.compile.rebuild import Recipe, Run
-    from qola.compile.steps import CompileReport, ModuleResult, ModuleSources
+    from qola.compile.steps import ModuleResult, ModuleSources
+    from qola.core.proc import ChildEnv
     from qola.plan.model import Plan
     from qola.plan.variants import GenEnv
     from qola.store.key import BuildKey, Material
-    from qola.store.prebuilt import Packaged
     from qola.toolchain import Toolchain
+    from qola.toolchain.env import ToolchainEnv
 
 __all__ = ["BuildReport", "BuildSpec", "Reporter", "build", "build_key", "plan"]
 SHOW_PROGRESS_AFTER = 1.0  # seconds: the incremental path shows ninja's progress once it runs this long
@@ -102,9 +105,11 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
     (exit 1), and nothing of it is published."""
     ui = reporter or Reporter()
     # 0. before anything is written or run: numbers, directories (never /, never nested in each other
-    # or in the tree), then one build per build dir and output dir
+    # or in the tree), then one build per build dir and output dir. The settings are resolved in
+    # qola.pipeline.spec: stage 0 here (start), stage 1 after the no-op check (resolve_build); the
+    # stages get the typed views they read, never the spec or the environment
     begun = start(spec)
-    env, layout, choice = begun.env, begun.layout, begun.choice
+    layout, choice = begun.layout, begun.choice
     preflight.tree_placement(choice.path, layout.out, layout.root, OUT_NAMES, OUT_PREFIXES)
     if not spec.dry_run:  # a directory qola did not publish (any project's lib/, manifest.json) is never replaced
         outdir.check_output(layout.out)
@@ -118,21 +123,26 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
     if not spec.dry_run:
         locks[layout.out_lock] = f"the output dir {layout.out}"
     with lock.acquire(locks, ["qola", *spec.argv], wait=spec.wait):
-        for note in _checkout(spec, choice, env):  # the tree first: the no-op fast path then sees its files
-            ui.note(note)
-        record = fastpath.unchanged(layout.root, layout.out, spec.argv, env) if spec.argv and not spec.dry_run else None
-        if record is not None and record.get("rebuild"):  # the incremental path (None: no usable recipe)
+        if begun.checkout:  # the tree first: the no-op fast path then sees its files
+            for note in _checkout(spec, begun):
+                ui.note(note)
+        last = fastpath.load(layout.root, spec.argv) if spec.argv and not spec.dry_run else None
+        seen = None if last is None else recorded_env(begun, last["env_keys"])  # what its digest reads
+        record = None if last is None or seen is None else fastpath.unchanged(last, layout.root, layout.out, seen)
+        if record is not None and seen is not None and record.get("rebuild"):  # the incremental path
             preflight.room(layout.out, layout.root)
-            done = _incremental(spec, layout, env, ui, record)
-            if done is not None:
+            asked = settings_record(begun.asked, seen, record["env_keys"])
+            done = _incremental(layout, record, seen, begun.child, asked, spec.verbose, spec.publish_to, ui)
+            if done is not None:  # None: no usable recipe
                 return done
         elif record is not None and _nothing_to_do(layout):  # the no-op path
             return BuildReport(layout)
         if not spec.dry_run:
             preflight.room(layout.out, layout.root)
-        ready = _prepare(spec, layout, env, ui)  # stages 1-5
+        fastpath.forget(layout.root)  # from here on the record no longer says what the build dir holds
+        ready = _prepare(resolve_build(spec, begun), ui)  # 1. prepare, every setting; then stages 2-5
         if ready.key is not None and spec.prebuilt:  # the --prebuilt path (None: no archive of this key)
-            done = _prebuilt(spec.prebuilt, layout, ready.key, ready.plan.namespace, ui)
+            done = finish.install_prebuilt(spec.prebuilt, layout, ready.key, ready.plan.namespace, ui)
             if done is not None:
                 return done
         return _full(spec, ready, ui)  # the full path: stages 6-12
@@ -145,22 +155,17 @@ def _nothing_to_do(layout: BuildLayout) -> bool:
     return fastpath.nothing_to_do(layout.root, os.path.join(BIN_DIR, "ninja"))
 
 
-def _checkout(spec: BuildSpec, choice, env: Mapping[str, str]) -> list[str]:
-    """Check the tree out when the build should (QoLA's ``build`` without ``--skip-checkout``): qola's
-    default checkout always; a tree the user named only when ``--aiter-commit`` or ``--patches-dir``
-    asks for it; a tree named by QOLA_/NVTE_AITER_SOURCE_DIR never. Returns notes."""
-    if spec.skip_checkout or choice.from_env or spec.dry_run:
-        return []
-    if not (choice.managed or spec.aiter_commit or spec.patches_dir):
-        return []
+def _checkout(spec: BuildSpec, begun: Start) -> list[str]:
+    """Check the tree out (``begun.checkout``: QoLA's ``build`` without ``--skip-checkout``,
+    :func:`qola.pipeline.spec.start` decides). Returns notes."""
     from qola.checkout.request import request  # lazy: start-up of the CLI and of the no-op path
     from qola.checkout.sync import ensure  # lazy: start-up of the CLI and of the no-op path
     from qola.plan import manifest as manifest_mod  # lazy: start-up of the CLI and of the no-op path
 
     req = request(
-        choice.path,
+        begun.choice.path,
         manifest_mod.load(spec.manifest),
-        env,
+        begun.env,
         commit=spec.aiter_commit,
         patches_dir=spec.patches_dir,
         url=spec.aiter_url,
@@ -171,11 +176,19 @@ def _checkout(spec: BuildSpec, choice, env: Mapping[str, str]) -> list[str]:
 
 
 def _incremental(
-    spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Reporter, record: Mapping
+    layout: BuildLayout,
+    record: Mapping,
+    env: RecordedEnv,
+    child: ChildEnv,
+    asked: Mapping[str, Any],
+    verbose: bool,
+    publish_to: str | None,
+    ui: Reporter,
 ) -> BuildReport | None:
-    """Nothing stages 1-8 read changed since the last successful build (``record``): run ninja on
-    its graph (up to date when ninja has nothing to do), audit the libraries it relinked, publish,
-    record. None: no usable recipe (the full path then runs)."""
+    """Nothing stages 1-8 read changed since the last successful build (``record``; ``env``: the
+    variables it names): run ninja on its graph under ``child`` (up to date when ninja has nothing to
+    do), audit the libraries it relinked, publish (``asked``: manifest.json's ``build``), record.
+    None: no usable recipe (the full path then runs)."""
     from qola.compile import (
         dist,  # lazy: light
         ninja,  # lazy: light
@@ -200,14 +213,14 @@ def _incremental(
 
         shown_yet: list = []
         notes: list[str] = []
-        with dist.watched(run.launcher, {**env, **run.env}, notes):
+        with dist.watched(run.launcher, child.plus(run.env), notes):
             outcome = ninja.run(
                 layout.root,
                 jobs=run.jobs,
-                env={**env, **run.env},
+                env=child.plus(run.env),
                 owner=run.owner,
                 targets=run.targets,
-                verbose=spec.verbose,
+                verbose=verbose,
                 on_status=status,
             )
     if outcome.returncode == 0 and any(line.startswith("ninja: no work to do") for line in outcome.log):
@@ -230,44 +243,38 @@ def _incremental(
     )
     isolation.audit(compiled, plan_, only=run.changed(layout.root))  # 10. audit what ninja relinked
     key = material.key()  # the tree's files rehashed: ninja rebuilt what some of them changed
-    published = _publish(
-        compiled, plan_, tc, layout, {}, key, settings_record(spec, env, record["env_keys"])
-    )  # 11. publish
+    published = finish.publish_out(compiled, plan_, tc, layout, {}, key, asked)  # 11. publish
     if compiled.ok:  # 12. record (the recipe stays: nothing it holds changed)
         fastpath.rerecord(
             layout.root, layout.out, {**record, "rebuild": run.after(compiled, layout.root).to_json()}, env
         )
     else:
         fastpath.forget(layout.root)
-    return BuildReport(layout, compiled, published, key=key.key, packaged=_store(spec, layout, compiled))
+    return BuildReport(layout, compiled, published, key=key.key, packaged=finish.store(publish_to, layout, compiled))
 
 
 @dataclass(frozen=True)
 class Ready:
     """What stages 1-5 decided, for the --prebuilt and the full path."""
 
-    prepared: Prepared
-    settings: Settings
+    resolved: Resolved  # stage 1: manifest, tree, plan as the tables give it, the settings, the views
     plan: Plan  # with the variants' filters and the JIT split
     toolchain: Toolchain
-    table: tuple[list[str], list[str]]  # the module table's and core.py's texts (:func:`_table_texts`)
     material: Material | None  # None: a dry run (no key)
     key: BuildKey | None
 
 
-def _prepare(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Reporter) -> Ready:
-    """Stages 1-5: manifest, tree and plan; settings; variants and the JIT split; the output dir
-    refused or cleaned; the toolchain; the build key."""
+def _prepare(r: Resolved, ui: Reporter) -> Ready:
+    """Stages 2-5 after stage 1 (``r``: manifest, tree and plan; settings): variants and the JIT
+    split; the output dir refused or cleaned; the toolchain; the build key."""
     from qola.output.publish import prepare as prepare_output  # lazy: start-up of the CLI and of the no-op path
 
-    fastpath.forget(layout.root)
-    prepared = prepare(spec, env)  # 1. prepare
-    manifest = prepared.manifest
-    s = settings(spec, manifest, layout, env, prepared.plan.vendor)
+    prepared, s, manifest = r.prepared, r.settings, r.prepared.manifest
+    layout = _layout(s)
     for note in s.notes:
         ui.note(note)
     preflight.tree_placement(prepared.tree.root, layout.out, layout.root, OUT_NAMES, OUT_PREFIXES)
-    plan_ = resolve(prepared, s.generator_env or s.env)  # 2. variants, 3. JIT plan (from here on, the settings')
+    plan_ = resolve(prepared, s.generator_env or s.env)  # 2. variants, 3. JIT plan
     for w in plan_.warnings:
         ui.warning(w)
     if not s.dry_run:  # 4. output dir: refused or cleaned before anything compiles
@@ -276,10 +283,9 @@ def _prepare(spec: BuildSpec, layout: BuildLayout, env: dict[str, str], ui: Repo
     tc = _toolchain(plan_, manifest, s)  # 5. toolchain
     if tc.version_check and tc.version_check.get("message"):
         ui.warning(tc.version_check["message"])
-    table = _table_texts(prepared)  # the module table and core.py: what the key, manifest.json and the record read
-    material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, s.env, table)
+    material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, r.inputs, r.table)
     key = None if material is None else material.key()
-    return Ready(prepared, s, plan_, tc, table, material, key)
+    return Ready(r, plan_, tc, material, key)
 
 
 def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
@@ -292,24 +298,18 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
     from qola.compile import steps as stages  # lazy: start-up of the CLI and of the no-op path
     from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
     from qola.hooks import jit as jitbuild  # lazy: start-up of the CLI and of the no-op path
+    from qola.toolchain.identity import COMPILER_ENV  # lazy: start-up of the CLI and of the no-op path
 
-    prepared, s, plan_, tc, table, material, key = (
-        ready.prepared,
-        ready.settings,
-        ready.plan,
-        ready.toolchain,
-        ready.table,
-        ready.material,
-        ready.key,
-    )
-    layout, env = _layout(s), s.env
+    r, plan_, tc, material, key = ready.resolved, ready.plan, ready.toolchain, ready.material, ready.key
+    s, layout = r.settings, _layout(r.settings)
+    tenv, child = _views(s)
     farm = f" (farm: {s.farm.servers} server(s), {s.farm.cpus} CPUs at {s.farm.scheduler})" if s.farm else ""
     rx = None
     if s.remote is not None:  # the service answers and has this compiler before anything is generated
         from qola.store import remote  # lazy: start-up of the CLI and of the no-op path
 
-        rx = remote.prepare(
-            s.remote, tc, layout.root, plan_.tree_root, env, fallback=spec.remote_fallback, dry_run=s.dry_run
+        rx = remote.prepare(  # the action's environment: the build's (its children's)
+            s.remote, tc, layout.root, plan_.tree_root, s.env, fallback=spec.remote_fallback, dry_run=s.dry_run
         )
         farm = rx.header()
     ui.info(
@@ -322,10 +322,18 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
         results = stages.new_results(plan_)
         notes: list[str] = []
         generated = stages.generate(
-            plan_, tc, layout, jobs=s.jobs, env=env, results=results, notes=notes, on_event=ui.event
+            plan_,
+            tc,
+            layout,
+            jobs=s.jobs,
+            env=tenv,
+            timeout=s.generator_env,
+            results=results,
+            notes=notes,
+            on_event=ui.event,
         )  # 6. generate
         srcs = stages.sources(plan_, generated, results, layout)
-        extras = _hooks(plan_, tc, layout, srcs, results, s, key.key if key else "")  # 7. hooks
+        extras = _hooks(plan_, tc, layout, srcs, results, tenv, s.isolate, key.key if key else "")  # 7. hooks
         extras_mod.write(extras, isolation.shared_files(plan_, layout))  # 8. write
         srcs = {name: src for name, src in srcs.items() if name in extras}
         logs = {name: list(r.log) for name, r in results.items()}  # before ninja: the incremental path's start
@@ -340,8 +348,7 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
         )
         seen: list[str] = []  # what sccache did, when it is the launcher
         status = ui.status if rx is None else rx.tally.status(ui.status)
-        child = s.child.plus(tc.child_env) if s.child is not None else {**env, **tc.child_env}
-        with dist.watched(s.launcher, child, seen, farm_=s.farm, enabled=not s.dry_run):
+        with dist.watched(s.launcher, child.plus(tc.child_env), seen, farm_=s.farm, enabled=not s.dry_run):
             compiled = stages.compile_graph(
                 plan_,
                 tc,
@@ -349,7 +356,8 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
                 graph,
                 results,
                 jobs=s.jobs,
-                env=env,
+                env=child,
+                stamp_env=r.inputs.only(("PATH", *COMPILER_ENV)),
                 dry_run=s.dry_run,
                 verbose=s.verbose,
                 on_status=status,
@@ -363,15 +371,33 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
         return BuildReport(layout, compiled, dry_run=True)
     assert key is not None  # computed for every build that is not a dry run
     isolation.audit(compiled, plan_)  # 10. audit
-    published = _publish(
-        compiled, plan_, tc, layout, extras, key, settings_record(spec, env, fastpath.env_keys_of(table[1]))
-    )  # 11. publish
+    published = finish.publish_out(compiled, plan_, tc, layout, extras, key, r.record)  # 11. publish
     if compiled.ok and spec.argv:  # 12. record
         recipe = (
             rebuild.of(compiled, plan_, tc, s.jobs, logs, layout.root, s.launcher) if rebuild.eligible(extras) else None
         )
-        _remember(spec, prepared, plan_, tc, s, extras, *(recipe or (None, None)), table=table, material=material)
-    return BuildReport(layout, compiled, published, key=key.key, packaged=_store(spec, layout, compiled))
+        finish.remember(
+            spec.argv,
+            spec.manifest,
+            spec.usage_files,
+            r,
+            plan_,
+            tc,
+            extras,
+            *(recipe or (None, None)),
+            material=material,
+        )
+    return BuildReport(
+        layout, compiled, published, key=key.key, packaged=finish.store(spec.publish_to, layout, compiled)
+    )
+
+
+def _views(s: Settings) -> tuple[ToolchainEnv, ChildEnv]:
+    """The toolchain's view and the children's environment the settings resolved."""
+    from qola.toolchain.env import ToolchainEnv  # lazy: start-up of the CLI and of the no-op path
+
+    tenv = s.toolchain_env or ToolchainEnv.of(s.env)
+    return tenv, s.child or tenv.child
 
 
 def build_key(spec: BuildSpec) -> BuildKey:
@@ -396,61 +422,21 @@ def build_key(spec: BuildSpec) -> BuildKey:
     return _material(prepared, plan_, tc, spec.isolate, env).key()
 
 
-def _table_texts(prepared: Prepared) -> tuple[list[str], list[str]]:
-    """(the module table and core.py, the texts of those that could be read)."""
-    files = [str(prepared.tree.table_path), str(prepared.tree.core_path)]
-    texts = []
-    for f in files:
-        try:
-            texts.append(Path(f).read_text())
-        except OSError:
-            pass
-    return files, texts
-
-
 def _material(
     prepared: Prepared,
     plan_: Plan,
     tc: Toolchain,
     isolate: bool,
-    env: Mapping[str, str],
+    env: RecordedEnv | Mapping[str, str],
     table: tuple[list[str], list[str]] | None = None,
 ) -> Material:
     from qola.store import key as buildkey  # lazy: start-up of the CLI and of the no-op path
 
-    files, texts = table or _table_texts(prepared)
-    return buildkey.material(prepared.manifest, plan_, tc, env, isolate=isolate, table_files=files, table_texts=texts)
-
-
-def _prebuilt(source: str, layout: BuildLayout, key: BuildKey, namespace: str, ui: Reporter) -> BuildReport | None:
-    """``--prebuilt``: the archive of ``key`` installed as a new version of OUT (None: there is none;
-    the build goes on). OUT already holding that key is up to date."""
-    from qola.output.publish import MANIFEST_JSON  # lazy: start-up of the CLI and of the no-op path
-    from qola.store import prebuilt  # lazy: start-up of the CLI and of the no-op path
-    from qola.store.key import recorded_key  # lazy: start-up of the CLI and of the no-op path
-
-    try:  # prepare() completed any half-switched publish; this build holds OUT's lock
-        held = recorded_key(json.loads((layout.out / MANIFEST_JSON).read_text()))
-    except (OSError, ValueError, AttributeError):
-        held = None
-    if held == key.key:
-        ui.note(f"{layout.out} already holds build key {key.key[:16]}…")
-        return BuildReport(layout, key=key.key)
-    try:
-        installed = prebuilt.install(source, namespace, key.key, layout.out, layout.root)
-    except prebuilt.Missing as exc:
-        ui.note(f"no prebuilt archive for build key {key.key[:16]}… ({exc}): building")
-        return None
-    return BuildReport(layout, manifest_json=layout.out / MANIFEST_JSON, key=key.key, prebuilt=installed)
-
-
-def _store(spec: BuildSpec, layout: BuildLayout, compiled: CompileReport) -> Packaged | None:
-    """``--publish DIR``: the finished output packaged into DIR (only a build where every module built)."""
-    if not spec.publish_to or not compiled.ok:
-        return None
-    from qola.store import prebuilt  # lazy: start-up of the CLI and of the no-op path
-
-    return prebuilt.package(layout.out, Path(spec.publish_to))
+    files, texts = table or table_texts(prepared.tree)
+    inputs = env if isinstance(env, RecordedEnv) else RecordedEnv.of(env, fastpath.env_keys_of(texts))
+    return buildkey.material(
+        prepared.manifest, plan_, tc, inputs, isolate=isolate, table_files=files, table_texts=texts
+    )
 
 
 def _layout(s: Settings) -> BuildLayout:
@@ -467,11 +453,12 @@ def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
     hip = plan_.vendor == "hip"
     versions = manifest.qola.rocm_versions if hip else manifest.qola.cuda_versions
     assume = None
+    tenv = s.toolchain_env or ToolchainEnv.of(s.env)  # only what the toolchain reads, and its children's environment
     if s.dry_run and hip:
-        assume = (versions or [None])[0] or hip_version(s.env, manifest) or "7.0"
+        assume = (versions or [None])[0] or hip_version(tenv, manifest) or "7.0"
     return find_toolchain(
         plan_.archs,
-        env=s.toolchain_env or ToolchainEnv.of(s.env),  # only what the toolchain reads, and its children's environment
+        env=tenv,
         accepted_versions=versions,
         cache_dir=_layout(s).probes,
         assume_version=assume,
@@ -485,7 +472,8 @@ def _hooks(
     layout: BuildLayout,
     srcs: Mapping[str, ModuleSources],
     results: dict[str, ModuleResult],
-    s: Settings,
+    env: ToolchainEnv,
+    isolate: bool,
     build_key: str = "",
 ) -> dict[str, ModuleExtra]:
     """Each buildable module's extra: the JIT's (deferred instances), then isolation's and
@@ -497,7 +485,7 @@ def _hooks(
     from qola.hooks import jit as jitbuild  # lazy: start-up of the CLI and of the no-op path
     from qola.output import kernels  # lazy: start-up of the CLI and of the no-op path
 
-    compiler = jitbuild.compiler_of(plan_, tc, s.env)
+    compiler = jitbuild.compiler_of(plan_, tc, env)
     out: dict[str, ModuleExtra] = {}
     for mod in plan_.modules:
         if mod.name not in srcs:
@@ -507,7 +495,7 @@ def _hooks(
             jit = jitbuild.extra(mod, srcs[mod.name].generated, plan_, tc, layout, compiler, build_key)
             more = jit.then(
                 isolation.extra(
-                    mod, srcs[mod.name].all, jit, plan_, layout, isolate=s.isolate, discard_locals=tc.discard_locals
+                    mod, srcs[mod.name].all, jit, plan_, layout, isolate=isolate, discard_locals=tc.discard_locals
                 )
             )
             more = more.then(kernels.extra(mod, layout.obj_dir(mod.name)))  # the switch record (qola.output.kernels)
@@ -518,119 +506,3 @@ def _hooks(
         r.log += [f"warning: {w}" for w in more.warnings]
         out[mod.name] = more
     return out
-
-
-def _publish(
-    compiled: CompileReport,
-    plan_: Plan,
-    tc: Toolchain,
-    layout: BuildLayout,
-    extras: Mapping[str, ModuleExtra],
-    key: BuildKey,
-    settings: Mapping[str, Any],
-) -> Path:
-    from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
-    from qola.hooks import jit as jitbuild  # lazy: start-up of the CLI and of the no-op path
-    from qola.output.publish import publish  # lazy: start-up of the CLI and of the no-op path
-
-    trees, records = jitbuild.publish_items(compiled, extras, layout)
-    built_headers, withdrawn = isolation.module_headers(compiled, plan_, layout)
-    return publish(
-        compiled,
-        layout.out,
-        headers=[*isolation.headers(plan_, layout), *built_headers],
-        withdrawn=withdrawn,
-        mode=plan_.mode,
-        texts=isolation.consumers(compiled, plan_, tc),
-        trees=trees,
-        module_extra=records,
-        source_date_epoch=(settings.get("env") or {}).get("SOURCE_DATE_EPOCH"),
-        extra={
-            "build_key": key.key,
-            "build_key_parts": key.digests,
-            "build": settings,
-            "pin": plan_.pin,
-            "version_check": tc.version_check,
-        },
-    )
-
-
-def _remember(
-    spec: BuildSpec,
-    prepared: Prepared,
-    plan_: Plan,
-    tc: Toolchain,
-    s: Settings,
-    extras: Mapping[str, ModuleExtra],
-    recipe: Recipe | None,
-    run: Run | None,
-    *,
-    table: tuple[list[str], list[str]],
-    material: Material | None = None,
-) -> None:
-    """Record what this (successful) build was derived from, for the next no-op, and (``recipe``,
-    ``run``) what the incremental path needs. The manifest and tree paths as the command line (or manifest)
-    named them: symlinks re-pointed to another manifest or tree are noticed."""
-    from qola.compile import (
-        codegen,  # lazy: start-up of the CLI and of the no-op path
-        rebuild,  # lazy: start-up of the CLI and of the no-op path
-    )
-    from qola.compile.layout import gen_module_dir  # lazy: start-up of the CLI and of the no-op path
-    from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
-
-    tree, env = prepared.tree, s.env
-    given = [spec.manifest, str(tree_root(spec, prepared.manifest))]
-    tree_files, texts = table
-    dirs = {str(Path(src).parent) for m in plan_.modules for src in m.sources}
-    dirs |= {d for m in plan_.modules for d in m.include_dirs}
-    if any(m.embed for m in plan_.modules):
-        dirs.add(str(tree.hsa))
-    scripts = [g.script for m in plan_.modules for g in m.generators]
-    # the tuned-config CSVs generators read: merged configs' sources, files named in their commands,
-    # and the tree's configs dir (a new per-model CSV joins a merge)
-    data = [f for m in plan_.modules for c in m.configs for f in (*c.sources, c.untuned) if f]
-    data += [
-        a for m in plan_.modules for g in m.generators for a in g.argv[1:] if os.path.isabs(a) and os.path.isfile(a)
-    ]
-    data += [f for m in plan_.modules if m.api is not None for f in m.api.reads]  # the API read from the tree
-    usage = prepared.manifest.usage  # the usage fragments ([usage] files, --usage): their variants are the set
-    data += [str(prepared.manifest.base_dir / f) for f in (usage.files if usage else [])] + list(spec.usage_files)
-    tools = [tc.compiler, tc.host_cxx, s.launcher]
-    layout = _layout(s)
-    # what stages 6-8 wrote and read back: the generated dirs (listings and stamps), the graph's own
-    # files, the embedded code objects (their bytes decide the embed index)
-    gen = [m.name for m in plan_.modules if m.generators]
-    written = [
-        str(layout.graph),
-        str(layout.toolchain_stamp),
-        *(str(w.path) for w in isolation.shared_files(plan_, layout)),
-        *(str(w.path) for e in extras.values() for w in e.writes),
-        *(str(gen_module_dir(layout.gen_root, name) / codegen.STAMP) for name in gen),
-    ]
-    embedded = [str(Path(plan_.meta_dir) / "hsa" / a / t) for m in plan_.modules for a in plan_.archs for t in m.embed]
-    rebuild.save(layout.root, recipe)
-    if recipe is not None:
-        written.append(str(layout.root / rebuild.RECIPE))
-    files = fastpath.input_files(
-        manifest=prepared.manifest.path,
-        tree_files=tree_files,
-        dirs=sorted(dirs),
-        generator_scripts=scripts,
-        tools=tools,
-        data=data,
-        data_dirs=[str(tree.root / "aiter" / "configs"), *embedded],
-        listed_dirs=[str(layout.blob(name)) for name in gen],
-        written=written,
-    )
-    resolved = [os.path.abspath(p) for p in [*given, *(t for t in tools if t)]]
-    fastpath.record(
-        layout.root,
-        layout.out,
-        list(spec.argv),
-        env,
-        fastpath.env_keys_of(texts),
-        files,
-        resolved,
-        rebuild=None if run is None else run.to_json(),
-        key=None if material is None else material.to_json(),
-    )

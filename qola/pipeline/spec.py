@@ -3,6 +3,15 @@
 default. Also the first stage of every command that reads a manifest: :func:`prepare` (manifest,
 tree, plan).
 
+A build resolves its settings here, in two calls from :func:`qola.pipeline.run.build`:
+:func:`start` (stage 0, before the lock and the no-op check: the environment read once, the
+directories, the tree choice, whether to check out, the children's environment) and
+:func:`resolve_build` (stage 1, after them: manifest, tree, plan, :class:`Settings`, the typed
+views). What the stages after that get are the views, never the :class:`BuildSpec`, the
+:class:`Start` or the raw environment: :class:`~qola.toolchain.env.ToolchainEnv`,
+:class:`~qola.core.proc.ChildEnv`, :class:`~qola.plan.variants.GeneratorEnv`, :func:`tree_env`,
+:class:`~qola.checkout.git.GitEnv`, :class:`~qola.store.fastpath.RecordedEnv`.
+
 Light at import (the no-op fast path reads a BuildSpec before anything heavy is loaded).
 """
 
@@ -20,12 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from qola.compile.layout import BuildLayout
 from qola.core.errors import QolaError
-from qola.store.fastpath import ENV_PREFIXES
+from qola.core.proc import ChildEnv
+from qola.store.fastpath import ENV_PREFIXES, RecordedEnv, env_keys_of
 
 if TYPE_CHECKING:  # the heavy modules are imported where they are used
     from qola.checkout.choice import TreeChoice
+    from qola.checkout.git import GitEnv
     from qola.compile.dist import Farm
-    from qola.core.proc import ChildEnv
     from qola.plan.manifest import Manifest
     from qola.plan.model import Plan
     from qola.plan.tree.aiter import AiterTree
@@ -158,7 +168,7 @@ def pin_chooser(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str]) -> 
     return choice.how if choice.from_env else named_by_env(choice.path, only(env, VARIABLES))
 
 
-def hip_version(env: Mapping[str, str], manifest: Manifest) -> str | None:
+def hip_version(env: Mapping[str, str] | ToolchainEnv, manifest: Manifest) -> str | None:
     """The HIP version that answers ``torch.version.hip``: the installed HIP compiler's (found and
     read as the build finds and reads it), else the manifest's first accepted ROCm version."""
     from qola.toolchain.env import ToolchainEnv  # lazy: the build's own probe
@@ -189,12 +199,12 @@ def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
         want=spec.aiter_commit,
         want_from="--aiter-commit",
         chosen=pin_chooser(spec, manifest, env),
-        env=env,
+        git_env=git_view(env),
     )
     if manifest.qola.patches_dir or spec.patches_dir:
         from qola.checkout.request import unapplied_patches_note  # lazy: start-up of the CLI and of the no-op path
 
-        note = unapplied_patches_note(tree.root, manifest, env, spec.patches_dir)
+        note = unapplied_patches_note(tree.root, manifest, git_view(env), spec.patches_dir)
         notes += [note] if note else []
     hipv = hip_version(env, manifest) if manifest_mod.vendor(archs[0]) == "hip" else None
     plan = make_plan(
@@ -211,6 +221,25 @@ def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
     if wanted:
         manifest = groups.prune(manifest, plan)
     return Prepared(manifest, tree, plan)
+
+
+def child_env(env: Mapping[str, str]) -> ChildEnv:
+    """The environment every child runs under (opaque: no setting is read from it)."""
+    return ChildEnv(tuple(sorted(env.items())))
+
+
+def git_view(env: Mapping[str, str]) -> GitEnv:
+    """What git reads of ``env`` (:class:`qola.checkout.git.GitEnv`)."""
+    from qola.checkout.git import GitEnv  # lazy: start-up of the CLI and of the no-op path
+    from qola.core import deadlines  # lazy: start-up of the CLI and of the no-op path
+
+    return GitEnv(child_env(env), env.get(deadlines.GIT_LOCAL.variable))
+
+
+def recorded(env: Mapping[str, str], keys: Iterable[str]) -> RecordedEnv:
+    """The variables of ``keys`` and every ``AITER_CONFIG_*`` (:class:`qola.store.fastpath.RecordedEnv`)."""
+    names = frozenset(keys)
+    return RecordedEnv(names, tuple(sorted((k, v) for k, v in env.items() if k in names or k.startswith(ENV_PREFIXES))))
 
 
 def only(env: Mapping[str, str], keys: Iterable[str]) -> dict[str, str]:
@@ -285,22 +314,26 @@ def views(env: Mapping[str, str]) -> tuple[ChildEnv, ToolchainEnv, GeneratorEnv]
     runs under (opaque), the toolchain's variables (:mod:`qola.toolchain.env`) and the generators'
     deadline (:class:`qola.plan.variants.GeneratorEnv`)."""
     from qola.core import deadlines  # lazy: start-up of the CLI and of the no-op path
-    from qola.core.proc import ChildEnv  # lazy: start-up of the CLI and of the no-op path
     from qola.plan.variants import GeneratorEnv  # lazy: start-up of the CLI and of the no-op path
     from qola.toolchain.env import VARIABLES, ToolchainEnv  # lazy: start-up of the CLI and of the no-op path
 
-    child = ChildEnv(tuple(sorted(env.items())))
+    child = child_env(env)
     toolchain = ToolchainEnv(tuple(sorted(only(env, VARIABLES).items())), child)
     return child, toolchain, GeneratorEnv(child, env.get(deadlines.GENERATOR.variable))
 
 
 @dataclass(frozen=True)
 class Start:
-    """Stage 0 of a build: its environment, directories and tree as known before the manifest loads."""
+    """Stage 0 of a build: what is known before the manifest loads. ``env`` is the build's
+    environment, read once (read-only); only this module reads it further (:func:`recorded_env`,
+    :func:`resolve_build`)."""
 
-    env: dict[str, str]
+    env: Mapping[str, str] = field(repr=False)
     layout: BuildLayout
     choice: TreeChoice
+    checkout: bool  # whether the build checks its tree out first (:func:`qola.pipeline.run._checkout`)
+    child: ChildEnv = field(repr=False)  # the environment children run under (the incremental path's ninja)
+    asked: Mapping[str, Any] = field(default_factory=dict)  # manifest.json's ``build``: the command line's part
 
 
 def start(spec: BuildSpec) -> Start:
@@ -310,11 +343,60 @@ def start(spec: BuildSpec) -> Start:
     from qola.checkout.choice import VARIABLES, choose  # lazy: standard library only
     from qola.pipeline import preflight  # lazy: start-up of the CLI and of the no-op path
 
-    env = spec.environ()
+    env = MappingProxyType(spec.environ())
     preflight.check_jobs(spec.jobs, None, only(env, ("MAX_JOBS",)))
     layout = layout_of(spec)
     early = preflight.early_tree_root(None, spec.manifest)
-    return Start(env, layout, choose(spec.aiter_root, early, only(env, VARIABLES)))
+    choice = choose(spec.aiter_root, early, only(env, VARIABLES))
+    # QoLA's build checks out without --skip-checkout: qola's default checkout always; a tree the user
+    # named only when --aiter-commit or --patches-dir asks for it; one named by QOLA_/NVTE_AITER_SOURCE_DIR never
+    wanted = choice.managed or bool(spec.aiter_commit or spec.patches_dir)
+    checkout = wanted and not (spec.skip_checkout or choice.from_env or spec.dry_run)
+    return Start(env, layout, choice, checkout, child_env(env), command_record(spec))
+
+
+def recorded_env(begun: Start, keys: Iterable[str]) -> RecordedEnv:
+    """The variables of ``keys`` (what a no-op record names) and ``AITER_CONFIG_*``, from the
+    build's environment: what :func:`qola.store.fastpath.unchanged` digests."""
+    return recorded(begun.env, keys)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Stage 1 of a build: manifest, tree and plan as the tables give it, every setting, and what
+    the build key, the no-op record and manifest.json read of the environment."""
+
+    prepared: Prepared
+    settings: Settings
+    table: tuple[list[str], list[str]]  # the module table's and core.py's paths, the texts of those read
+    inputs: RecordedEnv  # the recorded variables (:func:`qola.store.fastpath.env_keys_of` of the texts)
+    tree_given: str  # the tree's root as named (the no-op record notices a symlink re-pointed)
+    record: Mapping[str, Any]  # manifest.json's ``build`` (:func:`settings_record`)
+
+
+def resolve_build(spec: BuildSpec, begun: Start) -> Resolved:
+    """Stage 1: :func:`prepare`, :func:`settings` (the machine asked for ``vendor``'s launcher or
+    farm), the table texts and the views; the only call that reads ``begun.env`` after stage 0."""
+    env = begun.env
+    prepared = prepare(spec, env)
+    s = settings(spec, prepared.manifest, begun.layout, env, prepared.plan.vendor)
+    table = table_texts(prepared.tree)
+    inputs = recorded(env, env_keys_of(table[1]))
+    given = str(tree_root(spec, prepared.manifest, env))
+    record = settings_record(begun.asked, inputs, env_keys_of(table[1]))
+    return Resolved(prepared, s, table, inputs, given, record)
+
+
+def table_texts(tree: AiterTree) -> tuple[list[str], list[str]]:
+    """(the module table and core.py, the texts of those that could be read)."""
+    files = [str(tree.table_path), str(tree.core_path)]
+    texts = []
+    for f in files:
+        try:
+            texts.append(Path(f).read_text())
+        except OSError:
+            pass
+    return files, texts
 
 
 def settings(
@@ -384,18 +466,33 @@ def launcher(name: str | None, env: Mapping[str, str], hint: str | None = None) 
 UNRECORDED = frozenset({"PATH", "PYTHONPATH", "MAX_JOBS", "GPU_ARCHS"})
 
 
-def settings_record(spec: BuildSpec, env: Mapping[str, str], env_keys: Sequence[str]) -> dict[str, Any]:
-    """``manifest.json``'s ``build`` entry: the settings of ``spec``
-    that change the libraries and no file holds, and the environment the build read: ``env_keys``
-    (the fixed list and what the module table reads, :func:`qola.store.fastpath.env_keys_of`) and every
-    ``AITER_CONFIG_*``, with the values of those set (the others were unset)."""
-    keys = sorted({k for k in env_keys if k not in UNRECORDED} | {k for k in env if k.startswith(ENV_PREFIXES)})
+def command_record(spec: BuildSpec) -> dict[str, Any]:
+    """What manifest.json's ``build`` entry records of the command line (:func:`settings_record`)."""
     return {
         "isolate": bool(spec.isolate),
         "allow_unpinned": bool(spec.allow_unpinned),
-        "env_keys": keys,
-        "env": {k: env[k] for k in keys if k in env},
         "groups": list(getattr(spec, "groups", ()) or ()),
         "skip_checkout": bool(getattr(spec, "skip_checkout", False)),
         "usage_files": [os.path.abspath(f) for f in getattr(spec, "usage_files", ()) or ()],
+    }
+
+
+def settings_record(
+    asked: Mapping[str, Any], env: RecordedEnv | Mapping[str, str], env_keys: Sequence[str]
+) -> dict[str, Any]:
+    """``manifest.json``'s ``build`` entry: the settings of the command line (``asked``,
+    :func:`command_record`) that change the libraries and no file holds, and the environment the
+    build read: ``env_keys`` (the fixed list and what the module table reads,
+    :func:`qola.store.fastpath.env_keys_of`) and every ``AITER_CONFIG_*``, with the values of those
+    set (the others were unset)."""
+    view = env if isinstance(env, RecordedEnv) else recorded(env, env_keys)
+    keys = sorted({k for k in env_keys if k not in UNRECORDED} | {k for k, _ in view.prefixed()})
+    return {
+        "isolate": asked["isolate"],
+        "allow_unpinned": asked["allow_unpinned"],
+        "env_keys": keys,
+        "env": view.only(keys),
+        "groups": asked["groups"],
+        "skip_checkout": asked["skip_checkout"],
+        "usage_files": asked["usage_files"],
     }

@@ -13,7 +13,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import qola
 from qola.core.errors import QolaError
@@ -26,6 +26,9 @@ from qola.plan.tree import sources as tree_sources
 from qola.plan.tree.aiter import TABLE, AiterTree, git_head, load_table, namespace, resolve_entry, unknown_keys
 from qola.plan.tree.aiter_configs import MergedConfig, merge
 from qola.plan.tree.aiter_core import cc_switch_flags
+
+if TYPE_CHECKING:
+    from qola.checkout.git import GitEnv
 
 __all__ = [
     "OUTPUT_DIR",
@@ -84,12 +87,13 @@ def check_pin(
     want: str | None = None,
     want_from: str = "[qola] aiter_commit",
     chosen: str | None = None,
-    env: Mapping[str, str] | None = None,
+    git_env: GitEnv | None = None,
 ) -> tuple[str | None, list[str], dict[str, Any]]:
     """(tree commit or None, warnings, the pin record for manifest.json). ``want``: the commit asked
     for (``--aiter-commit``; default the manifest's pin; a tag or branch is resolved in the tree).
     A mismatch is an error, unless ``allow_unpinned`` or ``chosen`` (why the tree is the user's
-    explicit choice: ``--skip-checkout``, ``NVTE_AITER_SOURCE_DIR``): then a warning, recorded."""
+    explicit choice: ``--skip-checkout``, ``NVTE_AITER_SOURCE_DIR``): then a warning, recorded.
+    ``git_env``: what asking the tree for a tag or branch runs git under (None: an empty environment)."""
     want = want or manifest.qola.aiter_commit
     source = (want_from if want != manifest.qola.aiter_commit else "[qola] aiter_commit") if want else None
     problem = git_rev_problem(want) if want else None
@@ -118,7 +122,7 @@ def check_pin(
     if not want:
         record["status"] = "unpinned"
         return head, [], record
-    if _same_commit(tree, head, want, env):
+    if _same_commit(tree, head, want, git_env):
         record["status"] = "match"
         return head, [], record
     record["status"] = "mismatch"
@@ -138,7 +142,7 @@ def check_pin(
     return head, [msg + " (--allow-unpinned)"], record
 
 
-def _same_commit(tree: AiterTree, head: str, want: str, env: Mapping[str, str] | None) -> bool:
+def _same_commit(tree: AiterTree, head: str, want: str, env: GitEnv | None) -> bool:
     if re.fullmatch(r"[0-9a-f]{4,40}", want) and head.startswith(want):
         return True
     from qola.checkout import git  # lazy: a tag or branch: ask the tree

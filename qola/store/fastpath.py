@@ -8,7 +8,8 @@ paths given on the command line resolve to (``--manifest``, ``--aiter-root`` and
 symlinks, re-pointed between two runs), and the (size, mtime, ctime, inode) of every input file and
 directory that ninja itself does not track (the manifest, the module table, generator scripts and
 the tuned-config CSVs they read, source and include dirs, hsa dirs, compilers, qola's own files)
-plus every file it published. :func:`unchanged` recomputes that digest; :func:`nothing_to_do` asks
+plus every file it published. :func:`load` reads it back and :func:`unchanged` recomputes that digest (over a
+:class:`RecordedEnv`: the variables it names, resolved once); :func:`nothing_to_do` asks
 ``ninja -n`` whether any edge is dirty; only when both agree is the build skipped.
 
 The record also covers what the pipeline itself wrote for the graph (``build.ninja``, the toolchain
@@ -24,6 +25,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import qola
@@ -68,6 +70,43 @@ def env_keys_of(texts: Iterable[str]) -> list[str]:
     return sorted(set(ENV_KEYS) | set(referenced_env(texts)))
 
 
+@dataclass(frozen=True)
+class RecordedEnv:
+    """What the no-op record, the build key and manifest.json's ``build`` entry read of the build's
+    environment, resolved once (:func:`qola.pipeline.spec.resolve`): the variables of ``names`` that
+    are set, and every ``AITER_CONFIG_*``. Reading a variable ``names`` does not hold raises (a
+    digest over a variable the view was not resolved for would compare an unset one)."""
+
+    names: frozenset[str]
+    values: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, env: Mapping[str, str], names: Iterable[str]) -> RecordedEnv:
+        keys = frozenset(names)
+        held = {k: v for k, v in env.items() if k in keys or k.startswith(ENV_PREFIXES)}
+        return cls(keys, tuple(sorted(held.items())))
+
+    def covers(self, keys: Iterable[str]) -> bool:
+        return all(k in self.names or k.startswith(ENV_PREFIXES) for k in keys)
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        if not self.covers((key,)):
+            raise KeyError(f"{key} is not among the recorded variables this view was resolved for")
+        return dict(self.values).get(key, default)
+
+    def only(self, keys: Iterable[str]) -> dict[str, str]:
+        """The variables of ``keys`` that are set (each must be one the view holds)."""
+        return {k: v for k in keys if (v := self.get(k)) is not None}
+
+    def prefixed(self) -> list[tuple[str, str]]:
+        """Every ``AITER_CONFIG_*`` set, sorted."""
+        return [(k, v) for k, v in self.values if k.startswith(ENV_PREFIXES)]
+
+
+def _view(env: Mapping[str, str] | RecordedEnv, keys: Iterable[str]) -> RecordedEnv:
+    return env if isinstance(env, RecordedEnv) else RecordedEnv.of(env, keys)
+
+
 def _stat(path: str) -> list:
     try:
         st = os.stat(path)
@@ -79,17 +118,18 @@ def _stat(path: str) -> list:
 
 def digest(
     argv: Sequence[str],
-    env: Mapping[str, str],
+    env: Mapping[str, str] | RecordedEnv,
     env_keys: Sequence[str],
     files: Sequence[str],
     resolved: Sequence[str] = (),
 ) -> str:
+    view = _view(env, env_keys)
     payload = {
         "format": FORMAT,
         "argv": list(argv),
         "cwd": os.getcwd(),
-        "env": {k: env.get(k) for k in env_keys},
-        "env_prefixed": sorted((k, v) for k, v in env.items() if k.startswith(ENV_PREFIXES)),
+        "env": {k: view.get(k) for k in env_keys},
+        "env_prefixed": [list(kv) for kv in view.prefixed()],
         "resolved": {p: os.path.realpath(p) for p in resolved},
         "files": [_stat(f) for f in files],
     }
@@ -111,7 +151,7 @@ def record(
     build_dir: Path,
     out: Path,
     argv: Sequence[str],
-    env: Mapping[str, str],
+    env: Mapping[str, str] | RecordedEnv,
     env_keys: Sequence[str],
     inputs: Iterable[str],
     resolved: Iterable[str] = (),
@@ -139,7 +179,7 @@ def record(
     atomic_write(build_dir / RECORD, json.dumps(data).encode())
 
 
-def rerecord(build_dir: Path, out: Path, data: Mapping, env: Mapping[str, str]) -> None:
+def rerecord(build_dir: Path, out: Path, data: Mapping, env: Mapping[str, str] | RecordedEnv) -> None:
     """After an incremental build: the record ``data`` (what :func:`unchanged` returned) over the
     same inputs (the recipe rewritten) and the new output."""
     prefix = str(out) + os.sep
@@ -163,25 +203,40 @@ def forget(build_dir: Path) -> None:
         pass
 
 
-def unchanged(build_dir: Path, out: Path, argv: Sequence[str], env: Mapping[str, str]) -> dict | None:
-    """The record of the last successful build when nothing it was derived from changed (and OUT
-    holds what it published), else None."""
+def load(build_dir: Path, argv: Sequence[str]) -> dict | None:
+    """The record of the last successful build when it was made by this command line and is one
+    this qola wrote (its ``env_keys`` say which variables :func:`unchanged` needs), else None."""
     try:
         data = json.loads((build_dir / RECORD).read_text())
         if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("argv") != list(argv):
             return None
+        keys = data["env_keys"]
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return data
+
+
+def unchanged(data: Mapping, build_dir: Path, out: Path, env: RecordedEnv) -> dict | None:
+    """The record ``data`` (:func:`load`) when nothing it was derived from changed (and OUT holds
+    what it published), else None. ``env``: the variables it names, resolved from the build's
+    environment (one that does not cover them: None, a build)."""
+    try:
         files, keys, links = data["files"], data["env_keys"], data["resolved"]
+        if not env.covers(keys):
+            return None
         from qola.output.outdir import interrupted  # lazy: paid only by the callers that need it
 
         if interrupted(out):  # a publish was killed mid-switch: the full path completes it
             return None
         if published_files(out) != [f for f in files if f.startswith(str(out) + os.sep)]:
             return None
-        if digest(argv, env, keys, files, links) != data.get("digest"):
+        if digest(data["argv"], env, keys, files, links) != data.get("digest"):
             return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None  # no record, or not one this qola wrote: build
-    return data
+        return None  # not a record this qola wrote: build
+    return dict(data)
 
 
 def nothing_to_do(build_dir: Path, ninja: str) -> bool:

@@ -51,6 +51,7 @@ from qola import __version__
 if TYPE_CHECKING:
     from qola.plan.manifest import Manifest
     from qola.plan.model import Plan
+    from qola.store.fastpath import RecordedEnv
     from qola.toolchain import Toolchain
 
 FORMAT = 1
@@ -273,22 +274,25 @@ def _plan_part(plan: Plan) -> Any:
     return _normalise(data, _rooted(_tree_roots(plan)))
 
 
-def _jit_compiler(plan: Plan, tc: Toolchain, env: Mapping[str, str]) -> str | None:
-    """The path a library's on-demand JIT runs (baked into the library: it counts as a path)."""
+def _jit_compiler(plan: Plan, tc: Toolchain, path: str | None) -> str | None:
+    """The path a library's on-demand JIT runs (baked into the library: it counts as a path), found
+    on ``path`` (the build's PATH, unless the toolchain's children get their own)."""
     if not any(m.jit is not None for m in plan.modules):
         return None
     from qola.jit.key import which  # lazy: paid only by the callers that need it
 
     name = next((m.jit.compiler for m in plan.modules if m.jit is not None and m.jit.compiler), None)
-    return which(name or tc.compiler, {**env, **tc.child_env}) or name or tc.compiler
+    path = tc.child_env.get("PATH", path)
+    return which(name or tc.compiler, {} if path is None else {"PATH": path}) or name or tc.compiler
 
 
-def _toolchain_part(tc: Toolchain, env: Mapping[str, str], plan: Plan) -> dict[str, Any]:
-    from qola.toolchain.identity import compiler_env  # lazy: paid only by the callers that need it
+def _toolchain_part(tc: Toolchain, env: RecordedEnv, plan: Plan) -> dict[str, Any]:
+    from qola.toolchain.identity import COMPILER_ENV, compiler_env  # lazy: paid only by the callers that need it
 
-    path = env.get("PATH", os.defpath)
+    given = env.get("PATH")
+    path = os.defpath if given is None else given
     return {
-        "jit_compiler": _jit_compiler(plan, tc, env),
+        "jit_compiler": _jit_compiler(plan, tc, given),
         "kind": tc.kind,
         "version": tc.version,
         "version_output": tc.version_output,
@@ -304,7 +308,7 @@ def _toolchain_part(tc: Toolchain, env: Mapping[str, str], plan: Plan) -> dict[s
         "dropped_flags": list(tc.dropped_flags),
         "removed_flags": list(tc.removed_flags),
         "child_env": dict(sorted(tc.child_env.items())),
-        "env": compiler_env(env),
+        "env": compiler_env(env.only(COMPILER_ENV)),
     }
 
 
@@ -332,10 +336,10 @@ def _python_part(plan: Plan) -> dict[str, Any] | None:
     }
 
 
-def _env_part(env: Mapping[str, str], table_texts: Iterable[str], plan: Plan) -> dict[str, str | None]:
-    from qola.store.fastpath import ENV_PREFIXES, referenced_env  # lazy: paid only by the callers that need it
+def _env_part(env: RecordedEnv, table_texts: Iterable[str], plan: Plan) -> dict[str, str | None]:
+    from qola.store.fastpath import referenced_env  # lazy: paid only by the callers that need it
 
-    keys = set(referenced_env(table_texts)) | {k for k in env if k.startswith(ENV_PREFIXES)}
+    keys = set(referenced_env(table_texts)) | {k for k, _ in env.prefixed()}
     return _normalise({k: env.get(k) for k in sorted(keys)}, _rooted(_tree_roots(plan)))
 
 
@@ -343,14 +347,15 @@ def material(
     manifest: Manifest,
     plan: Plan,
     tc: Toolchain,
-    env: Mapping[str, str],
+    env: RecordedEnv,
     *,
     isolate: bool,
     table_files: Iterable[str],
     table_texts: Iterable[str],
 ) -> Material:
-    """The key's material for a build of ``plan`` with ``tc`` under ``env`` (reads the compilers'
-    and qola's files; the tree's are hashed by :meth:`Material.key`)."""
+    """The key's material for a build of ``plan`` with ``tc`` under ``env`` (the recorded variables:
+    PATH, the compilers' and what the module table reads, :func:`qola.store.fastpath.env_keys_of`;
+    reads the compilers' and qola's files; the tree's are hashed by :meth:`Material.key`)."""
     fixed = {
         "qola": {"version": __version__, "files": _qola_files()},
         "manifest": _manifest_part(manifest),

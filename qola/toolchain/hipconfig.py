@@ -18,12 +18,13 @@ import os
 import re
 import shlex
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from qola.core import deadlines, proc
 from qola.core.fsutil import write_if_changed
 from qola.toolchain.base import Toolchain
+from qola.toolchain.env import ToolchainEnv
 from qola.toolchain.versions import parse_hip_version
 
 NAME = "hipconfig"
@@ -56,26 +57,27 @@ def shim_text(version: str, real: str | None) -> str:
     )
 
 
-def _version_output(path: str, env: Mapping[str, str]) -> str | None:
+def _version_output(path: str, env: Mapping[str, str] | proc.ChildEnv, timeout: float | None) -> str | None:
     try:
-        done = proc.run([path, "--version"], env=env, timeout=deadlines.timeout(deadlines.PROBE, env), stderr=proc.PIPE)
+        done = proc.run([path, "--version"], env=env, timeout=timeout, stderr=proc.PIPE)
     except (OSError, proc.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None
 
 
-def generator_env(tc: Toolchain, env: Mapping[str, str], tools_dir: Path) -> tuple[dict[str, str], str | None]:
-    """(the generators' environment, a one-line note or None). Unchanged for CUDA, when the
-    hipconfig on ``env``'s PATH already prints a bare version, or when the probe gave no version."""
+def _shim_path(
+    tc: Toolchain, path: str | None, version_of: Callable[[str], str | None], tools_dir: Path
+) -> tuple[str | None, str | None]:
+    """(the PATH the generators run with, None: ``path`` as it is; a one-line note or None)."""
     version = probed_version(tc) if tc.kind == "hip" else None
     if version is None:
-        return dict(env), None
-    real = shutil.which(NAME, path=env.get("PATH", os.defpath))
+        return None, None
+    real = shutil.which(NAME, path=path if path is not None else os.defpath)
     # AITER runs os.path.realpath(shutil.which("hipconfig")) (cpp_extension.executable_path): on Debian
     # that is hipcc itself, which prints "HIP version: ..." although /usr/bin/hipconfig answers bare
-    out = _version_output(os.path.realpath(real), env) if real else None
+    out = version_of(os.path.realpath(real)) if real else None
     if out is not None and parses(out):
-        return dict(env), None
+        return None, None
     shim = tools_dir / NAME
     text = shim_text(version, real)
     write_if_changed(shim, text, mode=0o755)
@@ -88,4 +90,24 @@ def generator_env(tc: Toolchain, env: Mapping[str, str], tools_dir: Path) -> tup
         f"{real or NAME} {said}, which AITER's generators cannot parse; they run with {shim} "
         f"(--version: {version}, the probed HIP version)"
     )
-    return {**env, "PATH": f"{tools_dir}{os.pathsep}{env.get('PATH', os.defpath)}"}, note
+    return f"{tools_dir}{os.pathsep}{path if path is not None else os.defpath}", note
+
+
+def generator_env(tc: Toolchain, env: Mapping[str, str], tools_dir: Path) -> tuple[dict[str, str], str | None]:
+    """(the generators' environment, a one-line note or None). Unchanged for CUDA, when the
+    hipconfig on ``env``'s PATH already prints a bare version, or when the probe gave no version."""
+    path, note = _shim_path(
+        tc, env.get("PATH"), lambda real: _version_output(real, env, deadlines.timeout(deadlines.PROBE, env)), tools_dir
+    )
+    return (dict(env) if path is None else {**env, "PATH": path}), note
+
+
+def generator_child(
+    tc: Toolchain, env: ToolchainEnv, given: Mapping[str, str], tools_dir: Path
+) -> tuple[proc.ChildEnv, str | None]:
+    """:func:`generator_env` from the toolchain's view: the environment the generators run under
+    (its children's, with ``given`` set over it), PATH read from the view."""
+    child = env.child.plus(given)
+    path = given.get("PATH", env.get("PATH"))
+    shim, note = _shim_path(tc, path, lambda real: _version_output(real, child, env.probe_timeout()), tools_dir)
+    return (child if shim is None else child.plus({"PATH": shim})), note

@@ -328,3 +328,29 @@ def test_gfx90a_mha_fwd_dry_run_skips_the_v3_asm_generator(tmp_path, aiter_root)
     assert "nothing of fmha_v3_fwd embedded for gfx90a" in proc.stderr
     assert "module_libmha_fwd" in (tmp_path / "out.build" / "build.ninja").read_text()
     assert "[qola" in proc.stdout and not out.exists()
+
+
+def test_generator_child_is_generator_env_from_the_toolchains_view(tmp_path):
+    """The build hands the generators' stage a ToolchainEnv (issue 24): the same environment as
+    generator_env over the whole mapping, with the archs qola gives them set over it."""
+    from qola.plan.variants import GeneratorEnv
+    from qola.toolchain.env import ToolchainEnv
+    from qola.toolchain.hipconfig import generator_child
+
+    fake = fake_hipconfig(tmp_path / "fakebin", "HIP version: 6.4.43484-9999")
+    env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "OTHER": "kept", "QOLA_GENERATOR_TIMEOUT": "30"}
+    given = {"GPU_ARCHS": "gfx942"}
+    child, note = generator_child(toolchain(), ToolchainEnv.of(env), given, tmp_path / "tools")
+    whole, whole_note = generator_env(toolchain(), {**env, **given}, tmp_path / "tools")
+    assert child.as_dict() == whole and note == whole_note and note and "6.4.43484-9999" in note
+    assert child.as_dict()["PATH"].split(":")[0] == str(tmp_path / "tools") and child.as_dict()["OTHER"] == "kept"
+    script = tmp_path / "gen_hip.py"
+    script.write_text(AITER_PARSE)
+    genv = GeneratorEnv(child, env["QOLA_GENERATOR_TIMEOUT"])
+    res = run_generators(GenJob("m", (Generator(f"{script} --output_dir {{}}"),)), tmp_path / "gen", env=genv)
+    assert Path(res.sources[0]).read_text() == "// '6.4.43484-9999' 6.4.43484+9999 6 4\n"
+    fixed = fake_hipconfig(tmp_path / "good", "6.4.43484-9999")
+    same, nothing = generator_child(
+        toolchain(), ToolchainEnv.of({"PATH": f"{fixed.parent}:/bin"}), given, tmp_path / "x"
+    )
+    assert nothing is None and same.as_dict() == {"PATH": f"{fixed.parent}:/bin", **given}

@@ -213,8 +213,8 @@ def test_a_ck_name_brings_its_twin_for_the_other_arch(monkeypatch):
 
 
 def test_the_build_record_keeps_the_usage_fragments_for_a_reproduction(tmp_path, monkeypatch):
-    from qola.pipeline.spec import BuildSpec, settings_record
+    from qola.pipeline.spec import BuildSpec, command_record, settings_record
 
     monkeypatch.chdir(tmp_path)
     spec = BuildSpec(manifest="m.toml", usage_files=("usage.toml",))
-    assert settings_record(spec, {}, [])["usage_files"] == [str(tmp_path / "usage.toml")]
+    assert settings_record(command_record(spec), {}, [])["usage_files"] == [str(tmp_path / "usage.toml")]
