@@ -95,6 +95,7 @@ constexpr char k_usage_suffix[] = ".rec";
 constexpr size_t k_usage_max_line = 1024; // one write() per record, well under PIPE_BUF
 constexpr uint64_t k_usage_max_file = 1ull << 20; // a process stops recording at this size
 constexpr size_t k_usage_sum_len = 16; // hex digits of sha256(line before the sum) ending a record
+constexpr char k_usage_ahead[] = "ahead"; // the event of a recorded unit built ahead into the library
 
 // a unit's flags
 constexpr char k_headers_token[] = "@QOLA_JIT_HEADERS@";
