@@ -349,3 +349,36 @@ def test_hip_build_records_ahead_variants(tmp_path):
     assert "qr_libattn_fwd_attn_fwd" in nm and "qr_qola_usage_configure" in exports
     assert all(n.startswith(("qr_", "_ZN4qola2qr")) for n in exports), exports
     assert run_qola("audit", str(out)).returncode == 0
+
+
+PY_MANIFEST = MANIFEST.replace('"libattn_fwd"', '"module_attn_fwd"').replace('"cpp_itfs"', '"pybind"')
+PY_CALL = r"""
+import importlib, sys
+sys.path.insert(0, sys.argv[1])
+mod = importlib.import_module("qr_module_attn_fwd")
+try:
+    mod.attn_fwd(0, 0, 0, 0, 0, 0, 0, 0, 1, 64, 0.125, "fp16")
+    print("ok")
+except ValueError:
+    print("bad_args")  # ATTN_FWD_BAD_ARGS: the real instance ran its checks
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_a_pybind_module_records_its_ahead_variants(tmp_path):
+    m = tmp_path / "q.toml"
+    m.write_text(PY_MANIFEST.format(ns="qr", arch="sm_90", usage="[usage]\nrecord_ahead = true\n"))
+    out = tmp_path / "out"
+    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out), "-j", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads((out / "manifest.json").read_text())
+    assert data["modules"][0]["exports"] == ["PyInit_qr_module_attn_fwd"]  # the runtime stays inside
+    rec = tmp_path / "rec"
+    p = subprocess.run([sys.executable, "-c", PY_CALL, str(out / "lib")], capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin", fmt.ENV_USAGE_DIR: str(rec)}, timeout=300)  # fmt: skip
+    assert p.returncode == 0 and p.stdout.strip() == "bad_args", p.stdout + p.stderr
+    got = records.read(records.record_files([rec])).records
+    assert [(r.event, r.module, r.unit, r.build_key) for r in got] == [
+        ("ahead", "module_attn_fwd", "attn_fwd_d64_fp16_batch_b64x64_nmask_nlse", data["build_key"])
+    ]
