@@ -382,3 +382,55 @@ def test_a_pybind_module_records_its_ahead_variants(tmp_path):
     assert [(r.event, r.module, r.unit, r.build_key) for r in got] == [
         ("ahead", "module_attn_fwd", "attn_fwd_d64_fp16_batch_b64x64_nmask_nlse", data["build_key"])
     ]
+
+
+@pytest.mark.aiter
+@pytest.mark.slow
+def test_every_real_ck_fmha_instance_has_a_recorded_copy_that_parses(aiter_root, tmp_path):
+    gen = aiter_root / "aiter_meta/3rdparty/composable_kernel/example/ck_tile/01_fmha/generate.py"
+    for d in ("fwd", "bwd"):
+        subprocess.run([sys.executable, str(gen), "-d", d, "--receipt", "600", "-o", str(tmp_path / d)], check=True,
+                       stdout=subprocess.DEVNULL)  # fmt: skip
+    files = [p for p in sorted(tmp_path.rglob("*.cpp")) if not p.stem.endswith("_api")]
+    assert len(files) > 20
+    rets = set()
+    for p in files:
+        text = p.read_text()
+        orig = cxx.find_specializations(text)
+        if not orig:
+            continue
+        copy, n = stubs.record_ahead(text, module="m", unit=p.stem)
+        got = cxx.find_specializations(copy)
+        assert n == len(orig) == len(got) == len(re.findall(r"^static [^\n(]* qola_aot_\d+\(", copy, re.M))
+        assert [(s.name, s.targs, s.ret, s.param_types, s.namespace) for s in got] == [
+            (s.name, s.targs, s.ret, s.param_types, s.namespace) for s in orig
+        ]
+        rets |= {s.ret for s in orig}
+    assert {"float", "void", "std::string"} <= rets  # fwd/bwd kernels, bwd oneshot_ and get_name_
+
+
+@pytest.mark.rocm
+@pytest.mark.aiter
+@pytest.mark.ck
+@pytest.mark.slow
+def test_a_real_ck_forward_kernel_compiles_as_a_recorded_copy(aiter_root, tmp_path):
+    """One CK fMHA forward kernel of TE's libmha_fwd for gfx942 (test_rocm_aiter's slice), without
+    [jit], built with --record-ahead by hipcc: the copy compiles, the dispatch links against its
+    forwarder (defined once), the asm v3 dispatch file (class specialisations) stays as it is."""
+    from test_rocm_aiter import NS as TE_NS
+    from test_rocm_aiter import build as te_build
+    from test_rocm_aiter import manifest as te_manifest
+
+    proc, out = te_build(tmp_path, aiter_root, te_manifest(tmp_path / "one.toml", TE_NS, ("gfx942",)), "out",
+                         "--record-ahead")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    text = re.sub(r"\$\n\s*", "", (tmp_path / "out.build" / "build.ninja").read_text())
+    compiled = re.findall(r"^build obj/libmha_fwd/\S+: cc (\S+)", text, re.M)
+    copies = [Path(c).stem for c in compiled if f"/jit/{TE_NS}_libmha_fwd/ahead/" in c]
+    assert len(copies) == 1 and copies[0].startswith("fmha_fwd_d32_") and copies[0].endswith("_gfx9"), compiled
+    assert any(Path(c).stem == "asm_fmha_fwd_v3_gfx942" and "/ahead/" not in c for c in compiled)
+    syms = sh(["nm", "-C", "--defined-only", out / "lib" / f"{TE_NS}_libmha_fwd.so"]).stdout.splitlines()
+    fwd = [ln for ln in syms if re.match(r"^\S+ [TtWw] float fmha_fwd_<", ln)]
+    assert len(fwd) == 1, fwd
+    assert any("qola_aot_0" in ln for ln in syms)
+    assert run_qola("audit", str(out)).returncode == 0

@@ -185,7 +185,8 @@ def extra(
     compiler: Callable[[], JitCompiler],
     build_key: str = "",
 ) -> ModuleExtra:
-    """What deferring ``mod``'s non-AOT instances adds to it (nothing when none is deferred).
+    """What deferring ``mod``'s non-AOT instances and recording its ahead ones (``record_ahead``) add
+    to it (nothing when none is deferred or recorded).
     ``generated``: the module's generated files; ``compiler``: the JIT compiler's identity (probed
     on first need); ``build_key``: the output's, for usage records (docs/usage.md)."""
     if mod.jit is None and not mod.record_ahead:
@@ -200,8 +201,8 @@ def extra(
                 f"[jit.aot] selects no instance that module {mod.name}'s generators write",
                 hint="check the [jit.aot] tables against the top-level variants / receipt",
             )
-    else:
-        aot, deferred = _all_ahead(generated), ()
+    else:  # record_ahead without [jit]: every instance is ahead, nothing deferred
+        aot, deferred = (), ()
     recorded = _recorded(generated, deferred) if mod.record_ahead else ()
     if not deferred and not recorded:
         return ModuleExtra()
@@ -265,13 +266,6 @@ def extra(
         trees=(TreeWrite(out.jit_dir, files.tree),) if deferred else (),
         jit=record,
     )
-
-
-def _all_ahead(generated: Sequence[str]) -> tuple[str, ...]:
-    """Stems of a module's generated instances (not the ``*_api`` dispatch): without [jit], all ahead."""
-    from qola.plan import variants  # lazy: paid only by the callers that need it
-
-    return tuple(sorted(Path(f).stem for f in generated if not variants.is_api(Path(f).stem)))
 
 
 def _recorded(generated: Sequence[str], deferred: Sequence[str]) -> tuple[str, ...]:
