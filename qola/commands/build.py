@@ -195,6 +195,7 @@ def spec_of(args: argparse.Namespace) -> BuildSpec:
         aiter_url=args.aiter_url,
         force_checkout=args.force_checkout,
         usage_files=tuple(args.usage_files or ()),
+        record_ahead=args.record_ahead,
     )
 
 

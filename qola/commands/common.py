@@ -56,6 +56,12 @@ def add_manifest_args(parser: argparse.ArgumentParser, *, mode: bool = True) -> 
         help="a usage fragment (qola usage merge): build exactly its variants ahead, with the manifest's "
         "[usage] (repeatable; docs/usage.md)",
     )
+    parser.add_argument(
+        "--record-ahead",
+        action="store_true",
+        help="variants built ahead record their first call in each process, as deferred ones do "
+        "(as [usage] record_ahead = true; docs/usage.md)",
+    )
     if mode:
         parser.add_argument("--mode", choices=["pybind", "cpp_itfs"], help="default mode for modules without one")
     parser.add_argument(
@@ -81,6 +87,7 @@ def plan_spec(args: argparse.Namespace, env: Mapping[str, str] | None = None) ->
         aiter_url=getattr(args, "aiter_url", None),
         force_checkout=bool(getattr(args, "force_checkout", False)),
         usage_files=tuple(getattr(args, "usage_files", None) or ()),
+        record_ahead=bool(getattr(args, "record_ahead", False)),
     )
 
 

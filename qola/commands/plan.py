@@ -87,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
                 f"  jit         {len(m.jit.ahead)} instance(s) ahead, every other generated one deferred"
                 f" (stubs: {m.jit.style})"
             )
+        if m.record_ahead:
+            print("  record      instances built ahead record their first call (record_ahead)")
         if m.flags_extra_hip:
             print(f"  hip flags   {' '.join(m.flags_extra_hip)}")
         if m.flags_extra_cc:

@@ -12,6 +12,7 @@
     BUILD/link/                       version scripts; link/<module>/ the static archive's work dir
     BUILD/lib/                        libraries and Python modules, before they are published
     BUILD/jit/<md_name>/              JIT stubs and table, compiled into the library
+    BUILD/jit/<md_name>/ahead/        recorded copies of instances built ahead ([usage] record_ahead)
     BUILD/jit-out/<md_name>/          deferred instance sources + index: published as OUT/jit/<md_name>
     BUILD/probes/                     cached compiler flag probes
     BUILD/tools/bin/                  tools generators find on PATH (the hipconfig shim)
@@ -38,6 +39,7 @@ GEN, BLOB, CONFIGS = "gen", "blob", "configs"
 OBJ, INCLUDE, EMBED, LINK, LIB = "obj", "include", "embed", "link", "lib"
 ITFS = "itfs"
 JIT_STUBS, JIT_OUT = "jit", "jit-out"
+AHEAD = "ahead"  # BUILD/jit/<md_name>/ahead: recorded copies
 PROBES, TOOLS_BIN = "probes", "tools/bin"
 LOGS = "logs"
 
@@ -118,6 +120,10 @@ class BuildLayout:
 
     def jit_stubs(self, md_name: str) -> Path:
         return inside(self.root, JIT_STUBS, md_name)
+
+    def jit_ahead(self, md_name: str) -> Path:
+        """Where a module's recorded copies of its ahead instances are written (same file names)."""
+        return inside(self.root, JIT_STUBS, md_name, AHEAD)
 
     @property
     def jit_out(self) -> Path:

@@ -133,8 +133,9 @@ class Recipe:
 
 
 def eligible(extras: Mapping[str, ModuleExtra]) -> bool:
-    """Whether stages 1-8 read nothing but what the no-op digest covers (no JIT-deferred instances)."""
-    return not any(e.jit is not None or e.trees for e in extras.values())
+    """Whether stages 1-8 read nothing but what the no-op digest covers (no JIT-deferred instances,
+    no recorded copies: what a hook derives from generated files and compiles instead of them)."""
+    return not any(e.jit is not None or e.trees or e.drop_sources for e in extras.values())
 
 
 def of(

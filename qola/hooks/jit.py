@@ -12,6 +12,9 @@ Two steps, called by :mod:`qola.pipeline.run`:
   bundle and ``index.json`` (a tree for ``BUILD/jit-out/<md_name>/``, :func:`qola.jit.layout.render_jit_module`),
   their stubs compiled into the library like instances, and the runtime + table compiled as host
   C++17 (hidden visibility) and linked with ``-ldl``. It computes; the pipeline writes.
+  With ``record_ahead`` (``[usage] record_ahead``), each instance built ahead that specialises a
+  function is compiled as its recorded copy (:func:`qola.jit.stubs.record_ahead`, in
+  ``BUILD/jit/<md_name>/ahead/``) and the runtime + table are linked even when nothing is deferred.
   :func:`publish_items` then tells :func:`qola.output.publish.publish` to copy ``BUILD/jit-out/<md_name>``
   to ``OUT/jit/<md_name>`` and what manifest.json records per module.
 
@@ -59,10 +62,15 @@ def _aot_manifest(manifest: Manifest) -> Manifest:
 
 
 def plan_jit(plan: Plan, manifest: Manifest, env: GenEnv) -> Plan:
-    """The plan with each module the JIT applies to carrying its :class:`JitSplit`; the plan as it
-    is without ``[jit]`` (or with ``enabled = false``). Generator filters of the plan do not matter
+    """The plan with each module the JIT applies to carrying its :class:`JitSplit`, and with
+    ``[usage] record_ahead`` every module with generators marked ``record_ahead``; the plan as it
+    is otherwise (no ``[jit]``, or ``enabled = false``). Generator filters of the plan do not matter
     (listings use each generator's own command). Raises QolaError for a ``[jit]`` naming a module
     outside the plan or a variant that matches nothing."""
+    if manifest.usage is not None and manifest.usage.record_ahead:
+        plan = dataclasses.replace(
+            plan, modules=tuple(dataclasses.replace(m, record_ahead=bool(m.generators)) for m in plan.modules)
+        )
     jit = manifest.jit
     if jit is None or not jit.enabled:
         return plan
@@ -178,20 +186,26 @@ def extra(
     compiler: Callable[[], JitCompiler],
     build_key: str = "",
 ) -> ModuleExtra:
-    """What deferring ``mod``'s non-AOT instances adds to it (nothing when none is deferred).
+    """What deferring ``mod``'s non-AOT instances and recording its ahead ones (``record_ahead``) add
+    to it (nothing when none is deferred or recorded).
     ``generated``: the module's generated files; ``compiler``: the JIT compiler's identity (probed
     on first need); ``build_key``: the output's, for usage records (docs/usage.md)."""
-    if mod.jit is None:
+    if mod.jit is None and not mod.record_ahead:
         return ModuleExtra()
+    from qola.jit import key as jkey  # lazy: paid only by the callers that need it
     from qola.jit import layout as jlayout  # lazy: paid only by the callers that need it
 
-    aot, deferred = split(mod, generated)
-    if mod.jit.declared and not set(mod.jit.ahead) & {Path(f).stem for f in generated}:
-        raise QolaError(
-            f"[jit.aot] selects no instance that module {mod.name}'s generators write",
-            hint="check the [jit.aot] tables against the top-level variants / receipt",
-        )
-    if not deferred:
+    if mod.jit is not None:
+        aot, deferred = split(mod, generated)
+        if mod.jit.declared and not set(mod.jit.ahead) & {Path(f).stem for f in generated}:
+            raise QolaError(
+                f"[jit.aot] selects no instance that module {mod.name}'s generators write",
+                hint="check the [jit.aot] tables against the top-level variants / receipt",
+            )
+    else:  # record_ahead without [jit]: every instance is ahead, nothing deferred
+        aot, deferred = (), ()
+    recorded = _recorded(generated, deferred) if mod.record_ahead else ()
+    if not deferred and not recorded:
         return ModuleExtra()
     per_source = {tuple(shlex.split(" ".join(mod.flags_for(f)))) for f in deferred}
     if len(per_source) > 1:
@@ -200,15 +214,20 @@ def extra(
             hint="build those instances ahead ([jit.aot]) or give them the same flags",
         )
     blob, include_dir = layout.blob(mod.name), layout.include
-    flags = portable_flags(module_flags(mod, tc, blob, include_dir))
+    if deferred:
+        flags = portable_flags(module_flags(mod, tc, blob, include_dir))
+        jit_flags = (*jlayout.shared_object_flags(tc.kind, plan.archs), *flags, *next(iter(per_source)))
+        jc = compiler()
+    else:  # nothing deferred: the table only names the recorded units (no compiler is ever run)
+        jit_flags, jc = (), jkey.JitCompiler(tc.compiler, "", "")
     spec = jlayout.JitModuleSpec(
         module=mod.md_name,
         lang=tc.kind,
         arch=";".join(plan.archs),
-        compiler=compiler(),
-        flags=(*jlayout.shared_object_flags(tc.kind, plan.archs), *flags, *next(iter(per_source))),
+        compiler=jc,
+        flags=jit_flags,
         include_dirs=(*map(Path, mod.include_dirs), blob, include_dir),
-        style=mod.jit.style,
+        style=mod.jit.style if mod.jit is not None else _style(mod),
         manifest_name=mod.name,
         build_key=build_key,
     )
@@ -218,6 +237,8 @@ def extra(
         out_jit=layout.jit_out,
         stub_dir=layout.jit_stubs(mod.md_name),
         batch=STUB_BATCH,
+        ahead=[(Path(f).stem, Path(f)) for f in recorded],
+        ahead_dir=layout.jit_ahead(mod.md_name),
     )
     out = files.output
     incs = [f"-I{include_dir}", f"-I{out.include_dir}"]  # qola_config.h + qola_common.h, qola_jit.h
@@ -226,21 +247,40 @@ def extra(
         obj = object_path(mod.name, str(src))
         edges.append(Edge("jit_cxx", obj, (str(src),), (("module", mod.name), ("flags", ninja.escape_flags(incs)))))
         objs.append(obj)
-    record = JitRecord(
-        mod.md_name, out.jit_dir, aot, tuple(sorted(Path(f).stem for f in deferred)), spec.style, spec.compiler.path
-    )
+    record = None
+    if deferred:
+        deferred_names = tuple(sorted(Path(f).stem for f in deferred))
+        record = JitRecord(mod.md_name, out.jit_dir, aot, deferred_names, spec.style, spec.compiler.path)
+    # a copy's quoted includes resolve from its original's dir, as the original's did
+    originals = tuple((str(copy), (_quote_dir(tc.kind, orig.parent),)) for orig, copy in out.ahead)
+    as_given = {Path(f): f for f in recorded}
     return ModuleExtra(
-        drop_sources=deferred,
-        add_sources=tuple(str(p) for p in out.stub_sources),
+        drop_sources=(*deferred, *(as_given[orig] for orig, _ in out.ahead)),
+        add_sources=(*(str(p) for p in out.stub_sources), *(str(copy) for _, copy in out.ahead)),
         cflags=(f"-I{out.include_dir}",),
+        source_flags=originals,
         edges=tuple(edges),
         extra_inputs=tuple(objs),
         ldflags=("-ldl",),
         localize_hidden=True,
         writes=tuple(FileWrite(p, t) for p, t in files.sources),
-        trees=(TreeWrite(out.jit_dir, files.tree),),
+        trees=(TreeWrite(out.jit_dir, files.tree),) if deferred else (),
         jit=record,
     )
+
+
+def _recorded(generated: Sequence[str], deferred: Sequence[str]) -> tuple[str, ...]:
+    """The generated instances built ahead whose recorded copies are compiled instead ([usage]
+    record_ahead): those that specialise a function (a dispatch, a class specialisation: as they are)."""
+    from qola.plan import variants  # lazy: paid only by the callers that need it
+
+    gone = set(deferred)
+    return tuple(f for f in generated if f not in gone and not variants.is_api(Path(f).stem) and _specialises(f))
+
+
+def _quote_dir(kind: str, path: Path) -> str:
+    """The flag that adds ``path`` to the quoted-include search (nvcc has no -iquote: -I there)."""
+    return f"-I{path}" if kind == "cuda" else f"-iquote{path}"
 
 
 def compiler_of(plan: Plan, tc: Toolchain, env: ToolchainEnv) -> Callable[[], JitCompiler]:

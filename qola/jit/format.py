@@ -196,7 +196,8 @@ USAGE_MAX_FILE = 1 << 20  # a process stops recording when its file reaches this
 USAGE_SUM_LEN = 16  # hex digits of sha256(line before the sum) that end a record
 # a record: tab-separated, in this order, then the sum, then "\n"
 USAGE_FIELDS = ("head", "event", "module", "md_name", "unit", "arch", "build_key", "host", "pid", "time")
-USAGE_EVENTS = ("prebuilt", "cache", "compile", "refused", "failed")
+USAGE_EVENTS = ("prebuilt", "cache", "compile", "refused", "failed", "ahead")
+USAGE_AHEAD = "ahead"  # the event of a unit built ahead into a recorded library ([usage] record_ahead)
 
 # -- OUT/jit/<module>/ and the library's table -----------------------------------------------------
 HEADERS_TOKEN = "@QOLA_JIT_HEADERS@"  # in a unit's flags: the unpacked bundle
@@ -224,4 +225,6 @@ MODULE_STRUCT = (
     "record",
     "manifest_name",
     "build_key",
+    "ahead",
+    "n_ahead",
 )

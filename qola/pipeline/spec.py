@@ -76,6 +76,7 @@ class BuildSpec:
     aiter_url: str | None = None  # --aiter-url > [qola].aiter_url > QOLA_AITER_URL > ROCm/aiter
     force_checkout: bool = False  # --force-checkout: a checkout may discard local changes of the tree
     usage_files: tuple[str, ...] = ()  # --usage: fragments whose [usage] variants join the manifest's
+    record_ahead: bool = False  # --record-ahead > [usage] record_ahead: ahead variants record their first call
     env: Mapping[str, str] | None = field(default=None, compare=False)  # None: os.environ when used
 
     def environ(self) -> dict[str, str]:
@@ -95,6 +96,7 @@ class Settings:
     dry_run: bool
     verbose: bool
     isolate: bool
+    record_ahead: bool = False  # --record-ahead or [usage] record_ahead (docs/usage.md)
     farm: Farm | None = None  # --dist: the sccache-dist farm that answered
     remote: Endpoint | None = None  # --remote: the REAPI service every compile goes to
     notes: tuple[str, ...] = ()  # what resolving the settings decided on its own (a HIP --dist compiles locally)
@@ -117,6 +119,7 @@ class Settings:
             "dry_run": self.dry_run,
             "verbose": self.verbose,
             "isolate": self.isolate,
+            "record_ahead": self.record_ahead,
             "farm": farm,
             "notes": list(self.notes),
             "remote": None if self.remote is None else {"url": self.remote.url, "instance": self.remote.instance},
@@ -188,6 +191,7 @@ def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
 
     manifest = manifest_mod.load(spec.manifest)
     manifest = usage_fragment.merged(manifest, spec.usage_files)  # [usage] files and --usage
+    manifest = usage_fragment.recording(manifest, spec.record_ahead)  # --record-ahead: as [usage] record_ahead
     wanted, where = groups.wanted(spec.groups, only(env, (groups.ENV,)))
     manifest = groups.select(manifest, wanted, where)
     tree = open_tree(tree_root(spec, manifest, env))
@@ -301,6 +305,7 @@ def requested(
         dry_run=spec.dry_run,
         verbose=spec.verbose,
         isolate=spec.isolate,
+        record_ahead=bool(manifest.usage and manifest.usage.record_ahead),
         remote=_remote(spec, manifest),
         env=MappingProxyType(dict(env)),
         child=child,

@@ -327,6 +327,8 @@ class UsageSection(_Model):
     files: list[str] = Field(default_factory=list)
     commit: str | None = None  # the tree commit the names were checked against (qola usage merge)
     variants: list[UsageVariant] = Field(default_factory=list, max_length=MAX_USAGE_VARIANTS)
+    # variants built ahead record their first call in each process (event "ahead"), as deferred ones do
+    record_ahead: bool = False
 
 
 class Manifest(_Model):

@@ -85,6 +85,7 @@ class ModulePlan:
     configs: tuple[MergedConfig, ...] = ()  # merged tuned configs its generators read ({qola_configs}/<name>)
     table_md_name: str = ""  # md_name as the tree's table has it (md_name is namespaced: <ns>_<table_md_name>)
     jit: JitSplit | None = None  # [jit] applies to the module
+    record_ahead: bool = False  # [usage] record_ahead: its instances built ahead are compiled as recorded copies
     api: Api | None = None  # cpp_itfs: the C++ API read from the tree (qola.plan.itfs), wrapped by qola
     gates: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (source, registry switches it gates kernels on)
 

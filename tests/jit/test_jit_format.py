@@ -36,7 +36,7 @@ STRINGS = {
     "k_xdg_subdir": fmt.XDG_SUBDIR, "k_home_subdir": fmt.HOME_SUBDIR, "k_prebuilt": fmt.PREBUILT,
     "k_headers_token": fmt.HEADERS_TOKEN, "k_dir_token": fmt.DIR_TOKEN,
     "k_env_usage_dir": fmt.ENV_USAGE_DIR, "k_env_coverage": fmt.ENV_COVERAGE, "k_usage_head": fmt.USAGE_HEAD,
-    "k_usage_prefix": fmt.USAGE_PREFIX, "k_usage_suffix": fmt.USAGE_SUFFIX,
+    "k_usage_prefix": fmt.USAGE_PREFIX, "k_usage_suffix": fmt.USAGE_SUFFIX, "k_usage_ahead": fmt.USAGE_AHEAD,
 }  # fmt: skip
 NUMBERS = {
     "k_key_len": fmt.KEY_LEN, "k_max_size_digits": fmt.MAX_SIZE_DIGITS, "k_memo_name_len": fmt.MEMO_NAME_LEN,

@@ -118,3 +118,52 @@ def test_recorded_usage_round_trip_on_gpu(tmp_path):
     assert f"variant {causal_unit} of module qu_libattn_fwd was not built ahead" in got["error"]
     assert fragment.line("libattn_fwd", causal_unit) in got["error"]
     assert compiles() == before
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_ahead_variants_record_their_first_call_on_gpu(tmp_path):
+    """Without [jit] and with --record-ahead (docs/usage.md, "Recording variants built ahead"): every
+    variant is built ahead as a recorded copy; a real call computes what torch does and records its
+    variant once (event ``ahead``), nothing else; the record merges into a fragment that builds."""
+    pytest.importorskip("torch")
+    (tmp_path / "q.toml").write_text(attn_manifest("qu"))
+    (tmp_path / "child.py").write_text(child_preamble() + CHILD)
+    out = _build(tmp_path, "out", "--record-ahead")
+    data = json.loads((out / "manifest.json").read_text())
+    assert "jit" not in data["modules"][0] and not (out / "jit" / "qu_libattn_fwd").exists()
+
+    def call(lib: Path, causal: int, **env: str) -> dict:
+        full = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT": "0", **env}
+        p = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(lib / "lib/qu_libattn_fwd.so"),
+                            str(causal)], capture_output=True, text=True, env=full, timeout=600)  # fmt: skip
+        assert p.returncode == 0, p.stdout + p.stderr
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    rec = tmp_path / "rec"
+    got = call(out, 0, QOLA_USAGE_DIR=str(rec), QOLA_JIT_COVERAGE="strict")
+    assert got["r"] == 0 and got["err"] < 5e-2 and got["status"] == 0, got
+    first = records.read(records.record_files([rec]))
+    assert first.bad_lines == 0 and len(first.records) == 1
+    (r,) = first.records
+    assert (r.event, r.module, r.md_name, r.build_key) == ("ahead", "libattn_fwd", "qu_libattn_fwd", data["build_key"])
+    assert "_d128_bf16_batch_" in r.unit and "_nmask_" in r.unit
+    got = call(out, 1, QOLA_USAGE_DIR=str(rec))
+    assert got["r"] == 0 and got["err"] < 5e-2, got
+    both = records.read(records.record_files([rec])).records
+    assert len(both) == 2 and {x.event for x in both} == {"ahead"}
+    units = sorted({x.unit for x in both})
+    assert len(units) == 2 and any("_mask_" in u for u in units)
+    assert not (tmp_path / "cache").exists()  # nothing compiled, no JIT cache made
+    assert run_qola("usage", "cover", str(rec), "--out", str(out), "--strict").returncode == 0
+
+    frag = tmp_path / "usage.toml"
+    proc = run_qola("usage", "merge", str(rec), "--manifest", str(tmp_path / "q.toml"), "--aiter-root", str(KERNELS),
+                    "-o", str(frag))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(v.name for v in fragment.load(frag).variants) == units
+    used = _build(tmp_path, "out2", "--usage", str(frag), "--record-ahead")
+    inst = json.loads((used / "manifest.json").read_text())["modules"][0]["instances"]["names"]
+    assert sorted(n for n in inst if not n.endswith("_api")) == units  # exactly the recorded set
+    for causal in (0, 1):
+        got = call(used, causal, QOLA_JIT_COVERAGE="strict")
+        assert got["r"] == 0 and got["err"] < 5e-2 and got["status"] == 0, got

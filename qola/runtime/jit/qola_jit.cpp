@@ -265,13 +265,14 @@ void* load_unit(const qola_jit_module& m, const qola_jit_entry& e, Failure* fail
     return h;
 }
 
-const qola_jit_entry* find_entry(const qola_jit_module& m, const char* name)
+// The row named `name` of a table sorted by name (the deferred entries, or the ahead ones).
+const qola_jit_entry* find_in(const qola_jit_entry* rows, unsigned n, const char* name)
 {
-    unsigned lo = 0, hi = m.n_entries;
+    unsigned lo = 0, hi = n;
     while(lo < hi) {
         unsigned mid = lo + (hi - lo) / 2;
-        int c = strcmp(m.entries[mid].name, name);
-        if(c == 0) return &m.entries[mid];
+        int c = strcmp(rows[mid].name, name);
+        if(c == 0) return &rows[mid];
         if(c < 0) lo = mid + 1;
         else hi = mid;
     }
@@ -314,7 +315,7 @@ void* resolve(const qola_jit_module& mod, const char* unit, unsigned which, void
 {
     Failure fail{QOLA_JIT_OK, std::string()};
     try {
-        const qola_jit_entry* e = find_entry(mod, unit);
+        const qola_jit_entry* e = find_in(mod.entries, mod.n_entries, unit);
         void* p = nullptr;
         if(!e || which >= e->n_funcs) {
             fail = {QOLA_JIT_E_NOT_FOUND, std::string("no JIT unit ") + unit + " #" + std::to_string(which) +
@@ -338,6 +339,16 @@ void* resolve(const qola_jit_module& mod, const char* unit, unsigned which, void
     say(fail.msg);
     QOLA_C_NAME(qola_jit_set_error_)(fail.status, fail.msg.c_str());
     return nullptr;
+}
+
+void* resolve_ahead(const qola_jit_module& mod, const char* unit, unsigned which, void** slot, void* fn) noexcept
+{
+    (void)which; // a unit is recorded once, whichever of its functions is called first
+    if(const qola_jit_entry* e = find_in(mod.ahead, mod.n_ahead, unit))
+        usage::record(mod, *e, fmt::k_usage_ahead); // once per unit per process; never throws
+    void* expected = nullptr; // another thread may have published first: same pointer either way
+    __atomic_compare_exchange_n(slot, &expected, fn, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return fn;
 }
 
 registrar::registrar(const qola_jit_module* mod) noexcept

@@ -6,6 +6,10 @@
  *   - one row of a generated table (qola_jit_entry) describing how to build the unit;
  * and OUT/jit/<module>/ holds the unit sources, the bundled headers and index.json.
  *
+ * A library built with [usage] record_ahead compiles each unit built ahead as a recorded copy: its
+ * code in a static function, its specialisation a stub whose slot resolve_ahead fills on the first
+ * call (recording the unit, event "ahead"); the module's table lists those units in `ahead`.
+ *
  * First call of a stub: in-process table -> prebuilt dirs -> cache dir -> compile (one compile
  * per key across processes: flock; temp file + fsync + rename; size + sha256 verified before
  * dlopen). Later calls: one atomic load + an indirect call.
@@ -94,6 +98,9 @@ struct qola_jit_module {
     const char* record; /* the same table as text (section .qola_jit): what `qola jit` reads back */
     const char* manifest_name; /* the module's name in the manifest (usage records, coverage messages) */
     const char* build_key; /* the build key of the output this library belongs to ("" if unknown) */
+    const qola_jit_entry* ahead; /* units built ahead into the library and recorded ([usage] record_ahead):
+                                    name and arch only, sorted by name */
+    unsigned n_ahead;
 };
 
 /* Slow path: find unit `unit` of `mod`, load or compile it, return function `which` and store
@@ -101,6 +108,12 @@ struct qola_jit_module {
  * stub is refused instead of recursing). NULL on failure (see last_error). Thread-safe. */
 QOLA_JIT_HIDDEN void* resolve(const qola_jit_module& mod, const char* unit, unsigned which, void** slot,
                               const void* self) noexcept;
+
+/* Slow path of a recorded unit built ahead (its code is in the library, `fn`): record it once per
+ * process (event "ahead", when recording is on), publish `fn` in *slot and return it. Never fails,
+ * never compiles, never looks at OUT/jit; the coverage contract always passes. Thread-safe. */
+QOLA_JIT_HIDDEN void* resolve_ahead(const qola_jit_module& mod, const char* unit, unsigned which, void** slot,
+                                    void* fn) noexcept;
 
 /* Registers a module for qola_jit_prepare(); the generated table defines one. */
 struct QOLA_JIT_HIDDEN registrar {
@@ -113,6 +126,13 @@ inline void* get(const qola_jit_module& mod, const char* unit, unsigned which, v
 {
     void* p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     return __builtin_expect(p != nullptr, 1) ? p : resolve(mod, unit, which, slot, self);
+}
+
+/* Fast path of a recorded ahead unit: the same one acquire load as get(). */
+inline void* get_ahead(const qola_jit_module& mod, const char* unit, unsigned which, void** slot, void* fn) noexcept
+{
+    void* p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    return __builtin_expect(p != nullptr, 1) ? p : resolve_ahead(mod, unit, which, slot, fn);
 }
 
 } // namespace jit
@@ -130,6 +150,8 @@ QOLA_NS_END
 #define QOLA_JIT_MODULE(ident) ::qola::QOLA_NAMESPACE::jit::QOLA_CAT(module_, ident)
 #define QOLA_JIT_GET(ident, unit, which, slot, self) \
     ::qola::QOLA_NAMESPACE::jit::get(QOLA_JIT_MODULE(ident), unit, which, slot, self)
+#define QOLA_JIT_AHEAD(ident, unit, which, slot, fn) \
+    ::qola::QOLA_NAMESPACE::jit::get_ahead(QOLA_JIT_MODULE(ident), unit, which, slot, fn)
 #endif /* __cplusplus */
 
 #endif /* QOLA_JIT_H */

@@ -1,7 +1,7 @@
 // qola_jit_format.h — the JIT cache format as the runtime spells it: every name, tag, .meta field,
 // mode and limit, once (not installed for users; the runtime's sources include it through
 // qola_jit_internal.h). The spec is docs/jit-cache.md; the Python side is qola/jit/format.py, and
-// tests/test_jit_format.py checks each constant here against it and that the runtime's sources
+// tests/jit/test_jit_format.py checks each constant here against it and that the runtime's sources
 // spell none of these strings inline — change both sides (and the doc) together.
 #ifndef QOLA_JIT_FORMAT_H
 #define QOLA_JIT_FORMAT_H
@@ -95,6 +95,7 @@ constexpr char k_usage_suffix[] = ".rec";
 constexpr size_t k_usage_max_line = 1024; // one write() per record, well under PIPE_BUF
 constexpr uint64_t k_usage_max_file = 1ull << 20; // a process stops recording at this size
 constexpr size_t k_usage_sum_len = 16; // hex digits of sha256(line before the sum) ending a record
+constexpr char k_usage_ahead[] = "ahead"; // the event of a recorded unit built ahead into the library
 
 // a unit's flags
 constexpr char k_headers_token[] = "@QOLA_JIT_HEADERS@";

@@ -125,7 +125,7 @@ enum class Coverage { off, strict, report };
 Coverage coverage();
 // The line of the manifest's [usage] variants that builds this unit ahead.
 std::string manifest_line(const qola_jit_module& m, const qola_jit_entry& e);
-// Append one record (event: prebuilt | cache | compile | refused | failed) when recording is on:
+// Append one record (event: prebuilt | cache | compile | refused | failed | ahead) when recording is on:
 // one write() of one line to this process's own file; bounded; never throws.
 void record(const qola_jit_module& m, const qola_jit_entry& e, const char* event) noexcept;
 } // namespace usage

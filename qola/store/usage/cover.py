@@ -1,6 +1,8 @@
 """What a set of usage records covers in a built output (``qola usage cover``): for each recorded
 variant, whether ``OUT`` built it ahead, defers it to the JIT, or lacks it, read from
-``OUT/manifest.json`` (per module ``jit.aot``/``jit.deferred`` names, else ``instances``)."""
+``OUT/manifest.json`` (per module ``jit.aot``/``jit.deferred`` names, else ``instances``). A record
+with event ``ahead`` (a library built with ``[usage] record_ahead``) names a variant its library built
+ahead: it is ``ahead`` in an output that built it so (the same or another build)."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ def load(path: str | Path) -> UsageSection:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise QolaError(f"not a valid TOML usage fragment: {exc}", where=str(p), hint=HINT) from None
-    if set(data) != {"usage"} or not isinstance(data["usage"], dict) or "files" in data["usage"]:
+    if set(data) != {"usage"} or not isinstance(data["usage"], dict) or set(data["usage"]) - {"commit", "variants"}:
         raise QolaError("a usage fragment holds [usage] with commit and variants only", where=str(p), hint=HINT)
     try:
         return UsageSection.model_validate(data["usage"])
@@ -84,5 +84,15 @@ def merged(manifest: Manifest, extra_files: Sequence[str] = ()) -> Manifest:
             commit, source = frag.commit, str(f)
         variants += frag.variants
     seen = {(v.module, v.name): v for v in variants}
-    section = UsageSection(files=list(own.files) if own else [], commit=commit, variants=list(seen.values()))
+    section = UsageSection(files=list(own.files) if own else [], commit=commit, variants=list(seen.values()),
+                           record_ahead=bool(own and own.record_ahead))  # fmt: skip
     return manifest.model_copy(update={"usage": section})
+
+
+def recording(manifest: Manifest, record_ahead: bool) -> Manifest:
+    """``manifest`` with ``[usage] record_ahead = true`` when ``record_ahead`` (``--record-ahead``):
+    the switch is then part of the manifest the build key hashes, as when the file says it."""
+    if not record_ahead or (manifest.usage is not None and manifest.usage.record_ahead):
+        return manifest
+    own = manifest.usage or UsageSection()
+    return manifest.model_copy(update={"usage": own.model_copy(update={"record_ahead": True})})

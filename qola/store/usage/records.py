@@ -27,7 +27,7 @@ MAX_FILE = 4 * fmt.USAGE_MAX_FILE  # a record file bigger than this was not writ
 
 @dataclass(frozen=True)
 class Record:
-    event: str  # prebuilt | cache | compile | refused | failed
+    event: str  # prebuilt | cache | compile | refused | failed | ahead (a recorded variant built ahead)
     module: str  # the module's manifest name
     md_name: str  # its library name (<namespace>_<name>)
     unit: str  # the variant: the instance file stem
