@@ -157,7 +157,10 @@ def test_plan_json_prints_the_settings_as_resolved(tmp_path):
         "output_dir": None,
         "build_dir": None,
         "remote": None,
+        "record_ahead": False,
     }
+    ahead = json.loads(run_qola(*args, "--record-ahead", env={"MAX_JOBS": "3"}, check=True).stdout)
+    assert ahead["settings"]["record_ahead"] is True  # the flag, as [usage] record_ahead (docs/usage.md)
     m.write_text(m.read_text() + "jobs = 5\n")
     assert json.loads(run_qola(*args, env={"MAX_JOBS": "3"}, check=True).stdout)["settings"]["jobs"] == 5
     bad = run_qola(*args, env={"MAX_JOBS": "-1"})  # checked as a build checks it
