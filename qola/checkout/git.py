@@ -25,21 +25,11 @@ QUIET = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never", "LC_ALL": "C", 
 
 
 @dataclass(frozen=True)
-class GitEnv:
+class GitEnv(proc.TimedEnv):
     """git's view of the build's environment, resolved once: the environment git runs under
     (opaque) and ``QOLA_GIT_TIMEOUT`` as set (checked when git first runs)."""
 
-    child: proc.ChildEnv
-    timeout_raw: str | None = None
-
-    @classmethod
-    def of(cls, env: Mapping[str, str] | GitEnv) -> GitEnv:
-        if isinstance(env, GitEnv):
-            return env
-        return cls(proc.ChildEnv.of(env), env.get(deadlines.GIT_LOCAL.variable))
-
-    def timeout(self, knob: deadlines.Knob) -> float | None:
-        return deadlines.timeout(knob, {knob.variable: self.timeout_raw or ""})
+    KNOB = deadlines.GIT_LOCAL
 
 
 Env = Mapping[str, str] | GitEnv  # a caller's mapping, or the build's resolved view

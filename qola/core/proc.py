@@ -31,7 +31,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
+
+from qola.core import deadlines
 
 PIPE, STDOUT, DEVNULL = subprocess.PIPE, subprocess.STDOUT, subprocess.DEVNULL
 TimeoutExpired = subprocess.TimeoutExpired
@@ -152,6 +154,33 @@ class ChildEnv:
 
     def as_dict(self) -> dict[str, str]:
         return dict(self.items)
+
+
+_Timed = TypeVar("_Timed", bound="TimedEnv")
+
+
+@dataclass(frozen=True)
+class TimedEnv:
+    """A stage's view of the build's environment, resolved once: the environment its children run
+    under (opaque) and its deadline variable (:mod:`qola.core.deadlines`) as set, checked when the
+    first child runs. Each stage that runs children under a deadline names its knob in a subclass
+    (``checkout.git.GitEnv``, ``plan.variants.GeneratorEnv``)."""
+
+    KNOB: ClassVar[deadlines.Knob]
+    child: ChildEnv
+    timeout_raw: str | None = None
+
+    @classmethod
+    def of(cls: type[_Timed], env: Mapping[str, str] | TimedEnv) -> _Timed:
+        if isinstance(env, cls):
+            return env
+        assert isinstance(env, Mapping), f"{cls.__name__}.of: a mapping or a {cls.__name__}, not {type(env).__name__}"
+        return cls(ChildEnv.of(env), env.get(cls.KNOB.variable))
+
+    def timeout(self, knob: deadlines.Knob | None = None) -> float | None:
+        """The deadline of ``knob`` (default: the stage's) under the variable as set."""
+        knob = knob or self.KNOB
+        return deadlines.timeout(knob, {knob.variable: self.timeout_raw or ""})
 
 
 def _env_of(env: Mapping[str, str] | ChildEnv | None) -> dict[str, str] | None:

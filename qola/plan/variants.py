@@ -125,22 +125,12 @@ def flavor_of(gen: Generator) -> str:
 
 
 @dataclass(frozen=True)
-class GeneratorEnv:
+class GeneratorEnv(runner.TimedEnv):
     """What listing a generator's instances reads of the build's environment, resolved once: the
     environment it runs under (opaque) and ``QOLA_GENERATOR_TIMEOUT`` as set (checked when a
     generator first runs, :mod:`qola.core.deadlines`)."""
 
-    child: runner.ChildEnv
-    timeout_raw: str | None = None
-
-    @classmethod
-    def of(cls, env: Mapping[str, str] | GeneratorEnv) -> GeneratorEnv:
-        if isinstance(env, GeneratorEnv):
-            return env
-        return cls(runner.ChildEnv.of(env), env.get(deadlines.GENERATOR.variable))
-
-    def timeout(self) -> float | None:
-        return deadlines.timeout(deadlines.GENERATOR, {deadlines.GENERATOR.variable: self.timeout_raw or ""})
+    KNOB = deadlines.GENERATOR
 
 
 GenEnv = Mapping[str, str] | GeneratorEnv  # a test's mapping, or the build's resolved view
