@@ -244,3 +244,38 @@ def _imports_outside(path: Path) -> list[Import]:
         return imports(path, {"qola.core.errors", "qola.plan.manifest"})
     finally:
         PKG = saved
+
+
+# -- tests/ mirrors the stages (CONTRIBUTING.md "Tests") --------------------------------------------
+
+TESTS = Path(__file__).resolve().parent
+TEST_FOLDERS = {"clients", "support"}  # beside the stage folders: client replays, shared helpers
+
+
+def imports_between_test_files(root: Path) -> list[str]:
+    """Where a file under ``root`` imports a test file or conftest.py (helpers come from support/)."""
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            bad += [f"{path.relative_to(root)}:{node.lineno}: {n}" for n in names if n.split(".")[0].startswith(("test_", "conftest"))]  # fmt: skip
+    return bad
+
+
+def test_test_files_sit_in_stage_folders():
+    stages = {name for names in ORDER for name in names if name and (PKG / name).is_dir()}
+    misplaced = [
+        str(p.relative_to(TESTS))
+        for p in TESTS.rglob("test_*.py")
+        if p.parent != TESTS and p.relative_to(TESTS).parts[0] not in stages | TEST_FOLDERS
+    ]
+    assert not misplaced, f"test files outside the stage folders: {misplaced}"
+    assert [p.name for p in TESTS.glob("test_*.py")] == ["test_layering.py"]  # only the package-wide one
+    assert not list((TESTS / "support").glob("test_*.py")), "support/ holds helpers, no tests"
+
+
+def test_no_test_file_imports_another(tmp_path):
+    assert imports_between_test_files(TESTS) == []
+    (tmp_path / "test_a.py").write_text("from conftest import REPO\nimport test_b\nfrom support.common import REPO\n")
+    assert imports_between_test_files(tmp_path) == ["test_a.py:1: conftest", "test_a.py:2: test_b"]

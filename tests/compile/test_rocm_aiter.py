@@ -22,21 +22,13 @@ from pathlib import Path
 import pytest
 from support.common import cmake_build, run_qola
 from support.libdata import bundles, embedded_blobs, fatbin_section, kernels_by_arch
-from support.rocm_aiter import ARCHS, DROP, FWD, HIP_VERSION, manifest
+from support.rocm_aiter import ARCHS, DROP, FWD, HIP_VERSION, NS, build, manifest
 
 from qola.hooks import embed
 from qola.output import kernels
 
 pytestmark = [pytest.mark.rocm, pytest.mark.aiter, pytest.mark.slow]
 ck = pytest.mark.ck  # compiles CK fMHA instances: minutes each with clang 21 (docs/benchmarks.md)
-
-NS = "te"
-
-
-def build(tmp: Path, tree: Path, m: Path, name: str = "out", *more: str):
-    out = tmp / name
-    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2", *more)
-    return proc, out
 
 
 def record(out: Path) -> dict:

@@ -14,11 +14,10 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from support.published import publish_version, report
 
-from qola.compile.steps import CompileReport, ModuleResult
 from qola.core.errors import QolaError
 from qola.output import outdir
 from qola.output.checks import audit_output, check_files
@@ -26,62 +25,6 @@ from qola.output.publish import ENTRIES, MANIFEST_JSON, generated_at, publish
 from qola.store import fastpath
 
 CMAKE = shutil.which("cmake")
-
-
-def report(
-    tmp: Path, tag: str, modules: dict[str, bytes | None], *, build: str = "b", archs: tuple[str, ...] = ("sm_90",)
-) -> tuple[CompileReport, list[Path], dict[str, str]]:
-    """(a CompileReport of modules name -> library bytes (None: failed), headers, texts), every
-    file marked with ``tag`` so two versions differ in every entry."""
-    b = tmp / build
-    (b / "lib").mkdir(parents=True, exist_ok=True)
-    (b / "include").mkdir(parents=True, exist_ok=True)
-    results = []
-    for name, blob in modules.items():
-        art = None
-        if blob is not None:
-            art = b / "lib" / f"qk_{name}.so"
-            art.write_bytes(blob)
-        results.append(
-            ModuleResult(
-                name,
-                f"qk_{name}",
-                "cpp_itfs",
-                "shared",
-                status="built" if blob else "failed",
-                artifact=art,
-                log=[f"{name} log {tag}"],
-                error=None if blob else "boom",
-            )
-        )
-    header = b / "include" / "qola_mha_fwd.h"
-    header.write_text(f"#pragma once\n// {tag}\n")
-    plan = SimpleNamespace(
-        manifest_path="/m/q.toml",
-        manifest_sha256="0" * 64,
-        tree_root=str(tmp / "tree"),
-        tree_commit=None,
-        namespace="qk",
-        archs=archs,
-    )
-    tc = SimpleNamespace(
-        kind="cuda",
-        compiler="nvcc",
-        version="12",
-        identity="x",
-        base_flags=("-O3",),
-        dropped_flags=(),
-        removed_flags=(),
-    )
-    texts = {"share/cmake/qola-qk/qola-qk-config.cmake": f"# {tag}\n", "lib/pkgconfig/qola-qk.pc": f"# {tag}\n"}
-    return CompileReport(plan, tc, results, b, 1.0), [header], texts
-
-
-def publish_version(tmp: Path, out: Path, tag: str, **kw) -> Path:
-    """Publish version ``tag`` (built in ``tmp``) into ``out``; the same ``tmp`` and ``tag`` give the
-    same bytes, manifest.json included."""
-    rep, headers, texts = report(tmp, tag, {"a": f"A-{tag}".encode() * 100, "b": f"B-{tag}".encode() * 100})
-    return publish(rep, out, headers=headers, texts=texts, **{"source_date_epoch": "1700000000", **kw})
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, str]]:
@@ -371,7 +314,7 @@ done = 0
 try:
     sys.path.insert(0, sys.argv[1])
     from pathlib import Path
-    from test_layout import publish_version
+    from support.published import publish_version
     from qola.core import fsutil
 
     tmp, out, kill_at, exchange = Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[5]), sys.argv[6]
@@ -407,7 +350,7 @@ finally:
 
 @pytest.mark.parametrize("exchange", ["1", "0"], ids=["renameat2", "fallback"])
 def test_sigkill_at_every_step_of_a_publish_leaves_old_or_new(tmp_path, exchange):
-    tests = Path(__file__).parent
+    tests = Path(__file__).resolve().parents[1]  # tests/: the driver imports support.published
     work = tmp_path / "w"
     out = tmp_path / "out"
     publish_version(work, out, "v2")

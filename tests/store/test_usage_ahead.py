@@ -417,9 +417,9 @@ def test_a_real_ck_forward_kernel_compiles_as_a_recorded_copy(aiter_root, tmp_pa
     """One CK fMHA forward kernel of TE's libmha_fwd for gfx942 (test_rocm_aiter's slice), without
     [jit], built with --record-ahead by hipcc: the copy compiles, the dispatch links against its
     forwarder (defined once), the asm v3 dispatch file (class specialisations) stays as it is."""
-    from test_rocm_aiter import NS as TE_NS
-    from test_rocm_aiter import build as te_build
-    from test_rocm_aiter import manifest as te_manifest
+    from support.rocm_aiter import NS as TE_NS
+    from support.rocm_aiter import build as te_build
+    from support.rocm_aiter import manifest as te_manifest
 
     proc, out = te_build(tmp_path, aiter_root, te_manifest(tmp_path / "one.toml", TE_NS, ("gfx942",)), "out",
                          "--record-ahead")  # fmt: skip

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from support.common import run_qola
+
 ARCHS = ("gfx942", "gfx950")
 
 
@@ -79,3 +81,12 @@ def manifest(
         text += f"[[mha_bwd_variants]]\n{BWD}{BWD_ONE}\n"
     path.write_text(text + extra)
     return path
+
+
+NS = "te"
+
+
+def build(tmp: Path, tree: Path, m: Path, name: str = "out", *more: str):
+    out = tmp / name
+    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2", *more)
+    return proc, out

@@ -1,0 +1,65 @@
+"""Helpers shared by test files (moved out of test_layout.py by scripts/restructure_tests.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from qola.compile.steps import CompileReport, ModuleResult
+from qola.output.publish import publish
+
+
+def report(
+    tmp: Path, tag: str, modules: dict[str, bytes | None], *, build: str = "b", archs: tuple[str, ...] = ("sm_90",)
+) -> tuple[CompileReport, list[Path], dict[str, str]]:
+    """(a CompileReport of modules name -> library bytes (None: failed), headers, texts), every
+    file marked with ``tag`` so two versions differ in every entry."""
+    b = tmp / build
+    (b / "lib").mkdir(parents=True, exist_ok=True)
+    (b / "include").mkdir(parents=True, exist_ok=True)
+    results = []
+    for name, blob in modules.items():
+        art = None
+        if blob is not None:
+            art = b / "lib" / f"qk_{name}.so"
+            art.write_bytes(blob)
+        results.append(
+            ModuleResult(
+                name,
+                f"qk_{name}",
+                "cpp_itfs",
+                "shared",
+                status="built" if blob else "failed",
+                artifact=art,
+                log=[f"{name} log {tag}"],
+                error=None if blob else "boom",
+            )
+        )
+    header = b / "include" / "qola_mha_fwd.h"
+    header.write_text(f"#pragma once\n// {tag}\n")
+    plan = SimpleNamespace(
+        manifest_path="/m/q.toml",
+        manifest_sha256="0" * 64,
+        tree_root=str(tmp / "tree"),
+        tree_commit=None,
+        namespace="qk",
+        archs=archs,
+    )
+    tc = SimpleNamespace(
+        kind="cuda",
+        compiler="nvcc",
+        version="12",
+        identity="x",
+        base_flags=("-O3",),
+        dropped_flags=(),
+        removed_flags=(),
+    )
+    texts = {"share/cmake/qola-qk/qola-qk-config.cmake": f"# {tag}\n", "lib/pkgconfig/qola-qk.pc": f"# {tag}\n"}
+    return CompileReport(plan, tc, results, b, 1.0), [header], texts
+
+
+def publish_version(tmp: Path, out: Path, tag: str, **kw) -> Path:
+    """Publish version ``tag`` (built in ``tmp``) into ``out``; the same ``tmp`` and ``tag`` give the
+    same bytes, manifest.json included."""
+    rep, headers, texts = report(tmp, tag, {"a": f"A-{tag}".encode() * 100, "b": f"B-{tag}".encode() * 100})
+    return publish(rep, out, headers=headers, texts=texts, **{"source_date_epoch": "1700000000", **kw})
