@@ -259,6 +259,9 @@ def imports_between_test_files(root: Path) -> list[str]:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             names += [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+                called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+                names += [str(node.args[0].value)] if called in ("__import__", "import_module") else []
             bad += [f"{path.relative_to(root)}:{node.lineno}: {n}" for n in names if n.split(".")[0].startswith(("test_", "conftest"))]  # fmt: skip
     return bad
 
@@ -277,5 +280,11 @@ def test_test_files_sit_in_stage_folders():
 
 def test_no_test_file_imports_another(tmp_path):
     assert imports_between_test_files(TESTS) == []
-    (tmp_path / "test_a.py").write_text("from conftest import REPO\nimport test_b\nfrom support.common import REPO\n")
-    assert imports_between_test_files(tmp_path) == ["test_a.py:1: conftest", "test_a.py:2: test_b"]
+    (tmp_path / "test_a.py").write_text(
+        "from conftest import REPO\nimport test_b\nfrom support.common import REPO\nx = __import__('conftest').REPO\n"
+    )
+    assert imports_between_test_files(tmp_path) == [
+        "test_a.py:1: conftest",
+        "test_a.py:2: test_b",
+        "test_a.py:4: conftest",
+    ]

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.common import run_qola
+from support.common import REPO, run_qola
 
 from qola.plan.manifest import parse
 from qola.plan.planner import make_plan
@@ -124,7 +124,7 @@ def test_unknown_module_names_nearest(aiter_root, tmp_path):
 
 def test_dry_run_te_manifest_writes_graph_with_aiters_flags(aiter_root, tmp_path):
     """`qola build --dry-run` plans the TE build (gfx950, ROCm 7.2) even where that toolchain is absent."""
-    repo = __import__("conftest").REPO
+    repo = REPO
     out = tmp_path / "out"
     proc = run_qola(
         "build",
