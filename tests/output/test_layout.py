@@ -16,7 +16,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from support.published import publish_version, report
+from support.reports import publish_version, report
 
 from qola.core.errors import QolaError
 from qola.output import outdir
@@ -314,7 +314,7 @@ done = 0
 try:
     sys.path.insert(0, sys.argv[1])
     from pathlib import Path
-    from support.published import publish_version
+    from support.reports import publish_version
     from qola.core import fsutil
 
     tmp, out, kill_at, exchange = Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[5]), sys.argv[6]
@@ -350,7 +350,7 @@ finally:
 
 @pytest.mark.parametrize("exchange", ["1", "0"], ids=["renameat2", "fallback"])
 def test_sigkill_at_every_step_of_a_publish_leaves_old_or_new(tmp_path, exchange):
-    tests = Path(__file__).resolve().parents[1]  # tests/: the driver imports support.published
+    tests = Path(__file__).resolve().parents[1]  # tests/: the driver imports support.reports
     work = tmp_path / "w"
     out = tmp_path / "out"
     publish_version(work, out, "v2")

@@ -512,7 +512,7 @@ def test_fifo_source_is_refused_by_the_checked_open(tree, tmp_path):
 def test_published_logs_are_private_and_no_file_is_wider_than_the_umask(tmp_path):
     """Logs quote what compilers and generators read: 0600. Other written files (manifest.json …)
     take 0644 less the user's umask; before, every written file was forced to 0644."""
-    from support.published import publish_version
+    from support.reports import publish_version
 
     old = os.umask(0o077)
     try:

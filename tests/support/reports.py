@@ -1,4 +1,4 @@
-"""Helpers shared by test files (moved out of test_publish_confined.py by scripts/restructure_tests.py)."""
+"""CompileReports made without compiling, for the tests of what publishing writes into OUT."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from qola.compile.steps import CompileReport, ModuleResult
+from qola.output.publish import publish
 
 
 def fake_report(tmp: Path, modules: list[tuple[str, str, str, bytes | None]]) -> CompileReport:
@@ -19,21 +20,60 @@ def fake_report(tmp: Path, modules: list[tuple[str, str, str, bytes | None]]) ->
             art = lib / f"{md}.so"
             art.write_bytes(blob)
         results.append(ModuleResult(name, md, "cpp_itfs", "shared", status=status, artifact=art, log=[f"{name} log"]))
-    plan = SimpleNamespace(
-        manifest_path="q.toml",
+    return CompileReport(fake_plan(tmp, "q.toml", ("sm_90",)), FAKE_TOOLCHAIN, results, tmp / "b", 1.0)
+
+
+def fake_plan(tmp: Path, manifest_path: str, archs: tuple[str, ...]) -> SimpleNamespace:
+    """What publishing reads of a Plan."""
+    return SimpleNamespace(
+        manifest_path=manifest_path,
         manifest_sha256="0" * 64,
         tree_root=str(tmp / "tree"),
         tree_commit=None,
         namespace="qk",
-        archs=("sm_90",),
+        archs=archs,
     )
-    tc = SimpleNamespace(
-        kind="cuda",
-        compiler="nvcc",
-        version="12",
-        identity="x",
-        base_flags=("-O3",),
-        dropped_flags=(),
-        removed_flags=(),
-    )
-    return CompileReport(plan, tc, results, tmp / "b", 1.0)
+
+
+FAKE_TOOLCHAIN = SimpleNamespace(
+    kind="cuda", compiler="nvcc", version="12", identity="x", base_flags=("-O3",), dropped_flags=(), removed_flags=()
+)
+
+
+def report(
+    tmp: Path, tag: str, modules: dict[str, bytes | None], *, build: str = "b", archs: tuple[str, ...] = ("sm_90",)
+) -> tuple[CompileReport, list[Path], dict[str, str]]:
+    """(a CompileReport of modules name -> library bytes (None: failed), headers, texts), every
+    file marked with ``tag`` so two versions differ in every entry."""
+    b = tmp / build
+    (b / "lib").mkdir(parents=True, exist_ok=True)
+    (b / "include").mkdir(parents=True, exist_ok=True)
+    results = []
+    for name, blob in modules.items():
+        art = None
+        if blob is not None:
+            art = b / "lib" / f"qk_{name}.so"
+            art.write_bytes(blob)
+        results.append(
+            ModuleResult(
+                name,
+                f"qk_{name}",
+                "cpp_itfs",
+                "shared",
+                status="built" if blob else "failed",
+                artifact=art,
+                log=[f"{name} log {tag}"],
+                error=None if blob else "boom",
+            )
+        )
+    header = b / "include" / "qola_mha_fwd.h"
+    header.write_text(f"#pragma once\n// {tag}\n")
+    texts = {"share/cmake/qola-qk/qola-qk-config.cmake": f"# {tag}\n", "lib/pkgconfig/qola-qk.pc": f"# {tag}\n"}
+    return CompileReport(fake_plan(tmp, "/m/q.toml", archs), FAKE_TOOLCHAIN, results, b, 1.0), [header], texts
+
+
+def publish_version(tmp: Path, out: Path, tag: str, **kw) -> Path:
+    """Publish version ``tag`` (built in ``tmp``) into ``out``; the same ``tmp`` and ``tag`` give the
+    same bytes, manifest.json included."""
+    rep, headers, texts = report(tmp, tag, {"a": f"A-{tag}".encode() * 100, "b": f"B-{tag}".encode() * 100})
+    return publish(rep, out, headers=headers, texts=texts, **{"source_date_epoch": "1700000000", **kw})
