@@ -308,8 +308,9 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
     if s.remote is not None:  # the service answers and has this compiler before anything is generated
         from qola.store import remote  # lazy: start-up of the CLI and of the no-op path
 
-        rx = remote.prepare(  # the action's environment: the build's (its children's)
-            s.remote, tc, layout.root, plan_.tree_root, s.env, fallback=spec.remote_fallback, dry_run=s.dry_run
+        remote_env = r.inputs.only(("PATH", *COMPILER_ENV))  # what it reads: trexe on PATH, the compilers' variables
+        rx = remote.prepare(
+            s.remote, tc, layout.root, plan_.tree_root, remote_env, fallback=spec.remote_fallback, dry_run=s.dry_run
         )
         farm = rx.header()
     ui.info(

@@ -233,7 +233,9 @@ def prepare(
     fallback: bool,
     dry_run: bool = False,
 ) -> Remote:
-    """Probe the service and write the launcher (``<build>/remote/cc`` + ``config.json``)."""
+    """Probe the service and write the launcher (``<build>/remote/cc`` + ``config.json``). ``env``:
+    PATH (where trexe is found) and the compilers' variables (:data:`qola.toolchain.identity.COMPILER_ENV`:
+    the toolchain's id and the action's environment); nothing else of the build's environment."""
     from qola.core.fsutil import atomic_write  # lazy: paid only by the callers that need it
 
     trexe = find_trexe(env)
