@@ -132,7 +132,11 @@ run() {
     '"$(declare -f mount_into)"'
     IFS=: read -r -a more <<<"${QOLA_ROCM7_BIND:-}"
     mount_into "$root" "$repo" "$cache" "$shared" "${more[@]}"
+    # Debian keeps the AMDGPU device libraries in clang'"'"'s resource dir, not under $ROCM_PATH: a ROCM_PATH
+    # that points elsewhere (ck-jit'"'"'s fake ROCm home) would hide them from hipcc. Name them once here.
+    devlib=$(cd "$root" && ls -d usr/lib/llvm-*/lib/clang/*/amdgcn/bitcode 2>/dev/null | sort -V | tail -n 1)
     exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
+      ${devlib:+HIP_DEVICE_LIB_PATH=/$devlib} \
       PATH=/opt/qola-venv/bin:/usr/local/bin:/usr/bin:/bin QOLA_TEST_CACHE="$cache" PYTHONPATH="$repo" \
       QOLA_ROCM7_ENV=1 ${MAX_JOBS:+MAX_JOBS=$MAX_JOBS} \
       bash -c "cd \"\$0\" && exec \"\$@\"" "$cwd" "$@"

@@ -67,6 +67,13 @@ class Toolchain:
         ``flags`` is the whole flag list, normally ``device_flags()`` + include
         flags + the module's own flags; nothing is added except the depfile
         options and the language switch that makes .cpp compile as device code.
+
+        The line keeps the shape of AITER's own (torch's cpp_extension): no option whose value a
+        compiler wrapper could take for the source. ck-jit's interceptor takes the first argument
+        that is not a flag and follows no flag it knows to take a value (``-o -x -I -D -U
+        -include -isystem --offload-arch --amdgpu-target -MF -arch -ccbin --compiler-bindir
+        -Xcompiler -Xlinker``) as the source; ``-MT obj`` made the object "the source". The
+        depfile's target is the ``-o`` path without it (clang, gcc and nvcc alike).
         """
         obj = os.fspath(obj)
         return [
@@ -75,8 +82,6 @@ class Toolchain:
             "-MD",
             "-MF",
             os.fspath(depfile),
-            "-MT",
-            obj,
             *self.lang_args,
             "-c",
             os.fspath(src),

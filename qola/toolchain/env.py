@@ -13,6 +13,7 @@ from typing import overload
 
 from qola.core import deadlines
 from qola.core.proc import ChildEnv
+from qola.toolchain.identity import compiler_env
 
 # every variable the toolchain's search and probes read (qola.toolchain.cuda, hip, host)
 VARIABLES = frozenset(
@@ -67,6 +68,10 @@ class ToolchainEnv:
     def with_child(self, extra: Mapping[str, str]) -> ToolchainEnv:
         """The same variables; the children run with ``extra`` set over their environment."""
         return ToolchainEnv(self.values, self.child.plus(extra))
+
+    def compiler_env(self) -> dict[str, str]:
+        """The variables of :data:`qola.toolchain.identity.COMPILER_ENV` the children run with."""
+        return compiler_env(self.child.as_dict())
 
     def probe_timeout(self) -> float | None:
         """``QOLA_PROBE_TIMEOUT`` (:mod:`qola.core.deadlines`), checked when a probe first needs it."""

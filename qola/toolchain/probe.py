@@ -9,6 +9,7 @@ never see half a file).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -24,17 +25,25 @@ FORMAT = 1
 MAX_PARALLEL = 8
 
 
-def probe_path(cache_dir: str | os.PathLike, identity: str) -> Path:
-    return Path(cache_dir) / f"probes-{identity[:16]}.json"
+def probe_key(identity: str, env: Mapping[str, str] | ToolchainEnv) -> str:
+    """What a probe's answer depends on: the compiler's identity and the variables that change what
+    it compiles (:data:`qola.toolchain.identity.COMPILER_ENV`, as its children get them).
+    ``HIP_DEVICE_LIB_PATH`` decides whether hipcc can compile for a GPU at all under a ``ROCM_PATH``
+    that is not its own (ck-jit's fake ROCm): an answer probed without it is not one for with it."""
+    return hashlib.sha256(json.dumps([identity, ToolchainEnv.of(env).compiler_env()]).encode()).hexdigest()
+
+
+def probe_path(cache_dir: str | os.PathLike, identity: str, env: Mapping[str, str] | ToolchainEnv) -> Path:
+    return Path(cache_dir) / f"probes-{probe_key(identity, env)[:16]}.json"
 
 
 class Probes:
     """Cached probe results for one compiler identity."""
 
     def __init__(self, cache_dir: str | os.PathLike, identity: str, env: Mapping[str, str] | ToolchainEnv):
-        self.path = probe_path(cache_dir, identity)
-        self.identity = identity
         self.env = ToolchainEnv.of(env)
+        self.path = probe_path(cache_dir, identity, self.env)
+        self.identity = probe_key(identity, self.env)
         self.flags: dict[str, bool] = {}
         self.facts: dict[str, Any] = {}
         self.ran = 0  # child processes started by this object (for tests and logs)

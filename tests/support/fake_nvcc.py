@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ -n "$FAKE_NVCC_SLEEP" ]; then sleep "$FAKE_NVCC_SLEEP"; fi
-exec g++ -x c++ -fPIC -fvisibility=hidden -c "$src" -o "$out" -MD -MF "$dep" -MT "$mt"
+exec g++ -x c++ -fPIC -fvisibility=hidden -c "$src" -o "$out" -MD -MF "$dep" -MT "${mt:-$out}"
 """
 
 

@@ -14,6 +14,7 @@ from qola.core.errors import QolaError
 from qola.toolchain import Toolchain, default_jobs, find_toolchain, validate_archs, vendor_of
 from qola.toolchain import cuda as cuda_mod
 from qola.toolchain import hip as hip_mod
+from qola.toolchain.env import ToolchainEnv
 from qola.toolchain.probe import probe_path
 from qola.toolchain.versions import hip_version_key, parse_hip_version, parse_nvcc_version, version_matches
 
@@ -258,7 +259,7 @@ def test_cuda_found_and_flags(tmp_path):
     assert ("-Xcompiler", "-fPIC") in pairs and "--expt-relaxed-constexpr" in flags and "-std=c++17" in flags
     assert "-lcudart_static" in tc.shared_link_argv("o.rsp", "x.so", [])
     assert tc.runtime_link_libs() == ["cudart"]
-    assert probe_path(tmp_path, tc.identity).is_file()
+    assert probe_path(tmp_path, tc.identity, ToolchainEnv.of(ENV).with_child(tc.child_env)).is_file()
 
 
 @needs_nvcc
@@ -315,7 +316,7 @@ def test_hip_found_flags_and_probe_cache(tmp_path, monkeypatch):
     assert flags[-1] == "-fno-gpu-rdc"
     for dropped in tc.dropped_flags:  # whatever the probes refused stays out
         assert dropped.split()[-1] not in flags
-    assert probe_path(tmp_path, tc.identity).is_file()
+    assert probe_path(tmp_path, tc.identity, ToolchainEnv.of(ENV).with_child(tc.child_env)).is_file()
     seen = forbid_probes(monkeypatch)
     assert find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path) == tc
     assert seen
@@ -347,3 +348,23 @@ def test_hip_compile_and_link(tmp_path):
     lib = build_library(tc, tmp_path)
     assert ctypes.CDLL(str(lib)).qola_tc_probe() == 42
     assert "amdhip64" in tc.runtime_link_libs()
+
+
+def test_probe_cache_is_per_compiler_environment(tmp_path):
+    """A probe answered under one compiler environment is not reused under another: hipcc under
+    ck-jit's fake ROCM_PATH fails every --offload-arch probe until HIP_DEVICE_LIB_PATH names the
+    device libraries, and a cached 'no' from before must not outlive the fix (issue 31)."""
+    from qola.toolchain.probe import Probes
+
+    base = {"PATH": os.environ["PATH"]}
+    first = Probes(tmp_path, "same-compiler", base)
+    assert first.supported(["--offload-arch=gfx942"], lambda f: ["false"]) == {"--offload-arch=gfx942": False}
+    first.save()
+    again = Probes(tmp_path, "same-compiler", base)
+    assert again.supported(["--offload-arch=gfx942"], lambda f: ["true"]) == {"--offload-arch=gfx942": False}
+    assert again.ran == 0  # the cached answer, same environment
+    fixed = Probes(tmp_path, "same-compiler", {**base, "HIP_DEVICE_LIB_PATH": "/usr/lib/bitcode"})
+    assert fixed.supported(["--offload-arch=gfx942"], lambda f: ["true"]) == {"--offload-arch=gfx942": True}
+    assert fixed.ran == 1
+    unrelated = Probes(tmp_path, "same-compiler", {**base, "TERM": "xterm"})  # not a compiler variable
+    assert unrelated.supported(["--offload-arch=gfx942"], lambda f: ["true"])["--offload-arch=gfx942"] is False

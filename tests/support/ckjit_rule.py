@@ -1,0 +1,144 @@
+"""How ROCm/ck-jit reads a compile or link line (its ``ck_build_interceptor.py`` and
+``ck_post_build.py`` at 617a89b), restated from the facts of its code — none of its code is here.
+
+ck-jit puts its interceptor at ``$ROCM_PATH/bin/hipcc`` and ``$CXX`` and decides per call:
+
+* a call with exactly one argument among ``-v -V --version --help`` goes to the real compiler;
+* a call without ``-c`` is a link: when the basename of the value of ``-o`` is
+  ``[<prefix>_]libmha_(fwd|bwd)[_<suffix>].so`` its post-build takes it over (objects are the
+  ``.o`` arguments and the whitespace-separated tokens of ``@file`` arguments, kept when the file
+  is not empty; every argument holding ``--version-script`` or ``--exclude-libs`` is carried over;
+  ``--offload-arch`` from the link line, else from the first recorded compile that has one);
+  any other link goes to the real compiler;
+* a call with ``-c``: the source is the first argument that does not start with ``-`` and does
+  not follow a flag in :data:`VALUE_FLAGS`; the output is the value of ``-o`` (``-o X`` or
+  ``-o=X``). Without both it is handled as a link (above). A source whose basename is
+  ``fmha_(fwd|bwd|batch_prefill)*_api.(cu|cpp)`` is rewritten and compiled; a source whose absolute
+  path holds ``/blob/`` is recorded (one NDJSON line) and its output becomes a zero-byte stub;
+  anything else compiles for real.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# flags ck-jit's interceptor knows to take their value as the next argument
+VALUE_FLAGS = frozenset(
+    {
+        "-o",
+        "-x",
+        "-I",
+        "-D",
+        "-U",
+        "-include",
+        "-isystem",
+        "--offload-arch",
+        "--amdgpu-target",
+        "-MF",
+        "-arch",
+        "-ccbin",
+        "--compiler-bindir",
+        "-Xcompiler",
+        "-Xlinker",
+    }
+)
+INFO_FLAGS = frozenset({"-v", "-V", "--version", "--help"})
+LIB_RE = re.compile(r"^(?:.+_)?libmha_(fwd|bwd)(?:_.+)?\.so$")
+API_RE = re.compile(r"fmha_(fwd|bwd|batch_prefill).*_api\.(cu|cpp)$")
+
+
+def value_of(argv: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` as the interceptor finds it: the next argument, or after ``flag=``."""
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a[len(flag) + 1 :]
+    return None
+
+
+def compile_parts(argv: Sequence[str]) -> tuple[str | None, str | None]:
+    """(source, output) of a compile call (``argv[0]`` is the compiler); (None, None) without ``-c``."""
+    if "-c" not in argv:
+        return None, None
+    positionals = []
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a in VALUE_FLAGS:
+            i += 2
+            continue
+        if not a.startswith("-"):
+            positionals.append(a)
+        i += 1
+    return (positionals[0] if positionals else None), value_of(argv, "-o")
+
+
+@dataclass(frozen=True)
+class Call:
+    """What ck-jit makes of one call: ``kind`` is info, blob, api, compile, post_build or link."""
+
+    kind: str
+    source: str | None = None
+    output: str | None = None
+
+
+def classify(argv: Sequence[str], cwd: str | os.PathLike) -> Call:
+    if len(argv) == 2 and argv[1] in INFO_FLAGS:
+        return Call("info")
+    source, output = compile_parts(argv)
+    if source is None or output is None:
+        out = value_of(argv, "-o")
+        if out and LIB_RE.match(os.path.basename(out)):
+            return Call("post_build", output=out)
+        return Call("link", output=out)
+    src = os.path.abspath(os.path.join(cwd, source))
+    if API_RE.match(os.path.basename(src)):
+        return Call("api", src, output)
+    if "/blob/" in src.replace("\\", "/"):
+        return Call("blob", src, output)
+    return Call("compile", src, output)
+
+
+def link_tokens(argv: Sequence[str], cwd: str | os.PathLike) -> Iterator[str]:
+    """The link's arguments with each ``@file`` replaced by its whitespace-separated tokens."""
+    for a in argv:
+        rsp = Path(cwd, a[1:])
+        if a.startswith("@") and rsp.exists():
+            yield from rsp.read_text().split()
+        else:
+            yield a
+
+
+def link_objects(argv: Sequence[str], cwd: str | os.PathLike) -> list[str]:
+    """The objects the post-build links: every ``.o`` token naming an existing, non-empty file."""
+    out = []
+    for tok in link_tokens(argv, cwd):
+        p = Path(cwd, tok)
+        if tok.endswith(".o") and p.exists() and p.stat().st_size > 0:
+            out.append(tok)
+    return out
+
+
+def ld_flags(argv: Sequence[str]) -> list[str]:
+    """The link flags the post-build carries over to its own link (a ``…--version-script`` that
+    ends there brings the next argument, its two-token form)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if "--version-script" in a or "--exclude-libs" in a:
+            out.append(a)
+            if a.endswith("--version-script") and i + 1 < len(argv):
+                out.append(argv[i + 1])
+                i += 1
+        i += 1
+    return out
+
+
+def arch_flags(argv: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(a for a in argv if a.startswith("--offload-arch")))
