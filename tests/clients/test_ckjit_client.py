@@ -1,8 +1,15 @@
-"""ROCm/ck-jit's call form (``ck_jit_build.py full --with-qola``), replayed on the example tree for
-gfx90a: ``sys.executable -m qola.cli build --manifest M --aiter-root A --output-dir O --arch "<archs>"
---skip-checkout`` run with ``cwd=<qola checkout>`` and no PYTHONPATH, ``ROCM_PATH`` pointing at a fake
-ROCm whose ``bin/hipcc`` records every call and runs the real one (ck-jit's interceptor; every other
-entry a link to the real ROCm's, as ck-jit makes it). qola must take that hipcc, not PATH's."""
+"""ROCm/ck-jit's call form (``ck_jit_build.py full --with-qola``) against a double that acts as ck-jit
+does (tests/support/ckjit_fake.py, after ck-jit's parse rule in tests/support/ckjit_rule.py):
+``sys.executable -m qola.cli build --manifest M --aiter-root A --output-dir O --arch <archs>
+--skip-checkout`` run with ``cwd=<qola checkout>``, no PYTHONPATH, ``ROCM_PATH`` at a fake ROCm whose
+``bin/hipcc`` and ``$CXX`` are the interceptor. The tree is the project's own fixture in the shape of
+TE's AITER (``libmha_fwd``'s cpp_itfs API) with a generator that writes CK-style instances and an
+``fmha_fwd_api.cpp`` dispatch into its output dir, as CK's does.
+
+What must happen, as with ck-jit: each instance is recorded and stubbed, the dispatch compiled and
+recorded as an API file, the wrapper compiled for real, and the ``te_libmha_fwd.so`` link taken over
+by the post-build with the real objects, the version script and the archs. On the old compile line
+(``-MT obj``) the double reads the object as the source and the build fails (exit 3)."""
 
 from __future__ import annotations
 
@@ -14,72 +21,82 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.cmake_clients import MANIFEST, mirror_tree, plain_checkout, sh
-from support.common import KERNELS
+from support import itfs_fixture as fx
+from support.ckjit_fake import fake_rocm, records
+from support.cmake_clients import plain_checkout
 
 pytestmark = [pytest.mark.hip, pytest.mark.slow]
 
+ARCH = "gfx90a"  # what Debian 12's hipcc (CI's host) compiles for
 
-def fake_rocm(where: Path, log: Path) -> Path:
-    """ck-jit's fake ROCm home: bin/hipcc records its argv into ``log`` and runs the real hipcc."""
-    real_hipcc = Path(os.path.realpath(shutil.which("hipcc")))
-    real = real_hipcc.parent.parent  # /opt/rocm, or /usr for a distribution's hipcc
-    fake = where / "rocm"
-    (fake / "bin").mkdir(parents=True)
-    hipcc = fake / "bin" / "hipcc"
-    hipcc.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{log}"\nexec "{real_hipcc}" "$@"\n')
-    hipcc.chmod(0o755)
-    for entry in real.iterdir():
-        if entry.name == "bin":
-            for tool in entry.iterdir():
-                if tool.name != "hipcc" and not (fake / "bin" / tool.name).exists():
-                    (fake / "bin" / tool.name).symlink_to(tool)
-        elif not (fake / entry.name).exists():
-            (fake / entry.name).symlink_to(entry)
-    return fake
+GENERATOR = """import argparse, pathlib
+p = argparse.ArgumentParser()
+p.add_argument("--output_dir", required=True)
+out = pathlib.Path(p.parse_args().output_dir)
+out.mkdir(parents=True, exist_ok=True)
+kernels = ["fmha_fwd_d64_bf16_batch_b128_gfx9", "fmha_fwd_d128_bf16_batch_b128_gfx9"]
+for i, k in enumerate(kernels):
+    (out / (k + ".cpp")).write_text("float %s_run(int x) { return float(x * %d); }\\n" % (k, i + 2))
+decls = "".join("float %s_run(int);\\n" % k for k in kernels)
+(out / "fmha_fwd_api.cpp").write_text(
+    decls + "float fmha_fwd_dispatch(int d, int x) { return d == 64 ? %s_run(x) : %s_run(x); }\\n" % tuple(kernels)
+)
+"""
+
+MANIFEST = f"""[qola]
+namespace = "te"
+
+[build]
+architectures = ["{ARCH}"]
+mode = "cpp_itfs"
+
+[[modules]]
+name = "libmha_fwd"
+blob_gen_cmd = ["csrc/cpp_itfs/gen_fwd.py --output_dir {{}}"]
+"""
 
 
-def test_ckjit_call_form_uses_the_interceptor(tmp_path):
-    mirror = mirror_tree(KERNELS, tmp_path)
-    tree = tmp_path / "aiter"
-    sh("git", "clone", "-q", mirror.bare, tree)  # ck-jit's caller checks the tree out before
+def test_ckjit_takes_every_blob_the_api_and_the_link(tmp_path):
+    tree = fx.write_tree(tmp_path / "aiter", "new")
+    (tree / "csrc" / "cpp_itfs" / "gen_fwd.py").write_text(GENERATOR)
     m = tmp_path / "qola_manifest.toml"
-    m.write_text(MANIFEST.format(commit=mirror.commit).replace('"sm_90"', '"gfx90a"'))
+    m.write_text(MANIFEST)
     qola_dir = plain_checkout(tmp_path)
-    log = tmp_path / "hipcc-calls.log"
-    rocm = fake_rocm(tmp_path, log)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HIPCC", "ROCM_HOME", "HIP_PATH")}
-    env.update(ROCM_PATH=str(rocm), HIP_PLATFORM="amd")
+    hipcc = shutil.which("hipcc") or "/usr/bin/hipcc"
+    rocm, ck = fake_rocm(tmp_path, hipcc, "c++")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HIPCC", "HIP_PATH")}
+    env.update(ck, HIP_PLATFORM="amd")
     out = tmp_path / "jit" / "qola"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "qola.cli",
-            "build",
-            "--manifest",
-            str(m),
-            "--aiter-root",
-            str(tree),
-            "--output-dir",
-            str(out),
-            "--arch",
-            "gfx90a",
-            "--skip-checkout",
-            "-j",
-            "2",
-        ],
-        cwd=qola_dir,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    argv = [sys.executable, "-m", "qola.cli", "build", "--manifest", str(m), "--aiter-root", str(tree)]
+    argv += ["--output-dir", str(out), "--arch", ARCH, "--skip-checkout", "-j", "2"]
+    proc = subprocess.run(argv, cwd=qola_dir, env=env, capture_output=True, text=True)
+    tmp = Path(ck["CK_JIT_TMP_DIR"])
+    calls = records(tmp, "calls.ndjson")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:] + json.dumps(calls[-5:])
+
+    blobs = {Path(c["source"]).name: c for c in calls if c["kind"] == "blob"}
+    assert set(blobs) == {"fmha_fwd_d64_bf16_batch_b128_gfx9.cpp", "fmha_fwd_d128_bf16_batch_b128_gfx9.cpp"}
+    build = Path(str(out) + ".build")
+    for c in blobs.values():  # stubbed: ck-jit writes zero bytes where the object would be
+        assert (build / c["output"]).stat().st_size == 0
+    recorded = records(tmp, "manifest.json.ndjson")
+    assert sorted(Path(e["source"]).name for e in recorded if e["kind"] == "blob") == sorted(blobs)
+    for e in recorded:  # what ck-jit compiles later: the instance's flags, without source and object
+        assert f"--offload-arch={ARCH}" in e["argv"] and "-c" not in e["argv"] and "-o" not in e["argv"]
+    assert [Path(e["source"]).name for e in recorded if e["kind"] == "api"] == ["fmha_fwd_api.cpp"]
+    assert any(c["kind"] == "compile" and "qola_libmha_fwd_itfs" in c["source"] for c in calls)
+
+    post = [c for c in calls if c["kind"] == "post_build" and "objects" in c]
+    assert len(post) == 1 and post[0]["output"].endswith("lib/te_libmha_fwd.so"), post
+    objs = [Path(o).name for o in post[0]["objects"]]
+    assert any(o.startswith("fmha_fwd_api-") for o in objs) and any(o.startswith("qola_libmha_fwd_itfs") for o in objs)
+    assert not any(o.startswith("fmha_fwd_d") for o in objs)  # the stubs stay out
+    assert any("--version-script" in f for f in post[0]["ld_flags"]) and post[0]["arch"] == [f"--offload-arch={ARCH}"]
+
     data = json.loads((out / "manifest.json").read_text())
-    assert data["toolchain"]["kind"] == "hip" and data["archs"] == ["gfx90a"]
     assert [x["status"] for x in data["modules"]] == ["built"]
-    calls = log.read_text().splitlines()
-    compiles = [c for c in calls if " -c " in f" {c} " and "--offload-arch=gfx90a" in c]
-    assert any("attn_fwd_d64_fp32_batch" in c for c in compiles), calls  # the generated instance
-    assert any("attn_fwd_api" in c for c in compiles), calls  # the dispatch file
     assert str(rocm / "bin" / "hipcc") in json.dumps(data["toolchain"])  # recorded as the compiler used
+    nm = subprocess.run(
+        ["nm", "-D", "--defined-only", str(out / "lib" / "te_libmha_fwd.so")], capture_output=True, text=True
+    )
+    assert "_ZN4qola2te7mha_fwd" in nm.stdout and "fmha_fwd_dispatch" not in nm.stdout  # isolated still

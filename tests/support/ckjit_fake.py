@@ -21,7 +21,7 @@ from pathlib import Path
 
 SUPPORT = Path(__file__).resolve().parent
 
-SCRIPT = r'''#!{python}
+SCRIPT = r"""#!{python}
 import fcntl, json, os, subprocess, sys
 sys.path.insert(0, {support!r})
 from ckjit_rule import arch_flags, classify, ld_flags, link_objects
@@ -105,7 +105,7 @@ def main():
 
 
 sys.exit(main())
-'''
+"""
 
 
 def fake_rocm(where: Path, real_hipcc: str, real_cxx: str) -> tuple[Path, dict[str, str]]:
