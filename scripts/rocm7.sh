@@ -93,7 +93,7 @@ remote_extras() {
 
 setup() {
   need_root
-  is_ready && { remote_extras; return 0; }
+  is_ready && { remote_extras; view_ready || rocm_view; return 0; }
   command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
   local parent tmp start=$SECONDS
   parent=$(dirname "$ROOT")
@@ -115,6 +115,32 @@ setup() {
   trap - EXIT
   log "ready in $((SECONDS - start)) s: $(du -sh "$ROOT" | cut -f1)"
   remote_extras
+  rocm_view
+}
+# A ROCm-layout view of Debian's ROCm at /opt/rocm inside the chroot (links only): bin/ (hipcc and
+# ROCm's tools), include/ with ROCm's headers alone, lib/ with the HIP runtime and LLVM, amdgcn/ (the
+# device libraries), share/hip (the version clang reads). Tools that take a ROCm root and derive
+# paths from it work on it as on AMD's packages: ck-jit (ROCM_PATH unset -> /opt/rocm) builds its fake
+# ROCm from it and passes `-isystem <root>/include`, which with Debian's root /usr would put
+# /usr/include before libstdc++'s headers (`#include_next <math.h>` then fails).
+VIEW_RECIPE=1
+view_ready() { [ -f "$ROOT/opt/rocm/.qola-view" ] && [ "$(cat "$ROOT/opt/rocm/.qola-view")" = "$VIEW_RECIPE" ]; }
+rocm_view() {
+  local v=$ROOT/opt/rocm f
+  rm -rf --one-file-system "$v"
+  mkdir -p "$v/bin" "$v/include" "$v/lib" "$v/share"
+  for f in "$ROOT"/usr/bin/hip* "$ROOT"/usr/bin/amdclang* "$ROOT"/usr/bin/roc*; do
+    [ -e "$f" ] && ln -s "/usr/bin/${f##*/}" "$v/bin/"
+  done
+  for f in hip hsa amd_comgr; do [ -e "$ROOT/usr/include/$f" ] && ln -s "/usr/include/$f" "$v/include/"; done
+  for f in "$ROOT"/usr/lib/x86_64-linux-gnu/lib{amdhip64,hsa-runtime64,amd_comgr}.so*; do
+    [ -e "$f" ] && ln -s "/usr/lib/x86_64-linux-gnu/${f##*/}" "$v/lib/"
+  done
+  for f in "$ROOT"/usr/lib/llvm-*; do ln -s "/usr/lib/${f##*/}" "$v/lib/"; done
+  f=$(cd "$ROOT" && ls -d usr/lib/llvm-*/lib/clang/*/amdgcn 2>/dev/null | sort -V | tail -n 1)
+  [ -n "$f" ] && ln -s "/$f" "$v/amdgcn"
+  [ -e "$ROOT/usr/share/hip" ] && ln -s /usr/share/hip "$v/share/hip"
+  echo "$VIEW_RECIPE" >"$v/.qola-view"
 }
 export APT_OPTS="${APT[*]}" APT_LIST="${APT_PKGS[*]}" REMOTE_APT_LIST="${REMOTE_APT[*]}"
 
@@ -122,6 +148,7 @@ run() {
   need_root
   is_ready || setup
   remote_ready || remote_extras
+  view_ready || rocm_view
   [ $# -gt 0 ] || die "run: give a command"
   local shared
   shared=$(cd "$REPO/.." && pwd)/shared
