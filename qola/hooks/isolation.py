@@ -13,11 +13,12 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from qola import __version__
-from qola.compile.elf import audit_artifact
+from qola.compile.elf import MAX_SHOWN, audit_artifact, demangle
 from qola.compile.extras import Edge, FileWrite, ModuleExtra
 from qola.compile.layout import BuildLayout, object_path
 from qola.compile.link import archive_steps, library_ldflags, python_module_ldflags, version_script
 from qola.compile.steps import CompileReport, fail
+from qola.compile.unresolved import unresolved
 from qola.core.errors import BuildFailed, QolaError
 from qola.hooks import embed
 from qola.output import kernels
@@ -194,10 +195,27 @@ def audit(report: CompileReport, plan: Plan, only: Collection[str] | None = None
             off = kernels.switch_problems(r.artifact, mod.name) if mod.gates else []
             if off:
                 raise BuildFailed("\n".join(off), hint="a library that cannot compute is not published")
+            if not mod.is_python_module and r.artifact.suffix != ".a":
+                _check_resolved(r.artifact, report.toolchain.lib_dirs)
         except QolaError as exc:
             fail(r, exc)
             continue
         r.exports = sorted(s.name for s in result.exports)
+
+
+def _check_resolved(artifact: Path, lib_dirs: Sequence[str]) -> None:
+    """The library's undefined symbols are all defined by what it loads (:mod:`qola.compile.unresolved`):
+    a link taken over by another tool (ck-jit's post-build) may have dropped ``--no-undefined``."""
+    missing = unresolved(artifact, lib_dirs)
+    if missing:
+        names = demangle(missing[: MAX_SHOWN + 1])
+        shown = names[:MAX_SHOWN] + ([f"… and {len(missing) - MAX_SHOWN} more"] if len(missing) > MAX_SHOWN else [])
+        raise BuildFailed(
+            f"{artifact}: {len(missing)} symbol(s) it calls are defined by nothing it loads:\n"
+            + "\n".join(f"  {n}" for n in shown),
+            hint="a library that cannot reach its code is not published; when a tool took the link over "
+            "(ck-jit's post-build), check that its dispatch rewrite and stubs match this tree",
+        )
 
 
 def module_headers(report: CompileReport, plan: Plan, layout: BuildLayout) -> tuple[list[Path], list[str]]:

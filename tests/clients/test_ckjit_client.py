@@ -29,18 +29,25 @@ pytestmark = [pytest.mark.hip, pytest.mark.slow]
 
 ARCH = "gfx90a"  # what Debian 12's hipcc (CI's host) compiles for
 
+# CK's fMHA generator in small: instances and a dispatch calling them; HINTS (prepended by the test)
+# writes the line ck-jit's codegen patch adds before each dispatch call (``//jit_kernel: <file>``)
 GENERATOR = """import argparse, pathlib
 p = argparse.ArgumentParser()
 p.add_argument("--output_dir", required=True)
 out = pathlib.Path(p.parse_args().output_dir)
 out.mkdir(parents=True, exist_ok=True)
 kernels = ["fmha_fwd_d64_bf16_batch_b128_gfx9", "fmha_fwd_d128_bf16_batch_b128_gfx9"]
+lines = []
 for i, k in enumerate(kernels):
     (out / (k + ".cpp")).write_text("float %s_run(int x) { return float(x * %d); }\\n" % (k, i + 2))
-decls = "".join("float %s_run(int);\\n" % k for k in kernels)
-(out / "fmha_fwd_api.cpp").write_text(
-    decls + "float fmha_fwd_dispatch(int d, int x) { return d == 64 ? %s_run(x) : %s_run(x); }\\n" % tuple(kernels)
-)
+    lines.append("float %s_run(int);" % k)
+lines.append("float fmha_fwd_dispatch(int d, int x) {")
+for d, k in zip((64, 128), kernels):
+    if HINTS:
+        lines.append("//jit_kernel: %s.cpp" % k)
+    lines.append("    if (d == %d) return %s_run(x);" % (d, k))
+lines += ["    return -1;", "}"]
+(out / "fmha_fwd_api.cpp").write_text("\\n".join(lines) + "\\n")
 """
 
 MANIFEST = f"""[qola]
@@ -56,9 +63,9 @@ blob_gen_cmd = ["csrc/cpp_itfs/gen_fwd.py --output_dir {{}}"]
 """
 
 
-def test_ckjit_takes_every_blob_the_api_and_the_link(tmp_path):
+def _build_under_ckjit(tmp_path: Path, hints: bool):
     tree = fx.write_tree(tmp_path / "aiter", "new")
-    (tree / "csrc" / "cpp_itfs" / "gen_fwd.py").write_text(GENERATOR)
+    (tree / "csrc" / "cpp_itfs" / "gen_fwd.py").write_text(f"HINTS = {int(hints)}\n" + GENERATOR)
     m = tmp_path / "qola_manifest.toml"
     m.write_text(MANIFEST)
     qola_dir = plain_checkout(tmp_path)
@@ -70,7 +77,11 @@ def test_ckjit_takes_every_blob_the_api_and_the_link(tmp_path):
     argv = [sys.executable, "-m", "qola.cli", "build", "--manifest", str(m), "--aiter-root", str(tree)]
     argv += ["--output-dir", str(out), "--arch", ARCH, "--skip-checkout", "-j", "2"]
     proc = subprocess.run(argv, cwd=qola_dir, env=env, capture_output=True, text=True)
-    tmp = Path(ck["CK_JIT_TMP_DIR"])
+    return proc, out, rocm, Path(ck["CK_JIT_TMP_DIR"])
+
+
+def test_ckjit_takes_every_blob_the_api_and_the_link(tmp_path):
+    proc, out, rocm, tmp = _build_under_ckjit(tmp_path, hints=True)
     calls = records(tmp, "calls.ndjson")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:] + json.dumps(calls[-5:])
 
@@ -83,7 +94,9 @@ def test_ckjit_takes_every_blob_the_api_and_the_link(tmp_path):
     assert sorted(Path(e["source"]).name for e in recorded if e["kind"] == "blob") == sorted(blobs)
     for e in recorded:  # what ck-jit compiles later: the instance's flags, without source and object
         assert f"--offload-arch={ARCH}" in e["argv"] and "-c" not in e["argv"] and "-o" not in e["argv"]
-    assert [Path(e["source"]).name for e in recorded if e["kind"] == "api"] == ["fmha_fwd_api.cpp"]
+    assert [(Path(e["source"]).name, e["rewritten"]) for e in recorded if e["kind"] == "api"] == [
+        ("fmha_fwd_api_jit.cpp", 2)
+    ]
     assert any(c["kind"] == "compile" and "qola_libmha_fwd_itfs" in c["source"] for c in calls)
 
     post = [c for c in calls if c["kind"] == "post_build" and "objects" in c]
@@ -100,3 +113,17 @@ def test_ckjit_takes_every_blob_the_api_and_the_link(tmp_path):
         ["nm", "-D", "--defined-only", str(out / "lib" / "te_libmha_fwd.so")], capture_output=True, text=True
     )
     assert "_ZN4qola2te7mha_fwd" in nm.stdout and "fmha_fwd_dispatch" not in nm.stdout  # isolated still
+
+
+def test_a_library_that_cannot_reach_its_kernels_fails(tmp_path):
+    """Without the codegen hints (a CK that ck-jit's patch does not fit: the amd-aiter sdist's) the
+    dispatch still calls the kernels, whose objects are stubs: ck-jit's post-build links the library
+    all the same (``--allow-shlib-undefined``); qola reads it back and fails the module, naming the
+    kernels nothing defines, instead of publishing a library that fails in TE's link or dlopen."""
+    proc, out, _, tmp = _build_under_ckjit(tmp_path, hints=False)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert any(c["kind"] == "post_build" and "objects" in c for c in records(tmp, "calls.ndjson"))
+    text = proc.stdout + proc.stderr
+    assert "defined by nothing it loads" in text, text[-3000:]
+    assert "fmha_fwd_d64_bf16_batch_b128_gfx9_run(int)" in text, text[-3000:]
+    assert not (out / "lib" / "te_libmha_fwd.so").exists()

@@ -1,10 +1,12 @@
 """A test double of ROCm/ck-jit's build side that *acts* as ck-jit does (tests/support/ckjit_rule.py
 states its rules): a fake ROCm home whose ``bin/hipcc`` and ``bin/cxx_interceptor`` run
 :data:`SCRIPT`, which reads every call with ck-jit's parse rule, records each ``/blob/`` compile as
-one NDJSON line and writes a zero-byte stub in place of its object, compiles an
-``fmha_*_api`` source for real and records it, compiles anything else for real, and takes over the
-``*libmha_(fwd|bwd)*.so`` link as ck-jit's post-build does (the non-empty objects, the carried
-``--version-script``, hipcc with ``-Wl,--allow-shlib-undefined``).
+one NDJSON line and writes a zero-byte stub in place of its object, rewrites an ``fmha_*_api``
+source (each dispatch call after a ``//jit_kernel: <blob>`` hint, the hint CK's generator writes with
+ck-jit's codegen patch, becomes a call of ck-jit's runtime), compiles it and records it, compiles
+anything else for real, and takes over the ``*libmha_(fwd|bwd)*.so`` link as ck-jit's post-build
+does (the non-empty objects and a runtime object, the carried ``--version-script``, hipcc with
+``-Wl,--allow-shlib-undefined``).
 
 Where ck-jit would silently go wrong it stops instead: a compile line whose parsed "source" is not
 an existing source file (ck-jit compiles the call for real and never stubs it, the failure of
@@ -22,7 +24,7 @@ from pathlib import Path
 SUPPORT = Path(__file__).resolve().parent
 
 SCRIPT = r"""#!{python}
-import fcntl, json, os, subprocess, sys
+import fcntl, json, os, re, subprocess, sys
 sys.path.insert(0, {support!r})
 from ckjit_rule import arch_flags, classify, ld_flags, link_objects
 
@@ -57,6 +59,25 @@ def flags(argv, call):
     return out
 
 
+HINT = "//jit_kernel: "
+RUNTIME = 'float ck_jit_call(const char* blob, int x) {{ (void)blob; (void)x; return -1.0f; }}\n'
+
+
+def rewrite(text):
+    # each dispatch call after a `//jit_kernel: <blob>.cpp` hint becomes a call of the runtime
+    # (`<kernel>_run(x)` -> `ck_jit_call("<blob>", x)`); returns (text, calls rewritten)
+    out, blob, n = [], None, 0
+    for line in text.splitlines():
+        if line.strip().startswith(HINT):
+            blob = line.strip()[len(HINT):].rsplit(".", 1)[0]
+        elif blob and re.search(r"\w+_run\(", line):
+            line, k = re.subn(r"\w+_run\(", 'ck_jit_call("%s", ' % blob, line, count=1)
+            n, blob = n + k, None
+        out.append(line)
+    head = "float ck_jit_call(const char*, int);\n" if n else ""
+    return head + "\n".join(out) + "\n", n
+
+
 def post_build(argv, call):
     ndjson = os.path.join(TMP, "manifest.json.ndjson")
     if not os.path.exists(ndjson):
@@ -70,7 +91,12 @@ def post_build(argv, call):
             arch = arch_flags(json.loads(line)["argv"])
             if arch:
                 break
-    cmd = [os.environ["CK_JIT_HIPCC"], "-shared", "-fPIC", *arch, *ld_flags(argv), *objs, "-ldl",
+    runtime_src, runtime = os.path.join(TMP, "ck_jit_runtime.cpp"), os.path.join(TMP, "ck_jit_runtime.o")
+    open(runtime_src, "w").write(RUNTIME)
+    rc = subprocess.run([os.environ["CK_JIT_HIPCC"], "-fPIC", *arch, "-c", runtime_src, "-o", runtime]).returncode
+    if rc != 0:
+        return rc
+    cmd = [os.environ["CK_JIT_HIPCC"], "-shared", "-fPIC", *arch, *ld_flags(argv), *objs, runtime, "-ldl",
            "-Wl,--allow-shlib-undefined", "-Wl,-soname," + os.path.basename(call.output), "-o", call.output]
     append("calls.ndjson", {{"kind": "post_build", "output": call.output, "objects": objs,
                              "ld_flags": ld_flags(argv), "arch": arch}})
@@ -94,10 +120,18 @@ def main():
         open(call.output, "wb").close()
         return 0
     if call.kind == "api":
-        rc = real([os.environ["CK_JIT_HIPCC"], *argv[1:]])
+        text = open(call.source).read()
+        rewritten, n = rewrite(text)
+        if HINT in text and n == 0:
+            print("[CK-API] ERROR: JIT hint block had no rewrite in " + call.source, file=sys.stderr)
+            return 1
+        src = os.path.join(TMP, os.path.basename(call.source)[:-4] + "_jit.cpp")
+        open(src, "w").write(rewritten)
+        new = [src if os.path.abspath(a) == call.source else a for a in argv]
+        rc = real([os.environ["CK_JIT_HIPCC"], *new[1:]])
         if rc == 0:
-            append("manifest.json.ndjson", {{"source": call.source, "cwd": os.getcwd(),
-                                             "argv": flags(argv, call), "kind": "api"}})
+            append("manifest.json.ndjson", {{"source": src, "cwd": os.getcwd(), "argv": flags(argv, call),
+                                             "kind": "api", "rewritten": n}})
         return rc
     if call.kind == "post_build":
         return post_build(argv, call)
