@@ -58,10 +58,11 @@ def _dynamic(path: Path) -> tuple[set[str], set[str], list[str], list[str]]:
             for sec in elf.iter_sections():
                 if isinstance(sec, DynamicSection):
                     for tag in sec.iter_tags():
-                        if tag.entry.d_tag == "DT_NEEDED":
-                            needed.append(tag.needed)
-                        elif tag.entry.d_tag in ("DT_RUNPATH", "DT_RPATH"):
-                            run = tag.runpath if tag.entry.d_tag == "DT_RUNPATH" else tag.rpath
+                        kind = tag.entry.d_tag
+                        if kind == "DT_NEEDED":
+                            needed.append(str(getattr(tag, "needed", "")))
+                        elif kind in ("DT_RUNPATH", "DT_RPATH"):
+                            run = str(getattr(tag, "runpath" if kind == "DT_RUNPATH" else "rpath", ""))
                             dirs += [d.replace("$ORIGIN", str(path.parent)) for d in run.split(":") if d]
     except (OSError, ELFError):
         pass
