@@ -322,6 +322,8 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
         layout.root.mkdir(parents=True, exist_ok=True)
         results = stages.new_results(plan_)
         notes: list[str] = []
+        if any(m.generators for m in plan_.modules):
+            ui.phase("generating")
         generated = stages.generate(
             plan_,
             tc,
@@ -348,6 +350,7 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
             rules={**isolation.RULES, **jitbuild.rules(tc)},
         )
         seen: list[str] = []  # what sccache did, when it is the launcher
+        ui.phase("compiling")
         status = ui.status if rx is None else rx.tally.status(ui.status)
         with dist.watched(s.launcher, child.plus(tc.child_env), seen, farm_=s.farm, enabled=not s.dry_run):
             compiled = stages.compile_graph(
