@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import importlib.util
 import sys
 import traceback
 from collections.abc import Sequence
@@ -73,7 +74,35 @@ def missing_dependency(exc: ModuleNotFoundError) -> str | None:
     )
 
 
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a broken parent package
+        return False
+
+
+def missing_dependencies() -> str | None:
+    """Every dependency of qola this interpreter cannot import, in one message with one pip command
+    (None: none missing). A lookup, not an import: the no-op path stays fast."""
+    tops = ("pydantic", "ninja", "rich", "pybind11", "elftools") + (("tomli",) if sys.version_info < (3, 11) else ())
+    missing = [DEPENDENCIES[t] for t in tops if not _importable(t)]
+    if not missing:
+        return None
+    names = ", ".join(req.split(">")[0] for req in missing)
+    reqs = " ".join(f"'{req}'" for req in missing)
+    return (
+        f"error: qola needs the Python package(s) {names}, which {sys.executable} cannot import\n"
+        f"hint: install them with: {sys.executable} -m pip install {reqs}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if next((a for a in words if not a.startswith("-")), None) in COMMANDS:  # a command will run: check first
+        line = missing_dependencies()
+        if line is not None:
+            print(line, file=sys.stderr)
+            return EXIT_USER
     try:
         return _main(argv)
     except ModuleNotFoundError as exc:
