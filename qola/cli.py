@@ -11,6 +11,8 @@ import argparse
 import errno
 import importlib
 import importlib.util
+import os
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -104,7 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(line, file=sys.stderr)
             return EXIT_USER
     try:
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()  # a reader that went away (`| head`) is noticed here, not at exit
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except ModuleNotFoundError as exc:
         line = missing_dependency(exc)
         if line is None:
@@ -167,11 +173,25 @@ def _main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USER
+    except BrokenPipeError:  # `qola … | head`: the reader has what it wanted
+        return _reader_gone()
     except (OSError, RecursionError, MemoryError) as exc:  # last resort: one line, no traceback
         if args.debug:
             traceback.print_exc()
         print(f"error: {last_resort(exc)}" + ("" if args.debug else " (--debug shows the traceback)"), file=sys.stderr)
         return EXIT_USER
+
+
+def _reader_gone() -> int:
+    """stdout's reader closed the pipe (``| head``): exit quietly, as a command killed by SIGPIPE
+    would (141), with stdout pointed at /dev/null so that the interpreter's last flush says nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 128 + signal.SIGPIPE
 
 
 def last_resort(exc: BaseException) -> str:

@@ -267,3 +267,22 @@ def test_every_missing_dependency_in_one_message_before_any_work(tmp_path):
     pips = [ln for ln in proc.stderr.splitlines() if "-m pip install" in ln]
     assert len(pips) == 1 and all(r in pips[0] for r in ("'pydantic>=2.5'", "'ninja>=1.11'", "'pyelftools>=0.30'"))
     assert not out.exists() and not (tmp_path / "out.build").exists()
+
+
+def test_reader_gone_exits_quietly(tmp_path):
+    """Issue 32 item 7: `qola plan | head` (here: a pipe whose reader is already gone) ends quietly."""
+    r, w = os.pipe()
+    os.close(r)  # every write to w now fails with EPIPE: no timing involved
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "qola.cli", "plan", "-m", str(EX / "quickstart.toml"), "-a", str(KERNELS)],
+            stdout=w,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=no_pythonpath(PYTHONPATH=str(REPO)),
+            cwd=tmp_path,
+        )
+    finally:
+        os.close(w)
+    assert proc.returncode == 141, proc.stderr
+    assert "Broken pipe" not in proc.stderr and "errno 32" not in proc.stderr and "Traceback" not in proc.stderr
