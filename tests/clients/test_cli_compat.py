@@ -286,3 +286,17 @@ def test_reader_gone_exits_quietly(tmp_path):
         os.close(w)
     assert proc.returncode == 141, proc.stderr
     assert "Broken pipe" not in proc.stderr and "errno 32" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_doctor_checks_python_headers(tmp_path, monkeypatch):
+    """Issue 32 item 4: pybind modules need Python.h; doctor says whether this interpreter has it."""
+    import sysconfig
+
+    from qola.commands import doctor
+
+    found = {c.name: c for c in doctor.checks(dict(os.environ))}
+    assert found["Python headers"].ok == (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file()
+    real = sysconfig.get_paths
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: {**real(*a, **k), "include": str(tmp_path)})
+    c = {c.name: c for c in doctor.checks(dict(os.environ))}["Python headers"]
+    assert not c.ok and not c.required and "Python.h is missing" in c.detail and "-dev" in c.detail
