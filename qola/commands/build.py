@@ -268,11 +268,11 @@ class RichReporter(Reporter):
             yield
             return
         if not self.console.is_terminal:  # a pipe or a file: plain lines, on a clock of their own
-            from qola.pipeline import progress  # lazy: start-up of the CLI and of the no-op path
+            from qola.pipeline import progress as plain  # lazy: start-up of the CLI and of the no-op path
 
-            self.plain = progress.PlainProgress(self.line, running=progress.running_units)
+            self.plain = plain.PlainProgress(self.line, running=plain.running_units)
             try:
-                with progress.Ticker(self.plain.tick):
+                with plain.Ticker(self.plain.tick):
                     yield
             finally:
                 self.plain = None

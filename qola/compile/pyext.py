@@ -26,8 +26,7 @@ def python_headers() -> str:
     if not os.path.isfile(os.path.join(include, "Python.h")):
         ver = f"{sys.version_info[0]}.{sys.version_info[1]}"
         raise QolaError(
-            f"Python {ver}'s headers are not installed ({include}/Python.h is missing): pybind modules "
-            "cannot compile",
+            f"Python {ver}'s headers are not installed ({include}/Python.h is missing): pybind modules cannot compile",
             hint=f"install them (Debian/Ubuntu: apt-get install python{ver}-dev; Fedora: dnf install python3-devel)",
         )
     return include

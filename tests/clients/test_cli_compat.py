@@ -259,7 +259,9 @@ def test_every_missing_dependency_in_one_message_before_any_work(tmp_path):
     env = no_pythonpath(PYTHONPATH=f"{hook}{os.pathsep}{REPO}")
     out = tmp_path / "out"
     args = ["build", "-m", str(EX / "quickstart.toml"), "-a", str(KERNELS), "-o", str(out)]
-    proc = subprocess.run([sys.executable, "-m", "qola.cli", *args], env=env, capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "qola.cli", *args], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     for name in ("pydantic", "ninja", "pyelftools", "pybind11"):
         assert name in proc.stderr, proc.stderr

@@ -18,7 +18,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from support.common import REPO
@@ -60,7 +59,7 @@ def shell_lines() -> list[tuple[str, str]]:
         for line in _joined(_fenced(f.read_text())):
             found.append((f.name, line.removeprefix("$ ")))
     for f in EXAMPLES:
-        head = [ln[1:] for ln in f.read_text().splitlines() if ln.startswith("#   ") or ln.startswith("#       ")]
+        head = [ln[1:] for ln in f.read_text().splitlines() if ln.startswith("#   ")]
         found += [(f.name, line) for line in _joined(head)]
     return [(w, re.sub(r"\s+#\s.*$", "", ln)) for w, ln in found if ln and not ln.startswith("#")]
 

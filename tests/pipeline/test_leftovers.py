@@ -56,9 +56,7 @@ def test_build_dir_is_invisible_to_git_status(tmp_path):
     status = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
     assert "out.build" not in status, status
     # in qola's own checkout (README's command 1: -o out) the output dir's lock is ignored too
-    ignored = subprocess.run(
-        ["git", "check-ignore", "--no-index", "-q", ".out.qola.lock"], cwd=REPO
-    )
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", "-q", ".out.qola.lock"], cwd=REPO)
     assert ignored.returncode == 0
 
 
@@ -70,7 +68,9 @@ def test_output_dir_dot_keeps_the_build_dir_out_of_the_parent(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "--build-dir" in proc.stderr
     assert not (tmp_path / "here.build").exists() and not (tmp_path / ".here.qola.lock").exists()
-    ok = run_qola("build", "-m", str(m), "-a", str(tree), "-o", ".", "--build-dir", str(tmp_path / "b"), env=env, cwd=here)
+    ok = run_qola(
+        "build", "-m", str(m), "-a", str(tree), "-o", ".", "--build-dir", str(tmp_path / "b"), env=env, cwd=here
+    )
     assert ok.returncode == 0, ok.stderr
     assert (here / "manifest.json").is_file() and not (tmp_path / "here.build").exists()
 

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.common import REPO, run_qola
+from support.common import run_qola
 
 from qola.plan.manifest import parse
 from qola.plan.planner import make_plan
@@ -140,6 +140,7 @@ def _same_but_ties(cfg: MergedConfig, cols: list[str], rows_a: list[str], rows_b
     keys = [*(pd.read_csv(cfg.untuned).columns if os.path.exists(cfg.untuned) else cols), "us"]
     keys += ["cu_num"] if cfg.per_cu_num and "cu_num" not in keys else []
     at = [cols.index(k) for k in dict.fromkeys(keys) if k in cols]
+
     def cell(v: str) -> object:  # "0" and "0.0" as pandas compares them (a file's column may be int)
         try:
             return float(v)
@@ -293,7 +294,11 @@ def test_env_override_merges_two_files(tree, tmp_path):
     assert diffs == [] and merged == len(merged_by_aiter(oracle, tree))
     assert merged == len(merged_by_aiter(run_oracle(tree), tree)) + 1  # this one merged too
     plan = make_plan(
-        parse('[[modules]]\nname = "module_gemm_a8w8"\n', "m.toml"), open_tree(tree), archs=ARCHS, env=env, hip_version=HIP
+        parse('[[modules]]\nname = "module_gemm_a8w8"\n', "m.toml"),
+        open_tree(tree),
+        archs=ARCHS,
+        env=env,
+        hip_version=HIP,
     )
     (cfg,) = plan.modules[0].configs
     assert cfg.sources == (a, b, str(tmp_path / "absent.csv"))

@@ -361,7 +361,9 @@ def test_dry_run_refuses_the_arch_the_build_refuses(tmp_path):
     from support.common import KERNELS, run_qola
 
     m = tmp_path / "h.toml"
-    m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["gfx942"]\n[[modules]]\nname = "module_rmsnorm"\n')
+    m.write_text(
+        '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["gfx942"]\n[[modules]]\nname = "module_rmsnorm"\n'
+    )
     for cmd in (["build", "--dry-run", "-o", str(tmp_path / "out")], ["plan"]):
         proc = run_qola(*cmd, "-m", str(m), "-a", str(KERNELS), "--arch", "gfx9420", cwd=tmp_path)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
