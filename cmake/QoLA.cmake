@@ -285,6 +285,12 @@ function(_qola_targets root libs out_var)
         list(APPEND _targets "qola::${_ns}::${_mod}")
       endif()
     endforeach()
+    if(libs AND NOT _targets)
+      message(FATAL_ERROR
+        "[qola] OUT_TARGETS: none of ${libs} in ${root}/lib is a linkable library (qola::${_ns}:: has no "
+        "target for them): Python extension modules (pybind) are imported, not linked. Drop OUT_TARGETS "
+        "for this group and use OUT_LIB_DIR / OUT_LIBS.")
+    endif()
   elseif(_n GREATER 1)
     message(FATAL_ERROR "[qola] ${root} holds ${_n} CMake packages (${_cfgs}); one output dir holds one namespace.")
   endif()
@@ -392,10 +398,14 @@ function(qola_add_modules)
     qola_checkout_aiter(MANIFEST "${QAM_MANIFEST}" DEFAULT_DIR "${QAM_BUILD_DIR}/third_party/aiter"
                         GROUPS "${QAM_GROUP}" OUT_DIR _tree)
   endif()
+  set(_want_targets)  # only when asked: a group of Python modules has none (an error when asked)
+  if(QAM_OUT_TARGETS)
+    set(_want_targets OUT_TARGETS _targets)
+  endif()
   qola_build_modules(
     GROUP "${QAM_GROUP}" MANIFEST "${QAM_MANIFEST}" BUILD_DIR "${QAM_BUILD_DIR}" AITER_DIR "${_tree}"
     ARCHS ${QAM_ARCHS} LIBS ${QAM_LIBS}
-    OUT_INCLUDE_DIR _inc OUT_LIB_DIR _lib OUT_LIBS _libs OUT_CONFIG_DIR _cfg OUT_TARGETS _targets)
+    OUT_INCLUDE_DIR _inc OUT_LIB_DIR _lib OUT_LIBS _libs OUT_CONFIG_DIR _cfg ${_want_targets})
   foreach(_pair "INCLUDE_DIR;_inc" "LIB_DIR;_lib" "LIBS;_libs" "CONFIG_DIR;_cfg" "AITER_DIR;_tree" "TARGETS;_targets")
     list(GET _pair 0 _name)
     list(GET _pair 1 _local)

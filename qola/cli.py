@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import importlib.util
+import os
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -73,9 +76,41 @@ def missing_dependency(exc: ModuleNotFoundError) -> str | None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _importable(name: str) -> bool:
     try:
-        return _main(argv)
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a broken parent package
+        return False
+
+
+def missing_dependencies() -> str | None:
+    """Every dependency of qola this interpreter cannot import, in one message with one pip command
+    (None: none missing). A lookup, not an import: the no-op path stays fast."""
+    tops = ("pydantic", "ninja", "rich", "pybind11", "elftools") + (("tomli",) if sys.version_info < (3, 11) else ())
+    missing = [DEPENDENCIES[t] for t in tops if not _importable(t)]
+    if not missing:
+        return None
+    names = ", ".join(req.split(">")[0] for req in missing)
+    reqs = " ".join(f"'{req}'" for req in missing)
+    return (
+        f"error: qola needs the Python package(s) {names}, which {sys.executable} cannot import\n"
+        f"hint: install them with: {sys.executable} -m pip install {reqs}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if next((a for a in words if not a.startswith("-")), None) in COMMANDS:  # a command will run: check first
+        line = missing_dependencies()
+        if line is not None:
+            print(line, file=sys.stderr)
+            return EXIT_USER
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a reader that went away (`| head`) is noticed here, not at exit
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except ModuleNotFoundError as exc:
         line = missing_dependency(exc)
         if line is None:
@@ -138,11 +173,25 @@ def _main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USER
+    except BrokenPipeError:  # `qola … | head`: the reader has what it wanted
+        return _reader_gone()
     except (OSError, RecursionError, MemoryError) as exc:  # last resort: one line, no traceback
         if args.debug:
             traceback.print_exc()
         print(f"error: {last_resort(exc)}" + ("" if args.debug else " (--debug shows the traceback)"), file=sys.stderr)
         return EXIT_USER
+
+
+def _reader_gone() -> int:
+    """stdout's reader closed the pipe (``| head``): exit quietly, as a command killed by SIGPIPE
+    would (141), with stdout pointed at /dev/null so that the interpreter's last flush says nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 128 + signal.SIGPIPE
 
 
 def last_resort(exc: BaseException) -> str:

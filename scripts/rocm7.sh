@@ -2,7 +2,8 @@
 # A ROCm 7 build environment for qola's `rocm` tests: Debian unstable's hipcc 7.0.2
 # (HIP 6.4, clang 21; targets gfx942 and gfx950) in a chroot, created once and cached.
 #
-#   scripts/rocm7.sh setup            create the chroot if it is missing or stale (~1-2 min, ~1.9 GB)
+#   scripts/rocm7.sh setup            create the chroot if it is missing or stale (~2-3 min, ~2 GB); the
+#                                     tools' output goes to setup.log beside it, shown only on a failure
 #   scripts/rocm7.sh run CMD [ARG..]  run CMD inside it, in the current directory
 #   scripts/rocm7.sh path             print where the chroot lives
 #
@@ -34,8 +35,21 @@ ROOT=${QOLA_ROCM7_ROOT:-$CACHE/qola-rocm7/sid}
 TEST_CACHE=${QOLA_TEST_CACHE:-$CACHE/qola-test}
 APT=(-o Acquire::Check-Valid-Until=false -o APT::Install-Recommends=false -qq)
 
+SETUP_LOG=${QOLA_ROCM7_LOG:-$(dirname "$ROOT")/setup.log}
+
 die() { echo "rocm7.sh: $*" >&2; exit 2; }
 log() { echo "rocm7.sh: $*" >&2; }
+
+# Run "$@" with its output (debootstrap, apt, debconf and pip chatter that reads like errors) appended
+# to $SETUP_LOG; only when it fails are the log's last 40 lines shown.
+quietly() {
+  mkdir -p "$(dirname "$SETUP_LOG")"
+  "$@" >>"$SETUP_LOG" 2>&1 && return 0
+  local rc=$?
+  echo "rocm7.sh: '$1' failed (exit $rc); the last lines of $SETUP_LOG:" >&2
+  tail -n 40 "$SETUP_LOG" >&2
+  return $rc
+}
 
 need_root() {
   [ "$(id -u)" -eq 0 ] || die "needs root (debootstrap, chroot and bind mounts); run it with sudo"
@@ -85,8 +99,8 @@ remote_extras() {
   remote_ready && return 0
   local start=$SECONDS
   log "adding buildbox, postgresql and BuildGrid (issue 26's loopback REAPI service)"
-  chroot_apt "$ROOT" REMOTE_APT_LIST || die "apt-get of the remote-execution packages failed"
-  chroot_pip "$ROOT" /opt/qola-bgd-venv "${REMOTE_PIP[@]}" || die "pip install buildgrid failed"
+  quietly chroot_apt "$ROOT" REMOTE_APT_LIST || die "apt-get of the remote-execution packages failed"
+  quietly chroot_pip "$ROOT" /opt/qola-bgd-venv "${REMOTE_PIP[@]}" || die "pip install buildgrid failed"
   echo "$REMOTE_RECIPE" >"$ROOT/.qola-remote-recipe"
   log "remote-execution packages ready in $((SECONDS - start)) s"
 }
@@ -94,21 +108,22 @@ remote_extras() {
 setup() {
   need_root
   is_ready && { remote_extras; view_ready || rocm_view; return 0; }
-  command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
+  command -v debootstrap >/dev/null || quietly bash -c 'apt-get update -qq && apt-get install -y -qq debootstrap' \
+    || die "apt-get install debootstrap failed"
   local parent tmp start=$SECONDS
   parent=$(dirname "$ROOT")
   mkdir -p "$parent"
   tmp=$(mktemp -d "$parent/.building-XXXXXX")
   chmod 755 "$tmp"
   trap 'rm -rf --one-file-system "$tmp"' EXIT
-  log "creating the ROCm 7 chroot in $ROOT (debootstrap sid, minbase)"
-  debootstrap --variant=minbase sid "$tmp" >"$tmp.log" 2>&1 || { cat "$tmp.log" >&2; die "debootstrap failed"; }
-  rm -f "$tmp.log"
+  : >"$SETUP_LOG"
+  log "creating the ROCm 7 chroot in $ROOT (debootstrap sid, minbase; its output: $SETUP_LOG)"
+  quietly debootstrap --variant=minbase sid "$tmp" || die "debootstrap failed"
   # the host's CA bundle: pip inside talks to the registries the host is configured for
   cp /etc/ssl/certs/ca-certificates.crt "$tmp/etc/qola-host-ca.crt"
-  chroot_apt "$tmp" APT_LIST || die "apt-get inside the chroot failed"
+  quietly chroot_apt "$tmp" APT_LIST || die "apt-get inside the chroot failed"
   log "installing Python packages into /opt/qola-venv"
-  chroot_pip "$tmp" /opt/qola-venv "${PIP_PKGS[@]}" || die "pip inside the chroot failed"
+  quietly chroot_pip "$tmp" /opt/qola-venv "${PIP_PKGS[@]}" || die "pip inside the chroot failed"
   echo "$RECIPE" >"$tmp/.qola-recipe"
   rm -rf --one-file-system "$ROOT"
   mv "$tmp" "$ROOT"

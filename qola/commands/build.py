@@ -79,6 +79,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="write the graph and show what would run; O untouched")
     p.add_argument("--verbose", "-v", action="store_true", help="print every command")
     p.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="no progress (without a terminal a line at each module's end and every 30 s; a bar on one)",
+    )
+    p.add_argument(
         "--wait",
         nargs="?",
         type=preflight.seconds_arg,
@@ -200,16 +206,19 @@ def spec_of(args: argparse.Namespace) -> BuildSpec:
 
 
 class RichReporter(Reporter):
-    """Warnings and notes as plain lines on stderr, ninja's progress as a rich bar (transient), every
-    command with --verbose."""
+    """Warnings and notes as plain lines on stderr; the build's progress as a rich bar (transient) on a
+    terminal, else as plain lines (:class:`qola.pipeline.progress.PlainProgress`: at each module's end
+    and at least every 30 s, as a CI log needs them); nothing of it with ``quiet``; every command
+    with --verbose."""
 
     REFRESH = 0.1  # seconds between progress updates (one per edge costs ~50 µs: a second at 25,000 edges)
 
-    def __init__(self, verbose: bool) -> None:
-        self.verbose = verbose
-        self.progress: Any = None  # rich's Progress while running
+    def __init__(self, verbose: bool, quiet: bool = False, console: Any = None) -> None:
+        self.verbose, self.quiet = verbose, quiet
+        self.progress: Any = None  # rich's Progress while running on a terminal
+        self.plain: Any = None  # PlainProgress while running without one
         self.task: Any = None
-        self._console: Any = None
+        self._console: Any = console
         self._updated = 0.0
 
     @property
@@ -230,22 +239,44 @@ class RichReporter(Reporter):
         self.line(f"note: {text}")
 
     def info(self, text: str) -> None:
-        self.line(text)  # unwrapped: its paths stay copyable
+        if not self.quiet:
+            self.line(text)  # unwrapped: its paths stay copyable
 
     def event(self, text: str) -> None:
         if self.verbose:
             (self.progress.console if self.progress else self.console).print(text)
+
+    def phase(self, name: str) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, description=name)
+        if self.plain is not None:
+            self.plain.phase(name)
 
     def status(self, done: int, total: int, text: str) -> None:
         now = time.monotonic()
         if self.progress is not None and (done >= total or now - self._updated >= self.REFRESH):
             self._updated = now
             self.progress.update(self.task, completed=done, total=total, description=text[:60])
+        if self.plain is not None:
+            self.plain.status(done, total, text)
         if self.verbose:
             self.console.print(text)
 
     @contextlib.contextmanager
     def running(self, dry_run: bool):
+        if dry_run or self.quiet:
+            yield
+            return
+        if not self.console.is_terminal:  # a pipe or a file: plain lines, on a clock of their own
+            from qola.pipeline import progress as plain  # lazy: start-up of the CLI and of the no-op path
+
+            self.plain = plain.PlainProgress(self.line, running=plain.running_units)
+            try:
+                with plain.Ticker(self.plain.tick):
+                    yield
+            finally:
+                self.plain = None
+            return
         from rich.progress import (  # lazy: start-up of the CLI and of the no-op path
             BarColumn,
             MofNCompleteColumn,
@@ -261,9 +292,8 @@ class RichReporter(Reporter):
             TimeElapsedColumn(),
             console=self.console,
             transient=True,
-            disable=dry_run,
         ) as progress:
-            self.progress, self.task = progress, progress.add_task("generating", total=None)
+            self.progress, self.task = progress, progress.add_task("starting", total=None)
             try:
                 yield
             finally:
@@ -272,7 +302,7 @@ class RichReporter(Reporter):
 
 def run(args: argparse.Namespace) -> int:
     spec = spec_of(args)
-    reporter = RichReporter(spec.verbose)
+    reporter = RichReporter(spec.verbose, quiet=args.quiet)
     report = build(spec, reporter)
     out = report.layout.out
     if report.up_to_date:

@@ -77,6 +77,12 @@ def _cuda(env: Mapping[str, str]) -> str:
     return f"{path} (CUDA {cuda.read_version(path, env)[1]})"
 
 
+def _python_headers(env: Mapping[str, str]) -> str:
+    from qola.compile.pyext import python_headers  # lazy: start-up of the CLI and of the no-op path
+
+    return f"{python_headers()} (Python.h, for pybind modules)"
+
+
 def _tool(name: str, why: str) -> Callable[[Mapping[str, str]], str]:
     def find(env: Mapping[str, str]) -> str:
         found = shutil.which(name, path=env.get("PATH", os.defpath))
@@ -104,6 +110,7 @@ CHECKS = (
     ("host C++", _host_cxx, True),
     ("HIP compiler", _hip, False),
     ("CUDA compiler", _cuda, False),
+    ("Python headers", _python_headers, False),
     ("ld", _tool("ld", "static archives"), False),
     ("objcopy", _tool("objcopy", "static archives"), False),
     ("ar", _tool("ar", "static archives"), False),

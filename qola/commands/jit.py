@@ -185,8 +185,19 @@ def _header_problems(cache: JitCache, tables: list[libtable.LibModule]) -> list[
     return problems
 
 
+def _absent(args: argparse.Namespace, what: str) -> bool:
+    """A cache dir that does not exist yet (a fresh machine) is an empty cache: says so."""
+    path = args.cache_dir or default_cache_dir(_env())
+    if path.exists():
+        return False
+    print(f"JIT cache dir {path} does not exist yet (nothing compiled on demand here): {what}")
+    return True
+
+
 def run_verify(args: argparse.Namespace) -> int:
     tables = _tables(args)
+    if _absent(args, "0 entries, nothing to verify"):
+        return 0
     cache = _cache(args, create=False)
     by_content = {u.content_key: (t, u) for t in tables for u in t.units.values()}
     broken: list[tuple[str, str]] = []
@@ -229,6 +240,8 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def run_clean(args: argparse.Namespace) -> int:
+    if _absent(args, "nothing to clean"):
+        return 0
     cache = _cache(args, create=False)
     removed = cache.clean(everything=args.all)
     print(f"removed {len(removed)} files from {cache.path}")

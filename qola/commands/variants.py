@@ -66,6 +66,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))
         return 0
+    if not data["variants"] and not data["totals"]:
+        print(
+            f"{args.manifest} declares no variants: each module's generators build every instance they list "
+            "(declare [[mha_fwd_variants]] / [[mha_bwd_variants]] to narrow them: docs/manifest.md, Variants)"
+        )
+        return 0
     from rich.console import Console
     from rich.table import Table
 

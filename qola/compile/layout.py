@@ -16,6 +16,7 @@
     BUILD/jit-out/<md_name>/          deferred instance sources + index: published as OUT/jit/<md_name>
     BUILD/probes/                     cached compiler flag probes
     BUILD/tools/bin/                  tools generators find on PATH (the hipconfig shim)
+    BUILD/.gitignore                  "*": git status of a checkout around the build dir never shows it
     BUILD/.qola-noop.json, .qola.lock, the toolchain stamp, .ninja_log   (their modules own them)
     OUT/logs/<module>.log             one log per module (published)
 
@@ -43,7 +44,8 @@ AHEAD = "ahead"  # BUILD/jit/<md_name>/ahead: recorded copies
 PROBES, TOOLS_BIN = "probes", "tools/bin"
 LOGS = "logs"
 
-NOOP_RECORD = ".qola-noop.json"  # what the no-op fast path (qola.store.fastpath) records
+NOOP_RECORD = ".qola-noop.json"
+GIT_IGNORE = "# qola's build dir: generated sources and objects, never source; git ignores all of it\n*\n"  # what the no-op fast path (qola.store.fastpath) records
 
 
 def gen_module_dir(gen_root: Path, module: str) -> Path:
@@ -69,6 +71,11 @@ class BuildLayout:
     @property
     def graph(self) -> Path:
         return self.root / GRAPH
+
+    @property
+    def git_ignore(self) -> Path:
+        """``.gitignore`` (:data:`GIT_IGNORE`: everything), as a venv or meson's build dir has one."""
+        return self.root / ".gitignore"
 
     @property
     def gen_root(self) -> Path:

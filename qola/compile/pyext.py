@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -16,6 +17,19 @@ from qola.core.errors import FailedProcessError, QolaError
 class ExtFlags:
     cflags: tuple[str, ...]
     ldflags: tuple[str, ...]
+
+
+def python_headers() -> str:
+    """The directory of this interpreter's ``Python.h`` (a pybind module includes it); QolaError
+    naming the package that provides it when it is not installed."""
+    include = sysconfig.get_paths()["include"]
+    if not os.path.isfile(os.path.join(include, "Python.h")):
+        ver = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        raise QolaError(
+            f"Python {ver}'s headers are not installed ({include}/Python.h is missing): pybind modules cannot compile",
+            hint=f"install them (Debian/Ubuntu: apt-get install python{ver}-dev; Fedora: dnf install python3-devel)",
+        )
+    return include
 
 
 def pybind11_flags(md_name: str, table_md_name: str = "") -> ExtFlags:

@@ -29,7 +29,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from qola.core import proc
@@ -106,6 +106,21 @@ def output_lock_path(out: Path) -> Path:
 class Held:
     paths: list[Path]
     fds: list[int]
+    created: list[Path] = field(default_factory=list)  # lock files and directories this acquire made
+
+    def undo(self) -> None:
+        """Remove what taking the locks created (the lock files, then the directories made for them,
+        if empty), while still held: a command refused before any work leaves nothing behind. A
+        waiter that opened a removed file notices when it gets the lock (:func:`acquire` retries)."""
+        for path in reversed(self.created):
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    path.rmdir()
+                else:
+                    path.unlink()
+            except OSError:
+                pass  # not empty (something else was written there): kept
+        self.created.clear()
 
     def release(self) -> None:
         while self.fds:
@@ -165,11 +180,29 @@ def holder_text(path: Path, fd: int | None = None) -> str:
     return f"pid {data.get('pid')}{where}{when}, command: {data.get('command', '?')}{cwd}"
 
 
-def _open(path: Path) -> int:
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        a, b = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _open(path: Path, created: list[Path]) -> int:
+    """Open (create) the lock file ``path``; what is created for it (its missing parent directories,
+    outermost first, then the file) is appended to ``created``."""
     if path.is_dir() and not path.is_symlink():
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()][::-1]
     path.parent.mkdir(parents=True, exist_ok=True)
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    created += [p for p in missing if p.is_dir()]
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    created.append(path)
+    return fd
 
 
 def _write_info(fd: int, command: Sequence[str]) -> None:
@@ -195,18 +228,23 @@ def acquire(locks: Mapping[Path, str], command: Sequence[str], *, wait: float | 
     held = Held([], [])
     try:
         for path in sorted(Path(p) for p in locks):
-            try:
-                fd = _open(path)
-            except OSError as exc:
-                raise QolaError(
-                    f"cannot create the lock file {path}: {exc.strerror or exc}",
-                    hint="check that its directory exists and is writable",
-                ) from None
-            held.fds.append(fd)
-            try:
-                got = wait_flock(fd, locks[path], wait=wait, holder=functools.partial(holder_text, path, fd))
-            except OSError as exc:
-                raise QolaError(f"cannot lock {path}: {exc.strerror or exc}") from None
+            while True:
+                try:
+                    fd = _open(path, held.created)
+                except OSError as exc:
+                    raise QolaError(
+                        f"cannot create the lock file {path}: {exc.strerror or exc}",
+                        hint="check that its directory exists and is writable",
+                    ) from None
+                held.fds.append(fd)
+                try:
+                    got = wait_flock(fd, locks[path], wait=wait, holder=functools.partial(holder_text, path, fd))
+                except OSError as exc:
+                    raise QolaError(f"cannot lock {path}: {exc.strerror or exc}") from None
+                if not got or _same_file(fd, path):
+                    break
+                held.fds.remove(fd)  # its holder removed the file (Held.undo) while we waited: take the new one
+                os.close(fd)
             if not got:
                 waited = "" if wait is None else f" (waited {wait:g} s)"
                 raise QolaError(

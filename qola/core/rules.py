@@ -69,12 +69,27 @@ def processor(arch: str) -> str:
     return arch.split(":", 1)[0]
 
 
+# LLVM's AMDGPU processors (clang 21, `--offload-arch=`): a gfx name outside it is a typo that the
+# build's compiler probe refuses; a dry run and `qola plan`, which probe nothing, refuse it by this table
+AMDGPU_PROCESSORS = frozenset(
+    "gfx600 gfx601 gfx602 gfx700 gfx701 gfx702 gfx703 gfx704 gfx705 gfx801 gfx802 gfx803 gfx805 gfx810 "
+    "gfx900 gfx902 gfx904 gfx906 gfx908 gfx909 gfx90a gfx90c gfx940 gfx941 gfx942 gfx950 "
+    "gfx1010 gfx1011 gfx1012 gfx1013 gfx1030 gfx1031 gfx1032 gfx1033 gfx1034 gfx1035 gfx1036 "
+    "gfx1100 gfx1101 gfx1102 gfx1103 gfx1150 gfx1151 gfx1152 gfx1153 gfx1200 gfx1201 gfx1250 gfx1251".split()
+)
+
+
 def archs_problem(archs: list[str] | tuple[str, ...]) -> str | None:
     """What is wrong with a list of architectures (each known, one vendor, one target ID per
     processor), or None. Whether an exact repeat is an error is the caller's policy."""
     for arch in archs:
         if vendor(arch) is None:
             return f"unknown architecture {arch!r}: expected gfx… (HIP, e.g. gfx942) or sm_… (CUDA, e.g. sm_90)"
+        if vendor(arch) == "hip" and processor(arch) not in AMDGPU_PROCESSORS:
+            return (
+                f"unknown AMD GPU processor {processor(arch)!r}: not one of LLVM's AMDGPU processors "
+                "(e.g. gfx90a, gfx942, gfx950, gfx1100)"
+            )
     if len({vendor(a) for a in archs}) > 1:
         return f"architectures mix HIP and CUDA targets ({', '.join(archs)})"
     seen: dict[str, str] = {}

@@ -90,6 +90,16 @@ def output_dirs(output_dir: str, build_dir: str | None) -> tuple[Path, Path]:
             "and removes what it published before",
             hint="pass -o with a directory of its own, e.g. -o ./out",
         )
+    try:
+        here: Path | None = Path(os.path.realpath(os.getcwd()))
+    except OSError:  # the working directory was removed: nothing of it to keep clean
+        here = None
+    if not build_dir and here is not None and here.is_relative_to(out):
+        raise QolaError(
+            f"the output dir {out} holds the working directory, so its default build dir "
+            f"({out.name}.build) would land outside it, in {out.parent}",
+            hint="pass -o a directory of its own (-o out), or --build-dir DIR",
+        )
     build = (
         Path(os.path.realpath(_given(build_dir, "build dir", "--build-dir")))
         if build_dir

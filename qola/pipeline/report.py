@@ -32,6 +32,9 @@ class Reporter:
     def event(self, text: str) -> None:
         """A step finished (a generator ran or was up to date)."""
 
+    def phase(self, name: str) -> None:
+        """The build entered a phase ("generating", "compiling"): what a progress display names."""
+
     def status(self, done: int, total: int, text: str) -> None:
         """ninja's progress: ``done`` of ``total`` edges, the last one started."""
 

@@ -41,8 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qola.compile.layout import BuildLayout
+from qola.compile.layout import GIT_IGNORE, BuildLayout
 from qola.core import lock
+from qola.core.errors import QolaError
+from qola.core.fsutil import write_if_changed
 from qola.output import outdir
 from qola.output.outdir import OUT_NAMES, OUT_PREFIXES
 from qola.pipeline import finish, preflight
@@ -122,30 +124,41 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
     locks = {layout.build_lock: f"the build dir {layout.root}"}
     if not spec.dry_run:
         locks[layout.out_lock] = f"the output dir {layout.out}"
-    with lock.acquire(locks, ["qola", *spec.argv], wait=spec.wait):
-        if begun.checkout:  # the tree first: the no-op fast path then sees its files
-            for note in _checkout(spec, begun):
-                ui.note(note)
-        last = fastpath.load(layout.root, spec.argv) if spec.argv and not spec.dry_run else None
-        seen = None if last is None else recorded_env(begun, last["env_keys"])  # what its digest reads
-        record = None if last is None or seen is None else fastpath.unchanged(last, layout.root, layout.out, seen)
-        if record is not None and seen is not None and record.get("rebuild"):  # the incremental path
-            preflight.room(layout.out, layout.root)
-            asked = settings_record(begun.asked, seen, record["env_keys"])
-            done = _incremental(layout, record, seen, begun.child, asked, spec.verbose, spec.publish_to, ui)
-            if done is not None:  # None: no usable recipe
-                return done
-        elif record is not None and _nothing_to_do(layout):  # the no-op path
-            return BuildReport(layout)
-        if not spec.dry_run:
-            preflight.room(layout.out, layout.root)
-        fastpath.forget(layout.root)  # from here on the record no longer says what the build dir holds
-        ready = _prepare(resolve_build(spec, begun), ui)  # 1. prepare, every setting; then stages 2-5
-        if ready.key is not None and spec.prebuilt:  # the --prebuilt path (None: no archive of this key)
-            done = finish.install_prebuilt(spec.prebuilt, layout, ready.key, ready.plan.namespace, ui)
-            if done is not None:
-                return done
-        return _full(spec, ready, ui)  # the full path: stages 6-12
+    with lock.acquire(locks, ["qola", *spec.argv], wait=spec.wait) as held:
+        try:
+            return _locked(spec, begun, ui)
+        except QolaError:
+            held.undo()  # refused: the lock files and a build dir made only for them are not left behind
+            raise
+
+
+def _locked(spec: BuildSpec, begun: Start, ui: Reporter) -> BuildReport:
+    """:func:`build` once its locks are held: the checkout, then the no-op, incremental, --prebuilt
+    or full path."""
+    layout = begun.layout
+    if begun.checkout:  # the tree first: the no-op fast path then sees its files
+        for note in _checkout(spec, begun):
+            ui.note(note)
+    last = fastpath.load(layout.root, spec.argv) if spec.argv and not spec.dry_run else None
+    seen = None if last is None else recorded_env(begun, last["env_keys"])  # what its digest reads
+    record = None if last is None or seen is None else fastpath.unchanged(last, layout.root, layout.out, seen)
+    if record is not None and seen is not None and record.get("rebuild"):  # the incremental path
+        preflight.room(layout.out, layout.root)
+        asked = settings_record(begun.asked, seen, record["env_keys"])
+        done = _incremental(layout, record, seen, begun.child, asked, spec.verbose, spec.publish_to, ui)
+        if done is not None:  # None: no usable recipe
+            return done
+    elif record is not None and _nothing_to_do(layout):  # the no-op path
+        return BuildReport(layout)
+    if not spec.dry_run:
+        preflight.room(layout.out, layout.root)
+    fastpath.forget(layout.root)  # from here on the record no longer says what the build dir holds
+    ready = _prepare(resolve_build(spec, begun), ui)  # 1. prepare, every setting; then stages 2-5
+    if ready.key is not None and spec.prebuilt:  # the --prebuilt path (None: no archive of this key)
+        done = finish.install_prebuilt(spec.prebuilt, layout, ready.key, ready.plan.namespace, ui)
+        if done is not None:
+            return done
+    return _full(spec, ready, ui)  # the full path: stages 6-12
 
 
 def _nothing_to_do(layout: BuildLayout) -> bool:
@@ -320,8 +333,11 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
     with ui.running(s.dry_run):
         start = time.perf_counter()
         layout.root.mkdir(parents=True, exist_ok=True)
+        write_if_changed(layout.git_ignore, GIT_IGNORE)  # git status of the checkout around it never shows it
         results = stages.new_results(plan_)
         notes: list[str] = []
+        if any(m.generators for m in plan_.modules):
+            ui.phase("generating")
         generated = stages.generate(
             plan_,
             tc,
@@ -348,6 +364,7 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
             rules={**isolation.RULES, **jitbuild.rules(tc)},
         )
         seen: list[str] = []  # what sccache did, when it is the launcher
+        ui.phase("compiling")
         status = ui.status if rx is None else rx.tally.status(ui.status)
         with dist.watched(s.launcher, child.plus(tc.child_env), seen, farm_=s.farm, enabled=not s.dry_run):
             compiled = stages.compile_graph(

@@ -159,7 +159,8 @@ class Plan:
             fields["per_source_flags"] = tuple((p, tuple(f)) for p, f in m.get("per_source_flags", []))
             fields["gates"] = tuple((p, tuple(f)) for p, f in m.get("gates", []))
             fields["configs"] = tuple(
-                MergedConfig(c["name"], tuple(c["sources"]), c["untuned"]) for c in m.get("configs", [])
+                MergedConfig(c["name"], tuple(c["sources"]), c["untuned"], c.get("per_cu_num", True))
+                for c in m.get("configs", [])
             )
             jit = m.get("jit")
             fields["jit"] = (

@@ -237,3 +237,68 @@ def test_an_argument_that_is_not_utf8_is_one_line_not_a_traceback(tmp_path, wher
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "is not valid UTF-8 (byte 0xff)" in proc.stderr and "o\\xffut" in proc.stderr
     assert not (tmp_path / "o\udcffut").exists() and not any(tmp_path.iterdir())
+
+
+HIDE = """import importlib.abc, sys
+HIDDEN = {hidden!r}
+class Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in HIDDEN:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+sys.meta_path.insert(0, Hide())
+"""
+
+
+def test_every_missing_dependency_in_one_message_before_any_work(tmp_path):
+    """Issue 32 item 2: a venv without several of qola's dependencies hears of all of them at once, with
+    one pip command, before anything runs (the output dir is never created)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HIDE.format(hidden=["pydantic", "ninja", "elftools", "pybind11"]))
+    env = no_pythonpath(PYTHONPATH=f"{hook}{os.pathsep}{REPO}")
+    out = tmp_path / "out"
+    args = ["build", "-m", str(EX / "quickstart.toml"), "-a", str(KERNELS), "-o", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "qola.cli", *args], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    for name in ("pydantic", "ninja", "pyelftools", "pybind11"):
+        assert name in proc.stderr, proc.stderr
+    assert "rich" not in proc.stderr  # only what is missing
+    pips = [ln for ln in proc.stderr.splitlines() if "-m pip install" in ln]
+    assert len(pips) == 1 and all(r in pips[0] for r in ("'pydantic>=2.5'", "'ninja>=1.11'", "'pyelftools>=0.30'"))
+    assert not out.exists() and not (tmp_path / "out.build").exists()
+
+
+def test_reader_gone_exits_quietly(tmp_path):
+    """Issue 32 item 7: `qola plan | head` (here: a pipe whose reader is already gone) ends quietly."""
+    r, w = os.pipe()
+    os.close(r)  # every write to w now fails with EPIPE: no timing involved
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "qola.cli", "plan", "-m", str(EX / "quickstart.toml"), "-a", str(KERNELS)],
+            stdout=w,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=no_pythonpath(PYTHONPATH=str(REPO)),
+            cwd=tmp_path,
+        )
+    finally:
+        os.close(w)
+    assert proc.returncode == 141, proc.stderr
+    assert "Broken pipe" not in proc.stderr and "errno 32" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_doctor_checks_python_headers(tmp_path, monkeypatch):
+    """Issue 32 item 4: pybind modules need Python.h; doctor says whether this interpreter has it."""
+    import sysconfig
+
+    from qola.commands import doctor
+
+    found = {c.name: c for c in doctor.checks(dict(os.environ))}
+    assert found["Python headers"].ok == (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file()
+    real = sysconfig.get_paths
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: {**real(*a, **k), "include": str(tmp_path)})
+    c = {c.name: c for c in doctor.checks(dict(os.environ))}["Python headers"]
+    assert not c.ok and not c.required and "Python.h is missing" in c.detail and "-dev" in c.detail

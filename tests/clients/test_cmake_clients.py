@@ -344,3 +344,28 @@ def test_two_groups_into_one_build_dir(mirror, tmp_path):
     log = (tmp_path / "bld" / "qola.build" / ".ninja_log").read_text().splitlines()
     assert len([line for line in log if "obj/libattn_fwd/attn_fwd_d64" in line]) == 1, log
     ran(tmp_path / "bld" / "app")
+
+
+def test_out_targets_of_a_pybind_only_group_is_a_clear_error(manifest, tmp_path):
+    """Issue 32 item 7: OUT_TARGETS for a group of Python extension modules (no linkable target) is a
+    clear FATAL_ERROR, not an empty list; without OUT_TARGETS the same group configures."""
+    from qola.output import consumers
+
+    out = tmp_path / "pybind_out"
+    (out / "lib").mkdir(parents=True)
+    (out / "lib" / "module_rmsnorm.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    for rel, text in consumers.consumer_files(NS, [], "0.1.0").items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(text)
+    env = {"QOLA_PREBUILT_DIR_ATTN": str(out)}
+    base = "qola_add_modules(GROUP attn MANIFEST ${QOLA_MANIFEST} BUILD_DIR b OUT_LIBS L"
+    for call, ok in ((base + " OUT_TARGETS T)", False), (base + ")", True)):
+        src = project(tmp_path / f"proj{ok}", ERRORS_CMAKE, {})
+        defs = {"QOLA_DIR": str(REPO), "QOLA_MANIFEST": str(manifest), "CALL": call}
+        cfg = cmake(src, tmp_path / f"bld{ok}", defs, env, build=False)
+        said = " ".join(cfg.stderr.split())
+        if ok:
+            assert cfg.returncode == 0, cfg.stderr
+        else:
+            assert cfg.returncode != 0 and "OUT_TARGETS: none of module_rmsnorm" in said, cfg.stderr
+            assert "Python extension modules" in said

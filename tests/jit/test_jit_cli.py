@@ -123,3 +123,13 @@ def test_entries_are_0644_whatever_the_umask(lib):
     assert lib.compiles() == 2
     assert sorted(p.stat().st_mode & 0o777 for p in lib.entries()) == [0o644, 0o644]
     assert qola(lib, "verify").returncode == 0
+
+
+def test_verify_and_clean_on_a_fresh_machine_exit_0(tmp_path):
+    """Issue 32 item 7: no cache dir yet is an empty cache (verify and clean say so, exit 0, create nothing)."""
+    absent = tmp_path / "absent"
+    for args in (["verify"], ["clean"]):
+        proc = run_qola("jit", *args, env={"QOLA_JIT_CACHE_DIR": str(absent)})
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "does not exist yet" in proc.stdout and "nothing to" in proc.stdout
+        assert not absent.exists()

@@ -239,3 +239,22 @@ def test_codegen_writes_merged_configs_into_the_build_dir(tmp_path):
     assert stamp_of(write_configs(job, gen_root), sys.executable) != stamp
     again = run_generators(job, gen_root, env={"PATH": "/usr/bin:/bin"}, python=sys.executable)
     assert not again.skipped and "z" in Path(again.sources[0]).read_text()
+
+
+def test_merge_keys_follow_the_trees_core_py(tmp_path):
+    """Issue 32 item 6 (found by the parity tests on the amd-aiter sdist): a core.py whose merge does not
+    name cu_num (the 0.1.7 sdist) keeps one row per untuned key across cu_nums; AITER 33f2e6af's one row
+    per cu_num."""
+    core = tmp_path / "core.py"
+    core.write_text("def update_config_files(file_path, merge_name):\n    keys = ['M']\n")
+    assert read_core(core).merge_per_cu_num is False
+    core.write_text("def update_config_files(file_path, merge_name):\n    keys = ['M', 'cu_num']\n")
+    assert read_core(core).merge_per_cu_num is True
+    (tmp_path / "u.csv").write_text("M\n")
+    (tmp_path / "a.csv").write_text("cu_num,M,us\n80,1,5.0\n256,1,3.0\n")
+    (tmp_path / "b.csv").write_text("cu_num,M,us\n80,1,4.0\n")
+    files = (str(tmp_path / "a.csv"), str(tmp_path / "b.csv"))
+    old = render(merge(MergedConfig("x_tuned.csv", files, str(tmp_path / "u.csv"), per_cu_num=False)))
+    new = render(merge(MergedConfig("x_tuned.csv", files, str(tmp_path / "u.csv"))))
+    assert old == "cu_num,M,us\n256,1,3.0\n"
+    assert new == "cu_num,M,us\n256,1,3.0\n80,1,4.0\n"

@@ -208,3 +208,10 @@ def test_ck_user_errors(tmp_path, aiter_root, section, message):
     proc = run_qola("variants", "-m", str(m), "--aiter-root", str(aiter_root), "--allow-unpinned")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_no_variants_says_so_plainly():
+    """Issue 32 item 7: a manifest without variants gets one plain sentence, not an empty table."""
+    proc = run_qola("variants", "-m", str(EXAMPLES / "quickstart.toml"), "-a", str(KERNELS))
+    assert proc.returncode == 0, proc.stderr
+    assert "declares no variants" in proc.stdout and "━" not in proc.stdout and "─" not in proc.stdout

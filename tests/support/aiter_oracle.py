@@ -5,7 +5,8 @@ the tree's ``aiter/jit/core.py`` (test code may; qola never does) with stand-ins
 imports but a build host lacks — torch (a ROCm torch's ``version.hip`` and fp8/fp4 dtypes),
 ``cpp_extension`` (the compiler driver, never called here) and ``torch_guard`` — and writes
 ``core.get_args_of_build(name)`` of every module, and the value of every property of the
-objects core.py makes of its own classes (``AITER_CONFIGS.*_FILE``), as JSON.
+objects core.py makes of its own classes (``AITER_CONFIGS.*_FILE``; in older trees, such as the
+``amd-aiter`` sdist, the module-level ``AITER_CONFIG_*_FILE`` strings), as JSON.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ def main(root: str, out: str, hip_version: str) -> None:
     modules = {name: core.get_args_of_build(name) for name in table}
     # every AITER_CONFIGS property, used by the table or not (AITER merges a config when it is read)
     configs = {}
+    for name, value in vars(core).items():  # older trees: module-level AITER_CONFIG_*_FILE, merged at import
+        if name.startswith("AITER_CONFIG_") and name.endswith("_FILE") and isinstance(value, str):
+            configs[name] = value
     for owner, obj in vars(core).items():
         if type(obj).__module__ == core.__name__ and not isinstance(obj, type):
             for name, attr in vars(type(obj)).items():

@@ -368,3 +368,28 @@ def test_probe_cache_is_per_compiler_environment(tmp_path):
     assert fixed.ran == 1
     unrelated = Probes(tmp_path, "same-compiler", {**base, "TERM": "xterm"})  # not a compiler variable
     assert unrelated.supported(["--offload-arch=gfx942"], lambda f: ["true"])["--offload-arch=gfx942"] is False
+
+
+def test_default_jobs_uses_both_cpus_of_a_two_cpu_machine():
+    """Issue 32 item 7: AITER's 0.8 x CPUs gives 1 job on 2 CPUs (half the machine idle)."""
+    assert default_jobs({}, cpus=2, free_gb=100.0) == 2
+    assert default_jobs({}, cpus=2, free_gb=0.6) == 1  # memory still bounds it
+    assert default_jobs({}, cpus=3, free_gb=100.0) == 2
+
+
+def test_dry_run_refuses_the_arch_the_build_refuses(tmp_path):
+    """Issue 32 item 7: one validator for the dry run (no compiler probed) and the build."""
+    from support.common import KERNELS, run_qola
+
+    m = tmp_path / "h.toml"
+    m.write_text(
+        '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["gfx942"]\n[[modules]]\nname = "module_rmsnorm"\n'
+    )
+    for cmd in (["build", "--dry-run", "-o", str(tmp_path / "out")], ["plan"]):
+        proc = run_qola(*cmd, "-m", str(m), "-a", str(KERNELS), "--arch", "gfx9420", cwd=tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert "unknown AMD GPU processor 'gfx9420'" in proc.stderr
+    assert not (tmp_path / "out.build").exists()
+    m.write_text(m.read_text().replace("gfx942", "gfx9420"))  # the manifest's list too
+    proc = run_qola("plan", "-m", str(m), "-a", str(KERNELS), cwd=tmp_path)
+    assert proc.returncode == 2 and "gfx9420" in proc.stderr

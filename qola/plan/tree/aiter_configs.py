@@ -14,7 +14,8 @@ The merge reproduces AITER 33f2e6af's rows with the stdlib ``csv`` module: the f
 concatenated (empty ones skipped; their columns must match the first file's, ignoring
 ``_tag``), ``_tag`` gaps become ``""``, and when the untuned CSV exists the rows are sorted by
 ``us`` and only the first row of each key (the untuned CSV's columns, ``cu_num``, ``_tag``) is
-kept. Values are written as they appear in the source files; only keys and ``us`` are compared
+kept; a tree whose core.py merges without ``cu_num`` (the amd-aiter 0.1.7 sdist) keys on the
+untuned CSV's columns alone (``MergedConfig.per_cu_num``, read from core.py). Values are written as they appear in the source files; only keys and ``us`` are compared
 as pandas would parse them.
 """
 
@@ -72,6 +73,7 @@ class MergedConfig:
     sources: tuple[str, ...]  # in AITER's order: the default (or the env's first path) first
     untuned: str  # <root>/aiter/configs/<untuned stem>.csv: its columns are the dedup keys (may not
     # exist: then nothing is deduplicated); "" where AITER's naming rule fails for the stem
+    per_cu_num: bool = True  # cu_num is a dedup key too (AITER 33f2e6af's merge; not the 0.1.7 sdist's)
 
     @property
     def path(self) -> str:
@@ -97,21 +99,24 @@ def untuned_name(stem: str) -> str:
     return stem.replace("tuned", "untuned")
 
 
-def config_file(env_name: str, default: str, stem: str, *, env: Mapping[str, str], root: Path) -> str | MergedConfig:
-    """``AITER_CONFIG.get_config_file(env_name, default, stem)``: a plain path, or a merge to make."""
+def config_file(
+    env_name: str, default: str, stem: str, *, env: Mapping[str, str], root: Path, per_cu_num: bool = True
+) -> str | MergedConfig:
+    """``AITER_CONFIG.get_config_file(env_name, default, stem)``: a plain path, or a merge to make
+    (``per_cu_num``: the tree's merge keeps a row per cu_num, :class:`MergedConfig`)."""
     value = env.get(env_name)
     if value:
-        return _split(value, stem, root)
+        return _split(value, stem, root, per_cu_num)
     model_dir = root / MODEL_CONFIGS
     # AITER lists the directory in os.scandir order; sorted here so the merge order is the same
     # on every file system (it decides which of two equally fast duplicate rows survives)
     found = sorted(str(p) for p in model_dir.glob(f"*{stem}*") if p.is_file() and "untuned" not in str(p))
     if not found:
         return default
-    return _split(":".join([default, *found]), stem, root)
+    return _split(":".join([default, *found]), stem, root, per_cu_num)
 
 
-def _split(file_path: str, stem: str, root: Path) -> str | MergedConfig:
+def _split(file_path: str, stem: str, root: Path, per_cu_num: bool = True) -> str | MergedConfig:
     """``update_config_files``: one path is returned as is; ``a:b:…`` is a merge."""
     parts = file_path.split(os.pathsep) if file_path else []
     if len(parts) <= 1:
@@ -120,7 +125,7 @@ def _split(file_path: str, stem: str, root: Path) -> str | MergedConfig:
         untuned = str(root / CONFIGS / f"{untuned_name(stem)}.csv")
     except QolaError:
         untuned = ""  # AITER fails on this name; merge() says so, when (and only if) the file is used
-    return MergedConfig(f"{stem}.csv", tuple(parts), untuned)
+    return MergedConfig(f"{stem}.csv", tuple(parts), untuned, per_cu_num)
 
 
 def _read(path: str) -> tuple[list[str], list[list[str]]]:
@@ -215,7 +220,7 @@ def merge(cfg: MergedConfig) -> Merged:
             table.append((out, typed))
     if os.path.exists(cfg.untuned):
         keys = list(_read(cfg.untuned)[0])
-        if "cu_num" not in keys:
+        if cfg.per_cu_num and "cu_num" not in keys:
             keys.append("cu_num")
         keys += ["_tag"] if has_tag else []
         missing = [k for k in dict.fromkeys(keys + ["us"]) if k not in columns]

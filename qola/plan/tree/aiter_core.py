@@ -65,6 +65,9 @@ class CoreNames:
     env_names: tuple[EnvName, ...] = ()
     configs: tuple[ConfigName, ...] = ()
     cc_switches: tuple[tuple[str, str], ...] = ()  # (name, default) of the CC_SWITCHES core.py reads
+    # whether its merge of tuned configs keeps one row per cu_num (AITER 33f2e6af and later); older
+    # trees (the amd-aiter 0.1.7 sdist) deduplicate on the untuned CSV's columns alone
+    merge_per_cu_num: bool = True
 
 
 def _cc_switches(module: ast.Module) -> tuple[tuple[str, str], ...]:
@@ -182,7 +185,19 @@ def read_core(path: Path) -> CoreNames:
             configs.append(ConfigName(None, name, *call))
         elif func in classes and not value.args:
             configs += _properties(classes[func], name)
-    return CoreNames(tuple(env_names), tuple(configs), _cc_switches(module))
+    return CoreNames(tuple(env_names), tuple(configs), _cc_switches(module), _merge_per_cu_num(module))
+
+
+MERGE_FUNCTION = "update_config_files"  # core.py's merge of several tuned CSVs
+
+
+def _merge_per_cu_num(module: ast.Module) -> bool:
+    """Whether core.py's :data:`MERGE_FUNCTION` names ``cu_num`` (then it is a dedup key, as in AITER
+    33f2e6af); True where there is no such function (the rule of the newest trees)."""
+    for stmt in module.body:
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == MERGE_FUNCTION:
+            return any(isinstance(n, ast.Constant) and n.value == "cu_num" for n in ast.walk(stmt))
+    return True
 
 
 @dataclass(frozen=True)
@@ -233,7 +248,7 @@ def resolve_core_names(
             default = evaluate(cfg.default, scope, where=where)
         except QolaError:
             continue
-        value = config_file(cfg.env, str(default), cfg.stem, env=env, root=root)
+        value = config_file(cfg.env, str(default), cfg.stem, env=env, root=root, per_cu_num=core.merge_per_cu_num)
         if isinstance(value, MergedConfig):
             merges[value.path] = value
             value = value.path
