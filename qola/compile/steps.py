@@ -28,6 +28,7 @@ from qola.plan.model import ModulePlan, Plan
 from qola.plan.variants import GeneratorEnv
 from qola.toolchain import Toolchain, identity
 from qola.toolchain.env import ToolchainEnv
+from qola.toolchain.hip import arch_flags
 from qola.toolchain.hipconfig import generator_child
 
 
@@ -251,8 +252,16 @@ def graph_for(
     rules: Mapping[str, Mapping[str, str]] | None = None,
 ) -> ninja.Graph:
     """The graph for every module in ``srcs`` (the buildable ones), each compiled and linked as its
-    extra says (sources dropped / added, flags, edges, link rule); ``rules`` adds the rules those name."""
-    cc = ([launcher] if launcher else []) + tc.compile_argv("$in", "$out", "$out.d", ["$flags"])
+    extra says (sources dropped / added, flags, edges, link rule); ``rules`` adds the rules those name.
+
+    HIP: each compile edge names its own device passes (``$archs``, after ``$flags``): a generated file
+    the archs it holds device code for (:func:`qola.plan.genrules.source_archs`: CK's ``…_gfx9`` file no
+    gfx950 pass), every other source all the build's archs; the module's flags name none."""
+    per_file = tc.kind == "hip"
+    every = tuple(arch_flags(tc.archs)) if per_file else ()
+    cc = ([launcher] if launcher else []) + tc.compile_argv(
+        "$in", "$out", "$out.d", ["$flags", "$archs"] if per_file else ["$flags"]
+    )
     link = tc.shared_link_argv("$out.rsp", "$out", ["$ldflags"])
     all_rules: dict[str, Mapping[str, str]] = {
         "cc": {
@@ -279,13 +288,16 @@ def graph_for(
         more = extras.get(mod.name) or ModuleExtra()
         var = f"flags_{mod.name}"
         flags = module_flags(mod, tc, layout.blob(mod.name), layout.include) + list(more.cflags)
+        flags = [f for f in flags if f not in every]  # each edge names its own ($archs)
         variables[var] = ninja.escape_flags(flags + tc.prefix_map_flags(paths.compiler_maps))
+        served = genrules.source_archs(srcs[mod.name].generated, tc.archs) if per_file else {}
         compiles = tuple(
             ninja.Compile(
                 s,
                 object_path(mod.name, s),
                 var,
                 tuple(_split(mod.flags_for(s)) + list(more.flags_for(s)) + unit_flags(tc, paths, mod.name, s)),
+                tuple(arch_flags(served[s])) if s in served else every,
             )
             for s in more.sources(srcs[mod.name].all)
         )

@@ -17,6 +17,9 @@
   call every direction's dispatch function, so it must exist for the library to link.
 * :func:`missing_package_hint`: a generator that died on ``ModuleNotFoundError`` gets a hint naming
   the interpreter that ran it and the ``pip install`` that fixes it.
+* :func:`file_archs` / :func:`source_archs`: the archs each generated file holds device code for (CK's
+  ``…_gfx9`` / ``…_gfx950`` kernel files; a dispatch file serves all): the build compiles each file
+  only for those.
 * :func:`with_targets`: the archs a generator writes code for. CK's fMHA ``generate.py`` takes
   ``--targets=<arch,…>`` (newer CKs; without it, it writes every ``_gfx9``/``_gfx950`` twin);
   qola passes the plan's archs when the script's own argument list declares ``--targets`` (read
@@ -30,6 +33,7 @@ import os
 import platform
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 _NO_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '([A-Za-z0-9_.]+)'")
@@ -192,4 +196,19 @@ def file_archs(stems: list[str], archs: tuple[str, ...]) -> dict[str, tuple[str,
     for stem in stems:
         m = _FILE_ARCH.search(stem)
         out[stem] = procs if m is None else tuple(a for a in procs if best[a] == m.group(1))
+    return out
+
+
+def source_archs(sources: Sequence[str], archs: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Each generated source -> the build ``archs`` (spelled as given, ``gfx942:xnack-`` kept) it is
+    compiled for: those :func:`file_archs` finds it holds device code for (one ``--offload-arch`` pass
+    each, the others' passes would compile a body preprocessed away). A file serving none of them (a
+    ``_gfx950`` twin in a gfx942-only build) keeps every arch, as before: its host code (the launcher
+    the dispatch calls) is still needed, and the passes cost what they did."""
+    stems = [Path(s).stem for s in sources]
+    served = file_archs(stems, archs)
+    out: dict[str, tuple[str, ...]] = {}
+    for src, stem in zip(sources, stems, strict=True):
+        mine = tuple(a for a in archs if a.split(":")[0] in served[stem])
+        out[src] = mine or tuple(archs)
     return out
