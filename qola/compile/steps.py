@@ -212,6 +212,9 @@ def sources(
         if r.status == Status.FAILED:
             continue
         gen = tuple(generated.get(mod.name, ()))
+        if unused := _unused_dispatch(mod, gen):
+            gen = tuple(s for s in gen if s not in unused)
+            r.log += [f"not compiled: {Path(s).name} (a dropped direction's dispatch no source calls)" for s in unused]
         r.sources, r.generated = len(mod.sources), len(gen)
         r.instances = tuple(sorted(Path(s).stem for s in gen))
         if not mod.sources and not gen:
@@ -239,6 +242,31 @@ def sources(
             continue
         out[mod.name] = ModuleSources(tuple(mod.sources), gen)
     return out
+
+
+MAX_SCANNED = 64 << 20  # a source read to see whether it calls a dropped direction's dispatch
+
+
+def _unused_dispatch(mod: ModulePlan, generated: tuple[str, ...]) -> set[str]:
+    """The dispatch files of ``mod``'s dropped directions (CK writes them alone: ``drop_directions``)
+    that no other source of the library calls (:func:`qola.plan.genrules.unused_dispatch`): not
+    compiled. Read: the module's own sources and the generated files without an arch suffix (API and
+    dispatch files; a CK kernel file calls no dispatch)."""
+    from qola.core.errors import QolaError  # lazy: paid by a module with a dropped direction only
+    from qola.plan.tree.files import read_small  # lazy: paid by a module with a dropped direction only
+
+    dropped = {g.direction for g in mod.generators if g.dispatch_only and g.direction}
+    stems = {genrules.dispatch_stem(d): d for d in dropped}
+    candidates = {s: stems[Path(s).stem] for s in generated if Path(s).stem in stems}
+    if not candidates:
+        return set()
+    texts: dict[str, str | None] = {}
+    for src in (*mod.sources, *(s for s in generated if genrules.arch_suffix(Path(s).stem) is None)):
+        try:
+            texts[src] = read_small(src, limit=MAX_SCANNED, what="source").decode("utf-8", "replace")
+        except (OSError, QolaError):  # unread: it may call anything (the dispatch stays)
+            texts[src] = None
+    return genrules.unused_dispatch(candidates, texts)
 
 
 def graph_for(

@@ -33,7 +33,7 @@ import os
 import platform
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 _NO_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '([A-Za-z0-9_.]+)'")
@@ -183,6 +183,11 @@ def aiter_env(archs: tuple[str, ...], meta_dir: str | os.PathLike) -> dict[str, 
 _FILE_ARCH = re.compile(r"_(gfx[0-9a-z]+)$")
 
 
+def arch_suffix(stem: str) -> str | None:
+    """The arch family a generated file is named for (``gfx9`` of ``fmha_fwd_d64_fp16_gfx9``), or None."""
+    return m.group(1) if (m := _FILE_ARCH.search(stem)) else None
+
+
 def file_archs(stems: list[str], archs: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     """Which of the plan's ``archs`` each generated file holds device code for. CK names a kernel
     file for its arch family (``…_gfx9``, ``…_gfx950``) and guards its body with that family's
@@ -212,3 +217,27 @@ def source_archs(sources: Sequence[str], archs: tuple[str, ...]) -> dict[str, tu
         mine = tuple(a for a in archs if a.split(":")[0] in served[stem])
         out[src] = mine or tuple(archs)
     return out
+
+
+def dispatch_stem(direction: str) -> str:
+    """The stem of CK's dispatch file of ``direction`` (``fmha_fwd_splitkv_api``); it defines
+    ``fmha_<direction>(traits, args, stream)``."""
+    return f"fmha_{direction}_api"
+
+
+def unused_dispatch(candidates: Mapping[str, str], texts: Mapping[str, str | None]) -> set[str]:
+    """Which dispatch-only files of dropped directions (``candidates``: path -> direction) no code
+    that stays calls. ``texts``: path -> text of every source the library would compile, the
+    candidates' too (None: one that could not be read, taken to call every dispatch). A candidate
+    that a kept one calls is kept. A name spelled as a call in a source counts (a declaration too):
+    only a dispatch no source names is left out, so a miss can come only from a call hidden in a
+    header or a macro (the link's ``--no-undefined`` then says so)."""
+    if any(t is None for t in texts.values()):
+        return set()
+    calls = {p: re.compile(rf"\bfmha_{re.escape(d)}\s*(?:<[^<>;{{}}]*>\s*)?\(") for p, d in candidates.items()}
+    unused = set(candidates)
+    stays = [t for p, t in texts.items() if p not in unused and t is not None]
+    while called := {p for p in unused if any(calls[p].search(t) for t in stays)}:
+        unused -= called
+        stays += [t for p in called if (t := texts.get(p))]
+    return unused

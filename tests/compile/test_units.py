@@ -10,6 +10,8 @@ from pathlib import Path
 
 from support.ck_tree import ck_tree, module
 from support.fake_hipcc import fake_hipcc
+from support.fake_nvcc import fake_nvcc
+from support.fake_nvcc import pytestmark as needs_fake_nvcc  # g++ and CUDA's static runtime
 
 from qola.pipeline import run as pipeline
 from qola.pipeline.run import BuildSpec
@@ -85,3 +87,41 @@ def test_source_archs_keeps_feature_suffixes_and_every_arch_for_a_file_serving_n
     }
     # a gfx950 twin in a gfx90a build holds no code for it, but its host code links: compiled as before
     assert genrules.source_archs(srcs[1:2], ("gfx90a",)) == {"/g/fmha_fwd_d64_gfx950.cpp": ("gfx90a",)}
+
+
+def test_a_dropped_direction_brings_no_dispatch_unit_unless_code_that_stays_calls_it(tmp_path):
+    """``drop_directions``: CK writes a dropped direction's dispatch alone (no kernel); it is compiled
+    only when a source that stays calls it (here the API calls batch_prefill, not fwd_splitkv)."""
+    drop = ("fwd_splitkv", "batch_prefill")
+    tree = ck_tree(tmp_path / "tree", calls=("fwd", "batch_prefill"))
+    g = dry_run(tmp_path, ["gfx942"], module(drop), tree=tree)
+    units = {k for k, v in g.items() if "archs" in v}
+    assert "fmha_fwd_splitkv_api.cpp" not in units and "fmha_batch_prefill_api.cpp" in units
+    assert {"fmha_fwd_api.cpp", "mha_api.cu", "fmha_fwd_d64_fp16_gfx9.cpp"} <= units
+    assert not [u for u in units if u.startswith(("fmha_fwd_splitkv_d", "fmha_batch_prefill_d"))]  # no kernel
+    tree2 = ck_tree(tmp_path / "t2" / "tree", calls=("fwd",))
+    g2 = dry_run(tmp_path / "t2", ["gfx942"], module(drop), tree=tree2)
+    assert not {"fmha_fwd_splitkv_api.cpp", "fmha_batch_prefill_api.cpp"} & set(g2)
+    assert "fmha_fwd_api.cpp" in g2
+
+
+@needs_fake_nvcc
+def test_the_library_links_without_them_and_drops_dead_code(tmp_path):
+    """A real link (the fake nvcc: g++ objects, the host linker): the library links with
+    ``--no-undefined`` though the dropped directions' dispatch was never compiled, and ``--gc-sections``
+    drops what no export reaches (a source of dead code: its bytes are not in the library)."""
+    tree = ck_tree(tmp_path / "tree", calls=("fwd",))
+    (tree / "csrc" / "api" / "dead.cu").write_text(
+        'static const char marker[] = "QOLA-DEAD-CODE-MARKER";\nconst char* qola_dead() { return marker; }\n'
+    )
+    m = tmp_path / "q.toml"
+    body = module(("fwd_splitkv", "batch_prefill"), srcs=("csrc/api/mha_api.cu", "csrc/api/dead.cu"))
+    m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\nmode = "cpp_itfs"\n' + body)
+    env = {**os.environ, "CUDACXX": str(fake_nvcc(tmp_path / "nvcc"))}
+    spec = BuildSpec(manifest=str(m), aiter_root=str(tree), output_dir=str(tmp_path / "out"), jobs=2, env=env)
+    report = pipeline.build(spec)
+    assert report.ok, [(r.name, r.detail) for r in report.modules]
+    objs = {p.name.rsplit("-", 1)[0] for p in (tmp_path / "out.build" / "obj" / "libmha_ck").glob("*.o")}
+    assert "dead" in objs and "fmha_fwd_api" in objs and not objs & {"fmha_fwd_splitkv_api", "fmha_batch_prefill_api"}
+    lib = (tmp_path / "out" / "lib" / "qk_libmha_ck.so").read_bytes()
+    assert b"qk_mha_api" in lib and b"QOLA-DEAD-CODE-MARKER" not in lib

@@ -6,6 +6,7 @@ The generator appends each invocation's argv to the file named by ``$CK_GEN_CALL
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -53,10 +54,11 @@ CK_DIR = "3rdparty/ck/example/ck_tile/01_fmha"
 
 
 def api_source(calls: tuple[str, ...]) -> str:
-    """AITER's API source as a test wants it: it calls the dispatch of each direction in ``calls``."""
+    """AITER's API source as a test wants it: it calls the dispatch of each direction in ``calls``
+    from ``qk_mha_api`` (a C entry point of namespace ``qk``: exported)."""
     decls = "".join(f"float fmha_{d}(int);\n" for d in calls)
     body = " + ".join(f"fmha_{d}(x)" for d in calls) or "0"
-    return f'{decls}extern "C" float mha_api(int x) {{ return {body}; }}\n'
+    return f'{decls}extern "C" __attribute__((visibility("default"))) float qk_mha_api(int x) {{ return {body}; }}\n'
 
 
 def ck_tree(root: Path, calls: tuple[str, ...] = ("fwd", "fwd_splitkv", "batch_prefill")) -> Path:
@@ -72,11 +74,14 @@ def ck_tree(root: Path, calls: tuple[str, ...] = ("fwd", "fwd_splitkv", "batch_p
     return root
 
 
-def module(drop: tuple[str, ...] = (), directions: tuple[str, ...] = ("fwd", "fwd_splitkv", "batch_prefill")) -> str:
-    """A manifest's ``[[modules]]`` entry for ``libmha_ck``: the API source and one generator command per
-    direction, ``drop`` dropped."""
+def module(
+    drop: tuple[str, ...] = (),
+    directions: tuple[str, ...] = ("fwd", "fwd_splitkv", "batch_prefill"),
+    srcs: tuple[str, ...] = ("csrc/api/mha_api.cu",),
+) -> str:
+    """A manifest's ``[[modules]]`` entry for ``libmha_ck``: ``srcs`` (the API source) and one generator
+    command per direction, ``drop`` dropped."""
     cmds = ", ".join(f'"{CK_DIR}/generate.py -d {d} --output_dir {{}}"' for d in directions)
-    return (
-        '\n[[modules]]\nname = "libmha_ck"\nsrcs = ["csrc/api/mha_api.cu"]\nis_python_module = false\n'
-        f"blob_gen_cmd = [{cmds}]\n" + (f"drop_directions = {list(drop)!r}\n".replace("'", '"') if drop else "")
-    )
+    body = f'\n[[modules]]\nname = "libmha_ck"\nsrcs = {json.dumps(list(srcs))}\nis_python_module = false\n'
+    body += f"blob_gen_cmd = [{cmds}]\n"
+    return body + (f"drop_directions = {json.dumps(list(drop))}\n" if drop else "")
