@@ -19,7 +19,6 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from qola.core import deadlines, proc
 from qola.core.errors import FailedProcessError, QolaError
 from qola.core.fsutil import atomic_write, old_prefix, remove_stale, sync_dir
 from qola.plan.genrules import asm_arch, missing_package_hint, skip_warning
+from qola.plan.listcache import argument_files_digest, sources_digest
 from qola.plan.model import Generator
 from qola.plan.planner import OUTPUT_DIR
 from qola.plan.tree.aiter_configs import (
@@ -81,39 +81,6 @@ class GenResult:
     output: str = ""  # each command run and what it printed (at most proc.LOG_KEEP bytes each: head and tail)
 
 
-def _sources_digest(scripts: Sequence[str]) -> str:
-    """Hash of every .py file beside each generator script (CK's generator imports its codegen/ package)."""
-    h = hashlib.sha256()
-    for script in sorted(set(scripts)):
-        p = Path(script)
-        if not p.exists():
-            h.update(f"missing:{script}".encode())
-            continue
-        files = sorted(p.parent.rglob("*.py")) if p.suffix == ".py" else [p]
-        for f in files:
-            if "__pycache__" in f.parts:
-                continue
-            h.update(str(f).encode() + b"\0")
-            h.update(f.read_bytes())
-    return h.hexdigest()
-
-
-def _argument_files_digest(argvs: Sequence[Sequence[str]]) -> dict[str, str]:
-    """sha256 of each existing regular file a generator command names after its script (``x.csv``,
-    ``--tune_file=x.csv``): a tuned-config CSV passed by path decides the output like the script
-    does, so editing it must rerun the generator. Read with the tuned-CSV size limit."""
-    from qola.plan.tree.files import MAX_CSV, read_small  # lazy: paid only by the callers that need it
-
-    found: dict[str, str] = {}
-    for argv in argvs:
-        for arg in argv[2:]:
-            path = arg.partition("=")[2] if arg.startswith("-") else arg
-            if path in found or not os.path.isabs(path) or not os.path.isfile(path):
-                continue
-            found[path] = hashlib.sha256(read_small(path, limit=MAX_CSV, what="generator input")).hexdigest()
-    return found
-
-
 def stamp_of(job: GenJob, python: str) -> str:
     digests = dict(job.config_digests) or {
         c.name: hashlib.sha256(render(merge(c)).encode()).hexdigest() for c in job.configs
@@ -121,13 +88,13 @@ def stamp_of(job: GenJob, python: str) -> str:
     argv = job.argvs(OUTPUT_DIR, python)
     payload: dict[str, object] = {
         "argv": argv,
-        "generators": _sources_digest([a for g in job.generators for a in g.run_argv[:2] if a.endswith(".py")]),
+        "generators": sources_digest([a for g in job.generators for a in g.run_argv[:2] if a.endswith(".py")]),
     }
     if job.env:  # what qola tells the generators besides argv (the archs): another arch, another output
         payload["env"] = dict(job.env)
     if digests:  # merged tuned configs: their content, not just their name, decides a rerun
         payload["configs"] = digests
-    files = _argument_files_digest(argv)
+    files = argument_files_digest(argv)
     if files:
         payload["files"] = files
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
