@@ -79,6 +79,7 @@ class GenResult:
     commands: tuple[str, ...] = field(default=())
     warnings: tuple[str, ...] = field(default=())  # absent per-arch asm generators, skipped
     output: str = ""  # each command run and what it printed (at most proc.LOG_KEEP bytes each: head and tail)
+    groups: tuple[tuple[str, ...], ...] = ()  # each generator's sources, in command order (() = not known)
 
 
 def stamp_of(job: GenJob, python: str) -> str:
@@ -149,13 +150,15 @@ def run_generators(
         try:
             done = json.loads(stamp_file.read_text())
             if done.get("stamp") == stamp:
+                sources = generated_sources(blob, job.module)
                 return GenResult(
                     job.module,
                     blob,
-                    generated_sources(blob, job.module),
+                    sources,
                     True,
                     0.0,
                     warnings=tuple(done.get("warnings", ())),
+                    groups=_groups(blob, done.get("groups"), sources),
                 )
         except (OSError, ValueError):
             pass
@@ -163,7 +166,7 @@ def run_generators(
     staging = mod_dir / f".staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    commands, warnings, output = [], [], []
+    commands, warnings, output, groups = [], [], [], []
     genv = GeneratorEnv.of(env)  # the environment they run under, QOLA_GENERATOR_TIMEOUT
     limit = genv.timeout()
     try:
@@ -179,6 +182,7 @@ def run_generators(
                     hint="check blob_gen_cmd in the module table or the manifest",
                 )
             commands.append(" ".join(argv))
+            before = _names(staging)
             try:  # its own process group, ended with qola (Ctrl-C, SIGTERM, qola killed) or past its deadline;
                 # what it prints is kept for the log, cut in the middle past proc.LOG_KEEP bytes: qola.core.proc
                 done = proc.run_checked(argv, cwd=staging, env=genv.child, timeout=limit, keep=proc.LOG_KEEP)
@@ -194,24 +198,45 @@ def run_generators(
             printed = (done.stdout or "").rstrip("\n")
             shown = f"{printed}\n" if printed else ""
             output.append(f"$ {shlex.join(argv)}\n{shown}(exit code {done.returncode})")
+            groups.append(sorted(_names(staging) - before))  # what this generator wrote: its files' archs
         generated_sources(staging, job.module)  # refused before anything reaches the blob dir
         stamp_file.unlink(missing_ok=True)  # a sync cut short leaves no stamp: the next run redoes it
         sync_dir(staging, blob)
         atomic_write(
-            stamp_file, json.dumps({"stamp": stamp, "commands": commands, "warnings": warnings}, indent=1).encode()
+            stamp_file,
+            json.dumps(
+                {"stamp": stamp, "commands": commands, "warnings": warnings, "groups": groups}, indent=1
+            ).encode(),
         )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    sources = generated_sources(blob, job.module)
     return GenResult(
         job.module,
         blob,
-        generated_sources(blob, job.module),
+        sources,
         False,
         time.perf_counter() - start,
         tuple(commands),
         tuple(warnings),
         "\n".join(output),
+        _groups(blob, groups, sources),
     )
+
+
+def _names(directory: Path) -> set[str]:
+    """The generated sources under ``directory``, relative to it."""
+    return {str(p.relative_to(directory)) for p in directory.rglob("*") if p.suffix in GENERATED_EXTS and p.is_file()}
+
+
+def _groups(blob: Path, recorded: object, sources: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """Each generator's sources as paths in ``blob`` (``recorded``: their names, from the run or its
+    stamp); () when the stamp has none (written before qola recorded them) or names a file not there."""
+    if not isinstance(recorded, list) or not all(isinstance(g, list) for g in recorded):
+        return ()
+    have = set(sources)
+    out = tuple(tuple(str(blob / n) for n in g if isinstance(n, str)) for g in recorded)
+    return out if all(p in have for g in out for p in g) else ()
 
 
 def clean_stale(gen_root: Path) -> list[Path]:

@@ -38,6 +38,7 @@ class ModuleSources:
 
     own: tuple[str, ...]
     generated: tuple[str, ...]
+    groups: tuple[tuple[str, ...], ...] = ()  # the generated files by the generator that wrote them (() = one group)
 
     @property
     def all(self) -> tuple[str, ...]:
@@ -54,6 +55,14 @@ class Status(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True)
+class Generated:
+    """What a module's generators wrote: every file, and each generator's files (() = not known)."""
+
+    files: tuple[str, ...]
+    groups: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass
@@ -150,9 +159,9 @@ def generate(
     results: dict[str, ModuleResult],
     notes: list[str],
     on_event: Callable[[str], None] = lambda s: None,
-) -> dict[str, tuple[str, ...]]:
+) -> dict[str, Generated]:
     """Run every module's generators (with the plan's filters) in parallel; module -> its generated
-    files. A failure marks its module failed. ``env``: the toolchain's view (they run under its
+    files (and each generator's). A failure marks its module failed. ``env``: the toolchain's view (they run under its
     children's environment, hipconfig found on its PATH); ``timeout``: the generators' view, for
     ``QOLA_GENERATOR_TIMEOUT`` (both resolved from ``env`` when it is a mapping)."""
     from qola.compile.codegen import GenJob, run_generators  # lazy: the incremental path needs none of it
@@ -163,7 +172,7 @@ def generate(
         for m in plan.modules
         if m.generators
     ]
-    generated: dict[str, tuple[str, ...]] = {}
+    generated: dict[str, Generated] = {}
     if not gen_jobs:
         return generated
     hsa_dir = Path(plan.meta_dir) / "hsa"
@@ -195,14 +204,14 @@ def generate(
             r.warnings += res.warnings
             r.log += [f"warning: {w}" for w in res.warnings]
             r.log += res.output.splitlines()  # what its generators printed (head and tail past proc.LOG_KEEP)
-            generated[name] = res.sources
+            generated[name] = Generated(res.sources, res.groups)
             r.codegen_seconds = res.seconds
             on_event(f"{'generated' if not res.skipped else 'up to date'}: {name} ({len(res.sources)} sources)")
     return generated
 
 
 def sources(
-    plan: Plan, generated: Mapping[str, tuple[str, ...]], results: dict[str, ModuleResult], layout: BuildLayout
+    plan: Plan, generated: Mapping[str, Generated], results: dict[str, ModuleResult], layout: BuildLayout
 ) -> dict[str, ModuleSources]:
     """Each buildable module's source list; its result gets the counts, instances and artifact path.
     A module without a source fails."""
@@ -211,9 +220,11 @@ def sources(
         r = results[mod.name]
         if r.status == Status.FAILED:
             continue
-        gen = tuple(generated.get(mod.name, ()))
+        made = generated.get(mod.name) or Generated(())
+        gen, groups = made.files, made.groups
         if unused := _unused_dispatch(mod, gen):
             gen = tuple(s for s in gen if s not in unused)
+            groups = tuple(tuple(s for s in g if s not in unused) for g in groups)
             r.log += [f"not compiled: {Path(s).name} (a dropped direction's dispatch no source calls)" for s in unused]
         r.sources, r.generated = len(mod.sources), len(gen)
         r.instances = tuple(sorted(Path(s).stem for s in gen))
@@ -240,7 +251,7 @@ def sources(
         except QolaError as exc:
             fail(r, exc)
             continue
-        out[mod.name] = ModuleSources(tuple(mod.sources), gen)
+        out[mod.name] = ModuleSources(tuple(mod.sources), gen, groups)
     return out
 
 
@@ -267,6 +278,16 @@ def _unused_dispatch(mod: ModulePlan, generated: tuple[str, ...]) -> set[str]:
         except (OSError, QolaError):  # unread: it may call anything (the dispatch stays)
             texts[src] = None
     return genrules.unused_dispatch(candidates, texts)
+
+
+def _source_archs(src: ModuleSources, archs: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Each generated file's archs, judged among the files of the generator that wrote it (CK's
+    ``_gfx9`` files beside an asm generator's ``_gfx942`` one still serve gfx942); all of them as
+    one listing when the groups are not known."""
+    out: dict[str, tuple[str, ...]] = {}
+    for group in src.groups or (src.generated,):
+        out.update(genrules.source_archs(group, archs))
+    return out
 
 
 def graph_for(
@@ -318,7 +339,7 @@ def graph_for(
         flags = module_flags(mod, tc, layout.blob(mod.name), layout.include) + list(more.cflags)
         flags = [f for f in flags if f not in every]  # each edge names its own ($archs)
         variables[var] = ninja.escape_flags(flags + tc.prefix_map_flags(paths.compiler_maps))
-        served = genrules.source_archs(srcs[mod.name].generated, tc.archs) if per_file else {}
+        served = _source_archs(srcs[mod.name], tc.archs) if per_file else {}
         compiles = tuple(
             ninja.Compile(
                 s,

@@ -5,6 +5,7 @@ calls it. Checked on the graph a dry run writes (a fake hipcc: no ROCm needed)."
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -67,6 +68,22 @@ def test_each_generated_file_compiles_for_its_archs(tmp_path):
     assert "--offload-arch" not in g["flags_libmha_ck"]["value"] and g["flags_libmha_ck"]["value"]
     cmd = g["rule cc"]["command"]
     assert " $flags $archs " in cmd and cmd.index("$archs") < cmd.index("-x hip -c $in -o $out")
+
+
+def test_a_files_archs_are_judged_among_its_own_generators_files(tmp_path):
+    """An asm generator's ``_gfx942`` file beside CK's ``_gfx9`` ones (AITER's libmha_fwd): each file's
+    archs come from its own generator's listing, so CK's ``_gfx9`` file still serves gfx942 (judged
+    over the module's whole listing, ``gfx942`` would be the more specific family and ``_gfx9`` would
+    serve no arch: every pass), and the asm file gets gfx942 alone."""
+    g = dry_run(tmp_path, ["gfx942", "gfx950"], module(asm=True))
+    assert g["asm_fmha_fwd_v3_gfx942.cpp"]["archs"] == "--offload-arch=gfx942"
+    assert g["fmha_fwd_d64_fp16_gfx9.cpp"]["archs"] == "--offload-arch=gfx942"
+    assert g["fmha_fwd_d64_fp16_gfx950.cpp"]["archs"] == "--offload-arch=gfx950"
+    stamp = json.loads((tmp_path / "out.build" / "gen" / "libmha_ck" / "stamp.json").read_text())
+    assert [len(group) for group in stamp["groups"]] == [5, 5, 5, 1]
+    # generators skipped (same stamp): the groups come from the stamp
+    again = dry_run(tmp_path, ["gfx942", "gfx950"], module(asm=True), tree=tmp_path / "tree")
+    assert again == g
 
 
 def test_a_single_arch_build_compiles_every_file_for_it(tmp_path):

@@ -52,6 +52,17 @@ for k, v in files.items():
 
 CK_DIR = "3rdparty/ck/example/ck_tile/01_fmha"
 
+# an AITER-style asm API generator: one file per arch it has kernels for, named for that exact arch
+ASM_GEN = r"""
+import argparse, pathlib
+p = argparse.ArgumentParser()
+p.add_argument("--output_dir")
+a = p.parse_args()
+out = pathlib.Path(a.output_dir)
+out.mkdir(parents=True, exist_ok=True)
+(out / "asm_fmha_fwd_v3_gfx942.cpp").write_text("float asm_fmha_fwd_v3_gfx942(int x) { return (float)x; }\n")
+"""
+
 
 def api_source(calls: tuple[str, ...]) -> str:
     """AITER's API source as a test wants it: it calls the dispatch of each direction in ``calls``
@@ -69,6 +80,7 @@ def ck_tree(root: Path, calls: tuple[str, ...] = ("fwd", "fwd_splitkv", "batch_p
     (ck / "codegen" / "ops").mkdir(parents=True)
     (ck / "codegen" / "ops" / "__init__.py").write_text("")
     (ck / "generate.py").write_text(GENERATE)
+    (root / "csrc" / "asm_gen.py").write_text(ASM_GEN)
     (root / "csrc" / "api").mkdir()
     (root / "csrc" / "api" / "mha_api.cu").write_text(api_source(calls))
     return root
@@ -78,10 +90,12 @@ def module(
     drop: tuple[str, ...] = (),
     directions: tuple[str, ...] = ("fwd", "fwd_splitkv", "batch_prefill"),
     srcs: tuple[str, ...] = ("csrc/api/mha_api.cu",),
+    asm: bool = False,
 ) -> str:
     """A manifest's ``[[modules]]`` entry for ``libmha_ck``: ``srcs`` (the API source) and one generator
-    command per direction, ``drop`` dropped."""
+    command per direction, ``drop`` dropped (``asm``: and the asm generator, writing a ``_gfx942`` file)."""
     cmds = ", ".join(f'"{CK_DIR}/generate.py -d {d} --output_dir {{}}"' for d in directions)
+    cmds += ', "csrc/asm_gen.py --output_dir {}"' if asm else ""
     body = f'\n[[modules]]\nname = "libmha_ck"\nsrcs = {json.dumps(list(srcs))}\nis_python_module = false\n'
     body += f"blob_gen_cmd = [{cmds}]\n"
     return body + (f"drop_directions = {json.dumps(list(drop))}\n" if drop else "")
