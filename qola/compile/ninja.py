@@ -103,7 +103,7 @@ def write(graph: Graph, path: Path) -> None:
             if c.archs:
                 bindings["archs"] = passes[c.archs]
             bindings["module"] = t.module
-            w.build(c.obj, "cc", [c.src], implicit=stamp, variables=bindings)
+            w.build([c.obj], "cc", [c.src], implicit=stamp, variables=bindings)
         for t in graph.targets:
             objs = [c.obj for c in t.compiles]
             w.build(
