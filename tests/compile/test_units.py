@@ -13,7 +13,9 @@ from support.ck_tree import ck_tree, module
 from support.fake_hipcc import fake_hipcc
 from support.fake_nvcc import fake_nvcc
 from support.fake_nvcc import pytestmark as needs_fake_nvcc  # g++ and CUDA's static runtime
+from support.libdata import embedded_blobs
 
+from qola.hooks import embed
 from qola.pipeline import run as pipeline
 from qola.pipeline.run import BuildSpec
 from qola.plan import genrules
@@ -131,8 +133,12 @@ def test_the_library_links_without_them_and_drops_dead_code(tmp_path):
     (tree / "csrc" / "api" / "dead.cu").write_text(
         'static const char marker[] = "QOLA-DEAD-CODE-MARKER";\nconst char* qola_dead() { return marker; }\n'
     )
+    co = tree / "hsa" / "sm_90" / "fmha_v3_fwd" / "fwd_d128.co"  # embedded; no code of the library looks it up
+    co.parent.mkdir(parents=True)
+    co.write_bytes(b"\x7fELF-QOLA-EMBEDDED-CODE-OBJECT" * 64)
     m = tmp_path / "q.toml"
     body = module(("fwd_splitkv", "batch_prefill"), srcs=("csrc/api/mha_api.cu", "csrc/api/dead.cu"))
+    body += 'embed = ["fmha_v3_fwd"]\n'
     m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\nmode = "cpp_itfs"\n' + body)
     env = {**os.environ, "CUDACXX": str(fake_nvcc(tmp_path / "nvcc"))}
     spec = BuildSpec(manifest=str(m), aiter_root=str(tree), output_dir=str(tmp_path / "out"), jobs=2, env=env)
@@ -142,3 +148,8 @@ def test_the_library_links_without_them_and_drops_dead_code(tmp_path):
     assert "dead" in objs and "fmha_fwd_api" in objs and not objs & {"fmha_fwd_splitkv_api", "fmha_batch_prefill_api"}
     lib = (tmp_path / "out" / "lib" / "qk_libmha_ck.so").read_bytes()
     assert b"qk_mha_api" in lib and b"QOLA-DEAD-CODE-MARKER" not in lib
+    # what embed = [...] put in stays, though nothing calls its lookup (AITER before AITER_EMBEDDED_HSA_MAP)
+    found, _ = embedded_blobs(
+        tmp_path / "out" / "lib" / "qk_libmha_ck.so", embed.symbol_prefix("qk", "libmha_ck"), embed.ALIGN
+    )
+    assert found == {"hsa/sm_90/fmha_v3_fwd/fwd_d128.co": co.read_bytes()}
