@@ -25,6 +25,7 @@ from qola.core.errors import FailedProcessError, QolaError, tail
 from qola.core.proc import ChildEnv
 from qola.plan import genrules, needs
 from qola.plan.model import ModulePlan, Plan
+from qola.plan.tree.files import read_small
 from qola.plan.variants import GeneratorEnv
 from qola.toolchain import Toolchain, identity
 from qola.toolchain.env import ToolchainEnv
@@ -161,8 +162,8 @@ def generate(
     on_event: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Generated]:
     """Run every module's generators (with the plan's filters) in parallel; module -> its generated
-    files (and each generator's). A failure marks its module failed. ``env``: the toolchain's view (they run under its
-    children's environment, hipconfig found on its PATH); ``timeout``: the generators' view, for
+    files (and each generator's). A failure marks its module failed. ``env``: the toolchain's view
+    (they run under its children's environment, hipconfig found on its PATH); ``timeout``: the generators' view, for
     ``QOLA_GENERATOR_TIMEOUT`` (both resolved from ``env`` when it is a mapping)."""
     from qola.compile.codegen import GenJob, run_generators  # lazy: the incremental path needs none of it
 
@@ -263,9 +264,6 @@ def _unused_dispatch(mod: ModulePlan, generated: tuple[str, ...]) -> set[str]:
     that no other source of the library calls (:func:`qola.plan.genrules.unused_dispatch`): not
     compiled. Read: the module's own sources and the generated files without an arch suffix (API and
     dispatch files; a CK kernel file calls no dispatch)."""
-    from qola.core.errors import QolaError  # lazy: paid by a module with a dropped direction only
-    from qola.plan.tree.files import read_small  # lazy: paid by a module with a dropped direction only
-
     dropped = {g.direction for g in mod.generators if g.dispatch_only and g.direction}
     stems = {genrules.dispatch_stem(d): d for d in dropped}
     candidates = {s: stems[Path(s).stem] for s in generated if Path(s).stem in stems}
