@@ -19,7 +19,6 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from qola.core import deadlines, proc
 from qola.core.errors import FailedProcessError, QolaError
 from qola.core.fsutil import atomic_write, old_prefix, remove_stale, sync_dir
 from qola.plan.genrules import asm_arch, missing_package_hint, skip_warning
+from qola.plan.listcache import argument_files_digest, sources_digest
 from qola.plan.model import Generator
 from qola.plan.planner import OUTPUT_DIR
 from qola.plan.tree.aiter_configs import (
@@ -79,39 +79,7 @@ class GenResult:
     commands: tuple[str, ...] = field(default=())
     warnings: tuple[str, ...] = field(default=())  # absent per-arch asm generators, skipped
     output: str = ""  # each command run and what it printed (at most proc.LOG_KEEP bytes each: head and tail)
-
-
-def _sources_digest(scripts: Sequence[str]) -> str:
-    """Hash of every .py file beside each generator script (CK's generator imports its codegen/ package)."""
-    h = hashlib.sha256()
-    for script in sorted(set(scripts)):
-        p = Path(script)
-        if not p.exists():
-            h.update(f"missing:{script}".encode())
-            continue
-        files = sorted(p.parent.rglob("*.py")) if p.suffix == ".py" else [p]
-        for f in files:
-            if "__pycache__" in f.parts:
-                continue
-            h.update(str(f).encode() + b"\0")
-            h.update(f.read_bytes())
-    return h.hexdigest()
-
-
-def _argument_files_digest(argvs: Sequence[Sequence[str]]) -> dict[str, str]:
-    """sha256 of each existing regular file a generator command names after its script (``x.csv``,
-    ``--tune_file=x.csv``): a tuned-config CSV passed by path decides the output like the script
-    does, so editing it must rerun the generator. Read with the tuned-CSV size limit."""
-    from qola.plan.tree.files import MAX_CSV, read_small  # lazy: paid only by the callers that need it
-
-    found: dict[str, str] = {}
-    for argv in argvs:
-        for arg in argv[2:]:
-            path = arg.partition("=")[2] if arg.startswith("-") else arg
-            if path in found or not os.path.isabs(path) or not os.path.isfile(path):
-                continue
-            found[path] = hashlib.sha256(read_small(path, limit=MAX_CSV, what="generator input")).hexdigest()
-    return found
+    groups: tuple[tuple[str, ...], ...] = ()  # each generator's sources, in command order (() = not known)
 
 
 def stamp_of(job: GenJob, python: str) -> str:
@@ -121,13 +89,13 @@ def stamp_of(job: GenJob, python: str) -> str:
     argv = job.argvs(OUTPUT_DIR, python)
     payload: dict[str, object] = {
         "argv": argv,
-        "generators": _sources_digest([a for g in job.generators for a in g.run_argv[:2] if a.endswith(".py")]),
+        "generators": sources_digest([a for g in job.generators for a in g.run_argv[:2] if a.endswith(".py")]),
     }
     if job.env:  # what qola tells the generators besides argv (the archs): another arch, another output
         payload["env"] = dict(job.env)
     if digests:  # merged tuned configs: their content, not just their name, decides a rerun
         payload["configs"] = digests
-    files = _argument_files_digest(argv)
+    files = argument_files_digest(argv)
     if files:
         payload["files"] = files
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
@@ -182,13 +150,15 @@ def run_generators(
         try:
             done = json.loads(stamp_file.read_text())
             if done.get("stamp") == stamp:
+                sources = generated_sources(blob, job.module)
                 return GenResult(
                     job.module,
                     blob,
-                    generated_sources(blob, job.module),
+                    sources,
                     True,
                     0.0,
                     warnings=tuple(done.get("warnings", ())),
+                    groups=_groups(blob, done.get("groups"), sources),
                 )
         except (OSError, ValueError):
             pass
@@ -196,7 +166,7 @@ def run_generators(
     staging = mod_dir / f".staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    commands, warnings, output = [], [], []
+    commands, warnings, output, groups = [], [], [], []
     genv = GeneratorEnv.of(env)  # the environment they run under, QOLA_GENERATOR_TIMEOUT
     limit = genv.timeout()
     try:
@@ -212,6 +182,7 @@ def run_generators(
                     hint="check blob_gen_cmd in the module table or the manifest",
                 )
             commands.append(" ".join(argv))
+            before = _names(staging)
             try:  # its own process group, ended with qola (Ctrl-C, SIGTERM, qola killed) or past its deadline;
                 # what it prints is kept for the log, cut in the middle past proc.LOG_KEEP bytes: qola.core.proc
                 done = proc.run_checked(argv, cwd=staging, env=genv.child, timeout=limit, keep=proc.LOG_KEEP)
@@ -227,24 +198,45 @@ def run_generators(
             printed = (done.stdout or "").rstrip("\n")
             shown = f"{printed}\n" if printed else ""
             output.append(f"$ {shlex.join(argv)}\n{shown}(exit code {done.returncode})")
+            groups.append(sorted(_names(staging) - before))  # what this generator wrote: its files' archs
         generated_sources(staging, job.module)  # refused before anything reaches the blob dir
         stamp_file.unlink(missing_ok=True)  # a sync cut short leaves no stamp: the next run redoes it
         sync_dir(staging, blob)
         atomic_write(
-            stamp_file, json.dumps({"stamp": stamp, "commands": commands, "warnings": warnings}, indent=1).encode()
+            stamp_file,
+            json.dumps(
+                {"stamp": stamp, "commands": commands, "warnings": warnings, "groups": groups}, indent=1
+            ).encode(),
         )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    sources = generated_sources(blob, job.module)
     return GenResult(
         job.module,
         blob,
-        generated_sources(blob, job.module),
+        sources,
         False,
         time.perf_counter() - start,
         tuple(commands),
         tuple(warnings),
         "\n".join(output),
+        _groups(blob, groups, sources),
     )
+
+
+def _names(directory: Path) -> set[str]:
+    """The generated sources under ``directory``, relative to it."""
+    return {str(p.relative_to(directory)) for p in directory.rglob("*") if p.suffix in GENERATED_EXTS and p.is_file()}
+
+
+def _groups(blob: Path, recorded: object, sources: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """Each generator's sources as paths in ``blob`` (``recorded``: their names, from the run or its
+    stamp); () when the stamp has none (written before qola recorded them) or names a file not there."""
+    if not isinstance(recorded, list) or not all(isinstance(g, list) for g in recorded):
+        return ()
+    have = set(sources)
+    out = tuple(tuple(str(blob / n) for n in g if isinstance(n, str)) for g in recorded)
+    return out if all(p in have for g in out for p in g) else ()
 
 
 def clean_stale(gen_root: Path) -> list[Path]:

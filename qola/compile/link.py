@@ -74,6 +74,7 @@ def rsp_text(paths: Iterable[str | os.PathLike]) -> str:
 
 BUILD_ID = "-Wl,--build-id=sha1"  # every shared object: a content hash note (reproducible, debuginfod)
 NO_UNDEFINED = "-Wl,--no-undefined"
+GC_SECTIONS = "-Wl,--gc-sections"  # sections no export reaches are dropped (AITER's flags: -ffunction-sections)
 
 
 def shared_link_argv(
@@ -104,8 +105,11 @@ def library_ldflags(version_script: str | os.PathLike | None, soname: str) -> li
     """Link flags of a torch-free shared library (a cpp_itfs module): ``--no-undefined`` — every
     symbol is defined in its objects or comes from a library it names (the GPU runtime, ``-ldl``),
     so it carries DT_NEEDED for it and a missing symbol fails this link, not the consumer's dlopen —
-    its soname and, isolated (``version_script`` not None), the export version script."""
-    flags = [NO_UNDEFINED, f"-Wl,-soname,{soname}"]
+    ``--gc-sections`` (what no export, constructor or kept section reaches is dropped: a dropped
+    direction's dispatch, AITER API functions no wrapper calls; a reference from dropped code is no
+    longer an undefined symbol, one from kept code still fails the link), its soname and, isolated
+    (``version_script`` not None), the export version script."""
+    flags = [NO_UNDEFINED, GC_SECTIONS, f"-Wl,-soname,{soname}"]
     if version_script is not None:
         flags.append(f"-Wl,--version-script={os.fspath(version_script)}")
     return flags

@@ -25,9 +25,11 @@ from qola.core.errors import FailedProcessError, QolaError, tail
 from qola.core.proc import ChildEnv
 from qola.plan import genrules, needs
 from qola.plan.model import ModulePlan, Plan
+from qola.plan.tree.files import read_small
 from qola.plan.variants import GeneratorEnv
 from qola.toolchain import Toolchain, identity
 from qola.toolchain.env import ToolchainEnv
+from qola.toolchain.hip import arch_flags
 from qola.toolchain.hipconfig import generator_child
 
 
@@ -37,6 +39,7 @@ class ModuleSources:
 
     own: tuple[str, ...]
     generated: tuple[str, ...]
+    groups: tuple[tuple[str, ...], ...] = ()  # the generated files by the generator that wrote them (() = one group)
 
     @property
     def all(self) -> tuple[str, ...]:
@@ -53,6 +56,14 @@ class Status(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True)
+class Generated:
+    """What a module's generators wrote: every file, and each generator's files (() = not known)."""
+
+    files: tuple[str, ...]
+    groups: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass
@@ -149,10 +160,10 @@ def generate(
     results: dict[str, ModuleResult],
     notes: list[str],
     on_event: Callable[[str], None] = lambda s: None,
-) -> dict[str, tuple[str, ...]]:
+) -> dict[str, Generated]:
     """Run every module's generators (with the plan's filters) in parallel; module -> its generated
-    files. A failure marks its module failed. ``env``: the toolchain's view (they run under its
-    children's environment, hipconfig found on its PATH); ``timeout``: the generators' view, for
+    files (and each generator's). A failure marks its module failed. ``env``: the toolchain's view
+    (they run under its children's environment, hipconfig found on its PATH); ``timeout``: the generators' view, for
     ``QOLA_GENERATOR_TIMEOUT`` (both resolved from ``env`` when it is a mapping)."""
     from qola.compile.codegen import GenJob, run_generators  # lazy: the incremental path needs none of it
 
@@ -162,7 +173,7 @@ def generate(
         for m in plan.modules
         if m.generators
     ]
-    generated: dict[str, tuple[str, ...]] = {}
+    generated: dict[str, Generated] = {}
     if not gen_jobs:
         return generated
     hsa_dir = Path(plan.meta_dir) / "hsa"
@@ -194,14 +205,14 @@ def generate(
             r.warnings += res.warnings
             r.log += [f"warning: {w}" for w in res.warnings]
             r.log += res.output.splitlines()  # what its generators printed (head and tail past proc.LOG_KEEP)
-            generated[name] = res.sources
+            generated[name] = Generated(res.sources, res.groups)
             r.codegen_seconds = res.seconds
             on_event(f"{'generated' if not res.skipped else 'up to date'}: {name} ({len(res.sources)} sources)")
     return generated
 
 
 def sources(
-    plan: Plan, generated: Mapping[str, tuple[str, ...]], results: dict[str, ModuleResult], layout: BuildLayout
+    plan: Plan, generated: Mapping[str, Generated], results: dict[str, ModuleResult], layout: BuildLayout
 ) -> dict[str, ModuleSources]:
     """Each buildable module's source list; its result gets the counts, instances and artifact path.
     A module without a source fails."""
@@ -210,7 +221,12 @@ def sources(
         r = results[mod.name]
         if r.status == Status.FAILED:
             continue
-        gen = tuple(generated.get(mod.name, ()))
+        made = generated.get(mod.name) or Generated(())
+        gen, groups = made.files, made.groups
+        if unused := _unused_dispatch(mod, gen):
+            gen = tuple(s for s in gen if s not in unused)
+            groups = tuple(tuple(s for s in g if s not in unused) for g in groups)
+            r.log += [f"not compiled: {Path(s).name} (a dropped direction's dispatch no source calls)" for s in unused]
         r.sources, r.generated = len(mod.sources), len(gen)
         r.instances = tuple(sorted(Path(s).stem for s in gen))
         if not mod.sources and not gen:
@@ -236,7 +252,39 @@ def sources(
         except QolaError as exc:
             fail(r, exc)
             continue
-        out[mod.name] = ModuleSources(tuple(mod.sources), gen)
+        out[mod.name] = ModuleSources(tuple(mod.sources), gen, groups)
+    return out
+
+
+MAX_SCANNED = 64 << 20  # a source read to see whether it calls a dropped direction's dispatch
+
+
+def _unused_dispatch(mod: ModulePlan, generated: tuple[str, ...]) -> set[str]:
+    """The dispatch files of ``mod``'s dropped directions (CK writes them alone: ``drop_directions``)
+    that no other source of the library calls (:func:`qola.plan.genrules.unused_dispatch`): not
+    compiled. Read: the module's own sources and the generated files without an arch suffix (API and
+    dispatch files; a CK kernel file calls no dispatch)."""
+    dropped = {g.direction for g in mod.generators if g.dispatch_only and g.direction}
+    stems = {genrules.dispatch_stem(d): d for d in dropped}
+    candidates = {s: stems[Path(s).stem] for s in generated if Path(s).stem in stems}
+    if not candidates:
+        return set()
+    texts: dict[str, str | None] = {}
+    for src in (*mod.sources, *(s for s in generated if genrules.arch_suffix(Path(s).stem) is None)):
+        try:
+            texts[src] = read_small(src, limit=MAX_SCANNED, what="source").decode("utf-8", "replace")
+        except (OSError, QolaError):  # unread: it may call anything (the dispatch stays)
+            texts[src] = None
+    return genrules.unused_dispatch(candidates, texts)
+
+
+def _source_archs(src: ModuleSources, archs: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Each generated file's archs, judged among the files of the generator that wrote it (CK's
+    ``_gfx9`` files beside an asm generator's ``_gfx942`` one still serve gfx942); all of them as
+    one listing when the groups are not known."""
+    out: dict[str, tuple[str, ...]] = {}
+    for group in src.groups or (src.generated,):
+        out.update(genrules.source_archs(group, archs))
     return out
 
 
@@ -251,8 +299,16 @@ def graph_for(
     rules: Mapping[str, Mapping[str, str]] | None = None,
 ) -> ninja.Graph:
     """The graph for every module in ``srcs`` (the buildable ones), each compiled and linked as its
-    extra says (sources dropped / added, flags, edges, link rule); ``rules`` adds the rules those name."""
-    cc = ([launcher] if launcher else []) + tc.compile_argv("$in", "$out", "$out.d", ["$flags"])
+    extra says (sources dropped / added, flags, edges, link rule); ``rules`` adds the rules those name.
+
+    HIP: each compile edge names its own device passes (``$archs``, after ``$flags``): a generated file
+    the archs it holds device code for (:func:`qola.plan.genrules.source_archs`: CK's ``…_gfx9`` file no
+    gfx950 pass), every other source all the build's archs; the module's flags name none."""
+    per_file = tc.kind == "hip"
+    every = tuple(arch_flags(tc.archs)) if per_file else ()
+    cc = ([launcher] if launcher else []) + tc.compile_argv(
+        "$in", "$out", "$out.d", ["$flags", "$archs"] if per_file else ["$flags"]
+    )
     link = tc.shared_link_argv("$out.rsp", "$out", ["$ldflags"])
     all_rules: dict[str, Mapping[str, str]] = {
         "cc": {
@@ -279,13 +335,16 @@ def graph_for(
         more = extras.get(mod.name) or ModuleExtra()
         var = f"flags_{mod.name}"
         flags = module_flags(mod, tc, layout.blob(mod.name), layout.include) + list(more.cflags)
+        flags = [f for f in flags if f not in every]  # each edge names its own ($archs)
         variables[var] = ninja.escape_flags(flags + tc.prefix_map_flags(paths.compiler_maps))
+        served = _source_archs(srcs[mod.name], tc.archs) if per_file else {}
         compiles = tuple(
             ninja.Compile(
                 s,
                 object_path(mod.name, s),
                 var,
                 tuple(_split(mod.flags_for(s)) + list(more.flags_for(s)) + unit_flags(tc, paths, mod.name, s)),
+                tuple(arch_flags(served[s])) if s in served else every,
             )
             for s in more.sources(srcs[mod.name].all)
         )

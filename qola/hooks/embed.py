@@ -88,6 +88,15 @@ def symbol_prefix(namespace: str, module: str) -> str:
     return f"qola_embed_{namespace}_{module}"
 
 
+def keep_ldflags(namespace: str, module: str) -> list[str]:
+    """Link flags that keep the embedded code objects in the library: it links with ``--gc-sections``
+    (:func:`qola.compile.link.library_ldflags`), and a tree whose code never looks them up (AITER
+    before ``AITER_EMBEDDED_HSA_MAP``) would otherwise lose them; an ``--undefined`` symbol is a root
+    of the collection (GNU ld and lld), defined here, so it neither exports nor leaves anything undefined."""
+    sym = symbol_prefix(namespace, module)
+    return [f"-Wl,--undefined={sym}_blobs", f"-Wl,--undefined={sym}_index"]
+
+
 def aiter_define(module: str) -> str:
     """The compile flag that makes ``aiter_hip_common.h`` include this module's header."""
     return f'-DAITER_EMBEDDED_HSA_HEADER="qola_embedded_{module}.h"'

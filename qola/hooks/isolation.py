@@ -77,6 +77,7 @@ def extra(
     inputs: list[str] = []
     cflags: list[str] = []
     writes: list[FileWrite] = []
+    ldflags: list[str] = []
     warnings: tuple[str, ...] = ()
     if mod.embed:
         warnings, files, texts = _embed(
@@ -87,6 +88,7 @@ def extra(
         inputs.append(obj)
         cflags += [f"-I{files.header.parent}", embed.aiter_define(mod.name)]
         writes += [FileWrite(p, t) for p, t in texts]
+        ldflags += embed.keep_ldflags(ns, mod.name)  # in the library even where no code looks them up
     added: tuple[str, ...] = ()
     if mod.api is not None and mod.mode == "cpp_itfs":
         api_dir = layout.itfs_dir(mod.name)
@@ -99,6 +101,7 @@ def extra(
         added = (str(wrapper),)
     own = ModuleExtra(
         cflags=tuple(cflags),
+        ldflags=tuple(ldflags),
         edges=tuple(edges),
         extra_inputs=tuple(inputs),
         writes=tuple(writes),

@@ -317,14 +317,15 @@ def requested(
 def views(env: Mapping[str, str]) -> tuple[ChildEnv, ToolchainEnv, GeneratorEnv]:
     """What the stages after planning read of ``env``, resolved once: the environment every child
     runs under (opaque), the toolchain's variables (:mod:`qola.toolchain.env`) and the generators'
-    deadline (:class:`qola.plan.variants.GeneratorEnv`)."""
+    deadline and listing cache (:class:`qola.plan.variants.GeneratorEnv`)."""
     from qola.core import deadlines  # lazy: start-up of the CLI and of the no-op path
+    from qola.plan.listcache import cache_dir  # lazy: start-up of the CLI and of the no-op path
     from qola.plan.variants import GeneratorEnv  # lazy: start-up of the CLI and of the no-op path
     from qola.toolchain.env import VARIABLES, ToolchainEnv  # lazy: start-up of the CLI and of the no-op path
 
     child = child_env(env)
     toolchain = ToolchainEnv(tuple(sorted(only(env, VARIABLES).items())), child)
-    return child, toolchain, GeneratorEnv(child, env.get(deadlines.GENERATOR.variable))
+    return child, toolchain, GeneratorEnv(child, env.get(deadlines.GENERATOR.variable), cache_dir(env))
 
 
 @dataclass(frozen=True)

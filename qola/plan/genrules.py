@@ -17,6 +17,9 @@
   call every direction's dispatch function, so it must exist for the library to link.
 * :func:`missing_package_hint`: a generator that died on ``ModuleNotFoundError`` gets a hint naming
   the interpreter that ran it and the ``pip install`` that fixes it.
+* :func:`file_archs` / :func:`source_archs`: the archs each generated file holds device code for (CK's
+  ``…_gfx9`` / ``…_gfx950`` kernel files; a dispatch file serves all): the build compiles each file
+  only for those.
 * :func:`with_targets`: the archs a generator writes code for. CK's fMHA ``generate.py`` takes
   ``--targets=<arch,…>`` (newer CKs; without it, it writes every ``_gfx9``/``_gfx950`` twin);
   qola passes the plan's archs when the script's own argument list declares ``--targets`` (read
@@ -30,6 +33,7 @@ import os
 import platform
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 _NO_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '([A-Za-z0-9_.]+)'")
@@ -179,6 +183,11 @@ def aiter_env(archs: tuple[str, ...], meta_dir: str | os.PathLike) -> dict[str, 
 _FILE_ARCH = re.compile(r"_(gfx[0-9a-z]+)$")
 
 
+def arch_suffix(stem: str) -> str | None:
+    """The arch family a generated file is named for (``gfx9`` of ``fmha_fwd_d64_fp16_gfx9``), or None."""
+    return m.group(1) if (m := _FILE_ARCH.search(stem)) else None
+
+
 def file_archs(stems: list[str], archs: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     """Which of the plan's ``archs`` each generated file holds device code for. CK names a kernel
     file for its arch family (``…_gfx9``, ``…_gfx950``) and guards its body with that family's
@@ -193,3 +202,42 @@ def file_archs(stems: list[str], archs: tuple[str, ...]) -> dict[str, tuple[str,
         m = _FILE_ARCH.search(stem)
         out[stem] = procs if m is None else tuple(a for a in procs if best[a] == m.group(1))
     return out
+
+
+def source_archs(sources: Sequence[str], archs: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Each generated source -> the build ``archs`` (spelled as given, ``gfx942:xnack-`` kept) it is
+    compiled for: those :func:`file_archs` finds it holds device code for (one ``--offload-arch`` pass
+    each, the others' passes would compile a body preprocessed away). A file serving none of them (a
+    ``_gfx950`` twin in a gfx942-only build) keeps every arch, as before: its host code (the launcher
+    the dispatch calls) is still needed, and the passes cost what they did."""
+    stems = [Path(s).stem for s in sources]
+    served = file_archs(stems, archs)
+    out: dict[str, tuple[str, ...]] = {}
+    for src, stem in zip(sources, stems, strict=True):
+        mine = tuple(a for a in archs if a.split(":")[0] in served[stem])
+        out[src] = mine or tuple(archs)
+    return out
+
+
+def dispatch_stem(direction: str) -> str:
+    """The stem of CK's dispatch file of ``direction`` (``fmha_fwd_splitkv_api``); it defines
+    ``fmha_<direction>(traits, args, stream)``."""
+    return f"fmha_{direction}_api"
+
+
+def unused_dispatch(candidates: Mapping[str, str], texts: Mapping[str, str | None]) -> set[str]:
+    """Which dispatch-only files of dropped directions (``candidates``: path -> direction) no code
+    that stays calls. ``texts``: path -> text of every source the library would compile, the
+    candidates' too (None: one that could not be read, taken to call every dispatch). A candidate
+    that a kept one calls is kept. A name spelled as a call in a source counts (a declaration too):
+    only a dispatch no source names is left out, so a miss can come only from a call hidden in a
+    header or a macro (the link's ``--no-undefined`` then says so)."""
+    if any(t is None for t in texts.values()):
+        return set()
+    calls = {p: re.compile(rf"\bfmha_{re.escape(d)}\s*(?:<[^<>;{{}}]*>\s*)?\(") for p, d in candidates.items()}
+    unused = set(candidates)
+    stays = [t for p, t in texts.items() if p not in unused and t is not None]
+    while called := {p for p in unused if any(calls[p].search(t) for t in stays)}:
+        unused -= called
+        stays += [t for p in called if (t := texts.get(p))]
+    return unused

@@ -31,7 +31,7 @@ from qola.core import deadlines
 from qola.core import proc as runner
 from qola.core.errors import QolaError
 from qola.core.fsutil import pid_tempdir
-from qola.plan import genrules
+from qola.plan import genrules, listcache
 from qola.plan.manifest import MAX_VARIANTS, Manifest, VariantSection
 from qola.plan.planner import OUTPUT_DIR, Generator, ModulePlan, Plan
 from qola.plan.registry import genwrap_script
@@ -131,20 +131,35 @@ class GeneratorEnv(runner.TimedEnv):
     generator first runs, :mod:`qola.core.deadlines`)."""
 
     KNOB = deadlines.GENERATOR
+    listings: str | None = None  # where listings are cached (qola.plan.listcache); None: not cached
+
+    @classmethod
+    def of(cls, env: Mapping[str, str] | runner.TimedEnv) -> GeneratorEnv:
+        """The view of ``env``: a mapping's children environment, deadline and listing cache."""
+        if isinstance(env, GeneratorEnv):
+            return env
+        assert isinstance(env, Mapping), f"GeneratorEnv.of: a mapping or a GeneratorEnv, not {type(env).__name__}"
+        return cls(runner.ChildEnv.of(env), env.get(cls.KNOB.variable), listcache.cache_dir(env))
 
 
 GenEnv = Mapping[str, str] | GeneratorEnv  # a test's mapping, or the build's resolved view
 
 
 def list_blobs(gen: Generator, env: GenEnv, filt: str | None = None, python: str = sys.executable) -> list[str]:
-    """File stems the generator would write (``--list_blobs``), optionally under ``filt``."""
+    """File stems the generator would write (``--list_blobs``), optionally under ``filt``. Cached
+    (:mod:`qola.plan.listcache`) by the generator's sources, arguments and environment when ``env``
+    names a cache dir."""
+    genv = GeneratorEnv.of(env)
+    extra = ["--filter", filt] if filt else []
+    wrap = [str(shim())] if filt and ANY_CK in filt else []
+    template = [python, *wrap, *gen.argv, "--list_blobs", "<listing>", *extra]  # the key's: no temp path
+    key = listcache.key_of(template, genv.child.as_dict()) if genv.listings else None
+    if key is not None and genv.listings and (hit := listcache.load(genv.listings, key)) is not None:
+        return hit
     with pid_tempdir("qola-list-") as tmp:  # pid in the name: a killed run's is removed later
         out = Path(tmp) / "blobs.txt"
         argv = [a.replace(OUTPUT_DIR, str(Path(tmp) / "out")) for a in gen.argv]
-        extra = ["--filter", filt] if filt else []
-        wrap = [str(shim())] if filt and ANY_CK in filt else []
         cmd = [python, *wrap, *argv, "--list_blobs", str(out), *extra]
-        genv = GeneratorEnv.of(env)
         limit = genv.timeout()
         try:  # under the generators' deadline; its output only shown: cut past proc.LOG_KEEP, never held whole
             done = runner.run(cmd, cwd=tmp, env=genv.child, timeout=limit, keep=runner.LOG_KEEP)
@@ -161,7 +176,10 @@ def list_blobs(gen: Generator, env: GenEnv, filt: str | None = None, python: str
                 f"    {done.stdout.strip()[-2000:]}",
                 hint="run the generator by hand with --list_blobs",
             )
-        return [Path(line.strip()).stem for line in out.read_text().splitlines() if line.strip()]
+        stems = [Path(line.strip()).stem for line in out.read_text().splitlines() if line.strip()]
+    if key is not None and genv.listings:
+        listcache.store(genv.listings, key, stems)
+    return stems
 
 
 def is_api(stem: str) -> bool:  # CK's fmha_*_api.cpp, the example's attn_fwd_api.cu
@@ -231,8 +249,9 @@ def parse_options(name: str, fam: str) -> dict[str, Any]:
     """Option values a kernel name states (options it does not carry are absent)."""
     parts = name.split("_")
     out: dict[str, Any] = {"dtype": _dtype(parts)} if _dtype(parts) else {}
+    toks = _slot_tokens(fam)  # once per name, not per token (TE's plan: 470,000 dicts built)
     for tok in parts:
-        if (slot := _slot_tokens(fam).get(tok)) is not None:
+        if (slot := toks.get(tok)) is not None:
             out.update(zip(SLOTS[fam][slot][0], SLOTS[fam][slot][1][tok]))
     return out
 

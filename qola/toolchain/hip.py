@@ -187,6 +187,12 @@ def installed_version(env: Env) -> str | None:
         return None
 
 
+def arch_flags(archs: Sequence[str]) -> list[str]:
+    """One device pass per arch (``--offload-arch=gfx942``): what :func:`hip_flag_set` adds for the
+    build's archs and what a compile edge names for the archs its file serves (``qola.compile.steps``)."""
+    return [f"--offload-arch={a}" for a in archs]
+
+
 def hip_flag_set(version_key: tuple[int, int, int, int], archs: Sequence[str], env: Env) -> list[str]:
     """AITER's flags_hip for this HIP version and these archs: sorted, de-duplicated,
     unprobed. Entries like ``-mllvm X`` are one string (split them for argv)."""
@@ -200,7 +206,7 @@ def hip_flag_set(version_key: tuple[int, int, int, int], archs: Sequence[str], e
         fp4 = 1
     if fp4 > 0 and any(arch_base(a) == "gfx950" for a in archs):
         flags.append("-D__Float4_e2m1fn_x2")
-    flags += [f"--offload-arch={a}" for a in archs]
+    flags += arch_flags(archs)
     return sorted(set(flags))
 
 
@@ -247,9 +253,9 @@ def find_hip(
 
     wanted = without(hip_flag_set(hip_version_key(dotted, suffix), archs, env), drop, f"HIP {dotted}")
     probes = Probes(cache_dir, identity, child)
-    arch_flags = [f"--offload-arch={a}" for a in archs]
-    ok = probes.supported(arch_flags, lambda f: [path, *pre, f, *PROBE_TAIL])
-    bad = [f.split("=", 1)[1] for f in arch_flags if not ok[f]]
+    passes = arch_flags(archs)
+    ok = probes.supported(passes, lambda f: [path, *pre, f, *PROBE_TAIL])
+    bad = [f.split("=", 1)[1] for f in passes if not ok[f]]
     if bad:
         probes.save()
         raise QolaError(
@@ -258,7 +264,7 @@ def find_hip(
             "or drop them from [build] architectures",
         )
     probe_arch = f"--offload-arch={archs[0]}"
-    optional = [f for f in wanted if _needs_probe(f) and f not in arch_flags]
+    optional = [f for f in wanted if _needs_probe(f) and f not in passes]
     ok.update(probes.supported(optional, lambda f: [path, *pre, probe_arch, *f.split(), *PROBE_TAIL]))
     probes.save()
 

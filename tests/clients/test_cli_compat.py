@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from support.cli import MODULE, copy_checkout, no_pythonpath, qola_cli
 from support.common import KERNELS, REPO, run_qola
+from support.fake_hipcc import fake_hipcc
 from support.fake_nvcc import make_tree
 
 from qola import cli
@@ -134,18 +135,6 @@ def test_groups_select_modules(tmp_path):
 
 
 # ---- the HIP compiler: ROCM_HOME / ROCM_PATH before PATH; rocm_versions recorded, not enforced ------------
-
-FAKE_HIPCC = """#!/bin/sh
-for a in "$@"; do case "$a" in --version) printf 'HIP version: {version}-fake\\nclang version 19\\n'; exit 0 ;; esac; done
-exit 0
-"""
-
-
-def fake_hipcc(path: Path, version: str = "6.4.43484") -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(FAKE_HIPCC.replace("{version}", version))
-    path.chmod(0o755)
-    return path
 
 
 def test_hipcc_is_found_the_way_aiter_finds_it(tmp_path):

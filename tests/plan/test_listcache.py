@@ -1,0 +1,87 @@
+"""A generator's ``--list_blobs`` listing is cached by its sources, arguments and environment
+(qola.plan.listcache, issue 34): a second ``qola plan`` runs no generator, a changed generator (its
+script or a file of its package) runs it again, and an entry or directory that could have been
+tampered with is not trusted. The CK-style generator records each invocation into ``$CK_GEN_CALLS``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from support.ck_tree import CK_DIR, ck_tree, module
+from support.common import run_qola
+
+
+def setup(tmp: Path) -> tuple[Path, Path, dict[str, str]]:
+    tree = ck_tree(tmp / "tree")
+    m = tmp / "q.toml"
+    m.write_text(
+        '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["gfx942", "gfx950"]\nmode = "cpp_itfs"\n' + module()
+    )
+    return tree, m, {"XDG_CACHE_HOME": str(tmp / "cache"), "CK_GEN_CALLS": str(tmp / "calls")}
+
+
+def plan(tmp: Path, tree: Path, m: Path, env: dict[str, str]) -> tuple[dict, int]:
+    """``qola plan --json``: its generators' file listings, and how many listing runs it took."""
+    before = listings(tmp)
+    proc = run_qola("plan", "--json", "-m", str(m), "-a", str(tree), env=env)
+    assert proc.returncode == 0, proc.stderr
+    files = {g["command"]: g["files"] for g in json.loads(proc.stdout)["modules"][0]["generators"]}
+    return files, listings(tmp) - before
+
+
+def listings(tmp: Path) -> int:
+    calls = tmp / "calls"
+    lines = calls.read_text().splitlines() if calls.exists() else []
+    return sum("--list_blobs" in json.loads(line) for line in lines)
+
+
+def entries(tmp: Path) -> list[Path]:
+    return sorted((tmp / "cache" / "qola" / "listings").glob("*.json"))
+
+
+def test_a_second_plan_runs_no_generator_and_a_changed_generator_runs_again(tmp_path):
+    tree, m, env = setup(tmp_path)
+    first, ran = plan(tmp_path, tree, m, env)
+    assert ran == 3 and len(entries(tmp_path)) == 3  # one listing per direction, each cached
+    assert all(files for files in first.values())
+    again, ran = plan(tmp_path, tree, m, env)
+    assert ran == 0 and again == first  # from the cache: the generator did not run
+    ops = tree / CK_DIR / "codegen" / "ops" / "__init__.py"  # a file the generator imports, not the script
+    ops.write_text("# changed\n")
+    changed, ran = plan(tmp_path, tree, m, env)
+    assert ran == 3 and changed == first
+    gen = tree / CK_DIR / "generate.py"
+    gen.write_text(gen.read_text().replace("(64, 128)", "(64, 96, 128)"))
+    grown, ran = plan(tmp_path, tree, m, env)
+    assert ran == 3 and any("fmha_fwd_d96_fp16_gfx9" in files for files in grown.values())
+    _, ran = plan(tmp_path, tree, m, {**env, "CK_EXTRA": "1"})  # another environment: another key
+    assert ran == 3
+
+
+def test_an_entry_that_could_have_been_tampered_with_is_not_trusted(tmp_path):
+    tree, m, env = setup(tmp_path)
+    first, _ = plan(tmp_path, tree, m, env)
+    a, b, c = entries(tmp_path)
+    doc = json.loads(a.read_text())
+    doc["stems"] = ["../../etc/evil"]  # a stem that is a path
+    a.write_text(json.dumps(doc))
+    b.chmod(0o666)  # writable by every user
+    target = tmp_path / "elsewhere.json"
+    target.write_text(c.read_text())
+    c.unlink()
+    c.symlink_to(target)  # a link, even to a valid entry
+    again, ran = plan(tmp_path, tree, m, env)
+    assert ran == 3 and again == first
+    assert not any(p.is_symlink() for p in entries(tmp_path)) and all(
+        p.stat().st_mode & 0o077 == 0 for p in entries(tmp_path)
+    )
+    _, ran = plan(tmp_path, tree, m, env)  # rewritten entries are trusted again
+    assert ran == 0
+    directory = tmp_path / "cache" / "qola" / "listings"
+    directory.chmod(0o777)  # a directory anyone may write into is not used at all
+    try:
+        _, ran = plan(tmp_path, tree, m, env)
+        assert ran == 3
+    finally:
+        directory.chmod(0o700)
