@@ -48,6 +48,8 @@ def test_a_generator_ignoring_700_gets_qolas_selection_and_the_plan_says_so(tmp_
     gens = {(m["name"], g["direction"]): g for m in got["modules"] for g in m["generators"]}
     assert {k: g["qola_receipt"] for k, g in gens.items()} == dict.fromkeys(gens, "700")
     assert gens[("libmha_fwd", "batch_prefill")]["dispatch_only"]
+    text = run_qola("plan", "--manifest", str(tmp_path / "m700.toml"), "--aiter-root", str(old)).stdout
+    assert text.count("receipt   700, applied by qola") == 4
     # the generator that knows 700 is left alone: no note, no filter, no mark
     assert not [w for w in want["warnings"] if NOTE in w] and NOTE not in want_err
     assert all(g["filter"] is None and g["qola_receipt"] is None for m in want["modules"] for g in m["generators"])
