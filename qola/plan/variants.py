@@ -361,13 +361,17 @@ def _show(variant: Mapping[str, Any]) -> str:
     return "{" + ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in variant.items()) + "}"
 
 
-def resolve(plan: Plan, manifest: Manifest, env: GenEnv, python: str = sys.executable) -> Resolution:
+def resolve(
+    plan: Plan, manifest: Manifest, env: GenEnv, python: str = sys.executable, *, receipt_alone: bool = True
+) -> Resolution:
     """Check every declared variant against its generators' unfiltered instance lists.
 
     Raises QolaError for a section naming a module outside the plan, an option value outside its
     space, a variant matching no instance, and a generator left with no variant. A receipt the
     manifest asks for that a CK generator does not know is handled first (:func:`receipts.mark`):
-    the resolution's plan is the marked one.
+    the resolution's plan is the marked one; ``receipt_alone``: a generator under qola's receipt that
+    no variant targets is selected by the receipt alone (what it generates; not what a subset such
+    as ``[jit.aot]`` names).
     """
     listings: dict[tuple[str, int], list[str]] = {}
     by_command: dict[str, list[str]] = {}
@@ -422,7 +426,7 @@ def resolve(plan: Plan, manifest: Manifest, env: GenEnv, python: str = sys.execu
                         + "; ".join(f"{m.name}: {m.generators[i].command}" for m, i in targets),
                         hint="remove or change that variant (check its options against the receipt)",
                     )
-    for mod, i, fam in _receipt_only(plan, targeted):  # qola's receipt alone selects on it
+    for mod, i, fam in _receipt_only(plan, targeted) if receipt_alone else ():  # qola's receipt alone
         rule = receipts.RULES[mod.generators[i].direction or ""]
         lays = _layouts(mod, i, fam, listing(mod, i))
         found = _select(mod, i, fam, {}, lays, f"receipt {receipts.TE_RECEIPT}")
