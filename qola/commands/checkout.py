@@ -89,5 +89,7 @@ def run(args: argparse.Namespace) -> int:
     result = ensure(req)
     for note in result.notes:
         print(f"qola: {note}", file=sys.stderr)
+    if result.patches and not result.changed:  # a fresh apply names them in its note already
+        print(f"qola: patches applied ({len(result.patches)}): {', '.join(result.patches)}", file=sys.stderr)
     print(f"AITER ready at {result.root}")
     return 0

@@ -69,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  generator   {g.command}" + ("  (qola's registry)" if g.origin == "registry" else ""))
             if g.filter is not None:
                 print(f"    filter    {g.filter}" + (f"  (through {g.wrapper})" if g.wrapper else ""))
+            if g.qola_receipt:
+                print(f"    receipt   {g.qola_receipt}, applied by qola (the generator does not know it)")
             if g.targets:
                 print(f"    archs     {', '.join(g.targets)}")
             listed = files.get((m.name, i))

@@ -88,7 +88,7 @@ def plan_jit(plan: Plan, manifest: Manifest, env: GenEnv) -> Plan:
     declared: set[str] = set()
     if jit.aot.variants or jit.aot.mha_fwd_variants or jit.aot.mha_bwd_variants:
         try:
-            res = variants.resolve(plan, _aot_manifest(manifest), env)
+            res = variants.resolve(plan, _aot_manifest(manifest), env, receipt_alone=False)
         except QolaError as exc:
             raise QolaError(f"jit.aot.{exc.message}", hint=exc.hint, where=manifest.path or None) from None
         for mod, i, sels in res.generators():

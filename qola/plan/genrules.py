@@ -50,6 +50,7 @@ CK_KINDS: dict[str, tuple[tuple[str, str], ...]] = {
     "bwd": (("dot_do_o", "fmha_bwd_dot_do_o_"), ("convert_dq", "fmha_bwd_convert_dq_"), ("dq_dk_dv", "")),
 }
 NO_KERNEL = "qola_no_kernel"  # a filter pattern no CK kernel name matches
+RECEIPT_ARG = re.compile(r"(?<!\S)(--receipt|-r)(=|\s+)(\S+)")  # a generator command's receipt: flag, separator, N
 MAX_SCRIPT = 4 << 20  # a generator script read for its argument list
 _TARGETS_ARG = re.compile(r"""add_argument\(\s*(?:["'][^"']*["']\s*,\s*)*["']--targets["']""")
 _TARGETS_IN_CMD = re.compile(r"(?:^|\s)--targets(?:=|\s+)(\S+)")

@@ -9,11 +9,14 @@ whatever comes next. ``provides`` entries are functions qola defines itself wher
 what their body needs (``mha_bwd_workspace_size`` from CK's ``fmha_bwd_launcher``).
 
 :func:`render_header` and :func:`render_wrapper` turn the :class:`Api` into text: for each
-declaration ``qola::<ns>::f`` with the tree's exact parameter types, forwarding to the tree's
-``aiter::f``. Types and default arguments are spelled as the tree spells them, looked up where the
-tree looks them up: in a helper namespace inside the declaration's own namespace
-(``aiter::qola_api_<ns>``), which holds one alias per type; the symbol's mangled name is the
-same as a hand-written ``qola::<ns>::f(aiter::mha_fwd_args, ck_tile::stream_config const&)``.
+declaration ``qola::<ns>::f`` with the tree's parameter types, forwarding to the tree's
+``aiter::f``; a class the tree takes by value is taken by const reference (QoLA's and TE's
+hand-written entry points take ``const aiter::mha_fwd_args&``), everything else (scalars, enums,
+pointers, references) as the tree declares it. Types and default arguments are spelled as the tree
+spells them, looked up where the tree looks them up: in a helper namespace inside the declaration's
+own namespace (``aiter::qola_api_<ns>``), which holds one alias per type; the symbol's mangled
+name is the same as QoLA's ``qola::<ns>::mha_fwd(const aiter::mha_fwd_args&, const
+ck_tile::stream_config&)``.
 Declarations under preprocessor conditions keep them (``#if ENABLE_CK``).
 """
 
@@ -27,6 +30,7 @@ from typing import Any
 
 from qola.core.errors import QolaError
 from qola.plan.cdecl import Decl, DeclError, literal_default, parse, read_header
+from qola.plan.ctext import TYPE_WORDS
 
 HEADER_SUFFIXES = (".h", ".hpp", ".hh", ".cuh", ".hxx")
 
@@ -240,11 +244,38 @@ def _numbered(decls: Sequence[Decl]) -> list[tuple[Decl, int]]:
     return out
 
 
-def _params_text(d: Decl, k: int, ns: str, *, names: str, defaults: bool) -> str:
+_WORD = re.compile(r"\w+|\S")
+
+
+def by_value(ptype: str) -> bool:
+    """A parameter type that may be a class passed by value: no reference, pointer, array or function
+    declarator outside template arguments, and not spelled with built-in type words alone. Whether
+    it is a class is the compiler's call (``std::is_class``, in the generated header)."""
+    depth, outer = 0, []
+    for t in _WORD.findall(ptype):
+        if t == "<":
+            depth += 1
+        elif t == ">":
+            depth -= 1
+        elif depth == 0:
+            outer.append(t)
+    if any(t in ("&", "*", "(", "[") for t in outer):
+        return False
+    return not all(t in TYPE_WORDS for t in outer)
+
+
+def _exported(d: Decl, k: int, i: int) -> str:
+    """The alias of parameter ``i`` as qola exports it: ``c<i>`` (a class by value becomes a const
+    reference, as QoLA's hand-written entry points take it), else the tree's own ``p<i>``."""
+    return _alias(d, k, f"c{i}" if by_value(d.params[i].type) else f"p{i}")
+
+
+def _params_text(d: Decl, k: int, ns: str, *, names: str, defaults: bool, exported: bool = True) -> str:
     parts = []
     for i, p in enumerate(d.params):
         name = p.name if names == "tree" else f"a{i}"
-        text = f"{_qual(d, ns, _alias(d, k, f'p{i}'))} {name}".rstrip()
+        alias = _exported(d, k, i) if exported else _alias(d, k, f"p{i}")
+        text = f"{_qual(d, ns, alias)} {name}".rstrip()
         if defaults and p.default is not None:
             default = p.default if literal_default(p.default) else f"{_qual(d, ns, _alias(d, k, f'd{i}'))}()"
             text += f" = {default}"
@@ -258,13 +289,20 @@ def _helpers(d: Decl, k: int, ns: str) -> str:
     lines = [f"using {_alias(d, k, 'r')} = {d.returns};"]
     for i, p in enumerate(d.params):
         lines.append(f"using {_alias(d, k, f'p{i}')} = {p.type};")
+        if by_value(p.type):
+            t = _alias(d, k, f"p{i}")
+            lines.append(
+                f"using {_alias(d, k, f'c{i}')} = ::std::conditional<::std::is_class<{t}>::value, const {t}&, {t}>::type;"
+            )
         if p.default is not None and not literal_default(p.default):
             lines.append(f"inline auto {_alias(d, k, f'd{i}')}() {{ return {p.default}; }}")
     return begin + "\n" + "".join(f"    {line}\n" for line in lines) + end + "\n"
 
 
-def _prototype(d: Decl, k: int, ns: str, *, names: str, defaults: bool) -> str:
-    return f"{_qual(d, ns, _alias(d, k, 'r'))} {d.name}({_params_text(d, k, ns, names=names, defaults=defaults)})"
+def _prototype(d: Decl, k: int, ns: str, *, names: str, defaults: bool, exported: bool = True) -> str:
+    """``qola::<ns>::f`` as exported (``exported``), else the tree's own ``f`` as the tree declares it."""
+    params = _params_text(d, k, ns, names=names, defaults=defaults, exported=exported)
+    return f"{_qual(d, ns, _alias(d, k, 'r'))} {d.name}({params})"
 
 
 def guard_macro(ns: str, public_header: str) -> str:
@@ -278,8 +316,11 @@ def render_header(api: Api, ns: str, module: str, tree_header: str) -> str:
         f"/* {api.public_header} - generated by qola, do not edit: the C++ API of {ns}_{module}.\n",
         f" * Read from the tree's {tree_header}; each function forwards to the tree's own.\n",
         " * A consumer compiles with the include dirs the tree header needs (docs/integration.md). */\n",
-        f'#ifndef {guard}\n#define {guard}\n#include "qola_common.h"\n',
+        f"#ifndef {guard}\n#define {guard}\n",
     ]
+    if any(by_value(p.type) for d in api.decls for p in d.params):
+        out.append("#include <type_traits>\n")
+    out.append('#include "qola_common.h"\n')
     if not api.from_source:
         out.append(f'#include "{api.include}"\n')
     out += [f'#include "{i}"\n' for i in api.includes]
@@ -305,13 +346,11 @@ def render_wrapper(api: Api, ns: str, module: str) -> str:
     for d, k in _numbered(api.decls):
         if api.from_source:  # no header of the tree declares it: the wrapper does
             begin, end = _open_scope(d)
-            proto = _prototype(d, k, ns, names="own", defaults=False)
+            proto = _prototype(d, k, ns, names="own", defaults=False, exported=False)
             lang = 'extern "C" ' if d.linkage == "C" else ""
             out.append("\n" + _guarded(d.conditions, f"{begin}{lang}{proto};{end}\n"))
         args = ",".join(
-            f"\n        a{i}"
-            if "[" in p.type
-            else f"\n        static_cast<{_qual(d, ns, _alias(d, k, f'p{i}'))}&&>(a{i})"
+            f"\n        a{i}" if "[" in p.type else f"\n        static_cast<{_qual(d, ns, _exported(d, k, i))}&&>(a{i})"
             for i, p in enumerate(d.params)
         )
         text = (

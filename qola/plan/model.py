@@ -30,6 +30,8 @@ class Generator:
     dispatch_only: bool = False  # a dropped direction: its filter selects no kernel (genrules.dispatch_only_filter)
     targets: tuple[str, ...] = ()  # archs it generates for (genrules.with_targets); () = whatever it knows
     origin: str | None = None  # "registry": added by qola's registry (qola.plan.needs), not the tree's table
+    qola_receipt: str | None = None  # a receipt the generator does not know, applied by qola (qola.plan.receipts)
+    asked_receipt: bool = False  # its receipt is the manifest's, not the tree's table's (checked: qola.plan.receipts)
 
     @property
     def argv(self) -> list[str]:
@@ -131,6 +133,8 @@ class Plan:
                     "run_argv": g.run_argv,
                     "targets": list(g.targets),
                     "origin": g.origin,
+                    "qola_receipt": g.qola_receipt,
+                    "asked_receipt": g.asked_receipt,
                 }
                 for g in mod.generators
             ]
@@ -150,6 +154,8 @@ class Plan:
                     bool(g.get("dispatch_only")),
                     tuple(g.get("targets") or ()),
                     g.get("origin"),
+                    g.get("qola_receipt"),
+                    bool(g.get("asked_receipt")),
                 )
                 for g in m["generators"]
             )

@@ -44,7 +44,6 @@ __all__ = [
 
 SOURCE_EXTS = (".cu", ".cpp")
 OUTPUT_DIR = "{}"  # AITER's placeholder for a generator's output dir
-_RECEIPT_RE = re.compile(r"(--receipt|-r)(=|\s+)(\S+)")
 _DIRECTION_RE = re.compile(r"(?:^|\s)(?:-d|--direction|-a|--api)(?:=|\s+)(\S+)")
 
 
@@ -226,14 +225,17 @@ def _generators(
         if not isinstance(cmd, str) or not cmd.strip():
             continue
         direction = m.group(1) if (m := _DIRECTION_RE.search(cmd)) else None
-        receipt = r.group(3) if (r := _RECEIPT_RE.search(cmd)) else None
+        receipt = r.group(3) if (r := genrules.RECEIPT_ARG.search(cmd)) else None
+        asked = False
         if section is not None and section.receipt is not None and direction is not None:
+            # the manifest's receipt: a new one for the table's command, or on the manifest's own commands
+            asked = receipt != str(section.receipt) or section.blob_gen_cmd is not None
             receipt = str(section.receipt)
-            if _RECEIPT_RE.search(cmd):
-                cmd = _RECEIPT_RE.sub(lambda mm: f"{mm.group(1)}{mm.group(2)}{receipt}", cmd, count=1)
+            if genrules.RECEIPT_ARG.search(cmd):
+                cmd = genrules.RECEIPT_ARG.sub(lambda mm: f"{mm.group(1)}{mm.group(2)}{receipt}", cmd, count=1)
             else:
                 cmd = f"{cmd} --receipt {receipt}"
-        gens.append(Generator(cmd, direction, receipt))
+        gens.append(Generator(cmd, direction, receipt, asked_receipt=asked))
     drops = list(section.drop_directions) if section else []
     have = {g.direction for g in gens}
     replaced = [d for d in drops if d not in have and d in table_directions]

@@ -31,12 +31,12 @@ from qola.core import deadlines
 from qola.core import proc as runner
 from qola.core.errors import QolaError
 from qola.core.fsutil import pid_tempdir
-from qola.plan import genrules, listcache
+from qola.plan import genrules, listcache, receipts
 from qola.plan.manifest import MAX_VARIANTS, Manifest, VariantSection
 from qola.plan.planner import OUTPUT_DIR, Generator, ModulePlan, Plan
 from qola.plan.registry import genwrap_script
 
-ANY_CK, ANY_PLAIN = "|", ","
+ANY_CK, ANY_PLAIN, NOT = "|", ",", "!"  # the shim's any-of separator; a "!" part excludes what it matches
 ARCH_SUFFIX = re.compile(r"_gfx[0-9a-z]+$")  # CK's per-arch filename_suffix (not part of the kernel name)
 HDIM = re.compile(r"^d[0-9]+$")
 
@@ -80,6 +80,7 @@ class Selection:
     options: tuple[tuple[str, Any], ...]
     kinds: tuple[tuple[str, ...], ...]  # per kernel kind (CK's @ components), any-of patterns
     flavor: str  # "ck" | "plain"
+    exclude: tuple[str, ...] = ()  # globs no selected name matches (a receipt qola applies: qola.plan.receipts)
 
     @property
     def filter(self) -> str:
@@ -90,7 +91,8 @@ def join_filter(sels: Sequence[Selection], flavor: str) -> str:
     """One ``--filter`` value selecting any of ``sels`` (``,`` any-of for plain generators, ``|`` per CK kind)."""
     if flavor == "plain":
         return ANY_PLAIN.join(dict.fromkeys(p for s in sels for alts in s.kinds for p in alts))
-    return "@".join(_component(sels, i) for i in range(max(len(s.kinds) for s in sels)))
+    nots = "".join(f"{ANY_CK}{NOT}{g}" for g in dict.fromkeys(g for s in sels for g in s.exclude))
+    return "@".join(_component(sels, i) + nots for i in range(max(len(s.kinds) for s in sels)))
 
 
 def _component(sels: Sequence[Selection], i: int) -> str:
@@ -378,18 +380,31 @@ def _show(variant: Mapping[str, Any]) -> str:
     return "{" + ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in variant.items()) + "}"
 
 
-def resolve(plan: Plan, manifest: Manifest, env: GenEnv, python: str = sys.executable) -> Resolution:
+def resolve(
+    plan: Plan, manifest: Manifest, env: GenEnv, python: str = sys.executable, *, receipt_alone: bool = True
+) -> Resolution:
     """Check every declared variant against its generators' unfiltered instance lists.
 
     Raises QolaError for a section naming a module outside the plan, an option value outside its
-    space, a variant matching no instance, and a generator left with no variant.
+    space, a variant matching no instance, and a generator left with no variant. A receipt the
+    manifest asks for that a CK generator does not know is handled first (:func:`receipts.mark`):
+    the resolution's plan is the marked one; ``receipt_alone``: a generator under qola's receipt that
+    no variant targets is selected by the receipt alone (what it generates; not what a subset such
+    as ``[jit.aot]`` names).
     """
     listings: dict[tuple[str, int], list[str]] = {}
+    by_command: dict[str, list[str]] = {}
+
+    def listed(gen: Generator) -> list[str]:
+        if gen.command not in by_command:
+            by_command[gen.command] = list_blobs(gen, env, python=python)
+        return by_command[gen.command]
 
     def listing(mod: ModulePlan, i: int) -> list[str]:
-        if (mod.name, i) not in listings:
-            listings[(mod.name, i)] = list_blobs(mod.generators[i], env, python=python)
+        listings[(mod.name, i)] = listed(mod.generators[i])
         return listings[(mod.name, i)]
+
+    plan = receipts.mark(plan, listed)
 
     sels: list[Selection] = []
     targeted: dict[tuple[Any, int, str], None] = {}
@@ -409,17 +424,7 @@ def resolve(plan: Plan, manifest: Manifest, env: GenEnv, python: str = sys.execu
                     hint="variants filter CK's generate.py; check [[modules]] and drop_directions",
                 )
             targeted.update({(m, i, fam): None for m, i in targets})
-            layouts = {}
-            for mod, i in targets:
-                gen, names = mod.generators[i], listing(mod, i)
-                direction = gen.direction
-                assert direction is not None  # targets are generators of a direction in FAMILY[fam]
-                by_kind: list[list[str]] = [[] for _ in genrules.CK_KINDS[direction]]
-                for stem in names:
-                    if not is_api(stem):
-                        name = kernel_name(stem, "ck")
-                        by_kind[kind_of(name, direction)].append(name)
-                layouts[(mod.name, i)] = [learn(sorted(set(k)), fam, f"{mod.name}: {gen.command}") for k in by_kind]
+            layouts = {(mod.name, i): _layouts(mod, i, fam, listing(mod, i)) for mod, i in targets}
             declared = {k: v for k, v in sec.model_dump(exclude={"module"}).items() if v is not None}
             dtypes = sorted({d for ls in layouts.values() for lay in ls for d in lay.dtypes})
             for opt, value in declared.items():
@@ -430,22 +435,27 @@ def resolve(plan: Plan, manifest: Manifest, env: GenEnv, python: str = sys.execu
                 if globs is not None:
                     variant["name"] = tuple(globs) if isinstance(globs, list) else (globs,)
                 hits = 0
-                slotted = {k: v for k, v in variant.items() if k not in NARROW}
                 for mod, i in targets:
-                    gen = mod.generators[i]
-                    kinds = tuple(
-                        narrow(patterns(slotted, fam, lay, f"{mod.name}: {gen.command}"), lay, variant)
-                        for lay in layouts[(mod.name, i)]
-                    )
-                    if all(kinds):
-                        hits += 1
-                        sels.append(Selection(mod.name, i, where, tuple(variant.items()), kinds, "ck"))
+                    found = _select(mod, i, fam, variant, layouts[(mod.name, i)], where)
+                    hits += len(found)
+                    sels += found
                 if not hits:
                     raise QolaError(
                         f"{where} {_show(variant)} matches no instance of "
                         + "; ".join(f"{m.name}: {m.generators[i].command}" for m, i in targets),
                         hint="remove or change that variant (check its options against the receipt)",
                     )
+    for mod, i, fam in _receipt_only(plan, targeted) if receipt_alone else ():  # qola's receipt alone
+        rule = receipts.RULES[mod.generators[i].direction or ""]
+        lays = _layouts(mod, i, fam, listing(mod, i))
+        found = _select(mod, i, fam, {}, lays, f"receipt {receipts.TE_RECEIPT}")
+        if not found:
+            raise QolaError(
+                f"module {mod.name}: receipt {receipts.TE_RECEIPT} ({rule.options}) selects no instance of "
+                f"{mod.generators[i].command}",
+                hint="this CK's kernel names are not understood; report it",
+            )
+        sels += found
     for n, table in enumerate(manifest.variants):
         sels += _generic(plan, table, n, listing)
     done = {(s.module, s.generator) for s in sels}
@@ -457,6 +467,52 @@ def resolve(plan: Plan, manifest: Manifest, env: GenEnv, python: str = sys.execu
                 hint=f'add a variant for it, or drop_directions = ["{mod.generators[i].direction}"]',
             )
     return Resolution(plan, sels, listings)
+
+
+def _layouts(mod: ModulePlan, i: int, fam: str, names: list[str]) -> list[Layout]:
+    """Per kernel kind of CK generator ``i`` of ``mod``, what its listed names carry."""
+    gen = mod.generators[i]
+    direction = gen.direction
+    assert direction is not None  # a generator of a direction in FAMILY[fam]
+    by_kind: list[list[str]] = [[] for _ in genrules.CK_KINDS[direction]]
+    for stem in names:
+        if not is_api(stem):
+            name = kernel_name(stem, "ck")
+            by_kind[kind_of(name, direction)].append(name)
+    return [learn(sorted(set(k)), fam, f"{mod.name}: {gen.command}") for k in by_kind]
+
+
+def _select(
+    mod: ModulePlan, i: int, fam: str, variant: Mapping[str, Any], lays: list[Layout], where: str
+) -> list[Selection]:
+    """The selections of one concrete variant on CK generator ``i`` (none: it matches no instance);
+    a receipt qola applies on the generator narrows the variant (:func:`receipts.narrowed`)."""
+    gen = mod.generators[i]
+    rule = receipts.RULES.get(gen.direction or "") if gen.qola_receipt else None
+    out = []
+    for v in [dict(variant)] if rule is None else receipts.narrowed(variant, rule):
+        slotted = {k: x for k, x in v.items() if k not in NARROW}
+        kinds = tuple(narrow(patterns(slotted, fam, lay, f"{mod.name}: {gen.command}"), lay, v) for lay in lays)
+        if all(kinds):
+            exclude = rule.exclude if rule else ()
+            out.append(Selection(mod.name, i, where, tuple(v.items()), kinds, "ck", exclude))
+    return out
+
+
+def _receipt_only(plan: Plan, targeted: Mapping[tuple[Any, int, str], None]) -> list[tuple[ModulePlan, int, str]]:
+    """CK generators under a receipt qola applies that no declared variant targets."""
+    seen = {(m.name, i) for m, i, _ in targeted}
+    return [
+        (m, i, fam)
+        for m in plan.modules
+        for i, g in enumerate(m.generators)
+        for fam in FAMILY
+        if g.qola_receipt
+        and not g.dispatch_only
+        and g.direction in FAMILY[fam]
+        and (m.name, i) not in seen
+        and g.direction in receipts.RULES
+    ]
 
 
 def _generic(
@@ -538,7 +594,11 @@ def with_filters(plan: Plan, chosen: Mapping[tuple[str, int], str]) -> Plan:
 
 def apply(plan: Plan, manifest: Manifest, env: GenEnv) -> Plan:
     """The plan with the declared variants' generator filters (each checked against the generator's
-    own listing). No variants: the plan as it is."""
-    if not (manifest.variants or manifest.mha_fwd_variants or manifest.mha_bwd_variants):
+    own listing), after a manifest receipt the tree's CK generator does not know is handled
+    (:func:`qola.plan.receipts.mark`). No variants and no receipt applied: the plan as it is."""
+    asked = any(g.asked_receipt for m in plan.modules for g in m.generators)
+    if not (manifest.variants or manifest.mha_fwd_variants or manifest.mha_bwd_variants or asked):
         return plan
-    return with_filters(plan, filters(plan, manifest, env))
+    res = resolve(plan, manifest, env)
+    chosen = {(mod.name, i): join_filter(sels, sels[0].flavor) for mod, i, sels in res.generators()}
+    return with_filters(res.plan, chosen)

@@ -113,6 +113,7 @@ def test_clone_pin_submodule_and_patches(tmp_path, mirror, patches):
     before = tree_files(root)  # a second run: nothing to do, nothing rewritten
     again = checkout("--manifest", str(m), "--aiter-root", str(root))
     assert again.returncode == 0 and tree_files(root) == before, again.stderr
+    assert "patches applied (3): 0001-x.patch, 0002-ck.patch, 0003-new.patch" in again.stderr  # what the tree holds
 
     moved = checkout("--manifest", str(m), "--aiter-root", str(root), "--aiter-commit", "v2")  # a tag
     assert moved.returncode == 0, moved.stderr

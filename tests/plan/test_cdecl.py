@@ -249,6 +249,30 @@ def test_generated_names_keep_the_tree_lookup_scope():
     assert itfs.Api.from_json(json.loads(json.dumps(api.to_json()))) == api
 
 
+def test_a_class_by_value_is_exported_by_const_reference():
+    """QoLA's entry points take structs by const reference (issue 31): a parameter that may be a class
+    by value gets an alias that the compiler makes ``const T&`` for a class; builtin scalars,
+    pointers, references and function pointers keep the tree's own alias."""
+    assert [itfs.by_value(t) for t in ("mha_fwd_args", "const std::string", "std::function<void*(size_t, bool)>")] == [
+        True
+    ] * 3
+    assert not any(
+        itfs.by_value(t)
+        for t in ("bool", "unsigned long", "const void*", "int&&", "const ck_tile::stream_config&", "int (*)(int)")
+    )
+    api = itfs.Api("csrc/include/x.h", "x.h", "qola_x.h", (one(OLD, "mha_fwd"),))
+    header = itfs.render_header(api, "te", "libx", api.header)
+    assert "#include <type_traits>\n" in header
+    assert (
+        "using mha_fwd_0_c0 = ::std::conditional<::std::is_class<mha_fwd_0_p0>::value, "
+        "const mha_fwd_0_p0&, mha_fwd_0_p0>::type;" in header
+    )
+    assert "mha_fwd(\n    ::aiter::qola_api_te::mha_fwd_0_c0 args,\n    ::aiter::qola_api_te::mha_fwd_0_p1 " in header
+    assert "mha_fwd_0_c3" not in header and "::aiter::qola_api_te::mha_fwd_0_p3 is_group_mode," in header
+    wrapper = itfs.render_wrapper(api, "te", "libx")
+    assert "static_cast<::aiter::qola_api_te::mha_fwd_0_c0&&>(a0)" in wrapper
+
+
 def test_entry_point_defined_by_a_macro():
     text = """#include "aiter_tensor.h"
 AITER_CTYPES_ERROR_DEF

@@ -29,13 +29,13 @@ def _env(arch: str) -> dict[str, str]:
     return {**os.environ, "HIP_PLATFORM": "amd"} if arch.startswith("gfx") else dict(os.environ)
 
 
-def build(tmp: Path, shape: str, arch: str):
+def build(tmp: Path, shape: str, arch: str, ns: str = "te"):
     tree = fx.write_tree(tmp / shape, shape)
     out = tmp / f"out_{shape}"
     proc = run_qola(
         "build",
         "--manifest",
-        str(fx.manifest(tmp / f"{shape}.toml", shape, arch)),
+        str(fx.manifest(tmp / f"{shape}.toml", shape, arch, ns)),
         "--aiter-root",
         str(tree),
         "-o",
@@ -88,18 +88,18 @@ def test_new_two_argument_api_with_workspace_size(tmp_path, arch):
     tree, out = build(tmp_path, "new", arch)
     header = (out / "include" / "qola_mha_fwd.h").read_text()
     assert (
-        "mha_fwd(\n    ::aiter::qola_api_te::mha_fwd_0_p0 args,\n    ::aiter::qola_api_te::mha_fwd_0_p1 s);" in header
+        "mha_fwd(\n    ::aiter::qola_api_te::mha_fwd_0_c0 args,\n    ::aiter::qola_api_te::mha_fwd_0_p1 s);" in header
     )
     assert "using mha_fwd_0_p1 = const ck_tile::stream_config&;" in header
     bwd = (out / "include" / "qola_mha_bwd.h").read_text()
     assert "#if FIXTURE_CK\nQOLA_NS_BEGIN\nQOLA_VISIBLE size_t mha_bwd_workspace_size(" in bwd
     ex = exports(out)
     assert ex["libmha_fwd"] == [
-        "_ZN4qola2te7mha_fwdEN5aiter12mha_fwd_argsERKN7ck_tile13stream_configE",
+        "_ZN4qola2te7mha_fwdERKN5aiter12mha_fwd_argsERKN7ck_tile13stream_configE",
         "te_qola_version",
     ]
     assert set(ex["libmha_bwd"]) == {
-        "_ZN4qola2te7mha_bwdEN5aiter12mha_bwd_argsERKN7ck_tile13stream_configE",
+        "_ZN4qola2te7mha_bwdERKN5aiter12mha_bwd_argsERKN7ck_tile13stream_configE",
         "_ZN4qola2te22mha_bwd_workspace_sizeERK15fmha_bwd_traits",
         "te_qola_version",
     }
@@ -118,6 +118,83 @@ def test_new_two_argument_api_with_workspace_size(tmp_path, arch):
     text = run_qola("plan", "--manifest", str(tmp_path / "new.toml"), "--aiter-root", str(tree)).stdout
     assert "  api         qola_mha_bwd.h, from the tree's csrc/include/mha_bwd.h" in text
     assert "size_t mha_bwd_workspace_size(const ::fmha_bwd_traits& traits)  (qola's)  [#if FIXTURE_CK]" in text
+
+
+def qola_symbols(ns: str) -> dict[str, set[str]]:
+    """What QoLA's own cpp_itfs libraries export for namespace ``ns`` (structs by const reference)."""
+    q = f"_ZN4qola{len(ns)}{ns}"
+    return {
+        "libmha_fwd": {f"{q}7mha_fwdERKN5aiter12mha_fwd_argsERKN7ck_tile13stream_configE"},
+        "libmha_bwd": {
+            f"{q}7mha_bwdERKN5aiter12mha_bwd_argsERKN7ck_tile13stream_configE",
+            f"{q}22mha_bwd_workspace_sizeERK15fmha_bwd_traits",
+        },
+    }
+
+
+# TE's hand-written declarations of QoLA's entry points (its gfx1250 code declares them itself
+# instead of including QoLA's headers): structs by const reference; the namespace is filled in
+HAND_WRITTEN = r"""#include <cstdio>
+#include "mha_fwd.h"
+#include "mha_bwd.h"
+namespace qola { namespace NS {
+float mha_fwd(const aiter::mha_fwd_args& args, const ck_tile::stream_config& stream_config);
+float mha_bwd(const aiter::mha_bwd_args& args, const ck_tile::stream_config& stream_config);
+size_t mha_bwd_workspace_size(const fmha_bwd_traits& traits);
+} }
+int main() {
+    aiter::mha_fwd_args f{};
+    f.hdim_q = 32;
+    aiter::mha_bwd_args b{};
+    b.hdim_q = 32;
+    ck_tile::stream_config s{nullptr, false, 2};
+    std::printf("%g %g %zu\n", qola::NS::mha_fwd(f, s), qola::NS::mha_bwd(b, s),
+                qola::NS::mha_bwd_workspace_size(fmha_bwd_traits{4, 8, false}));
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("ns", ["te", "te_v3"])
+def test_exports_are_qolas_symbols_and_hand_written_prototypes_link(tmp_path, arch, ns):
+    """Issue 31: the libraries export QoLA's symbols (a struct the tree takes by value is taken by
+    const reference), and a consumer that declares them by hand, as TE's gfx1250 code does for
+    ``te_v3``, links with --no-undefined and computes through them."""
+    tree, out = build(tmp_path, "new", arch, ns)
+    for module, want in qola_symbols(ns).items():
+        nm = subprocess.run(
+            ["nm", "-D", "--defined-only", str(out / "lib" / f"{ns}_{module}.so")], capture_output=True, text=True
+        )
+        assert nm.returncode == 0, nm.stderr
+        assert {line.split()[-1] for line in nm.stdout.splitlines() if "_ZN4qola" in line} == want, nm.stdout
+    src = tmp_path / "hand.cpp"
+    src.write_text(HAND_WRITTEN.replace("NS", ns))
+    exe = tmp_path / "hand"
+    cxx = ["hipcc", "-x", "hip", "--offload-arch=gfx942"] if arch.startswith("gfx") else ["g++"]
+    cc = subprocess.run(
+        [
+            *cxx,
+            "-std=c++17",
+            *(f"-I{d}" for d in fx.include_dirs(tree)),
+            "-DFIXTURE_CK=1",
+            str(src),
+            "-o",
+            str(exe),
+            f"-L{out / 'lib'}",
+            f"-l:{ns}_libmha_fwd.so",
+            f"-l:{ns}_libmha_bwd.so",
+            "-Wl,--no-undefined",
+            f"-Wl,-rpath,{out / 'lib'}",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(arch),
+    )
+    assert cc.returncode == 0, cc.stderr[-4000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    # fwd 32*2+2, bwd 32*3+2 (no workspace_alloc), workspace 4*8*4
+    assert run.returncode == 0 and run.stdout.split() == ["66", "98", "128"], run.stdout + run.stderr
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -233,4 +310,4 @@ def test_a_changed_tree_header_changes_the_api_on_rebuild(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert "mha_fwd_0_p2 extra = 7);" in (out / "include" / "qola_mha_fwd.h").read_text()
-    assert exports(out)["libmha_fwd"][0] == "_ZN4qola2te7mha_fwdEN5aiter12mha_fwd_argsERKN7ck_tile13stream_configEi"
+    assert exports(out)["libmha_fwd"][0] == "_ZN4qola2te7mha_fwdERKN5aiter12mha_fwd_argsERKN7ck_tile13stream_configEi"

@@ -6,7 +6,8 @@
 
 runs GENERATOR.py with ARGS, except that inside it an fnmatch pattern containing
 ``|`` matches when any of its ``|``-separated parts matches (``|`` never occurs
-in a kernel name). CK's fMHA generator takes one fnmatch pattern per kernel kind
+in a kernel name), and none of its parts written ``!glob`` does (``*|!*_vc_*``:
+every name but those; a receipt qola applies itself excludes names this way). CK's fMHA generator takes one fnmatch pattern per kernel kind
 (``--filter`` split on ``,`` per API and on ``@`` per kind) and writes its
 dispatch file over exactly the kernels that pass the filter, so one run with
 ``a1|b1@a2|b2@a3|b3`` generates the union of several variants *and* an API file
@@ -18,13 +19,17 @@ import os
 import runpy
 import sys
 
-SEP = "|"
+SEP, NOT = "|", "!"
 
 
 def _any_of(original):
     def match(name, pat):
         if isinstance(pat, str) and SEP in pat:
-            return any(original(name, part) for part in pat.split(SEP))
+            parts = pat.split(SEP)
+            nots = [p[1:] for p in parts if p.startswith(NOT)]
+            if any(original(name, p) for p in nots):
+                return False
+            return any(original(name, p) for p in parts if not p.startswith(NOT))
         return original(name, pat)
 
     return match
