@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from qola.compile.layout import BLOB, CONFIGS, gen_module_dir
-from qola.core import deadlines, proc
+from qola.core import deadlines, inputs, proc
 from qola.core.errors import FailedProcessError, QolaError
 from qola.core.fsutil import atomic_write, old_prefix, remove_stale, sync_dir
 from qola.plan.genrules import asm_arch, missing_package_hint, skip_warning
@@ -40,6 +40,8 @@ from qola.plan.tree.aiter_configs import (
 from qola.plan.variants import GenEnv, GeneratorEnv
 
 STAMP = "stamp.json"
+MAX_GENERATOR_FILE = 64 << 20  # one .py beside a generator script (CK's largest: about 200 KiB)
+_HINT_GEN = "remove it, or move it out of the generator's directory (every .py beside a generator is hashed)"
 GENERATED_EXTS = (".cu", ".cpp")
 # gen_root/<module>/.staging-<pid>, .blob.old-<pid> (and .old-<pid>, what qola before issue 12 left)
 STAGING_PREFIXES = (".staging-", old_prefix("blob"), ".old-")
@@ -94,7 +96,9 @@ def _sources_digest(scripts: Sequence[str]) -> str:
             if "__pycache__" in f.parts:
                 continue
             h.update(str(f).encode() + b"\0")
-            h.update(f.read_bytes())
+            # the one checked open: a FIFO (or a device) named *.py is refused, never waited on
+            digest, _ = inputs.sha256_checked(f, limit=MAX_GENERATOR_FILE, what="generator file", hint=_HINT_GEN)
+            h.update(digest.encode())
     return h.hexdigest()
 
 
