@@ -91,13 +91,13 @@ def unapplied_patches_note(root: Path, manifest: Manifest, env: Env, patches_dir
     import hashlib  # lazy: paid only by the callers that need it
 
     from qola.checkout.state import read_stamp  # lazy: paid only by the callers that need it
-    from qola.checkout.sync import collect_patches  # lazy: paid only by the callers that need it
+    from qola.checkout.sync import collect_patches, read_patch  # lazy: paid only by the callers that need it
 
     pdir, where = patches_dir_of(patches_dir, manifest)
     if pdir is None or not (root / ".git").exists():
         return None
     try:
-        wanted = [(p.name, hashlib.sha256(p.read_bytes()).hexdigest()) for p in collect_patches(pdir, where)]
+        wanted = [(p.name, hashlib.sha256(read_patch(p)).hexdigest()) for p in collect_patches(pdir, where)]
     except (QolaError, OSError):
         return None
     stamp = read_stamp(root, env) or {}

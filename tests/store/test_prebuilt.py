@@ -200,14 +200,14 @@ def test_a_huge_sparse_file_under_a_source_dir_is_keyed_by_its_size_not_hashed(t
         pytest.skip("needs nvcc")
     from support.limited import qola
 
-    from qola.store.key import MAX_TREE_FILE, hash_files
-
     huge = tree / "csrc" / "kernels" / "huge.bin"
     with open(huge, "wb") as f:
         f.truncate(2 << 40)
     m = write_manifest(tmp_path / "q.toml")
     proc = qola("plan", "-m", str(m), "--aiter-root", str(tree), "--key")
     assert proc.returncode == 0 and len(proc.stdout.strip()) == 64, proc.stderr
+    from qola.store.key import MAX_TREE_FILE, hash_files
+
     first = hash_files([(str(tree / "csrc" / "kernels"), True)], [str(tree)])
     label = next(k for k in first if k.endswith("huge.bin"))
     assert first[label].startswith("unhashed:2199023255552:") and MAX_TREE_FILE < 2 << 40
