@@ -31,6 +31,7 @@ from qola.checkout.state import Snapshot, clear_stamp, read_stamp, snapshot, wri
 from qola.core import inputs, lock
 from qola.core.errors import QolaError
 from qola.core.fsutil import inside, replace_dir
+from qola.core.secret import Secret
 
 HEX = re.compile(r"[0-9a-f]{4,40}\Z")
 LOCK_WAIT = 3600.0  # seconds another checkout of the same tree may take
@@ -42,9 +43,29 @@ class Request:
     commit: str | None  # a sha, tag or branch (None: the tree's HEAD; the tree must exist)
     commit_from: str  # where the commit came from, for messages ("--aiter-commit", "[qola] aiter_commit")
     patches: tuple[Path, ...] = ()
-    url: str = ""
+    url: str = ""  # never with credentials in it: those are in ``credentials`` (qola.core.secret.split_url)
     force: bool = False
     env: Mapping[str, str] = field(default_factory=dict, compare=False)
+    credentials: Secret | None = field(default=None, compare=False)
+
+    def network_env(self) -> Mapping[str, str]:
+        """``env`` for a step that reaches ``url``: the credentials, if any, as an Authorization header
+        for that URL's host only, in git's environment-only config (never in argv, .git/config or a log)."""
+        if not self.credentials:
+            return self.env
+        import base64  # lazy: paid only by the callers that need it
+        import urllib.parse  # lazy: paid only by the callers that need it
+
+        parts = urllib.parse.urlsplit(self.url)
+        user, _, password = self.credentials.reveal().partition(":")
+        pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()
+        n = int(self.env.get("GIT_CONFIG_COUNT", "0") or 0)
+        return {
+            **self.env,
+            "GIT_CONFIG_COUNT": str(n + 1),
+            f"GIT_CONFIG_KEY_{n}": f"http.{parts.scheme}://{parts.netloc}/.extraHeader",
+            f"GIT_CONFIG_VALUE_{n}": "Authorization: Basic " + base64.b64encode(pair).decode("ascii"),
+        }
 
 
 @dataclass
@@ -147,7 +168,15 @@ def _clone_and_checkout(req: Request, root: Path) -> Result:
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.qola-clone-", dir=root.parent))
     try:
         git.run(
-            None, "clone", "--no-checkout", "--filter=blob:none", "--", req.url, str(tmp), env=req.env, network=req.url
+            None,
+            "clone",
+            "--no-checkout",
+            "--filter=blob:none",
+            "--",
+            req.url,
+            str(tmp),
+            env=req.network_env(),
+            network=req.url,
         )
         result = _checkout(req, tmp, cloned=True)
         replace_dir(tmp, root)  # in place of the empty dir we were given, if any
@@ -173,10 +202,10 @@ def _resolve(req: Request, root: Path) -> str:
         _refuse_ambiguous(req, root)
         url = git.run(root, "remote", "get-url", "origin", env=req.env, check=False).stdout.strip() or "origin"
         try:
-            git.run(root, "fetch", "--quiet", "origin", req.commit, env=req.env, network=url)
+            git.run(root, "fetch", "--quiet", "origin", req.commit, env=_net(req, url), network=url)
         except git.GitError as first:
             try:  # servers that refuse fetching a sha by name: fetch everything
-                git.run(root, "fetch", "--quiet", "--tags", "origin", env=req.env, network=url)
+                git.run(root, "fetch", "--quiet", "--tags", "origin", env=_net(req, url), network=url)
             except git.GitError as second:
                 raise QolaError(
                     f"commit {req.commit!r} ({req.commit_from}) is not in {root} and fetching it from "
@@ -196,6 +225,11 @@ def _resolve(req: Request, root: Path) -> str:
             hint="pin the full 40-digit sha",
         )
     return sha
+
+
+def _net(req: Request, url: str) -> Mapping[str, str]:
+    """The environment of a step that reaches ``url``: the request's credentials only for its URL."""
+    return req.network_env() if url == req.url else req.env
 
 
 def _refuse_ambiguous(req: Request, root: Path) -> None:

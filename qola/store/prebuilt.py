@@ -43,6 +43,7 @@ from qola import __version__
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_stream, atomic_write, inside, pid_tempdir, remove_stale
 from qola.core.hashing import file_sha256
+from qola.core.secret import Secret, split_url
 from qola.store.key import recorded_key
 
 SUFFIX = ".tar.gz"
@@ -213,18 +214,33 @@ def _opener():
         def redirect_request(self, req, fp, code, msg, headers, newurl):
             if urllib.parse.urlsplit(newurl).scheme.lower() not in ("http", "https"):
                 raise QolaError(f"{req.full_url} redirects to {newurl}: only http(s) is followed")
-            return super().redirect_request(req, fp, code, msg, headers, newurl)
+            new = super().redirect_request(req, fp, code, msg, headers, newurl)
+            if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+                new.remove_header("Authorization")  # the credentials go to the host they were given for only
+            return new
 
     return urllib.request.build_opener(SameSchemes)
 
 
-def _http_get(url: str, sink: Callable[[bytes], None], limit: int, timeout: float) -> None:
+def _http_get(
+    url: str, sink: Callable[[bytes], None], limit: int, timeout: float, credentials: Secret | None = None
+) -> None:
+    """``url`` (no credentials in it) streamed into ``sink``; ``credentials`` (``user:password`` taken
+    out of the URL the user gave: :func:`qola.core.secret.split_url`) go in an Authorization header."""
     import http.client  # lazy: paid only by the callers that need it
     import time  # lazy: paid only by the callers that need it
     import urllib.error  # lazy: paid only by the callers that need it
+    import urllib.parse  # lazy: paid only by the callers that need it
     import urllib.request  # lazy: paid only by the callers that need it
 
-    req = urllib.request.Request(url, headers={"User-Agent": f"qola/{__version__}"})
+    headers = {"User-Agent": f"qola/{__version__}"}
+    if credentials:
+        import base64  # lazy: paid only by the callers that need it
+
+        user, _, password = credentials.reveal().partition(":")
+        pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
+    req = urllib.request.Request(url, headers=headers)
     try:
         resp = _opener().open(req, timeout=timeout)
     except urllib.error.HTTPError as exc:
@@ -282,10 +298,11 @@ def _get(source: str, name: str, sink: Callable[[bytes], None], limit: int, time
     if is_url(source):
         import urllib.parse  # lazy: paid only by the callers that need it
 
-        if urllib.parse.urlsplit(source).scheme.lower() not in ("http", "https"):
-            raise QolaError(f"--prebuilt {source}: only a directory or an http(s):// URL is supported")
-        url = source.rstrip("/") + "/" + urllib.parse.quote(name)
-        _http_get(url, sink, limit, timeout)
+        public, credentials = split_url(source)  # user:password never shown, recorded or logged
+        if urllib.parse.urlsplit(public).scheme.lower() not in ("http", "https"):
+            raise QolaError(f"--prebuilt {public}: only a directory or an http(s):// URL is supported")
+        url = public.rstrip("/") + "/" + urllib.parse.quote(name)
+        _http_get(url, sink, limit, timeout, credentials)
         return url
     path = Path(source) / name
     _local_get(path, sink, limit)

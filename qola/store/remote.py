@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import qola
 from qola.core import proc
 from qola.core.errors import QolaError
+from qola.core.secret import redact, split_url
 
 if TYPE_CHECKING:
     from qola.toolchain import Toolchain
@@ -80,6 +81,14 @@ def endpoint(
     """The service ``url`` names (None: no remote build), its options checked."""
     if not url:
         return None
+    public, credentials = split_url(url)
+    if credentials is not None:  # REAPI clients take no user:password; shown, they would be leaked
+        raise QolaError(
+            f"--remote: {public} is given with credentials in the URL ({redact(url)}); they are never sent, "
+            "shown or recorded",
+            hint="put the access token in a file and pass --remote-token FILE (or use mTLS: "
+            "--remote-client-cert/--remote-client-key); drop user:password@ from the URL",
+        )
     scheme, sep, rest = url.partition("://")
     if url.startswith("unix:"):
         norm = url
@@ -87,7 +96,7 @@ def endpoint(
         norm = f"{SCHEMES[scheme]}://{rest}"
     else:
         raise QolaError(
-            f"--remote: {url!r} is not an REAPI endpoint",
+            f"--remote: {redact(url)!r} is not an REAPI endpoint",
             hint="give grpc://host:port (plain), grpcs://host:port (TLS) or unix:/path",
         )
     if bool(cert) != bool(key):
