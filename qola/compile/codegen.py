@@ -184,7 +184,7 @@ def run_generators(
     start = time.perf_counter()
     if not force and blob.is_dir() and stamp_file.is_file():
         try:
-            done = json.loads(stamp_file.read_text())
+            done = json.loads(inputs.read_record(stamp_file))
             if done.get("stamp") == stamp:
                 return GenResult(
                     job.module,

@@ -197,7 +197,10 @@ def action(cfg: Mapping, argv: Sequence[str], cwd: str, map_build: bool = False)
         raise Infra("no -o in the compile command")
     with tempfile.TemporaryDirectory(prefix="qola-deps-", dir=os.path.join(build, "remote")) as tmp:
         listing = os.path.join(tmp, "d")
-        got = proc.run(deps_argv(argv, listing), cwd=cwd, stderr=proc.PIPE)
+        try:
+            got = proc.run(deps_argv(argv, listing), cwd=cwd, stderr=proc.PIPE, timeout=cfg["timeout"])
+        except proc.TimeoutExpired as exc:
+            raise _LocalError(f"the dependency scan {proc.why_ended(exc)}\n") from None
         if got.returncode != 0:  # the compile itself is broken: let the compiler say why, locally
             raise _LocalError(got.stderr)
         deps = _split_depfile(_read(listing, MAX_META, "the dependency listing").decode("utf-8", "surrogateescape"))
@@ -420,7 +423,12 @@ def main(argv: Sequence[str]) -> int:
             f"qola --remote: {obj}: the REAPI service failed ({why}); compiling locally (--remote-fallback)",
             file=sys.stderr,
         )
-        done = proc.run(compile_argv, cwd=cwd)
+        try:
+            done = proc.run(compile_argv, cwd=cwd, timeout=cfg["timeout"])
+        except proc.TimeoutExpired as exc:
+            print(f"qola --remote: {obj}: the local compile {proc.why_ended(exc)}", file=sys.stderr)
+            record(cfg["build_dir"], "failed", obj, "local compile timed out")
+            return 124
         sys.stdout.write(done.stdout or "")
         code = done.returncode
         record(cfg["build_dir"], "local", obj, why)

@@ -175,3 +175,17 @@ def check_type(path: str | os.PathLike, *, want: str, what: str, follow: bool = 
         raise QolaError(f"{what} {path} is {st.st_size:,} bytes; at most {limit:,} are read",
                         hint=hint or "is this the right file?")  # fmt: skip
     return st
+
+
+MAX_RECORD = 64 * MiB  # a record, stamp or cache entry qola wrote itself (JSON)
+MAX_SOURCE = 64 * MiB  # one source or header file of a kernel tree
+
+
+def read_record(path: str | os.PathLike, *, limit: int = MAX_RECORD, what: str = "record") -> str:
+    """The text of a small file qola wrote itself (a record, a stamp, a cache entry, a child's output
+    file) through the checked read; a refusal is an :class:`OSError` (callers treat the file as
+    absent or broken, as for any unreadable one)."""
+    try:
+        return read_checked(path, limit=limit, what=what).decode("utf-8", "surrogateescape")
+    except QolaError as exc:
+        raise OSError(exc.message) from None

@@ -30,6 +30,7 @@ class Secret:
     """A secret value: shows as ``***`` everywhere; :meth:`reveal` is the one way to its value."""
 
     __slots__ = ("_value",)
+    _value: str
 
     def __init__(self, value: str):
         object.__setattr__(self, "_value", value)

@@ -12,7 +12,6 @@ import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from qola.plan.itfs import Api

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qola.core import deadlines
+from qola.core import deadlines, inputs
 from qola.core import proc as runner
 from qola.core.errors import QolaError
 from qola.core.fsutil import pid_tempdir
@@ -161,7 +161,8 @@ def list_blobs(gen: Generator, env: GenEnv, filt: str | None = None, python: str
                 f"    {done.stdout.strip()[-2000:]}",
                 hint="run the generator by hand with --list_blobs",
             )
-        return [Path(line.strip()).stem for line in out.read_text().splitlines() if line.strip()]
+        listing = inputs.read_checked(out, limit=inputs.MAX_RECORD, what="generator listing").decode()
+        return [Path(line.strip()).stem for line in listing.splitlines() if line.strip()]
 
 
 def is_api(stem: str) -> bool:  # CK's fmha_*_api.cpp, the example's attn_fwd_api.cu

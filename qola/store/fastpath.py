@@ -30,7 +30,7 @@ from pathlib import Path
 
 import qola
 from qola.compile.layout import NOOP_RECORD
-from qola.core import proc
+from qola.core import inputs, proc
 from qola.core.secret import redact_argv
 from qola.toolchain.identity import COMPILER_ENV, TOOLCHAIN_ENV
 
@@ -208,7 +208,7 @@ def load(build_dir: Path, argv: Sequence[str]) -> dict | None:
     """The record of the last successful build when it was made by this command line and is one
     this qola wrote (its ``env_keys`` say which variables :func:`unchanged` needs), else None."""
     try:
-        data = json.loads((build_dir / RECORD).read_text())
+        data = json.loads(inputs.read_record(build_dir / RECORD))
         if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("argv") != redact_argv(argv):
             return None
         keys = data["env_keys"]

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
 from qola import __version__
+from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_stream, atomic_write, inside, pid_tempdir, remove_stale
 from qola.core.hashing import file_sha256
@@ -274,17 +275,10 @@ def _http_get(
 
 def _local_get(path: Path, sink: Callable[[bytes], None], limit: int) -> None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, _ = inputs.open_checked(path, limit=limit, what="prebuilt file", hint=_HINT_STORE)
     except FileNotFoundError:
         raise Missing(f"{path} does not exist") from None
-    except OSError as exc:
-        raise Missing(f"{path}: cannot open ({exc.strerror})") from None
     with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise QolaError(f"{path} is not a regular file", hint=_HINT_STORE)
-        if st.st_size > limit:
-            raise QolaError(f"{path} is {st.st_size} bytes, over the limit of {limit}", hint=_HINT_STORE)
         got = 0
         while chunk := fh.read(CHUNK):
             got += len(chunk)

@@ -314,7 +314,12 @@ def test_a_patch_that_is_no_regular_file_is_an_error(tmp_path, mirror, patches, 
     proc = checkout("--manifest", str(manifest(tmp_path, first, patches, bare)), "--aiter-root", str(root))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "0000-odd.patch" in proc.stderr and not root.exists(), proc.stderr
-    said = {"dangling": "symbolic link to nothing", "fifo": "a FIFO", "dir": "a directory", "link-to-dir": "a directory"}
+    said = {
+        "dangling": "symbolic link to nothing",
+        "fifo": "a FIFO",
+        "dir": "a directory",
+        "link-to-dir": "a directory",
+    }
     assert said[kind] in proc.stderr, proc.stderr
     # a link to a regular patch file is followed: the set applies
     os.rmdir(odd) if kind == "dir" else odd.unlink()

@@ -253,7 +253,7 @@ def _flags_by_object(graph_dir: Path, flag_prefix: str) -> dict[str, list[str]]:
     graph = (graph_dir / "build.ninja").read_text().replace("$\n", "")
     edges = [blk for blk in graph.split("\nbuild ") if blk.startswith("obj/")]
     return {
-        Path(e.split(":")[0]).name.rsplit("-", 1)[0]: sorted(set(w for w in e.split() if w.startswith(flag_prefix)))
+        Path(e.split(":")[0]).name.rsplit("-", 1)[0]: sorted({w for w in e.split() if w.startswith(flag_prefix)})
         for e in edges
         if ".cu" in e.split("\n")[0]
     }

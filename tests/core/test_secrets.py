@@ -66,7 +66,9 @@ def test_split_and_redact(url, public):
 def test_every_error_redacts_urls():
     exc = QolaError(f"cannot fetch https://u:{PASSWORD}@h/x", hint=f"try http://{PASSWORD}@h", where="x")
     assert PASSWORD not in exc.render()
-    failed = FailedProcessError(["git", "clone", f"https://u:{PASSWORD}@h/r.git"], 128, f"fatal: https://u:{PASSWORD}@h")
+    failed = FailedProcessError(
+        ["git", "clone", f"https://u:{PASSWORD}@h/r.git"], 128, f"fatal: https://u:{PASSWORD}@h"
+    )
     assert PASSWORD not in failed.render() and PASSWORD not in str(failed)
 
 

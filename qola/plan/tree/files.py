@@ -20,6 +20,7 @@ MAX_TABLE = 16 * MiB  # aiter/jit/optCompilerConfig.json (AITER's: about 60 KiB)
 MAX_CORE = 8 * MiB  # aiter/jit/core.py (AITER's: about 40 KiB)
 MAX_CSV = 256 * MiB  # one tuned-config CSV
 
+
 def open_regular(
     path: str | os.PathLike, *, limit: int, what: str, nofollow: bool = False, hint: str | None = None
 ) -> tuple[int, os.stat_result]:
