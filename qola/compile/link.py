@@ -247,7 +247,7 @@ def localize_list(
 
 def run_step(cmd: Sequence[str], cwd: Path | None = None) -> str:
     """Run one step, output captured; FailedProcessError when it fails (:func:`qola.core.proc.run_checked`)."""
-    return proc.run_checked(cmd, cwd=cwd, timeout=deadlines.COMPILE.default).stdout
+    return proc.run_checked(cmd, cwd=cwd, timeout=deadlines.COMPILE).stdout
 
 
 def run_static(

@@ -14,10 +14,10 @@ variable                   default     what it bounds
 ``QOLA_GIT_TIMEOUT``       600 / 3600  one git call (local / one that reaches the network)
 ``QOLA_LOCK_TIMEOUT``      inf         ``qola jit prebuild`` waiting for a JIT cache lock another process
                                        holds (it says so every minute while it waits)
-``QOLA_COMPILE_TIMEOUT``   14400       one compile or link qola runs itself (a link step, a JIT prebuild
-                                       compile, ``--remote``'s dependency scan and local fallback); the
-                                       compiles ninja runs are bounded by the build's own SIGTERM handling
 =========================  ==========  ==================================================================
+
+:data:`COMPILE` (4 h, not a knob) bounds one compile or link qola runs itself: a link step, a JIT
+prebuild compile, ``--remote``'s dependency scan and local fallback.
 
 Every call of :func:`qola.core.proc.run` / :func:`~qola.core.proc.run_checked` passes ``timeout=``
 (``tests/core/test_shared_primitives.py`` reads the source to prove it).
@@ -46,8 +46,8 @@ GENERATOR = Knob("QOLA_GENERATOR_TIMEOUT", 3600.0, "one generator command")
 GIT_LOCAL = Knob("QOLA_GIT_TIMEOUT", 600.0, "a git call")
 GIT_NETWORK = Knob("QOLA_GIT_TIMEOUT", 3600.0, "a git call that reaches the network")
 LOCK = Knob("QOLA_LOCK_TIMEOUT", math.inf, "a wait for a JIT cache lock")
-COMPILE = Knob("QOLA_COMPILE_TIMEOUT", 4 * 3600.0, "one compile or link qola runs itself")
-KNOBS = (PROBE, GENERATOR, GIT_LOCAL, LOCK, COMPILE)
+KNOBS = (PROBE, GENERATOR, GIT_LOCAL, LOCK)
+COMPILE = 4 * 3600.0  # seconds: one compile or link qola runs itself (never hours of a healthy compiler)
 LIMIT = 30 * 24 * 3600.0  # a month: anything longer is written ``inf``
 
 

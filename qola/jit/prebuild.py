@@ -202,10 +202,10 @@ def build_one(cache: JitCache, u: Unit, env: Mapping[str, str], wait: float = ma
                 lf.flush()
                 try:
                     rc = proc.run(
-                        argv, env=env, stdout=lf, stderr=proc.STDOUT, timeout=deadlines.COMPILE.default
+                        argv, env=env, stdout=lf, stderr=proc.STDOUT, timeout=deadlines.COMPILE
                     ).returncode
                 except proc.TimeoutExpired:
-                    lf.write(f"no answer within {deadlines.COMPILE.default:g} s; ended\n")
+                    lf.write(f"no answer within {deadlines.COMPILE:g} s; ended\n")
                     rc = 124
                 except OSError as exc:
                     lf.write(f"cannot run {argv[0]}: {exc.strerror or exc}\n")
