@@ -31,7 +31,7 @@ from qola.checkout.state import Snapshot, clear_stamp, read_stamp, snapshot, wri
 from qola.core import inputs, lock
 from qola.core.errors import QolaError
 from qola.core.fsutil import inside, replace_dir
-from qola.core.secret import Secret
+from qola.core.secret import Secret, basic_authorization
 
 HEX = re.compile(r"[0-9a-f]{4,40}\Z")
 LOCK_WAIT = 3600.0  # seconds another checkout of the same tree may take
@@ -53,18 +53,15 @@ class Request:
         for that URL's host only, in git's environment-only config (never in argv, .git/config or a log)."""
         if not self.credentials:
             return self.env
-        import base64  # lazy: paid only by the callers that need it
         import urllib.parse  # lazy: paid only by the callers that need it
 
         parts = urllib.parse.urlsplit(self.url)
-        user, _, password = self.credentials.reveal().partition(":")
-        pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()
         n = int(self.env.get("GIT_CONFIG_COUNT", "0") or 0)
         return {
             **self.env,
             "GIT_CONFIG_COUNT": str(n + 1),
             f"GIT_CONFIG_KEY_{n}": f"http.{parts.scheme}://{parts.netloc}/.extraHeader",
-            f"GIT_CONFIG_VALUE_{n}": "Authorization: Basic " + base64.b64encode(pair).decode("ascii"),
+            f"GIT_CONFIG_VALUE_{n}": "Authorization: " + basic_authorization(self.credentials),
         }
 
 

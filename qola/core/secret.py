@@ -75,6 +75,17 @@ def split_url(url: str) -> tuple[str, Secret | None]:
     return m.group("scheme") + url[m.end() :], Secret(m.group("userinfo"))
 
 
+def basic_authorization(credentials: Secret) -> str:
+    """The ``Authorization`` header value for ``user:password`` (percent-escapes undone, as in a URL):
+    where a URL's credentials are handed over (an HTTP request, git's environment-only config)."""
+    import base64  # lazy: paid only where credentials are handed over
+    import urllib.parse  # lazy: paid only where credentials are handed over
+
+    user, _, password = credentials.reveal().partition(":")
+    pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()
+    return "Basic " + base64.b64encode(pair).decode("ascii")
+
+
 def redact(text: str) -> str:
     """``text`` with every URL's credentials replaced by ``***`` (``https://***@host/…``)."""
     if "://" not in text or "@" not in text:

@@ -44,7 +44,7 @@ from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_stream, atomic_write, inside, pid_tempdir, remove_stale
 from qola.core.hashing import file_sha256
-from qola.core.secret import Secret, split_url
+from qola.core.secret import Secret, basic_authorization, split_url
 from qola.store.key import recorded_key
 
 SUFFIX = ".tar.gz"
@@ -226,21 +226,16 @@ def _opener():
 def _http_get(
     url: str, sink: Callable[[bytes], None], limit: int, timeout: float, credentials: Secret | None = None
 ) -> None:
-    """``url`` (no credentials in it) streamed into ``sink``; ``credentials`` (``user:password`` taken
-    out of the URL the user gave: :func:`qola.core.secret.split_url`) go in an Authorization header."""
+    """``url`` (no credentials in it) into ``sink``; ``credentials``, taken out of the URL the user
+    gave (:func:`qola.core.secret.split_url`), go in an Authorization header."""
     import http.client  # lazy: paid only by the callers that need it
     import time  # lazy: paid only by the callers that need it
     import urllib.error  # lazy: paid only by the callers that need it
-    import urllib.parse  # lazy: paid only by the callers that need it
     import urllib.request  # lazy: paid only by the callers that need it
 
     headers = {"User-Agent": f"qola/{__version__}"}
     if credentials:
-        import base64  # lazy: paid only by the callers that need it
-
-        user, _, password = credentials.reveal().partition(":")
-        pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()
-        headers["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
+        headers["Authorization"] = basic_authorization(credentials)
     req = urllib.request.Request(url, headers=headers)
     try:
         resp = _opener().open(req, timeout=timeout)

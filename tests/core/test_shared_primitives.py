@@ -427,7 +427,9 @@ OTHER_OPENS = {
     "store/prebuilt.py": 9,  # the archive written (O_EXCL), packed from OUT (O_NOFOLLOW), and the download verified
     "toolchain/host.py": 1,  # /proc/meminfo
 }
-_RAW_OPEN = re.compile(r"(?<![\w.])open\(|\.read_bytes\(|\.read_text\(|os\.open\(|\bio\.open\(|tarfile\.open\(|os\.fdopen\(")
+_RAW_OPEN = re.compile(
+    r"(?<![\w.])open\(|\.read_bytes\(|\.read_text\(|os\.open\(|\bio\.open\(|tarfile\.open\(|os\.fdopen\("
+)
 
 
 def test_input_is_opened_only_through_the_checked_open():
