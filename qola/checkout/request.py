@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from qola.checkout.choice import DEFAULT_URL, URL_ENV, forced, qola_checkout
 from qola.core import rules
 from qola.core.errors import QolaError
+from qola.core.secret import Secret, split_url
 
 if TYPE_CHECKING:
     from qola.checkout.git import Env
@@ -59,6 +60,22 @@ def url_of(cli: str | None, manifest: Manifest | None, env: Mapping[str, str]) -
     return DEFAULT_URL
 
 
+def clone_url(url: str) -> tuple[str, Secret | None]:
+    """(the URL without credentials, the credentials as a :class:`Secret`) for an http(s) URL; another
+    scheme keeps its user (``ssh://git@host``: a login, no secret) but a password in it is refused."""
+    public, credentials = split_url(url)
+    if credentials is None:
+        return url, None
+    if public.split("://", 1)[0].lower() in ("http", "https"):
+        return public, credentials
+    if ":" in credentials.reveal():
+        raise QolaError(
+            f"the clone URL {public} carries a password, which git sends only over http(s)",
+            hint="use an ssh key (ssh-agent), or an https:// URL",
+        )
+    return url, None
+
+
 def request(
     root: Path,
     manifest: Manifest | None,
@@ -72,15 +89,17 @@ def request(
     from qola.checkout.sync import Request, collect_patches  # lazy: paid only by the callers that need it
 
     sha, commit_from = commit_of(commit, manifest)
+    public, credentials = clone_url(url_of(url, manifest, env))
     pdir, pwhere = patches_dir_of(patches_dir, manifest)
     return Request(
         root=root,
         commit=sha,
         commit_from=commit_from,
         patches=collect_patches(pdir, pwhere),
-        url=url_of(url, manifest, env),
+        url=public,
         force=forced(force, env),
         env=dict(env),
+        credentials=credentials,
     )
 
 
@@ -91,13 +110,13 @@ def unapplied_patches_note(root: Path, manifest: Manifest, env: Env, patches_dir
     import hashlib  # lazy: paid only by the callers that need it
 
     from qola.checkout.state import read_stamp  # lazy: paid only by the callers that need it
-    from qola.checkout.sync import collect_patches  # lazy: paid only by the callers that need it
+    from qola.checkout.sync import collect_patches, read_patch  # lazy: paid only by the callers that need it
 
     pdir, where = patches_dir_of(patches_dir, manifest)
     if pdir is None or not (root / ".git").exists():
         return None
     try:
-        wanted = [(p.name, hashlib.sha256(p.read_bytes()).hexdigest()) for p in collect_patches(pdir, where)]
+        wanted = [(p.name, hashlib.sha256(read_patch(p)).hexdigest()) for p in collect_patches(pdir, where)]
     except (QolaError, OSError):
         return None
     stamp = read_stamp(root, env) or {}

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from qola.checkout import git
+from qola.core import inputs
+from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_write
 
 STAMP = "qola-checkout.json"
@@ -82,8 +84,8 @@ def _file_part(path: Path) -> bytes:
             return f"link-or-special {st.st_mode}".encode()
         if st.st_size > MAX_UNTRACKED_BYTES:
             return f"large {st.st_size} {st.st_mtime_ns}".encode()
-        return hashlib.sha256(path.read_bytes()).digest()
-    except OSError:
+        return hashlib.sha256(inputs.read_checked(path, limit=MAX_UNTRACKED_BYTES, what="file", follow=False)).digest()
+    except (OSError, QolaError):
         return b"unreadable"
 
 
@@ -120,7 +122,7 @@ def git_dir(root: Path, env: git.Env) -> Path:
 
 def read_stamp(root: Path, env: git.Env) -> dict[str, Any] | None:
     try:
-        data = json.loads((git_dir(root, env) / STAMP).read_text())
+        data = json.loads(inputs.read_record(git_dir(root, env) / STAMP))
     except (OSError, ValueError, git.GitError):
         return None
     return data if isinstance(data, dict) and data.get("format") == FORMAT else None

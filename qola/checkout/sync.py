@@ -20,6 +20,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,9 +28,10 @@ from pathlib import Path
 
 from qola.checkout import git
 from qola.checkout.state import Snapshot, clear_stamp, read_stamp, snapshot, write_stamp
-from qola.core import lock
+from qola.core import inputs, lock
 from qola.core.errors import QolaError
-from qola.core.fsutil import replace_dir
+from qola.core.fsutil import inside, replace_dir
+from qola.core.secret import Secret, basic_authorization
 
 HEX = re.compile(r"[0-9a-f]{4,40}\Z")
 LOCK_WAIT = 3600.0  # seconds another checkout of the same tree may take
@@ -41,9 +43,26 @@ class Request:
     commit: str | None  # a sha, tag or branch (None: the tree's HEAD; the tree must exist)
     commit_from: str  # where the commit came from, for messages ("--aiter-commit", "[qola] aiter_commit")
     patches: tuple[Path, ...] = ()
-    url: str = ""
+    url: str = ""  # never with credentials in it: those are in ``credentials`` (qola.core.secret.split_url)
     force: bool = False
     env: Mapping[str, str] = field(default_factory=dict, compare=False)
+    credentials: Secret | None = field(default=None, compare=False)
+
+    def network_env(self) -> Mapping[str, str]:
+        """``env`` for a step that reaches ``url``: the credentials, if any, as an Authorization header
+        for that URL's host only, in git's environment-only config (never in argv, .git/config or a log)."""
+        if not self.credentials:
+            return self.env
+        import urllib.parse  # lazy: paid only by the callers that need it
+
+        parts = urllib.parse.urlsplit(self.url)
+        n = int(self.env.get("GIT_CONFIG_COUNT", "0") or 0)
+        return {
+            **self.env,
+            "GIT_CONFIG_COUNT": str(n + 1),
+            f"GIT_CONFIG_KEY_{n}": f"http.{parts.scheme}://{parts.netloc}/.extraHeader",
+            f"GIT_CONFIG_VALUE_{n}": "Authorization: " + basic_authorization(self.credentials),
+        }
 
 
 @dataclass
@@ -56,9 +75,14 @@ class Result:
     notes: list[str] = field(default_factory=list)
 
 
+MAX_PATCH = 64 << 20  # one patch file
+
+
 def collect_patches(patches_dir: Path | None, where: str) -> tuple[Path, ...]:
     """The ``*.patch`` files of ``patches_dir`` in lexical order. ``/dev/null`` or an empty dir: none;
-    a dir that does not exist is an error (a typo must not silently skip the patches)."""
+    a dir that does not exist is an error (a typo must not silently skip the patches), and so is a
+    ``*.patch`` that is not a regular file (a dangling link, a FIFO, a directory): a symbolic link to
+    a regular file is followed."""
     if patches_dir is None or str(patches_dir) == os.devnull:
         return ()
     if not patches_dir.is_dir():
@@ -66,9 +90,22 @@ def collect_patches(patches_dir: Path | None, where: str) -> tuple[Path, ...]:
             f"{where}: patches dir {patches_dir} does not exist or is not a directory",
             hint="fix the path, or give an empty directory (or /dev/null) to apply no patches",
         )
-    return tuple(
-        sorted((p for p in patches_dir.iterdir() if p.name.endswith(".patch") and p.is_file()), key=lambda p: p.name)
-    )
+    found = sorted((p for p in patches_dir.iterdir() if p.name.endswith(".patch")), key=lambda p: p.name)
+    for p in found:
+        hint = "remove it, or make it the patch file it should be"
+        try:
+            inputs.check_type(p, want="file", what=f"{where}: patch", follow=True, limit=MAX_PATCH, hint=hint)
+        except FileNotFoundError:
+            raise QolaError(f"{where}: patch {p} is a symbolic link to nothing ({os.readlink(p)})", hint=hint) from None
+    return tuple(found)
+
+
+def read_patch(path: Path) -> bytes:
+    """A patch's bytes, through the one checked open (a regular file of at most :data:`MAX_PATCH`)."""
+    try:
+        return inputs.read_checked(path, limit=MAX_PATCH, what="patch")
+    except FileNotFoundError:
+        raise QolaError(f"patch {path} is gone (or a symbolic link to nothing)") from None
 
 
 def _digest(commit: str, patches: Sequence[tuple[str, bytes]]) -> str:
@@ -82,6 +119,13 @@ def ensure(req: Request) -> Result:
     """Bring ``req.root`` to the request (see the module's docstring). One checkout per tree at a
     time: a lock file beside the tree (``.<name>.qola-checkout.lock``) queues the others."""
     root = Path(os.path.abspath(req.root))
+    if root.is_symlink():  # a tree kept elsewhere (another disk): the link is followed, never replaced
+        if not root.is_dir():
+            raise QolaError(
+                f"--aiter-root {root} is a symbolic link to {os.readlink(root)}, which is not a directory",
+                hint="point the link at a directory (an empty one to clone into), or pass that directory",
+            )
+        root = Path(os.path.realpath(root))
     parent = root.parent
     if not root.exists():
         try:
@@ -121,7 +165,15 @@ def _clone_and_checkout(req: Request, root: Path) -> Result:
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.qola-clone-", dir=root.parent))
     try:
         git.run(
-            None, "clone", "--no-checkout", "--filter=blob:none", "--", req.url, str(tmp), env=req.env, network=req.url
+            None,
+            "clone",
+            "--no-checkout",
+            "--filter=blob:none",
+            "--",
+            req.url,
+            str(tmp),
+            env=req.network_env(),
+            network=req.url,
         )
         result = _checkout(req, tmp, cloned=True)
         replace_dir(tmp, root)  # in place of the empty dir we were given, if any
@@ -134,6 +186,7 @@ def _clone_and_checkout(req: Request, root: Path) -> Result:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     result.root = root
+    result.notes = [n.replace(str(tmp), str(root)) for n in result.notes]  # the temporary clone is gone
     result.notes.insert(0, f"cloned {req.url} into {root}")
     return result
 
@@ -143,12 +196,13 @@ def _resolve(req: Request, root: Path) -> str:
         return git.out(root, "rev-parse", "HEAD", env=req.env)
     spec = f"{req.commit}^{{commit}}"
     if not git.ok(root, "rev-parse", "--verify", "--quiet", spec, env=req.env):
+        _refuse_ambiguous(req, root)
         url = git.run(root, "remote", "get-url", "origin", env=req.env, check=False).stdout.strip() or "origin"
         try:
-            git.run(root, "fetch", "--quiet", "origin", req.commit, env=req.env, network=url)
+            git.run(root, "fetch", "--quiet", "origin", req.commit, env=_net(req, url), network=url)
         except git.GitError as first:
             try:  # servers that refuse fetching a sha by name: fetch everything
-                git.run(root, "fetch", "--quiet", "--tags", "origin", env=req.env, network=url)
+                git.run(root, "fetch", "--quiet", "--tags", "origin", env=_net(req, url), network=url)
             except git.GitError as second:
                 raise QolaError(
                     f"commit {req.commit!r} ({req.commit_from}) is not in {root} and fetching it from "
@@ -170,10 +224,34 @@ def _resolve(req: Request, root: Path) -> str:
     return sha
 
 
+def _net(req: Request, url: str) -> Mapping[str, str]:
+    """The environment of a step that reaches ``url``: the request's credentials only for its URL."""
+    return req.network_env() if url == req.url else req.env
+
+
+def _refuse_ambiguous(req: Request, root: Path) -> None:
+    """A short sha naming several commits here is ambiguous: said so (fetching cannot help)."""
+    commit = (req.commit or "").lower()
+    if not HEX.match(commit) or len(commit) == 40:
+        return
+    res = git.run(root, "rev-parse", f"--disambiguate={commit}", env=req.env, check=False)
+    names = [n for n in res.stdout.split() if HEX.match(n)]
+    if len(names) < 2:
+        return
+    kinds = {n: git.run(root, "cat-file", "-t", n, env=req.env, check=False).stdout.strip() for n in names[:32]}
+    commits = [n for n, k in kinds.items() if k in ("commit", "tag")]
+    if len(commits) > 1:
+        shown = ", ".join(c[:12] for c in commits[:6]) + (f" and {len(commits) - 6} more" if len(commits) > 6 else "")
+        raise QolaError(
+            f"{req.commit!r} ({req.commit_from}) is ambiguous in {root}: {len(commits)} commits start with it ({shown})",
+            hint="pin more digits (the full 40-digit sha is best)",
+        )
+
+
 def _checkout(req: Request, root: Path, *, cloned: bool) -> Result:
     env = req.env
     target = _resolve(req, root)
-    patches = [(p.name, p.read_bytes()) for p in req.patches]
+    patches = [(p.name, read_patch(p)) for p in req.patches]
     key = _digest(target, patches)
     before = snapshot(root, env)
     found = read_stamp(root, env)
@@ -236,8 +314,15 @@ def _move(root: Path, target: str, added: Sequence[str], env: Mapping[str, str])
     the submodules. ``added``: files a previous patch set created (removed first: untracked files
     survive a checkout)."""
     for rel in added:
-        path = root / rel
-        if ".." not in Path(rel).parts and not Path(rel).is_absolute() and path.is_file():
+        if ".." in Path(rel).parts or Path(rel).is_absolute():
+            continue
+        try:  # its directory must stay in the tree (never through a link out of it)
+            parent = inside(root, str(Path(rel).parent)) if Path(rel).parent != Path(".") else root
+            path = parent / Path(rel).name
+            st = os.lstat(path)
+        except (OSError, QolaError):
+            continue
+        if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):  # a link (to a dir, dangling): the link
             path.unlink()
     git.run(root, "checkout", "--quiet", "--force", "--detach", target, env=env)
     if (root / ".gitmodules").exists():

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from qola.compile.layout import BLOB, CONFIGS, gen_module_dir
-from qola.core import deadlines, proc
+from qola.core import deadlines, inputs, proc
 from qola.core.errors import FailedProcessError, QolaError
 from qola.core.fsutil import atomic_write, old_prefix, remove_stale, sync_dir
 from qola.plan.genrules import asm_arch, missing_package_hint, skip_warning
@@ -148,7 +148,7 @@ def run_generators(
     start = time.perf_counter()
     if not force and blob.is_dir() and stamp_file.is_file():
         try:
-            done = json.loads(stamp_file.read_text())
+            done = json.loads(inputs.read_record(stamp_file))
             if done.get("stamp") == stamp:
                 sources = generated_sources(blob, job.module)
                 return GenResult(

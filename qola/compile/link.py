@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qola.compile.elf import ExportRule, demangle
-from qola.core import proc
+from qola.core import deadlines, proc
 from qola.core.errors import QolaError
 from qola.core.fsutil import inside, write_if_changed  # write_if_changed: callers import it from here too
 
@@ -251,7 +251,7 @@ def localize_list(
 
 def run_step(cmd: Sequence[str], cwd: Path | None = None) -> str:
     """Run one step, output captured; FailedProcessError when it fails (:func:`qola.core.proc.run_checked`)."""
-    return proc.run_checked(cmd, cwd=cwd).stdout
+    return proc.run_checked(cmd, cwd=cwd, timeout=deadlines.COMPILE).stdout
 
 
 def run_static(

@@ -184,8 +184,10 @@ def load(root: Path) -> Recipe | None:
     """The recipe in the build dir, or None (absent, or not one this qola wrote)."""
     import json  # lazy: paid only by the callers that need it
 
+    from qola.core import inputs  # lazy: the no-op path imports this module
+
     try:
-        data = json.loads((root / RECIPE).read_text())
+        data = json.loads(inputs.read_record(root / RECIPE))
         if data.get("format") != FORMAT:
             return None
         return Recipe(dict(data["plan"]), dict(data["toolchain"]), list(data["modules"]))

@@ -22,7 +22,8 @@ endpoint, unless the build allows a local fallback (``--remote-fallback``): the 
 here and is counted ``local`` with the reason. A compile that fails on the worker fails the build
 as a local one would (its diagnostics are printed); it is never retried locally.
 
-Standard library and :mod:`qola.core.proc` only (it runs once per compile).
+Standard library and :mod:`qola.core` only (it runs once per compile); what the service returns is
+read through the one checked open (:mod:`qola.core.inputs`) and refused unless a regular file.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 
-from qola.core import fsutil, proc
+from qola.core import fsutil, inputs, proc
+from qola.core.errors import QolaError
 
 STAGE = "@S@"
 DEP_ROOT = "/qola-remote"
@@ -195,11 +197,13 @@ def action(cfg: Mapping, argv: Sequence[str], cwd: str, map_build: bool = False)
         raise Infra("no -o in the compile command")
     with tempfile.TemporaryDirectory(prefix="qola-deps-", dir=os.path.join(build, "remote")) as tmp:
         listing = os.path.join(tmp, "d")
-        got = proc.run(deps_argv(argv, listing), cwd=cwd, stderr=proc.PIPE)
+        try:
+            got = proc.run(deps_argv(argv, listing), cwd=cwd, stderr=proc.PIPE, timeout=cfg["timeout"])
+        except proc.TimeoutExpired as exc:
+            raise _LocalError(f"the dependency scan {proc.why_ended(exc)}\n") from None
         if got.returncode != 0:  # the compile itself is broken: let the compiler say why, locally
             raise _LocalError(got.stderr)
-        with open(listing, encoding="utf-8", errors="surrogateescape") as f:
-            deps = _split_depfile(f.read())
+        deps = _split_depfile(_read(listing, MAX_META, "the dependency listing").decode("utf-8", "surrogateescape"))
     anchor = os.path.join(build, "remote", "anchor")  # empty: the working dir b/ exists in every input root
     if not os.path.exists(anchor):
         open(anchor, "ab").close()
@@ -308,10 +312,9 @@ def _remote(cfg: Mapping, argv: Sequence[str], cwd: str, times: dict | None, *, 
         except proc.TimeoutExpired as exc:
             raise Infra(f"no result within {cfg['timeout']:.0f} s (is a worker with this toolchain up?)") from exc
         try:
-            with open(meta, encoding="utf-8") as f:
-                data = json.load(f)
+            data = json.loads(_read(meta, MAX_META, "trexe's result metadata"))
             result = data["actionResultMetadata"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (Infra, OSError, ValueError, KeyError, TypeError) as exc:
             raise Infra(
                 f"trexe exited {got.returncode} without a result: {errors(got.stderr or got.stdout or '')}"
             ) from exc
@@ -326,18 +329,55 @@ def _remote(cfg: Mapping, argv: Sequence[str], cwd: str, times: dict | None, *, 
             return code, "remote"
         pairs = [(os.path.join(dl, OUT_OBJ), os.path.join(cwd, obj))]
         pairs += [(os.path.join(dl, OUT_DEP), os.path.join(cwd, dep))] if dep else []
-        missing = [src for src, _ in pairs if not os.path.isfile(src)]
-        if missing:
-            raise Infra(f"the action succeeded but {len(missing)} output(s) did not arrive")
+        _check_outputs(dl, [src for src, _ in pairs])
         if dep:
             src = pairs[1][0]
-            with open(src, encoding="utf-8", errors="surrogateescape") as f:
-                text = m.back(f.read()).replace(OUT_OBJ + ":", (_option(argv, "-MT") or obj) + ":", 1)
-            with open(src, "w", encoding="utf-8", errors="surrogateescape") as f:
-                f.write(text)
+            raw = _read(src, MAX_DEPFILE, "the action's depfile", follow=False)
+            text = m.back(raw.decode("utf-8", "surrogateescape"))
+            text = text.replace(OUT_OBJ + ":", (_option(argv, "-MT") or obj) + ":", 1)
+            fsutil.atomic_write(pairs[1][1], text.encode("utf-8", "surrogateescape"))  # a new file, never src
+            pairs = pairs[:1]
         for src, dst in pairs:
             fsutil.commit(src, dst)
         return 0, "cached" if result.get("cachedResult") else "remote"
+
+
+MAX_OBJECT = 4 << 30  # one object file returned by the service
+MAX_DEPFILE = 64 << 20  # its depfile
+MAX_META = 16 << 20  # trexe's result metadata, the launcher's config, a dependency listing
+
+
+def _read(path: str, limit: int, what: str, *, follow: bool = True) -> bytes:
+    """``path`` through the one checked open (a regular file of at most ``limit`` bytes); a refusal
+    is the service's failure (:class:`Infra`)."""
+    try:
+        return inputs.read_checked(path, limit=limit, what=what, follow=follow)
+    except FileNotFoundError:
+        raise Infra(f"{what} did not arrive") from None
+    except QolaError as exc:
+        raise Infra(exc.message) from None
+
+
+def _check_outputs(dl: str, outputs: Sequence[str]) -> None:
+    """Every output the service returned must be a regular file (never a symbolic link: to a file of
+    the client's, it would be rewritten or moved into the build dir) under real directories of the
+    download dir, of a sane size — checked before any is read, rewritten or committed."""
+    missing = 0
+    for src in outputs:
+        rel = os.path.relpath(src, dl)
+        parent = dl
+        try:
+            for part in rel.split(os.sep)[:-1]:
+                parent = os.path.join(parent, part)
+                inputs.check_type(parent, want="dir", what="the action's output dir", follow=False)
+            limit = MAX_DEPFILE if src.endswith(OUT_DEP) else MAX_OBJECT
+            inputs.check_type(src, want="file", what=f"the action's output {rel}", follow=False, limit=limit)
+        except FileNotFoundError:
+            missing += 1
+        except QolaError as exc:
+            raise Infra(f"refused: {exc.message}") from None
+    if missing:
+        raise Infra(f"the action succeeded but {missing} output(s) did not arrive")
 
 
 def errors(text: str) -> str:
@@ -355,8 +395,11 @@ def main(argv: Sequence[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
         print("usage: python -m qola.compile.remote_launch CONFIG -- COMPILER ARGS...", file=sys.stderr)
         return 2
-    with open(argv[0], encoding="utf-8") as f:
-        cfg = json.load(f)
+    try:
+        cfg = json.loads(_read(argv[0], MAX_META, "the launcher's config"))
+    except (Infra, ValueError) as exc:
+        print(f"qola --remote: {argv[0]}: {exc}", file=sys.stderr)
+        return 2
     compile_argv, cwd = list(argv[2:]), os.getcwd()
     obj = _option(compile_argv, "-o") or "?"
     times: dict = {}
@@ -380,7 +423,12 @@ def main(argv: Sequence[str]) -> int:
             f"qola --remote: {obj}: the REAPI service failed ({why}); compiling locally (--remote-fallback)",
             file=sys.stderr,
         )
-        done = proc.run(compile_argv, cwd=cwd)
+        try:
+            done = proc.run(compile_argv, cwd=cwd, timeout=cfg["timeout"])
+        except proc.TimeoutExpired as exc:
+            print(f"qola --remote: {obj}: the local compile {proc.why_ended(exc)}", file=sys.stderr)
+            record(cfg["build_dir"], "failed", obj, "local compile timed out")
+            return 124
         sys.stdout.write(done.stdout or "")
         code = done.returncode
         record(cfg["build_dir"], "local", obj, why)

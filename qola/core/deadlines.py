@@ -16,6 +16,12 @@ variable                   default     what it bounds
                                        holds (it says so every minute while it waits)
 =========================  ==========  ==================================================================
 
+:data:`COMPILE` (4 h, not a knob) bounds one compile or link qola runs itself: a link step, a JIT
+prebuild compile, ``--remote``'s dependency scan and local fallback.
+
+Every call of :func:`qola.core.proc.run` / :func:`~qola.core.proc.run_checked` passes ``timeout=``
+(``tests/core/test_shared_primitives.py`` reads the source to prove it).
+
 Standard library only, nothing at import time.
 """
 
@@ -41,6 +47,7 @@ GIT_LOCAL = Knob("QOLA_GIT_TIMEOUT", 600.0, "a git call")
 GIT_NETWORK = Knob("QOLA_GIT_TIMEOUT", 3600.0, "a git call that reaches the network")
 LOCK = Knob("QOLA_LOCK_TIMEOUT", math.inf, "a wait for a JIT cache lock")
 KNOBS = (PROBE, GENERATOR, GIT_LOCAL, LOCK)
+COMPILE = 4 * 3600.0  # seconds: one compile or link qola runs itself (never hours of a healthy compiler)
 LIMIT = 30 * 24 * 3600.0  # a month: anything longer is written ``inf``
 
 

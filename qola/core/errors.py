@@ -12,6 +12,8 @@ import shlex
 import textwrap
 from collections.abc import Sequence
 
+from qola.core.secret import redact
+
 EXIT_USER = 2
 EXIT_BUILD = 1
 
@@ -22,10 +24,11 @@ class QolaError(Exception):
     exit_code = EXIT_USER
 
     def __init__(self, message: str, hint: str | None = None, where: str | None = None):
+        message = redact(message)  # a URL's credentials never reach the console (qola.core.secret)
         super().__init__(message)
         self.message = message
-        self.hint = hint
-        self.where = where
+        self.hint = None if hint is None else redact(hint)
+        self.where = None if where is None else redact(where)
 
     def render(self) -> str:
         head = f"{self.where}: {self.message}" if self.where else self.message

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from qola.core import proc
 from qola.core.errors import QolaError
+from qola.core.secret import redact_argv
 
 BUILD_LOCK = ".qola.lock"
 POLL = 0.2
@@ -210,7 +211,7 @@ def _write_info(fd: int, command: Sequence[str]) -> None:
         "pid": os.getpid(),
         "host": os.uname().nodename,
         "started": time.time(),
-        "command": " ".join(command),
+        "command": " ".join(redact_argv(command)),  # a URL's credentials never reach the file
         "cwd": os.getcwd(),
     }
     data = json.dumps(info).encode()

@@ -19,6 +19,7 @@ from qola.compile.layout import BuildLayout, object_path
 from qola.compile.link import archive_steps, library_ldflags, python_module_ldflags, version_script
 from qola.compile.steps import CompileReport, fail
 from qola.compile.unresolved import unresolved
+from qola.core import inputs
 from qola.core.errors import BuildFailed, QolaError
 from qola.hooks import embed
 from qola.output import kernels
@@ -147,7 +148,14 @@ def _check_tables(mod: ModulePlan, blob_dir: Path, keys: list[str], archs: tuple
     target arch is embedded, else the module fails: its entry point would find the kernel in its
     table and not its code object (:func:`qola.output.kernels.unembedded`)."""
     for table in sorted(blob_dir.glob("asm_*_configs.hpp")) if blob_dir.is_dir() else []:
-        missing = kernels.unembedded(kernels.config_rows(table.read_text(errors="replace")), keys, mod.embed, archs)
+        missing = kernels.unembedded(
+            kernels.config_rows(
+                inputs.read_checked(table, limit=inputs.MAX_SOURCE, what="generated table").decode("utf-8", "replace")
+            ),
+            keys,
+            mod.embed,
+            archs,
+        )
         if missing:
             shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
             raise QolaError(

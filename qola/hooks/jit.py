@@ -37,6 +37,7 @@ from qola.compile import ninja
 from qola.compile.extras import Edge, FileWrite, ModuleExtra, TreeWrite
 from qola.compile.layout import BuildLayout, object_path
 from qola.compile.steps import CompileReport, module_flags
+from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.plan.model import JitSplit, ModulePlan, Plan
 from qola.toolchain import Toolchain
@@ -152,8 +153,8 @@ class JitRecord:
 
 def _specialises(path: str) -> bool:
     try:
-        return _SPECIALISATION.search(Path(path).read_bytes()) is not None
-    except OSError:
+        return _SPECIALISATION.search(inputs.read_checked(path, limit=inputs.MAX_SOURCE, what="source")) is not None
+    except (OSError, QolaError):
         return False
 
 

@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_write, commit, remove
 from qola.core.hashing import file_sha256
@@ -244,8 +245,11 @@ class JitCache:
         """Move a finished shared object into the cache as ``key`` (caller holds the lock):
         fsync, rename, then write .meta atomically. ``fields`` carry the provenance (every
         :data:`~qola.jit.format.META_FIELDS` but key, size, sha256 and created)."""
-        with open(built, "rb") as f:
-            head = f.read(4)
+        fd, _ = inputs.open_checked(built, limit=fmt.MAX_OBJECT, what="compiled object", follow=False)
+        try:
+            head = os.pread(fd, 4, 0)
+        finally:
+            os.close(fd)
         if head != b"\x7fELF":
             raise QolaError(f"{built} is not a shared object")
         meta = {"key": key, "size": str(built.stat().st_size), "sha256": file_sha256(built), **fields,

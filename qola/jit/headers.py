@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_write
 from qola.jit import format as fmt
@@ -54,7 +55,7 @@ class HeaderScanner:
 
     def read(self, path: Path) -> bytes:
         if path not in self._data:
-            self._data[path] = path.read_bytes()
+            self._data[path] = inputs.read_checked(path, limit=inputs.MAX_SOURCE, what="header")
         return self._data[path]
 
     def _resolve(self, includer: Path, quote: bool, name: str) -> Path | None:

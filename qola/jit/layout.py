@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import replace_tree, write_if_changed
 from qola.jit import cxx, libtable, schema, stubs
@@ -227,7 +228,7 @@ def render_jit_module(spec: JitModuleSpec, units: Sequence[tuple[str, Path]], *,
         unit_headers[unit] = files
     flags = [*hdr.include_flags(len(include_dirs), with_srcdir), *spec.flags] if units else []
     for unit, path in units:
-        text = Path(path).read_text()
+        text = inputs.read_checked(path, limit=inputs.MAX_SOURCE, what="JIT unit").decode()
         try:
             st = stubs.stub_unit(text, module=spec.module, unit=unit, style=style)
         except CxxError as exc:
@@ -297,7 +298,7 @@ def render_jit_module(spec: JitModuleSpec, units: Sequence[tuple[str, Path]], *,
 def _recorded_copy(module: str, unit: str, path: Path, ahead_dir: Path) -> tuple[Path, str, int] | None:
     """(where, text, number of functions) of the recorded copy of ``path``; None for a file with no
     function specialisation (a dispatch, a class specialisation): it is compiled as it is."""
-    text = path.read_text()
+    text = inputs.read_checked(path, limit=inputs.MAX_SOURCE, what="source").decode()
     try:
         if not cxx.find_specializations(text):
             return None

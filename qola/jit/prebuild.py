@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qola.core import deadlines, proc
+from qola.core import deadlines, inputs, proc
 from qola.core.errors import FailedProcessError, QolaError
 from qola.core.fsutil import atomic_write, commit, remove
 from qola.jit import format as fmt
@@ -201,12 +201,15 @@ def build_one(cache: JitCache, u: Unit, env: Mapping[str, str], wait: float = ma
                 lf.write(f"# {' '.join(argv)}\n")
                 lf.flush()
                 try:
-                    rc = proc.run(argv, env=env, stdout=lf, stderr=proc.STDOUT).returncode
+                    rc = proc.run(argv, env=env, stdout=lf, stderr=proc.STDOUT, timeout=deadlines.COMPILE).returncode
+                except proc.TimeoutExpired:
+                    lf.write(f"no answer within {deadlines.COMPILE:g} s; ended\n")
+                    rc = 124
                 except OSError as exc:
                     lf.write(f"cannot run {argv[0]}: {exc.strerror or exc}\n")
                     rc = 127
             if rc != 0 or os.path.getsize(tmp) == 0:
-                output = log.read_text(errors="replace")
+                output = inputs.read_record(log, what="compile log")
                 why = None if rc != 0 else "exit code 0 but no shared object written"
                 failed = FailedProcessError(argv, rc, output, reason=why)
                 return "failed", f"{name}: {failed.message}\n  log: {log}"

@@ -35,7 +35,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from qola.core import fsutil, lock
+from qola.core import fsutil, inputs, lock
 from qola.core.errors import QolaError
 
 MANIFEST_JSON = "manifest.json"
@@ -257,7 +257,7 @@ def complete(out: Path) -> bool:
     if not os.path.lexists(nxt):
         return False
     try:
-        record = json.loads((nxt / SWITCH_RECORD).read_text())
+        record = json.loads(inputs.read_record(nxt / SWITCH_RECORD))
         idents = {name: (int(record[name][0]), int(record[name][1])) for name in ENTRIES}
     except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise QolaError(

@@ -33,6 +33,7 @@ from typing import Any
 from qola import __version__
 from qola.compile.layout import BuildLayout
 from qola.compile.steps import CompileReport, ModuleResult
+from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import (
     atomic_copy,
@@ -393,7 +394,7 @@ def install_version(out: Path, fill: Callable[[Path], None]) -> Path:
 def _seen(path: Path) -> dict[str, Any]:
     """What the last publish recorded about the sources it copied (empty: none, or unreadable)."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(inputs.read_record(path))
         if data.get("format") == 2 and isinstance(data["files"], dict):
             return data["files"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):

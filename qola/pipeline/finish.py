@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qola.compile.layout import BuildLayout
+from qola.core import inputs
 from qola.pipeline.report import BuildReport, Reporter
 from qola.pipeline.spec import Resolved
 from qola.store import fastpath
@@ -36,7 +37,7 @@ def install_prebuilt(
     from qola.store.key import recorded_key  # lazy: start-up of the CLI and of the no-op path
 
     try:  # prepare() completed any half-switched publish; this build holds OUT's lock
-        held = recorded_key(json.loads((layout.out / MANIFEST_JSON).read_text()))
+        held = recorded_key(json.loads(inputs.read_record(layout.out / MANIFEST_JSON)))
     except (OSError, ValueError, AttributeError):
         held = None
     if held == key.key:

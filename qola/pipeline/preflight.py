@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from itertools import combinations
 from pathlib import Path
 
-from qola.core import owner, rules
+from qola.core import inputs, owner, rules
 from qola.core.errors import QolaError
 
 MAX_JOBS_LIMIT = 4096  # more parallel jobs than any build host has cores; ninja's own limit is an int
@@ -179,7 +179,11 @@ def early_tree_root(aiter_root: str | None, manifest: str) -> Path | None:
             return None
         import tomllib  # lazy: only without --aiter-root
 
-        value = tomllib.loads(path.read_text(encoding="utf-8")).get("qola", {}).get("aiter_root")
+        value = (
+            tomllib.loads(inputs.read_record(path, limit=1024 * 1024, what="manifest"))
+            .get("qola", {})
+            .get("aiter_root")
+        )
     except (OSError, ValueError, UnicodeDecodeError, AttributeError, RecursionError):
         return None
     # relative to the manifest's directory as named (qola.commands.common.tree_root does the same)

@@ -18,7 +18,6 @@ It imports :mod:`qola.pipeline.run` (the rebuild) only when it runs: ``qola audi
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.store.fastpath import ENV_PREFIXES
 
@@ -77,14 +77,10 @@ class Reproduction:
 
 
 def _sha256(path: Path) -> str | None:
-    h = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    except OSError:
+        return inputs.sha256_checked(path, limit=1 << 40, what="file")[0]
+    except (OSError, QolaError):
         return None
-    return h.hexdigest()
 
 
 def _get(data: Any, *keys: str) -> Any:
@@ -270,6 +266,6 @@ def _load(path: Path) -> dict:
     import json  # lazy: start-up of the CLI and of the no-op path
 
     try:
-        return json.loads(path.read_text())
+        return json.loads(inputs.read_record(path))
     except (OSError, ValueError):
         return {}

@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from qola.compile.layout import BuildLayout
+from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.proc import ChildEnv
 from qola.store.fastpath import ENV_PREFIXES, RecordedEnv, env_keys_of
@@ -399,7 +400,7 @@ def table_texts(tree: AiterTree) -> tuple[list[str], list[str]]:
     texts = []
     for f in files:
         try:
-            texts.append(Path(f).read_text())
+            texts.append(inputs.read_record(f, limit=inputs.MAX_SOURCE, what="tree file"))
         except OSError:
             pass
     return files, texts

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.plan.cdecl import Decl, DeclError, literal_default, parse, read_header
 from qola.plan.ctext import TYPE_WORDS
@@ -115,7 +116,7 @@ def resolve(
         raise QolaError(f"registry: module {module}: public_header {public_header!r} is not a plain file name")
     path = meta_dir / api_header
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = inputs.read_checked(path, limit=inputs.MAX_SOURCE, what="API header").decode("utf-8", "replace")
     except OSError as exc:
         raise QolaError(
             f"module {module}: cannot read {path}, the header that declares its C++ API "
@@ -188,7 +189,9 @@ def _provide(
     reads.append(str(where))
     if p.requires:
         struct, _, member = p.requires.rpartition("::")
-        members = parse(where.read_text(encoding="utf-8", errors="replace")).members.get(struct, set())
+        members = parse(
+            inputs.read_checked(where, limit=inputs.MAX_SOURCE, what="header").decode("utf-8", "replace")
+        ).members.get(struct, set())
         if member not in members:
             return f"module {module}: {where} declares no {p.requires} (this CK predates it): {p.name} not provided"
     try:

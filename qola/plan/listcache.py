@@ -29,6 +29,7 @@ import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_write
 
@@ -46,6 +47,10 @@ def cache_dir(env: Mapping[str, str]) -> str | None:
     return os.path.join(base, *SUBDIR) if os.path.isabs(base) else None
 
 
+MAX_GENERATOR_FILE = 64 << 20  # one .py beside a generator script (CK's largest: about 200 KiB)
+_HINT_GEN = "remove it, or move it out of the generator's directory (every .py beside a generator is hashed)"
+
+
 def sources_digest(scripts: Sequence[str]) -> str:
     """Hash of every .py file beside each generator script (CK's generator imports its codegen/ package)."""
     h = hashlib.sha256()
@@ -59,7 +64,9 @@ def sources_digest(scripts: Sequence[str]) -> str:
             if "__pycache__" in f.parts:
                 continue
             h.update(str(f).encode() + b"\0")
-            h.update(f.read_bytes())
+            # the one checked open: a FIFO (or a device) named *.py is refused, never waited on
+            digest, _ = inputs.sha256_checked(f, limit=MAX_GENERATOR_FILE, what="generator file", hint=_HINT_GEN)
+            h.update(digest.encode())
     return h.hexdigest()
 
 

@@ -8,10 +8,10 @@ module's :class:`JitSplit`. ``qola plan --json`` prints the result of all three.
 from __future__ import annotations
 
 import fnmatch
+import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from qola.plan.itfs import Api
@@ -83,7 +83,7 @@ class ModulePlan:
     embed: tuple[str, ...] = ()
     missing_sources: tuple[str, ...] = ()
     headers: tuple[str, ...] = ()  # published into OUT/include (cpp_itfs API headers)
-    per_source_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (file-name glob, extra flags)
+    per_source_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (glob, extra flags), table order: first match wins
     configs: tuple[MergedConfig, ...] = ()  # merged tuned configs its generators read ({qola_configs}/<name>)
     table_md_name: str = ""  # md_name as the tree's table has it (md_name is namespaced: <ns>_<table_md_name>)
     jit: JitSplit | None = None  # [jit] applies to the module
@@ -92,13 +92,26 @@ class ModulePlan:
     gates: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (source, registry switches it gates kernels on)
 
     def flags_for(self, source: str) -> tuple[str, ...]:
-        name = Path(source).name
-        return tuple(f for pat, flags in self.per_source_flags if fnmatch.fnmatch(name, pat) for f in flags)
+        """The per-source flags ``source`` (an absolute path) gets: :func:`per_source_flags_of`."""
+        return per_source_flags_of(self.per_source_flags, source)
 
     @property
     def artifact_name(self) -> str:
         """``<md_name>.so`` (a shared library or Python module) or ``<md_name>.a``."""
         return f"{self.md_name}.a" if self.link == "static" and not self.is_python_module else f"{self.md_name}.so"
+
+
+def per_source_flags_of(table: tuple[tuple[str, tuple[str, ...]], ...], source: str) -> tuple[str, ...]:
+    """AITER's rule for ``flags_extra_hip_per_source`` (``_write_ninja_file`` in
+    aiter/jit/utils/cpp_extension.py): the patterns are tried in the table's order and the FIRST
+    one that equals the source's absolute path, or matches it (``fnmatch``: ``*`` crosses ``/``), or
+    matches its basename wins; only its flags are added (an empty list: none). No match: none."""
+    path = os.path.abspath(source)
+    base = os.path.basename(path)
+    for pattern, flags in table:
+        if pattern == path or fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(base, pattern):
+            return flags
+    return ()
 
 
 @dataclass(frozen=True)

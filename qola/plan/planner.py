@@ -562,7 +562,7 @@ def make_plan(
                 headers=tuple(headers),
                 per_source_flags=tuple(
                     (str(k), tuple(str(f) for f in (v if isinstance(v, list) else [v])))
-                    for k, v in sorted((entry.get("flags_extra_hip_per_source") or {}).items())
+                    for k, v in (entry.get("flags_extra_hip_per_source") or {}).items()  # table order: AITER's
                 ),
                 configs=configs,
                 api=api,

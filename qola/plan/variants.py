@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qola.core import deadlines
+from qola.core import deadlines, inputs
 from qola.core import proc as runner
 from qola.core.errors import QolaError
 from qola.core.fsutil import pid_tempdir
@@ -178,7 +178,8 @@ def list_blobs(gen: Generator, env: GenEnv, filt: str | None = None, python: str
                 f"    {done.stdout.strip()[-2000:]}",
                 hint="run the generator by hand with --list_blobs",
             )
-        stems = [Path(line.strip()).stem for line in out.read_text().splitlines() if line.strip()]
+        listing = inputs.read_checked(out, limit=inputs.MAX_RECORD, what="generator listing").decode()
+        stems = [Path(line.strip()).stem for line in listing.splitlines() if line.strip()]
     if key is not None and genv.listings:
         listcache.store(genv.listings, key, stems)
     return stems

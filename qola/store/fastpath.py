@@ -30,7 +30,8 @@ from pathlib import Path
 
 import qola
 from qola.compile.layout import NOOP_RECORD
-from qola.core import proc
+from qola.core import inputs, proc
+from qola.core.secret import redact_argv
 from qola.toolchain.identity import COMPILER_ENV, TOOLCHAIN_ENV
 
 RECORD = NOOP_RECORD
@@ -126,7 +127,7 @@ def digest(
     view = _view(env, env_keys)
     payload = {
         "format": FORMAT,
-        "argv": list(argv),
+        "argv": redact_argv(argv),
         "cwd": os.getcwd(),
         "env": {k: view.get(k) for k in env_keys},
         "env_prefixed": [list(kv) for kv in view.prefixed()],
@@ -166,7 +167,7 @@ def record(
     links = sorted(set(resolved))
     data = {
         "format": FORMAT,
-        "argv": list(argv),
+        "argv": redact_argv(argv),  # a URL's credentials never enter the record (nor the key)
         "env_keys": list(env_keys),
         "files": files,
         "resolved": links,
@@ -207,8 +208,8 @@ def load(build_dir: Path, argv: Sequence[str]) -> dict | None:
     """The record of the last successful build when it was made by this command line and is one
     this qola wrote (its ``env_keys`` say which variables :func:`unchanged` needs), else None."""
     try:
-        data = json.loads((build_dir / RECORD).read_text())
-        if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("argv") != list(argv):
+        data = json.loads(inputs.read_record(build_dir / RECORD))
+        if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("argv") != redact_argv(argv):
             return None
         keys = data["env_keys"]
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):

@@ -154,6 +154,9 @@ def binary_sha256(path: str | None) -> str | None:
     return _BINARIES[ident]
 
 
+MAX_TREE_FILE = 256 << 20  # a file under a source dir larger than this is keyed by its stat, never hashed
+
+
 def _files_under(path: str, recursive: bool) -> Iterable[str]:
     if os.path.isfile(path):
         yield path
@@ -177,7 +180,7 @@ def _files_under(path: str, recursive: bool) -> Iterable[str]:
 def hash_files(roots: Iterable[tuple[str, bool]], tree_roots: Iterable[str]) -> dict[str, str | None]:
     """Label -> sha256 of every file under ``roots`` ((path, recursive)); a root that does not exist
     is recorded as None (its appearance changes the key). Labels are tree-relative (``<tree>/…``)."""
-    from qola.core.hashing import file_sha256  # lazy: paid only by the callers that need it
+    from qola.core.hashing import TooLarge, file_sha256  # lazy: paid only by the callers that need it
 
     subs = _rooted(tree_roots)
     out: dict[str, str | None] = {}
@@ -189,7 +192,10 @@ def hash_files(roots: Iterable[tuple[str, bool]], tree_roots: Iterable[str]) -> 
             label = _normalise(f, subs)
             if label not in out or out[label] is None:
                 try:
-                    out[label] = file_sha256(f)
+                    out[label] = file_sha256(f, MAX_TREE_FILE)
+                except TooLarge:  # its size checked before a byte is hashed (a sparse 2 TB file)
+                    st = os.stat(f)
+                    out[label] = f"unhashed:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
                 except OSError:
                     out[label] = None
     return dict(sorted(out.items()))

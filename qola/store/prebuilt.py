@@ -40,9 +40,11 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
 from qola import __version__
+from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_stream, atomic_write, inside, pid_tempdir, remove_stale
 from qola.core.hashing import file_sha256
+from qola.core.secret import Secret, basic_authorization, split_url
 from qola.store.key import recorded_key
 
 SUFFIX = ".tar.gz"
@@ -213,18 +215,28 @@ def _opener():
         def redirect_request(self, req, fp, code, msg, headers, newurl):
             if urllib.parse.urlsplit(newurl).scheme.lower() not in ("http", "https"):
                 raise QolaError(f"{req.full_url} redirects to {newurl}: only http(s) is followed")
-            return super().redirect_request(req, fp, code, msg, headers, newurl)
+            new = super().redirect_request(req, fp, code, msg, headers, newurl)
+            if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+                new.remove_header("Authorization")  # the credentials go to the host they were given for only
+            return new
 
     return urllib.request.build_opener(SameSchemes)
 
 
-def _http_get(url: str, sink: Callable[[bytes], None], limit: int, timeout: float) -> None:
+def _http_get(
+    url: str, sink: Callable[[bytes], None], limit: int, timeout: float, credentials: Secret | None = None
+) -> None:
+    """``url`` (no credentials in it) into ``sink``; ``credentials``, taken out of the URL the user
+    gave (:func:`qola.core.secret.split_url`), go in an Authorization header."""
     import http.client  # lazy: paid only by the callers that need it
     import time  # lazy: paid only by the callers that need it
     import urllib.error  # lazy: paid only by the callers that need it
     import urllib.request  # lazy: paid only by the callers that need it
 
-    req = urllib.request.Request(url, headers={"User-Agent": f"qola/{__version__}"})
+    headers = {"User-Agent": f"qola/{__version__}"}
+    if credentials:
+        headers["Authorization"] = basic_authorization(credentials)
+    req = urllib.request.Request(url, headers=headers)
     try:
         resp = _opener().open(req, timeout=timeout)
     except urllib.error.HTTPError as exc:
@@ -258,17 +270,10 @@ def _http_get(url: str, sink: Callable[[bytes], None], limit: int, timeout: floa
 
 def _local_get(path: Path, sink: Callable[[bytes], None], limit: int) -> None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, _ = inputs.open_checked(path, limit=limit, what="prebuilt file", hint=_HINT_STORE)
     except FileNotFoundError:
         raise Missing(f"{path} does not exist") from None
-    except OSError as exc:
-        raise Missing(f"{path}: cannot open ({exc.strerror})") from None
     with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise QolaError(f"{path} is not a regular file", hint=_HINT_STORE)
-        if st.st_size > limit:
-            raise QolaError(f"{path} is {st.st_size} bytes, over the limit of {limit}", hint=_HINT_STORE)
         got = 0
         while chunk := fh.read(CHUNK):
             got += len(chunk)
@@ -282,10 +287,11 @@ def _get(source: str, name: str, sink: Callable[[bytes], None], limit: int, time
     if is_url(source):
         import urllib.parse  # lazy: paid only by the callers that need it
 
-        if urllib.parse.urlsplit(source).scheme.lower() not in ("http", "https"):
-            raise QolaError(f"--prebuilt {source}: only a directory or an http(s):// URL is supported")
-        url = source.rstrip("/") + "/" + urllib.parse.quote(name)
-        _http_get(url, sink, limit, timeout)
+        public, credentials = split_url(source)  # user:password never shown, recorded or logged
+        if urllib.parse.urlsplit(public).scheme.lower() not in ("http", "https"):
+            raise QolaError(f"--prebuilt {public}: only a directory or an http(s):// URL is supported")
+        url = public.rstrip("/") + "/" + urllib.parse.quote(name)
+        _http_get(url, sink, limit, timeout, credentials)
         return url
     path = Path(source) / name
     _local_get(path, sink, limit)

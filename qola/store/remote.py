@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import qola
-from qola.core import proc
+from qola.core import inputs, proc
 from qola.core.errors import QolaError
+from qola.core.secret import redact, split_url
 
 if TYPE_CHECKING:
     from qola.toolchain import Toolchain
@@ -80,6 +81,14 @@ def endpoint(
     """The service ``url`` names (None: no remote build), its options checked."""
     if not url:
         return None
+    public, credentials = split_url(url)
+    if credentials is not None:  # REAPI clients take no user:password; shown, they would be leaked
+        raise QolaError(
+            f"--remote: {public} is given with credentials in the URL ({redact(url)}); they are never sent, "
+            "shown or recorded",
+            hint="put the access token in a file and pass --remote-token FILE (or use mTLS: "
+            "--remote-client-cert/--remote-client-key); drop user:password@ from the URL",
+        )
     scheme, sep, rest = url.partition("://")
     if url.startswith("unix:"):
         norm = url
@@ -87,7 +96,7 @@ def endpoint(
         norm = f"{SCHEMES[scheme]}://{rest}"
     else:
         raise QolaError(
-            f"--remote: {url!r} is not an REAPI endpoint",
+            f"--remote: {redact(url)!r} is not an REAPI endpoint",
             hint="give grpc://host:port (plain), grpcs://host:port (TLS) or unix:/path",
         )
     if bool(cert) != bool(key):
@@ -207,14 +216,17 @@ def probe(trexe: str, ep: Endpoint, tc: Toolchain, env: dict[str, str], prop: st
     except OSError as exc:
         raise QolaError(f"--remote: cannot run {trexe}: {exc}") from None
     try:
-        result = json.loads(meta.read_text())["actionResultMetadata"]
+        result = json.loads(inputs.read_record(meta))["actionResultMetadata"]
     except (OSError, ValueError, KeyError, TypeError):
         from qola.compile.remote_launch import errors  # lazy: paid only by the callers that need it
 
         raise QolaError(
             f"--remote: {ep.url} did not run the start-up action: {errors(got.stderr or '') or 'no answer'}", hint=hint
         ) from None
-    out = (work / "probe.out").read_text(errors="replace") if (work / "probe.out").exists() else ""
+    try:
+        out = inputs.read_record(work / "probe.out", what="the start-up action's output")
+    except OSError:
+        out = ""
     if int(result.get("exitCode", 0) or 0) != 0 or out.strip() != (tc.version_output or "").strip():
         raise QolaError(
             f"--remote: the worker's {os.path.basename(tc.compiler)} differs from this one "
@@ -287,10 +299,12 @@ class Tally:
 
     def update(self) -> Tally:
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except OSError:
+            fd, st = inputs.open_checked(self.path, limit=inputs.MAX_RECORD, what="tally", follow=False)
+            try:
+                data = os.pread(fd, max(0, st.st_size - self._offset), self._offset)
+            finally:
+                os.close(fd)
+        except (OSError, QolaError):
             return self
         end = data.rfind(b"\n") + 1
         self._offset += end

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from qola.core import inputs
 from qola.core.fsutil import atomic_write
 from qola.toolchain.env import ToolchainEnv
 from qola.toolchain.host import run_capture
@@ -52,7 +53,7 @@ class Probes:
 
     def _load(self) -> None:
         try:
-            data = json.loads(self.path.read_text())
+            data = json.loads(inputs.read_record(self.path))
         except (OSError, ValueError):
             return
         if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("identity") != self.identity:

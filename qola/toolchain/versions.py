@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from qola.core import inputs
 from qola.core.errors import QolaError
 
 _HIP = re.compile(r"HIP version:\s*([0-9]+(?:\.[0-9]+)*)(\S*)")
@@ -39,7 +40,7 @@ def hip_version_key(dotted: str, suffix: str = "") -> tuple[int, int, int, int]:
 def rocm_release(root: str | Path) -> str | None:
     """The ROCm release of an install (``<root>/.info/version``: ``6.3.0-39`` -> ``6.3.0``)."""
     try:
-        text = (Path(root) / ".info" / "version").read_text().strip()
+        text = inputs.read_record(Path(root) / ".info" / "version", limit=1 << 16, what="ROCm version file").strip()
     except OSError:
         return None
     match = re.match(r"[0-9]+(?:\.[0-9]+)*", text)

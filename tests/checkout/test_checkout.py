@@ -259,3 +259,129 @@ def test_a_tree_whose_diff_runs_past_the_capture_limit_is_snapshotted(tmp_path):
     assert "blob.bin (M)" in first.changes
     (root / "blob.bin").write_bytes(os.urandom(size))
     assert state.snapshot(root, env).digest != first.digest
+
+
+# ---- issue 33: links a patch set added, special patch files, a linked root, the notes, short pins --------
+
+
+def link_patch(path: Path, target: str) -> Path:
+    path.write_text(
+        "diff --git a/aiter/link b/aiter/link\nnew file mode 120000\n--- /dev/null\n+++ b/aiter/link\n"
+        f"@@ -0,0 +1 @@\n+{target}\n\\ No newline at end of file\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize("points", ["outside-dir", "dangling"])
+def test_a_symlink_a_patch_set_added_goes_with_the_set(tmp_path, mirror, points):
+    """A patch set that added a symbolic link is replaced by an empty set: the old checkout removed
+    added files but kept the link (to a dir outside, or dangling), recorded it in the stamp, and a
+    rerun said "nothing to do"."""
+    bare, first, _ = mirror
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "evil.h").write_text("#error\n")
+    with_link, empty = tmp_path / "with-link", tmp_path / "empty"
+    with_link.mkdir()
+    empty.mkdir()
+    link_patch(with_link / "0001-link.patch", str(outside) if points == "outside-dir" else str(tmp_path / "gone"))
+    root = tmp_path / "aiter"
+    proc = checkout("--manifest", str(manifest(tmp_path, first, with_link, bare)), "--aiter-root", str(root))
+    assert proc.returncode == 0 and os.path.islink(root / "aiter" / "link"), proc.stderr
+    m = manifest(tmp_path, first, empty, bare)
+    proc = checkout("--manifest", str(m), "--aiter-root", str(root))
+    assert proc.returncode == 0, proc.stderr
+    assert not os.path.lexists(root / "aiter" / "link") and (outside / "evil.h").is_file()
+    assert git(root, "status", "--porcelain", "--ignored", "--", "aiter") == ""
+    again = checkout("--manifest", str(m), "--aiter-root", str(root))
+    assert again.returncode == 0 and "nothing to do" in again.stderr and not os.path.lexists(root / "aiter" / "link")
+
+
+@pytest.mark.parametrize("kind", ["dangling", "fifo", "dir", "link-to-dir"])
+def test_a_patch_that_is_no_regular_file_is_an_error(tmp_path, mirror, patches, kind):
+    """A ``*.patch`` that is a dangling link or a FIFO was skipped silently (rc 0); a patches dir that
+    does not exist is an error, so this is one too, naming the file (a FIFO is never opened)."""
+    bare, first, _ = mirror
+    odd = patches / "0000-odd.patch"
+    if kind == "dangling":
+        odd.symlink_to(tmp_path / "no-such.patch")
+    elif kind == "fifo":
+        os.mkfifo(odd)
+    elif kind == "dir":
+        odd.mkdir()
+    else:
+        odd.symlink_to(tmp_path)
+    root = tmp_path / "aiter"
+    proc = checkout("--manifest", str(manifest(tmp_path, first, patches, bare)), "--aiter-root", str(root))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "0000-odd.patch" in proc.stderr and not root.exists(), proc.stderr
+    said = {
+        "dangling": "symbolic link to nothing",
+        "fifo": "a FIFO",
+        "dir": "a directory",
+        "link-to-dir": "a directory",
+    }
+    assert said[kind] in proc.stderr, proc.stderr
+    # a link to a regular patch file is followed: the set applies
+    os.rmdir(odd) if kind == "dir" else odd.unlink()
+    (patches / "0003-new.patch").rename(tmp_path / "kept.patch")
+    (patches / "0003-new.patch").symlink_to(tmp_path / "kept.patch")
+    proc = checkout("--manifest", str(manifest(tmp_path, first, patches, bare)), "--aiter-root", str(root))
+    assert proc.returncode == 0 and (root / "aiter" / "new.txt").read_text() == "added by a patch\n", proc.stderr
+
+
+def test_an_aiter_root_that_links_to_a_directory_is_followed(tmp_path, mirror):
+    """``--aiter-root`` a symbolic link to a (empty) directory on another disk: the old checkout cloned
+    beside the link and replaced it by a directory, leaving the link's target empty."""
+    bare, first, _ = mirror
+    disk = tmp_path / "disk" / "aiter"
+    disk.mkdir(parents=True)
+    (tmp_path / "trees").mkdir()
+    root = tmp_path / "trees" / "aiter"
+    root.symlink_to(disk)
+    proc = checkout("--aiter-root", str(root), "--aiter-commit", first, "--aiter-url", str(bare))
+    assert proc.returncode == 0, proc.stderr
+    assert root.is_symlink() and os.readlink(root) == str(disk)
+    assert git(disk, "rev-parse", "HEAD") == first and (disk / "aiter" / "x.py").is_file()
+    again = checkout("--aiter-root", str(root), "--aiter-commit", first, "--aiter-url", str(bare))
+    assert again.returncode == 0 and "nothing to do" in again.stderr and root.is_symlink()
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    proc = checkout("--aiter-root", str(tmp_path / "dangling"), "--aiter-commit", first, "--aiter-url", str(bare))
+    assert proc.returncode == 2 and "not a directory" in proc.stderr and (tmp_path / "dangling").is_symlink()
+
+
+def test_the_notes_after_a_fresh_clone_name_the_tree_not_the_temporary_clone(tmp_path, mirror):
+    bare, first, _ = mirror
+    root = tmp_path / "aiter"
+    proc = checkout("--aiter-root", str(root), "--aiter-commit", first, "--aiter-url", str(bare))
+    assert proc.returncode == 0, proc.stderr
+    assert "qola-clone-" not in proc.stderr and f"in {root}" in proc.stderr, proc.stderr
+
+
+def test_an_ambiguous_short_pin_is_reported_as_ambiguous(tmp_path, mirror):
+    """Two commits starting with the pin's digits: the old checkout tried to fetch it and said
+    "fetching failed"; it is ambiguous, and said so."""
+    import subprocess
+
+    bare, first, _ = mirror
+    work = tmp_path / "amb"
+    git(tmp_path, "clone", "-q", str(bare), str(work))
+    tree = git(work, "rev-parse", "HEAD^{tree}")
+    stream = "".join(
+        f"commit refs/heads/c{i}\ncommitter t <t@t> 0 +0000\ndata {len(str(i))}\n{i}\nM 040000 {tree} x\n\n"
+        for i in range(2000)
+    )  # fixed dates and messages: the same commits (and the same shared prefix) every run
+    subprocess.run(["git", "-C", str(work), "fast-import", "--quiet"], input=stream, text=True, check=True,
+                   env={**os.environ, **GIT_ENV})  # fmt: skip
+    seen: dict[str, str] = {}
+    pair = None
+    for line in git(work, "for-each-ref", "--format=%(objectname)", "refs/heads/").split():
+        if line[:4] in seen and seen[line[:4]] != line:
+            pair = (seen[line[:4]], line)
+            break
+        seen[line[:4]] = line
+    assert pair is not None  # 2000 commits over 16^4 prefixes
+    pin = pair[0][:4]
+    proc = checkout("--aiter-root", str(work), "--aiter-commit", pin, "--force")
+    assert proc.returncode == 2 and "ambiguous" in proc.stderr and "fetching" not in proc.stderr, proc.stderr
+    assert pair[0][:12] in proc.stderr and pair[1][:12] in proc.stderr

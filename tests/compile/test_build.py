@@ -249,6 +249,53 @@ def test_per_source_flags_reach_only_their_source(tmp_path):
     assert len(edges) == 2 and len(with_flag) == 1 and "softmax_pybind" in with_flag[0]
 
 
+def _flags_by_object(graph_dir: Path, flag_prefix: str) -> dict[str, list[str]]:
+    graph = (graph_dir / "build.ninja").read_text().replace("$\n", "")
+    edges = [blk for blk in graph.split("\nbuild ") if blk.startswith("obj/")]
+    return {
+        Path(e.split(":")[0]).name.rsplit("-", 1)[0]: sorted({w for w in e.split() if w.startswith(flag_prefix)})
+        for e in edges
+        if ".cu" in e.split("\n")[0]
+    }
+
+
+def test_per_source_flags_first_match_wins_in_table_order(tmp_path):
+    """AITER (aiter/jit/utils/cpp_extension.py): the patterns are tried in the table's order and only
+    the first match's flags are added; the old code added every match's (rmsnorm got A and B)."""
+    extra = '[modules.flags_extra_hip_per_source]\n"*norm.cu" = ["-DQOLA_PS_A=1"]\n"*.cu" = ["-DQOLA_PS_B=1"]\n'
+    m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_rmsnorm",), extra=extra)
+    assert build(m, KERNELS, tmp_path / "out", dry_run=True).ok
+    got = _flags_by_object(tmp_path / "out.build", "-DQOLA_PS_")
+    assert got["rmsnorm"] == ["-DQOLA_PS_A=1"], got
+    assert all(v == ["-DQOLA_PS_B=1"] for k, v in got.items() if k != "rmsnorm"), got
+    # the other order: "*.cu" comes first and wins for every source
+    extra = '[modules.flags_extra_hip_per_source]\n"*.cu" = ["-DQOLA_PS_B=1"]\n"*norm.cu" = ["-DQOLA_PS_A=1"]\n'
+    m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_rmsnorm",), extra=extra)
+    assert build(m, KERNELS, tmp_path / "out", dry_run=True).ok
+    got = _flags_by_object(tmp_path / "out.build", "-DQOLA_PS_")
+    assert got and all(v == ["-DQOLA_PS_B=1"] for v in got.values()), got
+
+
+def test_per_source_flags_match_the_absolute_path_too(tmp_path):
+    """A pattern with a directory (``*/kernels/*.cu``) matches the source's absolute path, and a
+    pattern equal to the absolute path matches it; the old code matched basenames only."""
+    softmax = KERNELS / "csrc" / "kernels" / "softmax.cu"
+    extra = (
+        "[modules.flags_extra_hip_per_source]\n"
+        f'"{softmax.parent.parent / "pybind"}/*" = ["-DQOLA_PS_P=1"]\n'
+        '"*/kernels/*.cu" = ["-DQOLA_PS_C=1"]\n'
+    )
+    m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_softmax",), extra=extra)
+    assert build(m, KERNELS, tmp_path / "out", dry_run=True).ok
+    got = _flags_by_object(tmp_path / "out.build", "-DQOLA_PS_")
+    assert got["softmax"] == ["-DQOLA_PS_C=1"] and got["softmax_pybind"] == ["-DQOLA_PS_P=1"], got
+    extra = f'[modules.flags_extra_hip_per_source]\n"{softmax}" = ["-DQOLA_PS_E=1"]\n'
+    m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_softmax",), extra=extra)
+    assert build(m, KERNELS, tmp_path / "out", dry_run=True).ok
+    got = _flags_by_object(tmp_path / "out.build", "-DQOLA_PS_")
+    assert got["softmax"] == ["-DQOLA_PS_E=1"] and got["softmax_pybind"] == [], got
+
+
 def test_torch_extension_without_torch_is_a_clear_error(tmp_path):
     import importlib.util
 

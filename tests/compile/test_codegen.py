@@ -96,3 +96,48 @@ def test_a_rerun_generator_keeps_unchanged_files_untouched(tmp_path):
     assert now["k_b.cpp"] != before["k_b.cpp"] and (blob / "k_b.cpp").read_text() == "long k_b = 1;\n"
     assert {p.rsplit("/", 1)[1] for p in third.sources} == {"k_a.cpp", "k_b.cpp", "k_d.cpp", "api.cpp"}
     assert not [p for p in (tmp_path / "gen" / "m").iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("special", ["fifo", "dir", "socket"])
+def test_a_special_file_named_py_beside_a_generator_is_refused_not_waited_on(tmp_path, special):
+    """A FIFO named ``*.py`` beside a generator script: the old stamp opened it for reading and
+    waited for a writer forever (SIGTERM could not end that build). Now the one checked open refuses
+    it, naming it; a directory or a socket named ``*.py`` likewise. Run in a child, with a hang guard."""
+    import os
+    import socket
+    import subprocess
+
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    (gen / "generate.py").write_text(
+        "import sys, pathlib\nout = pathlib.Path(sys.argv[sys.argv.index('--output_dir') + 1])\n"
+        "out.mkdir(parents=True, exist_ok=True)\n(out / 'a.cu').write_text('int a;\\n')\n"
+    )
+    odd = gen / "odd.py"
+    if special == "fifo":
+        os.mkfifo(odd)
+    elif special == "dir":
+        odd.mkdir()
+        (odd / "x.txt").write_text("")
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(odd))
+    code = (
+        "import os, sys\n"
+        "from qola.compile.codegen import GenJob, run_generators\n"
+        "from qola.core.errors import QolaError\n"
+        "from qola.plan.planner import Generator\n"
+        f"job = GenJob('m', (Generator({str(gen / 'generate.py')!r} + ' --output_dir {{}}'),))\n"
+        "try:\n"
+        f"    run_generators(job, __import__('pathlib').Path({str(tmp_path / 'out')!r}), env={{'PATH': os.environ['PATH']}})\n"
+        "except QolaError as exc:\n"
+        "    print(exc.message); sys.exit(2)\n"
+        "print('ran'); sys.exit(0)\n"
+    )
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the generator stage waited on a special file named *.py (hung)")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    shown = {"fifo": "a FIFO", "dir": "a directory", "socket": "a socket"}[special]
+    assert "odd.py" in proc.stdout and shown in proc.stdout, proc.stdout

@@ -115,3 +115,81 @@ def test_remote_refuses_dist_and_launchers_and_stays_out_of_the_key(tmp_path):
     for extra in ({"dist": True}, {"launcher": "ccache"}):
         with pytest.raises(QolaError, match="takes no --dist or launcher"):
             settings(BuildSpec(manifest=str(m), **extra), man, layout, {"PATH": "/usr/bin"})
+
+
+FAKE_TREXE = r"""#!{python}
+import json, os, sys
+args = sys.argv[1:]
+dl = next(a[4:] for a in args if a.startswith("--d="))
+meta = next(a.split("=", 1)[1] for a in args if a.startswith("--result-metadata-file="))
+victim, how = os.environ["VICTIM"], os.environ["HOW"]
+out = os.path.join(dl, ".qola-out")
+if how == "dir-link":  # the output dir itself a link to a dir of the client's
+    os.makedirs(dl, exist_ok=True)
+    os.symlink(os.path.dirname(victim), out)
+else:
+    os.makedirs(out)
+    obj, dep = os.path.join(out, "o"), os.path.join(out, "o.d")
+    with open(obj if how != "obj-link" else dep, "w") as f:
+        f.write("OBJ" if how != "obj-link" else ".qola-out/o: /qola-remote/t/a.cu\n")
+    if how in ("dep-link", "obj-link"):
+        os.symlink(victim, dep if how == "dep-link" else obj)
+    elif how == "dep-fifo":
+        os.mkfifo(dep)
+    elif how == "dep-dangling":
+        os.symlink(victim + ".gone", dep)
+    else:
+        with open(dep, "w") as f:
+            f.write(".qola-out/o: /qola-remote/t/a.cu\n")
+with open(meta, "w") as f:
+    json.dump({{"actionResultMetadata": {{"exitCode": 0}}}}, f)
+"""
+
+FAKE_CC = r"""#!{python}
+import sys
+args = sys.argv[1:]
+with open(args[args.index("-MF") + 1], "w") as f:
+    f.write("x.o: {tree}/a.cu\n")
+"""
+
+
+@pytest.mark.parametrize("how", ["dep-link", "obj-link", "dir-link", "dep-fifo", "dep-dangling", "regular"])
+def test_an_output_the_service_returns_must_be_a_regular_file(tmp_path, monkeypatch, how):
+    """A service (or anyone who can write its action cache) returns the depfile or the object as a
+    symbolic link to a file of the client's: the old launcher rewrote that file in place and moved
+    the link into the build dir. Every output is checked (type, under real dirs, size) before it is
+    read, rewritten or committed; the client's file is untouched and nothing reaches the build dir."""
+    import os
+    import sys
+
+    from qola.compile import remote_launch
+
+    tree, build = tmp_path / "tree", tmp_path / "build"
+    tree.mkdir()
+    (build / "remote").mkdir(parents=True)
+    (build / "obj").mkdir()  # ninja makes an edge's output dir
+    (tree / "a.cu").write_text("int a;\n")
+    victim = tmp_path / "victim.d"
+    victim.write_text(f"secret: {tmp_path}/keep/\n")
+    trexe, cc = tmp_path / "trexe", tmp_path / "cc"
+    trexe.write_text(FAKE_TREXE.format(python=sys.executable))
+    cc.write_text(FAKE_CC.format(python=sys.executable, tree=tree))
+    for tool in (trexe, cc):
+        tool.chmod(0o755)
+    monkeypatch.setenv("VICTIM", str(victim))
+    monkeypatch.setenv("HOW", how)
+    cfg = {"build_dir": str(build), "tree": str(tree), "system": ["/usr"], "trexe": str(trexe), "endpoint": [],
+           "property": "p=1", "env": {}, "timeout": 60, "map_flags": []}  # fmt: skip
+    argv = [str(cc), "-MD", "-MF", "obj/a.o.d", "-c", str(tree / "a.cu"), "-o", "obj/a.o"]
+    before = victim.read_text()
+    if how == "regular":
+        assert remote_launch.remote(cfg, argv, str(build)) == (0, "remote")
+        assert (build / "obj" / "a.o").read_text() == "OBJ"
+        assert (build / "obj" / "a.o.d").read_text() == f"obj/a.o: {tree}/a.cu\n"
+        return
+    with pytest.raises(remote_launch.Infra) as info:
+        remote_launch.remote(cfg, argv, str(build))
+    text = str(info.value)
+    assert "refused" in text or "did not arrive" in text, text
+    assert victim.read_text() == before and not os.path.islink(victim)
+    assert not any((build / "obj").iterdir())

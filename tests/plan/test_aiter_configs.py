@@ -187,6 +187,23 @@ def test_unknown_keys_pass_through_with_warnings(tmp_path):
         resolve_entry("module_bad", {"flags_extra_hip": ["-DFOO"]}, names)  # a known key stays strict
 
 
+def test_per_source_flags_keep_the_tables_order_in_the_plan(tmp_path):
+    """AITER tries the patterns in the table's order (first match wins): the plan keeps that order
+    (the old plan sorted the patterns, so "*.cu" came before "*norm.cu" and won), through JSON too."""
+    from qola.plan.model import Plan
+
+    table = {"module_new": {"srcs": ["f'{AITER_CSRC_DIR}/rmsnorm.cu'"],
+                            "flags_extra_hip_per_source": {"*norm.cu": ["-DA"], "*.cu": ["-DB"]}}}  # fmt: skip
+    tree = open_tree(make_tree(tmp_path, table))
+    plan = make_plan(
+        parse('[[modules]]\nname = "module_new"\n', "m.toml"), tree, archs=("gfx942",), env={}, hip_version="7.2.0"
+    )
+    for mod in (plan.modules[0], Plan.from_json(plan.to_json()).modules[0]):
+        assert [p for p, _ in mod.per_source_flags] == ["*norm.cu", "*.cu"]
+        assert mod.flags_for(f"{tree.csrc}/rmsnorm.cu") == ("-DA",)
+        assert mod.flags_for(f"{tree.csrc}/softmax.cu") == ("-DB",)
+
+
 def test_all_modules_leave_out_experimental_ones(tmp_path):
     tree = open_tree(make_tree(tmp_path, TABLE))
     kw = {"archs": ("gfx942",), "hip_version": "7.2.0"}

@@ -193,6 +193,34 @@ def test_plan_key_cli_prints_the_key_and_its_inputs(tmp_path, tree):
     assert set(explained["parts"]) == {"build", "env", "manifest", "plan", "python", "qola", "toolchain", "tree"}
 
 
+def test_a_huge_sparse_file_under_a_source_dir_is_keyed_by_its_size_not_hashed(tmp_path, tree):
+    """A 2 TB sparse file under a source dir: the old key hashed all of it (past 300 s); its size
+    is checked before hashing now, and the file still keys the build (its stat does)."""
+    if not shutil.which("nvcc"):
+        pytest.skip("needs nvcc")
+    import subprocess
+    import sys
+
+    huge = tree / "csrc" / "kernels" / "huge.bin"
+    with open(huge, "wb") as f:
+        f.truncate(2 << 40)
+    m = write_manifest(tmp_path / "q.toml")
+    try:  # no memory cap here (support.limited's would change nvcc's probes, which are cached)
+        proc = subprocess.run([sys.executable, "-m", "qola", "plan", "-m", str(m), "--aiter-root", str(tree), "--key"],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("qola plan --key hashed the sparse file (no end in 300 s)")
+    assert proc.returncode == 0 and len(proc.stdout.strip()) == 64, proc.stderr
+    from qola.store.key import MAX_TREE_FILE, hash_files
+
+    first = hash_files([(str(tree / "csrc" / "kernels"), True)], [str(tree)])
+    label = next(k for k in first if k.endswith("huge.bin"))
+    assert first[label].startswith("unhashed:2199023255552:") and MAX_TREE_FILE < 2 << 40
+    with open(huge, "r+b") as f:
+        f.truncate((2 << 40) + 1)
+    assert hash_files([(str(tree / "csrc" / "kernels"), True)], [str(tree)])[label] != first[label]
+
+
 def test_sha256_lines_and_member_names_are_checked():
     good = "a" * 64
     assert prebuilt.expected_sha256(f"{good}  x.tar.gz\n".encode(), "x.tar.gz", "w") == good

@@ -1,0 +1,98 @@
+"""Secrets (a password, a token, a key): one type that never shows its value.
+
+* :class:`Secret` holds the value; ``str``, ``repr``, ``format`` and f-strings give ``***``, JSON
+  and pickle refuse it (a secret never enters a key, a record or a log by accident); only
+  :meth:`Secret.reveal`, called where the value is handed to what needs it (an HTTP header, git's
+  environment), gives it back.
+* :func:`split_url` takes the credentials out of a URL (``scheme://user:password@host/…``): the URL
+  without them, and a :class:`Secret` of ``user:password``. Every URL qola is given (``--remote``,
+  ``--prebuilt``, ``--aiter-url``/``[qola] aiter_url``/``QOLA_AITER_URL``) goes through it before it
+  is shown, recorded or passed on.
+* :func:`redact` is the last line of defence for text qola writes to the console, a log or a file
+  (error messages, the argv recorded in a lock or the no-op record): every URL's credentials become
+  ``***``.
+
+Standard library only, nothing at import time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+MASK = "***"
+
+# scheme://userinfo@ — userinfo is everything up to the last '@' before the host (no '/', no space)
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s]*(?:@[^/?#@\s]*)*)@")
+
+
+class Secret:
+    """A secret value: shows as ``***`` everywhere; :meth:`reveal` is the one way to its value."""
+
+    __slots__ = ("_value",)
+    _value: str
+
+    def __init__(self, value: str):
+        object.__setattr__(self, "_value", value)
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("a Secret is immutable")
+
+    def __repr__(self) -> str:
+        return f"Secret({MASK})"
+
+    def __str__(self) -> str:
+        return MASK
+
+    def __format__(self, spec: str) -> str:
+        return MASK
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._value))
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __reduce__(self):
+        raise TypeError("a Secret is never pickled (nor written into a record)")
+
+    def __getstate__(self):
+        raise TypeError("a Secret is never pickled (nor written into a record)")
+
+
+def split_url(url: str) -> tuple[str, Secret | None]:
+    """``url`` without the credentials of its authority (``scheme://user:pw@host`` → ``scheme://host``),
+    and those credentials (``user:pw``, or a bare token) as a :class:`Secret` (None: it had none)."""
+    m = _USERINFO.match(url)
+    if not m:
+        return url, None
+    return m.group("scheme") + url[m.end() :], Secret(m.group("userinfo"))
+
+
+def basic_authorization(credentials: Secret) -> str:
+    """The ``Authorization`` header value for ``user:password`` (percent-escapes undone, as in a URL):
+    where a URL's credentials are handed over (an HTTP request, git's environment-only config)."""
+    import base64  # lazy: paid only where credentials are handed over
+    import urllib.parse  # lazy: paid only where credentials are handed over
+
+    user, _, password = credentials.reveal().partition(":")
+    pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()
+    return "Basic " + base64.b64encode(pair).decode("ascii")
+
+
+def redact(text: str) -> str:
+    """``text`` with every URL's credentials replaced by ``***`` (``https://***@host/…``)."""
+    if "://" not in text or "@" not in text:
+        return text
+    return _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """:func:`redact` of each argument (the command line as a lock or a record keeps it)."""
+    return [redact(str(a)) for a in argv]

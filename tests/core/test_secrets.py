@@ -1,0 +1,148 @@
+"""Secrets (issue 33): credentials in any URL qola is given (``--remote``, ``--prebuilt``, the clone URL)
+never reach the console, a log or a file; one type (:class:`qola.core.secret.Secret`) holds them and
+prints as ``***``."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import pickle
+import threading
+from pathlib import Path
+
+import pytest
+from support.common import KERNELS, run_qola
+
+from qola.core.errors import FailedProcessError, QolaError
+from qola.core.secret import MASK, Secret, redact, redact_argv, split_url
+
+PASSWORD = "S3cr3t-pw"  # what must never be seen
+
+
+def leaked(root: Path) -> list[str]:
+    """Files under ``root`` holding the password (text or bytes)."""
+    found = []
+    for d, _, files in os.walk(root):
+        for name in files:
+            p = Path(d) / name
+            if p.is_file() and not p.is_symlink() and PASSWORD.encode() in p.read_bytes():
+                found.append(str(p))
+    return found
+
+
+def test_a_secret_shows_as_stars_and_refuses_records():
+    s = Secret(PASSWORD)
+    for shown in (str(s), repr(s), f"{s}", f"{s!s}", f"{s:>20}", "%s" % s, format(s)):
+        assert PASSWORD not in shown and MASK in shown
+    assert s.reveal() == PASSWORD and s == Secret(PASSWORD) and bool(s)
+    with pytest.raises(TypeError):
+        json.dumps({"password": s})
+    with pytest.raises(TypeError):
+        pickle.dumps(s)
+    with pytest.raises(AttributeError):
+        s._value = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "url, public",
+    [
+        (f"grpc://user:{PASSWORD}@h:1", "grpc://h:1"),
+        (f"https://user:{PASSWORD}@example.org/aiter.git", "https://example.org/aiter.git"),
+        (f"http://{PASSWORD}@example.org:8080/store/", "http://example.org:8080/store/"),
+        (f"grpcs://u:p@ss{PASSWORD}@h:443", "grpcs://h:443"),  # an unescaped '@' in the password
+        ("https://example.org/a@b", "https://example.org/a@b"),  # '@' in the path: no credentials
+    ],
+)
+def test_split_and_redact(url, public):
+    got, secret = split_url(url)
+    assert got == public
+    assert (secret is None) == (url == public)
+    for text in (f"cannot reach {url}: refused", f"--remote={url}", f"x {url} y {url}"):
+        assert PASSWORD not in redact(text)
+    assert redact_argv(["qola", "--prebuilt", url]) == ["qola", "--prebuilt", redact(url)]
+
+
+def test_every_error_redacts_urls():
+    exc = QolaError(f"cannot fetch https://u:{PASSWORD}@h/x", hint=f"try http://{PASSWORD}@h", where="x")
+    assert PASSWORD not in exc.render()
+    failed = FailedProcessError(
+        ["git", "clone", f"https://u:{PASSWORD}@h/r.git"], 128, f"fatal: https://u:{PASSWORD}@h"
+    )
+    assert PASSWORD not in failed.render() and PASSWORD not in str(failed)
+
+
+def _manifest(tmp_path: Path) -> Path:
+    m = tmp_path / "q.toml"
+    m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n[[modules]]\nname = "module_softmax"\n')
+    return m
+
+
+@pytest.mark.parametrize("scheme", ["grpc", "grpcs", "http", "https"])
+def test_remote_credentials_in_the_url_are_refused_and_never_shown_or_written(tmp_path, scheme):
+    """``--remote grpc://user:PASSWORD@host``: the old build printed the password twice and wrote it
+    into .qola-noop.json, .qola.lock and remote/config.json."""
+    out = tmp_path / "out"
+    proc = run_qola("build", "-m", str(_manifest(tmp_path)), "--aiter-root", str(KERNELS), "-o", str(out),
+                    "--remote", f"{scheme}://user:{PASSWORD}@127.0.0.1:1", "--dry-run")  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "credentials in the URL" in proc.stderr and "--remote-token" in proc.stderr, proc.stderr
+    assert PASSWORD not in proc.stdout + proc.stderr
+    assert leaked(tmp_path) == []
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    seen: list[str | None] = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        type(self).seen.append(self.headers.get("Authorization"))
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_prebuilt_credentials_go_in_a_header_never_in_a_message(tmp_path):
+    import base64
+
+    from qola.store import prebuilt
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        source = f"http://user:{PASSWORD}@127.0.0.1:{server.server_address[1]}/store"
+        with pytest.raises(prebuilt.Missing) as info:
+            prebuilt._get(source, "x.tar.gz", lambda b: None, 1 << 20, 10)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert PASSWORD not in str(info.value) and "404" in str(info.value)
+    assert _Recorder.seen == ["Basic " + base64.b64encode(f"user:{PASSWORD}".encode()).decode()]
+
+
+def test_clone_credentials_go_to_git_through_its_environment_only(tmp_path):
+    """``--aiter-url https://user:PASSWORD@host/…``: the clone runs on the URL without them (so neither
+    .git/config nor a message holds them); git gets them as an Authorization header for that host,
+    in its environment-only config. A password in an ssh URL is refused; an ssh user is kept."""
+    from qola.checkout.request import clone_url
+    from qola.checkout.sync import Request
+
+    public, creds = clone_url(f"https://user:{PASSWORD}@git.example.org/aiter.git")
+    assert public == "https://git.example.org/aiter.git" and creds is not None
+    req = Request(root=tmp_path, commit="abcd", commit_from="x", url=public, credentials=creds,
+                  env={"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "a.b", "GIT_CONFIG_VALUE_0": "c"})  # fmt: skip
+    env = req.network_env()
+    assert env["GIT_CONFIG_COUNT"] == "2" and env["GIT_CONFIG_KEY_0"] == "a.b"
+    assert env["GIT_CONFIG_KEY_1"] == "http.https://git.example.org/.extraHeader"
+    assert env["GIT_CONFIG_VALUE_1"].startswith("Authorization: Basic ") and PASSWORD not in repr(req)
+    assert clone_url("ssh://git@host/aiter.git") == ("ssh://git@host/aiter.git", None)
+    with pytest.raises(QolaError, match="password") as info:
+        clone_url(f"ssh://git:{PASSWORD}@host/aiter.git")
+    assert PASSWORD not in info.value.render()
+
+    root = tmp_path / "aiter"  # nothing listens on port 1: the clone fails, and says so without the password
+    proc = run_qola("checkout", "--aiter-root", str(root), "--aiter-commit", "0123456789abcdef",
+                    "--aiter-url", f"http://user:{PASSWORD}@127.0.0.1:1/aiter.git")  # fmt: skip
+    assert proc.returncode == 2 and "127.0.0.1:1" in proc.stderr, proc.stderr
+    assert PASSWORD not in proc.stdout + proc.stderr and leaked(tmp_path) == []
