@@ -18,6 +18,9 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from qola.core import inputs
+from qola.core.errors import QolaError
+
 SYSTEM_DIRS = (
     "/lib/x86_64-linux-gnu",
     "/usr/lib/x86_64-linux-gnu",
@@ -30,6 +33,7 @@ SYSTEM_DIRS = (
     "/usr/local/lib",
 )
 MAX_LIBS = 64  # a DT_NEEDED closure larger than this is not followed (unknown)
+MAX_LIB = 16 << 30  # one shared library read (its headers and dynamic symbols only)
 
 
 def _dynamic(path: Path) -> tuple[set[str], set[str], list[str], list[str]]:
@@ -43,8 +47,9 @@ def _dynamic(path: Path) -> tuple[set[str], set[str], list[str], list[str]]:
     undefined: set[str] = set()
     needed: list[str] = []
     dirs: list[str] = []
-    try:
-        with path.open("rb") as f:
+    try:  # the one checked open (a regular file, bounded), then pyelftools reads the descriptor
+        fd, _ = inputs.open_checked(path, limit=MAX_LIB, what="shared library", follow=True)
+        with os.fdopen(fd, "rb") as f:
             elf = ELFFile(f)
             table = elf.get_section_by_name(".dynsym")
             if isinstance(table, SymbolTableSection):
@@ -64,7 +69,7 @@ def _dynamic(path: Path) -> tuple[set[str], set[str], list[str], list[str]]:
                         elif kind in ("DT_RUNPATH", "DT_RPATH"):
                             run = str(getattr(tag, "runpath" if kind == "DT_RUNPATH" else "rpath", ""))
                             dirs += [d.replace("$ORIGIN", str(path.parent)) for d in run.split(":") if d]
-    except (OSError, ELFError):
+    except (OSError, ELFError, QolaError):
         pass
     return defined, undefined, needed, dirs
 

@@ -122,20 +122,12 @@ def load(directory: str, key: str) -> list[str] | None:
     """The cached listing of ``key``, or None (absent, or not to be trusted: see the module)."""
     if not _private_dir(directory):
         return None
-    try:
-        fd = os.open(_entry(directory, key), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:  # absent, a link (ELOOP), unreadable
+    try:  # the one checked open: no link followed, a regular file of ours, not g/o-writable, bounded
+        data = inputs.read_checked(
+            _entry(directory, key), limit=MAX_ENTRY, what="listing cache entry", follow=False, trusted=True
+        )
+    except (OSError, QolaError):  # absent, a link, not ours, too large: a miss, never an error
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022 or st.st_size > MAX_ENTRY:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            data = fh.read(MAX_ENTRY + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     try:
         doc = json.loads(data)
     except ValueError:
