@@ -125,40 +125,34 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
     if not spec.dry_run:
         locks[layout.out_lock] = f"the output dir {layout.out}"
     with lock.acquire(locks, ["qola", *spec.argv], wait=spec.wait) as held:
-        try:
-            return _locked(spec, begun, ui)
+        try:  # the locks held: the checkout, then the no-op, incremental, --prebuilt or full path
+            layout = begun.layout
+            if begun.checkout:  # the tree first: the no-op fast path then sees its files
+                for note in _checkout(spec, begun):
+                    ui.note(note)
+            last = fastpath.load(layout.root, spec.argv) if spec.argv and not spec.dry_run else None
+            seen = None if last is None else recorded_env(begun, last["env_keys"])  # what its digest reads
+            record = None if last is None or seen is None else fastpath.unchanged(last, layout.root, layout.out, seen)
+            if record is not None and seen is not None and record.get("rebuild"):  # the incremental path
+                preflight.room(layout.out, layout.root)
+                asked = settings_record(begun.asked, seen, record["env_keys"])
+                done = _incremental(layout, record, seen, begun.child, asked, spec.verbose, spec.publish_to, ui)
+                if done is not None:  # None: no usable recipe
+                    return done
+            elif record is not None and _nothing_to_do(layout):  # the no-op path
+                return BuildReport(layout)
+            if not spec.dry_run:
+                preflight.room(layout.out, layout.root)
+            fastpath.forget(layout.root)  # from here on the record no longer says what the build dir holds
+            ready = _prepare(resolve_build(spec, begun), ui)  # 1. prepare, every setting; then stages 2-5
+            if ready.key is not None and spec.prebuilt:  # the --prebuilt path (None: no archive of this key)
+                done = finish.install_prebuilt(spec.prebuilt, layout, ready.key, ready.plan.namespace, ui)
+                if done is not None:
+                    return done
+            return _full(spec, ready, ui)  # the full path: stages 6-12
         except QolaError:
             held.undo()  # refused: the lock files and a build dir made only for them are not left behind
             raise
-
-
-def _locked(spec: BuildSpec, begun: Start, ui: Reporter) -> BuildReport:
-    """:func:`build` once its locks are held: the checkout, then the no-op, incremental, --prebuilt
-    or full path."""
-    layout = begun.layout
-    if begun.checkout:  # the tree first: the no-op fast path then sees its files
-        for note in _checkout(spec, begun):
-            ui.note(note)
-    last = fastpath.load(layout.root, spec.argv) if spec.argv and not spec.dry_run else None
-    seen = None if last is None else recorded_env(begun, last["env_keys"])  # what its digest reads
-    record = None if last is None or seen is None else fastpath.unchanged(last, layout.root, layout.out, seen)
-    if record is not None and seen is not None and record.get("rebuild"):  # the incremental path
-        preflight.room(layout.out, layout.root)
-        asked = settings_record(begun.asked, seen, record["env_keys"])
-        done = _incremental(layout, record, seen, begun.child, asked, spec.verbose, spec.publish_to, ui)
-        if done is not None:  # None: no usable recipe
-            return done
-    elif record is not None and _nothing_to_do(layout):  # the no-op path
-        return BuildReport(layout)
-    if not spec.dry_run:
-        preflight.room(layout.out, layout.root)
-    fastpath.forget(layout.root)  # from here on the record no longer says what the build dir holds
-    ready = _prepare(resolve_build(spec, begun), ui)  # 1. prepare, every setting; then stages 2-5
-    if ready.key is not None and spec.prebuilt:  # the --prebuilt path (None: no archive of this key)
-        done = finish.install_prebuilt(spec.prebuilt, layout, ready.key, ready.plan.namespace, ui)
-        if done is not None:
-            return done
-    return _full(spec, ready, ui)  # the full path: stages 6-12
 
 
 def _nothing_to_do(layout: BuildLayout) -> bool:

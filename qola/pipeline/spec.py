@@ -326,7 +326,11 @@ def views(env: Mapping[str, str]) -> tuple[ChildEnv, ToolchainEnv, GeneratorEnv]
 
     child = child_env(env)
     toolchain = ToolchainEnv(tuple(sorted(only(env, VARIABLES).items())), child)
-    return child, toolchain, GeneratorEnv(child, env.get(deadlines.GENERATOR.variable), cache_dir(env))
+    return (
+        child,
+        toolchain,
+        GeneratorEnv(child, env.get(deadlines.GENERATOR.variable), cache_dir(only(env, ("XDG_CACHE_HOME", "HOME")))),
+    )
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import overload
 
 from qola.core import deadlines
 from qola.core.proc import ChildEnv
-from qola.toolchain.identity import compiler_env
+from qola.toolchain.identity import COMPILER_ENV
 
 # every variable the toolchain's search and probes read (qola.toolchain.cuda, hip, host)
 VARIABLES = frozenset(
@@ -71,7 +71,7 @@ class ToolchainEnv:
 
     def compiler_env(self) -> dict[str, str]:
         """The variables of :data:`qola.toolchain.identity.COMPILER_ENV` the children run with."""
-        return compiler_env(self.child.as_dict())
+        return {k: v for k, v in self.child.items if k in COMPILER_ENV}
 
     def probe_timeout(self) -> float | None:
         """``QOLA_PROBE_TIMEOUT`` (:mod:`qola.core.deadlines`), checked when a probe first needs it."""
