@@ -184,11 +184,11 @@ def hip_version(env: Mapping[str, str] | ToolchainEnv, manifest: Manifest) -> st
 def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
     """Manifest, tree and plan as the tables and the manifest give it (no generator runs: variants
     and the JIT split are the next stages, :func:`qola.pipeline.run.plan`)."""
+    from qola.hooks import jit as jit_hook  # lazy: start-up of the CLI and of the no-op path
     from qola.plan import groups  # lazy: start-up of the CLI and of the no-op path
     from qola.plan import manifest as manifest_mod  # lazy: start-up of the CLI and of the no-op path
     from qola.plan.planner import check_pin, choose_archs, make_plan  # lazy: start-up of the CLI and of the no-op path
     from qola.plan.tree.aiter import open_tree  # lazy: start-up of the CLI and of the no-op path
-    from qola.hooks import jit as jit_hook  # lazy: start-up of the CLI and of the no-op path
     from qola.store.usage import fragment as usage_fragment  # lazy: start-up of the CLI and of the no-op path
 
     manifest = manifest_mod.load(spec.manifest)
