@@ -28,7 +28,7 @@ KINDS = {"libmha_fwd": ("fmha_v3_fwd", "FmhaFwdKernel"), "libmha_bwd": ("fmha_v3
 
 
 def test_te_ckjit_manifest_defers_every_ck_kernel_and_prebuilds_one(aiter_root, tmp_path):
-    assert 'modules = ["libmha_fwd", "libmha_bwd"]' in JIT and "aot" not in JIT
+    assert 'modules = ["libmha_fwd", "libmha_bwd"]' in JIT and "[[jit.aot" not in JIT
     m = manifest(tmp_path / "te.toml", NS, ("gfx942",), bwd=True, extra=JIT)
     proc, out = build(tmp_path, aiter_root, m)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
