@@ -36,7 +36,8 @@
 #         this build's key into BUILD_DIR (checked: sha256, key, audit), or builds when there is none.
 #
 # Cache variables (qola only): QOLA_BUILD_ARGS - extra arguments for every `qola build` (e.g.
-# "-j;8;--launcher;sccache"); QOLA_PYTHON - the interpreter (default: Python_EXECUTABLE, else found).
+# "-j;8;--launcher;sccache"); QOLA_PYTHON - the interpreter (default: Python_EXECUTABLE, else found);
+# QOLA_JIT - ON/OFF: `qola build --jit on|off` (TE's CK_JIT mode), empty: the manifest decides.
 #
 # The CLI runs as QoLA runs it: `PYTHONPATH=<this checkout> python -m qola.cli ...`; from a pip
 # install (no qola/ beside this file) the installed qola is used. Its output streams to the console;
@@ -395,6 +396,7 @@ function(qola_build_modules)
     endif()
     list(JOIN _groups ", " _with)
     message(STATUS "[qola] ${QBM_GROUP}: building group(s) ${_with} for${_shown} into ${_out}")
+    _qola_jit_args("${QBM_GROUP}" _args)
     qola_run_cli("build of group '${QBM_GROUP}'" ${_args} ${QOLA_BUILD_ARGS})
     set(_root "${_out}")
   endif()
@@ -419,6 +421,26 @@ function(qola_build_modules)
   if(QBM_OUT_CONFIG_DIR)
     set(${QBM_OUT_CONFIG_DIR} "${_root}/configs" PARENT_SCOPE)
   endif()
+endfunction()
+
+# qola only: Transformer Engine's CK_JIT switch (docs/coming-from-qola.md, "TE's CK_JIT mode").
+#   ON: `qola build --jit on`: every generated CK instance becomes a stub compiled on first call
+#       (the sources go to BUILD_DIR/jit: keep it beside lib/); OFF: `--jit off`; empty: the manifest decides.
+# A QOLA_PREBUILT_DIR_<GROUP> is tried first either way (an archive store by the key of the build asked).
+set(QOLA_JIT "" CACHE STRING "ON: defer every generated kernel to the on-demand JIT; OFF: all ahead; empty: the manifest's [jit]")
+function(_qola_jit_args group args_var)
+  if("${QOLA_JIT}" STREQUAL "")
+    return()
+  endif()
+  if(QOLA_JIT MATCHES "^(ON|On|on|1|TRUE|True|true|YES|Yes|yes)$")
+    set(_v on)
+  elseif(QOLA_JIT MATCHES "^(OFF|Off|off|0|FALSE|False|false|NO|No|no)$")
+    set(_v off)
+  else()
+    message(FATAL_ERROR "[qola] QOLA_JIT='${QOLA_JIT}' is neither ON nor OFF (empty: the manifest's [jit] decides).")
+  endif()
+  message(STATUS "[qola] ${group}: JIT ${_v} (QOLA_JIT)")
+  set(${args_var} ${${args_var}} --jit ${_v} PARENT_SCOPE)
 endfunction()
 
 # Check out (unless AITER_DIR is given or the group is prebuilt) and build one group.

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from qola.commands.common import add_manifest_args
+from qola.commands.common import add_manifest_args, jit_switch
 from qola.pipeline import preflight
 from qola.pipeline.run import BuildSpec, Reporter, build
 
@@ -202,6 +202,7 @@ def spec_of(args: argparse.Namespace) -> BuildSpec:
         force_checkout=args.force_checkout,
         usage_files=tuple(args.usage_files or ()),
         record_ahead=args.record_ahead,
+        jit=jit_switch(args.jit),
     )
 
 

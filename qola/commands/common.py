@@ -62,12 +62,23 @@ def add_manifest_args(parser: argparse.ArgumentParser, *, mode: bool = True) -> 
         help="variants built ahead record their first call in each process, as deferred ones do "
         "(as [usage] record_ahead = true; docs/usage.md)",
     )
+    parser.add_argument(
+        "--jit",
+        choices=["on", "off"],
+        help="on: defer every generated instance to the on-demand JIT (the manifest's [jit], or an empty one); "
+        "off: build everything ahead ([jit] enabled = false); default: as the manifest says (docs/manifest.md)",
+    )
     if mode:
         parser.add_argument("--mode", choices=["pybind", "cpp_itfs"], help="default mode for modules without one")
     parser.add_argument(
         "--allow-unpinned", action="store_true", help="warn instead of failing when the tree's commit differs"
     )
     add_debug(parser)
+
+
+def jit_switch(value: str | None) -> bool | None:
+    """``--jit on|off`` as the :class:`BuildSpec` holds it (None: not given)."""
+    return None if value is None else value == "on"
 
 
 def plan_spec(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> BuildSpec:
@@ -88,6 +99,7 @@ def plan_spec(args: argparse.Namespace, env: Mapping[str, str] | None = None) ->
         force_checkout=bool(getattr(args, "force_checkout", False)),
         usage_files=tuple(getattr(args, "usage_files", None) or ()),
         record_ahead=bool(getattr(args, "record_ahead", False)),
+        jit=jit_switch(getattr(args, "jit", None)),
     )
 
 

@@ -62,6 +62,19 @@ def _aot_manifest(manifest: Manifest) -> Manifest:
                                        "mha_bwd_variants": aot.mha_bwd_variants})  # fmt: skip
 
 
+def switched(manifest: Manifest, jit: bool | None) -> Manifest:
+    """``manifest`` as ``qola build --jit on|off`` asks (None: as it is). ``on``: its ``[jit]`` enabled,
+    or, without one, an empty ``[jit]`` (every generated instance of every module with generators
+    deferred; dispatch files and the tree's own sources stay ahead); ``off``: ``[jit] enabled = false``.
+    The switch is then part of the manifest the build key hashes, as when the file says it."""
+    from qola.plan.manifest import JitSection  # lazy: the incremental path publishes without the planner
+
+    if jit is None or (manifest.jit is None and not jit):
+        return manifest
+    section = manifest.jit or JitSection()
+    return manifest.model_copy(update={"jit": section.model_copy(update={"enabled": jit})})
+
+
 def plan_jit(plan: Plan, manifest: Manifest, env: GenEnv) -> Plan:
     """The plan with each module the JIT applies to carrying its :class:`JitSplit`, and with
     ``[usage] record_ahead`` every module with generators marked ``record_ahead``; the plan as it

@@ -78,6 +78,7 @@ class BuildSpec:
     force_checkout: bool = False  # --force-checkout: a checkout may discard local changes of the tree
     usage_files: tuple[str, ...] = ()  # --usage: fragments whose [usage] variants join the manifest's
     record_ahead: bool = False  # --record-ahead > [usage] record_ahead: ahead variants record their first call
+    jit: bool | None = None  # --jit on|off > [jit] enabled (None: as the manifest says)
     env: Mapping[str, str] | None = field(default=None, compare=False)  # None: os.environ when used
 
     def environ(self) -> dict[str, str]:
@@ -184,6 +185,7 @@ def hip_version(env: Mapping[str, str] | ToolchainEnv, manifest: Manifest) -> st
 def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
     """Manifest, tree and plan as the tables and the manifest give it (no generator runs: variants
     and the JIT split are the next stages, :func:`qola.pipeline.run.plan`)."""
+    from qola.hooks import jit as jit_hook  # lazy: start-up of the CLI and of the no-op path
     from qola.plan import groups  # lazy: start-up of the CLI and of the no-op path
     from qola.plan import manifest as manifest_mod  # lazy: start-up of the CLI and of the no-op path
     from qola.plan.planner import check_pin, choose_archs, make_plan  # lazy: start-up of the CLI and of the no-op path
@@ -193,6 +195,7 @@ def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
     manifest = manifest_mod.load(spec.manifest)
     manifest = usage_fragment.merged(manifest, spec.usage_files)  # [usage] files and --usage
     manifest = usage_fragment.recording(manifest, spec.record_ahead)  # --record-ahead: as [usage] record_ahead
+    manifest = jit_hook.switched(manifest, spec.jit)  # --jit on|off: as [jit] enabled
     wanted, where = groups.wanted(spec.groups, only(env, (groups.ENV,)))
     manifest = groups.select(manifest, wanted, where)
     tree = open_tree(tree_root(spec, manifest, env))

@@ -369,3 +369,72 @@ def test_out_targets_of_a_pybind_only_group_is_a_clear_error(manifest, tmp_path)
         else:
             assert cfg.returncode != 0 and "OUT_TARGETS: none of module_rmsnorm" in said, cfg.stderr
             assert "Python extension modules" in said
+
+
+def test_qola_jit_switch_and_prebuilt_first(mirror, manifest, tmp_path):
+    """``-DQOLA_JIT=ON`` (TE's CK_JIT mode): the group is built with every generated instance deferred
+    (stubs in the library, sources in BUILD_DIR/jit); the program links and answers as before. A
+    ``QOLA_PREBUILT_DIR_<GROUP>`` store is tried first with the switch on and off: ON installs the JIT
+    build's archive by its key, OFF (another key) finds none and builds everything ahead."""
+    defs = {
+        "QOLA_DIR": str(REPO),
+        "QOLA_MANIFEST": str(manifest),
+        "QOLA_GROUP": GROUP,
+        "ARCHS": ARCHS,
+        "QOLA_BUILD_ARGS": BUILD_ARGS,
+    }
+    out = tmp_path / "bld" / "qola"
+    cfg = cmake(
+        project(tmp_path / "p1", ADD_MODULES_CMAKE, SOURCES),
+        tmp_path / "bld",
+        {**defs, "QOLA_OUT": str(out), "QOLA_JIT": "ON"},
+        mirror.env,
+    )
+    assert cfg.returncode == 0, cfg.stdout + cfg.stderr
+    assert "JIT on (QOLA_JIT)" in cfg.stdout
+    data = json.loads((out / "manifest.json").read_text())
+    (mod,) = data["modules"]
+    assert mod["jit"]["aot"]["count"] == 0 and mod["jit"]["deferred"]["count"] > 0, mod["jit"]
+    assert (out / "jit" / "qk_libattn_fwd" / "index.json").is_file()
+    ran(tmp_path / "bld" / "app_files")
+
+    store = tmp_path / "store"
+    done = run_qola("package", str(out), "--into", str(store))
+    assert done.returncode == 0, done.stdout + done.stderr
+    out2 = tmp_path / "bld2" / "qola"
+    env = {**mirror.env, "QOLA_PREBUILT_DIR_ATTN": str(store)}
+    cfg = cmake(
+        project(tmp_path / "p2", ADD_MODULES_CMAKE, SOURCES),
+        tmp_path / "bld2",
+        {**defs, "QOLA_OUT": str(out2), "QOLA_JIT": "on"},
+        env,
+    )
+    assert cfg.returncode == 0, cfg.stdout + cfg.stderr
+    assert (
+        "nothing compiled" in cfg.stderr
+        and json.loads((out2 / "manifest.json").read_text())["build_key"] == data["build_key"]
+    )
+    assert (out2 / "jit" / "qk_libattn_fwd" / "index.json").is_file()  # the archive carries the JIT's sources
+
+    out3 = tmp_path / "bld3" / "qola"
+    cfg = cmake(
+        project(tmp_path / "p3", ADD_MODULES_CMAKE, SOURCES),
+        tmp_path / "bld3",
+        {**defs, "QOLA_OUT": str(out3), "QOLA_JIT": "OFF"},
+        env,
+    )
+    assert cfg.returncode == 0, cfg.stdout + cfg.stderr
+    ahead = json.loads((out3 / "manifest.json").read_text())
+    assert ahead["build_key"] != data["build_key"] and "nothing compiled" not in cfg.stderr
+    assert not ahead["modules"][0].get("jit") and not (out3 / "jit" / "qk_libattn_fwd").exists()
+    ran(tmp_path / "bld3" / "app_files")
+
+    cfg = cmake(
+        project(tmp_path / "p4", ADD_MODULES_CMAKE, SOURCES),
+        tmp_path / "bld4",
+        {**defs, "QOLA_OUT": str(tmp_path / "no"), "QOLA_JIT": "maybe"},
+        mirror.env,
+        build=False,
+    )
+    assert cfg.returncode != 0 and "QOLA_JIT='maybe' is neither ON nor OFF" in cfg.stderr
+    assert not (tmp_path / "no" / "lib").exists()

@@ -114,6 +114,24 @@ def test_plan_jit_selects_the_aot_instances(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "text, switch, deferred",
+    [("", "on", True), (AOT_TWO, "on", True), ("[jit]\nenabled = false\n", "on", True), (AOT_TWO, "off", False)],
+)
+def test_jit_switch_of_the_command_line(tmp_path, text, switch, deferred):
+    """``--jit on|off`` (TE's CK_JIT switch, cmake/QoLA.cmake ``QOLA_JIT``): on gives a manifest without
+    [jit] an empty one (everything deferred) and keeps a manifest's own [jit.aot]; off builds all ahead."""
+    m = manifest(tmp_path / "q.toml", text)
+    args = argparse.Namespace(
+        manifest=str(m), aiter_root=str(KERNELS), archs=None, mode=None, allow_unpinned=True, jit=switch
+    )
+    prep = prepare(args, dict(os.environ))
+    assert prep.manifest.jit is not None and prep.manifest.jit.enabled is deferred
+    (mod,) = jitbuild.plan_jit(prep.plan, prep.manifest, dict(os.environ)).modules
+    aot = tuple(sorted(TWO)) if "jit.aot" in text else ()
+    assert mod.jit == (JitSplit(aot, bool(aot), "example_attn") if deferred else None)
+
+
+@pytest.mark.parametrize(
     "jit, message",
     [
         ('[jit]\nmodules = ["nope"]\n', "jit.modules: module 'nope' is not built"),

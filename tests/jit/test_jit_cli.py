@@ -133,3 +133,43 @@ def test_verify_and_clean_on_a_fresh_machine_exit_0(tmp_path):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "does not exist yet" in proc.stdout and "nothing to" in proc.stdout
         assert not absent.exists()
+
+
+@pytest.mark.parametrize("failure", ["source", "lock", "compiler", "headers"])
+def test_prebuild_exits_nonzero_on_every_failure(lib, failure):
+    """A CI prebuild step must fail when prebuild does (a reviewer's point on ck-jit, issue 35): not
+    only a failed compile (above) but a source that differs from the library's record, a lock another
+    process holds past QOLA_LOCK_TIMEOUT, a compiler that is not there and a header bundle that does
+    not unpack; the other units are still tried, no entry is written for the failed one."""
+    import fcntl
+
+    from qola.jit import prebuild as pb
+
+    out, extra = lib.root / "out", {}
+    units = pb.select_units(pb.find_jit_dirs(out), {**os.environ, **lib.env}, None, ())
+    first = units[0]
+    held = None
+    if failure == "source":
+        src = first.jit_dir / first.unit.source
+        src.write_bytes(src.read_bytes() + b"\n// edited after the build\n")
+    elif failure == "lock":
+        locks = lib.cache / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        lib.cache.chmod(0o700)
+        locks.chmod(0o700)
+        held = os.open(locks / f"{first.key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(held, fcntl.LOCK_EX)
+        extra = {"QOLA_LOCK_TIMEOUT": "0.2"}
+    elif failure == "compiler":
+        extra = {"QOLA_JIT_COMPILER": str(lib.root / "no-such-compiler")}
+    else:
+        bundle = first.jit_dir / "headers.tar.gz"
+        bundle.write_bytes(b"not a tar archive")
+    try:
+        proc = qola(lib, "prebuild", str(out), extra=extra)
+    finally:
+        if held is not None:
+            os.close(held)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{first.module}/{first.unit.name}" in proc.stderr and "failed" in proc.stdout, proc.stdout + proc.stderr
+    assert first.key not in {p.stem for p in lib.entries()}

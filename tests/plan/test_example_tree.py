@@ -187,7 +187,7 @@ def test_config_env_block_defines_every_name_the_table_uses():
         assert (KERNELS / path).is_file(), path
 
 
-@pytest.mark.parametrize("name", ["quickstart.toml", "te-manifest.toml"])
+@pytest.mark.parametrize("name", ["quickstart.toml", "te-manifest.toml", "te-ckjit-manifest.toml"])
 def test_manifests_parse(name: str):
     data = tomllib.loads((EXAMPLES / name).read_text())
     assert data["build"]["architectures"]
@@ -195,6 +195,19 @@ def test_manifests_parse(name: str):
     if name == "quickstart.toml":
         table = json.loads(TABLE.read_text())
         assert all(m["name"] in table for m in data["modules"])
+
+
+def test_te_ckjit_manifest_is_te_manifest_with_every_ck_kernel_deferred():
+    """examples/te-ckjit-manifest.toml (TE's CK_JIT mode, docs/coming-from-qola.md) is TE's manifest
+    and a [jit] over both modules with nothing ahead: the two cannot drift apart."""
+    from qola.plan import manifest as mf
+
+    te, ck = mf.load(EXAMPLES / "te-manifest.toml"), mf.load(EXAMPLES / "te-ckjit-manifest.toml")
+    same = {"path", "sha256", "jit"}  # where each was read from, and the one difference
+    assert ck.model_dump(exclude=same) == te.model_dump(exclude=same) and te.jit is None
+    assert ck.jit is not None and ck.jit.enabled and ck.jit.compiler is None
+    assert sorted(ck.jit.modules or []) == sorted(m.name for m in te.modules) == ["libmha_bwd", "libmha_fwd"]
+    assert ck.jit.aot == mf.JitAot()  # nothing ahead but the dispatch, AITER's own sources and the asm v3
 
 
 # --- code objects ------------------------------------------------------------------------
