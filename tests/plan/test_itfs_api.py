@@ -47,11 +47,14 @@ def build(tmp: Path, shape: str, arch: str, ns: str = "te"):
     return tree, out
 
 
-def consumer(tmp: Path, shape: str, tree: Path, out: Path, arch: str) -> list[str]:
-    """Compile TE's shape of consumer against OUT/include, link with --no-undefined, run it."""
+def consumer(
+    tmp: Path, shape: str, tree: Path, out: Path, arch: str, text: str | None = None, ns: str = "te"
+) -> list[str]:
+    """Compile a consumer (TE's shape of it for ``shape``, or ``text``) against OUT/include and the
+    tree's headers, link the ``<ns>_*.so`` libraries with --no-undefined, run it: its output words."""
     src = tmp / f"use_{shape}.cpp"
-    src.write_text(fx.CONSUMER[shape])
-    libs = sorted(p.name for p in (out / "lib").glob("te_*.so"))
+    src.write_text(fx.CONSUMER[shape] if text is None else text)
+    libs = sorted(p.name for p in (out / "lib").glob(f"{ns}_*.so"))
     cxx = ["hipcc", "-x", "hip", "--offload-arch=gfx942"] if arch.startswith("gfx") else ["g++"]
     exe = tmp / f"use_{shape}"
     cc = subprocess.run(
@@ -168,33 +171,8 @@ def test_exports_are_qolas_symbols_and_hand_written_prototypes_link(tmp_path, ar
         )
         assert nm.returncode == 0, nm.stderr
         assert {line.split()[-1] for line in nm.stdout.splitlines() if "_ZN4qola" in line} == want, nm.stdout
-    src = tmp_path / "hand.cpp"
-    src.write_text(HAND_WRITTEN.replace("NS", ns))
-    exe = tmp_path / "hand"
-    cxx = ["hipcc", "-x", "hip", "--offload-arch=gfx942"] if arch.startswith("gfx") else ["g++"]
-    cc = subprocess.run(
-        [
-            *cxx,
-            "-std=c++17",
-            *(f"-I{d}" for d in fx.include_dirs(tree)),
-            "-DFIXTURE_CK=1",
-            str(src),
-            "-o",
-            str(exe),
-            f"-L{out / 'lib'}",
-            f"-l:{ns}_libmha_fwd.so",
-            f"-l:{ns}_libmha_bwd.so",
-            "-Wl,--no-undefined",
-            f"-Wl,-rpath,{out / 'lib'}",
-        ],
-        capture_output=True,
-        text=True,
-        env=_env(arch),
-    )
-    assert cc.returncode == 0, cc.stderr[-4000:]
-    run = subprocess.run([str(exe)], capture_output=True, text=True)
     # fwd 32*2+2, bwd 32*3+2 (no workspace_alloc), workspace 4*8*4
-    assert run.returncode == 0 and run.stdout.split() == ["66", "98", "128"], run.stdout + run.stderr
+    assert consumer(tmp_path, "hand", tree, out, arch, HAND_WRITTEN.replace("NS", ns), ns) == ["66", "98", "128"]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
