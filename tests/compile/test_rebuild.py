@@ -179,8 +179,11 @@ def test_touching_one_instance_recompiles_it_alone_without_replanning(gen_setup)
     assert now == lib  # the same bytes relinked and published again
     assert "up to date" in build().stderr
 
-    # a real change to that instance: its object and the link again, a new library published
-    (blob / "inst_b.cu").write_text("static int inst_b() { return 22; }\nint (*use_b)() = inst_b;\nint more_b;\n")
+    # a real change to that instance: its object and the link again, a new library published (the
+    # new bytes kept by the linker: libraries link with --gc-sections, unreferenced code is dropped)
+    (blob / "inst_b.cu").write_text(
+        "static int inst_b() { return 22; }\n__attribute__((used, retain)) int (*use_b)() = inst_b;\n"
+    )
     seen = len(log_entries(tmp / "out.build"))
     res = build()
     assert res.returncode == 0 and not planned(res), res.stderr
