@@ -58,11 +58,19 @@ def probe_header(module: str, source: str, switches: Sequence[str]) -> str:
         ]
         parts.append(f"QOLA_SWITCH_{i}")
     body = ' "," '.join(parts) or '""'
-    lines += [
-        f'__attribute__((used, section("{SECTION}"))) static const char qola_switches_record[] =',
+    lines += [  # retained: libraries link with --gc-sections, and nothing references the record
+        "#ifdef __has_attribute",
+        "#if __has_attribute(retain)",
+        "#define QOLA_RECORD_RETAIN __attribute__((retain))",
+        "#endif",
+        "#endif",
+        "#ifndef QOLA_RECORD_RETAIN",
+        "#define QOLA_RECORD_RETAIN",
+        "#endif",
+        f'__attribute__((used, section("{SECTION}"))) QOLA_RECORD_RETAIN static const char qola_switches_record[] =',
         f'    "qola-switches:{source}:" {body} "\\n";',
     ]
-    lines += [f"#undef QOLA_SWITCH_{i}" for i in range(len(parts))] + ["#endif", ""]
+    lines += [f"#undef QOLA_SWITCH_{i}" for i in range(len(parts))] + ["#undef QOLA_RECORD_RETAIN", "#endif", ""]
     return "\n".join(lines)
 
 
