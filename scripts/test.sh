@@ -15,7 +15,7 @@ python3 -m pip install -q -e '.[test]'
 bash scripts/rocm7.sh setup
 # lint (ruff check, ruff format --check, mypy): seconds, and a failure says where
 bash scripts/lint.sh
-python3 -m pytest -m "not gpu and not rocm" "$@"
+python3 -m pytest -m "not gpu and not rocm" --durations=20 "$@"
 # the `rocm` tests, `ck` ones included (real CK fMHA kernels compiled for gfx942 and gfx950: about
 # 8 minutes on 2 cores, docs/benchmarks.md)
-bash scripts/rocm7.sh run python -m pytest -m rocm "$@"
+bash scripts/rocm7.sh run python -m pytest -m rocm --durations=20 "$@"
