@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from qola.commands.common import add_manifest_args, jit_switch
-from qola.pipeline import preflight
-from qola.pipeline.run import BuildSpec, Reporter, build
+from qola.commands.common import add_flag, add_manifest_args, spec_of
+from qola.core import settings
+from qola.pipeline.run import Reporter, build
 
 if TYPE_CHECKING:
     from qola.compile.layout import BuildLayout
@@ -43,23 +42,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="let the checkout discard local changes of the tree (never without this)",
     )
     p.add_argument("--output-dir", "-o", required=True, help="where lib/, include/, manifest.json … land")
-    p.add_argument(
-        "-j",
-        "--jobs",
-        type=preflight.jobs_arg,
-        metavar="N",
-        help="parallel jobs (default: MAX_JOBS, else AITER's cpu/memory rule)",
-    )
+    add_flag(p, settings.JOBS, metavar="N")
     p.add_argument("--build-dir", help="objects and generated sources (default: <output-dir>.build)")
-    p.add_argument("--launcher", help="compiler launcher, e.g. sccache or ccache")
+    add_flag(p, settings.LAUNCHER, typed=False)
     p.add_argument(
         "--dist",
         action="store_true",
         help="compile through sccache on the sccache-dist farm its config names; -j sized for the farm "
         "(HIP compiles locally: docs/distributed.md)",
     )
-    p.add_argument(
-        "--remote",
+    add_flag(
+        p,
+        settings.REMOTE,
+        typed=False,
         metavar="URL",
         help="run every compile as an action on this Remote Execution API service (grpc://host:port, "
         "grpcs://host:port for TLS, unix:/path; beats [build].remote) through buildbox's trexe: "
@@ -84,15 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="no progress (without a terminal a line at each module's end and every 30 s; a bar on one)",
     )
-    p.add_argument(
-        "--wait",
-        nargs="?",
-        type=preflight.seconds_arg,
-        const=float("inf"),
-        metavar="SECONDS",
-        help="when another qola build uses the same build or output dir, wait for it (at most SECONDS) "
-        "instead of failing at once",
-    )
+    add_flag(p, settings.WAIT, nargs="?", const=float("inf"), metavar="SECONDS")
     p.add_argument(
         "--no-isolation",
         action="store_true",
@@ -157,53 +144,6 @@ def problems(report, console, layout: BuildLayout | None = None) -> None:
         )
         if layout is not None:
             console.print(f"  full log: {layout.log(m.name)}", markup=False, highlight=False, soft_wrap=True)
-
-
-def spec_of(args: argparse.Namespace) -> BuildSpec:
-    """The command line's arguments as a :class:`BuildSpec`: the one place the build's Namespace is
-    read (the pipeline, and every stage after it, never sees it)."""
-    return BuildSpec(
-        manifest=args.manifest,
-        output_dir=args.output_dir,
-        aiter_root=args.aiter_root,
-        archs=tuple(args.archs or ()),
-        mode=args.mode,
-        allow_unpinned=args.allow_unpinned,
-        jobs=args.jobs,
-        build_dir=args.build_dir,
-        launcher=args.launcher,
-        dist=args.dist,
-        remote=args.remote,
-        remote_fallback=args.remote_fallback,
-        remote_options={
-            k: v
-            for k, v in (
-                ("instance", args.remote_instance),
-                ("ca", args.remote_ca),
-                ("cert", args.remote_client_cert),
-                ("key", args.remote_client_key),
-                ("token", args.remote_token),
-            )
-            if v
-        },
-        dry_run=args.dry_run,
-        verbose=args.verbose,
-        isolate=not args.no_isolation,
-        wait=args.wait,
-        prebuilt=args.prebuilt,
-        publish_to=args.publish_to,
-        argv=tuple(getattr(args, "argv", None) or ()),
-        env=dict(os.environ),
-        groups=tuple(args.groups or ()),
-        skip_checkout=args.skip_checkout,
-        aiter_commit=args.aiter_commit,
-        patches_dir=args.patches_dir,
-        aiter_url=args.aiter_url,
-        force_checkout=args.force_checkout,
-        usage_files=tuple(args.usage_files or ()),
-        record_ahead=args.record_ahead,
-        jit=jit_switch(args.jit),
-    )
 
 
 class RichReporter(Reporter):

@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from qola.commands.common import add_flag
+from qola.core import settings
 from qola.core.errors import QolaError
 from qola.core.fsutil import remove
 from qola.jit import format as fmt
@@ -48,7 +50,13 @@ def register(subparsers) -> None:
     )
     b.add_argument("out", type=Path, metavar="OUT", help="build output dir (or OUT/jit, or OUT/jit/<module>)")
     b.add_argument("--filter", metavar="PATTERN", help="fnmatch pattern on unit names (default: all)")
-    b.add_argument("-j", "--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2), metavar="N")
+    add_flag(
+        b,
+        settings.JOBS,
+        default=max(1, (os.cpu_count() or 2) // 2),
+        metavar="N",
+        help="parallel compiles (default: half the CPUs)",
+    )
     b.add_argument(
         "--prebuilt-dir",
         type=Path,
@@ -115,8 +123,6 @@ def _tables(args: argparse.Namespace) -> list[libtable.LibModule]:
 
 def run_prebuild(args: argparse.Namespace) -> int:
     env = _env()
-    if args.jobs < 1:
-        raise QolaError(f"-j must be at least 1, got {args.jobs}")
     units = pb.select_units(pb.find_jit_dirs(args.out), env, args.filter, args.library)
     if not units:
         raise QolaError(f"no JIT unit matches {args.filter!r}", hint="`qola jit ls OUT` lists them")

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from qola.commands.common import add_manifest_args, plan_spec, warn
+from qola.commands.common import add_manifest_args, spec_of, warn
 from qola.pipeline.run import plan as whole_plan
 
 
@@ -36,14 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.key:
-        from dataclasses import replace  # lazy: start-up of the CLI and of the no-op path
-
         from qola.pipeline.run import build_key  # lazy: start-up of the CLI and of the no-op path
 
-        key = build_key(replace(plan_spec(args), isolate=not args.no_isolation))
+        key = build_key(spec_of(args))  # --no-isolation: the key of a build run with it
         print(json.dumps(key.explain(), indent=2, sort_keys=True) if args.json else key.key)
         return 0
-    spec = plan_spec(args)
+    spec = spec_of(args)
     prepared = whole_plan(spec, with_settings=args.json)
     plan = prepared.plan
     warn(plan.warnings)

@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from qola.commands.common import add_debug, add_manifest_args, plan_spec, warn
+from qola.commands.common import add_debug, add_manifest_args, spec_of, warn
 from qola.core.errors import QolaError
 
 
@@ -64,7 +64,7 @@ def run_merge(args: argparse.Namespace) -> int:
     from qola.store.usage import apply, fragment  # lazy: start-up of the CLI and of the no-op path
 
     res = _read(args.records)
-    spec = plan_spec(args)
+    spec = spec_of(args)
     env = spec.environ()
     prepared = prepare(spec, env)
     plan = jitbuild.plan_jit(variants.apply(prepared.plan, prepared.manifest, env), prepared.manifest, env)

@@ -100,6 +100,33 @@ def archs_problem(archs: list[str] | tuple[str, ...]) -> str | None:
     return None
 
 
+def arch_list_problem(archs: list[str] | tuple[str, ...]) -> str | None:
+    """:func:`archs_problem`, and an exact repeat refused: the one rule for a list of architectures
+    given by a user (``--arch``, ``[build].architectures``, ``GPU_ARCHS``)."""
+    if "native" in archs:
+        return "'native' cannot be built ahead of time: name the architectures, e.g. gfx942"
+    problem = archs_problem(archs)
+    if problem:
+        return problem + ("; build one vendor per manifest" if "mix" in problem else "")
+    if len(set(archs)) != len(archs):
+        return f"architectures repeat an entry: {list(archs)}"
+    return None
+
+
+MAX_JOBS = 4096  # more parallel jobs than any build host has cores; ninja's own limit is an int
+
+
+def count_problem(value: object, lo: int, hi: int) -> str | None:
+    """A whole number ``lo`` … ``hi`` (an int, or its decimal text), or what is wrong with it."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return f"must be a whole number, got {value!r}"
+    try:
+        number = int(value.strip(), 10) if isinstance(value, str) else value
+    except ValueError:
+        return f"must be a whole number, got {value!r}"
+    return None if lo <= number <= hi else f"must be between {lo} and {hi}, got {number}"
+
+
 def arch_dir_problem(arch: object) -> str | None:
     """An architecture naming a directory of code objects (``hsa/<arch>/``): a target of either
     vendor without target features (``gfx942``, ``sm_90``)."""

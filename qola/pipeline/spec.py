@@ -1,6 +1,7 @@
 """What a build is asked to do (:class:`BuildSpec`) and every setting it then runs with
-(:class:`Settings`), resolved by one precedence chain: command line > manifest > environment >
-default. Also the first stage of every command that reads a manifest: :func:`prepare` (manifest,
+(:class:`Settings`), each resolved by the one precedence chain of :mod:`qola.core.settings`
+(command line > manifest > environment > default; a setting's sources and its check are declared
+there once). Also the first stage of every command that reads a manifest: :func:`prepare` (manifest,
 tree, plan).
 
 A build resolves its settings here, in two calls from :func:`qola.pipeline.run.build`:
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from qola.compile.layout import BuildLayout
 from qola.core import inputs
+from qola.core import settings as declared
 from qola.core.errors import QolaError
 from qola.core.proc import ChildEnv
 from qola.store.fastpath import ENV_PREFIXES, RecordedEnv, env_keys_of
@@ -102,12 +104,11 @@ class Settings:
     farm: Farm | None = None  # --dist: the sccache-dist farm that answered
     remote: Endpoint | None = None  # --remote: the REAPI service every compile goes to
     notes: tuple[str, ...] = ()  # what resolving the settings decided on its own (a HIP --dist compiles locally)
-    # the environment the build read and runs its children under (a read-only copy; never printed)
-    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
-    # resolved once from ``env`` (:func:`requested`): the children's environment, the toolchain's view
-    child: ChildEnv | None = field(default=None, repr=False, compare=False)
-    toolchain_env: ToolchainEnv | None = field(default=None, repr=False, compare=False)
-    generator_env: GeneratorEnv | None = field(default=None, repr=False, compare=False)
+    # the views of the build's environment, resolved once (:func:`views`; the raw environment is not
+    # kept): the children's environment, the toolchain's and the generators' variables
+    child: ChildEnv = field(kw_only=True, repr=False, compare=False)
+    toolchain_env: ToolchainEnv = field(kw_only=True, repr=False, compare=False)
+    generator_env: GeneratorEnv = field(kw_only=True, repr=False, compare=False)
 
     def to_json(self) -> dict[str, object]:
         farm = (
@@ -199,7 +200,7 @@ def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
     wanted, where = groups.wanted(spec.groups, only(env, (groups.ENV,)))
     manifest = groups.select(manifest, wanted, where)
     tree = open_tree(tree_root(spec, manifest, env))
-    archs = choose_archs(list(spec.archs) or None, manifest, only(env, ("GPU_ARCHS",)))
+    archs = choose_archs(spec.archs, manifest, only(env, declared.ARCHS.env))
     commit, notes, pin = check_pin(
         manifest,
         tree,
@@ -294,24 +295,24 @@ def layout_of(spec: BuildSpec) -> BuildLayout:
 def requested(
     spec: BuildSpec, manifest: Manifest, env: Mapping[str, str], layout: BuildLayout | None = None
 ) -> Settings:
-    """Every setting by its chain alone, nothing on the machine asked (values are checked: a bad
-    ``[build].jobs`` or ``MAX_JOBS`` is an error even where ``-j`` hides it)."""
-    from qola.pipeline import preflight  # lazy: start-up of the CLI and of the no-op path
+    """Every setting by its chain alone (:func:`qola.core.settings.resolve`), nothing on the
+    machine asked (values are checked: a bad ``[build].jobs`` or ``MAX_JOBS`` is an error even
+    where ``-j`` hides it)."""
     from qola.toolchain import default_jobs  # lazy: start-up of the CLI and of the no-op path
 
-    max_jobs = only(env, ("MAX_JOBS",))
-    preflight.check_jobs(spec.jobs, manifest.build.jobs, max_jobs)
+    jobs = declared.resolve(
+        declared.JOBS, spec.jobs, manifest.build.jobs, only(env, declared.JOBS.env), default=lambda: default_jobs({})
+    )
     child, tenv, genv = views(env)
     return Settings(
         layout=layout,
-        jobs=spec.jobs or manifest.build.jobs or default_jobs(max_jobs),
-        launcher=spec.launcher or manifest.build.launcher,
+        jobs=jobs.value,
+        launcher=declared.resolve(declared.LAUNCHER, spec.launcher, manifest.build.launcher).value,
         dry_run=spec.dry_run,
         verbose=spec.verbose,
         isolate=spec.isolate,
         record_ahead=bool(manifest.usage and manifest.usage.record_ahead),
         remote=_remote(spec, manifest),
-        env=MappingProxyType(dict(env)),
         child=child,
         toolchain_env=tenv,
         generator_env=genv,
@@ -348,17 +349,20 @@ class Start:
     checkout: bool  # whether the build checks its tree out first (:func:`qola.pipeline.run._checkout`)
     child: ChildEnv = field(repr=False)  # the environment children run under (the incremental path's ninja)
     asked: Mapping[str, Any] = field(default_factory=dict)  # manifest.json's ``build``: the command line's part
+    wait: float | None = None  # for another build holding the dirs: --wait > QOLA_WAIT > None (fail at once)
 
 
 def start(spec: BuildSpec) -> Start:
-    """The build's environment (read once), ``-j`` and ``MAX_JOBS`` checked, its directories
+    """The build's environment (read once), ``-j`` and ``MAX_JOBS`` checked, ``--wait`` >
+    ``QOLA_WAIT`` resolved, its directories
     (:func:`layout_of`) and the tree as far as it is known before the manifest's schema loads
     (:mod:`qola.checkout.choice`, given only the variables it reads)."""
     from qola.checkout.choice import VARIABLES, choose  # lazy: standard library only
     from qola.pipeline import preflight  # lazy: start-up of the CLI and of the no-op path
 
     env = MappingProxyType(spec.environ())
-    preflight.check_jobs(spec.jobs, None, only(env, ("MAX_JOBS",)))
+    declared.resolve(declared.JOBS, spec.jobs, None, only(env, declared.JOBS.env), default=int)  # checked
+    wait = declared.resolve(declared.WAIT, spec.wait, None, only(env, declared.WAIT.env)).value
     layout = layout_of(spec)
     early = preflight.early_tree_root(None, spec.manifest)
     choice = choose(spec.aiter_root, early, only(env, VARIABLES))
@@ -366,7 +370,7 @@ def start(spec: BuildSpec) -> Start:
     # named only when --aiter-commit or --patches-dir asks for it; one named by QOLA_/NVTE_AITER_SOURCE_DIR never
     wanted = choice.managed or bool(spec.aiter_commit or spec.patches_dir)
     checkout = wanted and not (spec.skip_checkout or choice.from_env or spec.dry_run)
-    return Start(env, layout, choice, checkout, child_env(env), command_record(spec))
+    return Start(env, layout, choice, checkout, child_env(env), command_record(spec), wait)
 
 
 def recorded_env(begun: Start, keys: Iterable[str]) -> RecordedEnv:
@@ -441,7 +445,7 @@ def settings(
         jobs=asked.jobs,
         jobs_given=bool(spec.jobs),
         find_sccache=sccache,
-        env=asked.child if asked.child is not None else env,
+        env=asked.child,
     )
     return dataclasses.replace(asked, jobs=how.jobs, launcher=how.launcher, farm=how.farm, notes=how.notes)
 
@@ -453,7 +457,7 @@ def _remote(spec: BuildSpec, manifest: Manifest) -> Endpoint | None:
 
     o = spec.remote_options
     return endpoint(
-        spec.remote or manifest.build.remote,
+        declared.resolve(declared.REMOTE, spec.remote, manifest.build.remote).value,
         instance=o.get("instance"),
         ca=o.get("ca"),
         cert=o.get("cert"),

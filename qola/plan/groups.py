@@ -16,27 +16,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from qola.core import rules
+from qola.core import settings
 from qola.core.errors import QolaError
 
 if TYPE_CHECKING:
     from qola.plan.manifest import Manifest
     from qola.plan.model import Plan
 
-ENV = "QOLA_BUILD_GROUPS"
+ENV = settings.GROUPS.env[0]
 
 
 def wanted(cli: Sequence[str] | None, env: Mapping[str, str]) -> tuple[tuple[str, ...], str]:
-    """(the groups asked for, where from: ``--group`` or ``QOLA_BUILD_GROUPS``); () when none."""
-    for where, raw in (("--group", cli), (ENV, env.get(ENV))):
-        names = rules.split_list(raw)
-        if names:
-            for name in names:
-                problem = rules.group_problem(name)
-                if problem:
-                    raise QolaError(f"{where}: group {name!r} {problem}")
-            return tuple(dict.fromkeys(names)), where
-    return (), ""
+    """(the groups asked for, where from: ``--group`` or ``QOLA_BUILD_GROUPS``); () when none
+    (:data:`qola.core.settings.GROUPS`)."""
+    chosen = settings.resolve(settings.GROUPS, cli, None, env)
+    return (chosen.value, chosen.where) if chosen.value else ((), "")
 
 
 def declared(manifest: Manifest) -> dict[str, list[str]]:
