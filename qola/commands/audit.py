@@ -46,6 +46,7 @@ def register(subparsers) -> None:
 
 def run_reproduce(args: argparse.Namespace) -> int:
     """``--reproduce``: the rebuild's table; exit 1 when a library differs (:mod:`qola.pipeline.reproduce`)."""
+
     def start(tmp: Path) -> None:
         print(f"reproduce {args.output_dir}: rebuilding in {tmp} …", file=sys.stderr, flush=True)
 

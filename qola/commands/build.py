@@ -31,11 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="*.patch files the checkout applies, in lexical order (beats [qola].patches_dir; "
         "an empty dir or /dev/null: none)",
     )
-    p.add_argument(
-        "--aiter-url",
-        metavar="URL",
-        help="where a checkout clones the tree from (beats [qola].aiter_url and QOLA_AITER_URL)",
-    )
+    add_flag(p, settings.AITER_URL, typed=False, metavar="URL")
     p.add_argument(
         "--force-checkout",
         action="store_true",

@@ -20,12 +20,7 @@ def add_debug(parser: argparse.ArgumentParser) -> None:
 
 def add_manifest_args(parser: argparse.ArgumentParser, *, mode: bool = True) -> None:
     parser.add_argument("--manifest", "-m", required=True, help="path of the qola.toml manifest")
-    parser.add_argument(
-        "--aiter-root",
-        "-a",
-        help="root of the kernel tree (default: [qola].aiter_root of the manifest, else "
-        "QOLA_AITER_SOURCE_DIR / NVTE_AITER_SOURCE_DIR, else the default checkout: docs/manifest.md)",
-    )
+    add_flag(parser, settings.AITER_ROOT, typed=False)
     add_flag(parser, settings.ARCHS, action="append", metavar="ARCH", typed=False)
     add_flag(parser, settings.GROUPS, action="append", metavar="GROUP", typed=False)
     parser.add_argument(

@@ -50,10 +50,11 @@ class Setting(Generic[T]):
     check_every: bool = False  # a wrong value in a source passed over is an error too
     in_key: bool = False  # whether it enters the build key (qola.store.key; a test keeps them in step)
     help: str = ""  # the command line's help text
+    shown: str = ""  # how messages name the command line's value (default: the flags joined by '/')
 
     @property
     def flag(self) -> str:
-        return "/".join(self.flags)
+        return self.shown or "/".join(self.flags)
 
     def check(self, value: object, where: str) -> T | None:
         """``value`` as ``where`` gave it, checked (:data:`parse`); a QolaError naming ``where``."""
@@ -177,6 +178,21 @@ def text(value: object) -> str | None:
     return str(value) if value not in (None, "") else None
 
 
+def path(value: object) -> str | None:
+    """A path as given (blank: not given); it is checked where it is used."""
+    return str(value) if str(value).strip() else None
+
+
+def url(value: object) -> str | None:
+    """A URL git may clone (:func:`qola.core.rules.url_problem`)."""
+    if value in (None, ""):
+        return None
+    problem = rules.url_problem(value)
+    if problem:
+        raise ValueError(f"the URL {problem}")
+    return str(value)
+
+
 # --------------------------------------------------------------------------- the settings
 
 JOBS: Setting[int] = Setting(
@@ -210,6 +226,26 @@ GROUPS: Setting[tuple[str, ...]] = Setting(
     help="build only the [[modules]] of these groups, ';'-separated (repeatable; default: QOLA_BUILD_GROUPS, "
     "else every module)",
 )
+AITER_ROOT: Setting[str] = Setting(
+    "aiter_root",
+    path,
+    flags=("--aiter-root", "-a"),
+    env=("QOLA_AITER_SOURCE_DIR", "NVTE_AITER_SOURCE_DIR"),  # QoLA's CMake: build this tree, never check out
+    manifest="[qola].aiter_root",  # relative to the manifest's dir
+    example="DIR",
+    shown="--aiter-root",
+    help="root of the kernel tree (default: [qola].aiter_root of the manifest, else QOLA_AITER_SOURCE_DIR / "
+    "NVTE_AITER_SOURCE_DIR, else the default checkout: docs/manifest.md)",
+)
+AITER_URL: Setting[str] = Setting(
+    "aiter_url",
+    url,
+    flags=("--aiter-url",),
+    env=("QOLA_AITER_URL",),
+    manifest="[qola].aiter_url",
+    example="https://github.com/ROCm/aiter.git",
+    help="where a checkout clones the tree from (beats [qola].aiter_url and QOLA_AITER_URL)",
+)
 LAUNCHER: Setting[str] = Setting(
     "launcher",
     text,
@@ -235,7 +271,7 @@ WAIT: Setting[float] = Setting(
     "default: QOLA_WAIT, else fail at once) instead of failing at once",
 )
 
-ALL: tuple[Setting[object], ...] = (JOBS, ARCHS, GROUPS, LAUNCHER, REMOTE, WAIT)  # type: ignore[assignment]
+ALL: tuple[Setting[object], ...] = (JOBS, ARCHS, GROUPS, AITER_ROOT, AITER_URL, LAUNCHER, REMOTE, WAIT)  # type: ignore[assignment]
 
 
 def arg_type(setting: Setting[T]) -> Callable[[str], T]:
@@ -253,4 +289,3 @@ def arg_type(setting: Setting[T]) -> Callable[[str], T]:
 
     convert.__name__ = setting.name  # argparse names it in "invalid <name> value"
     return convert
-

@@ -80,7 +80,7 @@ def check_pin(
     problem = git_rev_problem(want) if want else None
     if problem:
         raise QolaError(f"{source} {want!r} {problem}")
-    head, unreadable = git_head(tree)
+    head, unreadable = git_head(tree, git_env)
     record: dict[str, Any] = {"expected": want, "actual": head, "source": source, "tree_chosen_by": chosen}
     if unreadable is not None:  # a git checkout whose commit git will not tell: a pin is not taken on trust
         record["status"] = "unknown"
