@@ -244,6 +244,7 @@ AITER_URL: Setting[str] = Setting(
     env=("QOLA_AITER_URL",),
     manifest="[qola].aiter_url",
     example="https://github.com/ROCm/aiter.git",
+    in_key=True,  # as the manifest's text (the tree's own commit is hashed too)
     help="where a checkout clones the tree from (beats [qola].aiter_url and QOLA_AITER_URL)",
 )
 LAUNCHER: Setting[str] = Setting(
