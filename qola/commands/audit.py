@@ -20,7 +20,7 @@ from qola.output.checks import audit_output, load_manifest, resolve_root
 from qola.pipeline import reproduce
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "audit",
         help="check an output dir against its manifest.json: every file, checksums, exports",

@@ -13,12 +13,15 @@ from qola.core import settings
 from qola.pipeline.run import Reporter, build
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from qola.compile.layout import BuildLayout
+    from qola.compile.steps import CompileReport
 
 # light imports only: the pipeline loads the rest after the no-op fast path had its chance
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "build",
         help="build the manifest's modules into an output dir",
@@ -96,7 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def summary(report, console, layout: BuildLayout | None = None) -> None:
+def summary(report: CompileReport, console: Any, layout: BuildLayout | None = None) -> None:
     from rich.table import Table  # lazy: start-up of the CLI and of the no-op path
 
     table = Table(title=f"qola build — {len(report.modules)} module(s) in {report.seconds:.1f} s")
@@ -116,7 +119,7 @@ def summary(report, console, layout: BuildLayout | None = None) -> None:
     problems(report, console, layout)
 
 
-def problems(report, console, layout: BuildLayout | None = None) -> None:
+def problems(report: CompileReport, console: Any, layout: BuildLayout | None = None) -> None:
     """Notes, warnings and every failed module's error (the command and the tail of its output),
     printed as plain text (no markup, no wrapping: commands stay copyable)."""
     for note in report.notes:
@@ -159,7 +162,7 @@ class RichReporter(Reporter):
         self._updated = 0.0
 
     @property
-    def console(self):
+    def console(self) -> Any:
         if self._console is None:  # rich loads only when something is shown (not for a no-op)
             from rich.console import Console  # lazy: start-up of the CLI and of the no-op path
 
@@ -200,7 +203,7 @@ class RichReporter(Reporter):
             self.console.print(text)
 
     @contextlib.contextmanager
-    def running(self, dry_run: bool):
+    def running(self, dry_run: bool) -> Iterator[None]:
         if dry_run or self.quiet:
             yield
             return

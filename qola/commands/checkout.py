@@ -7,12 +7,17 @@ import argparse
 import os
 import sys
 
+from qola.checkout.choice import choose
+from qola.checkout.request import request
+from qola.checkout.sync import ensure
 from qola.commands.common import add_debug, add_flag
 from qola.core import settings
 from qola.core.errors import QolaError
+from qola.plan import groups
+from qola.plan import manifest as manifest_mod
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "checkout",
         help="clone/fetch the kernel tree, check out the pin, apply the patches",
@@ -60,16 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qola.checkout.choice import choose  # lazy: start-up of the CLI and of the no-op path
-    from qola.checkout.request import request  # lazy: start-up of the CLI and of the no-op path
-    from qola.checkout.sync import ensure  # lazy: start-up of the CLI and of the no-op path
-    from qola.plan import groups  # lazy: start-up of the CLI and of the no-op path
 
     env = dict(os.environ)
     manifest = None
     if args.manifest:
-        from qola.plan import manifest as manifest_mod  # lazy: start-up of the CLI and of the no-op path
-
         manifest = manifest_mod.load(args.manifest)
     names = groups.wanted(args.groups, {})[0]
     if names:

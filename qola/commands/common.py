@@ -6,11 +6,12 @@ import argparse
 import dataclasses
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from qola.core import settings
 from qola.core.settings import Setting
+from qola.pipeline import spec as pipeline_spec
 from qola.pipeline.spec import BuildSpec, Prepared
 
 
@@ -78,7 +79,7 @@ def add_flag(parser: argparse.ArgumentParser, setting: Setting[Any], *, typed: b
 
 
 # BuildSpec fields the command line spells differently (each else is the argparse dest of its name)
-_SPELLED = {
+_SPELLED: dict[str, Callable[[dict[str, Any]], object]] = {
     "isolate": lambda a: not a.get("no_isolation", False),
     "jit": lambda a: jit_switch(a.get("jit")),
     "remote_options": lambda a: {
@@ -113,10 +114,8 @@ def spec_of(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> B
 def prepare(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Prepared:
     """Manifest, tree and the plan as the tables give it (variants and the JIT split not resolved:
     :func:`qola.pipeline.run.plan` does that)."""
-    from qola.pipeline import spec  # lazy: start-up of the CLI and of the no-op path
-
     s = spec_of(args, env)
-    return spec.prepare(s, s.environ())
+    return pipeline_spec.prepare(s, s.environ())
 
 
 def warn(messages: list[str] | tuple[str, ...]) -> None:

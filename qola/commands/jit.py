@@ -27,7 +27,7 @@ from qola.jit.format import default_cache_dir
 EXIT_BROKEN = 1
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "jit",
         help="manage the on-demand JIT cache (prebuild, ls, verify, clean)",

@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from qola.commands.common import add_manifest_args, prepare, warn
 from qola.plan import variants as V
+from qola.plan.manifest import Manifest
+from qola.plan.model import Plan
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "variants",
         help="show the generator filters the manifest's variants give, and what they select",
@@ -23,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def report(plan, manifest, env) -> dict:
+def report(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> dict[str, Any]:
     """The data ``qola variants`` prints: per selection its instances, per generator the totals."""
     res = V.resolve(plan, manifest, env)
     mods = {m.name: m for m in plan.modules}
@@ -45,7 +49,7 @@ def report(plan, manifest, env) -> dict:
                 "instances": sorted(names),
             }
         )
-    totals: dict = {}
+    totals: dict[str, Any] = {}
     for (mod, i, sels), names in zip(gens, found[len(res.selections) :]):
         gen = mod.generators[i]
         full = [n for n in res.listings[(mod.name, i)] if not V.is_api(n)]

@@ -11,9 +11,11 @@ import os
 from collections.abc import Mapping
 from itertools import combinations
 from pathlib import Path
+from typing import Any
 
 from qola.core import inputs, owner, rules
 from qola.core.errors import QolaError
+from qola.output.outdir import DIRS, MANIFEST_JSON
 
 MIN_FREE_BYTES = 64 * 1024 * 1024  # on top of the previous output's size (publish holds old and new at once)
 MIN_FREE_INODES = 256
@@ -182,12 +184,10 @@ def room(out: Path, build_dir: Path, min_free: int = MIN_FREE_BYTES) -> None:
     output dir, the size of what is there now (publishing holds the old and the new output; only
     qola's own entries count: a kernel tree kept in OUT is not qola's output).
     Both on one file system need the sum."""
-    from qola.output.outdir import DIRS, MANIFEST_JSON  # lazy: start-up of the CLI and of the no-op path
-
     # what the new version will roughly take: the published entries (OUT/.qola/prev is removed
     # before staging; a kernel tree kept inside OUT is not qola's)
     previous = sum(_size(out / d) for d in DIRS) + _size_file(out / MANIFEST_JSON)
-    by_fs: dict[int, dict] = {}
+    by_fs: dict[int, dict[str, Any]] = {}
     for path, what, extra in ((out, "the output dir", previous), (build_dir, "the build dir", 0)):
         at = _existing(path)
         try:

