@@ -50,26 +50,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="compile through sccache on the sccache-dist farm its config names; -j sized for the farm "
         "(HIP compiles locally: docs/distributed.md)",
     )
-    add_flag(
-        p,
-        settings.REMOTE,
-        typed=False,
-        metavar="URL",
-        help="run every compile as an action on this Remote Execution API service (grpc://host:port, "
-        "grpcs://host:port for TLS, unix:/path; beats [build].remote) through buildbox's trexe: "
-        "docs/distributed.md",
-    )
-    p.add_argument("--remote-instance", metavar="NAME", help="the service's instance name (default: none)")
-    p.add_argument("--remote-ca", metavar="PEM", help="CA certificate the service's TLS certificate is checked with")
-    p.add_argument("--remote-client-cert", metavar="PEM", help="client certificate (mTLS; with --remote-client-key)")
-    p.add_argument("--remote-client-key", metavar="PEM", help="client key (mTLS)")
-    p.add_argument("--remote-token", metavar="FILE", help="a file holding the access token (sent as a bearer token)")
-    p.add_argument(
-        "--remote-fallback",
-        action="store_true",
-        help="when the service fails (unreachable, refused, a worker lost), compile that file locally "
-        "(counted and named in the summary) instead of failing the build",
-    )
+    _remote_flags(p)
     p.add_argument("--dry-run", action="store_true", help="write the graph and show what would run; O untouched")
     p.add_argument("--verbose", "-v", action="store_true", help="print every command")
     p.add_argument(
@@ -97,6 +78,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="after a successful build, store the output's archive (+ .sha256, .json) in DIR by its key",
     )
     p.set_defaults(func=run)
+
+
+def _remote_flags(p: argparse.ArgumentParser) -> None:
+    """``--remote URL`` and its options (docs/distributed.md)."""
+    add_flag(
+        p,
+        settings.REMOTE,
+        typed=False,
+        metavar="URL",
+        help="run every compile as an action on this Remote Execution API service (grpc://host:port, "
+        "grpcs://host:port for TLS, unix:/path; beats [build].remote) through buildbox's trexe: "
+        "docs/distributed.md",
+    )
+    p.add_argument("--remote-instance", metavar="NAME", help="the service's instance name (default: none)")
+    p.add_argument("--remote-ca", metavar="PEM", help="CA certificate the service's TLS certificate is checked with")
+    p.add_argument("--remote-client-cert", metavar="PEM", help="client certificate (mTLS; with --remote-client-key)")
+    p.add_argument("--remote-client-key", metavar="PEM", help="client key (mTLS)")
+    p.add_argument("--remote-token", metavar="FILE", help="a file holding the access token (sent as a bearer token)")
+    p.add_argument(
+        "--remote-fallback",
+        action="store_true",
+        help="when the service fails (unreachable, refused, a worker lost), compile that file locally "
+        "(counted and named in the summary) instead of failing the build",
+    )
 
 
 def summary(report: CompileReport, console: Any, layout: BuildLayout | None = None) -> None:

@@ -42,6 +42,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     sub = p.add_subparsers(dest="jit_command", metavar="ACTION", required=True)
 
+    _prebuild_parser(sub)
+
+    ls = sub.add_parser("ls", help="list cache entries, or the units of OUT and whether they are ready")
+    ls.add_argument("out", type=Path, nargs="?", metavar="OUT")
+    ls.add_argument("--library", type=Path, action="append", default=[], metavar="LIB", help="as for prebuild")
+    ls.set_defaults(func=run_ls)
+
+    v = sub.add_parser(
+        "verify",
+        help="re-hash every cache entry, report stale temp files; exit 1 if any is broken",
+        description="Check every cache entry (file types, owner, mode, size, sha256, the record "
+        "of its sources), the unpacked headers and leftover temp files. With OUT (or --library), "
+        "entries of its units must have been built from the sources its library recorded.",
+    )
+    v.add_argument("out", type=Path, nargs="?", metavar="OUT", help="also check against this build output")
+    v.add_argument("--library", type=Path, action="append", default=[], metavar="LIB", help="as for prebuild")
+    v.add_argument("--fix", action="store_true", help="remove broken entries and stale temp files")
+    v.set_defaults(func=run_verify)
+
+    c = sub.add_parser("clean", help="remove broken entries, temp files and logs (--all: everything)")
+    c.add_argument("--all", action="store_true", help="also remove valid entries and unpacked headers")
+    c.set_defaults(func=run_clean)
+
+
+def _prebuild_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b = sub.add_parser(
         "prebuild",
         help="compile deferred units of a build output into the cache",
@@ -73,27 +98,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(default: the libraries in OUT/lib)",
     )
     b.set_defaults(func=run_prebuild)
-
-    ls = sub.add_parser("ls", help="list cache entries, or the units of OUT and whether they are ready")
-    ls.add_argument("out", type=Path, nargs="?", metavar="OUT")
-    ls.add_argument("--library", type=Path, action="append", default=[], metavar="LIB", help="as for prebuild")
-    ls.set_defaults(func=run_ls)
-
-    v = sub.add_parser(
-        "verify",
-        help="re-hash every cache entry, report stale temp files; exit 1 if any is broken",
-        description="Check every cache entry (file types, owner, mode, size, sha256, the record "
-        "of its sources), the unpacked headers and leftover temp files. With OUT (or --library), "
-        "entries of its units must have been built from the sources its library recorded.",
-    )
-    v.add_argument("out", type=Path, nargs="?", metavar="OUT", help="also check against this build output")
-    v.add_argument("--library", type=Path, action="append", default=[], metavar="LIB", help="as for prebuild")
-    v.add_argument("--fix", action="store_true", help="remove broken entries and stale temp files")
-    v.set_defaults(func=run_verify)
-
-    c = sub.add_parser("clean", help="remove broken entries, temp files and logs (--all: everything)")
-    c.add_argument("--all", action="store_true", help="also remove valid entries and unpacked headers")
-    c.set_defaults(func=run_clean)
 
 
 def _env() -> dict[str, str]:

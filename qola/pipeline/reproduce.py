@@ -2,7 +2,7 @@
 
 OUT's ``manifest.json`` records what the rebuild needs: the manifest (path, sha256), the kernel tree
 (path, commit), the archs, the default mode, the toolchain (compiler, identity, flags) and, under
-``build`` (:func:`qola.pipeline.spec.settings_record`), what no file holds: ``--no-isolation``, ``--allow-unpinned``
+``build`` (:func:`qola.pipeline.record.settings_record`), what no file holds: ``--no-isolation``, ``--allow-unpinned``
 and the environment variables that decide the plan or the compilers' output. :func:`reproduce`
 builds that again in a fresh temporary directory — so with another build dir and output dir than
 the original's — with no compiler launcher (a cache would hand back the original objects), the

@@ -22,7 +22,7 @@ import dataclasses
 import os
 import re
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -37,6 +37,7 @@ from qola.core import settings as declared
 from qola.core.errors import QolaError
 from qola.core.proc import ChildEnv
 from qola.pipeline import preflight
+from qola.pipeline.record import command_record, settings_record
 from qola.store.fastpath import ENV_PREFIXES, RecordedEnv, env_keys_of
 
 if TYPE_CHECKING:  # the heavy modules are imported where they are used
@@ -467,40 +468,3 @@ def launcher(name: str | None, env: Mapping[str, str], hint: str | None = None) 
             hint=hint or f"install it (pip install {name} / apt-get install {name}) or drop --launcher",
         )
     return found
-
-
-# not recorded: where programs are found (the compiler is pinned by path instead), what only changes
-# the job count, and the archs (recorded on their own)
-UNRECORDED = frozenset({"PATH", "PYTHONPATH", "MAX_JOBS", "GPU_ARCHS"})
-
-
-def command_record(spec: BuildSpec) -> dict[str, Any]:
-    """What manifest.json's ``build`` entry records of the command line (:func:`settings_record`)."""
-    return {
-        "isolate": bool(spec.isolate),
-        "allow_unpinned": bool(spec.allow_unpinned),
-        "groups": list(getattr(spec, "groups", ()) or ()),
-        "skip_checkout": bool(getattr(spec, "skip_checkout", False)),
-        "usage_files": [os.path.abspath(f) for f in getattr(spec, "usage_files", ()) or ()],
-    }
-
-
-def settings_record(
-    asked: Mapping[str, Any], env: RecordedEnv | Mapping[str, str], env_keys: Sequence[str]
-) -> dict[str, Any]:
-    """``manifest.json``'s ``build`` entry: the settings of the command line (``asked``,
-    :func:`command_record`) that change the libraries and no file holds, and the environment the
-    build read: ``env_keys`` (the fixed list and what the module table reads,
-    :func:`qola.store.fastpath.env_keys_of`) and every ``AITER_CONFIG_*``, with the values of those
-    set (the others were unset)."""
-    view = env if isinstance(env, RecordedEnv) else recorded(env, env_keys)
-    keys = sorted({k for k in env_keys if k not in UNRECORDED} | {k for k, _ in view.prefixed()})
-    return {
-        "isolate": asked["isolate"],
-        "allow_unpinned": asked["allow_unpinned"],
-        "env_keys": keys,
-        "env": view.only(keys),
-        "groups": asked["groups"],
-        "skip_checkout": asked["skip_checkout"],
-        "usage_files": asked["usage_files"],
-    }
