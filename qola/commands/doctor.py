@@ -19,6 +19,7 @@ from qola.compile.ninja import ninja_binary
 from qola.compile.pyext import python_headers
 from qola.core import deadlines, proc
 from qola.core.errors import FailedProcessError, QolaError
+from qola.core.fsutil import atomic_write
 from qola.jit.cache import check_private_dir
 from qola.jit.format import default_cache_dir
 from qola.toolchain import cuda, hip
@@ -52,8 +53,7 @@ def _host_cxx(env: Mapping[str, str]) -> str:
     cxx = find_host_cxx(env)
     with tempfile.TemporaryDirectory(prefix="qola-doctor-") as tmp:
         src = os.path.join(tmp, "t.cpp")
-        with open(src, "w") as fh:
-            fh.write("int main() { return 0; }\n")
+        atomic_write(src, b"int main() { return 0; }\n")
         proc.run_checked(
             [cxx, src, "-o", os.path.join(tmp, "t")],
             env=env,

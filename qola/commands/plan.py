@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         data = plan.to_json()
         data["settings"] = None if prepared.settings is None else prepared.settings.to_json()
-        for mod, raw in zip(plan.modules, data["modules"]):
+        for mod, raw in zip(plan.modules, data["modules"], strict=True):
             for i, gen in enumerate(raw["generators"]):
                 gen["files"] = files.get((mod.name, i))
         print(json.dumps(data, indent=2, sort_keys=True))

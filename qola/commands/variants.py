@@ -37,7 +37,7 @@ def report(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> dict[str, 
     with ThreadPoolExecutor(max_workers=2) as pool:
         found = list(pool.map(lambda j: [n for n in V.list_blobs(j[0], env, j[1]) if not V.is_api(n)], jobs))
     rows = []
-    for sel, names in zip(res.selections, found):
+    for sel, names in zip(res.selections, found, strict=False):
         gen = mods[sel.module].generators[sel.generator]
         rows.append(
             {
@@ -50,7 +50,7 @@ def report(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> dict[str, 
             }
         )
     totals: dict[str, Any] = {}
-    for (mod, i, sels), names in zip(gens, found[len(res.selections) :]):
+    for (mod, i, sels), names in zip(gens, found[len(res.selections) :], strict=True):
         gen = mod.generators[i]
         full = [n for n in res.listings[(mod.name, i)] if not V.is_api(n)]
         totals.setdefault(mod.name, {})[gen.direction or gen.script] = {

@@ -6,6 +6,7 @@ how to fix it. Standard library only (they run before the no-op fast path).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Mapping
@@ -150,10 +151,8 @@ def _size(root: Path) -> int:
     if root.is_dir():
         for dirpath, _dirs, files in os.walk(root):
             for name in files:
-                try:
+                with contextlib.suppress(OSError):
                     total += os.lstat(os.path.join(dirpath, name)).st_size
-                except OSError:
-                    pass
     return total
 
 

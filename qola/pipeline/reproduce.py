@@ -78,7 +78,8 @@ class Reproduction:
         body = [(r.file, r.recorded[:12], (r.rebuilt or "-")[:12], r.result) for r in self.rows]
         width = [max(len(x[i]) for x in (head, *body)) for i in range(3)]
         return "\n".join(
-            "  " + "  ".join(c.ljust(w) for c, w in zip(line, width)) + "  " + line[3] for line in (head, *body)
+            "  " + "  ".join(c.ljust(w) for c, w in zip(line, width, strict=False)) + "  " + line[3]
+            for line in (head, *body)
         )
 
 

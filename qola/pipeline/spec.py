@@ -18,6 +18,7 @@ Light at import (the no-op fast path reads a BuildSpec before anything heavy is 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -267,10 +268,8 @@ def tree_env(env: Mapping[str, str], tree: AiterTree) -> dict[str, str]:
 
     texts = []
     for path, limit in ((tree.table_path, MAX_TABLE), (tree.core_path, MAX_CORE)):
-        try:  # checked (a FIFO or a device is never waited on); what is refused, planning reports
+        with contextlib.suppress(OSError, QolaError):  # checked (a FIFO or a device is never waited on)
             texts.append(read_small(path, limit=limit, what="tree file").decode("utf-8", errors="replace"))
-        except (OSError, QolaError):
-            pass
 
     def named(key: str) -> bool:  # a string literal, in Python or escaped inside the table's JSON strings
         quoted = re.compile(r"""\\?['"]""" + re.escape(key) + r"""\\?['"]""")
@@ -402,10 +401,8 @@ def table_texts(tree: AiterTree) -> tuple[list[str], list[str]]:
     files = [str(tree.table_path), str(tree.core_path)]
     texts = []
     for f in files:
-        try:
+        with contextlib.suppress(OSError):
             texts.append(inputs.read_record(f, limit=inputs.MAX_SOURCE, what="tree file"))
-        except OSError:
-            pass
     return files, texts
 
 
