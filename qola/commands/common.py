@@ -56,7 +56,7 @@ def add_manifest_args(parser: argparse.ArgumentParser, *, mode: bool = True) -> 
         "off: build everything ahead ([jit] enabled = false); default: as the manifest says (docs/manifest.md)",
     )
     if mode:
-        parser.add_argument("--mode", choices=["pybind", "cpp_itfs"], help="default mode for modules without one")
+        add_flag(parser, settings.MODE, typed=False, choices=settings.MODES)
     parser.add_argument(
         "--allow-unpinned", action="store_true", help="warn instead of failing when the tree's commit differs"
     )

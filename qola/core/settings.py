@@ -174,6 +174,18 @@ def groups(value: object) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(names)) or None
 
 
+MODES = ("pybind", "cpp_itfs")
+
+
+def mode(value: object) -> str | None:
+    """A module mode (:data:`MODES`)."""
+    if value in (None, ""):
+        return None
+    if value not in MODES:
+        raise ValueError(f"expected one of {', '.join(MODES)}, got {value!r}")
+    return str(value)
+
+
 def text(value: object) -> str | None:
     return str(value) if value not in (None, "") else None
 
@@ -247,6 +259,15 @@ AITER_URL: Setting[str] = Setting(
     in_key=True,  # as the manifest's text (the tree's own commit is hashed too)
     help="where a checkout clones the tree from (beats [qola].aiter_url and QOLA_AITER_URL)",
 )
+MODE: Setting[str] = Setting(
+    "mode",
+    mode,
+    flags=("--mode",),
+    manifest="[build].mode",
+    example="pybind",
+    in_key=True,
+    help="default mode for modules without one",
+)
 LAUNCHER: Setting[str] = Setting(
     "launcher",
     text,
@@ -272,7 +293,7 @@ WAIT: Setting[float] = Setting(
     "default: QOLA_WAIT, else fail at once) instead of failing at once",
 )
 
-ALL: tuple[Setting[object], ...] = (JOBS, ARCHS, GROUPS, AITER_ROOT, AITER_URL, LAUNCHER, REMOTE, WAIT)  # type: ignore[assignment]
+ALL: tuple[Setting[object], ...] = (JOBS, ARCHS, GROUPS, AITER_ROOT, AITER_URL, MODE, LAUNCHER, REMOTE, WAIT)  # type: ignore[assignment]
 
 
 def arg_type(setting: Setting[T]) -> Callable[[str], T]:

@@ -57,7 +57,7 @@ def choose_archs(cli_archs: Sequence[str] | None, manifest: Manifest, env: Mappi
 def default_mode(cli_mode: str | None, manifest: Manifest) -> str:
     """The mode of modules without their own: ``--mode`` > ``[build].mode`` > ``pybind``
     (the one place this is decided; :attr:`Plan.mode` carries it)."""
-    return cli_mode or manifest.build.mode or DEFAULT_MODE
+    return settings.resolve(settings.MODE, cli_mode, manifest.build.mode, default=lambda: DEFAULT_MODE).value
 
 
 def check_pin(
