@@ -4,29 +4,14 @@ that change the libraries and no file holds, and the environment the build read
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from qola.store.fastpath import RecordedEnv
-
-if TYPE_CHECKING:
-    from qola.pipeline.spec import BuildSpec
 
 # not recorded: where programs are found (the compiler is pinned by path instead), what only changes
 # the job count, and the archs (recorded on their own)
 UNRECORDED = frozenset({"PATH", "PYTHONPATH", "MAX_JOBS", "GPU_ARCHS"})
-
-
-def command_record(spec: BuildSpec) -> dict[str, Any]:
-    """What manifest.json's ``build`` entry records of the command line (:func:`settings_record`)."""
-    return {
-        "isolate": bool(spec.isolate),
-        "allow_unpinned": bool(spec.allow_unpinned),
-        "groups": list(spec.groups),
-        "skip_checkout": bool(spec.skip_checkout),
-        "usage_files": [os.path.abspath(f) for f in spec.usage_files],
-    }
 
 
 def settings_record(

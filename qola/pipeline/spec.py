@@ -38,7 +38,7 @@ from qola.core import settings as declared
 from qola.core.errors import QolaError
 from qola.core.proc import ChildEnv
 from qola.pipeline import preflight
-from qola.pipeline.record import command_record, settings_record
+from qola.pipeline.record import settings_record
 from qola.store.fastpath import ENV_PREFIXES, RecordedEnv, env_keys_of
 
 if TYPE_CHECKING:  # the heavy modules are imported where they are used
@@ -465,3 +465,14 @@ def launcher(name: str | None, env: Mapping[str, str], hint: str | None = None) 
             hint=hint or f"install it (pip install {name} / apt-get install {name}) or drop --launcher",
         )
     return found
+
+
+def command_record(spec: BuildSpec) -> dict[str, Any]:
+    """What manifest.json's ``build`` entry records of the command line (:func:`settings_record`)."""
+    return {
+        "isolate": bool(spec.isolate),
+        "allow_unpinned": bool(spec.allow_unpinned),
+        "groups": list(spec.groups),
+        "skip_checkout": bool(spec.skip_checkout),
+        "usage_files": [os.path.abspath(f) for f in spec.usage_files],
+    }
