@@ -1,4 +1,5 @@
-"""Which kernel tree a command uses, and what qola may do to it. Standard library only.
+"""Which kernel tree a command uses, and what qola may do to it. Standard library only (and
+:mod:`qola.core.settings`, which is).
 
 ``--aiter-root`` > ``[qola].aiter_root`` (relative to the manifest) > ``QOLA_AITER_SOURCE_DIR`` >
 ``NVTE_AITER_SOURCE_DIR`` > the default checkout (:func:`default_tree`). Only the default checkout
@@ -15,8 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-SOURCE_ENV = ("QOLA_AITER_SOURCE_DIR", "NVTE_AITER_SOURCE_DIR")  # QoLA's CMake: build this tree, never check out
-URL_ENV = "QOLA_AITER_URL"
+from qola.core import settings
+
+SOURCE_ENV = settings.AITER_ROOT.env  # QoLA's CMake: build this tree, never check out
+URL_ENV = settings.AITER_URL.env[0]
 FORCE_ENV = "QOLA_FORCE_AITER_CHECKOUT"  # QoLA's: 1 = discard local changes (as --force)
 DEFAULT_URL = "https://github.com/ROCm/aiter.git"
 DEFAULT = "the default checkout"
@@ -55,15 +58,12 @@ class TreeChoice:
 
 
 def choose(aiter_root: str | None, manifest_root: Path | None, env: Mapping[str, str]) -> TreeChoice:
-    """The tree a command uses (see the module's docstring for the order)."""
-    if aiter_root:
-        return TreeChoice(Path(aiter_root), "--aiter-root")
-    if manifest_root is not None:
-        return TreeChoice(manifest_root, "[qola].aiter_root")
-    for key in SOURCE_ENV:
-        if env.get(key, "").strip():
-            return TreeChoice(Path(env[key]), key)
-    return TreeChoice(default_tree(env), DEFAULT)
+    """The tree a command uses (see the module's docstring for the order;
+    :data:`qola.core.settings.AITER_ROOT`)."""
+    chosen = settings.resolve(
+        settings.AITER_ROOT, aiter_root, manifest_root, env, default=lambda: str(default_tree(env))
+    )
+    return TreeChoice(Path(chosen.value), DEFAULT if chosen.where == settings.DEFAULT else chosen.where)
 
 
 def named_by_env(path: Path, env: Mapping[str, str]) -> str | None:

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qola.checkout.choice import DEFAULT_URL, URL_ENV, forced, qola_checkout
-from qola.core import rules
+from qola.checkout.choice import DEFAULT_URL, forced, qola_checkout
+from qola.core import rules, settings
 from qola.core.errors import QolaError
 from qola.core.secret import Secret, split_url
 
@@ -46,18 +46,10 @@ def patches_dir_of(cli: str | None, manifest: Manifest | None) -> tuple[Path | N
 
 
 def url_of(cli: str | None, manifest: Manifest | None, env: Mapping[str, str]) -> str:
-    """``--aiter-url`` > ``[qola] aiter_url`` > ``QOLA_AITER_URL`` > ROCm/aiter on GitHub."""
-    for where, value in (
-        ("--aiter-url", cli),
-        ("[qola] aiter_url", manifest.qola.aiter_url if manifest else None),
-        (URL_ENV, env.get(URL_ENV) or None),
-    ):
-        if value is not None:
-            problem = rules.url_problem(value)
-            if problem:
-                raise QolaError(f"{where}: the URL {problem}")
-            return value
-    return DEFAULT_URL
+    """``--aiter-url`` > ``[qola] aiter_url`` > ``QOLA_AITER_URL`` > ROCm/aiter on GitHub
+    (:data:`qola.core.settings.AITER_URL`)."""
+    given = manifest.qola.aiter_url if manifest else None
+    return settings.resolve(settings.AITER_URL, cli, given, env, default=lambda: DEFAULT_URL).value
 
 
 def clone_url(url: str) -> tuple[str, Secret | None]:

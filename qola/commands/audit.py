@@ -9,13 +9,18 @@ The checks themselves are the library's (:mod:`qola.output.checks`); this comman
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from qola.commands.common import add_flag
+from qola.core import settings
 from qola.core.errors import BuildFailed
+from qola.output import outdir
 from qola.output.checks import audit_output, load_manifest, resolve_root
+from qola.pipeline import reproduce
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "audit",
         help="check an output dir against its manifest.json: every file, checksums, exports",
@@ -34,23 +39,13 @@ def register(subparsers) -> None:
         help="instead: rebuild OUT's build (its recorded manifest, tree, settings and compiler) in a "
         "temporary directory and compare every library's bytes with manifest.json's sha256",
     )
-    p.add_argument("-j", "--jobs", type=int, help="parallel jobs of the --reproduce rebuild")
+    add_flag(p, settings.JOBS, metavar="N", help="parallel jobs of the --reproduce rebuild")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show a traceback on errors")
     p.set_defaults(func=run)
 
 
 def run_reproduce(args: argparse.Namespace) -> int:
     """``--reproduce``: the rebuild's table; exit 1 when a library differs (:mod:`qola.pipeline.reproduce`)."""
-    import sys  # lazy: start-up of the CLI and of the no-op path
-
-    from qola.pipeline import (
-        preflight,  # lazy: start-up of the CLI and of the no-op path
-        reproduce,  # lazy: start-up of the CLI and of the no-op path
-    )
-
-    if args.jobs is not None:
-        preflight.check_jobs(args.jobs, None, {})
-    from qola.output import outdir  # lazy: start-up of the CLI and of the no-op path
 
     def start(tmp: Path) -> None:
         print(f"reproduce {args.output_dir}: rebuilding in {tmp} …", file=sys.stderr, flush=True)

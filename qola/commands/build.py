@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from qola.commands.common import add_manifest_args, jit_switch
-from qola.pipeline import preflight
-from qola.pipeline.run import BuildSpec, Reporter, build
+from qola.commands.common import add_flag, add_manifest_args, spec_of
+from qola.core import settings
+from qola.pipeline.run import Reporter, build
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from qola.compile.layout import BuildLayout
+    from qola.compile.steps import CompileReport
 
 # light imports only: the pipeline loads the rest after the no-op fast path had its chance
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "build",
         help="build the manifest's modules into an output dir",
@@ -32,50 +34,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="*.patch files the checkout applies, in lexical order (beats [qola].patches_dir; "
         "an empty dir or /dev/null: none)",
     )
-    p.add_argument(
-        "--aiter-url",
-        metavar="URL",
-        help="where a checkout clones the tree from (beats [qola].aiter_url and QOLA_AITER_URL)",
-    )
+    add_flag(p, settings.AITER_URL, typed=False, metavar="URL")
     p.add_argument(
         "--force-checkout",
         action="store_true",
         help="let the checkout discard local changes of the tree (never without this)",
     )
     p.add_argument("--output-dir", "-o", required=True, help="where lib/, include/, manifest.json … land")
-    p.add_argument(
-        "-j",
-        "--jobs",
-        type=preflight.jobs_arg,
-        metavar="N",
-        help="parallel jobs (default: MAX_JOBS, else AITER's cpu/memory rule)",
-    )
+    add_flag(p, settings.JOBS, metavar="N")
     p.add_argument("--build-dir", help="objects and generated sources (default: <output-dir>.build)")
-    p.add_argument("--launcher", help="compiler launcher, e.g. sccache or ccache")
+    add_flag(p, settings.LAUNCHER, typed=False)
     p.add_argument(
         "--dist",
         action="store_true",
         help="compile through sccache on the sccache-dist farm its config names; -j sized for the farm "
         "(HIP compiles locally: docs/distributed.md)",
     )
-    p.add_argument(
-        "--remote",
-        metavar="URL",
-        help="run every compile as an action on this Remote Execution API service (grpc://host:port, "
-        "grpcs://host:port for TLS, unix:/path; beats [build].remote) through buildbox's trexe: "
-        "docs/distributed.md",
-    )
-    p.add_argument("--remote-instance", metavar="NAME", help="the service's instance name (default: none)")
-    p.add_argument("--remote-ca", metavar="PEM", help="CA certificate the service's TLS certificate is checked with")
-    p.add_argument("--remote-client-cert", metavar="PEM", help="client certificate (mTLS; with --remote-client-key)")
-    p.add_argument("--remote-client-key", metavar="PEM", help="client key (mTLS)")
-    p.add_argument("--remote-token", metavar="FILE", help="a file holding the access token (sent as a bearer token)")
-    p.add_argument(
-        "--remote-fallback",
-        action="store_true",
-        help="when the service fails (unreachable, refused, a worker lost), compile that file locally "
-        "(counted and named in the summary) instead of failing the build",
-    )
+    _remote_flags(p)
     p.add_argument("--dry-run", action="store_true", help="write the graph and show what would run; O untouched")
     p.add_argument("--verbose", "-v", action="store_true", help="print every command")
     p.add_argument(
@@ -84,15 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="no progress (without a terminal a line at each module's end and every 30 s; a bar on one)",
     )
-    p.add_argument(
-        "--wait",
-        nargs="?",
-        type=preflight.seconds_arg,
-        const=float("inf"),
-        metavar="SECONDS",
-        help="when another qola build uses the same build or output dir, wait for it (at most SECONDS) "
-        "instead of failing at once",
-    )
+    add_flag(p, settings.WAIT, nargs="?", const=float("inf"), metavar="SECONDS")
     p.add_argument(
         "--no-isolation",
         action="store_true",
@@ -113,7 +80,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def summary(report, console, layout: BuildLayout | None = None) -> None:
+def _remote_flags(p: argparse.ArgumentParser) -> None:
+    """``--remote URL`` and its options (docs/distributed.md)."""
+    add_flag(
+        p,
+        settings.REMOTE,
+        typed=False,
+        metavar="URL",
+        help="run every compile as an action on this Remote Execution API service (grpc://host:port, "
+        "grpcs://host:port for TLS, unix:/path; beats [build].remote) through buildbox's trexe: "
+        "docs/distributed.md",
+    )
+    p.add_argument("--remote-instance", metavar="NAME", help="the service's instance name (default: none)")
+    p.add_argument("--remote-ca", metavar="PEM", help="CA certificate the service's TLS certificate is checked with")
+    p.add_argument("--remote-client-cert", metavar="PEM", help="client certificate (mTLS; with --remote-client-key)")
+    p.add_argument("--remote-client-key", metavar="PEM", help="client key (mTLS)")
+    p.add_argument("--remote-token", metavar="FILE", help="a file holding the access token (sent as a bearer token)")
+    p.add_argument(
+        "--remote-fallback",
+        action="store_true",
+        help="when the service fails (unreachable, refused, a worker lost), compile that file locally "
+        "(counted and named in the summary) instead of failing the build",
+    )
+
+
+def summary(report: CompileReport, console: Any, layout: BuildLayout | None = None) -> None:
     from rich.table import Table  # lazy: start-up of the CLI and of the no-op path
 
     table = Table(title=f"qola build — {len(report.modules)} module(s) in {report.seconds:.1f} s")
@@ -133,7 +124,7 @@ def summary(report, console, layout: BuildLayout | None = None) -> None:
     problems(report, console, layout)
 
 
-def problems(report, console, layout: BuildLayout | None = None) -> None:
+def problems(report: CompileReport, console: Any, layout: BuildLayout | None = None) -> None:
     """Notes, warnings and every failed module's error (the command and the tail of its output),
     printed as plain text (no markup, no wrapping: commands stay copyable)."""
     for note in report.notes:
@@ -159,53 +150,6 @@ def problems(report, console, layout: BuildLayout | None = None) -> None:
             console.print(f"  full log: {layout.log(m.name)}", markup=False, highlight=False, soft_wrap=True)
 
 
-def spec_of(args: argparse.Namespace) -> BuildSpec:
-    """The command line's arguments as a :class:`BuildSpec`: the one place the build's Namespace is
-    read (the pipeline, and every stage after it, never sees it)."""
-    return BuildSpec(
-        manifest=args.manifest,
-        output_dir=args.output_dir,
-        aiter_root=args.aiter_root,
-        archs=tuple(args.archs or ()),
-        mode=args.mode,
-        allow_unpinned=args.allow_unpinned,
-        jobs=args.jobs,
-        build_dir=args.build_dir,
-        launcher=args.launcher,
-        dist=args.dist,
-        remote=args.remote,
-        remote_fallback=args.remote_fallback,
-        remote_options={
-            k: v
-            for k, v in (
-                ("instance", args.remote_instance),
-                ("ca", args.remote_ca),
-                ("cert", args.remote_client_cert),
-                ("key", args.remote_client_key),
-                ("token", args.remote_token),
-            )
-            if v
-        },
-        dry_run=args.dry_run,
-        verbose=args.verbose,
-        isolate=not args.no_isolation,
-        wait=args.wait,
-        prebuilt=args.prebuilt,
-        publish_to=args.publish_to,
-        argv=tuple(getattr(args, "argv", None) or ()),
-        env=dict(os.environ),
-        groups=tuple(args.groups or ()),
-        skip_checkout=args.skip_checkout,
-        aiter_commit=args.aiter_commit,
-        patches_dir=args.patches_dir,
-        aiter_url=args.aiter_url,
-        force_checkout=args.force_checkout,
-        usage_files=tuple(args.usage_files or ()),
-        record_ahead=args.record_ahead,
-        jit=jit_switch(args.jit),
-    )
-
-
 class RichReporter(Reporter):
     """Warnings and notes as plain lines on stderr; the build's progress as a rich bar (transient) on a
     terminal, else as plain lines (:class:`qola.pipeline.progress.PlainProgress`: at each module's end
@@ -223,7 +167,7 @@ class RichReporter(Reporter):
         self._updated = 0.0
 
     @property
-    def console(self):
+    def console(self) -> Any:
         if self._console is None:  # rich loads only when something is shown (not for a no-op)
             from rich.console import Console  # lazy: start-up of the CLI and of the no-op path
 
@@ -264,7 +208,7 @@ class RichReporter(Reporter):
             self.console.print(text)
 
     @contextlib.contextmanager
-    def running(self, dry_run: bool):
+    def running(self, dry_run: bool) -> Iterator[None]:
         if dry_run or self.quiet:
             yield
             return

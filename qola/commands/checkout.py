@@ -7,11 +7,17 @@ import argparse
 import os
 import sys
 
-from qola.commands.common import add_debug
+from qola.checkout.choice import choose
+from qola.checkout.request import request
+from qola.checkout.sync import ensure
+from qola.commands.common import add_debug, add_flag
+from qola.core import settings
 from qola.core.errors import QolaError
+from qola.plan import groups
+from qola.plan import manifest as manifest_mod
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "checkout",
         help="clone/fetch the kernel tree, check out the pin, apply the patches",
@@ -24,7 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="manifest whose [qola] aiter_commit, patches_dir, aiter_url and "
         "aiter_root are the defaults of the options below",
     )
-    p.add_argument("--aiter-root", "-a", help="the tree (default: [qola].aiter_root, else the default checkout)")
+    add_flag(
+        p, settings.AITER_ROOT, typed=False, help="the tree (default: [qola].aiter_root, else the default checkout)"
+    )
     p.add_argument(
         "--aiter-commit",
         metavar="REV",
@@ -35,16 +43,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="*.patch files applied in lexical order (beats [qola].patches_dir; an empty dir or /dev/null: none)",
     )
-    p.add_argument(
-        "--aiter-url",
+    add_flag(
+        p,
+        settings.AITER_URL,
+        typed=False,
         metavar="URL",
         help="clone URL (beats [qola].aiter_url and QOLA_AITER_URL; default: https://github.com/ROCm/aiter.git)",
     )
     p.add_argument("--force", action="store_true", help="discard local changes of the tree (never without this)")
-    p.add_argument(
-        "--group",
+    add_flag(
+        p,
+        settings.GROUPS,
+        typed=False,
         action="append",
-        dest="groups",
         metavar="GROUP",
         help="check that the manifest declares these groups (';'-separated, repeatable) and list "
         "their modules; the checkout is the same for every group",
@@ -54,16 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qola.checkout.choice import choose  # lazy: start-up of the CLI and of the no-op path
-    from qola.checkout.request import request  # lazy: start-up of the CLI and of the no-op path
-    from qola.checkout.sync import ensure  # lazy: start-up of the CLI and of the no-op path
-    from qola.plan import groups  # lazy: start-up of the CLI and of the no-op path
 
     env = dict(os.environ)
     manifest = None
     if args.manifest:
-        from qola.plan import manifest as manifest_mod  # lazy: start-up of the CLI and of the no-op path
-
         manifest = manifest_mod.load(args.manifest)
     names = groups.wanted(args.groups, {})[0]
     if names:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from qola.core import settings
+from qola.core.settings import Setting
+from qola.pipeline import spec as pipeline_spec
 from qola.pipeline.spec import BuildSpec, Prepared
 
 
@@ -16,27 +21,9 @@ def add_debug(parser: argparse.ArgumentParser) -> None:
 
 def add_manifest_args(parser: argparse.ArgumentParser, *, mode: bool = True) -> None:
     parser.add_argument("--manifest", "-m", required=True, help="path of the qola.toml manifest")
-    parser.add_argument(
-        "--aiter-root",
-        "-a",
-        help="root of the kernel tree (default: [qola].aiter_root of the manifest, else "
-        "QOLA_AITER_SOURCE_DIR / NVTE_AITER_SOURCE_DIR, else the default checkout: docs/manifest.md)",
-    )
-    parser.add_argument(
-        "--arch",
-        action="append",
-        dest="archs",
-        metavar="ARCH",
-        help="target architecture(s), ';'-separated (repeatable; beats the manifest and GPU_ARCHS)",
-    )
-    parser.add_argument(
-        "--group",
-        action="append",
-        dest="groups",
-        metavar="GROUP",
-        help="build only the [[modules]] of these groups, ';'-separated (repeatable; default: QOLA_BUILD_GROUPS, "
-        "else every module)",
-    )
+    add_flag(parser, settings.AITER_ROOT, typed=False)
+    add_flag(parser, settings.ARCHS, action="append", metavar="ARCH", typed=False)
+    add_flag(parser, settings.GROUPS, action="append", metavar="GROUP", typed=False)
     parser.add_argument(
         "--skip-checkout",
         action="store_true",
@@ -69,7 +56,7 @@ def add_manifest_args(parser: argparse.ArgumentParser, *, mode: bool = True) -> 
         "off: build everything ahead ([jit] enabled = false); default: as the manifest says (docs/manifest.md)",
     )
     if mode:
-        parser.add_argument("--mode", choices=["pybind", "cpp_itfs"], help="default mode for modules without one")
+        add_flag(parser, settings.MODE, typed=False, choices=settings.MODES)
     parser.add_argument(
         "--allow-unpinned", action="store_true", help="warn instead of failing when the tree's commit differs"
     )
@@ -81,35 +68,54 @@ def jit_switch(value: str | None) -> bool | None:
     return None if value is None else value == "on"
 
 
-def plan_spec(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> BuildSpec:
-    """The :class:`BuildSpec` of a command that plans (no output dir)."""
-    return BuildSpec(
-        manifest=args.manifest,
-        aiter_root=args.aiter_root,
-        archs=tuple(args.archs or ()),
-        mode=getattr(args, "mode", None),
-        allow_unpinned=args.allow_unpinned,
-        env=dict(os.environ) if env is None else dict(env),
-        # the group and checkout options a command may lack: their defaults
-        groups=tuple(getattr(args, "groups", None) or ()),
-        skip_checkout=bool(getattr(args, "skip_checkout", False)),
-        aiter_commit=getattr(args, "aiter_commit", None),
-        patches_dir=getattr(args, "patches_dir", None),
-        aiter_url=getattr(args, "aiter_url", None),
-        force_checkout=bool(getattr(args, "force_checkout", False)),
-        usage_files=tuple(getattr(args, "usage_files", None) or ()),
-        record_ahead=bool(getattr(args, "record_ahead", False)),
-        jit=jit_switch(getattr(args, "jit", None)),
-    )
+def add_flag(parser: argparse.ArgumentParser, setting: Setting[Any], *, typed: bool = True, **kw: Any) -> None:
+    """``setting``'s flag(s) (:mod:`qola.core.settings`), its value checked by the setting's one
+    validator (``typed``: as argparse parses it; else when it is resolved, as ``--arch ""`` must
+    reach the resolver)."""
+    if typed:
+        kw.setdefault("type", settings.arg_type(setting))
+    kw.setdefault("help", setting.help)
+    parser.add_argument(*setting.flags, dest=setting.name, **kw)
+
+
+# BuildSpec fields the command line spells differently (each else is the argparse dest of its name)
+_SPELLED: dict[str, Callable[[dict[str, Any]], object]] = {
+    "isolate": lambda a: not a.get("no_isolation", False),
+    "jit": lambda a: jit_switch(a.get("jit")),
+    "remote_options": lambda a: {
+        k: a[dest]
+        for k, dest in (
+            ("instance", "remote_instance"),
+            ("ca", "remote_ca"),
+            ("cert", "remote_client_cert"),
+            ("key", "remote_client_key"),
+            ("token", "remote_token"),
+        )
+        if a.get(dest)
+    },
+}
+
+
+def spec_of(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> BuildSpec:
+    """The command line's arguments as a :class:`BuildSpec`: the one place a command's Namespace is
+    read (the pipeline, and every stage after it, never sees it). A field the command has no flag
+    for keeps its default; ``env``: the environment (default: this process's, read once here)."""
+    given = vars(args)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(BuildSpec):
+        if f.name in _SPELLED:
+            values[f.name] = _SPELLED[f.name](given)
+        elif f.name != "env" and given.get(f.name) is not None:
+            value = given[f.name]
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+    return BuildSpec(**values, env=dict(os.environ if env is None else env))
 
 
 def prepare(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Prepared:
     """Manifest, tree and the plan as the tables give it (variants and the JIT split not resolved:
     :func:`qola.pipeline.run.plan` does that)."""
-    from qola.pipeline import spec  # lazy: start-up of the CLI and of the no-op path
-
-    s = plan_spec(args, env)
-    return spec.prepare(s, s.environ())
+    s = spec_of(args, env)
+    return pipeline_spec.prepare(s, s.environ())
 
 
 def warn(messages: list[str] | tuple[str, ...]) -> None:

@@ -15,7 +15,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from qola.commands.common import add_debug
+from qola.compile.ninja import ninja_binary
+from qola.compile.pyext import python_headers
+from qola.core import deadlines, proc
 from qola.core.errors import FailedProcessError, QolaError
+from qola.core.fsutil import atomic_write
+from qola.jit.cache import check_private_dir
+from qola.jit.format import default_cache_dir
+from qola.toolchain import cuda, hip
+from qola.toolchain.host import find_host_cxx
+from qola.toolchain.host import probe_timeout as limit
 
 
 @dataclass(frozen=True)
@@ -28,14 +37,11 @@ class Check:
 
 
 def probe_timeout(env: Mapping[str, str]) -> float | None:
-    from qola.toolchain.host import probe_timeout as limit  # lazy: start-up of the CLI and of the no-op path
 
     return limit(env)
 
 
 def _ninja(env: Mapping[str, str]) -> str:
-    from qola.compile.ninja import ninja_binary  # lazy: start-up of the CLI and of the no-op path
-    from qola.core import proc  # lazy: start-up of the CLI and of the no-op path
 
     exe = ninja_binary()
     return f"{exe} ({proc.run_checked([exe, '--version'], env=env, timeout=probe_timeout(env)).stdout.strip()})"
@@ -43,14 +49,11 @@ def _ninja(env: Mapping[str, str]) -> str:
 
 def _host_cxx(env: Mapping[str, str]) -> str:
     """The host C++ compiler, once it compiled and linked a one-line program with ``env``."""
-    from qola.core import proc  # lazy: start-up of the CLI and of the no-op path
-    from qola.toolchain.host import find_host_cxx  # lazy: start-up of the CLI and of the no-op path
 
     cxx = find_host_cxx(env)
     with tempfile.TemporaryDirectory(prefix="qola-doctor-") as tmp:
         src = os.path.join(tmp, "t.cpp")
-        with open(src, "w") as fh:
-            fh.write("int main() { return 0; }\n")
+        atomic_write(src, b"int main() { return 0; }\n")
         proc.run_checked(
             [cxx, src, "-o", os.path.join(tmp, "t")],
             env=env,
@@ -63,7 +66,6 @@ def _host_cxx(env: Mapping[str, str]) -> str:
 
 
 def _hip(env: Mapping[str, str]) -> str:
-    from qola.toolchain import hip  # lazy: start-up of the CLI and of the no-op path
 
     path, why = hip.locate_why(env)
     version = hip.read_version(path, hip.rocm_root(path, env), {**env, **hip.CHILD_ENV})[1]
@@ -71,14 +73,12 @@ def _hip(env: Mapping[str, str]) -> str:
 
 
 def _cuda(env: Mapping[str, str]) -> str:
-    from qola.toolchain import cuda  # lazy: start-up of the CLI and of the no-op path
 
     path = cuda.locate(env)
     return f"{path} (CUDA {cuda.read_version(path, env)[1]})"
 
 
 def _python_headers(env: Mapping[str, str]) -> str:
-    from qola.compile.pyext import python_headers  # lazy: start-up of the CLI and of the no-op path
 
     return f"{python_headers()} (Python.h, for pybind modules)"
 
@@ -94,8 +94,6 @@ def _tool(name: str, why: str) -> Callable[[Mapping[str, str]], str]:
 
 
 def _jit_cache(env: Mapping[str, str]) -> str:
-    from qola.jit.cache import check_private_dir  # lazy: start-up of the CLI and of the no-op path
-    from qola.jit.format import default_cache_dir  # lazy: start-up of the CLI and of the no-op path
 
     path = default_cache_dir(env)
     if not path.exists():
@@ -134,7 +132,7 @@ def checks(env: Mapping[str, str]) -> list[Check]:
     return found
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "doctor",
         help="check the compilers and tools a build needs",
@@ -148,7 +146,6 @@ def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     """Exit 0 when a build can run (ninja, a host C++ compiler that builds a program and a HIP or
     CUDA compiler) and no tool found is broken, else 1."""
     env = dict(os.environ) if env is None else env
-    from qola.core import deadlines  # lazy: start-up of the CLI and of the no-op path
 
     deadlines.seconds(deadlines.PROBE, env)  # a bad QOLA_PROBE_TIMEOUT: exit 2 before any probe
     results = checks(env)

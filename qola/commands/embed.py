@@ -7,7 +7,7 @@ import argparse
 from qola.hooks import embed
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "embed",
         help="embed hsa code objects: one .S of .incbin + a lookup header",

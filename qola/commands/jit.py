@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from qola.commands.common import add_flag
+from qola.core import settings
 from qola.core.errors import QolaError
 from qola.core.fsutil import remove
 from qola.jit import format as fmt
@@ -25,7 +27,7 @@ from qola.jit.format import default_cache_dir
 EXIT_BROKEN = 1
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "jit",
         help="manage the on-demand JIT cache (prebuild, ls, verify, clean)",
@@ -40,31 +42,7 @@ def register(subparsers) -> None:
     )
     sub = p.add_subparsers(dest="jit_command", metavar="ACTION", required=True)
 
-    b = sub.add_parser(
-        "prebuild",
-        help="compile deferred units of a build output into the cache",
-        description="Compile the deferred units of OUT (same keys, format and locking as the "
-        "runtime) into the cache, or into a prebuilt dir to ship.",
-    )
-    b.add_argument("out", type=Path, metavar="OUT", help="build output dir (or OUT/jit, or OUT/jit/<module>)")
-    b.add_argument("--filter", metavar="PATTERN", help="fnmatch pattern on unit names (default: all)")
-    b.add_argument("-j", "--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2), metavar="N")
-    b.add_argument(
-        "--prebuilt-dir",
-        type=Path,
-        metavar="D",
-        help="write here (for QOLA_JIT_PREBUILT_DIR or OUT/jit/prebuilt) instead of the cache",
-    )
-    b.add_argument(
-        "--library",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="LIB",
-        help="the library (.so/.a) whose recorded JIT table OUT/jit is checked against "
-        "(default: the libraries in OUT/lib)",
-    )
-    b.set_defaults(func=run_prebuild)
+    _prebuild_parser(sub)
 
     ls = sub.add_parser("ls", help="list cache entries, or the units of OUT and whether they are ready")
     ls.add_argument("out", type=Path, nargs="?", metavar="OUT")
@@ -86,6 +64,40 @@ def register(subparsers) -> None:
     c = sub.add_parser("clean", help="remove broken entries, temp files and logs (--all: everything)")
     c.add_argument("--all", action="store_true", help="also remove valid entries and unpacked headers")
     c.set_defaults(func=run_clean)
+
+
+def _prebuild_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    b = sub.add_parser(
+        "prebuild",
+        help="compile deferred units of a build output into the cache",
+        description="Compile the deferred units of OUT (same keys, format and locking as the "
+        "runtime) into the cache, or into a prebuilt dir to ship.",
+    )
+    b.add_argument("out", type=Path, metavar="OUT", help="build output dir (or OUT/jit, or OUT/jit/<module>)")
+    b.add_argument("--filter", metavar="PATTERN", help="fnmatch pattern on unit names (default: all)")
+    add_flag(
+        b,
+        settings.JOBS,
+        default=max(1, (os.cpu_count() or 2) // 2),
+        metavar="N",
+        help="parallel compiles (default: half the CPUs)",
+    )
+    b.add_argument(
+        "--prebuilt-dir",
+        type=Path,
+        metavar="D",
+        help="write here (for QOLA_JIT_PREBUILT_DIR or OUT/jit/prebuilt) instead of the cache",
+    )
+    b.add_argument(
+        "--library",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="LIB",
+        help="the library (.so/.a) whose recorded JIT table OUT/jit is checked against "
+        "(default: the libraries in OUT/lib)",
+    )
+    b.set_defaults(func=run_prebuild)
 
 
 def _env() -> dict[str, str]:
@@ -115,8 +127,6 @@ def _tables(args: argparse.Namespace) -> list[libtable.LibModule]:
 
 def run_prebuild(args: argparse.Namespace) -> int:
     env = _env()
-    if args.jobs < 1:
-        raise QolaError(f"-j must be at least 1, got {args.jobs}")
     units = pb.select_units(pb.find_jit_dirs(args.out), env, args.filter, args.library)
     if not units:
         raise QolaError(f"no JIT unit matches {args.filter!r}", hint="`qola jit ls OUT` lists them")

@@ -6,9 +6,10 @@ import argparse
 from pathlib import Path
 
 from qola.commands.common import add_debug
+from qola.store.prebuilt import package
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "package",
         help="archive a finished output dir by its build key (for --prebuilt)",
@@ -23,7 +24,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from qola.store.prebuilt import package  # lazy: start-up of the CLI and of the no-op path
 
     done = package(Path(args.output_dir), Path(args.into))
     print(f"{done.archive}\nsha256 {done.sha256}\nbuild key {done.key}")

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from qola.commands.common import add_manifest_args, plan_spec, warn
+from qola.commands.common import add_manifest_args, spec_of, warn
+from qola.core.errors import QolaError
+from qola.pipeline.run import build_key
 from qola.pipeline.run import plan as whole_plan
+from qola.plan import genrules
+from qola.plan.model import Plan
+from qola.plan.variants import list_blobs
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "plan",
         help="resolve the manifest against the tree and print the build plan",
@@ -36,14 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.key:
-        from dataclasses import replace  # lazy: start-up of the CLI and of the no-op path
-
-        from qola.pipeline.run import build_key  # lazy: start-up of the CLI and of the no-op path
-
-        key = build_key(replace(plan_spec(args), isolate=not args.no_isolation))
+        key = build_key(spec_of(args))  # --no-isolation: the key of a build run with it
         print(json.dumps(key.explain(), indent=2, sort_keys=True) if args.json else key.key)
         return 0
-    spec = plan_spec(args)
+    spec = spec_of(args)
     prepared = whole_plan(spec, with_settings=args.json)
     plan = prepared.plan
     warn(plan.warnings)
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         data = plan.to_json()
         data["settings"] = None if prepared.settings is None else prepared.settings.to_json()
-        for mod, raw in zip(plan.modules, data["modules"]):
+        for mod, raw in zip(plan.modules, data["modules"], strict=True):
             for i, gen in enumerate(raw["generators"]):
                 gen["files"] = files.get((mod.name, i))
         print(json.dumps(data, indent=2, sort_keys=True))
@@ -99,13 +100,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def generated_files(plan, env: Mapping[str, str]) -> dict[tuple[str, int], dict[str, list[str]] | None]:
+def generated_files(plan: Plan, env: Mapping[str, str]) -> dict[tuple[str, int], dict[str, list[str]] | None]:
     """(module, generator index) -> {file stem: the plan archs it holds device code for}, from the
     generator's own ``--list_blobs`` (CK's fMHA generator; others cannot list their files: absent).
     A listing that fails is None (the build will run the generator and say why)."""
-    from qola.core.errors import QolaError  # lazy: start-up of the CLI and of the no-op path
-    from qola.plan import genrules  # lazy: start-up of the CLI and of the no-op path
-    from qola.plan.variants import list_blobs  # lazy: start-up of the CLI and of the no-op path
 
     out: dict[tuple[str, int], dict[str, list[str]] | None] = {}
     for mod in plan.modules:
@@ -121,7 +119,7 @@ def generated_files(plan, env: Mapping[str, str]) -> dict[tuple[str, int], dict[
     return out
 
 
-def _summary(files: dict[str, list[str]] | None, archs) -> str:
+def _summary(files: dict[str, list[str]] | None, archs: Sequence[str]) -> str:
     if files is None:
         return "(the generator could not list them)"
     counts: dict[str, int] = {}

@@ -8,11 +8,16 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from qola.commands.common import add_debug, add_manifest_args, plan_spec, warn
+from qola.commands.common import add_debug, add_manifest_args, spec_of, warn
 from qola.core.errors import QolaError
+from qola.core.fsutil import atomic_write
+from qola.hooks import jit as jitbuild
+from qola.pipeline.spec import prepare
+from qola.plan import variants
+from qola.store.usage import apply, cover, fragment, records
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "usage",
         help="merge recorded usage into a manifest fragment; show what it covers",
@@ -41,8 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(func=run_cover)
 
 
-def _read(paths: list[str]):
-    from qola.store.usage import records  # lazy: start-up of the CLI and of the no-op path
+def _read(paths: list[str]) -> records.ReadResult:
 
     res = records.read(records.record_files(paths))
     if res.bad_lines:
@@ -57,14 +61,9 @@ def _read(paths: list[str]):
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    from qola.core.fsutil import atomic_write  # lazy: start-up of the CLI and of the no-op path
-    from qola.hooks import jit as jitbuild  # lazy: start-up of the CLI and of the no-op path
-    from qola.pipeline.spec import prepare  # lazy: start-up of the CLI and of the no-op path
-    from qola.plan import variants  # lazy: start-up of the CLI and of the no-op path
-    from qola.store.usage import apply, fragment  # lazy: start-up of the CLI and of the no-op path
 
     res = _read(args.records)
-    spec = plan_spec(args)
+    spec = spec_of(args)
     env = spec.environ()
     prepared = prepare(spec, env)
     plan = jitbuild.plan_jit(variants.apply(prepared.plan, prepared.manifest, env), prepared.manifest, env)
@@ -94,7 +93,6 @@ def run_merge(args: argparse.Namespace) -> int:
 
 
 def run_cover(args: argparse.Namespace) -> int:
-    from qola.store.usage import cover  # lazy: start-up of the CLI and of the no-op path
 
     res = _read(args.records)
     rows, key = cover.cover(res.records, Path(args.out))

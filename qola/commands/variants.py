@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from qola.commands.common import add_manifest_args, prepare, warn
 from qola.plan import variants as V
+from qola.plan.manifest import Manifest
+from qola.plan.model import Plan
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "variants",
         help="show the generator filters the manifest's variants give, and what they select",
@@ -23,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def report(plan, manifest, env) -> dict:
+def report(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> dict[str, Any]:
     """The data ``qola variants`` prints: per selection its instances, per generator the totals."""
     res = V.resolve(plan, manifest, env)
     mods = {m.name: m for m in plan.modules}
@@ -33,7 +37,7 @@ def report(plan, manifest, env) -> dict:
     with ThreadPoolExecutor(max_workers=2) as pool:
         found = list(pool.map(lambda j: [n for n in V.list_blobs(j[0], env, j[1]) if not V.is_api(n)], jobs))
     rows = []
-    for sel, names in zip(res.selections, found):
+    for sel, names in zip(res.selections, found, strict=False):
         gen = mods[sel.module].generators[sel.generator]
         rows.append(
             {
@@ -45,8 +49,8 @@ def report(plan, manifest, env) -> dict:
                 "instances": sorted(names),
             }
         )
-    totals: dict = {}
-    for (mod, i, sels), names in zip(gens, found[len(res.selections) :]):
+    totals: dict[str, Any] = {}
+    for (mod, i, sels), names in zip(gens, found[len(res.selections) :], strict=True):
         gen = mod.generators[i]
         full = [n for n in res.listings[(mod.name, i)] if not V.is_api(n)]
         totals.setdefault(mod.name, {})[gen.direction or gen.script] = {

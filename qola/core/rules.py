@@ -37,7 +37,7 @@ MAX_LIBRARY_NAME = MAX_NAMESPACE + 1 + MAX_NAME  # "<namespace>_<md_name>", the 
 # C (C23) and C++ (C++23) keywords and alternative tokens: a namespace becomes `namespace <ns>` and
 # the `<ns>_` prefix, so it must be none of them
 C_KEYWORDS = frozenset(
-    "alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t "
+    "alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t "  # noqa: SIM905 (a word table)
     "class co_await co_return co_yield compl concept const const_cast consteval constexpr constinit continue "
     "decltype default delete do double dynamic_cast else enum explicit export extern false float for friend "
     "goto if inline int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private "
@@ -72,7 +72,7 @@ def processor(arch: str) -> str:
 # LLVM's AMDGPU processors (clang 21, `--offload-arch=`): a gfx name outside it is a typo that the
 # build's compiler probe refuses; a dry run and `qola plan`, which probe nothing, refuse it by this table
 AMDGPU_PROCESSORS = frozenset(
-    "gfx600 gfx601 gfx602 gfx700 gfx701 gfx702 gfx703 gfx704 gfx705 gfx801 gfx802 gfx803 gfx805 gfx810 "
+    "gfx600 gfx601 gfx602 gfx700 gfx701 gfx702 gfx703 gfx704 gfx705 gfx801 gfx802 gfx803 gfx805 gfx810 "  # noqa: SIM905 (LLVM's table)
     "gfx900 gfx902 gfx904 gfx906 gfx908 gfx909 gfx90a gfx90c gfx940 gfx941 gfx942 gfx950 "
     "gfx1010 gfx1011 gfx1012 gfx1013 gfx1030 gfx1031 gfx1032 gfx1033 gfx1034 gfx1035 gfx1036 "
     "gfx1100 gfx1101 gfx1102 gfx1103 gfx1150 gfx1151 gfx1152 gfx1153 gfx1200 gfx1201 gfx1250 gfx1251".split()
@@ -98,6 +98,33 @@ def archs_problem(archs: list[str] | tuple[str, ...]) -> str | None:
         if other != arch:
             return f"architecture {processor(arch)} is listed twice with different features ({other}, {arch})"
     return None
+
+
+def arch_list_problem(archs: list[str] | tuple[str, ...]) -> str | None:
+    """:func:`archs_problem`, and an exact repeat refused: the one rule for a list of architectures
+    given by a user (``--arch``, ``[build].architectures``, ``GPU_ARCHS``)."""
+    if "native" in archs:
+        return "'native' cannot be built ahead of time: name the architectures, e.g. gfx942"
+    problem = archs_problem(archs)
+    if problem:
+        return problem + ("; build one vendor per manifest" if "mix" in problem else "")
+    if len(set(archs)) != len(archs):
+        return f"architectures repeat an entry: {list(archs)}"
+    return None
+
+
+MAX_JOBS = 4096  # more parallel jobs than any build host has cores; ninja's own limit is an int
+
+
+def count_problem(value: object, lo: int, hi: int) -> str | None:
+    """A whole number ``lo`` … ``hi`` (an int, or its decimal text), or what is wrong with it."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return f"must be a whole number, got {value!r}"
+    try:
+        number = int(value.strip(), 10) if isinstance(value, str) else value
+    except ValueError:
+        return f"must be a whole number, got {value!r}"
+    return None if lo <= number <= hi else f"must be between {lo} and {hi}, got {number}"
 
 
 def arch_dir_problem(arch: object) -> str | None:

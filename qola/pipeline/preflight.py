@@ -6,72 +6,21 @@ how to fix it. Standard library only (they run before the no-op fast path).
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import errno
 import os
 from collections.abc import Mapping
 from itertools import combinations
 from pathlib import Path
+from typing import Any
 
 from qola.core import inputs, owner, rules
 from qola.core.errors import QolaError
+from qola.output.outdir import DIRS, MANIFEST_JSON
 
-MAX_JOBS_LIMIT = 4096  # more parallel jobs than any build host has cores; ninja's own limit is an int
 MIN_FREE_BYTES = 64 * 1024 * 1024  # on top of the previous output's size (publish holds old and new at once)
 MIN_FREE_INODES = 256
 _MIB = 1024 * 1024
-
-
-def _count(text: str, what: str, lo: int, hi: int) -> int:
-    try:
-        value = int(str(text).strip(), 10)
-    except ValueError:
-        raise ValueError(f"{what} must be a whole number, got {text!r}") from None
-    if not lo <= value <= hi:
-        raise ValueError(f"{what} must be between {lo} and {hi}, got {value}")
-    return value
-
-
-def jobs_arg(text: str) -> int:
-    """argparse type of ``-j``: 1 … :data:`MAX_JOBS_LIMIT` (argparse then exits 2 with the message)."""
-    try:
-        return _count(text, "it", 1, MAX_JOBS_LIMIT)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def seconds_arg(text: str) -> float:
-    """argparse type of ``--wait``: seconds, 0 … one week."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--wait takes seconds, got {text!r}") from None
-    if not 0 <= value <= 7 * 24 * 3600:
-        raise argparse.ArgumentTypeError(f"--wait must be between 0 and 604800 seconds, got {text}")
-    return value
-
-
-def check_jobs(cli: int | None, manifest_jobs: object, env: Mapping[str, str]) -> None:
-    """``-j`` (argparse checked its range), ``[build].jobs`` and ``MAX_JOBS`` must be 1 …
-    :data:`MAX_JOBS_LIMIT` — whichever of them would be used, and the others too: a bad value is a
-    mistake even when a higher-priority one hides it."""
-    if cli is not None and not 1 <= cli <= MAX_JOBS_LIMIT:
-        raise QolaError(f"-j/--jobs must be between 1 and {MAX_JOBS_LIMIT}, got {cli}")
-    if manifest_jobs is not None and (
-        isinstance(manifest_jobs, bool)
-        or not isinstance(manifest_jobs, int)
-        or not 1 <= manifest_jobs <= MAX_JOBS_LIMIT
-    ):
-        raise QolaError(
-            f"[build].jobs must be a whole number between 1 and {MAX_JOBS_LIMIT}, got {manifest_jobs!r}",
-            hint="fix it in the manifest, or remove it (then -j, MAX_JOBS or the cpu/memory rule decide)",
-        )
-    raw = env.get("MAX_JOBS")
-    if raw is not None and raw.strip():
-        try:
-            _count(raw, "MAX_JOBS", 1, MAX_JOBS_LIMIT)
-        except ValueError as exc:
-            raise QolaError(f"{exc} (environment variable MAX_JOBS)", hint="set MAX_JOBS=8, or unset it") from None
 
 
 def _given(text: str, what: str, flag: str) -> Path:
@@ -202,10 +151,8 @@ def _size(root: Path) -> int:
     if root.is_dir():
         for dirpath, _dirs, files in os.walk(root):
             for name in files:
-                try:
+                with contextlib.suppress(OSError):
                     total += os.lstat(os.path.join(dirpath, name)).st_size
-                except OSError:
-                    pass
     return total
 
 
@@ -236,12 +183,10 @@ def room(out: Path, build_dir: Path, min_free: int = MIN_FREE_BYTES) -> None:
     output dir, the size of what is there now (publishing holds the old and the new output; only
     qola's own entries count: a kernel tree kept in OUT is not qola's output).
     Both on one file system need the sum."""
-    from qola.output.outdir import DIRS, MANIFEST_JSON  # lazy: start-up of the CLI and of the no-op path
-
     # what the new version will roughly take: the published entries (OUT/.qola/prev is removed
     # before staging; a kernel tree kept inside OUT is not qola's)
     previous = sum(_size(out / d) for d in DIRS) + _size_file(out / MANIFEST_JSON)
-    by_fs: dict[int, dict] = {}
+    by_fs: dict[int, dict[str, Any]] = {}
     for path, what, extra in ((out, "the output dir", previous), (build_dir, "the build dir", 0)):
         at = _existing(path)
         try:

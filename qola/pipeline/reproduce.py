@@ -2,7 +2,7 @@
 
 OUT's ``manifest.json`` records what the rebuild needs: the manifest (path, sha256), the kernel tree
 (path, commit), the archs, the default mode, the toolchain (compiler, identity, flags) and, under
-``build`` (:func:`qola.pipeline.spec.settings_record`), what no file holds: ``--no-isolation``, ``--allow-unpinned``
+``build`` (:func:`qola.pipeline.record.settings_record`), what no file holds: ``--no-isolation``, ``--allow-unpinned``
 and the environment variables that decide the plan or the compilers' output. :func:`reproduce`
 builds that again in a fresh temporary directory — so with another build dir and output dir than
 the original's — with no compiler launcher (a cache would hand back the original objects), the
@@ -18,6 +18,7 @@ It imports :mod:`qola.pipeline.run` (the rebuild) only when it runs: ``qola audi
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -28,7 +29,12 @@ from typing import Any
 
 from qola.core import inputs
 from qola.core.errors import QolaError
-from qola.store.fastpath import ENV_PREFIXES
+from qola.pipeline import run as pipeline
+from qola.plan.tree.aiter import TABLE
+from qola.plan.tree.aiter_core import CORE
+from qola.plan.tree.files import MAX_CORE, MAX_TABLE, read_small
+from qola.store.fastpath import ENV_PREFIXES, referenced_env
+from qola.toolchain.identity import COMPILER_ENV, TOOLCHAIN_ENV
 
 HINT_REBUILD = "rebuild OUT with this qola (qola build … -o OUT), then audit it"
 
@@ -72,7 +78,8 @@ class Reproduction:
         body = [(r.file, r.recorded[:12], (r.rebuilt or "-")[:12], r.result) for r in self.rows]
         width = [max(len(x[i]) for x in (head, *body)) for i in range(3)]
         return "\n".join(
-            "  " + "  ".join(c.ljust(w) for c, w in zip(line, width)) + "  " + line[3] for line in (head, *body)
+            "  " + "  ".join(c.ljust(w) for c, w in zip(line, width, strict=False)) + "  " + line[3]
+            for line in (head, *body)
         )
 
 
@@ -89,7 +96,7 @@ def _get(data: Any, *keys: str) -> Any:
     return data
 
 
-def libraries(data: Mapping) -> list[tuple[str, str]]:
+def libraries(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(OUT-relative artifact, recorded sha256) of every built module in ``data`` (manifest.json)."""
     libs = []
     for m in data.get("modules") or []:
@@ -108,7 +115,7 @@ def libraries(data: Mapping) -> list[tuple[str, str]]:
     return libs
 
 
-def _inputs(data: Mapping) -> tuple[str, str, dict[str, Any]]:
+def _inputs(data: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
     """(manifest path, tree path, build settings), each checked: what the rebuild reads must be
     what the build read."""
     settings = data.get("build")
@@ -144,10 +151,6 @@ def _inputs(data: Mapping) -> tuple[str, str, dict[str, Any]]:
 def _tree_env_keys(tree: str) -> set[str]:
     """The variables the tree's module table and core.py read (recomputed from the tree, never taken
     from the output's record)."""
-    from qola.plan.tree.aiter import TABLE  # lazy: start-up of the CLI and of the no-op path
-    from qola.plan.tree.aiter_core import CORE  # lazy: start-up of the CLI and of the no-op path
-    from qola.plan.tree.files import MAX_CORE, MAX_TABLE, read_small  # lazy: start-up of the CLI and of the no-op path
-    from qola.store.fastpath import referenced_env  # lazy: start-up of the CLI and of the no-op path
 
     texts = []
     for rel, limit in ((TABLE, MAX_TABLE), (CORE, MAX_CORE)):
@@ -162,7 +165,6 @@ def _data_only(key: str, value: str, tree_keys: set[str]) -> bool:
     """Whether a recorded variable may be set again for the rebuild: only data a build reads (the
     time that fixes __DATE__/__TIME__, AITER's tuned-config paths, what the tree's own table reads),
     never what makes a program run something (a compiler, a loader, flags prepended to every compile)."""
-    from qola.toolchain.identity import COMPILER_ENV, TOOLCHAIN_ENV  # lazy: start-up of the CLI and of the no-op path
 
     if key == "SOURCE_DATE_EPOCH":
         return value.isdigit() and len(value) <= 12
@@ -174,7 +176,7 @@ def _data_only(key: str, value: str, tree_keys: set[str]) -> bool:
 
 
 def rebuild_env(
-    data: Mapping, settings: Mapping[str, Any], env: Mapping[str, str], tree: str | None = None
+    data: Mapping[str, Any], settings: Mapping[str, Any], env: Mapping[str, str], tree: str | None = None
 ) -> tuple[dict[str, str], list[str]]:
     """(the rebuild's environment, notes). Nothing an output records is ever run or given to what
     runs: the compiler is found as for any build, in the auditor's own environment, and of the
@@ -204,7 +206,7 @@ def rebuild_env(
 
 def reproduce(
     root: Path,
-    data: Mapping,
+    data: Mapping[str, Any],
     *,
     jobs: int | None = None,
     env: Mapping[str, str] | None = None,
@@ -214,7 +216,6 @@ def reproduce(
     """Rebuild the build ``data`` (OUT's manifest.json; ``root`` holds the files it records) in a
     temporary directory under ``work_dir`` (default: the system's) and compare the libraries.
     ``on_start`` hears the directory once the inputs are checked and the rebuild starts."""
-    from qola.pipeline import run as pipeline  # lazy: heavy
 
     libs = libraries(data)
     manifest, tree, settings = _inputs(data)
@@ -262,10 +263,9 @@ def reproduce(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _load(path: Path) -> dict:
-    import json  # lazy: start-up of the CLI and of the no-op path
-
+def _load(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(inputs.read_record(path))
+        data = json.loads(inputs.read_record(path))
+        return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}

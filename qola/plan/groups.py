@@ -16,27 +16,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from qola.core import rules
+from qola.core import settings
 from qola.core.errors import QolaError
 
 if TYPE_CHECKING:
     from qola.plan.manifest import Manifest
     from qola.plan.model import Plan
 
-ENV = "QOLA_BUILD_GROUPS"
+ENV = settings.GROUPS.env[0]
 
 
 def wanted(cli: Sequence[str] | None, env: Mapping[str, str]) -> tuple[tuple[str, ...], str]:
-    """(the groups asked for, where from: ``--group`` or ``QOLA_BUILD_GROUPS``); () when none."""
-    for where, raw in (("--group", cli), (ENV, env.get(ENV))):
-        names = rules.split_list(raw)
-        if names:
-            for name in names:
-                problem = rules.group_problem(name)
-                if problem:
-                    raise QolaError(f"{where}: group {name!r} {problem}")
-            return tuple(dict.fromkeys(names)), where
-    return (), ""
+    """(the groups asked for, where from: ``--group`` or ``QOLA_BUILD_GROUPS``); () when none
+    (:data:`qola.core.settings.GROUPS`)."""
+    chosen = settings.resolve(settings.GROUPS, cli, None, env)
+    return (chosen.value, chosen.where) if chosen.value else ((), "")
 
 
 def declared(manifest: Manifest) -> dict[str, list[str]]:
@@ -69,7 +63,7 @@ def select(manifest: Manifest, names: Sequence[str], where: str) -> Manifest:
         return manifest
     chosen = {m for mods in check(manifest, names, where).values() for m in mods}
     keep = [m for m in manifest.modules if m.name in chosen]
-    update: dict = {"modules": keep}
+    update: dict[str, Any] = {"modules": keep}
     for key in ("variants", "mha_fwd_variants", "mha_bwd_variants"):
         update[key] = [t for t in getattr(manifest, key) if getattr(t, "module", None) in (None, *chosen)]
     if manifest.jit is not None:
@@ -103,7 +97,7 @@ def prune(manifest: Manifest, plan: Plan) -> Manifest:
         if g.direction in dirs and genrules.flavor_of(g.script) == "ck" and not g.dispatch_only
     }
 
-    def kept(tables: list, fam: str) -> list:
+    def kept(tables: list[Any], fam: str) -> list[Any]:
         return [t for t in tables if t.module is not None or fam in runs]
 
     update: dict[str, Any] = {

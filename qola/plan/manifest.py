@@ -39,11 +39,9 @@ vendor = rules.vendor  # the one arch syntax (qola.core.rules)
 
 
 def check_archs(archs: list[str]) -> list[str]:
-    problem = rules.archs_problem(archs)
+    problem = rules.arch_list_problem(archs)  # the one rule of --arch, GPU_ARCHS and this key
     if problem:
-        raise ValueError(problem + ("; build one vendor per manifest" if "mix" in problem else ""))
-    if len(set(archs)) != len(archs):
-        raise ValueError(f"architectures repeat an entry: {archs}")
+        raise ValueError(problem)
     return archs
 
 

@@ -11,15 +11,16 @@ import fnmatch
 import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import qola
+from qola.core import settings
 from qola.core.errors import QolaError
-from qola.core.rules import git_rev_problem, split_list
+from qola.core.rules import git_rev_problem
 from qola.plan import genrules, itfs, needs, registry
-from qola.plan.manifest import Manifest, ModuleSection, check_archs, vendor
+from qola.plan.manifest import Manifest, ModuleSection, vendor
 from qola.plan.model import DEFAULT_MODE, Generator, JitSplit, ModulePlan, Plan
 from qola.plan.tree import overrides
 from qola.plan.tree import sources as tree_sources
@@ -47,35 +48,16 @@ OUTPUT_DIR = "{}"  # AITER's placeholder for a generator's output dir
 _DIRECTION_RE = re.compile(r"(?:^|\s)(?:-d|--direction|-a|--api)(?:=|\s+)(\S+)")
 
 
-def choose_archs(cli_archs: list[str] | None, manifest: Manifest, env: Mapping[str, str]) -> tuple[str, ...]:
-    """``--arch`` > manifest > ``GPU_ARCHS``. ``--arch`` entries and ``GPU_ARCHS`` are ``;``-separated
-    lists (as QoLA and AITER split them: ``--arch "gfx942;gfx950"``); an ``--arch`` naming nothing
-    (``--arch ""``, CMake's empty list) is as if it were not given, as in QoLA."""
-    cli = split_list(cli_archs)
-    if cli:
-        where, archs = "--arch", cli
-    elif manifest.build.architectures:
-        return tuple(manifest.build.architectures)
-    elif split_list(env.get("GPU_ARCHS")):
-        where, archs = "GPU_ARCHS", split_list(env["GPU_ARCHS"])
-    else:
-        raise QolaError(
-            "no GPU architectures given",
-            hint="set [build].architectures in the manifest, pass --arch (e.g. --arch gfx942 or --arch sm_90), "
-            "or set GPU_ARCHS",
-        )
-    if "native" in archs:
-        raise QolaError(f"{where}: 'native' cannot be built ahead of time", hint="name the architectures, e.g. gfx942")
-    try:
-        return tuple(check_archs(archs))
-    except ValueError as exc:
-        raise QolaError(f"{where}: {exc}") from None
+def choose_archs(cli_archs: Sequence[str] | None, manifest: Manifest, env: Mapping[str, str]) -> tuple[str, ...]:
+    """``--arch`` > ``[build].architectures`` > ``GPU_ARCHS`` (:data:`qola.core.settings.ARCHS`:
+    ``;``-separated lists, an ``--arch ""`` naming nothing is as if it were not given, as in QoLA)."""
+    return settings.resolve(settings.ARCHS, cli_archs, manifest.build.architectures, env).value
 
 
 def default_mode(cli_mode: str | None, manifest: Manifest) -> str:
     """The mode of modules without their own: ``--mode`` > ``[build].mode`` > ``pybind``
     (the one place this is decided; :attr:`Plan.mode` carries it)."""
-    return cli_mode or manifest.build.mode or DEFAULT_MODE
+    return settings.resolve(settings.MODE, cli_mode, manifest.build.mode, default=lambda: DEFAULT_MODE).value
 
 
 def check_pin(
@@ -98,7 +80,7 @@ def check_pin(
     problem = git_rev_problem(want) if want else None
     if problem:
         raise QolaError(f"{source} {want!r} {problem}")
-    head, unreadable = git_head(tree)
+    head, unreadable = git_head(tree, git_env)
     record: dict[str, Any] = {"expected": want, "actual": head, "source": source, "tree_chosen_by": chosen}
     if unreadable is not None:  # a git checkout whose commit git will not tell: a pin is not taken on trust
         record["status"] = "unknown"

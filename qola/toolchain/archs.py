@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from qola.core import rules
+from qola.core import rules, settings
 from qola.core.errors import QolaError
 
 HIP = "hip"
@@ -38,10 +38,7 @@ def validate_archs(archs: Sequence[str]) -> tuple[str, tuple[str, ...]]:
         archs = [archs]
     cleaned = tuple(dict.fromkeys(a.strip() for a in archs))
     if not cleaned or cleaned == ("",):
-        raise QolaError(
-            "no GPU architectures given",
-            hint='set [build] architectures, e.g. architectures = ["gfx942"] or ["sm_90"]',
-        )
+        raise settings.ARCHS.absent()  # the one message (qola.core.settings)
     for arch in cleaned:
         vendor_of(arch)  # an unknown one: its own message and hint
     problem = rules.archs_problem(cleaned)

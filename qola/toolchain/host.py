@@ -8,7 +8,7 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from qola.core import deadlines, proc
+from qola.core import deadlines, proc, settings
 from qola.core.errors import QolaError
 from qola.toolchain.env import ToolchainEnv
 
@@ -116,14 +116,9 @@ def default_jobs(env: Env, cpus: int | None = None, free_gb: float | None = None
     ``max(1, min(int(0.8 * cpus), int(free_GB / 0.5)))``, with every CPU of a 2-CPU machine
     (AITER's 0.8 leaves one of two idle: a build twice as long)."""
     raw = ToolchainEnv.of(env).get("MAX_JOBS")
-    if raw is not None and raw.strip():
-        try:
-            jobs = int(raw.strip())
-        except ValueError:
-            jobs = 0
-        if jobs < 1:
-            raise QolaError(f"MAX_JOBS={raw!r} is not a positive integer", hint="set MAX_JOBS=8, or unset it")
-        return jobs
+    given = None if raw is None else settings.JOBS.check(raw, "MAX_JOBS")  # -j's one check (qola.core.settings)
+    if given is not None:
+        return given
     cpus = cpus if cpus is not None else _cpu_count()
     by_cpu = max(int(0.8 * cpus), min(cpus, 2))
     if free_gb is None:

@@ -415,7 +415,6 @@ OTHER_OPENS = {
     "core/lock.py": 6,  # lock files (O_NOFOLLOW, O_EXCL when created) and /proc/locks, /proc/<pid>/cmdline
     "pipeline/progress.py": 3,  # /proc/<pid>/stat, /proc/<pid>/cmdline, /proc/uptime (the running units)
     "core/proc.py": 2,  # a child's log (append) and /proc/<pid>/stat
-    "commands/doctor.py": 1,  # doctor's test source (a write)
     "compile/ninja.py": 1,  # .ninja_log (the pipeline work of issues 31/34 owns ninja.py)
     "compile/unresolved.py": 1,  # os.fdopen of an fd from the checked open (pyelftools reads it)
     "compile/remote_launch.py": 2,  # the tally (append) and the empty anchor file (create)

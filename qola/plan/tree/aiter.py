@@ -160,16 +160,21 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
-def git_head(tree: AiterTree) -> tuple[str | None, str | None]:
+def git_head(tree: AiterTree, env: proc.TimedEnv | None = None) -> tuple[str | None, str | None]:
     """(HEAD, None) of the tree when its root is itself the top of a git checkout; (None, None) when it
     is not one (an sdist: nothing to check); (None, why) when it is one and git cannot say (git
-    missing, the tree owned by another user and not a ``safe.directory``, a broken repository)."""
+    missing, the tree owned by another user and not a ``safe.directory``, a broken repository).
+    ``env``: git's view of the build's environment (:class:`qola.checkout.git.GitEnv`: what git runs
+    under, ``QOLA_GIT_TIMEOUT``); None: git's default limit, under qola's own environment."""
     if not os.path.lexists(tree.root / ".git"):
         return None, None
     try:
-        limit = min(30.0, deadlines.seconds(deadlines.GIT_LOCAL, os.environ))
+        limit = min(30.0, (env.timeout(deadlines.GIT_LOCAL) if env else None) or deadlines.GIT_LOCAL.default)
         out = proc.run(
-            ["git", "-C", str(tree.root), "rev-parse", "--verify", "HEAD^{commit}"], stderr=proc.PIPE, timeout=limit
+            ["git", "-C", str(tree.root), "rev-parse", "--verify", "HEAD^{commit}"],
+            env=env.child if env else None,
+            stderr=proc.PIPE,
+            timeout=limit,
         )
     except FileNotFoundError:
         return None, "git is not installed"
