@@ -11,14 +11,14 @@ new child starts (:func:`popen` raises :class:`Interrupted`) and waits that poll
 
 Output is read as it comes, never held whole: :func:`run` keeps at most :data:`MAX_CAPTURE` bytes
 of a stream (a child printing more is ended: :class:`OutputLimit`), or with ``keep=N`` the first and
-last ``N/2`` bytes with a note of how much was cut between them (for output that only goes to logs).
+last ``N/2`` bytes with a note of how much was cut between them (for output that only goes to logs);
+the bounded buffers are :mod:`qola.core.capture`'s.
 
 Standard library only, nothing at import time (the no-op fast path imports this module).
 """
 
 from __future__ import annotations
 
-import collections
 import os
 import selectors
 import shlex
@@ -33,15 +33,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from qola.core import deadlines
+from qola.core import capture, deadlines
+from qola.core.capture import LOG_KEEP as LOG_KEEP
+from qola.core.capture import Lines as Lines
+from qola.core.capture import read_lines as read_lines
 
 PIPE, STDOUT, DEVNULL = subprocess.PIPE, subprocess.STDOUT, subprocess.DEVNULL
 TimeoutExpired = subprocess.TimeoutExpired
 CompletedProcess = subprocess.CompletedProcess
 GRACE = 5.0  # seconds between SIGTERM and SIGKILL for a group being ended
 MAX_CAPTURE = 64 << 20  # bytes of one captured stream :func:`run` holds for a caller that parses it
-LOG_KEEP = 2 << 20  # bytes of a child's output kept for a log (head and tail) by ``keep=LOG_KEEP``
-_CHUNK = 1 << 16
+_CHUNK = capture.CHUNK
 _PR_SET_PDEATHSIG = 1
 
 _live: dict[int, subprocess.Popen] = {}  # process group id -> its leader (started here, not yet reaped)
@@ -295,105 +297,19 @@ def started(argv: Sequence[str], **kwargs: Any) -> Iterator[subprocess.Popen]:
         finish(proc, ended=not ok or proc.returncode is None and proc.poll() is None)
 
 
-class _Kept:
-    """One captured stream: whole up to ``limit`` bytes (more: :class:`OutputLimit`), or with ``keep``
-    its first and last ``keep/2`` bytes and a count of what was cut between them. The tail is a queue
-    of the chunks as read, whole chunks dropped from its front: no large buffer is regrown or moved,
-    so memory stays about ``keep``."""
-
-    def __init__(self, argv: Sequence[str], limit: int, keep: int | None):
-        self.argv, self.limit, self.keep = argv, limit, keep
-        self.head = bytearray()
-        self.tail: collections.deque[bytes] = collections.deque()
-        self.tail_bytes = 0
-        self.cut = 0
-
-    def write(self, data: bytes) -> None:
-        if self.keep is None:
-            if len(self.head) + len(data) > self.limit:
-                raise OutputLimit(self.argv, self.limit, bytes(self.head[-4096:]))
-            self.head += data
-            return
-        room = self.keep // 2 - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data:
-            self.tail.append(data)
-            self.tail_bytes += len(data)
-        while self.tail and self.tail_bytes - len(self.tail[0]) >= self.keep // 2:
-            dropped = len(self.tail.popleft())
-            self.tail_bytes -= dropped
-            self.cut += dropped
-
-    def value(self) -> bytes:
-        tail = b"".join(self.tail)
-        cut = self.cut
-        if self.keep is not None and len(tail) > self.keep // 2:
-            cut += len(tail) - self.keep // 2
-            tail = tail[len(tail) - self.keep // 2 :]
-        if not cut:
-            return bytes(self.head) + tail
-        note = f"\n[… qola cut {cut} bytes ({cut >> 20} MiB) of output here …]\n".encode()
-        return bytes(self.head) + note + tail
-
-
-class Lines:
-    """Lines of a child's output kept for a log, at most about ``keep`` bytes: the first and last
-    ``keep/2`` bytes' worth, and one line saying how many were cut between them."""
-
-    def __init__(self, keep: int = LOG_KEEP):
-        self.keep = keep
-        self.head: list[str] = []
-        self.tail: collections.deque[str] = collections.deque()
-        self.head_bytes = self.tail_bytes = 0
-        self.cut_lines = self.cut_bytes = 0
-
-    def append(self, line: str) -> None:
-        if not self.tail and self.head_bytes + len(line) <= self.keep // 2:
-            self.head.append(line)
-            self.head_bytes += len(line) + 1
-            return
-        self.tail.append(line)
-        self.tail_bytes += len(line) + 1
-        while self.tail_bytes > self.keep // 2 and len(self.tail) > 1:
-            gone = self.tail.popleft()
-            self.tail_bytes -= len(gone) + 1
-            self.cut_lines += 1
-            self.cut_bytes += len(gone) + 1
-
-    def lines(self) -> list[str]:
-        note = (
-            [f"[… qola cut {self.cut_lines} line(s), {self.cut_bytes} bytes of output here …]"]
-            if self.cut_lines
-            else []
-        )
-        return [*self.head, *note, *self.tail]
-
-
-def read_lines(stream: Any, longest: int = _CHUNK) -> Iterator[str]:
-    """The lines of a text stream, none longer than ``longest`` characters (a longer one comes in
-    pieces): a child printing one endless line is never held whole."""
-    while True:
-        line = stream.readline(longest)
-        if not line:
-            return
-        yield line
-
-
 def _communicate(
     proc: subprocess.Popen, argv: Sequence[str], data: bytes | None, timeout: float | None, keep: int | None
 ) -> tuple[bytes | None, bytes | None]:
     """Feed ``data``, read stdout/stderr as they come into bounded buffers, wait for the exit;
     TimeoutExpired past ``timeout`` seconds (the caller ends the group)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    kept: dict[int, _Kept] = {}
+    kept: dict[int, capture.Kept] = {}
     sel = selectors.DefaultSelector()
     view, sent = memoryview(data or b""), 0
     try:
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
-                kept[stream.fileno()] = _Kept(argv, MAX_CAPTURE, keep)
+                kept[stream.fileno()] = capture.Kept(MAX_CAPTURE, keep)
                 sel.register(stream.fileno(), selectors.EVENT_READ)
         if proc.stdin is not None:
             if len(view):
@@ -411,7 +327,10 @@ def _communicate(
                 if fd in kept:
                     chunk = os.read(fd, _CHUNK)
                     if chunk:
-                        kept[fd].write(chunk)
+                        try:
+                            kept[fd].write(chunk)
+                        except capture.Overflow as full:
+                            raise OutputLimit(argv, MAX_CAPTURE, full.held) from None
                         continue
                 else:
                     try:

@@ -17,6 +17,7 @@ from typing import Any
 from qola.plan.itfs import Api
 from qola.plan.tree.aiter_configs import MergedConfig
 
+OUTPUT_DIR = "{}"  # AITER's placeholder for a generator's output dir
 DEFAULT_MODE = "pybind"  # a module's mode: its [[modules]] mode > --mode > [build].mode > this
 
 

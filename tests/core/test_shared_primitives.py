@@ -427,7 +427,8 @@ OTHER_OPENS = {
     "output/outdir.py": 4,  # OUT's switch protocol: manifest.json and lock fds (O_NOFOLLOW, fstat checked)
     "output/publish.py": 4,  # the stage's files (O_EXCL writes) and a copy from an fd the checked open returned
     "plan/registry.py": 1,  # registry.toml shipped with qola
-    "store/prebuilt.py": 9,  # the archive written (O_EXCL), packed from OUT (O_NOFOLLOW), and the download verified
+    "store/prebuilt.py": 7,  # the archive written (O_EXCL), packed from OUT (O_NOFOLLOW), and the download verified
+    "store/download.py": 2,  # the download written (O_EXCL, in its own temp dir) and a file of a local store (checked fd)
     "toolchain/host.py": 1,  # /proc/meminfo
 }
 _RAW_OPEN = re.compile(
