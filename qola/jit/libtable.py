@@ -1,6 +1,6 @@
 """The JIT table a library records — the authority on what its deferred units are.
 
-The generated table source (:func:`qola.jit.layout.render_table`) puts, next to the C struct the
+The generated table source (:func:`qola.jit.table.render_table`) puts, next to the C struct the
 runtime uses, the same table as text in the ELF section ``.qola_jit`` (referenced from the struct,
 so the linker keeps it)::
 

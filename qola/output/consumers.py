@@ -124,30 +124,7 @@ def render_cmake_config(namespace: str, modules: Sequence[ConsumerModule], *, ve
             f'set(_qola_{ns}_cxx_rt "$<$<EQUAL:${{_qola_{ns}_cxx}},-1>:stdc++>")',
         ]
     for mod in modules:
-        tgt, kind = f"qola::{ns}::{mod.name}", mod.kind.upper()
-        finds, deps = _cmake_deps(ns, mod)
-        props = [f'    IMPORTED_LOCATION "${{{pre}}}/lib/{mod.lib_file}"']
-        if mod.kind == "shared":
-            props.append(f'    IMPORTED_SONAME "{mod.lib_file}"')
-        else:
-            props.append('    IMPORTED_LINK_INTERFACE_LANGUAGES "CXX"')
-            deps.append(f"${{_qola_{ns}_cxx_rt}}")
-        props.append(f'    INTERFACE_LINK_LIBRARIES "{";".join([f"qola::{ns}::headers", *deps])}"')
-        out += [
-            f"if(NOT TARGET {tgt})",
-            *("  " + line for line in finds),
-            f"  add_library({tgt} {kind} IMPORTED)",
-            f"  set_target_properties({tgt} PROPERTIES",
-            *props,
-            "  )",
-            "endif()",
-        ]
-        out += [
-            f'if(NOT EXISTS "${{{pre}}}/lib/{mod.lib_file}")',
-            f"  set({pkg}_FOUND FALSE)",
-            f'  set({pkg}_NOT_FOUND_MESSAGE "missing ${{{pre}}}/lib/{mod.lib_file}")',
-            "endif()",
-        ]
+        out += _cmake_target(ns, mod)
     all_libs = ";".join(f"qola::{ns}::{m.name}" for m in modules)
     out += [
         f"if(NOT TARGET qola::{ns}::all)",
@@ -161,6 +138,33 @@ def render_cmake_config(namespace: str, modules: Sequence[ConsumerModule], *, ve
         "",
     ]
     return "\n".join(out)
+
+
+def _cmake_target(ns: str, mod: ConsumerModule) -> list[str]:
+    """The imported target ``qola::<ns>::<module>`` and the check that its library is there."""
+    pkg, pre = f"qola-{ns}", f"_qola_{ns}_prefix"
+    tgt, kind = f"qola::{ns}::{mod.name}", mod.kind.upper()
+    finds, deps = _cmake_deps(ns, mod)
+    props = [f'    IMPORTED_LOCATION "${{{pre}}}/lib/{mod.lib_file}"']
+    if mod.kind == "shared":
+        props.append(f'    IMPORTED_SONAME "{mod.lib_file}"')
+    else:
+        props.append('    IMPORTED_LINK_INTERFACE_LANGUAGES "CXX"')
+        deps.append(f"${{_qola_{ns}_cxx_rt}}")
+    props.append(f'    INTERFACE_LINK_LIBRARIES "{";".join([f"qola::{ns}::headers", *deps])}"')
+    return [
+        f"if(NOT TARGET {tgt})",
+        *("  " + line for line in finds),
+        f"  add_library({tgt} {kind} IMPORTED)",
+        f"  set_target_properties({tgt} PROPERTIES",
+        *props,
+        "  )",
+        "endif()",
+        f'if(NOT EXISTS "${{{pre}}}/lib/{mod.lib_file}")',
+        f"  set({pkg}_FOUND FALSE)",
+        f'  set({pkg}_NOT_FOUND_MESSAGE "missing ${{{pre}}}/lib/{mod.lib_file}")',
+        "endif()",
+    ]
 
 
 def render_cmake_version(version: str) -> str:

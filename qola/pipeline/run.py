@@ -459,7 +459,7 @@ def _layout(s: Settings) -> BuildLayout:
 def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
     """The compilers for the plan's archs, probed (their flag probes cached in the build dir). A dry
     run with HIP plans with AITER's flags for the manifest's ROCm version, unprobed."""
-    from qola.toolchain import find_toolchain  # lazy: start-up of the CLI and of the no-op path
+    from qola.toolchain import ToolchainChoice, find_toolchain  # lazy: start-up of the CLI and of the no-op path
     from qola.toolchain.env import ToolchainEnv  # lazy: start-up of the CLI and of the no-op path
 
     hip = plan_.vendor == "hip"
@@ -473,8 +473,7 @@ def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
         env=tenv,
         accepted_versions=versions,
         cache_dir=_layout(s).probes,
-        assume_version=assume,
-        drop_hip_flags=manifest.build.drop_hip_flags if hip else (),
+        choice=ToolchainChoice(assume_version=assume, drop_hip_flags=manifest.build.drop_hip_flags if hip else ()),
     )
 
 

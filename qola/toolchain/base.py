@@ -11,6 +11,21 @@ DISCARD_LOCALS = "-Wl,--discard-all"  # see Toolchain.discard_locals
 
 
 @dataclass(frozen=True)
+class ToolchainChoice:
+    """What a build chooses of its toolchain beyond the search: ``compiler`` overrides the search;
+    ``assume_version`` (HIP only) plans with AITER's flags for that version without probing
+    (``--dry-run``); ``drop_hip_flags`` (HIP only): entries of AITER's flag set left out
+    (``[build] drop_hip_flags``)."""
+
+    compiler: str | None = None
+    assume_version: str | None = None
+    drop_hip_flags: Sequence[str] = ()
+
+
+NO_CHOICE = ToolchainChoice()  # the search decides everything
+
+
+@dataclass(frozen=True)
 class Toolchain:
     """A device compiler, its identity, and the argv it takes.
 
