@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from qola.checkout.choice import choose  # lazy: start-up of the CLI and of the no-op path
-    from qola.checkout.request import request  # lazy: start-up of the CLI and of the no-op path
+    from qola.checkout.request import Asked, request  # lazy: start-up of the CLI and of the no-op path
     from qola.checkout.sync import ensure  # lazy: start-up of the CLI and of the no-op path
     from qola.plan import groups  # lazy: start-up of the CLI and of the no-op path
 
@@ -81,10 +81,7 @@ def run(args: argparse.Namespace) -> int:
         choice.path,
         manifest,
         env,
-        commit=args.aiter_commit,
-        patches_dir=args.patches_dir,
-        url=args.aiter_url,
-        force=args.force,
+        Asked(commit=args.aiter_commit, patches_dir=args.patches_dir, url=args.aiter_url, force=args.force),
     )
     result = ensure(req)
     for note in result.notes:

@@ -20,6 +20,7 @@ import errno
 import hashlib
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from qola.core.errors import QolaError
@@ -65,18 +66,26 @@ def check_stat(st: os.stat_result, path: object, *, limit: int, what: str, trust
         raise QolaError(f"refusing {what} {path}: {why}", hint=hint or f"remove it or run `chmod go-w {path}`")
 
 
+@dataclass(frozen=True)
+class At:
+    """A file named relative to an open directory (``openat``): ``dir_fd`` and the ``name`` in it."""
+
+    dir_fd: int
+    name: str | os.PathLike[str]
+
+
 def open_checked(
-    path: str | os.PathLike,
+    where: str | os.PathLike[str] | At,
     *,
     limit: int,
     what: str,
     follow: bool = True,
     trusted: bool = False,
-    dir_fd: int | None = None,
     hint: str | None = None,
 ) -> tuple[int, os.stat_result]:
-    """(fd, its fstat) of the regular file ``path`` (see the module's docstring). The caller closes
+    """(fd, its fstat) of the regular file ``where`` (see the module's docstring). The caller closes
     the fd."""
+    path, dir_fd = (where.name, where.dir_fd) if isinstance(where, At) else (where, None)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags, dir_fd=dir_fd)

@@ -31,12 +31,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any
 
-from qola.core import capture, deadlines
+from qola.core import capture
 from qola.core.capture import LOG_KEEP as LOG_KEEP
 from qola.core.capture import Lines as Lines
 from qola.core.capture import read_lines as read_lines
+from qola.core.childenv import ChildEnv as ChildEnv
+from qola.core.childenv import TimedEnv as TimedEnv
 
 PIPE, STDOUT, DEVNULL = subprocess.PIPE, subprocess.STDOUT, subprocess.DEVNULL
 TimeoutExpired = subprocess.TimeoutExpired
@@ -138,72 +140,35 @@ def why_ended(exc: subprocess.TimeoutExpired) -> str:
     return str(exc) if isinstance(exc, OutputLimit) else f"no answer within {exc.timeout:g} s; ended"
 
 
-@dataclass(frozen=True)
-class ChildEnv:
-    """The environment a child process runs under, built once from the build's environment.
-    Opaque on purpose: no setting is read from it (a stage resolves what it reads into typed values
-    first, e.g. :class:`qola.toolchain.env.ToolchainEnv`); only :func:`popen` opens it."""
-
-    items: tuple[tuple[str, str], ...]
-
-    @classmethod
-    def of(cls, env: Mapping[str, str] | ChildEnv) -> ChildEnv:
-        return env if isinstance(env, ChildEnv) else cls(tuple(sorted(env.items())))
-
-    def plus(self, extra: Mapping[str, str]) -> ChildEnv:
-        """This environment with ``extra`` set over it."""
-        return ChildEnv(tuple(sorted({**dict(self.items), **extra}.items()))) if extra else self
-
-    def as_dict(self) -> dict[str, str]:
-        return dict(self.items)
-
-
-_Timed = TypeVar("_Timed", bound="TimedEnv")
-
-
-@dataclass(frozen=True)
-class TimedEnv:
-    """A stage's view of the build's environment, resolved once: the environment its children run
-    under (opaque) and its deadline variable (:mod:`qola.core.deadlines`) as set, checked when the
-    first child runs. Each stage that runs children under a deadline names its knob in a subclass
-    (``checkout.git.GitEnv``, ``plan.variants.GeneratorEnv``)."""
-
-    KNOB: ClassVar[deadlines.Knob]
-    child: ChildEnv
-    timeout_raw: str | None = None
-
-    @classmethod
-    def of(cls: type[_Timed], env: Mapping[str, str] | TimedEnv) -> _Timed:
-        if isinstance(env, cls):
-            return env
-        assert isinstance(env, Mapping), f"{cls.__name__}.of: a mapping or a {cls.__name__}, not {type(env).__name__}"
-        return cls(ChildEnv.of(env), env.get(cls.KNOB.variable))
-
-    def timeout(self, knob: deadlines.Knob | None = None) -> float | None:
-        """The deadline of ``knob`` (default: the stage's) under the variable as set."""
-        knob = knob or self.KNOB
-        return deadlines.timeout(knob, {knob.variable: self.timeout_raw or ""})
-
-
 def _env_of(env: Mapping[str, str] | ChildEnv | None) -> dict[str, str] | None:
     return None if env is None else env.as_dict() if isinstance(env, ChildEnv) else dict(env)
+
+
+@dataclass(frozen=True)
+class Streams:
+    """Where a child's standard streams go (``subprocess`` spellings: :data:`PIPE`, :data:`STDOUT`,
+    :data:`DEVNULL`, a file), and whether its pipes carry text."""
+
+    stdin: Any = DEVNULL
+    stdout: Any = PIPE
+    stderr: Any = STDOUT
+    text: bool = True
 
 
 def popen(
     argv: Sequence[str],
     *,
     env: Mapping[str, str] | ChildEnv | None = None,
-    cwd: str | os.PathLike | None = None,
-    stdin: Any = DEVNULL,
-    stdout: Any = PIPE,
-    stderr: Any = STDOUT,
-    text: bool = True,
+    cwd: str | os.PathLike[str] | None = None,
+    streams: Streams | None = None,
     death_signal: int = signal.SIGTERM,
-) -> subprocess.Popen:
+) -> subprocess.Popen[Any]:
     """Start ``argv`` in a new process group with a parent-death signal and remember its group.
     Prefer :func:`run` or :func:`started`; a caller of this must call :func:`finish`. Raises
     :class:`Interrupted` once qola was told to stop."""
     check_stop()
+    streams = streams or Streams()
+    text = streams.text
     kwargs: dict[str, Any] = {"errors": "replace"} if text else {}
     if _POPEN_PROCESS_GROUP:
         kwargs["process_group"] = 0
@@ -211,9 +176,9 @@ def popen(
         [os.fspath(a) for a in argv],
         env=_env_of(env),
         cwd=cwd,
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
+        stdin=streams.stdin,
+        stdout=streams.stdout,
+        stderr=streams.stderr,
         text=text,
         preexec_fn=_death_signal(os.getpid(), death_signal, new_group=not _POPEN_PROCESS_GROUP),
         **kwargs,
@@ -354,38 +319,52 @@ def _communicate(
     return out, err
 
 
+@dataclass(frozen=True)
+class Output:
+    """What :func:`run` does with a child's output: where stdout and stderr go (stderr into stdout
+    unless told otherwise), whether it is decoded to text, ``log``: a file the command, its output
+    and exit status are also appended to; ``keep`` (bytes): the output is cut in the middle past
+    that instead of ending the child past :data:`MAX_CAPTURE`."""
+
+    stdout: Any = PIPE
+    stderr: Any = STDOUT
+    text: bool = True
+    log: str | os.PathLike[str] | None = None
+    keep: int | None = None
+
+
+SEPARATE = Output(stderr=PIPE)  # stdout and stderr captured apart
+FOR_LOG = Output(keep=LOG_KEEP)  # what only goes to a log: its head and tail past LOG_KEEP bytes
+
+
 def run(
     argv: Sequence[str],
     *,
     env: Mapping[str, str] | ChildEnv | None = None,
-    cwd: str | os.PathLike | None = None,
+    cwd: str | os.PathLike[str] | None = None,
     input: str | bytes | None = None,
     timeout: float | None = None,
-    stdout: Any = PIPE,
-    stderr: Any = STDOUT,
-    text: bool = True,
-    log: str | os.PathLike | None = None,
-    keep: int | None = None,
-) -> subprocess.CompletedProcess:
-    """Run ``argv`` to completion (output captured, stderr into stdout unless told otherwise); never
-    raises for a non-zero exit. A timeout ends the whole group and raises ``TimeoutExpired``; so does
-    any exception while waiting. A captured stream over :data:`MAX_CAPTURE` bytes ends the group too
-    (:class:`OutputLimit`); with ``keep`` (bytes) the output is cut in the middle instead, the cut
-    said where it was. ``log``: also append the command, its output and exit status there."""
+    out: Output | None = None,
+) -> subprocess.CompletedProcess[Any]:
+    """Run ``argv`` to completion (output captured as ``out`` says; default: stderr into stdout, as
+    text); never raises for a non-zero exit. A timeout ends the whole group and raises
+    ``TimeoutExpired``; so does any exception while waiting. A captured stream over
+    :data:`MAX_CAPTURE` bytes ends the group too (:class:`OutputLimit`); with ``out.keep`` (bytes)
+    the output is cut in the middle instead, the cut said where it was."""
+    out = out or Output()
     data = input.encode() if isinstance(input, str) else input
-    with started(
-        argv, env=env, cwd=cwd, stdin=PIPE if input is not None else DEVNULL, stdout=stdout, stderr=stderr, text=False
-    ) as proc:
+    streams = Streams(PIPE if input is not None else DEVNULL, out.stdout, out.stderr, text=False)
+    with started(argv, env=env, cwd=cwd, streams=streams) as proc:
         try:
-            raw_out, raw_err = _communicate(proc, argv, data, timeout, keep)
+            raw_out, raw_err = _communicate(proc, argv, data, timeout, out.keep)
         except subprocess.TimeoutExpired:
             end_group(proc, grace=1.0)
             raise
-    out: Any = _decode(raw_out) if text else raw_out
-    err: Any = _decode(raw_err) if text else raw_err
-    result = subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
-    if log is not None:
-        write_log(Path(log), argv, result)
+    stdout: Any = _decode(raw_out) if out.text else raw_out
+    stderr: Any = _decode(raw_err) if out.text else raw_err
+    result = subprocess.CompletedProcess(list(argv), proc.returncode, stdout, stderr)
+    if out.log is not None:
+        write_log(Path(out.log), argv, result)
     return result
 
 

@@ -127,7 +127,7 @@ class Ahead:
 
 
 def render_jit_module(spec: JitModuleSpec, units: Sequence[tuple[str, Path]], *, out_jit: Path,
-                      stub_dir: Path, batch: int = 1, ahead: Ahead = Ahead()) -> JitModuleFiles:  # fmt: skip
+                      stub_dir: Path, batch: int = 1, ahead: Ahead | None = None) -> JitModuleFiles:  # fmt: skip
     """OUT/jit/<module>/ for ``units`` = (unit name, instance file) and the stubs + table for
     ``stub_dir``, computed (the instance files and their headers are read; nothing is written).
     ``batch`` > 1 puts that many units' stubs in one source when the files allow it (they always
@@ -136,6 +136,7 @@ def render_jit_module(spec: JitModuleSpec, units: Sequence[tuple[str, Path]], *,
     (same file name) and a row of the table; the others are left as they are.
     With no ``units``, the tree is only ``index.json`` (nothing to publish: the runtime never reads
     OUT/jit for an ahead unit)."""
+    ahead = ahead or Ahead()
     style = stubs.STYLES.get(spec.style)
     if style is None:
         raise QolaError(f"unknown stub style {spec.style!r}", hint=f"use one of {', '.join(stubs.STYLES)}")

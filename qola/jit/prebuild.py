@@ -201,7 +201,7 @@ def build_one(cache: JitCache, u: Unit, env: Mapping[str, str], wait: float = ma
                 lf.write(f"# {' '.join(argv)}\n")
                 lf.flush()
                 try:
-                    rc = proc.run(argv, env=env, stdout=lf, stderr=proc.STDOUT, timeout=deadlines.COMPILE).returncode
+                    rc = proc.run(argv, env=env, out=proc.Output(stdout=lf), timeout=deadlines.COMPILE).returncode
                 except proc.TimeoutExpired:
                     lf.write(f"no answer within {deadlines.COMPILE:g} s; ended\n")
                     rc = 124

@@ -56,8 +56,8 @@ def open_regular(path: str | os.PathLike, *, max_size: int, trusted: bool = Fals
     """(fd, fstat) of a regular file opened for reading, checked before anything is read: the one
     checked open, :func:`qola.core.inputs.open_checked`, its refusals as :class:`Refused`."""
     try:
-        fd, st = inputs.open_checked(path, limit=max_size, what="JIT file", follow=follow, trusted=trusted,
-                                     dir_fd=dir_fd)  # fmt: skip
+        where = path if dir_fd is None else inputs.At(dir_fd, path)
+        fd, st = inputs.open_checked(where, limit=max_size, what="JIT file", follow=follow, trusted=trusted)
     except FileNotFoundError as exc:
         raise Refused(f"cannot read {path}: {exc.strerror}", missing=True) from None
     except QolaError as exc:

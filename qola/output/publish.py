@@ -296,8 +296,9 @@ class Contents:
     source_date_epoch: str | None = None
 
 
-def publish(report: CompileReport, out: Path, contents: Contents = Contents()) -> Path:
+def publish(report: CompileReport, out: Path, contents: Contents | None = None) -> Path:
     """Publish what built as a new version of ``out`` and switch to it. Returns OUT/manifest.json."""
+    contents = contents or Contents()
     out = Path(out)
     seen_at = Path(report.build_dir) / PUBLISHED
     placed: dict[str, Any] = {}

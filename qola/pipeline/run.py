@@ -165,7 +165,7 @@ def _nothing_to_do(layout: BuildLayout) -> bool:
 def _checkout(spec: BuildSpec, begun: Start) -> list[str]:
     """Check the tree out (``begun.checkout``: QoLA's ``build`` without ``--skip-checkout``,
     :func:`qola.pipeline.spec.start` decides). Returns notes."""
-    from qola.checkout.request import request  # lazy: start-up of the CLI and of the no-op path
+    from qola.checkout.request import Asked, request  # lazy: start-up of the CLI and of the no-op path
     from qola.checkout.sync import ensure  # lazy: start-up of the CLI and of the no-op path
     from qola.plan import manifest as manifest_mod  # lazy: start-up of the CLI and of the no-op path
 
@@ -173,10 +173,7 @@ def _checkout(spec: BuildSpec, begun: Start) -> list[str]:
         begun.choice.path,
         manifest_mod.load(spec.manifest),
         begun.env,
-        commit=spec.aiter_commit,
-        patches_dir=spec.patches_dir,
-        url=spec.aiter_url,
-        force=spec.force_checkout,
+        Asked(commit=spec.aiter_commit, patches_dir=spec.patches_dir, url=spec.aiter_url, force=spec.force_checkout),
     )
     result = ensure(req)
     return result.notes if result.changed else []
@@ -316,9 +313,8 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
         from qola.store import remote  # lazy: start-up of the CLI and of the no-op path
 
         remote_env = r.inputs.only(("PATH", *COMPILER_ENV))  # what it reads: trexe on PATH, the compilers' variables
-        rx = remote.prepare(
-            s.remote, tc, layout.root, plan_.tree_root, remote_env, fallback=spec.remote_fallback, dry_run=s.dry_run
-        )
+        use = remote.RemoteUse(fallback=spec.remote_fallback, dry_run=s.dry_run)
+        rx = remote.prepare(s.remote, tc, layout.root, plan_.tree_root, remote_env, use)
         farm = rx.header()
     ui.info(
         f"qola: {len(plan_.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
@@ -447,7 +443,7 @@ def _material(
     files, texts = table or table_texts(prepared.tree)
     inputs = env if isinstance(env, RecordedEnv) else RecordedEnv.of(env, fastpath.env_keys_of(texts))
     return buildkey.material(
-        prepared.manifest, plan_, tc, inputs, isolate=isolate, table_files=files, table_texts=texts
+        prepared.manifest, plan_, tc, inputs, isolate=isolate, table=buildkey.TableRead(files, texts)
     )
 
 

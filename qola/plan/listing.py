@@ -69,7 +69,7 @@ def list_blobs(gen: Generator, env: GenEnv, filt: str | None = None, python: str
         cmd = [python, *wrap, *argv, "--list_blobs", str(out), *extra]
         limit = genv.timeout()
         try:  # under the generators' deadline; its output only shown: cut past proc.LOG_KEEP, never held whole
-            done = runner.run(cmd, cwd=tmp, env=genv.child, timeout=limit, keep=runner.LOG_KEEP)
+            done = runner.run(cmd, cwd=tmp, env=genv.child, timeout=limit, out=runner.FOR_LOG)
         except OSError as exc:
             raise QolaError(f"cannot run `{gen.command}` to list its instances: {exc.strerror}") from None
         except runner.TimeoutExpired as exc:

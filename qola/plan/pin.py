@@ -35,9 +35,10 @@ class PinAsk:
     git_env: GitEnv | None = None
 
 
-def check_pin(manifest: Manifest, tree: AiterTree, ask: PinAsk = PinAsk()) -> PinResult:
+def check_pin(manifest: Manifest, tree: AiterTree, ask: PinAsk | None = None) -> PinResult:
     """(tree commit or None, warnings, the pin record for manifest.json). A mismatch is an error,
     unless ``ask.allow_unpinned`` or ``ask.chosen``: then a warning, recorded."""
+    ask = ask or PinAsk()
     want = ask.want or manifest.qola.aiter_commit
     source = (ask.want_from if want != manifest.qola.aiter_commit else "[qola] aiter_commit") if want else None
     problem = git_rev_problem(want) if want else None

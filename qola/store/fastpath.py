@@ -247,7 +247,7 @@ def unchanged(data: Mapping, build_dir: Path, out: Path, env: RecordedEnv) -> di
 def nothing_to_do(build_dir: Path, ninja: str) -> bool:
     """``ninja -n`` finds no dirty edge."""
     try:
-        done = proc.run([ninja, "-C", str(build_dir), "-n"], timeout=120, stderr=proc.PIPE)
+        done = proc.run([ninja, "-C", str(build_dir), "-n"], timeout=120, out=proc.SEPARATE)
     except (OSError, proc.TimeoutExpired):
         return False
     return done.returncode == 0 and "no work to do" in done.stdout

@@ -43,7 +43,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import qola
 from qola import __version__
@@ -349,6 +349,13 @@ def _env_part(env: RecordedEnv, table_texts: Iterable[str], plan: Plan) -> dict[
     return _normalise({k: env.get(k) for k in sorted(keys)}, _rooted(_tree_roots(plan)))
 
 
+class TableRead(NamedTuple):
+    """The tree's module table as read: its files and their texts."""
+
+    files: Iterable[str]
+    texts: Iterable[str]
+
+
 def material(
     manifest: Manifest,
     plan: Plan,
@@ -356,12 +363,12 @@ def material(
     env: RecordedEnv,
     *,
     isolate: bool,
-    table_files: Iterable[str],
-    table_texts: Iterable[str],
+    table: TableRead,
 ) -> Material:
     """The key's material for a build of ``plan`` with ``tc`` under ``env`` (the recorded variables:
     PATH, the compilers' and what the module table reads, :func:`qola.store.fastpath.env_keys_of`;
     reads the compilers' and qola's files; the tree's are hashed by :meth:`Material.key`)."""
+    table_files, table_texts = table
     fixed = {
         "qola": {"version": __version__, "files": _qola_files()},
         "manifest": _manifest_part(manifest),

@@ -206,7 +206,7 @@ def probe(trexe: str, ep: Endpoint, tc: Toolchain, env: dict[str, str], prop: st
         f"{PROPERTY}={prop} (the id of this compiler; {DOCS})"
     )
     try:
-        got = proc.run(argv, timeout=PROBE_TIMEOUT, stderr=proc.PIPE)
+        got = proc.run(argv, timeout=PROBE_TIMEOUT, out=proc.SEPARATE)
     except proc.TimeoutExpired:
         raise QolaError(
             f"--remote: {ep.url}: no worker with this toolchain ({PROPERTY}={prop}) answered within "
@@ -235,19 +235,28 @@ def probe(trexe: str, ep: Endpoint, tc: Toolchain, env: dict[str, str], prop: st
         )
 
 
+@dataclass(frozen=True)
+class RemoteUse:
+    """How a build uses the service: ``fallback``: a compile the service cannot run runs here;
+    ``dry_run``: nothing is asked of the service."""
+
+    fallback: bool
+    dry_run: bool = False
+
+
 def prepare(
     ep: Endpoint,
     tc: Toolchain,
     build_dir: Path,
     tree_root: str,
     env: Mapping[str, str],
-    *,
-    fallback: bool,
-    dry_run: bool = False,
+    use: RemoteUse,
 ) -> Remote:
-    """Probe the service and write the launcher (``<build>/remote/cc`` + ``config.json``). ``env``:
-    PATH (where trexe is found) and the compilers' variables (:data:`qola.toolchain.identity.COMPILER_ENV`:
-    the toolchain's id and the action's environment); nothing else of the build's environment."""
+    """Probe the service (not in a dry run) and write the launcher (``<build>/remote/cc`` +
+    ``config.json``). ``env``: PATH (where trexe is found) and the compilers' variables
+    (:data:`qola.toolchain.identity.COMPILER_ENV`: the toolchain's id and the action's environment);
+    nothing else of the build's environment."""
+    fallback, dry_run = use.fallback, use.dry_run
     from qola.core.fsutil import atomic_write  # lazy: paid only by the callers that need it
 
     trexe = find_trexe(env)

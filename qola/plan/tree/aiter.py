@@ -169,7 +169,7 @@ def git_head(tree: AiterTree) -> tuple[str | None, str | None]:
     try:
         limit = min(30.0, deadlines.seconds(deadlines.GIT_LOCAL, os.environ))
         out = proc.run(
-            ["git", "-C", str(tree.root), "rev-parse", "--verify", "HEAD^{commit}"], stderr=proc.PIPE, timeout=limit
+            ["git", "-C", str(tree.root), "rev-parse", "--verify", "HEAD^{commit}"], out=proc.SEPARATE, timeout=limit
         )
     except FileNotFoundError:
         return None, "git is not installed"
