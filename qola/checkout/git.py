@@ -51,7 +51,7 @@ def run(
     timeout: float | None = None,
     check: bool = True,
     stdout: Any = proc.PIPE,
-) -> Any:
+) -> proc.CompletedProcess[Any]:
     """``git -C root args``; stdout captured as text (or written to ``stdout``, a file, as bytes),
     stderr separate. ``network``: the URL this step reaches (named in the error). A non-zero exit
     raises unless ``check`` is false."""
@@ -83,8 +83,8 @@ def run(
     return done
 
 
-def out(root: Path | None, *args: str, env: Env, **kw) -> str:
-    return run(root, *args, env=env, **kw).stdout.strip()
+def out(root: Path | None, *args: str, env: Env, **kw: Any) -> str:
+    return str(run(root, *args, env=env, **kw).stdout).strip()
 
 
 def digest(root: Path | None, *args: str, env: Env, into: Any) -> None:

@@ -48,7 +48,7 @@ MAX_CAPTURE = 64 << 20  # bytes of one captured stream :func:`run` holds for a c
 _CHUNK = capture.CHUNK
 _PR_SET_PDEATHSIG = 1
 
-_live: dict[int, subprocess.Popen] = {}  # process group id -> its leader (started here, not yet reaped)
+_live: dict[int, subprocess.Popen[Any]] = {}  # process group id -> its leader (started here, not yet reaped)
 _live_lock = threading.Lock()
 _prctl: Any = None  # libc's prctl, resolved once in the parent (never in a forked child)
 _stop = threading.Event()  # set by the handler of signals_end_children: stop starting and waiting
@@ -191,7 +191,7 @@ def popen(
     return proc
 
 
-def finish(proc: subprocess.Popen, *, ended: bool = False) -> None:
+def finish(proc: subprocess.Popen[Any], *, ended: bool = False) -> None:
     """Forget ``proc``; with ``ended`` (the caller stops waiting early) end its group first."""
     try:
         if ended:
@@ -215,7 +215,7 @@ def _signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
-def end_group(proc: subprocess.Popen, grace: float = GRACE) -> None:
+def end_group(proc: subprocess.Popen[Any], grace: float = GRACE) -> None:
     """SIGTERM to ``proc``'s group, up to ``grace`` seconds for its leader, then SIGKILL to the group."""
     if proc.returncode is None:
         _signal_group(proc.pid, signal.SIGTERM)
@@ -251,7 +251,7 @@ def terminate_all(grace: float = GRACE) -> None:
 
 
 @contextmanager
-def started(argv: Sequence[str], **kwargs: Any) -> Iterator[subprocess.Popen]:
+def started(argv: Sequence[str], **kwargs: Any) -> Iterator[subprocess.Popen[Any]]:
     """``with started(argv, ...) as p:`` — the group is ended if the block exits by an exception."""
     proc = popen(argv, **kwargs)
     ok = False
@@ -263,7 +263,7 @@ def started(argv: Sequence[str], **kwargs: Any) -> Iterator[subprocess.Popen]:
 
 
 def _communicate(
-    proc: subprocess.Popen, argv: Sequence[str], data: bytes | None, timeout: float | None, keep: int | None
+    proc: subprocess.Popen[Any], argv: Sequence[str], data: bytes | None, timeout: float | None, keep: int | None
 ) -> tuple[bytes | None, bytes | None]:
     """Feed ``data``, read stdout/stderr as they come into bounded buffers, wait for the exit;
     TimeoutExpired past ``timeout`` seconds (the caller ends the group)."""
@@ -377,7 +377,7 @@ def _decode(data: bytes | None) -> str | None:
 
 def run_checked(
     argv: Sequence[str], *, hint: str | None = None, any_exit: bool = False, timeout: float | None = None, **kwargs: Any
-) -> subprocess.CompletedProcess:
+) -> subprocess.CompletedProcess[Any]:
     """:func:`run` for a child that must work: one that cannot be started, runs past ``timeout``
     or (unless ``any_exit``) exits non-zero raises :class:`qola.core.errors.FailedProcessError` — the
     one error, and format, for a failed child (its command, why, the tail of its output, ``hint``)."""
@@ -400,7 +400,7 @@ def _as_text(x: Any) -> str:
     return x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
 
 
-def write_log(path: Path, argv: Sequence[str], result: subprocess.CompletedProcess) -> None:
+def write_log(path: Path, argv: Sequence[str], result: subprocess.CompletedProcess[Any]) -> None:
     as_text = _as_text
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8", errors="replace") as fh:

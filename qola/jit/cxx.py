@@ -377,7 +377,7 @@ def alias_names(text: str, items: list[tuple[str, int, int]]) -> list[str]:
 def qualify(text: str, names: set[str], prefix: str) -> str:
     """Prefix unqualified uses of ``names`` in ``text`` with ``prefix`` (e.g. ``ns::``)."""
 
-    def sub(m: re.Match) -> str:
+    def sub(m: re.Match[str]) -> str:
         before = text[: m.start()].rstrip()
         if m.group(0) in names and not before.endswith(("::", ".", "->")):
             return prefix + m.group(0)

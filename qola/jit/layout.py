@@ -21,6 +21,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from qola.core import inputs
 from qola.core.errors import QolaError
@@ -280,7 +281,7 @@ def _recorded_copy(module: str, unit: str, path: Path, ahead_dir: Path) -> tuple
     return ahead_dir / path.name, copy, n
 
 
-def read_index(jit_dir: Path) -> dict:
+def read_index(jit_dir: Path) -> dict[str, Any]:
     """``<jit_dir>/index.json``, read as an untrusted file (regular, bounded) and shape-checked."""
     path = jit_dir / fmt.INDEX
     hint = "is this an OUT/jit/<module> dir? rebuild the output dir if it is"

@@ -205,7 +205,7 @@ def tables_for(jit_dirs: Sequence[Path], libraries: Iterable[Path] = ()) -> dict
     return by_dir
 
 
-def check_index(index: dict, table: LibModule, where: str) -> None:
+def check_index(index: dict[str, Any], table: LibModule, where: str) -> None:
     """Refuse an ``index.json`` that says anything else than the library's table."""
 
     def differ(what: str, a: object, b: object) -> QolaError:

@@ -69,7 +69,9 @@ def find_jit_dirs(out: Path) -> list[Path]:
     raise QolaError(f"no JIT modules under {out}", hint=hint)
 
 
-def resolve_compiler(table: libtable.LibModule, env: Mapping[str, str], memo: dict) -> jkey.JitCompiler | None:
+def resolve_compiler(
+    table: libtable.LibModule, env: Mapping[str, str], memo: dict[str, jkey.JitCompiler]
+) -> jkey.JitCompiler | None:
     """The compiler the runtime would use: QOLA_JIT_COMPILER, else the recorded path (or its
     name in PATH). None if there is none."""
     want = env.get("QOLA_JIT_COMPILER") or table.compiler
@@ -93,7 +95,7 @@ def module_tables(jit_dirs: Sequence[Path], libraries: Iterable[Path] = ()) -> d
 
 def select_units(jit_dirs: Sequence[Path], env: Mapping[str, str], pattern: str | None = None,
                  libraries: Iterable[Path] = ()) -> list[Unit]:  # fmt: skip
-    memo: dict = {}
+    memo: dict[str, jkey.JitCompiler] = {}
     units = []
     for d, table in module_tables(jit_dirs, libraries).items():
         comp = resolve_compiler(table, env, memo)

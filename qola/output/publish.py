@@ -104,7 +104,7 @@ PUBLISHED = ".qola-published.json"  # BUILD/: what the last publish copied: each
 LOG_MODE = 0o600  # OUT/logs/*.log: the user's alone (docs/design-notes.md, "What qola trusts")
 
 
-def _src_key(path: Path, st: os.stat_result) -> list:
+def _src_key(path: Path, st: os.stat_result) -> list[Any]:
     return [str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 

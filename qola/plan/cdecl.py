@@ -52,6 +52,8 @@ from qola.plan.ctext import (
     to_semicolon,
 )
 
+_Scopes = list[tuple[str, tuple[str, ...]]]  # the open scopes: (kind, names)
+
 
 class DeclError(ValueError):
     """A declaration the reader cannot represent (the message names the function and the line)."""
@@ -185,7 +187,7 @@ def parse(text: str, entry_macros: Mapping[str, str] | None = None) -> Header:
     return header
 
 
-def _entry_macro(w: Sequence[str], toks, i: int, returns: str, scopes, header: Header) -> int:
+def _entry_macro(w: Sequence[str], toks: Sequence[Any], i: int, returns: str, scopes: _Scopes, header: Header) -> int:
     """``MACRO(name, (params), (args))`` and the body after it: a C entry point ``returns name(params)``."""
     end = skip_group(w, i + 1)
     args = split_top(list(w[i + 2 : end - 1]), ",")
@@ -221,7 +223,7 @@ def _inline(scopes: list[tuple[str, tuple[str, ...]]]) -> tuple[str, ...]:
     return tuple(names[-1] for kind, names in scopes if kind == "inline" and names)
 
 
-def _record(w: Sequence[str], i: int, scopes, header: Header) -> int:
+def _record(w: Sequence[str], i: int, scopes: _Scopes, header: Header) -> int:
     """A struct/class/union/enum: its data member names noted (for ``requires``), body skipped."""
     j = i + 1
     name = ""
@@ -273,7 +275,9 @@ def _members(body: Sequence[str]) -> set[str]:
     return names
 
 
-def _declaration(w: Sequence[str], toks, i: int, scopes, header: Header, *, linkage: str) -> int:
+def _declaration(
+    w: Sequence[str], toks: Sequence[Any], i: int, scopes: _Scopes, header: Header, *, linkage: str
+) -> int:
     """One declaration at namespace scope starting at ``i``: a function's is recorded; returns the
     index after it."""
     end = end_of_declaration(w, i)
@@ -422,7 +426,7 @@ def read_header(
 
 
 def _unique(decls: Iterable[Decl]) -> list[Decl]:
-    seen: dict[tuple, Decl] = {}
+    seen: dict[tuple[Any, ...], Decl] = {}
     for d in decls:
         key = (d.scope, d.returns, tuple(p.type for p in d.params), d.conditions, d.linkage)
         seen.setdefault(key, d)

@@ -30,7 +30,7 @@ from typing import Any
 
 from qola.core import inputs
 from qola.core.errors import QolaError
-from qola.plan.cdecl import Decl, DeclError, literal_default, parse, read_header
+from qola.plan.cdecl import Decl, DeclError, Header, literal_default, parse, read_header
 from qola.plan.ctext import TYPE_WORDS
 
 HEADER_SUFFIXES = (".h", ".hpp", ".hh", ".cuh", ".hxx")
@@ -189,7 +189,7 @@ def _spelling(path: Path, include_dirs: Sequence[str]) -> str:
 
 
 def _provide(
-    module: str, p: Provide, parsed, include_dirs: Sequence[str], api_path: Path, reads: list[str]
+    module: str, p: Provide, parsed: Header, include_dirs: Sequence[str], api_path: Path, reads: list[str]
 ) -> Decl | str:
     """The provided function, or the note saying why the tree does not have what it needs (``reads``
     gets the file it looked in)."""

@@ -103,4 +103,4 @@ def _same_commit(tree: AiterTree, head: str, want: str, env: GitEnv | None) -> b
         done = git.run(tree.root, "rev-parse", "--verify", "--quiet", f"{want}^{{commit}}", env=env or {}, check=False)
     except QolaError:
         return False
-    return done.returncode == 0 and done.stdout.strip() == head
+    return done.returncode == 0 and str(done.stdout).strip() == head

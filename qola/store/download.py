@@ -10,6 +10,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from qola import __version__
 from qola.core import inputs
@@ -33,12 +34,12 @@ def is_url(source: str) -> bool:
     return bool(re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", source))
 
 
-def _opener():
+def _opener() -> Any:
     import urllib.parse  # lazy: paid only by the callers that need it
     import urllib.request  # lazy: paid only by the callers that need it
 
     class SameSchemes(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, req, fp, code, msg, headers, newurl):
+        def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
             if urllib.parse.urlsplit(newurl).scheme.lower() not in ("http", "https"):
                 raise QolaError(f"{req.full_url} redirects to {newurl}: only http(s) is followed")
             new = super().redirect_request(req, fp, code, msg, headers, newurl)

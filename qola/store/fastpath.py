@@ -109,7 +109,7 @@ def _view(env: Mapping[str, str] | RecordedEnv, keys: Iterable[str]) -> Recorded
     return env if isinstance(env, RecordedEnv) else RecordedEnv.of(env, keys)
 
 
-def _stat(path: str) -> list:
+def _stat(path: str) -> list[Any]:
     try:
         st = os.stat(path)
     except OSError:
@@ -208,7 +208,7 @@ def forget(build_dir: Path) -> None:
         pass
 
 
-def load(build_dir: Path, argv: Sequence[str]) -> dict | None:
+def load(build_dir: Path, argv: Sequence[str]) -> dict[str, Any] | None:
     """The record of the last successful build when it was made by this command line and is one
     this qola wrote (its ``env_keys`` say which variables :func:`unchanged` needs), else None."""
     try:
@@ -223,7 +223,7 @@ def load(build_dir: Path, argv: Sequence[str]) -> dict | None:
     return data
 
 
-def unchanged(data: Mapping, build_dir: Path, out: Path, env: RecordedEnv) -> dict | None:
+def unchanged(data: Mapping[str, Any], build_dir: Path, out: Path, env: RecordedEnv) -> dict[str, Any] | None:
     """The record ``data`` (:func:`load`) when nothing it was derived from changed (and OUT holds
     what it published), else None. ``env``: the variables it names, resolved from the build's
     environment (one that does not cover them: None, a build)."""

@@ -132,7 +132,7 @@ def _tree_roots(plan: Plan) -> list[str]:
 
 # -- hashing ---------------------------------------------------------------------------------------
 
-_BINARIES: dict[tuple, str | None] = {}
+_BINARIES: dict[tuple[Any, ...], str | None] = {}
 
 
 def binary_sha256(path: str | None) -> str | None:
@@ -346,7 +346,8 @@ def _env_part(env: RecordedEnv, table_texts: Iterable[str], plan: Plan) -> dict[
     from qola.store.fastpath import referenced_env  # lazy: paid only by the callers that need it
 
     keys = set(referenced_env(table_texts)) | {k for k, _ in env.prefixed()}
-    return _normalise({k: env.get(k) for k in sorted(keys)}, _rooted(_tree_roots(plan)))
+    part: dict[str, str | None] = _normalise({k: env.get(k) for k in sorted(keys)}, _rooted(_tree_roots(plan)))
+    return part
 
 
 class TableRead(NamedTuple):

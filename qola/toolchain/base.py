@@ -75,7 +75,11 @@ class Toolchain:
         return [f.format(name=name, uid=uid) for f in self.unit_flags]
 
     def compile_argv(
-        self, src: str | os.PathLike, obj: str | os.PathLike, depfile: str | os.PathLike, flags: list[str]
+        self,
+        src: str | os.PathLike[str],
+        obj: str | os.PathLike[str],
+        depfile: str | os.PathLike[str],
+        flags: list[str],
     ) -> list[str]:
         """Compile one source to ``obj`` and write a Makefile depfile.
 
@@ -104,7 +108,9 @@ class Toolchain:
             obj,
         ]
 
-    def shared_link_argv(self, objs_rsp: str | os.PathLike, out: str | os.PathLike, ldflags: list[str]) -> list[str]:
+    def shared_link_argv(
+        self, objs_rsp: str | os.PathLike[str], out: str | os.PathLike[str], ldflags: list[str]
+    ) -> list[str]:
         """Link a shared library with the host C++ compiler from a response file of
         objects (nvcc does not read @files; c++ does), then the GPU runtime:
         static cudart for CUDA (the .so then needs no CUDA toolkit to load),
