@@ -128,7 +128,7 @@ class Plan:
     modules: tuple[ModulePlan, ...]
     warnings: tuple[str, ...] = field(default=(), compare=False)
     mode: str = DEFAULT_MODE  # the default mode (--mode > [build].mode > pybind); modules may override
-    # the pin check (qola.plan.planner.check_pin): expected, actual, status, source, tree_chosen_by -> manifest.json "pin"
+    # the pin check (qola.plan.pin.check_pin): expected, actual, status, source, tree_chosen_by -> manifest.json "pin"
     pin: dict[str, Any] | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
