@@ -157,6 +157,16 @@ def write_if_changed(path: str | os.PathLike[str], data: str | bytes, mode: int 
     return atomic_write(path, raw, mode)
 
 
+def append_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Append ``text`` (UTF-8, unencodable characters replaced) to the log ``path``, its directory
+    made when missing: the one append (a child's log grows as the children run, never rewritten)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8", errors="replace") as fh:
+        fh.write(text)
+    return path
+
+
 def commit(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
     """Publish a finished temp file or directory ``tmp`` (in ``path``'s directory) as ``path``:
     fsync it, rename (replacing a file, or an absent/empty directory), fsync the directory."""

@@ -401,13 +401,14 @@ def _as_text(x: Any) -> str:
 
 
 def write_log(path: Path, argv: Sequence[str], result: subprocess.CompletedProcess[Any]) -> None:
+    from qola.core.fsutil import append_text  # lazy: not on the no-op path (which imports this module)
+
     as_text = _as_text
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8", errors="replace") as fh:
-        fh.write(
-            f"$ {shlex.join(str(a) for a in argv)}\n{as_text(result.stdout)}{as_text(result.stderr)}"
-            f"(exit code {result.returncode})\n"
-        )
+    append_text(
+        path,
+        f"$ {shlex.join(str(a) for a in argv)}\n{as_text(result.stdout)}{as_text(result.stderr)}"
+        f"(exit code {result.returncode})\n",
+    )
 
 
 _HANDLED = ("SIGINT", "SIGTERM", "SIGHUP")

@@ -54,6 +54,7 @@ __all__ = [  # with the names of qola.plan.listing and qola.plan.cknames its cal
     "NOT",
     "SLOTS",
     "GenEnv",
+    "Generator",
     "GeneratorEnv",
     "Resolution",
     "Selection",
