@@ -30,6 +30,7 @@ from qola.jit import key as jkey
 from qola.jit import libtable, safeio
 from qola.jit.cache import JitCache
 from qola.jit.layout import read_index
+from qola.output import outdir
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,6 @@ def find_jit_dirs(out: Path) -> list[Path]:
     hint = "give the build's output dir (it has jit/<module>/index.json)"
     if out.exists() and not out.is_dir():
         raise QolaError(f"{out} is not a directory", hint=hint)
-    from qola.output import outdir  # lazy: paid only by the callers that need it
 
     if outdir.interrupted(out):  # a publish killed mid-switch: completed before OUT/jit is read
         with outdir.reading(out):

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from qola import __version__
+from qola.compile import codegen
 from qola.compile.layout import BuildLayout
 from qola.compile.steps import CompileReport, ModuleResult
 from qola.core import inputs
@@ -73,7 +74,6 @@ def prepare(out: Path, build_dir: Path) -> list[str]:
     (:func:`check_output`, so a refusal comes before compiling) and remove what killed runs left
     behind — publish staging dirs in OUT, generator staging dirs in the build dir, generator
     listings in the temp dir. One note per kind removed."""
-    from qola.compile import codegen  # lazy: paid only by the callers that need it
 
     out = Path(out)
     notes = []

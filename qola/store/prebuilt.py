@@ -40,6 +40,10 @@ from typing import IO, Any, BinaryIO, cast
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_stream, atomic_write, inside, pid_tempdir, remove_stale
 from qola.core.hashing import file_sha256
+from qola.output import outdir
+from qola.output.checks import audit_output, load_manifest, resolve_root
+from qola.output.outdir import DIRS, ENTRIES, MANIFEST_JSON
+from qola.output.publish import install_version
 from qola.store.download import CHUNK, HINT_STORE, TIMEOUT, fetch
 from qola.store.download import Missing as Missing
 from qola.store.download import is_url as is_url
@@ -97,7 +101,6 @@ def _tarinfo(rel: str, *, directory: bool, size: int = 0, executable: bool = Fal
 def _write_archive(fh: BinaryIO, root: Path, files: dict[str, Any]) -> None:
     """The version under ``root`` as a deterministic tar.gz; every file checked against ``files``
     (manifest.json's record) as it is read."""
-    from qola.output.outdir import DIRS, MANIFEST_JSON  # lazy: paid only by the callers that need it
 
     dirs = sorted(Path(d).relative_to(root).as_posix() for top in DIRS for d, _, _ in os.walk(inside(root, top)))
     entries = sorted([(d, True) for d in dirs] + [(f, False) for f in [*files, MANIFEST_JSON]])
@@ -127,7 +130,6 @@ def package(out: Path, into: Path) -> Packaged:
     """Audit the output dir ``out`` and write its current version as ``into/<name>`` (+ ``.json``,
     then ``.sha256``), each atomically. Refuses an output that fails ``qola audit`` (failed modules
     included) or records no build key."""
-    from qola.output import outdir  # lazy: paid only by the callers that need it
 
     out, into = Path(out), Path(into)
     real_root = os.path.realpath(out)
@@ -138,12 +140,6 @@ def package(out: Path, into: Path) -> Packaged:
 
 
 def _package(out: Path, into: Path) -> Packaged:
-    from qola.output import outdir  # lazy: paid only by the callers that need it
-    from qola.output.checks import (  # lazy: paid only by the callers that need it
-        audit_output,
-        load_manifest,
-        resolve_root,
-    )
 
     if not outdir.published(out) and outdir.legacy_version(out) is None:
         raise QolaError(
@@ -252,7 +248,6 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, path
 def unpack(archive: Path, dest: Path, *, max_bytes: int = MAX_UNPACKED, max_members: int = MAX_MEMBERS) -> None:
     """Extract ``archive`` into the empty dir ``dest``, writing every file and dir itself (never
     through tarfile's extraction): see the module's docstring for what is refused."""
-    from qola.output.publish import DIRS, ENTRIES  # lazy: paid only by the callers that need it
 
     seen: set[str] = set()
     total = 0
@@ -294,7 +289,6 @@ def verify(root: Path, key: str, namespace: str) -> None:
     """QolaError unless the unpacked version ``root`` is a clean qola output of ``namespace`` built
     for ``key``: its manifest.json records this key and every file, and ``qola audit`` finds
     nothing (sizes, sha256s, exports, every module built)."""
-    from qola.output.checks import audit_output, load_manifest  # lazy: paid only by the callers that need it
 
     data = load_manifest(root)
     got = recorded_key(data)
@@ -332,7 +326,6 @@ class Installed:
 def install(source: str, namespace: str, key: str, out: Path, work: Path, *, timeout: float = TIMEOUT) -> Installed:
     """Install the archive of ``key`` from ``source`` (a dir or an http(s) base URL) as a new
     version of ``out``; ``work``: a dir for the download (the build dir). Missing: none there."""
-    from qola.output.publish import install_version  # lazy: paid only by the callers that need it
 
     name = archive_name(namespace, key)
     work.mkdir(parents=True, exist_ok=True)

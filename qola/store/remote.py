@@ -29,9 +29,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import qola
+from qola.compile.remote_launch import errors
 from qola.core import inputs, proc
 from qola.core.errors import QolaError
+from qola.core.fsutil import atomic_write
 from qola.core.secret import redact, split_url
+from qola.store.key import binary_sha256, digest
+from qola.toolchain import find_toolchain
+from qola.toolchain.identity import compiler_env
 
 if TYPE_CHECKING:
     from qola.toolchain import Toolchain
@@ -120,8 +125,6 @@ def toolchain_id(tc: Toolchain, env: Mapping[str, str]) -> str:
     """The compiler's identity: kind, version, ``--version`` output, the compiler's and host C++
     compiler's sha256 and the compiler environment — the build key's toolchain record, less what
     only links read."""
-    from qola.store.key import binary_sha256, digest  # lazy: paid only by the callers that need it
-    from qola.toolchain.identity import compiler_env  # lazy: paid only by the callers that need it
 
     record = {
         "kind": tc.kind,
@@ -140,7 +143,6 @@ def toolchain_id(tc: Toolchain, env: Mapping[str, str]) -> str:
 def action_env(tc: Toolchain, env: Mapping[str, str]) -> dict[str, str]:
     """The environment every action carries: a fixed PATH (the compiler's dir first), the compiler
     variables the build sets. Nothing of the client's own (home, venv, user) enters the key."""
-    from qola.toolchain.identity import compiler_env  # lazy: paid only by the callers that need it
 
     dirs = [os.path.dirname(tc.compiler), os.path.dirname(tc.host_cxx or "")] + ACTION_PATH.split(":")
     path = ":".join(dict.fromkeys(d for d in dirs if d))
@@ -218,8 +220,6 @@ def probe(trexe: str, ep: Endpoint, tc: Toolchain, env: dict[str, str], prop: st
     try:
         result = json.loads(inputs.read_record(meta))["actionResultMetadata"]
     except (OSError, ValueError, KeyError, TypeError):
-        from qola.compile.remote_launch import errors  # lazy: paid only by the callers that need it
-
         raise QolaError(
             f"--remote: {ep.url} did not run the start-up action: {errors(got.stderr or '') or 'no answer'}", hint=hint
         ) from None
@@ -257,7 +257,6 @@ def prepare(
     (:data:`qola.toolchain.identity.COMPILER_ENV`: the toolchain's id and the action's environment);
     nothing else of the build's environment."""
     fallback, dry_run = use.fallback, use.dry_run
-    from qola.core.fsutil import atomic_write  # lazy: paid only by the callers that need it
 
     trexe = find_trexe(env)
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -355,8 +354,6 @@ def main(argv: list[str]) -> int:
     """``python -m qola.store.remote toolchain-id ARCH…``: the ``qola-toolchain`` property of this
     machine's compiler for those archs (run on a worker to start it with the clients' id)."""
     import tempfile
-
-    from qola.toolchain import find_toolchain  # lazy: paid only by the callers that need it
 
     if len(argv) < 2 or argv[0] != "toolchain-id":
         print("usage: python -m qola.store.remote toolchain-id ARCH [ARCH…]   (e.g. gfx942, sm_90)", file=sys.stderr)
