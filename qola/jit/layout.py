@@ -150,7 +150,7 @@ def render_jit_module(spec: JitModuleSpec, units: Sequence[tuple[str, Path]], *,
     tree: dict[str, bytes] = {}
     stubbed = [_stubbed(spec, style, unit, Path(path)) for unit, path in units]
     records = []
-    for st, (unit, _) in zip(stubbed, units):
+    for st, (unit, _) in zip(stubbed, units, strict=True):
         tree[st.source_rel] = data = st.stub.jit_text.encode()
         headers = jkey.headers_digest(unit_headers[unit].items())
         ckey = jkey.content_key(source=data, headers=headers, flags=flags, arch=spec.arch, lang=spec.lang)
@@ -259,7 +259,7 @@ def _index(
              "entry_symbol": r.entry_symbol, "functions": [f"{s.ret} {s.specialised_name()}({', '.join(s.param_types)})"
                                                            for s in st.stub.specs],
              "content_key": r.content_key, "key": r.key}
-            for r, st in zip(records, stubbed)
+            for r, st in zip(records, stubbed, strict=True)
         ],
     }  # fmt: skip
     return (json.dumps(index, indent=1) + "\n").encode()

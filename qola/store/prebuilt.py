@@ -140,7 +140,6 @@ def package(out: Path, into: Path) -> Packaged:
 
 
 def _package(out: Path, into: Path) -> Packaged:
-
     if not outdir.published(out) and outdir.legacy_version(out) is None:
         raise QolaError(
             f"{out} is not a published qola output (no {out / outdir.MANIFEST_JSON})",
