@@ -50,17 +50,17 @@ def run(
     network: str | None = None,
     timeout: float | None = None,
     check: bool = True,
-    text: bool = True,
     stdout: Any = proc.PIPE,
-) -> Any:
-    """``git -C root args``; stdout captured (or written to ``stdout``, a file), stderr separate.
-    ``network``: the URL this step reaches (named in the error). A non-zero exit raises unless
-    ``check`` is false."""
+) -> proc.CompletedProcess[Any]:
+    """``git -C root args``; stdout captured as text (or written to ``stdout``, a file, as bytes),
+    stderr separate. ``network``: the URL this step reaches (named in the error). A non-zero exit
+    raises unless ``check`` is false."""
+    text = stdout is proc.PIPE
     cmd = argv(root, args)
     genv = GitEnv.of(env)
     limit = timeout or genv.timeout(deadlines.GIT_NETWORK if network else deadlines.GIT_LOCAL)
     try:
-        done = proc.run(cmd, env=genv.child.plus(QUIET), timeout=limit, stdout=stdout, stderr=proc.PIPE, text=text)
+        done = proc.run(cmd, env=genv.child.plus(QUIET), timeout=limit, out=proc.Output(stdout, proc.PIPE, text=text))
     except proc.TimeoutExpired as exc:
         raise GitError(
             args,
@@ -83,8 +83,8 @@ def run(
     return done
 
 
-def out(root: Path | None, *args: str, env: Env, **kw) -> str:
-    return run(root, *args, env=env, **kw).stdout.strip()
+def out(root: Path | None, *args: str, env: Env, **kw: Any) -> str:
+    return str(run(root, *args, env=env, **kw).stdout).strip()
 
 
 def digest(root: Path | None, *args: str, env: Env, into: Any) -> None:
@@ -92,7 +92,7 @@ def digest(root: Path | None, *args: str, env: Env, into: Any) -> None:
     back in chunks, never held (a ``git diff --binary`` of a changed AITER tree runs past the 64 MiB a
     captured output may hold)."""
     with tempfile.TemporaryFile() as f:
-        run(root, *args, env=env, stdout=f, text=False)
+        run(root, *args, env=env, stdout=f)
         f.seek(0)
         for chunk in iter(lambda: f.read(1 << 20), b""):
             into.update(chunk)

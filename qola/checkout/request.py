@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,28 +69,31 @@ def clone_url(url: str) -> tuple[str, Secret | None]:
     return url, None
 
 
-def request(
-    root: Path,
-    manifest: Manifest | None,
-    env: Mapping[str, str],
-    *,
-    commit: str | None = None,
-    patches_dir: str | None = None,
-    url: str | None = None,
-    force: bool = False,
-) -> Request:
+@dataclass(frozen=True)
+class Asked:
+    """What the command line asks of a checkout: ``--aiter-commit``, ``--patches-dir``, the clone
+    URL, ``--force`` (None/False: the manifest's or the environment's)."""
+
+    commit: str | None = None
+    patches_dir: str | None = None
+    url: str | None = None
+    force: bool = False
+
+
+def request(root: Path, manifest: Manifest | None, env: Mapping[str, str], asked: Asked | None = None) -> Request:
     from qola.checkout.sync import Request, collect_patches  # lazy: paid only by the callers that need it
 
-    sha, commit_from = commit_of(commit, manifest)
-    public, credentials = clone_url(url_of(url, manifest, env))
-    pdir, pwhere = patches_dir_of(patches_dir, manifest)
+    asked = asked or Asked()
+    sha, commit_from = commit_of(asked.commit, manifest)
+    public, credentials = clone_url(url_of(asked.url, manifest, env))
+    pdir, pwhere = patches_dir_of(asked.patches_dir, manifest)
     return Request(
         root=root,
         commit=sha,
         commit_from=commit_from,
         patches=collect_patches(pdir, pwhere),
         url=public,
-        force=forced(force, env),
+        force=forced(asked.force, env),
         env=dict(env),
         credentials=credentials,
     )

@@ -30,7 +30,7 @@ from qola.checkout import git
 from qola.checkout.state import Snapshot, clear_stamp, read_stamp, snapshot, write_stamp
 from qola.core import inputs, lock
 from qola.core.errors import QolaError
-from qola.core.fsutil import inside, replace_dir
+from qola.core.fsutil import atomic_write, inside, replace_dir
 from qola.core.secret import Secret, basic_authorization
 
 HEX = re.compile(r"[0-9a-f]{4,40}\Z")
@@ -415,7 +415,7 @@ def _restore(
             files = []
             for i, (name, data) in enumerate(previous):
                 files.append(tmp / f"{i:04d}-{os.path.basename(name)}")
-                files[-1].write_bytes(data)
+                atomic_write(files[-1], data)
             _apply(root, files, previous, env)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -8,7 +8,7 @@ import os
 import sys
 
 from qola.checkout.choice import choose
-from qola.checkout.request import request
+from qola.checkout.request import Asked, request
 from qola.checkout.sync import ensure
 from qola.commands.common import add_debug, add_flag
 from qola.core import settings
@@ -65,7 +65,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     env = dict(os.environ)
     manifest = None
     if args.manifest:
@@ -86,10 +85,7 @@ def run(args: argparse.Namespace) -> int:
         choice.path,
         manifest,
         env,
-        commit=args.aiter_commit,
-        patches_dir=args.patches_dir,
-        url=args.aiter_url,
-        force=args.force,
+        Asked(commit=args.aiter_commit, patches_dir=args.patches_dir, url=args.aiter_url, force=args.force),
     )
     result = ensure(req)
     for note in result.notes:

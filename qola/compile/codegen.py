@@ -185,7 +185,7 @@ def run_generators(
             before = _names(staging)
             try:  # its own process group, ended with qola (Ctrl-C, SIGTERM, qola killed) or past its deadline;
                 # what it prints is kept for the log, cut in the middle past proc.LOG_KEEP bytes: qola.core.proc
-                done = proc.run_checked(argv, cwd=staging, env=genv.child, timeout=limit, keep=proc.LOG_KEEP)
+                done = proc.run_checked(argv, cwd=staging, env=genv.child, timeout=limit, out=proc.FOR_LOG)
             except FailedProcessError as exc:
                 exc.hint = missing_package_hint(
                     exc.output, python

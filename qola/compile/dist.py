@@ -53,7 +53,7 @@ def is_sccache(launcher: str | None) -> TypeGuard[str]:
 
 def _query(sccache: str, args: list[str], env: Mapping[str, str] | ChildEnv) -> str:
     hint = f"check that {sccache} runs (sccache --show-stats); its log: SCCACHE_ERROR_LOG=FILE SCCACHE_LOG=info"
-    return proc.run_checked([sccache, *args], env=env, timeout=TIMEOUT, stderr=proc.PIPE, hint=hint).stdout
+    return proc.run_checked([sccache, *args], env=env, timeout=TIMEOUT, out=proc.SEPARATE, hint=hint).stdout
 
 
 def _status(sccache: str, env: Mapping[str, str] | ChildEnv) -> tuple[object, str]:

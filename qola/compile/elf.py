@@ -160,7 +160,7 @@ def demangle(names: Sequence[str], cxxfilt: str = "c++filt") -> list[str]:
     if exe is None:
         return list(names)
     try:
-        done = proc.run([exe], input="\n".join(names) + "\n", stderr=proc.PIPE, timeout=300)
+        done = proc.run([exe], input="\n".join(names) + "\n", out=proc.SEPARATE, timeout=300)
     except (OSError, proc.TimeoutExpired):
         return list(names)
     out = done.stdout.split("\n")

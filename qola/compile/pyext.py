@@ -58,7 +58,7 @@ def torch_flags(kind: str, python: str = sys.executable) -> ExtFlags:
     """Flags for a torch extension, found by asking torch in a child process (never imported here)."""
     hint = 'install PyTorch in this Python, set torch_exclude = true for the module, or use mode = "cpp_itfs"'
     try:
-        out = proc.run_checked([python, "-c", _TORCH_PROBE], stderr=proc.PIPE, timeout=300, hint=hint)
+        out = proc.run_checked([python, "-c", _TORCH_PROBE], out=proc.SEPARATE, timeout=300, hint=hint)
     except FailedProcessError as exc:
         if exc.returncode in (124, 127):  # could not run the interpreter, or it hung
             raise

@@ -198,7 +198,7 @@ def action(cfg: Mapping, argv: Sequence[str], cwd: str, map_build: bool = False)
     with tempfile.TemporaryDirectory(prefix="qola-deps-", dir=os.path.join(build, "remote")) as tmp:
         listing = os.path.join(tmp, "d")
         try:
-            got = proc.run(deps_argv(argv, listing), cwd=cwd, stderr=proc.PIPE, timeout=cfg["timeout"])
+            got = proc.run(deps_argv(argv, listing), cwd=cwd, out=proc.SEPARATE, timeout=cfg["timeout"])
         except proc.TimeoutExpired as exc:
             raise _LocalError(f"the dependency scan {proc.why_ended(exc)}\n") from None
         if got.returncode != 0:  # the compile itself is broken: let the compiler say why, locally
@@ -306,7 +306,7 @@ def _remote(cfg: Mapping, argv: Sequence[str], cwd: str, times: dict | None, *, 
         try:
             got = proc.run(
                 [*args, f"--result-metadata-file={meta}", f"--d={dl}", "--", *command],
-                stderr=proc.PIPE,
+                out=proc.SEPARATE,
                 timeout=cfg["timeout"],
             )
         except proc.TimeoutExpired as exc:

@@ -26,7 +26,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from qola.core.errors import QolaError
 
@@ -37,7 +37,7 @@ def _refuse(root: Path, shown: str, why: str) -> QolaError:
     return QolaError(f"refusing to write {shown!r} under {root}: {why}", hint=_HINT)
 
 
-def inside(root: str | os.PathLike, *parts: str | os.PathLike) -> Path:
+def inside(root: str | os.PathLike[str], *parts: str | os.PathLike[str]) -> Path:
     """``root / parts…``, proven to stay under ``root``. Each part may hold several ``/``-separated
     names; an absolute part, a ``..`` or empty name, a NUL, or a result whose resolved path (symlinks
     followed) leaves the resolved root raises :class:`QolaError`. ``root`` need not exist yet."""
@@ -66,7 +66,7 @@ def inside(root: str | os.PathLike, *parts: str | os.PathLike) -> Path:
     return path
 
 
-def fsync_dir(path: str | os.PathLike) -> None:
+def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Make a rename in ``path`` durable (best effort: not every file system allows it)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -84,7 +84,9 @@ def _temp_beside(path: Path, prefix: str | None = None) -> tuple[int, str]:
     return tempfile.mkstemp(prefix=prefix or f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
 
 
-def _publish_temp(path: Path, fill, mode: int, temp_prefix: str | None = None, sync_dir: bool = False) -> Path:
+def _publish_temp(
+    path: Path, fill: Callable[[BinaryIO], object], mode: int, temp_prefix: str | None = None, sync_dir: bool = False
+) -> Path:
     """Create a temp file beside ``path``, let ``fill(fh)`` write it, fsync, chmod ``mode`` and
     rename it over ``path`` (then fsync the directory with ``sync_dir``); the temp never survives a
     failure."""
@@ -107,7 +109,7 @@ def _publish_temp(path: Path, fill, mode: int, temp_prefix: str | None = None, s
 
 
 def atomic_write(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     data: bytes,
     mode: int | None = None,
     *,
@@ -121,24 +123,24 @@ def atomic_write(
     return _publish_temp(Path(path), lambda fh: fh.write(data), 0o644 if mode is None else mode, temp_prefix, sync_dir)
 
 
-def atomic_stream(path: str | os.PathLike, fill: Callable[[BinaryIO], object], mode: int | None = None) -> Path:
+def atomic_stream(path: str | os.PathLike[str], fill: Callable[[BinaryIO], object], mode: int | None = None) -> Path:
     """Like :func:`atomic_write` for content too large to hold: ``fill(fh)`` writes it to the temp
     file (a prebuilt archive); fsync, rename, fsync the directory."""
     return _publish_temp(Path(path), fill, 0o644 if mode is None else mode, sync_dir=True)
 
 
-def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+def atomic_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Path:
     """Copy ``src`` (its bytes and permission bits) to ``dst`` by temp + fsync + rename."""
     src = Path(src)
 
-    def fill(fh) -> None:
+    def fill(fh: BinaryIO) -> None:
         with open(src, "rb") as inp:
             shutil.copyfileobj(inp, fh, 1 << 20)
 
     return _publish_temp(Path(dst), fill, os.stat(src).st_mode & 0o777)
 
 
-def write_if_changed(path: str | os.PathLike, data: str | bytes, mode: int | None = None) -> Path:
+def write_if_changed(path: str | os.PathLike[str], data: str | bytes, mode: int | None = None) -> Path:
     """Write ``data`` (text is UTF-8) to ``path`` atomically unless it already holds exactly those
     bytes: an unchanged file keeps its mtime, so ninja does not rebuild what depends on it. With
     ``mode``, an unchanged file whose permission bits differ only gets them set."""
@@ -155,7 +157,17 @@ def write_if_changed(path: str | os.PathLike, data: str | bytes, mode: int | Non
     return atomic_write(path, raw, mode)
 
 
-def commit(tmp: str | os.PathLike, path: str | os.PathLike) -> Path:
+def append_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Append ``text`` (UTF-8, unencodable characters replaced) to the log ``path``, its directory
+    made when missing: the one append (a child's log grows as the children run, never rewritten)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8", errors="replace") as fh:
+        fh.write(text)
+    return path
+
+
+def commit(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
     """Publish a finished temp file or directory ``tmp`` (in ``path``'s directory) as ``path``:
     fsync it, rename (replacing a file, or an absent/empty directory), fsync the directory."""
     fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
@@ -168,7 +180,7 @@ def commit(tmp: str | os.PathLike, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def replace_dir(stage: str | os.PathLike, final: str | os.PathLike) -> Path:
+def replace_dir(stage: str | os.PathLike[str], final: str | os.PathLike[str]) -> Path:
     """Swap the finished directory ``stage`` in as ``final`` (same parent): the old ``final`` is
     renamed aside (``.<name>.old-<pid>``, which :func:`remove_stale` recognises if this process
     dies), ``stage`` renamed in, the old tree removed. A reader sees the old or the new tree, never
@@ -204,7 +216,7 @@ def _same_file(src: str, dst: str) -> bool:
     return True
 
 
-def sync_dir(stage: str | os.PathLike, final: str | os.PathLike) -> tuple[int, int, int]:
+def sync_dir(stage: str | os.PathLike[str], final: str | os.PathLike[str]) -> tuple[int, int, int]:
     """Make the directory ``final`` hold exactly what the finished directory ``stage`` (same parent)
     holds, consuming ``stage``: a file whose bytes did not change is left alone (it keeps its inode
     and mtime, so ninja rebuilds nothing from it), a new or changed one is renamed in (a reader sees
@@ -261,10 +273,10 @@ def sync_dir(stage: str | os.PathLike, final: str | os.PathLike) -> tuple[int, i
 
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
-_renameat2: list = []  # [the libc function or None], looked up on first use
+_renameat2: list[Any] = []  # [the libc function or None], looked up on first use
 
 
-def _libc_renameat2():
+def _libc_renameat2() -> Any:
     if not _renameat2:
         fn = None
         try:
@@ -281,7 +293,7 @@ def _libc_renameat2():
     return _renameat2[0]
 
 
-def exchange(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+def exchange(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     """Swap the existing paths ``a`` and ``b`` (files, dirs or symlinks, same file system) in one
     step: ``renameat2(RENAME_EXCHANGE)``, so every reader sees one or the other at each name, never
     neither. False (nothing changed) where libc or the file system lacks it; other errors raise."""
@@ -301,7 +313,7 @@ def exchange(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 _FICLONE = 0x40049409
 
 
-def copy_file(src: str | os.PathLike, dst: str | os.PathLike, mode: int) -> None:
+def copy_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], mode: int) -> None:
     """Copy ``src``'s bytes to the new file ``dst`` (created exclusively, permission bits ``mode``),
     fsynced: a reflink (``FICLONE``) where the file system shares extents, else ``copy_file_range``
     (in-kernel), else a plain copy. Never a hard link: editing one copy never changes the other."""
@@ -335,7 +347,7 @@ def copy_file(src: str | os.PathLike, dst: str | os.PathLike, mode: int) -> None
         os.fsync(out.fileno())
 
 
-def replace_symlink(path: str | os.PathLike, target: str, tmp: str | os.PathLike) -> Path:
+def replace_symlink(path: str | os.PathLike[str], target: str, tmp: str | os.PathLike[str]) -> Path:
     """Make ``path`` a symlink to ``target`` with one rename: the new link is created as ``tmp``
     (beside ``path``; removed on failure) and renamed over whatever ``path`` was."""
     remove(tmp)
@@ -372,7 +384,7 @@ def pid_alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def pid_tempdir(prefix: str, parent: str | os.PathLike | None = None) -> Iterator[str]:
+def pid_tempdir(prefix: str, parent: str | os.PathLike[str] | None = None) -> Iterator[str]:
     """A private temp dir named ``<prefix><pid>-<random>`` (removed at exit): if this process is
     killed, :func:`remove_stale` on ``parent`` (default: the system temp dir) removes it later."""
     path = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
@@ -382,7 +394,7 @@ def pid_tempdir(prefix: str, parent: str | os.PathLike | None = None) -> Iterato
         shutil.rmtree(path, ignore_errors=True)
 
 
-def stale_entries(parent: str | os.PathLike, prefix: str | re.Pattern[str]) -> list[Path]:
+def stale_entries(parent: str | os.PathLike[str], prefix: str | re.Pattern[str]) -> list[Path]:
     """Entries of ``parent`` named ``<prefix><pid>`` or ``<prefix><pid>-…`` (or matching the
     pattern ``prefix``, whose ``pid`` group is the pid), owned by this user, whose process is gone
     (never followed through symlinks)."""
@@ -406,7 +418,7 @@ def stale_entries(parent: str | os.PathLike, prefix: str | re.Pattern[str]) -> l
     return sorted(found)
 
 
-def remove(path: str | os.PathLike) -> None:
+def remove(path: str | os.PathLike[str]) -> None:
     """Remove a file, a symlink (never its target) or a directory tree; absent is fine."""
     path = Path(path)
     if path.is_dir() and not path.is_symlink():
@@ -416,7 +428,7 @@ def remove(path: str | os.PathLike) -> None:
             path.unlink()
 
 
-def remove_stale(parent: str | os.PathLike, prefix: str | re.Pattern[str]) -> list[Path]:
+def remove_stale(parent: str | os.PathLike[str], prefix: str | re.Pattern[str]) -> list[Path]:
     """Remove :func:`stale_entries` of ``parent``; the paths removed."""
     gone = stale_entries(parent, prefix)
     for path in gone:
@@ -432,13 +444,13 @@ def stage_prefix(name: str) -> str:
 _TREE_LEFTOVER = re.compile(r"\.(.+)\.(?:stage|old)-(?P<pid>\d+)\Z")
 
 
-def remove_stale_trees(parent: str | os.PathLike) -> list[Path]:
+def remove_stale_trees(parent: str | os.PathLike[str]) -> list[Path]:
     """Remove what killed :func:`replace_tree`/:func:`replace_dir` runs left in ``parent``
     (``.<name>.stage-<pid>``, ``.<name>.old-<pid>`` of a dead process, owned by this user)."""
     return remove_stale(parent, _TREE_LEFTOVER)
 
 
-def replace_tree(path: str | os.PathLike, files: Iterable[tuple[str, bytes]]) -> Path:
+def replace_tree(path: str | os.PathLike[str], files: Iterable[tuple[str, bytes]]) -> Path:
     """Make the directory ``path`` hold exactly ``files`` ((relative path, bytes)): they are written
     into a staging dir beside it (:func:`stage_prefix`), which then replaces ``path``
     (:func:`replace_dir`). Relative paths go through :func:`inside`."""

@@ -13,7 +13,7 @@ GiB = 1 << 30
 MAX_HASHED = 64 * GiB  # a compiler, an archive, a library: anything larger is not what qola hashes
 
 
-def file_sha256(path: str | os.PathLike, limit: int = MAX_HASHED) -> str:
+def file_sha256(path: str | os.PathLike[str], limit: int = MAX_HASHED) -> str:
     """sha256 of the regular file ``path`` (a symlink followed), at most ``limit`` bytes; anything
     else raises :class:`OSError` (:class:`TooLarge` for the size)."""
     return regular_file_sha256(path, limit, follow=True)[0]
@@ -23,7 +23,9 @@ class TooLarge(OSError):
     """A file over the size a caller allows (checked with ``fstat`` before anything is read)."""
 
 
-def regular_file_sha256(path: str | os.PathLike, limit: int | None = None, *, follow: bool = False) -> tuple[str, int]:
+def regular_file_sha256(
+    path: str | os.PathLike[str], limit: int | None = None, *, follow: bool = False
+) -> tuple[str, int]:
     """(sha256, size) of a regular file, opened without following a final symlink (unless ``follow``)
     and checked with ``fstat`` before reading: a FIFO, device or symlink raises OSError instead of
     hanging or being followed, and a file over ``limit`` bytes (a sparse 64 GiB file) raises

@@ -20,6 +20,7 @@ import errno
 import hashlib
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from qola.core.errors import QolaError
@@ -65,18 +66,26 @@ def check_stat(st: os.stat_result, path: object, *, limit: int, what: str, trust
         raise QolaError(f"refusing {what} {path}: {why}", hint=hint or f"remove it or run `chmod go-w {path}`")
 
 
+@dataclass(frozen=True)
+class At:
+    """A file named relative to an open directory (``openat``): ``dir_fd`` and the ``name`` in it."""
+
+    dir_fd: int
+    name: str | os.PathLike[str]
+
+
 def open_checked(
-    path: str | os.PathLike,
+    where: str | os.PathLike[str] | At,
     *,
     limit: int,
     what: str,
     follow: bool = True,
     trusted: bool = False,
-    dir_fd: int | None = None,
     hint: str | None = None,
 ) -> tuple[int, os.stat_result]:
-    """(fd, its fstat) of the regular file ``path`` (see the module's docstring). The caller closes
+    """(fd, its fstat) of the regular file ``where`` (see the module's docstring). The caller closes
     the fd."""
+    path, dir_fd = (where.name, where.dir_fd) if isinstance(where, At) else (where, None)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags, dir_fd=dir_fd)
@@ -118,7 +127,7 @@ def read_fd(fd: int, limit: int, what: str, path: object, hint: str | None = Non
         raise QolaError(f"cannot read {what} {path}: {exc.strerror}", hint=hint) from None
 
 
-def read_checked(path: str | os.PathLike, *, limit: int, what: str, follow: bool = True, trusted: bool = False,
+def read_checked(path: str | os.PathLike[str], *, limit: int, what: str, follow: bool = True, trusted: bool = False,
                  hint: str | None = None) -> bytes:  # fmt: skip
     """The bytes of the regular file ``path`` (at most ``limit``), checked before the first read."""
     fd, _ = open_checked(path, limit=limit, what=what, follow=follow, trusted=trusted, hint=hint)
@@ -140,7 +149,7 @@ def sha256_fd(fd: int, limit: int) -> tuple[str, int]:
     return h.hexdigest(), off
 
 
-def sha256_checked(path: str | os.PathLike, *, limit: int, what: str, follow: bool = True, trusted: bool = False,
+def sha256_checked(path: str | os.PathLike[str], *, limit: int, what: str, follow: bool = True, trusted: bool = False,
                    hint: str | None = None) -> tuple[str, int]:  # fmt: skip
     """(sha256, size) of the regular file ``path``, its size checked before a byte is hashed; one
     that grows past ``limit`` while hashed is refused."""
@@ -154,7 +163,7 @@ def sha256_checked(path: str | os.PathLike, *, limit: int, what: str, follow: bo
     return digest, size
 
 
-def check_type(path: str | os.PathLike, *, want: str, what: str, follow: bool = False, limit: int | None = None,
+def check_type(path: str | os.PathLike[str], *, want: str, what: str, follow: bool = False, limit: int | None = None,
                hint: str | None = None) -> os.stat_result:  # fmt: skip
     """``path`` (not opened: a child reads it, or it is listed) must be ``want`` ("file": a regular
     file of at most ``limit`` bytes; "dir": a directory); a symbolic link only with ``follow``.
@@ -181,7 +190,7 @@ MAX_RECORD = 64 * MiB  # a record, stamp or cache entry qola wrote itself (JSON)
 MAX_SOURCE = 64 * MiB  # one source or header file of a kernel tree
 
 
-def read_record(path: str | os.PathLike, *, limit: int = MAX_RECORD, what: str = "record") -> str:
+def read_record(path: str | os.PathLike[str], *, limit: int = MAX_RECORD, what: str = "record") -> str:
     """The text of a small file qola wrote itself (a record, a stamp, a cache entry, a child's output
     file) through the checked read; a refusal is an :class:`OSError` (callers treat the file as
     absent or broken, as for any unreadable one)."""

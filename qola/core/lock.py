@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from qola.core import proc
 from qola.core.errors import QolaError
@@ -138,7 +139,7 @@ class Held:
         self.release()
 
 
-def _from_proc_locks(fd: int) -> dict:
+def _from_proc_locks(fd: int) -> dict[str, Any]:
     """pid and command of the process holding an flock on ``fd``'s file, from /proc/locks."""
     try:
         st = os.fstat(fd)

@@ -11,14 +11,14 @@ new child starts (:func:`popen` raises :class:`Interrupted`) and waits that poll
 
 Output is read as it comes, never held whole: :func:`run` keeps at most :data:`MAX_CAPTURE` bytes
 of a stream (a child printing more is ended: :class:`OutputLimit`), or with ``keep=N`` the first and
-last ``N/2`` bytes with a note of how much was cut between them (for output that only goes to logs).
+last ``N/2`` bytes with a note of how much was cut between them (for output that only goes to logs);
+the bounded buffers are :mod:`qola.core.capture`'s.
 
 Standard library only, nothing at import time (the no-op fast path imports this module).
 """
 
 from __future__ import annotations
 
-import collections
 import os
 import selectors
 import shlex
@@ -31,20 +31,24 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any
 
-from qola.core import deadlines
+from qola.core import capture
+from qola.core.capture import LOG_KEEP as LOG_KEEP
+from qola.core.capture import Lines as Lines
+from qola.core.capture import read_lines as read_lines
+from qola.core.childenv import ChildEnv as ChildEnv
+from qola.core.childenv import TimedEnv as TimedEnv
 
 PIPE, STDOUT, DEVNULL = subprocess.PIPE, subprocess.STDOUT, subprocess.DEVNULL
 TimeoutExpired = subprocess.TimeoutExpired
 CompletedProcess = subprocess.CompletedProcess
 GRACE = 5.0  # seconds between SIGTERM and SIGKILL for a group being ended
 MAX_CAPTURE = 64 << 20  # bytes of one captured stream :func:`run` holds for a caller that parses it
-LOG_KEEP = 2 << 20  # bytes of a child's output kept for a log (head and tail) by ``keep=LOG_KEEP``
-_CHUNK = 1 << 16
+_CHUNK = capture.CHUNK
 _PR_SET_PDEATHSIG = 1
 
-_live: dict[int, subprocess.Popen] = {}  # process group id -> its leader (started here, not yet reaped)
+_live: dict[int, subprocess.Popen[Any]] = {}  # process group id -> its leader (started here, not yet reaped)
 _live_lock = threading.Lock()
 _prctl: Any = None  # libc's prctl, resolved once in the parent (never in a forked child)
 _stop = threading.Event()  # set by the handler of signals_end_children: stop starting and waiting
@@ -136,72 +140,35 @@ def why_ended(exc: subprocess.TimeoutExpired) -> str:
     return str(exc) if isinstance(exc, OutputLimit) else f"no answer within {exc.timeout:g} s; ended"
 
 
-@dataclass(frozen=True)
-class ChildEnv:
-    """The environment a child process runs under, built once from the build's environment.
-    Opaque on purpose: no setting is read from it (a stage resolves what it reads into typed values
-    first, e.g. :class:`qola.toolchain.env.ToolchainEnv`); only :func:`popen` opens it."""
-
-    items: tuple[tuple[str, str], ...]
-
-    @classmethod
-    def of(cls, env: Mapping[str, str] | ChildEnv) -> ChildEnv:
-        return env if isinstance(env, ChildEnv) else cls(tuple(sorted(env.items())))
-
-    def plus(self, extra: Mapping[str, str]) -> ChildEnv:
-        """This environment with ``extra`` set over it."""
-        return ChildEnv(tuple(sorted({**dict(self.items), **extra}.items()))) if extra else self
-
-    def as_dict(self) -> dict[str, str]:
-        return dict(self.items)
-
-
-_Timed = TypeVar("_Timed", bound="TimedEnv")
-
-
-@dataclass(frozen=True)
-class TimedEnv:
-    """A stage's view of the build's environment, resolved once: the environment its children run
-    under (opaque) and its deadline variable (:mod:`qola.core.deadlines`) as set, checked when the
-    first child runs. Each stage that runs children under a deadline names its knob in a subclass
-    (``checkout.git.GitEnv``, ``plan.variants.GeneratorEnv``)."""
-
-    KNOB: ClassVar[deadlines.Knob]
-    child: ChildEnv
-    timeout_raw: str | None = None
-
-    @classmethod
-    def of(cls: type[_Timed], env: Mapping[str, str] | TimedEnv) -> _Timed:
-        if isinstance(env, cls):
-            return env
-        assert isinstance(env, Mapping), f"{cls.__name__}.of: a mapping or a {cls.__name__}, not {type(env).__name__}"
-        return cls(ChildEnv.of(env), env.get(cls.KNOB.variable))
-
-    def timeout(self, knob: deadlines.Knob | None = None) -> float | None:
-        """The deadline of ``knob`` (default: the stage's) under the variable as set."""
-        knob = knob or self.KNOB
-        return deadlines.timeout(knob, {knob.variable: self.timeout_raw or ""})
-
-
 def _env_of(env: Mapping[str, str] | ChildEnv | None) -> dict[str, str] | None:
     return None if env is None else env.as_dict() if isinstance(env, ChildEnv) else dict(env)
+
+
+@dataclass(frozen=True)
+class Streams:
+    """Where a child's standard streams go (``subprocess`` spellings: :data:`PIPE`, :data:`STDOUT`,
+    :data:`DEVNULL`, a file), and whether its pipes carry text."""
+
+    stdin: Any = DEVNULL
+    stdout: Any = PIPE
+    stderr: Any = STDOUT
+    text: bool = True
 
 
 def popen(
     argv: Sequence[str],
     *,
     env: Mapping[str, str] | ChildEnv | None = None,
-    cwd: str | os.PathLike | None = None,
-    stdin: Any = DEVNULL,
-    stdout: Any = PIPE,
-    stderr: Any = STDOUT,
-    text: bool = True,
+    cwd: str | os.PathLike[str] | None = None,
+    streams: Streams | None = None,
     death_signal: int = signal.SIGTERM,
-) -> subprocess.Popen:
+) -> subprocess.Popen[Any]:
     """Start ``argv`` in a new process group with a parent-death signal and remember its group.
     Prefer :func:`run` or :func:`started`; a caller of this must call :func:`finish`. Raises
     :class:`Interrupted` once qola was told to stop."""
     check_stop()
+    streams = streams or Streams()
+    text = streams.text
     kwargs: dict[str, Any] = {"errors": "replace"} if text else {}
     if _POPEN_PROCESS_GROUP:
         kwargs["process_group"] = 0
@@ -209,9 +176,9 @@ def popen(
         [os.fspath(a) for a in argv],
         env=_env_of(env),
         cwd=cwd,
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
+        stdin=streams.stdin,
+        stdout=streams.stdout,
+        stderr=streams.stderr,
         text=text,
         preexec_fn=_death_signal(os.getpid(), death_signal, new_group=not _POPEN_PROCESS_GROUP),
         **kwargs,
@@ -224,7 +191,7 @@ def popen(
     return proc
 
 
-def finish(proc: subprocess.Popen, *, ended: bool = False) -> None:
+def finish(proc: subprocess.Popen[Any], *, ended: bool = False) -> None:
     """Forget ``proc``; with ``ended`` (the caller stops waiting early) end its group first."""
     try:
         if ended:
@@ -248,7 +215,7 @@ def _signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
-def end_group(proc: subprocess.Popen, grace: float = GRACE) -> None:
+def end_group(proc: subprocess.Popen[Any], grace: float = GRACE) -> None:
     """SIGTERM to ``proc``'s group, up to ``grace`` seconds for its leader, then SIGKILL to the group."""
     if proc.returncode is None:
         _signal_group(proc.pid, signal.SIGTERM)
@@ -284,7 +251,7 @@ def terminate_all(grace: float = GRACE) -> None:
 
 
 @contextmanager
-def started(argv: Sequence[str], **kwargs: Any) -> Iterator[subprocess.Popen]:
+def started(argv: Sequence[str], **kwargs: Any) -> Iterator[subprocess.Popen[Any]]:
     """``with started(argv, ...) as p:`` — the group is ended if the block exits by an exception."""
     proc = popen(argv, **kwargs)
     ok = False
@@ -295,105 +262,19 @@ def started(argv: Sequence[str], **kwargs: Any) -> Iterator[subprocess.Popen]:
         finish(proc, ended=not ok or proc.returncode is None and proc.poll() is None)
 
 
-class _Kept:
-    """One captured stream: whole up to ``limit`` bytes (more: :class:`OutputLimit`), or with ``keep``
-    its first and last ``keep/2`` bytes and a count of what was cut between them. The tail is a queue
-    of the chunks as read, whole chunks dropped from its front: no large buffer is regrown or moved,
-    so memory stays about ``keep``."""
-
-    def __init__(self, argv: Sequence[str], limit: int, keep: int | None):
-        self.argv, self.limit, self.keep = argv, limit, keep
-        self.head = bytearray()
-        self.tail: collections.deque[bytes] = collections.deque()
-        self.tail_bytes = 0
-        self.cut = 0
-
-    def write(self, data: bytes) -> None:
-        if self.keep is None:
-            if len(self.head) + len(data) > self.limit:
-                raise OutputLimit(self.argv, self.limit, bytes(self.head[-4096:]))
-            self.head += data
-            return
-        room = self.keep // 2 - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data:
-            self.tail.append(data)
-            self.tail_bytes += len(data)
-        while self.tail and self.tail_bytes - len(self.tail[0]) >= self.keep // 2:
-            dropped = len(self.tail.popleft())
-            self.tail_bytes -= dropped
-            self.cut += dropped
-
-    def value(self) -> bytes:
-        tail = b"".join(self.tail)
-        cut = self.cut
-        if self.keep is not None and len(tail) > self.keep // 2:
-            cut += len(tail) - self.keep // 2
-            tail = tail[len(tail) - self.keep // 2 :]
-        if not cut:
-            return bytes(self.head) + tail
-        note = f"\n[… qola cut {cut} bytes ({cut >> 20} MiB) of output here …]\n".encode()
-        return bytes(self.head) + note + tail
-
-
-class Lines:
-    """Lines of a child's output kept for a log, at most about ``keep`` bytes: the first and last
-    ``keep/2`` bytes' worth, and one line saying how many were cut between them."""
-
-    def __init__(self, keep: int = LOG_KEEP):
-        self.keep = keep
-        self.head: list[str] = []
-        self.tail: collections.deque[str] = collections.deque()
-        self.head_bytes = self.tail_bytes = 0
-        self.cut_lines = self.cut_bytes = 0
-
-    def append(self, line: str) -> None:
-        if not self.tail and self.head_bytes + len(line) <= self.keep // 2:
-            self.head.append(line)
-            self.head_bytes += len(line) + 1
-            return
-        self.tail.append(line)
-        self.tail_bytes += len(line) + 1
-        while self.tail_bytes > self.keep // 2 and len(self.tail) > 1:
-            gone = self.tail.popleft()
-            self.tail_bytes -= len(gone) + 1
-            self.cut_lines += 1
-            self.cut_bytes += len(gone) + 1
-
-    def lines(self) -> list[str]:
-        note = (
-            [f"[… qola cut {self.cut_lines} line(s), {self.cut_bytes} bytes of output here …]"]
-            if self.cut_lines
-            else []
-        )
-        return [*self.head, *note, *self.tail]
-
-
-def read_lines(stream: Any, longest: int = _CHUNK) -> Iterator[str]:
-    """The lines of a text stream, none longer than ``longest`` characters (a longer one comes in
-    pieces): a child printing one endless line is never held whole."""
-    while True:
-        line = stream.readline(longest)
-        if not line:
-            return
-        yield line
-
-
 def _communicate(
-    proc: subprocess.Popen, argv: Sequence[str], data: bytes | None, timeout: float | None, keep: int | None
+    proc: subprocess.Popen[Any], argv: Sequence[str], data: bytes | None, timeout: float | None, keep: int | None
 ) -> tuple[bytes | None, bytes | None]:
     """Feed ``data``, read stdout/stderr as they come into bounded buffers, wait for the exit;
     TimeoutExpired past ``timeout`` seconds (the caller ends the group)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    kept: dict[int, _Kept] = {}
+    kept: dict[int, capture.Kept] = {}
     sel = selectors.DefaultSelector()
     view, sent = memoryview(data or b""), 0
     try:
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
-                kept[stream.fileno()] = _Kept(argv, MAX_CAPTURE, keep)
+                kept[stream.fileno()] = capture.Kept(MAX_CAPTURE, keep)
                 sel.register(stream.fileno(), selectors.EVENT_READ)
         if proc.stdin is not None:
             if len(view):
@@ -411,7 +292,10 @@ def _communicate(
                 if fd in kept:
                     chunk = os.read(fd, _CHUNK)
                     if chunk:
-                        kept[fd].write(chunk)
+                        try:
+                            kept[fd].write(chunk)
+                        except capture.Overflow as full:
+                            raise OutputLimit(argv, MAX_CAPTURE, full.held) from None
                         continue
                 else:
                     try:
@@ -435,38 +319,52 @@ def _communicate(
     return out, err
 
 
+@dataclass(frozen=True)
+class Output:
+    """What :func:`run` does with a child's output: where stdout and stderr go (stderr into stdout
+    unless told otherwise), whether it is decoded to text, ``log``: a file the command, its output
+    and exit status are also appended to; ``keep`` (bytes): the output is cut in the middle past
+    that instead of ending the child past :data:`MAX_CAPTURE`."""
+
+    stdout: Any = PIPE
+    stderr: Any = STDOUT
+    text: bool = True
+    log: str | os.PathLike[str] | None = None
+    keep: int | None = None
+
+
+SEPARATE = Output(stderr=PIPE)  # stdout and stderr captured apart
+FOR_LOG = Output(keep=LOG_KEEP)  # what only goes to a log: its head and tail past LOG_KEEP bytes
+
+
 def run(
     argv: Sequence[str],
     *,
     env: Mapping[str, str] | ChildEnv | None = None,
-    cwd: str | os.PathLike | None = None,
+    cwd: str | os.PathLike[str] | None = None,
     input: str | bytes | None = None,
     timeout: float | None = None,
-    stdout: Any = PIPE,
-    stderr: Any = STDOUT,
-    text: bool = True,
-    log: str | os.PathLike | None = None,
-    keep: int | None = None,
-) -> subprocess.CompletedProcess:
-    """Run ``argv`` to completion (output captured, stderr into stdout unless told otherwise); never
-    raises for a non-zero exit. A timeout ends the whole group and raises ``TimeoutExpired``; so does
-    any exception while waiting. A captured stream over :data:`MAX_CAPTURE` bytes ends the group too
-    (:class:`OutputLimit`); with ``keep`` (bytes) the output is cut in the middle instead, the cut
-    said where it was. ``log``: also append the command, its output and exit status there."""
+    out: Output | None = None,
+) -> subprocess.CompletedProcess[Any]:
+    """Run ``argv`` to completion (output captured as ``out`` says; default: stderr into stdout, as
+    text); never raises for a non-zero exit. A timeout ends the whole group and raises
+    ``TimeoutExpired``; so does any exception while waiting. A captured stream over
+    :data:`MAX_CAPTURE` bytes ends the group too (:class:`OutputLimit`); with ``out.keep`` (bytes)
+    the output is cut in the middle instead, the cut said where it was."""
+    out = out or Output()
     data = input.encode() if isinstance(input, str) else input
-    with started(
-        argv, env=env, cwd=cwd, stdin=PIPE if input is not None else DEVNULL, stdout=stdout, stderr=stderr, text=False
-    ) as proc:
+    streams = Streams(PIPE if input is not None else DEVNULL, out.stdout, out.stderr, text=False)
+    with started(argv, env=env, cwd=cwd, streams=streams) as proc:
         try:
-            raw_out, raw_err = _communicate(proc, argv, data, timeout, keep)
+            raw_out, raw_err = _communicate(proc, argv, data, timeout, out.keep)
         except subprocess.TimeoutExpired:
             end_group(proc, grace=1.0)
             raise
-    out: Any = _decode(raw_out) if text else raw_out
-    err: Any = _decode(raw_err) if text else raw_err
-    result = subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
-    if log is not None:
-        write_log(Path(log), argv, result)
+    stdout: Any = _decode(raw_out) if out.text else raw_out
+    stderr: Any = _decode(raw_err) if out.text else raw_err
+    result = subprocess.CompletedProcess(list(argv), proc.returncode, stdout, stderr)
+    if out.log is not None:
+        write_log(Path(out.log), argv, result)
     return result
 
 
@@ -479,7 +377,7 @@ def _decode(data: bytes | None) -> str | None:
 
 def run_checked(
     argv: Sequence[str], *, hint: str | None = None, any_exit: bool = False, timeout: float | None = None, **kwargs: Any
-) -> subprocess.CompletedProcess:
+) -> subprocess.CompletedProcess[Any]:
     """:func:`run` for a child that must work: one that cannot be started, runs past ``timeout``
     or (unless ``any_exit``) exits non-zero raises :class:`qola.core.errors.FailedProcessError` — the
     one error, and format, for a failed child (its command, why, the tail of its output, ``hint``)."""
@@ -502,14 +400,15 @@ def _as_text(x: Any) -> str:
     return x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
 
 
-def write_log(path: Path, argv: Sequence[str], result: subprocess.CompletedProcess) -> None:
+def write_log(path: Path, argv: Sequence[str], result: subprocess.CompletedProcess[Any]) -> None:
+    from qola.core.fsutil import append_text  # lazy: not on the no-op path (which imports this module)
+
     as_text = _as_text
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8", errors="replace") as fh:
-        fh.write(
-            f"$ {shlex.join(str(a) for a in argv)}\n{as_text(result.stdout)}{as_text(result.stderr)}"
-            f"(exit code {result.returncode})\n"
-        )
+    append_text(
+        path,
+        f"$ {shlex.join(str(a) for a in argv)}\n{as_text(result.stdout)}{as_text(result.stderr)}"
+        f"(exit code {result.returncode})\n",
+    )
 
 
 _HANDLED = ("SIGINT", "SIGTERM", "SIGHUP")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import NoReturn
 
 MASK = "***"
 
@@ -59,10 +60,10 @@ class Secret:
     def __bool__(self) -> bool:
         return bool(self._value)
 
-    def __reduce__(self):
+    def __reduce__(self) -> NoReturn:
         raise TypeError("a Secret is never pickled (nor written into a record)")
 
-    def __getstate__(self):
+    def __getstate__(self) -> NoReturn:
         raise TypeError("a Secret is never pickled (nor written into a record)")
 
 

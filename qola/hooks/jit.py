@@ -251,8 +251,7 @@ def extra(
         out_jit=layout.jit_out,
         stub_dir=layout.jit_stubs(mod.md_name),
         batch=STUB_BATCH,
-        ahead=[(Path(f).stem, Path(f)) for f in recorded],
-        ahead_dir=layout.jit_ahead(mod.md_name),
+        ahead=jlayout.Ahead([(Path(f).stem, Path(f)) for f in recorded], layout.jit_ahead(mod.md_name)),
     )
     out = files.output
     incs = [f"-I{include_dir}", f"-I{out.include_dir}"]  # qola_config.h + qola_common.h, qola_jit.h

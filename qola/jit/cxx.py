@@ -131,7 +131,7 @@ def find_specializations(text: str) -> list[Specialization]:
     """All function-template explicit specialisations with a body, at namespace scope."""
     nc, st = mask(text)
     out: list[Specialization] = []
-    _scan(text, nc, st, 0, len(st), (), out)
+    _scan(nc, st, 0, len(st), (), out)
     return out
 
 
@@ -139,7 +139,7 @@ _NEXT = re.compile(r"\{|namespace|extern|template")  # literal alternatives: fas
 _END_DECL = re.compile(r"[{;(\[]")
 
 
-def _scan(text: str, nc: str, st: str, lo: int, hi: int, ns: tuple[str, ...], out: list) -> None:
+def _scan(nc: str, st: str, lo: int, hi: int, ns: tuple[str, ...], out: list[Specialization]) -> None:
     i = lo
     while (m := _NEXT.search(st, i, hi)) is not None:
         i, tok = m.start(), m.group(0)
@@ -156,7 +156,7 @@ def _scan(text: str, nc: str, st: str, lo: int, hi: int, ns: tuple[str, ...], ou
                 continue
             close = _match(st, nsm.end() - 1)
             inner = ns + (tuple(nsm.group(1).split("::")) if nsm.group(1) else ("",))
-            _scan(text, nc, st, nsm.end(), close - 1, inner, out)
+            _scan(nc, st, nsm.end(), close - 1, inner, out)
             i = close
         elif tok == "extern":
             em = _EXTERN.match(st, i)
@@ -164,7 +164,7 @@ def _scan(text: str, nc: str, st: str, lo: int, hi: int, ns: tuple[str, ...], ou
                 i = m.end()
                 continue
             close = _match(st, em.end() - 1)
-            _scan(text, nc, st, em.end(), close - 1, ns, out)
+            _scan(nc, st, em.end(), close - 1, ns, out)
             i = close
         else:
             tm = _TEMPLATE0.match(st, i)
@@ -377,7 +377,7 @@ def alias_names(text: str, items: list[tuple[str, int, int]]) -> list[str]:
 def qualify(text: str, names: set[str], prefix: str) -> str:
     """Prefix unqualified uses of ``names`` in ``text`` with ``prefix`` (e.g. ``ns::``)."""
 
-    def sub(m: re.Match) -> str:
+    def sub(m: re.Match[str]) -> str:
         before = text[: m.start()].rstrip()
         if m.group(0) in names and not before.endswith(("::", ".", "->")):
             return prefix + m.group(0)

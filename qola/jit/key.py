@@ -114,8 +114,7 @@ def probe_compiler(name: str, env: Mapping[str, str] | ToolchainEnv) -> JitCompi
     done = proc.run_checked(
         [path, "--version"],
         env=child,
-        stderr=proc.DEVNULL,
-        text=False,
+        out=proc.Output(stderr=proc.DEVNULL, text=False),
         timeout=limit(),
         hint="is the compiler installed correctly?",
     )

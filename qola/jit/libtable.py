@@ -1,6 +1,6 @@
 """The JIT table a library records — the authority on what its deferred units are.
 
-The generated table source (:func:`qola.jit.layout.render_table`) puts, next to the C struct the
+The generated table source (:func:`qola.jit.table.render_table`) puts, next to the C struct the
 runtime uses, the same table as text in the ELF section ``.qola_jit`` (referenced from the struct,
 so the linker keeps it)::
 
@@ -205,7 +205,7 @@ def tables_for(jit_dirs: Sequence[Path], libraries: Iterable[Path] = ()) -> dict
     return by_dir
 
 
-def check_index(index: dict, table: LibModule, where: str) -> None:
+def check_index(index: dict[str, Any], table: LibModule, where: str) -> None:
     """Refuse an ``index.json`` that says anything else than the library's table."""
 
     def differ(what: str, a: object, b: object) -> QolaError:

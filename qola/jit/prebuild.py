@@ -30,6 +30,7 @@ from qola.jit import key as jkey
 from qola.jit import libtable, safeio
 from qola.jit.cache import JitCache
 from qola.jit.layout import read_index
+from qola.output import outdir
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,6 @@ def find_jit_dirs(out: Path) -> list[Path]:
     hint = "give the build's output dir (it has jit/<module>/index.json)"
     if out.exists() and not out.is_dir():
         raise QolaError(f"{out} is not a directory", hint=hint)
-    from qola.output import outdir  # lazy: paid only by the callers that need it
 
     if outdir.interrupted(out):  # a publish killed mid-switch: completed before OUT/jit is read
         with outdir.reading(out):
@@ -69,7 +69,9 @@ def find_jit_dirs(out: Path) -> list[Path]:
     raise QolaError(f"no JIT modules under {out}", hint=hint)
 
 
-def resolve_compiler(table: libtable.LibModule, env: Mapping[str, str], memo: dict) -> jkey.JitCompiler | None:
+def resolve_compiler(
+    table: libtable.LibModule, env: Mapping[str, str], memo: dict[str, jkey.JitCompiler]
+) -> jkey.JitCompiler | None:
     """The compiler the runtime would use: QOLA_JIT_COMPILER, else the recorded path (or its
     name in PATH). None if there is none."""
     want = env.get("QOLA_JIT_COMPILER") or table.compiler
@@ -93,7 +95,7 @@ def module_tables(jit_dirs: Sequence[Path], libraries: Iterable[Path] = ()) -> d
 
 def select_units(jit_dirs: Sequence[Path], env: Mapping[str, str], pattern: str | None = None,
                  libraries: Iterable[Path] = ()) -> list[Unit]:  # fmt: skip
-    memo: dict = {}
+    memo: dict[str, jkey.JitCompiler] = {}
     units = []
     for d, table in module_tables(jit_dirs, libraries).items():
         comp = resolve_compiler(table, env, memo)
@@ -201,7 +203,7 @@ def build_one(cache: JitCache, u: Unit, env: Mapping[str, str], wait: float = ma
                 lf.write(f"# {' '.join(argv)}\n")
                 lf.flush()
                 try:
-                    rc = proc.run(argv, env=env, stdout=lf, stderr=proc.STDOUT, timeout=deadlines.COMPILE).returncode
+                    rc = proc.run(argv, env=env, out=proc.Output(stdout=lf), timeout=deadlines.COMPILE).returncode
                 except proc.TimeoutExpired:
                     lf.write(f"no answer within {deadlines.COMPILE:g} s; ended\n")
                     rc = 124

@@ -51,13 +51,13 @@ def check_dir(path: Path, *, follow: bool = False, trusted: bool = True, what: s
 
 
 @contextmanager
-def open_regular(path: str | os.PathLike, *, max_size: int, trusted: bool = False, follow: bool = False,
+def open_regular(path: str | os.PathLike[str], *, max_size: int, trusted: bool = False, follow: bool = False,
                  dir_fd: int | None = None) -> Iterator[tuple[int, os.stat_result]]:  # fmt: skip
     """(fd, fstat) of a regular file opened for reading, checked before anything is read: the one
     checked open, :func:`qola.core.inputs.open_checked`, its refusals as :class:`Refused`."""
     try:
-        fd, st = inputs.open_checked(path, limit=max_size, what="JIT file", follow=follow, trusted=trusted,
-                                     dir_fd=dir_fd)  # fmt: skip
+        where = path if dir_fd is None else inputs.At(dir_fd, path)
+        fd, st = inputs.open_checked(where, limit=max_size, what="JIT file", follow=follow, trusted=trusted)
     except FileNotFoundError as exc:
         raise Refused(f"cannot read {path}: {exc.strerror}", missing=True) from None
     except QolaError as exc:
@@ -79,13 +79,13 @@ def read_fd(fd: int, max_size: int, what: object) -> bytes:
 sha256_fd = inputs.sha256_fd
 
 
-def read_regular(path: str | os.PathLike, *, max_size: int, trusted: bool = False, follow: bool = False) -> bytes:
+def read_regular(path: str | os.PathLike[str], *, max_size: int, trusted: bool = False, follow: bool = False) -> bytes:
     """The bytes of a regular file (:func:`open_regular`: owner and mode with ``trusted``)."""
     with open_regular(path, max_size=max_size, trusted=trusted, follow=follow) as (fd, _):
         return read_fd(fd, max_size, path)
 
 
-def sha256_regular(path: str | os.PathLike, *, max_size: int, trusted: bool = False, follow: bool = False,
+def sha256_regular(path: str | os.PathLike[str], *, max_size: int, trusted: bool = False, follow: bool = False,
                    expect_size: int | None = None) -> tuple[str, int]:  # fmt: skip
     """(sha256, size) of a regular file; with ``expect_size``, a file of another size is not
     hashed at all (returns ``("", size)``)."""

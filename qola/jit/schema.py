@@ -88,8 +88,8 @@ def is_relpath(value: str) -> bool:
     )  # fmt: skip
 
 
-def unique_units(units: list[dict], where: str) -> dict[str, dict]:
-    by_name: dict[str, dict] = {}
+def unique_units(units: list[dict[str, Any]], where: str) -> dict[str, dict[str, Any]]:
+    by_name: dict[str, dict[str, Any]] = {}
     for u in units:
         if u["name"] in by_name:
             raise QolaError(f"{where}: unit {u['name']} is listed twice", hint="rebuild the output dir")

@@ -30,6 +30,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from qola.compile import elf as audit
 from qola.core.errors import QolaError
@@ -45,7 +46,7 @@ STATUSES = ("built", "failed")  # what qola writes
 MAX_MANIFEST_JSON = 256 << 20  # a manifest.json qola writes is kilobytes; past this it is not one
 
 
-def load_manifest(root: Path) -> dict:
+def load_manifest(root: Path) -> dict[str, Any]:
     """OUT's ``manifest.json`` as data: a regular file (the checked open: no FIFO, device or link's
     surprise), at most :data:`MAX_MANIFEST_JSON`, a JSON object with a ``modules`` list."""
     path = Path(root) / "manifest.json"
@@ -113,7 +114,7 @@ def _walk(root: Path) -> tuple[dict[str, os.stat_result], list[str]]:
     return found, problems
 
 
-def check_files(root: Path, recorded: dict) -> tuple[int, list[str]]:
+def check_files(root: Path, recorded: dict[str, Any]) -> tuple[int, list[str]]:
     """(files checked, problems): the tree under ``root`` equals ``recorded`` exactly."""
     present, problems = _walk(root)
     for rel in sorted(set(present) - set(recorded)):
@@ -141,7 +142,7 @@ def check_files(root: Path, recorded: dict) -> tuple[int, list[str]]:
     return len(present), problems
 
 
-def check_unrecorded_legacy(root: Path, modules: list) -> list[str]:
+def check_unrecorded_legacy(root: Path, modules: list[Any]) -> list[str]:
     """For a manifest without ``files``: lib/ and jit/ hold nothing the modules do not record."""
     arts = {m.get("artifact") for m in modules if isinstance(m, dict)}
     jits = {(m.get("jit") or {}).get("dir") for m in modules if isinstance(m, dict) and isinstance(m.get("jit"), dict)}
@@ -155,13 +156,13 @@ def check_unrecorded_legacy(root: Path, modules: list) -> list[str]:
     return problems
 
 
-def _extra(module: dict, artifact: Path) -> tuple[str, ...]:
+def _extra(module: dict[str, Any], artifact: Path) -> tuple[str, ...]:
     """Exports beyond qola::<ns>:: a module may have: a Python module's PyInit_<name>, derived from
     its file name. Never from the record: a manifest.json key cannot widen the check."""
     return ("PyInit_" + artifact.name.split(".")[0],) if module.get("mode") == "pybind" else ()
 
 
-def check_module(root: Path, module: dict, namespace: str, files: dict | None = None) -> list[str]:
+def check_module(root: Path, module: dict[str, Any], namespace: str, files: dict[str, Any] | None = None) -> list[str]:
     """Every problem of one built module, as lines (empty when clean)."""
     name = module.get("name", "?")
     rel = module.get("artifact")

@@ -25,6 +25,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from qola.core.errors import QolaError
 from qola.core.rules import is_c_ident
@@ -91,7 +92,7 @@ def _sections(path: Path, name: str) -> list[bytes]:
 
     from qola.compile.elf import read_ar  # lazy: paid only by the callers that need it
 
-    def one(stream) -> list[bytes]:
+    def one(stream: Any) -> list[bytes]:
         try:
             sec = ELFFile(stream).get_section_by_name(name)
         except ELFError as exc:
@@ -114,7 +115,7 @@ def _sections(path: Path, name: str) -> list[bytes]:
         raise QolaError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def switch_records(path: str | os.PathLike) -> list[SwitchRecord]:
+def switch_records(path: str | os.PathLike[str]) -> list[SwitchRecord]:
     """Every switch record in the library at ``path``, in link order."""
     out = []
     for data in _sections(Path(path), SECTION):
@@ -128,7 +129,7 @@ def switch_records(path: str | os.PathLike) -> list[SwitchRecord]:
     return out
 
 
-def switch_problems(path: str | os.PathLike, module: str) -> list[str]:
+def switch_problems(path: str | os.PathLike[str], module: str) -> list[str]:
     """A line per translation unit of the library that was compiled with a switch off."""
     lines = []
     for rec in switch_records(path):
@@ -186,7 +187,7 @@ def _kernels(code_object: bytes) -> list[str]:
     return sorted({n[:-3] for n in names if n.endswith(".kd")})
 
 
-def device_code_objects(path: str | os.PathLike) -> dict[str, list[str]]:
+def device_code_objects(path: str | os.PathLike[str]) -> dict[str, list[str]]:
     """arch -> the sorted kernel names of the library's GPU code objects for it (HIP ``.hip_fatbin``;
     uncompressed bundles, as qola builds them). Empty for a library without device code."""
     out: dict[str, set[str]] = {}
@@ -237,7 +238,7 @@ def unembedded(
     return sorted(set(missing))
 
 
-def extra(mod, probe_dir: Path):
+def extra(mod: Any, probe_dir: Path) -> Any:
     """The module's :class:`~qola.compile.extras.ModuleExtra`: the probe header (written into ``probe_dir``)
     force-included into each source that gates kernel code on a switch; empty for other modules."""
     from qola.compile.extras import FileWrite, ModuleExtra  # lazy: paid only by the callers that need it

@@ -26,11 +26,13 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from qola import __version__
+from qola.compile import codegen
 from qola.compile.layout import BuildLayout
 from qola.compile.steps import CompileReport, ModuleResult
 from qola.core import inputs
@@ -72,7 +74,6 @@ def prepare(out: Path, build_dir: Path) -> list[str]:
     (:func:`check_output`, so a refusal comes before compiling) and remove what killed runs left
     behind — publish staging dirs in OUT, generator staging dirs in the build dir, generator
     listings in the temp dir. One note per kind removed."""
-    from qola.compile import codegen  # lazy: paid only by the callers that need it
 
     out = Path(out)
     notes = []
@@ -103,7 +104,7 @@ PUBLISHED = ".qola-published.json"  # BUILD/: what the last publish copied: each
 LOG_MODE = 0o600  # OUT/logs/*.log: the user's alone (docs/design-notes.md, "What qola trusts")
 
 
-def _src_key(path: Path, st: os.stat_result) -> list:
+def _src_key(path: Path, st: os.stat_result) -> list[Any]:
     return [str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
@@ -276,78 +277,36 @@ def _configs(stage: _Stage, tree_root: Path) -> list[str]:
 # -- the switch -----------------------------------------------------------------------------------
 
 
-def publish(
-    report: CompileReport,
-    out: Path,
-    *,
-    headers: Iterable[Path] = (),
-    extra: Mapping[str, Any] | None = None,
-    mode: str | None = None,
-    texts: Mapping[str, str | None] | None = None,
-    trees: Mapping[str, Path | None] | None = None,
-    module_extra: Mapping[str, Mapping[str, Any]] | None = None,
-    withdrawn: Iterable[str] = (),
-    source_date_epoch: str | None = None,
-) -> Path:
-    """Publish what built as a new version of ``out`` and switch to it. Returns OUT/manifest.json.
+@dataclass(frozen=True)
+class Contents:
+    """What a version holds besides the report's libraries and logs. ``headers`` go to include/ (only
+    what the modules that built need); ``texts``: OUT-relative path -> text (None: not published);
+    ``trees``: OUT-relative dir -> build dir copied there (None: not published); ``module_extra``:
+    keys added to a module's record; ``extra``: keys added to manifest.json; ``mode``: the build's
+    default mode; ``withdrawn``: kept for callers — a new version never holds anything not given
+    here; ``source_date_epoch``: the build's ``SOURCE_DATE_EPOCH``, if set (``generated_at``)."""
 
-    ``headers`` go to include/ (only what the modules that built need); ``texts``: OUT-relative
-    path -> text (None: not published); ``trees``: OUT-relative dir -> build dir copied there
-    (None: not published); ``module_extra``: keys added to a module's record; ``withdrawn``: kept
-    for callers — a new version never holds anything not given here; ``source_date_epoch``: the
-    build's ``SOURCE_DATE_EPOCH``, if set (``generated_at``)."""
-    del withdrawn  # nothing carries over from the previous version, so nothing needs withdrawing
+    headers: Iterable[Path] = ()
+    extra: Mapping[str, Any] | None = None
+    mode: str | None = None
+    texts: Mapping[str, str | None] | None = None
+    trees: Mapping[str, Path | None] | None = None
+    module_extra: Mapping[str, Mapping[str, Any]] | None = None
+    withdrawn: Iterable[str] = ()
+    source_date_epoch: str | None = None
+
+
+def publish(report: CompileReport, out: Path, contents: Contents | None = None) -> Path:
+    """Publish what built as a new version of ``out`` and switch to it. Returns OUT/manifest.json."""
+    contents = contents or Contents()
     out = Path(out)
     seen_at = Path(report.build_dir) / PUBLISHED
     placed: dict[str, Any] = {}
 
     def fill(stage_dir: Path) -> None:
         stage = _Stage(stage_dir, _seen(seen_at))
-        for d in DIRS:
-            inside(stage_dir, d).mkdir()
-        for rel, src in sorted((trees or {}).items()):
-            if src is not None:
-                stage.tree(Path(src), rel)
-        for r in report.modules:
-            # private: compilers and generators quote what they read (paths, environment, file lines)
-            stage.write(BuildLayout.log_rel(r.name), ("\n".join(r.log) + "\n").encode(), mode=LOG_MODE)
-            if r.status == "built" and r.artifact is not None:
-                stage.copy(r.artifact, f"lib/{r.artifact.name}")
-        for h in headers:
-            stage.copy(h, f"include/{Path(h).name}")
-        for rel, text in (texts or {}).items():
-            if text is not None:
-                stage.write(rel, text.encode())
-        plan, tc = report.plan, report.toolchain
-        configs = _configs(stage, Path(plan.tree_root))
-        modules = [{**module_record(r, stage.files), **(module_extra or {}).get(r.name, {})} for r in report.modules]
-        data = {
-            "qola_version": __version__,
-            "generated_at": generated_at(source_date_epoch),
-            "manifest": {"path": plan.manifest_path, "sha256": plan.manifest_sha256},
-            "manifest_src": plan.manifest_path,
-            "tree": {"path": plan.tree_root, "commit": plan.tree_commit},
-            "aiter_root": plan.tree_root,
-            "namespace": plan.namespace,
-            "toolchain": {
-                "kind": tc.kind,
-                "compiler": tc.compiler,
-                "version": tc.version,
-                "identity": tc.identity,
-                "flags": list(tc.base_flags),
-                "dropped_flags": list(tc.dropped_flags),
-                "removed_flags": list(tc.removed_flags),
-            },
-            "archs": list(plan.archs),
-            "gpu_archs": ";".join(plan.archs),
-            "mode": mode,
-            "configs": configs,
-            "modules": modules,
-            "summary": summary(modules),
-            "duration_s": round(report.seconds, 3),
-            **(extra or {}),
-            "files": dict(sorted(stage.files.items())),
-        }
+        _fill(stage, report, contents)
+        data = _manifest(report, contents, stage)
         stage.write(MANIFEST_JSON, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(), record=False)
         placed.update(stage.placed)
 
@@ -355,6 +314,60 @@ def publish(
     with contextlib.suppress(OSError):  # only saves the next publish some reading
         atomic_write(seen_at, json.dumps({"format": 2, "files": placed}).encode())
     return out / MANIFEST_JSON
+
+
+def _fill(stage: _Stage, report: CompileReport, contents: Contents) -> None:
+    """The version's files but manifest.json: trees, logs, libraries, headers, texts."""
+    for d in DIRS:
+        inside(stage.root, d).mkdir()
+    for rel, src in sorted((contents.trees or {}).items()):
+        if src is not None:
+            stage.tree(Path(src), rel)
+    for r in report.modules:
+        # private: compilers and generators quote what they read (paths, environment, file lines)
+        stage.write(BuildLayout.log_rel(r.name), ("\n".join(r.log) + "\n").encode(), mode=LOG_MODE)
+        if r.status == "built" and r.artifact is not None:
+            stage.copy(r.artifact, f"lib/{r.artifact.name}")
+    for h in contents.headers:
+        stage.copy(h, f"include/{Path(h).name}")
+    for rel, text in (contents.texts or {}).items():
+        if text is not None:
+            stage.write(rel, text.encode())
+
+
+def _manifest(report: CompileReport, contents: Contents, stage: _Stage) -> dict[str, Any]:
+    """OUT/manifest.json's data, the files placed in ``stage`` listed."""
+    plan, tc = report.plan, report.toolchain
+    configs = _configs(stage, Path(plan.tree_root))
+    extra_of = contents.module_extra or {}
+    modules = [{**module_record(r, stage.files), **extra_of.get(r.name, {})} for r in report.modules]
+    return {
+        "qola_version": __version__,
+        "generated_at": generated_at(contents.source_date_epoch),
+        "manifest": {"path": plan.manifest_path, "sha256": plan.manifest_sha256},
+        "manifest_src": plan.manifest_path,
+        "tree": {"path": plan.tree_root, "commit": plan.tree_commit},
+        "aiter_root": plan.tree_root,
+        "namespace": plan.namespace,
+        "toolchain": {
+            "kind": tc.kind,
+            "compiler": tc.compiler,
+            "version": tc.version,
+            "identity": tc.identity,
+            "flags": list(tc.base_flags),
+            "dropped_flags": list(tc.dropped_flags),
+            "removed_flags": list(tc.removed_flags),
+        },
+        "archs": list(plan.archs),
+        "gpu_archs": ";".join(plan.archs),
+        "mode": contents.mode,
+        "configs": configs,
+        "modules": modules,
+        "summary": summary(modules),
+        "duration_s": round(report.seconds, 3),
+        **(contents.extra or {}),
+        "files": dict(sorted(stage.files.items())),
+    }
 
 
 def install_version(out: Path, fill: Callable[[Path], None]) -> Path:

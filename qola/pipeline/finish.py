@@ -71,13 +71,11 @@ def publish_out(
 ) -> Path:
     from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
     from qola.hooks import jit as jitbuild  # lazy: start-up of the CLI and of the no-op path
-    from qola.output.publish import publish  # lazy: start-up of the CLI and of the no-op path
+    from qola.output.publish import Contents, publish  # lazy: start-up of the CLI and of the no-op path
 
     trees, records = jitbuild.publish_items(compiled, extras, layout)
     built_headers, withdrawn = isolation.module_headers(compiled, plan_, layout)
-    return publish(
-        compiled,
-        layout.out,
+    contents = Contents(
         headers=[*isolation.headers(plan_, layout), *built_headers],
         withdrawn=withdrawn,
         mode=plan_.mode,
@@ -93,6 +91,7 @@ def publish_out(
             "version_check": tc.version_check,
         },
     )
+    return publish(compiled, layout.out, contents)
 
 
 def remember(
@@ -153,7 +152,7 @@ def remember(
     rebuild.save(layout.root, recipe)
     if recipe is not None:
         written.append(str(layout.root / rebuild.RECIPE))
-    files = fastpath.input_files(
+    graph_inputs = fastpath.GraphInputs(
         manifest=prepared.manifest.path,
         tree_files=tree_files,
         dirs=sorted(dirs),
@@ -164,10 +163,9 @@ def remember(
         listed_dirs=[str(layout.blob(name)) for name in gen],
         written=written,
     )
+    files = fastpath.input_files(graph_inputs)
     resolved = [os.path.abspath(p) for p in [*given, *(t for t in tools if t)]]
-    fastpath.record(
-        layout.root,
-        layout.out,
+    recorded = fastpath.Recorded(
         list(argv),
         r.inputs,
         fastpath.env_keys_of(texts),
@@ -176,3 +174,4 @@ def remember(
         rebuild=None if run is None else run.to_json(),
         key=None if material is None else material.to_json(),
     )
+    fastpath.record(layout.root, layout.out, recorded)

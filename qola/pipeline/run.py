@@ -166,7 +166,7 @@ def _nothing_to_do(layout: BuildLayout) -> bool:
 def _checkout(spec: BuildSpec, begun: Start) -> list[str]:
     """Check the tree out (``begun.checkout``: QoLA's ``build`` without ``--skip-checkout``,
     :func:`qola.pipeline.spec.start` decides). Returns notes."""
-    from qola.checkout.request import request  # lazy: start-up of the CLI and of the no-op path
+    from qola.checkout.request import Asked, request  # lazy: start-up of the CLI and of the no-op path
     from qola.checkout.sync import ensure  # lazy: start-up of the CLI and of the no-op path
     from qola.plan import manifest as manifest_mod  # lazy: start-up of the CLI and of the no-op path
 
@@ -174,10 +174,7 @@ def _checkout(spec: BuildSpec, begun: Start) -> list[str]:
         begun.choice.path,
         manifest_mod.load(spec.manifest),
         begun.env,
-        commit=spec.aiter_commit,
-        patches_dir=spec.patches_dir,
-        url=spec.aiter_url,
-        force=spec.force_checkout,
+        Asked(commit=spec.aiter_commit, patches_dir=spec.patches_dir, url=spec.aiter_url, force=spec.force_checkout),
     )
     result = ensure(req)
     return result.notes if result.changed else []
@@ -317,9 +314,8 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
         from qola.store import remote  # lazy: start-up of the CLI and of the no-op path
 
         remote_env = r.inputs.only(("PATH", *COMPILER_ENV))  # what it reads: trexe on PATH, the compilers' variables
-        rx = remote.prepare(
-            s.remote, tc, layout.root, plan_.tree_root, remote_env, fallback=spec.remote_fallback, dry_run=s.dry_run
-        )
+        use = remote.RemoteUse(fallback=spec.remote_fallback, dry_run=s.dry_run)
+        rx = remote.prepare(s.remote, tc, layout.root, plan_.tree_root, remote_env, use)
         farm = rx.header()
     ui.info(
         f"qola: {len(plan_.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
@@ -448,7 +444,7 @@ def _material(
     files, texts = table or table_texts(prepared.tree)
     inputs = env if isinstance(env, RecordedEnv) else RecordedEnv.of(env, fastpath.env_keys_of(texts))
     return buildkey.material(
-        prepared.manifest, plan_, tc, inputs, isolate=isolate, table_files=files, table_texts=texts
+        prepared.manifest, plan_, tc, inputs, isolate=isolate, table=buildkey.TableRead(files, texts)
     )
 
 
@@ -460,7 +456,7 @@ def _layout(s: Settings) -> BuildLayout:
 def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
     """The compilers for the plan's archs, probed (their flag probes cached in the build dir). A dry
     run with HIP plans with AITER's flags for the manifest's ROCm version, unprobed."""
-    from qola.toolchain import find_toolchain  # lazy: start-up of the CLI and of the no-op path
+    from qola.toolchain import ToolchainChoice, find_toolchain  # lazy: start-up of the CLI and of the no-op path
 
     hip = plan_.vendor == "hip"
     versions = manifest.qola.rocm_versions if hip else manifest.qola.cuda_versions
@@ -473,8 +469,7 @@ def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
         env=tenv,
         accepted_versions=versions,
         cache_dir=_layout(s).probes,
-        assume_version=assume,
-        drop_hip_flags=manifest.build.drop_hip_flags if hip else (),
+        choice=ToolchainChoice(assume_version=assume, drop_hip_flags=manifest.build.drop_hip_flags if hip else ()),
     )
 
 

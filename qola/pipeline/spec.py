@@ -189,7 +189,13 @@ def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
     from qola.hooks import jit as jit_hook  # lazy: start-up of the CLI and of the no-op path
     from qola.plan import groups  # lazy: start-up of the CLI and of the no-op path
     from qola.plan import manifest as manifest_mod  # lazy: start-up of the CLI and of the no-op path
-    from qola.plan.planner import check_pin, choose_archs, make_plan  # lazy: start-up of the CLI and of the no-op path
+    from qola.plan.planner import (
+        PinAsk,
+        PlanInputs,
+        check_pin,
+        choose_archs,
+        make_plan,
+    )  # lazy: start-up of the CLI and of the no-op path
     from qola.plan.tree.aiter import open_tree  # lazy: start-up of the CLI and of the no-op path
     from qola.store.usage import fragment as usage_fragment  # lazy: start-up of the CLI and of the no-op path
 
@@ -204,11 +210,13 @@ def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
     commit, notes, pin = check_pin(
         manifest,
         tree,
-        spec.allow_unpinned,
-        want=spec.aiter_commit,
-        want_from="--aiter-commit",
-        chosen=pin_chooser(spec, manifest, env),
-        git_env=git_view(env),
+        PinAsk(
+            spec.allow_unpinned,
+            want=spec.aiter_commit,
+            want_from="--aiter-commit",
+            chosen=pin_chooser(spec, manifest, env),
+            git_env=git_view(env),
+        ),
     )
     if manifest.qola.patches_dir or spec.patches_dir:
         from qola.checkout.request import unapplied_patches_note  # lazy: start-up of the CLI and of the no-op path
@@ -219,13 +227,15 @@ def prepare(spec: BuildSpec, env: Mapping[str, str]) -> Prepared:
     plan = make_plan(
         manifest,
         tree,
-        archs=archs,
-        cli_mode=spec.mode,
-        env=tree_env(env, tree),
-        hip_version=hipv,
-        tree_commit=commit,
-        warnings=notes,
-        pin=pin,
+        PlanInputs(
+            archs=archs,
+            cli_mode=spec.mode,
+            env=tree_env(env, tree),
+            hip_version=hipv,
+            tree_commit=commit,
+            warnings=notes,
+            pin=pin,
+        ),
     )
     if wanted:
         manifest = groups.prune(manifest, plan)

@@ -39,10 +39,20 @@ from qola.plan.ctext import (
     SPECIFIERS,
     TYPE_WORDS,
     Include,
+    attr_at,
     code_with_conditions,
+    depth0,
+    end_of_declaration,
     is_id,
     render,
+    skip_attr,
+    skip_group,
+    split_top,
+    strip_attributes,
+    to_semicolon,
 )
+
+_Scopes = list[tuple[str, tuple[str, ...]]]  # the open scopes: (kind, names)
 
 
 class DeclError(ValueError):
@@ -139,12 +149,12 @@ def parse(text: str, entry_macros: Mapping[str, str] | None = None) -> Header:
             while j < n and words[j] != "{" and words[j] != ";" and words[j] != "=":
                 if is_id(words[j]) and words[j] != "inline":
                     names.append(words[j])
-                j = _skip_attr(words, j) if _attr_at(words, j) else j + 1
+                j = skip_attr(words, j) if attr_at(words, j) else j + 1
             if j < n and words[j] == "{":
                 scopes.append(("inline" if t == "inline" else "ns", tuple(names)))
                 i = j + 1
             else:
-                i = _to_semicolon(words, j)
+                i = to_semicolon(words, j)
         elif t == "extern" and i + 1 < n and words[i + 1].startswith('"'):
             if i + 2 < n and words[i + 2] == "{":
                 scopes.append(("extern", ()))
@@ -152,8 +162,8 @@ def parse(text: str, entry_macros: Mapping[str, str] | None = None) -> Header:
             else:
                 i = _declaration(words, toks, i + 2, scopes, header, linkage="C")
         elif t == "template":
-            j = _skip_group(words, i + 1) if i + 1 < n and words[i + 1] == "<" else i + 1
-            end = _end_of_declaration(words, j)
+            j = skip_group(words, i + 1) if i + 1 < n and words[i + 1] == "<" else i + 1
+            end = end_of_declaration(words, j)
             for k in range(j, end):
                 if words[k] == "(" and k > j and is_id(words[k - 1]):
                     header.problems.setdefault(words[k - 1], f"line {toks[i][1]}: a function template")
@@ -162,11 +172,11 @@ def parse(text: str, entry_macros: Mapping[str, str] | None = None) -> Header:
         elif t in ("struct", "class", "union", "enum"):
             i = _record(words, i, scopes, header)
         elif t in ("typedef", "using", "static_assert", "asm", "__asm__"):
-            i = _end_of_declaration(words, i)
+            i = end_of_declaration(words, i)
         elif t in macros and i + 1 < n and words[i + 1] == "(":
             i = _entry_macro(words, toks, i, macros[t], scopes, header)
         else:
-            end = _end_of_declaration(words, i)
+            end = end_of_declaration(words, i)
             at = next((k for k in range(i + 1, end) if words[k] in macros and k + 1 < n and words[k + 1] == "("), None)
             if at is not None:  # an object-like macro before an entry-point macro (AITER_CTYPES_ERROR_DEF)
                 i = at
@@ -177,10 +187,10 @@ def parse(text: str, entry_macros: Mapping[str, str] | None = None) -> Header:
     return header
 
 
-def _entry_macro(w: Sequence[str], toks, i: int, returns: str, scopes, header: Header) -> int:
+def _entry_macro(w: Sequence[str], toks: Sequence[Any], i: int, returns: str, scopes: _Scopes, header: Header) -> int:
     """``MACRO(name, (params), (args))`` and the body after it: a C entry point ``returns name(params)``."""
-    end = _skip_group(w, i + 1)
-    args = _split_top(list(w[i + 2 : end - 1]), ",")
+    end = skip_group(w, i + 1)
+    args = split_top(list(w[i + 2 : end - 1]), ",")
     line, conds = toks[i][1], toks[i][2]
     if len(args) >= 2 and len(args[0]) == 1 and is_id(args[0][0]) and args[1][:1] == ["("] and args[1][-1:] == [")"]:
         name = args[0][0]
@@ -201,7 +211,7 @@ def _entry_macro(w: Sequence[str], toks, i: int, returns: str, scopes, header: H
         except DeclError as exc:
             header.problems.setdefault(name, f"line {line}: {exc}")
     if end < len(w) and w[end] == "{":
-        end = _skip_group(w, end)
+        end = skip_group(w, end)
     return end
 
 
@@ -213,65 +223,13 @@ def _inline(scopes: list[tuple[str, tuple[str, ...]]]) -> tuple[str, ...]:
     return tuple(names[-1] for kind, names in scopes if kind == "inline" and names)
 
 
-def _attr_at(w: Sequence[str], i: int) -> bool:
-    return w[i] in ("__attribute__", "__declspec", "alignas", "[[")
-
-
-def _skip_attr(w: Sequence[str], i: int) -> int:
-    if w[i] == "[[":
-        while i < len(w) and w[i] != "]]":
-            i += 1
-        return i + 1
-    return _skip_group(w, i + 1) if i + 1 < len(w) and w[i + 1] == "(" else i + 1
-
-
-def _skip_group(w: Sequence[str], i: int) -> int:
-    """Index after the bracket group opening at ``w[i]`` (``(``, ``[``, ``{`` or ``<``)."""
-    pairs = {"(": ")", "[": "]", "{": "}", "<": ">"}
-    stack = [pairs[w[i]]]
-    i += 1
-    while i < len(w) and stack:
-        t = w[i]
-        if t in ("(", "[", "{"):
-            stack.append(pairs[t])
-        elif stack[-1] == ">" and t == "<":
-            stack.append(">")
-        elif t == stack[-1]:
-            stack.pop()
-        elif t in (")", "]", "}") and ">" in stack:  # a '>' that never closed: a comparison
-            while stack and stack[-1] == ">":
-                stack.pop()
-            if stack and t == stack[-1]:
-                stack.pop()
-        i += 1
-    return i
-
-
-def _to_semicolon(w: Sequence[str], i: int) -> int:
-    while i < len(w) and w[i] != ";":
-        i = _skip_group(w, i) if w[i] in ("(", "[", "{") else i + 1
-    return i + 1
-
-
-def _end_of_declaration(w: Sequence[str], i: int) -> int:
-    """After a declaration starting at ``i``: its ``;``, or its body's ``}`` (and a ``;``)."""
-    while i < len(w):
-        if w[i] == ";":
-            return i + 1
-        if w[i] == "{":
-            j = _skip_group(w, i)
-            return j + 1 if j < len(w) and w[j] == ";" else j
-        i = _skip_group(w, i) if w[i] in ("(", "[") else i + 1
-    return i
-
-
-def _record(w: Sequence[str], i: int, scopes, header: Header) -> int:
+def _record(w: Sequence[str], i: int, scopes: _Scopes, header: Header) -> int:
     """A struct/class/union/enum: its data member names noted (for ``requires``), body skipped."""
     j = i + 1
     name = ""
     while j < len(w) and w[j] not in ("{", ";", ":"):
-        if _attr_at(w, j):
-            j = _skip_attr(w, j)
+        if attr_at(w, j):
+            j = skip_attr(w, j)
             continue
         if is_id(w[j]) and w[j] not in ("final", "class", "struct"):
             name = w[j]
@@ -279,13 +237,13 @@ def _record(w: Sequence[str], i: int, scopes, header: Header) -> int:
     while j < len(w) and w[j] not in ("{", ";"):
         j += 1
     if j < len(w) and w[j] == "{":
-        end = _skip_group(w, j)
+        end = skip_group(w, j)
         if w[i] != "enum" and name:
             members = _members(w[j + 1 : end - 1])
             header.members.setdefault(name, set()).update(members)
             header.members.setdefault("::".join((*_ns(scopes), name)), set()).update(members)
         j = end
-    return _end_of_declaration(w, j) if j < len(w) and w[j] != ";" else j + 1
+    return end_of_declaration(w, j) if j < len(w) and w[j] != ";" else j + 1
 
 
 def _members(body: Sequence[str]) -> set[str]:
@@ -299,7 +257,7 @@ def _members(body: Sequence[str]) -> set[str]:
         name = None
         while i < len(body) and body[i] not in (";", "{", "(", "=", "[", ":"):
             if body[i] == "<" and i > 0 and is_id(body[i - 1]):
-                i = _skip_group(body, i)
+                i = skip_group(body, i)
                 continue
             if is_id(body[i]):
                 name = body[i]
@@ -307,9 +265,9 @@ def _members(body: Sequence[str]) -> set[str]:
         if name:
             names.add(name)
         while i < len(body) and body[i] not in (";", "{"):
-            i = _skip_group(body, i) if body[i] in ("(", "[") else i + 1
+            i = skip_group(body, i) if body[i] in ("(", "[") else i + 1
         if i < len(body) and body[i] == "{":
-            i = _skip_group(body, i)
+            i = skip_group(body, i)
             if i < len(body) and body[i] == ";":
                 i += 1
         else:
@@ -317,11 +275,13 @@ def _members(body: Sequence[str]) -> set[str]:
     return names
 
 
-def _declaration(w: Sequence[str], toks, i: int, scopes, header: Header, *, linkage: str) -> int:
+def _declaration(
+    w: Sequence[str], toks: Sequence[Any], i: int, scopes: _Scopes, header: Header, *, linkage: str
+) -> int:
     """One declaration at namespace scope starting at ``i``: a function's is recorded; returns the
     index after it."""
-    end = _end_of_declaration(w, i)
-    body_at = next((k for k in range(i, end) if w[k] == "{" and _depth0(w, i, k)), None)
+    end = end_of_declaration(w, i)
+    body_at = next((k for k in range(i, end) if w[k] == "{" and depth0(w, i, k)), None)
     head = list(w[i : body_at if body_at is not None else end])
     if head and head[-1] == ";":
         head.pop()
@@ -336,26 +296,6 @@ def _declaration(w: Sequence[str], toks, i: int, scopes, header: Header, *, link
     if decl is not None:
         header.decls.append(replace(decl, inline_ns=_inline(scopes)))
     return end
-
-
-def _depth0(w: Sequence[str], start: int, k: int) -> bool:
-    depth = 0
-    for t in w[start:k]:
-        depth += t in ("(", "[")
-        depth -= t in (")", "]")
-    return depth == 0
-
-
-def _strip_attributes(head: list[str]) -> list[str]:
-    out: list[str] = []
-    i = 0
-    while i < len(head):
-        if _attr_at(head, i):
-            i = _skip_attr(head, i)
-        else:
-            out.append(head[i])
-            i += 1
-    return out
 
 
 def _name_paren(head: Sequence[str]) -> int | None:
@@ -384,17 +324,17 @@ def _name_paren(head: Sequence[str]) -> int | None:
 
 
 def _function_name(head: Sequence[str]) -> str | None:
-    k = _name_paren(_strip_attributes(list(head)))
-    return _strip_attributes(list(head))[k - 1] if k else None
+    k = _name_paren(strip_attributes(list(head)))
+    return strip_attributes(list(head))[k - 1] if k else None
 
 
 def _function(head: list[str], scope: tuple[str, ...], linkage: str, line: int, conds: tuple[str, ...]) -> Decl | None:
-    head = _strip_attributes(head)
+    head = strip_attributes(head)
     k = _name_paren(head)
     if k is None or (k >= 2 and head[k - 2] in ("::", "~", "operator")):
         return None  # a variable, or an out-of-line definition of something declared elsewhere
     name = head[k - 1]
-    close = _skip_group(head, k)
+    close = skip_group(head, k)
     spec = head[: k - 1]
     if "__global__" in spec or "friend" in spec or "typedef" in spec:
         return None
@@ -420,35 +360,17 @@ def _function(head: list[str], scope: tuple[str, ...], linkage: str, line: int, 
     )
 
 
-def _split_top(toks: Sequence[str], sep: str) -> list[list[str]]:
-    parts: list[list[str]] = [[]]
-    i = 0
-    while i < len(toks):
-        t = toks[i]
-        if t in ("(", "[", "{") or (t == "<" and i > 0 and (is_id(toks[i - 1]) or toks[i - 1] == "template")):
-            j = _skip_group(toks, i)
-            parts[-1] += toks[i:j]
-            i = j
-            continue
-        if t == sep:
-            parts.append([])
-        else:
-            parts[-1].append(t)
-        i += 1
-    return parts
-
-
 def _params(inner: list[str], fname: str) -> tuple[Param, ...]:
     if not inner or inner == ["void"]:
         return ()
     out = []
-    for raw in _split_top(inner, ","):
-        raw = _strip_attributes(raw)
+    for raw in split_top(inner, ","):
+        raw = strip_attributes(raw)
         if not raw:
             raise DeclError(f"{fname}: an empty parameter")
         if raw == ["..."] or raw[-1] == "...":
             raise DeclError(f"{fname}: a variadic parameter list")
-        pieces = _split_top(raw, "=")
+        pieces = split_top(raw, "=")
         decl, default = pieces[0], (render(sum(([*p, "="] for p in pieces[1:]), [])[:-1]) if len(pieces) > 1 else None)
         ptype, pname = _declarator(decl, fname)
         out.append(Param(ptype, pname, default))
@@ -460,7 +382,7 @@ def _declarator(decl: list[str], fname: str) -> tuple[str, str]:
     # a function pointer or array reference: T (*name)(args), T (&name)[N]
     for k, t in enumerate(decl):
         if t == "(" and k > 0 and k + 1 < len(decl) and decl[k + 1] in ("*", "&", "&&"):
-            close = _skip_group(decl, k)
+            close = skip_group(decl, k)
             group = decl[k + 1 : close - 1]
             if group and is_id(group[-1]) and group[-1] not in CV:
                 return render(decl[: k + 1] + group[:-1] + decl[close - 1 :]), group[-1]
@@ -504,7 +426,7 @@ def read_header(
 
 
 def _unique(decls: Iterable[Decl]) -> list[Decl]:
-    seen: dict[tuple, Decl] = {}
+    seen: dict[tuple[Any, ...], Decl] = {}
     for d in decls:
         key = (d.scope, d.returns, tuple(p.type for p in d.params), d.conditions, d.linkage)
         seen.setdefault(key, d)

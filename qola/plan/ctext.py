@@ -209,3 +209,96 @@ def code_with_conditions(text: str, includes: list[Include]) -> list[tuple[str, 
                 continue
             out += [(t, no, conds) for t in tokens(code)]
     return out
+
+
+# ---- walking a token list (qola.plan.cdecl reads declarations with these) ----
+
+
+def attr_at(w: Sequence[str], i: int) -> bool:
+    return w[i] in ("__attribute__", "__declspec", "alignas", "[[")
+
+
+def skip_attr(w: Sequence[str], i: int) -> int:
+    if w[i] == "[[":
+        while i < len(w) and w[i] != "]]":
+            i += 1
+        return i + 1
+    return skip_group(w, i + 1) if i + 1 < len(w) and w[i + 1] == "(" else i + 1
+
+
+def skip_group(w: Sequence[str], i: int) -> int:
+    """Index after the bracket group opening at ``w[i]`` (``(``, ``[``, ``{`` or ``<``)."""
+    pairs = {"(": ")", "[": "]", "{": "}", "<": ">"}
+    stack = [pairs[w[i]]]
+    i += 1
+    while i < len(w) and stack:
+        t = w[i]
+        if t in ("(", "[", "{"):
+            stack.append(pairs[t])
+        elif stack[-1] == ">" and t == "<":
+            stack.append(">")
+        elif t == stack[-1]:
+            stack.pop()
+        elif t in (")", "]", "}") and ">" in stack:  # a '>' that never closed: a comparison
+            while stack and stack[-1] == ">":
+                stack.pop()
+            if stack and t == stack[-1]:
+                stack.pop()
+        i += 1
+    return i
+
+
+def to_semicolon(w: Sequence[str], i: int) -> int:
+    while i < len(w) and w[i] != ";":
+        i = skip_group(w, i) if w[i] in ("(", "[", "{") else i + 1
+    return i + 1
+
+
+def end_of_declaration(w: Sequence[str], i: int) -> int:
+    """After a declaration starting at ``i``: its ``;``, or its body's ``}`` (and a ``;``)."""
+    while i < len(w):
+        if w[i] == ";":
+            return i + 1
+        if w[i] == "{":
+            j = skip_group(w, i)
+            return j + 1 if j < len(w) and w[j] == ";" else j
+        i = skip_group(w, i) if w[i] in ("(", "[") else i + 1
+    return i
+
+
+def depth0(w: Sequence[str], start: int, k: int) -> bool:
+    depth = 0
+    for t in w[start:k]:
+        depth += t in ("(", "[")
+        depth -= t in (")", "]")
+    return depth == 0
+
+
+def strip_attributes(head: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(head):
+        if attr_at(head, i):
+            i = skip_attr(head, i)
+        else:
+            out.append(head[i])
+            i += 1
+    return out
+
+
+def split_top(toks: Sequence[str], sep: str) -> list[list[str]]:
+    parts: list[list[str]] = [[]]
+    i = 0
+    while i < len(toks):
+        t = toks[i]
+        if t in ("(", "[", "{") or (t == "<" and i > 0 and (is_id(toks[i - 1]) or toks[i - 1] == "template")):
+            j = skip_group(toks, i)
+            parts[-1] += toks[i:j]
+            i = j
+            continue
+        if t == sep:
+            parts.append([])
+        else:
+            parts[-1].append(t)
+        i += 1
+    return parts

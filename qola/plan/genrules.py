@@ -70,7 +70,7 @@ def dispatch_only_filter(direction: str | None) -> str | None:
     return "@".join([NO_KERNEL] * len(kinds)) if kinds else None
 
 
-def asm_arch(script: str, hsa_dir: str | os.PathLike | None) -> str | None:
+def asm_arch(script: str, hsa_dir: str | os.PathLike[str] | None) -> str | None:
     """The arch (``gfx90a``) when ``script`` lies under ``<hsa_dir>/<gfx…>/``, else None."""
     if not hsa_dir or not script:
         return None
@@ -81,7 +81,7 @@ def asm_arch(script: str, hsa_dir: str | os.PathLike | None) -> str | None:
     return rel.parts[0] if len(rel.parts) > 1 and rel.parts[0].startswith("gfx") else None
 
 
-def per_arch(command: str, script: str, hsa_dir: str | os.PathLike | None, archs: tuple[str, ...]) -> list[str]:
+def per_arch(command: str, script: str, hsa_dir: str | os.PathLike[str] | None, archs: tuple[str, ...]) -> list[str]:
     """``command`` once per target arch when ``script`` is a per-arch asm generator, else ``[command]``.
     The arch dir segment ``/hsa/<gfx>/`` is replaced by each target's (its script may be absent there:
     skipped with a warning when it runs)."""
@@ -144,7 +144,7 @@ def processors(archs: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def with_targets(
-    command: str, script: str, archs: tuple[str, ...], hsa_dir: str | os.PathLike | None = None
+    command: str, script: str, archs: tuple[str, ...], hsa_dir: str | os.PathLike[str] | None = None
 ) -> tuple[str, tuple[str, ...]]:
     """(``command``, with ``--targets=<archs>`` when ``script`` takes it and the command names none;
     the archs the generator writes for, () when qola cannot tell)."""
@@ -167,7 +167,7 @@ def with_targets(
     return command, ()
 
 
-def aiter_env(archs: tuple[str, ...], meta_dir: str | os.PathLike) -> dict[str, str]:
+def aiter_env(archs: tuple[str, ...], meta_dir: str | os.PathLike[str]) -> dict[str, str]:
     """The variables AITER's own build gives its generators (``aiter/jit/core.py`` at import):
     ``GPU_ARCHS`` (the targets, ``;``-separated: its ``chip_info`` reads them, else asks rocminfo,
     absent on build hosts), ``AITER_GPU_ARCHS`` (what ``chip_info.get_gfx_list`` exports: the same

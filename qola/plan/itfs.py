@@ -30,7 +30,7 @@ from typing import Any
 
 from qola.core import inputs
 from qola.core.errors import QolaError
-from qola.plan.cdecl import Decl, DeclError, literal_default, parse, read_header
+from qola.plan.cdecl import Decl, DeclError, Header, literal_default, parse, read_header
 from qola.plan.ctext import TYPE_WORDS
 
 HEADER_SUFFIXES = (".h", ".hpp", ".hh", ".cuh", ".hxx")
@@ -96,43 +96,36 @@ _FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
 TORCH = re.compile(r"\b(?:torch|at|c10|pybind11|py)::")
 
 
-def resolve(
-    module: str,
-    meta_dir: Path,
-    include_dirs: Sequence[str],
-    api_header: str,
-    exports: Sequence[str],
-    public_header: str,
-    provides: Sequence[Provide] = (),
-    includes: Sequence[str] = (),
-    notes: list[str] | None = None,
-    entry_macros: Mapping[str, str] | None = None,
-) -> Api:
-    """Read ``exports`` from the tree's ``api_header``: an error names the header and the function."""
-    for name in exports:
-        if not _NAME.match(name):
-            raise QolaError(f"registry: module {module}: export {name!r} is not a C++ identifier")
-    if not _FILE.match(public_header):
-        raise QolaError(f"registry: module {module}: public_header {public_header!r} is not a plain file name")
-    path = meta_dir / api_header
+@dataclass(frozen=True)
+class ApiSpec:
+    """What qola's registry says of a module's C++ API: the tree header that declares it
+    (``api_header``), the functions it exports, the public header qola generates, the functions qola
+    provides, the headers the public header includes and the macros that define a C entry point."""
+
+    module: str
+    api_header: str
+    exports: Sequence[str]
+    public_header: str
+    provides: Sequence[Provide] = ()
+    includes: Sequence[str] = ()
+    entry_macros: Mapping[str, str] | None = None
+
+
+def resolve(spec: ApiSpec, meta_dir: Path, include_dirs: Sequence[str], notes: list[str] | None = None) -> Api:
+    """Read ``spec.exports`` from the tree's ``api_header``: an error names the header and the function."""
+    module = spec.module
+    _check_names(spec)
+    path = meta_dir / spec.api_header
+    text = _read_api_header(spec, path)
     try:
-        text = inputs.read_checked(path, limit=inputs.MAX_SOURCE, what="API header").decode("utf-8", "replace")
-    except OSError as exc:
-        raise QolaError(
-            f"module {module}: cannot read {path}, the header that declares its C++ API "
-            f"({', '.join(exports)}): {exc.strerror or exc}",
-            hint="this tree does not have the header qola's registry names for the module; "
-            'build the module with mode = "pybind", or a tree that has it',
-        ) from None
-    try:
-        found = read_header(text, exports, entry_macros)
+        found = read_header(text, spec.exports, spec.entry_macros)
     except DeclError as exc:
         raise QolaError(
             f"module {module}: {path}: {exc}",
             hint="qola forwards the functions its registry lists for the module to the tree's "
             "declarations of them; a declaration it cannot read is not guessed",
         ) from None
-    decls = tuple(d for name in exports for d in found[name])
+    decls = tuple(d for name in spec.exports for d in found[name])
     for d in decls:
         if TORCH.search(" ".join([d.returns, *(p.type for p in d.params)])):
             raise QolaError(
@@ -144,7 +137,7 @@ def resolve(
     parsed = parse(text)
     provided = []
     reads = [str(path)]
-    for p in provides:
+    for p in spec.provides:
         got = _provide(module, p, parsed, include_dirs, path, reads)
         if isinstance(got, str):
             if notes is not None:
@@ -152,14 +145,36 @@ def resolve(
         else:
             provided.append(got)
     return Api(
-        header=api_header,
-        include=_spelling(path, include_dirs) if api_header.endswith(HEADER_SUFFIXES) else "",
-        public_header=public_header,
+        header=spec.api_header,
+        include=_spelling(path, include_dirs) if spec.api_header.endswith(HEADER_SUFFIXES) else "",
+        public_header=spec.public_header,
         decls=decls,
         provided=tuple(provided),
-        includes=tuple(includes),
+        includes=tuple(spec.includes),
         reads=tuple(dict.fromkeys(reads)),
     )
+
+
+def _check_names(spec: ApiSpec) -> None:
+    for name in spec.exports:
+        if not _NAME.match(name):
+            raise QolaError(f"registry: module {spec.module}: export {name!r} is not a C++ identifier")
+    if not _FILE.match(spec.public_header):
+        raise QolaError(
+            f"registry: module {spec.module}: public_header {spec.public_header!r} is not a plain file name"
+        )
+
+
+def _read_api_header(spec: ApiSpec, path: Path) -> str:
+    try:
+        return inputs.read_checked(path, limit=inputs.MAX_SOURCE, what="API header").decode("utf-8", "replace")
+    except OSError as exc:
+        raise QolaError(
+            f"module {spec.module}: cannot read {path}, the header that declares its C++ API "
+            f"({', '.join(spec.exports)}): {exc.strerror or exc}",
+            hint="this tree does not have the header qola's registry names for the module; "
+            'build the module with mode = "pybind", or a tree that has it',
+        ) from None
 
 
 def _spelling(path: Path, include_dirs: Sequence[str]) -> str:
@@ -174,7 +189,7 @@ def _spelling(path: Path, include_dirs: Sequence[str]) -> str:
 
 
 def _provide(
-    module: str, p: Provide, parsed, include_dirs: Sequence[str], api_path: Path, reads: list[str]
+    module: str, p: Provide, parsed: Header, include_dirs: Sequence[str], api_path: Path, reads: list[str]
 ) -> Decl | str:
     """The provided function, or the note saying why the tree does not have what it needs (``reads``
     gets the file it looked in)."""

@@ -32,6 +32,7 @@ from pathlib import Path
 from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_write
+from qola.plan.tree.files import MAX_CSV, read_small
 
 SUBDIR = ("qola", "listings")  # under $XDG_CACHE_HOME, else ~/.cache
 MAX_ENTRY = 16 << 20  # bytes of one cached listing (CK's largest, bwd: ~15,000 names, under 2 MiB)
@@ -74,7 +75,6 @@ def argument_files_digest(argvs: Sequence[Sequence[str]]) -> dict[str, str]:
     """sha256 of each existing regular file a generator command names after its script (``x.csv``,
     ``--tune_file=x.csv``): a tuned-config CSV passed by path decides the output like the script
     does, so editing it must rerun the generator. Read with the tuned-CSV size limit."""
-    from qola.plan.tree.files import MAX_CSV, read_small  # lazy: paid only by the callers that need it
 
     found: dict[str, str] = {}
     for argv in argvs:

@@ -17,6 +17,7 @@ from typing import Any
 from qola.plan.itfs import Api
 from qola.plan.tree.aiter_configs import MergedConfig
 
+OUTPUT_DIR = "{}"  # AITER's placeholder for a generator's output dir
 DEFAULT_MODE = "pybind"  # a module's mode: its [[modules]] mode > --mode > [build].mode > this
 
 
@@ -127,7 +128,7 @@ class Plan:
     modules: tuple[ModulePlan, ...]
     warnings: tuple[str, ...] = field(default=(), compare=False)
     mode: str = DEFAULT_MODE  # the default mode (--mode > [build].mode > pybind); modules may override
-    # the pin check (qola.plan.planner.check_pin): expected, actual, status, source, tree_chosen_by -> manifest.json "pin"
+    # the pin check (qola.plan.pin.check_pin): expected, actual, status, source, tree_chosen_by -> manifest.json "pin"
     pin: dict[str, Any] | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from qola.core.errors import QolaError
@@ -101,7 +101,12 @@ def _same(a: str, b: str) -> bool:
 
 
 def needs(
-    module: str, reg: RegistryEntry, sources: Sequence[str], flags: Iterable[str], generators: Sequence[str], evaluate
+    module: str,
+    reg: RegistryEntry,
+    sources: Sequence[str],
+    flags: Iterable[str],
+    generators: Sequence[str],
+    evaluate: Callable[[str], str],
 ) -> Needs:
     """What ``reg`` adds to ``module`` whose own ``sources`` (the tree's, before qola's wrappers),
     compile ``flags`` (table + manifest) and generator ``generators`` are given. ``evaluate`` turns

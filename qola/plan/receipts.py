@@ -52,7 +52,7 @@ class Rule:
 
 
 # direction -> its rule; a direction absent here selects nothing. The options are the ones kernel
-# names carry as tokens (qola.plan.variants.SLOTS); V layout (``_vr_``/``_vc_``), static quant
+# names carry as tokens (qola.plan.cknames.SLOTS); V layout (``_vr_``/``_vc_``), static quant
 # (``_squant_``, the Q scale of CKs before ``qscale``) and the bwd dropout's stored random values are
 # excluded by name.
 RULES: dict[str, Rule] = {

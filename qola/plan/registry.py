@@ -90,7 +90,7 @@ class RegistryEntry:
 SCALARS = ("api_header", "public_header")
 
 
-def _entry(entry: dict) -> RegistryEntry:
+def _entry(entry: dict[str, Any]) -> RegistryEntry:
     special = ("provides", "entry_macros", "generators")
     fields: dict[str, Any] = {k: (v if k in SCALARS else tuple(v)) for k, v in entry.items() if k not in special}
     fields["provides"] = tuple(Provide(**p) for p in entry.get("provides", []))

@@ -24,50 +24,53 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from qola.core import deadlines, inputs
-from qola.core import proc as runner
 from qola.core.errors import QolaError
-from qola.core.fsutil import pid_tempdir
-from qola.plan import genrules, listcache, receipts
+from qola.plan import genrules, receipts
+from qola.plan.cknames import FAMILY, NARROW, SLOTS, Layout, check_value, kind_of, learn, narrow, patterns
+from qola.plan.listing import (
+    ANY_CK,
+    ANY_PLAIN,
+    ARCH_SUFFIX,
+    NOT,
+    GenEnv,
+    GeneratorEnv,
+    flavor_of,
+    is_api,
+    kernel_name,
+    list_blobs,
+    shim,
+)
 from qola.plan.manifest import MAX_VARIANTS, Manifest, VariantSection
-from qola.plan.planner import OUTPUT_DIR, Generator, ModulePlan, Plan
-from qola.plan.registry import genwrap_script
+from qola.plan.manifest import _MhaVariant as MhaVariant
+from qola.plan.model import Generator, ModulePlan, Plan
 
-ANY_CK, ANY_PLAIN, NOT = "|", ",", "!"  # the shim's any-of separator; a "!" part excludes what it matches
-ARCH_SUFFIX = re.compile(r"_gfx[0-9a-z]+$")  # CK's per-arch filename_suffix (not part of the kernel name)
-HDIM = re.compile(r"^d[0-9]+$")
-
-FAMILY = {"fwd": ("fwd", "fwd_splitkv", "batch_prefill"), "bwd": ("bwd",)}
-# slot -> (options, {token: their values}); a slot holds at most one token of a kernel name.
-_Slot = tuple[tuple[str, ...], dict[str, tuple[bool, ...]]]
-_BIAS: _Slot = (("has_bias", "has_alibi"), {"nbias": (False, False), "bias": (True, False), "alibi": (False, True)})
-
-
-def _flag(option: str, token: str) -> _Slot:
-    return (option,), {f"n{token}": (False,), token: (True,)}
-
-
-SLOTS: dict[str, dict[str, _Slot]] = {
-    "fwd": {
-        "bias": _BIAS,
-        "mask": _flag("has_mask", "mask"),
-        "lse": _flag("has_lse", "lse"),
-        "logits": _flag("has_logits", "logits"),
-        "dropout": _flag("has_dropout", "dropout"),
-        "skip": _flag("has_skip", "skip"),
-        "sink": _flag("has_sink", "sink"),
-    },
-    "bwd": {
-        "bias": _BIAS,
-        "dbias": _flag("has_dbias", "dbias"),
-        "mask": _flag("has_mask", "mask"),
-        "dropout": _flag("has_dropout", "dropout"),
-        "deterministic": _flag("deterministic", "deterministic"),
-    },
-}
+__all__ = [  # with the names of qola.plan.listing and qola.plan.cknames its callers use
+    "ANY_CK",
+    "ANY_PLAIN",
+    "ARCH_SUFFIX",
+    "FAMILY",
+    "NOT",
+    "SLOTS",
+    "GenEnv",
+    "Generator",
+    "GeneratorEnv",
+    "Resolution",
+    "Selection",
+    "apply",
+    "expand",
+    "filters",
+    "flavor_of",
+    "is_api",
+    "join_filter",
+    "kernel_name",
+    "kind_of",
+    "list_blobs",
+    "resolve",
+    "shim",
+    "with_filters",
+]
 
 
 @dataclass(frozen=True)
@@ -117,237 +120,6 @@ def expand(options: Mapping[str, Any]) -> list[dict[str, Any]]:
     return list({tuple((k, type(v).__name__, v) for k, v in d.items()): d for d in out}.values())
 
 
-def shim() -> Path:
-    """The wrapper that lets CK's generate.py take a `|`-separated filter (any of)."""
-    return genwrap_script("filter_any.py")
-
-
-def flavor_of(gen: Generator) -> str:
-    return genrules.flavor_of(gen.script)
-
-
-@dataclass(frozen=True)
-class GeneratorEnv(runner.TimedEnv):
-    """What listing a generator's instances reads of the build's environment, resolved once: the
-    environment it runs under (opaque) and ``QOLA_GENERATOR_TIMEOUT`` as set (checked when a
-    generator first runs, :mod:`qola.core.deadlines`)."""
-
-    KNOB = deadlines.GENERATOR
-    listings: str | None = None  # where listings are cached (qola.plan.listcache); None: not cached
-
-    @classmethod
-    def of(cls, env: Mapping[str, str] | runner.TimedEnv) -> GeneratorEnv:
-        """The view of ``env``: a mapping's children environment, deadline and listing cache."""
-        if isinstance(env, GeneratorEnv):
-            return env
-        assert isinstance(env, Mapping), f"GeneratorEnv.of: a mapping or a GeneratorEnv, not {type(env).__name__}"
-        return cls(runner.ChildEnv.of(env), env.get(cls.KNOB.variable), listcache.cache_dir(env))
-
-
-GenEnv = Mapping[str, str] | GeneratorEnv  # a test's mapping, or the build's resolved view
-
-
-def list_blobs(gen: Generator, env: GenEnv, filt: str | None = None, python: str = sys.executable) -> list[str]:
-    """File stems the generator would write (``--list_blobs``), optionally under ``filt``. Cached
-    (:mod:`qola.plan.listcache`) by the generator's sources, arguments and environment when ``env``
-    names a cache dir."""
-    genv = GeneratorEnv.of(env)
-    extra = ["--filter", filt] if filt else []
-    wrap = [str(shim())] if filt and ANY_CK in filt else []
-    template = [python, *wrap, *gen.argv, "--list_blobs", "<listing>", *extra]  # the key's: no temp path
-    key = listcache.key_of(template, genv.child.as_dict()) if genv.listings else None
-    if key is not None and genv.listings and (hit := listcache.load(genv.listings, key)) is not None:
-        return hit
-    with pid_tempdir("qola-list-") as tmp:  # pid in the name: a killed run's is removed later
-        out = Path(tmp) / "blobs.txt"
-        argv = [a.replace(OUTPUT_DIR, str(Path(tmp) / "out")) for a in gen.argv]
-        cmd = [python, *wrap, *argv, "--list_blobs", str(out), *extra]
-        limit = genv.timeout()
-        try:  # under the generators' deadline; its output only shown: cut past proc.LOG_KEEP, never held whole
-            done = runner.run(cmd, cwd=tmp, env=genv.child, timeout=limit, keep=runner.LOG_KEEP)
-        except OSError as exc:
-            raise QolaError(f"cannot run `{gen.command}` to list its instances: {exc.strerror}") from None
-        except runner.TimeoutExpired as exc:
-            raise QolaError(
-                f"listing the instances of `{gen.command}` failed ({runner.why_ended(exc)})",
-                hint=f"fix the generator, or raise {deadlines.GENERATOR.variable}",
-            ) from None
-        if done.returncode != 0 or not out.is_file():
-            raise QolaError(
-                f"listing the instances of `{gen.command}` failed (exit {done.returncode}):\n"
-                f"    {done.stdout.strip()[-2000:]}",
-                hint="run the generator by hand with --list_blobs",
-            )
-        listing = inputs.read_checked(out, limit=inputs.MAX_RECORD, what="generator listing").decode()
-        stems = [Path(line.strip()).stem for line in listing.splitlines() if line.strip()]
-    if key is not None and genv.listings:
-        listcache.store(genv.listings, key, stems)
-    return stems
-
-
-def is_api(stem: str) -> bool:  # CK's fmha_*_api.cpp, the example's attn_fwd_api.cu
-    return stem.endswith("_api")
-
-
-def kernel_name(stem: str, flavor: str) -> str:
-    return ARCH_SUFFIX.sub("", stem) if flavor == "ck" else stem
-
-
-def kind_of(name: str, direction: str) -> int:
-    return next(
-        i for i, (_, prefix) in enumerate(genrules.CK_KINDS[direction]) if not prefix or name.startswith(prefix)
-    )
-
-
-def _dtype(tokens: list[str]) -> str | None:  # CK names: ..._d<hdim>_<dtype>_...
-    return next((tokens[i + 1] for i, tok in enumerate(tokens[:-1]) if HDIM.match(tok)), None)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What one CK kernel kind's names carry, learned from its listing."""
-
-    names: tuple[str, ...]
-    dtypes: frozenset[str]
-    slots: tuple[str, ...]  # present slots (+ "dtype"), in name order
-    adjacent: tuple[bool, ...]  # slot i directly followed by slot i+1 in every name
-    last: bool  # the last slot is the last token of every name
-
-
-def _slot_tokens(fam: str) -> dict[str, str]:  # token -> slot
-    return {tok: slot for slot, (_, toks) in SLOTS[fam].items() for tok in toks}
-
-
-def learn(names: Sequence[str], fam: str, where: str) -> Layout:
-    if not names:
-        return Layout((), frozenset(), (), (), False)
-    toks = _slot_tokens(fam)
-    positions: list[dict[str, int]] = []
-    for name in names:
-        parts = name.split("_")
-        pos = {}
-        for i, tok in enumerate(parts):
-            slot = "dtype" if i > 0 and HDIM.match(parts[i - 1]) and "dtype" not in pos else toks.get(tok)
-            if slot is not None and slot not in pos:
-                pos[slot] = i
-        positions.append(pos | {"$end": len(parts) - 1})
-    present = sorted({s for p in positions for s in p if s != "$end"}, key=lambda s: positions[0].get(s, 99))
-    for s in present:
-        if any(s not in p for p in positions):
-            raise QolaError(
-                f"{where}: kernel names carry the {s!r} token in some names only; qola cannot "
-                "express variants over this generator's names",
-                hint="report this CK version",
-            )
-    order = sorted(present, key=lambda s: positions[0][s])
-    if any(sorted(present, key=lambda s: p[s]) != order for p in positions):
-        raise QolaError(f"{where}: option tokens come in varying order in kernel names")
-    adjacent = tuple(all(p[b] == p[a] + 1 for p in positions) for a, b in itertools.pairwise(order))
-    last = bool(order) and all(p[order[-1]] == p["$end"] for p in positions)
-    dtypes = frozenset(_dtype(n.split("_")) or "" for n in names) - {""}
-    return Layout(tuple(names), dtypes, tuple(order), adjacent, last)
-
-
-def parse_options(name: str, fam: str) -> dict[str, Any]:
-    """Option values a kernel name states (options it does not carry are absent)."""
-    parts = name.split("_")
-    out: dict[str, Any] = {"dtype": _dtype(parts)} if _dtype(parts) else {}
-    toks = _slot_tokens(fam)  # once per name, not per token (TE's plan: 470,000 dicts built)
-    for tok in parts:
-        if (slot := toks.get(tok)) is not None:
-            out.update(zip(SLOTS[fam][slot][0], SLOTS[fam][slot][1][tok]))
-    return out
-
-
-def satisfies(name: str, fam: str, variant: Mapping[str, Any], layout: Layout) -> bool:
-    stated = parse_options(name, fam)
-    for opt, want in variant.items():
-        slot = "dtype" if opt == "dtype" else next(s for s, (o, _) in SLOTS[fam].items() if opt in o)
-        if (stated.get(opt) != want) if slot in layout.slots else want is True:
-            return False  # a kind without a feature's token never has the feature
-    return True
-
-
-def patterns(variant: Mapping[str, Any], fam: str, layout: Layout, where: str) -> tuple[str, ...]:
-    """fnmatch patterns (any of them) selecting exactly the names of ``layout`` that satisfy ``variant``."""
-    choices: list[list[str | None]] = []
-    for slot in layout.slots:
-        if slot == "dtype":
-            want = variant.get("dtype")
-            column: list[str | None] = [None] if want is None else [want] if want in layout.dtypes else []
-            choices.append(column)
-            continue
-        opts, table = SLOTS[fam][slot]
-        seen = {t for n in layout.names for t in n.split("_") if t in table}
-        ok: list[str | None] = [
-            t for t in table if t in seen and all(variant.get(o) in (None, v) for o, v in zip(opts, table[t]))
-        ]
-        choices.append([None] if set(ok) == seen else ok)
-    for slot in {s for o in variant for s, (opts, _) in SLOTS[fam].items() if o in opts} - set(layout.slots):
-        if any(variant.get(o) is True for o in SLOTS[fam][slot][0]):
-            return ()
-    out = []
-    for combo in itertools.product(*choices):
-        idx = [i for i, tok in enumerate(combo) if tok is not None]
-        if not idx:
-            out.append("*")
-            continue
-        # slots adjacent in every name join with "_"; others may be adjacent in some names only: both joins
-        seps = [("_",) if b == a + 1 and layout.adjacent[a] else ("_", "_*_") for a, b in itertools.pairwise(idx)]
-        for sep in itertools.product(*seps):
-            pat = "*_" + str(combo[idx[0]])
-            for s, b in zip(sep, idx[1:]):
-                pat += s + str(combo[b])
-            out.append(pat + ("" if idx[-1] == len(combo) - 1 and layout.last else "_*"))
-    got = {n for n in layout.names if any(fnmatch.fnmatchcase(n, p) for p in out)}
-    want_set = {n for n in layout.names if satisfies(n, fam, variant, layout)}
-    if got != want_set:
-        raise QolaError(
-            f"{where}: patterns {out} select {len(got)} names but {len(want_set)} satisfy the "
-            "variant; this generator's name layout is not understood",
-            hint="report this CK version",
-        )
-    return tuple(out)
-
-
-NARROW = ("hdim", "mode", "name")  # options checked on names directly; the filter then names instances exactly
-MODES = ("batch", "group")
-
-
-def _check_value(opt: str, v: Any, dtypes: Sequence[str], where: str) -> None:
-    ok, hint = {
-        "dtype": (v in dtypes, f"values in this tree's generator: {', '.join(dtypes)}"),
-        "hdim": (isinstance(v, int) and not isinstance(v, bool) and v > 0, "a head dimension, e.g. 128"),
-        "mode": (v in MODES, "batch or group"),
-        "name": (isinstance(v, str) and bool(v), "an fnmatch glob on CK kernel names, e.g. '*_npad_*'"),
-    }.get(opt, (isinstance(v, bool), "true or false"))
-    if not ok:
-        raise QolaError(f"{where}.{opt}: {v!r} is not a value of this option", hint=hint)
-
-
-def _keeps(name: str, variant: Mapping[str, Any], layout: Layout) -> bool:
-    """``hdim``/``mode`` on kernel kinds whose names carry them; ``name`` (any-of globs) on each kind
-    with the globs that match some name of that kind (bwd's dot_do_o/convert_dq/dq_dk_dv differ)."""
-    toks = name.split("_")
-    hdim = next((t for t in toks if HDIM.match(t)), None)
-    if "hdim" in variant and hdim is not None and hdim != f"d{variant['hdim']}":
-        return False
-    mode = next((t for t in toks if t in MODES), None)
-    if "mode" in variant and mode is not None and mode != variant["mode"]:
-        return False
-    globs = [g for g in variant.get("name", ()) if any(fnmatch.fnmatchcase(n, g) for n in layout.names)]
-    return not globs or any(fnmatch.fnmatchcase(name, g) for g in globs)
-
-
-def narrow(pats: tuple[str, ...], layout: Layout, variant: Mapping[str, Any]) -> tuple[str, ...]:
-    """``pats`` further narrowed by the NARROW options: the exact kernel names left, when fewer."""
-    if not pats or not any(k in variant for k in NARROW):
-        return pats
-    chosen = [n for n in layout.names if any(fnmatch.fnmatchcase(n, p) for p in pats)]
-    kept = [n for n in chosen if _keeps(n, variant, layout)]
-    return pats if len(kept) == len(chosen) else tuple(kept)
-
-
 @dataclass
 class Resolution:
     """Every selection, per (module, generator index), with the unfiltered listing it was checked against."""
@@ -381,6 +153,28 @@ def _show(variant: Mapping[str, Any]) -> str:
     return "{" + ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in variant.items()) + "}"
 
 
+class _Lister:
+    """Each generator's unfiltered listing, once per command; what each (module, generator) was
+    checked against is kept for the :class:`Resolution`."""
+
+    def __init__(self, env: GenEnv, python: str) -> None:
+        self.env, self.python = env, python
+        self.listings: dict[tuple[str, int], list[str]] = {}
+        self.by_command: dict[str, list[str]] = {}
+
+    def listed(self, gen: Generator) -> list[str]:
+        if gen.command not in self.by_command:
+            self.by_command[gen.command] = list_blobs(gen, self.env, python=self.python)
+        return self.by_command[gen.command]
+
+    def listing(self, mod: ModulePlan, i: int) -> list[str]:
+        self.listings[(mod.name, i)] = self.listed(mod.generators[i])
+        return self.listings[(mod.name, i)]
+
+
+_Targeted = dict[tuple[Any, int, str], None]
+
+
 def resolve(
     plan: Plan, manifest: Manifest, env: GenEnv, python: str = sys.executable, *, receipt_alone: bool = True
 ) -> Resolution:
@@ -393,72 +187,17 @@ def resolve(
     no variant targets is selected by the receipt alone (what it generates; not what a subset such
     as ``[jit.aot]`` names).
     """
-    listings: dict[tuple[str, int], list[str]] = {}
-    by_command: dict[str, list[str]] = {}
-
-    def listed(gen: Generator) -> list[str]:
-        if gen.command not in by_command:
-            by_command[gen.command] = list_blobs(gen, env, python=python)
-        return by_command[gen.command]
-
-    def listing(mod: ModulePlan, i: int) -> list[str]:
-        listings[(mod.name, i)] = listed(mod.generators[i])
-        return listings[(mod.name, i)]
-
-    plan = receipts.mark(plan, listed)
-
+    lister = _Lister(env, python)
+    plan = receipts.mark(plan, lister.listed)
     sels: list[Selection] = []
-    targeted: dict[tuple[Any, int, str], None] = {}
+    targeted: _Targeted = {}
     for fam, sections in (("fwd", manifest.mha_fwd_variants), ("bwd", manifest.mha_bwd_variants)):
         for n, sec in enumerate(sections):
-            where = f"mha_{fam}_variants[{n}]"
-            targets = [
-                (m, i)
-                for m in _modules_for(plan, sec.module, where)
-                for i, g in enumerate(m.generators)
-                if g.direction in FAMILY[fam] and flavor_of(g) == "ck" and not g.dispatch_only
-            ]
-            if not targets:
-                raise QolaError(
-                    f"{where}: no module{' ' + sec.module if sec.module else ''} in the plan runs "
-                    f"CK's fMHA {fam} generator (directions {', '.join(FAMILY[fam])})",
-                    hint="variants filter CK's generate.py; check [[modules]] and drop_directions",
-                )
-            targeted.update({(m, i, fam): None for m, i in targets})
-            layouts = {(mod.name, i): _layouts(mod, i, fam, listing(mod, i)) for mod, i in targets}
-            declared = {k: v for k, v in sec.model_dump(exclude={"module"}).items() if v is not None}
-            dtypes = sorted({d for ls in layouts.values() for lay in ls for d in lay.dtypes})
-            for opt, value in declared.items():
-                for v in value if isinstance(value, list) else [value]:
-                    _check_value(opt, v, dtypes, where)
-            globs = declared.pop("name", None)  # any-of name globs: one variant, not a product
-            for variant in expand(declared):
-                if globs is not None:
-                    variant["name"] = tuple(globs) if isinstance(globs, list) else (globs,)
-                hits = 0
-                for mod, i in targets:
-                    found = _select(mod, i, fam, variant, layouts[(mod.name, i)], where)
-                    hits += len(found)
-                    sels += found
-                if not hits:
-                    raise QolaError(
-                        f"{where} {_show(variant)} matches no instance of "
-                        + "; ".join(f"{m.name}: {m.generators[i].command}" for m, i in targets),
-                        hint="remove or change that variant (check its options against the receipt)",
-                    )
+            sels += _fmha_section(plan, (fam, n, sec), lister, targeted)
     for mod, i, fam in _receipt_only(plan, targeted) if receipt_alone else ():  # qola's receipt alone
-        rule = receipts.RULES[mod.generators[i].direction or ""]
-        lays = _layouts(mod, i, fam, listing(mod, i))
-        found = _select(mod, i, fam, {}, lays, f"receipt {receipts.TE_RECEIPT}")
-        if not found:
-            raise QolaError(
-                f"module {mod.name}: receipt {receipts.TE_RECEIPT} ({rule.options}) selects no instance of "
-                f"{mod.generators[i].command}",
-                hint="this CK's kernel names are not understood; report it",
-            )
-        sels += found
+        sels += _by_receipt(mod, i, fam, lister)
     for n, table in enumerate(manifest.variants):
-        sels += _generic(plan, table, n, listing)
+        sels += _generic(plan, table, n, lister.listing)
     done = {(s.module, s.generator) for s in sels}
     for mod, i, fam in targeted:
         if (mod.name, i) not in done:
@@ -467,7 +206,62 @@ def resolve(
                 f"{mod.name}: {mod.generators[i].command}",
                 hint=f'add a variant for it, or drop_directions = ["{mod.generators[i].direction}"]',
             )
-    return Resolution(plan, sels, listings)
+    return Resolution(plan, sels, lister.listings)
+
+
+def _fmha_section(
+    plan: Plan, section: tuple[str, int, MhaVariant], lister: _Lister, targeted: _Targeted
+) -> list[Selection]:
+    """The selections of ``mha_<fam>_variants[n]`` on the CK fMHA generators it targets (added to ``targeted``)."""
+    fam, n, sec = section
+    where = f"mha_{fam}_variants[{n}]"
+    targets = [
+        (m, i)
+        for m in _modules_for(plan, sec.module, where)
+        for i, g in enumerate(m.generators)
+        if g.direction in FAMILY[fam] and flavor_of(g) == "ck" and not g.dispatch_only
+    ]
+    if not targets:
+        raise QolaError(
+            f"{where}: no module{' ' + sec.module if sec.module else ''} in the plan runs "
+            f"CK's fMHA {fam} generator (directions {', '.join(FAMILY[fam])})",
+            hint="variants filter CK's generate.py; check [[modules]] and drop_directions",
+        )
+    targeted.update({(m, i, fam): None for m, i in targets})
+    layouts = {(mod.name, i): _layouts(mod, i, fam, lister.listing(mod, i)) for mod, i in targets}
+    declared = {k: v for k, v in sec.model_dump(exclude={"module"}).items() if v is not None}
+    dtypes = sorted({d for ls in layouts.values() for lay in ls for d in lay.dtypes})
+    for opt, value in declared.items():
+        for v in value if isinstance(value, list) else [value]:
+            check_value(opt, v, dtypes, where)
+    globs = declared.pop("name", None)  # any-of name globs: one variant, not a product
+    sels: list[Selection] = []
+    for variant in expand(declared):
+        if globs is not None:
+            variant["name"] = tuple(globs) if isinstance(globs, list) else (globs,)
+        found = [s for mod, i in targets for s in _select(mod, i, fam, variant, layouts[(mod.name, i)], where)]
+        if not found:
+            raise QolaError(
+                f"{where} {_show(variant)} matches no instance of "
+                + "; ".join(f"{m.name}: {m.generators[i].command}" for m, i in targets),
+                hint="remove or change that variant (check its options against the receipt)",
+            )
+        sels += found
+    return sels
+
+
+def _by_receipt(mod: ModulePlan, i: int, fam: str, lister: _Lister) -> list[Selection]:
+    """A generator under qola's receipt that no variant targets: what the receipt selects."""
+    rule = receipts.RULES[mod.generators[i].direction or ""]
+    lays = _layouts(mod, i, fam, lister.listing(mod, i))
+    found = _select(mod, i, fam, {}, lays, f"receipt {receipts.TE_RECEIPT}")
+    if not found:
+        raise QolaError(
+            f"module {mod.name}: receipt {receipts.TE_RECEIPT} ({rule.options}) selects no instance of "
+            f"{mod.generators[i].command}",
+            hint="this CK's kernel names are not understood; report it",
+        )
+    return found
 
 
 def _layouts(mod: ModulePlan, i: int, fam: str, names: list[str]) -> list[Layout]:

@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import qola
 from qola.compile.layout import NOOP_RECORD
@@ -108,7 +109,7 @@ def _view(env: Mapping[str, str] | RecordedEnv, keys: Iterable[str]) -> Recorded
     return env if isinstance(env, RecordedEnv) else RecordedEnv.of(env, keys)
 
 
-def _stat(path: str) -> list:
+def _stat(path: str) -> list[Any]:
     try:
         st = os.stat(path)
     except OSError:
@@ -148,45 +149,47 @@ def published_files(out: Path) -> list[str]:
     return sorted(found)
 
 
-def record(
-    build_dir: Path,
-    out: Path,
-    argv: Sequence[str],
-    env: Mapping[str, str] | RecordedEnv,
-    env_keys: Sequence[str],
-    inputs: Iterable[str],
-    resolved: Iterable[str] = (),
-    *,
-    rebuild: Mapping | None = None,
-    key: Mapping | None = None,
-) -> None:
-    """``resolved``: paths as given (absolute, not resolved) whose target must stay the same;
-    ``rebuild``: how the incremental path runs ninja (its recipe was written, and is among ``inputs``);
-    ``key``: the build key's material (:class:`qola.store.key.Material`), for the incremental path."""
-    files = sorted(set(inputs)) + published_files(out)
-    links = sorted(set(resolved))
+@dataclass(frozen=True)
+class Recorded:
+    """What the no-op record holds besides the output: the command line, the environment and the
+    names of it that count, the input files; ``resolved``: paths as given (absolute, not resolved)
+    whose target must stay the same; ``rebuild``: how the incremental path runs ninja (its recipe was
+    written, and is among ``inputs``); ``key``: the build key's material
+    (:class:`qola.store.key.Material`), for the incremental path."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str] | RecordedEnv
+    env_keys: Sequence[str]
+    inputs: Iterable[str]
+    resolved: Iterable[str] = ()
+    rebuild: Mapping[str, Any] | None = None
+    key: Mapping[str, Any] | None = None
+
+
+def record(build_dir: Path, out: Path, what: Recorded) -> None:
+    """Write the no-op record of a build of ``out`` into ``build_dir``."""
+    files = sorted(set(what.inputs)) + published_files(out)
+    links = sorted(set(what.resolved))
     data = {
         "format": FORMAT,
-        "argv": redact_argv(argv),  # a URL's credentials never enter the record (nor the key)
-        "env_keys": list(env_keys),
+        "argv": redact_argv(what.argv),  # a URL's credentials never enter the record (nor the key)
+        "env_keys": list(what.env_keys),
         "files": files,
         "resolved": links,
-        "rebuild": rebuild,
-        "key": key,
-        "digest": digest(argv, env, env_keys, files, links),
+        "rebuild": what.rebuild,
+        "key": what.key,
+        "digest": digest(what.argv, what.env, what.env_keys, files, links),
     }
     from qola.core.fsutil import atomic_write  # lazy: not on the no-op path
 
     atomic_write(build_dir / RECORD, json.dumps(data).encode())
 
 
-def rerecord(build_dir: Path, out: Path, data: Mapping, env: Mapping[str, str] | RecordedEnv) -> None:
+def rerecord(build_dir: Path, out: Path, data: Mapping[str, Any], env: Mapping[str, str] | RecordedEnv) -> None:
     """After an incremental build: the record ``data`` (what :func:`unchanged` returned) over the
     same inputs (the recipe rewritten) and the new output."""
     prefix = str(out) + os.sep
-    record(
-        build_dir,
-        out,
+    again = Recorded(
         data["argv"],
         env,
         data["env_keys"],
@@ -195,6 +198,7 @@ def rerecord(build_dir: Path, out: Path, data: Mapping, env: Mapping[str, str] |
         rebuild=data.get("rebuild"),
         key=data.get("key"),
     )
+    record(build_dir, out, again)
 
 
 def forget(build_dir: Path) -> None:
@@ -204,7 +208,7 @@ def forget(build_dir: Path) -> None:
         pass
 
 
-def load(build_dir: Path, argv: Sequence[str]) -> dict | None:
+def load(build_dir: Path, argv: Sequence[str]) -> dict[str, Any] | None:
     """The record of the last successful build when it was made by this command line and is one
     this qola wrote (its ``env_keys`` say which variables :func:`unchanged` needs), else None."""
     try:
@@ -219,7 +223,7 @@ def load(build_dir: Path, argv: Sequence[str]) -> dict | None:
     return data
 
 
-def unchanged(data: Mapping, build_dir: Path, out: Path, env: RecordedEnv) -> dict | None:
+def unchanged(data: Mapping[str, Any], build_dir: Path, out: Path, env: RecordedEnv) -> dict[str, Any] | None:
     """The record ``data`` (:func:`load`) when nothing it was derived from changed (and OUT holds
     what it published), else None. ``env``: the variables it names, resolved from the build's
     environment (one that does not cover them: None, a build)."""
@@ -243,44 +247,49 @@ def unchanged(data: Mapping, build_dir: Path, out: Path, env: RecordedEnv) -> di
 def nothing_to_do(build_dir: Path, ninja: str) -> bool:
     """``ninja -n`` finds no dirty edge."""
     try:
-        done = proc.run([ninja, "-C", str(build_dir), "-n"], timeout=120, stderr=proc.PIPE)
+        done = proc.run([ninja, "-C", str(build_dir), "-n"], timeout=120, out=proc.SEPARATE)
     except (OSError, proc.TimeoutExpired):
         return False
     return done.returncode == 0 and "no work to do" in done.stdout
 
 
-def input_files(
-    *,
-    manifest: str,
-    tree_files: Iterable[str],
-    dirs: Iterable[str],
-    generator_scripts: Iterable[str],
-    tools: Iterable[str | None],
-    data: Iterable[str] = (),
-    data_dirs: Iterable[str] = (),
-    listed_dirs: Iterable[str] = (),
-    written: Iterable[str] = (),
-) -> list[str]:
+@dataclass(frozen=True)
+class GraphInputs:
+    """What the graph depends on that ninja does not track itself (:func:`input_files`)."""
+
+    manifest: str
+    tree_files: Iterable[str]
+    dirs: Iterable[str]
+    generator_scripts: Iterable[str]
+    tools: Iterable[str | None]
+    data: Iterable[str] = ()
+    data_dirs: Iterable[str] = ()
+    listed_dirs: Iterable[str] = ()
+    written: Iterable[str] = ()
+
+
+def input_files(given: GraphInputs) -> list[str]:
     """Everything the graph depends on that ninja does not track itself. ``data``: files generators
     read (tuned-config CSVs, absent ones too: their appearance counts); ``data_dirs``: directories
     whose every file and subdir counts (``aiter/configs``: a new per-model CSV changes a merge, the
     embedded code objects); ``listed_dirs``: directories whose listing counts, with their subdirs
     (the generated sources); ``written``: files qola wrote for the graph."""
-    files = [manifest, *tree_files, *data, *written]
-    for d in listed_dirs:
+    tools = list(given.tools)
+    files = [given.manifest, *given.tree_files, *given.data, *given.written]
+    for d in given.listed_dirs:
         for top, _, _ in os.walk(d):
             files.append(top)
-    for d in data_dirs:
+    for d in given.data_dirs:
         if os.path.isdir(d):
             files.append(d)
             files += [str(p) for p in Path(d).rglob("*")]
     pkg = Path(qola.__file__).resolve().parent  # the package's root, wherever this module lies
     files += [str(p) for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-    for d in dirs:
+    for d in given.dirs:
         if os.path.isdir(d):
             files.append(d)
             files += [str(p) for p in Path(d).rglob("*") if p.is_dir()] if d.endswith("/hsa") else []
-    for script in generator_scripts:
+    for script in given.generator_scripts:
         p = Path(script)
         if p.suffix == ".py" and p.exists():
             files += [str(f) for f in p.parent.rglob("*.py") if "__pycache__" not in f.parts]

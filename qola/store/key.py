@@ -43,7 +43,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import qola
 from qola import __version__
@@ -132,7 +132,7 @@ def _tree_roots(plan: Plan) -> list[str]:
 
 # -- hashing ---------------------------------------------------------------------------------------
 
-_BINARIES: dict[tuple, str | None] = {}
+_BINARIES: dict[tuple[Any, ...], str | None] = {}
 
 
 def binary_sha256(path: str | None) -> str | None:
@@ -346,7 +346,15 @@ def _env_part(env: RecordedEnv, table_texts: Iterable[str], plan: Plan) -> dict[
     from qola.store.fastpath import referenced_env  # lazy: paid only by the callers that need it
 
     keys = set(referenced_env(table_texts)) | {k for k, _ in env.prefixed()}
-    return _normalise({k: env.get(k) for k in sorted(keys)}, _rooted(_tree_roots(plan)))
+    part: dict[str, str | None] = _normalise({k: env.get(k) for k in sorted(keys)}, _rooted(_tree_roots(plan)))
+    return part
+
+
+class TableRead(NamedTuple):
+    """The tree's module table as read: its files and their texts."""
+
+    files: Iterable[str]
+    texts: Iterable[str]
 
 
 def material(
@@ -356,12 +364,12 @@ def material(
     env: RecordedEnv,
     *,
     isolate: bool,
-    table_files: Iterable[str],
-    table_texts: Iterable[str],
+    table: TableRead,
 ) -> Material:
     """The key's material for a build of ``plan`` with ``tc`` under ``env`` (the recorded variables:
     PATH, the compilers' and what the module table reads, :func:`qola.store.fastpath.env_keys_of`;
     reads the compilers' and qola's files; the tree's are hashed by :meth:`Material.key`)."""
+    table_files, table_texts = table
     fixed = {
         "qola": {"version": __version__, "files": _qola_files()},
         "manifest": _manifest_part(manifest),

@@ -30,40 +30,31 @@ import gzip
 import hashlib
 import json
 import os
-import re
 import stat
 import tarfile
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
-from qola import __version__
-from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_stream, atomic_write, inside, pid_tempdir, remove_stale
 from qola.core.hashing import file_sha256
-from qola.core.secret import Secret, basic_authorization, split_url
+from qola.output import outdir
+from qola.output.checks import audit_output, load_manifest, resolve_root
+from qola.output.outdir import DIRS, ENTRIES, MANIFEST_JSON
+from qola.output.publish import install_version
+from qola.store.download import CHUNK, HINT_STORE, TIMEOUT, fetch
+from qola.store.download import Missing as Missing
+from qola.store.download import is_url as is_url
 from qola.store.key import recorded_key
 
 SUFFIX = ".tar.gz"
-MAX_ARCHIVE = 16 << 30  # bytes fetched for one archive
 MAX_UNPACKED = 64 << 30  # bytes of all its files
 MAX_MEMBERS = 200_000
 MAX_NAME = 1024
-MAX_SIDECAR = 64 << 10  # <archive>.sha256
-TIMEOUT = 60.0  # seconds without progress on one HTTP connection
-DEADLINE = 4 * 3600.0  # seconds for one whole download
 HEADERS = 1 << 20  # decompressed bytes tar may read between two members (headers, long names, padding)
-CHUNK = 1 << 20
 WORK_PREFIX = ".prebuilt-"  # BUILD/.prebuilt-<pid>-…: a download in progress
-_SHA_LINE = re.compile(r"([0-9a-fA-F]{64})(?:[ \t]+\*?(\S+))?\s*\Z")
-_HINT_STORE = "the prebuilt store holds a damaged or foreign archive: remove it, or build without --prebuilt"
-
-
-class Missing(Exception):
-    """No archive for this key in the store (or the store could not be reached): build instead."""
 
 
 def _shown(problems: list[str], most: int = 20) -> str:
@@ -73,10 +64,6 @@ def _shown(problems: list[str], most: int = 20) -> str:
 
 def archive_name(namespace: str, key: str) -> str:
     return f"{namespace}-{key[:16]}{SUFFIX}"
-
-
-def is_url(source: str) -> bool:
-    return bool(re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", source))
 
 
 # -- package ---------------------------------------------------------------------------------------
@@ -114,7 +101,6 @@ def _tarinfo(rel: str, *, directory: bool, size: int = 0, executable: bool = Fal
 def _write_archive(fh: BinaryIO, root: Path, files: dict[str, Any]) -> None:
     """The version under ``root`` as a deterministic tar.gz; every file checked against ``files``
     (manifest.json's record) as it is read."""
-    from qola.output.outdir import DIRS, MANIFEST_JSON  # lazy: paid only by the callers that need it
 
     dirs = sorted(Path(d).relative_to(root).as_posix() for top in DIRS for d, _, _ in os.walk(inside(root, top)))
     entries = sorted([(d, True) for d in dirs] + [(f, False) for f in [*files, MANIFEST_JSON]])
@@ -144,7 +130,6 @@ def package(out: Path, into: Path) -> Packaged:
     """Audit the output dir ``out`` and write its current version as ``into/<name>`` (+ ``.json``,
     then ``.sha256``), each atomically. Refuses an output that fails ``qola audit`` (failed modules
     included) or records no build key."""
-    from qola.output import outdir  # lazy: paid only by the callers that need it
 
     out, into = Path(out), Path(into)
     real_root = os.path.realpath(out)
@@ -155,13 +140,6 @@ def package(out: Path, into: Path) -> Packaged:
 
 
 def _package(out: Path, into: Path) -> Packaged:
-    from qola.output import outdir  # lazy: paid only by the callers that need it
-    from qola.output.checks import (  # lazy: paid only by the callers that need it
-        audit_output,
-        load_manifest,
-        resolve_root,
-    )
-
     if not outdir.published(out) and outdir.legacy_version(out) is None:
         raise QolaError(
             f"{out} is not a published qola output (no {out / outdir.MANIFEST_JSON})",
@@ -204,140 +182,6 @@ def _package(out: Path, into: Path) -> Packaged:
     return Packaged(archive, sha, key)
 
 
-# -- fetch -----------------------------------------------------------------------------------------
-
-
-def _opener():
-    import urllib.parse  # lazy: paid only by the callers that need it
-    import urllib.request  # lazy: paid only by the callers that need it
-
-    class SameSchemes(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, req, fp, code, msg, headers, newurl):
-            if urllib.parse.urlsplit(newurl).scheme.lower() not in ("http", "https"):
-                raise QolaError(f"{req.full_url} redirects to {newurl}: only http(s) is followed")
-            new = super().redirect_request(req, fp, code, msg, headers, newurl)
-            if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
-                new.remove_header("Authorization")  # the credentials go to the host they were given for only
-            return new
-
-    return urllib.request.build_opener(SameSchemes)
-
-
-def _http_get(
-    url: str, sink: Callable[[bytes], None], limit: int, timeout: float, credentials: Secret | None = None
-) -> None:
-    """``url`` (no credentials in it) into ``sink``; ``credentials``, taken out of the URL the user
-    gave (:func:`qola.core.secret.split_url`), go in an Authorization header."""
-    import http.client  # lazy: paid only by the callers that need it
-    import time  # lazy: paid only by the callers that need it
-    import urllib.error  # lazy: paid only by the callers that need it
-    import urllib.request  # lazy: paid only by the callers that need it
-
-    headers = {"User-Agent": f"qola/{__version__}"}
-    if credentials:
-        headers["Authorization"] = basic_authorization(credentials)
-    req = urllib.request.Request(url, headers=headers)
-    try:
-        resp = _opener().open(req, timeout=timeout)
-    except urllib.error.HTTPError as exc:
-        raise Missing(f"{url}: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
-        raise Missing(f"{url}: cannot connect ({getattr(exc, 'reason', exc)})") from None
-    with resp:
-        length = resp.headers.get("Content-Length")
-        expected = int(length) if length and length.isdigit() else None
-        if expected is not None and expected > limit:
-            raise QolaError(f"{url} is {expected} bytes, over the limit of {limit}", hint=_HINT_STORE)
-        got, end = 0, time.monotonic() + DEADLINE
-        try:
-            while chunk := resp.read(CHUNK):
-                got += len(chunk)
-                if got > limit:
-                    raise QolaError(f"{url} is over the limit of {limit} bytes", hint=_HINT_STORE)
-                if time.monotonic() > end:
-                    raise QolaError(f"download of {url} took over {DEADLINE:.0f} s", hint="try again")
-                sink(chunk)
-        except (http.client.IncompleteRead, OSError, http.client.HTTPException) as exc:
-            raise QolaError(
-                f"download of {url} broke off after {got} bytes ({type(exc).__name__}: {exc})",
-                hint="try again; nothing was installed",
-            ) from None
-        if expected is not None and got != expected:
-            raise QolaError(
-                f"download of {url} is truncated: {got} of {expected} bytes", hint="try again; nothing was installed"
-            )
-
-
-def _local_get(path: Path, sink: Callable[[bytes], None], limit: int) -> None:
-    try:
-        fd, _ = inputs.open_checked(path, limit=limit, what="prebuilt file", hint=_HINT_STORE)
-    except FileNotFoundError:
-        raise Missing(f"{path} does not exist") from None
-    with os.fdopen(fd, "rb") as fh:
-        got = 0
-        while chunk := fh.read(CHUNK):
-            got += len(chunk)
-            if got > limit:
-                raise QolaError(f"{path} grew over the limit of {limit} bytes", hint=_HINT_STORE)
-            sink(chunk)
-
-
-def _get(source: str, name: str, sink: Callable[[bytes], None], limit: int, timeout: float) -> str:
-    """Stream ``<source>/<name>`` into ``sink``; returns where it came from."""
-    if is_url(source):
-        import urllib.parse  # lazy: paid only by the callers that need it
-
-        public, credentials = split_url(source)  # user:password never shown, recorded or logged
-        if urllib.parse.urlsplit(public).scheme.lower() not in ("http", "https"):
-            raise QolaError(f"--prebuilt {public}: only a directory or an http(s):// URL is supported")
-        url = public.rstrip("/") + "/" + urllib.parse.quote(name)
-        _http_get(url, sink, limit, timeout, credentials)
-        return url
-    path = Path(source) / name
-    _local_get(path, sink, limit)
-    return str(path)
-
-
-def expected_sha256(text: bytes, name: str, where: str) -> str:
-    """The sha256 a ``<archive>.sha256`` file gives for ``name`` (``sha256sum`` format)."""
-    try:
-        line = text.decode("ascii").strip().splitlines()[0] if text.strip() else ""
-    except UnicodeDecodeError:
-        line = ""
-    m = _SHA_LINE.match(line)
-    if not m:
-        raise QolaError(f"{where} is not a sha256 line ('<64 hex digits>  {name}')", hint=_HINT_STORE)
-    if m.group(2) is not None and m.group(2) != name:
-        raise QolaError(f"{where} names {m.group(2)!r}, not {name!r}", hint=_HINT_STORE)
-    return m.group(1).lower()
-
-
-def fetch(
-    source: str, name: str, into: Path, *, limit: int = MAX_ARCHIVE, timeout: float = TIMEOUT
-) -> tuple[Path, str]:
-    """``<source>/<name>`` downloaded (or copied) into the dir ``into`` and checked against
-    ``<source>/<name>.sha256``; (the local file, where it came from). Missing: not in the store."""
-    side = bytearray()
-    where = _get(source, f"{name}.sha256", side.extend, MAX_SIDECAR, timeout)
-    want = expected_sha256(bytes(side), name, where)
-    local = into / name
-    h = hashlib.sha256()
-    with open(local, "xb") as fh:
-
-        def sink(chunk: bytes) -> None:
-            h.update(chunk)
-            fh.write(chunk)
-
-        origin = _get(source, name, sink, limit, timeout)
-    if h.hexdigest() != want:
-        raise QolaError(
-            f"{origin} has sha256 {h.hexdigest()}, but {where} says {want}: refused (a damaged, "
-            "truncated or replaced archive); nothing was installed",
-            hint=_HINT_STORE,
-        )
-    return local, origin
-
-
 # -- unpack and verify -----------------------------------------------------------------------------
 
 
@@ -353,9 +197,7 @@ class _Budget:
         data = self.fh.read(CHUNK if n is None or n < 0 else min(n, max(self.left, 0) + 1))
         self.left -= len(data)
         if self.left < 0:
-            raise QolaError(
-                f"archive has a header over {HEADERS} bytes or more data than its members", hint=_HINT_STORE
-            )
+            raise QolaError(f"archive has a header over {HEADERS} bytes or more data than its members", hint=HINT_STORE)
         return data
 
 
@@ -372,12 +214,12 @@ def _member_name(member: tarfile.TarInfo, allowed_top: tuple[str, ...]) -> str:
         or "\\" in name
         or any(p in ("", ".", "..") for p in parts)
     ):
-        raise QolaError(f"archive member {member.name!r} is not a plain relative path", hint=_HINT_STORE)
+        raise QolaError(f"archive member {member.name!r} is not a plain relative path", hint=HINT_STORE)
     if parts[0] not in allowed_top or (len(parts) == 1 and not member.isdir() and parts[0] != "manifest.json"):
-        raise QolaError(f"archive member {member.name!r} is not part of a qola output", hint=_HINT_STORE)
+        raise QolaError(f"archive member {member.name!r} is not part of a qola output", hint=HINT_STORE)
     if not (member.isdir() or (member.isreg() and not member.issparse())):
         kind = "a symlink" if member.issym() else "a hard link" if member.islnk() else "not a regular file or dir"
-        raise QolaError(f"archive member {member.name!r} is {kind}: refused", hint=_HINT_STORE)
+        raise QolaError(f"archive member {member.name!r} is {kind}: refused", hint=HINT_STORE)
     return name
 
 
@@ -397,7 +239,7 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, path
             fh.write(chunk)
             left -= len(chunk)
         if left:
-            raise QolaError(f"archive member {name!r} is truncated", hint=_HINT_STORE)
+            raise QolaError(f"archive member {name!r} is truncated", hint=HINT_STORE)
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -405,7 +247,6 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, path
 def unpack(archive: Path, dest: Path, *, max_bytes: int = MAX_UNPACKED, max_members: int = MAX_MEMBERS) -> None:
     """Extract ``archive`` into the empty dir ``dest``, writing every file and dir itself (never
     through tarfile's extraction): see the module's docstring for what is refused."""
-    from qola.output.publish import DIRS, ENTRIES  # lazy: paid only by the callers that need it
 
     seen: set[str] = set()
     total = 0
@@ -416,29 +257,29 @@ def unpack(archive: Path, dest: Path, *, max_bytes: int = MAX_UNPACKED, max_memb
                 for member in tar:
                     budget.left = HEADERS + (member.size if member.isreg() else 0)
                     if len(seen) >= max_members:
-                        raise QolaError(f"archive has more than {max_members} entries", hint=_HINT_STORE)
+                        raise QolaError(f"archive has more than {max_members} entries", hint=HINT_STORE)
                     name = _member_name(member, ENTRIES)
                     if name in seen:
-                        raise QolaError(f"archive member {name!r} appears twice", hint=_HINT_STORE)
+                        raise QolaError(f"archive member {name!r} appears twice", hint=HINT_STORE)
                     seen.add(name)
                     path = inside(dest, name)
                     if member.isdir():
                         path.mkdir(mode=0o755, parents=True, exist_ok=True)
                         if path.is_symlink() or not path.is_dir():
-                            raise QolaError(f"archive member {name!r} clashes with a file", hint=_HINT_STORE)
+                            raise QolaError(f"archive member {name!r} clashes with a file", hint=HINT_STORE)
                         continue
                     total += member.size
                     if total > max_bytes:
-                        raise QolaError(f"archive unpacks to more than {max_bytes} bytes", hint=_HINT_STORE)
+                        raise QolaError(f"archive unpacks to more than {max_bytes} bytes", hint=HINT_STORE)
                     _write_member(tar, member, name, path)
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeError) as exc:
         raise QolaError(
-            f"{archive.name} is not a readable tar.gz ({type(exc).__name__}: {exc})", hint=_HINT_STORE
+            f"{archive.name} is not a readable tar.gz ({type(exc).__name__}: {exc})", hint=HINT_STORE
         ) from None
     except FileExistsError as exc:
-        raise QolaError(f"archive member {exc.filename!r} clashes with another entry", hint=_HINT_STORE) from None
+        raise QolaError(f"archive member {exc.filename!r} clashes with another entry", hint=HINT_STORE) from None
     except NotADirectoryError as exc:
-        raise QolaError(f"archive member under {exc.filename!r} clashes with a file", hint=_HINT_STORE) from None
+        raise QolaError(f"archive member under {exc.filename!r} clashes with a file", hint=HINT_STORE) from None
     for d in DIRS:
         inside(dest, d).mkdir(mode=0o755, exist_ok=True)
 
@@ -447,7 +288,6 @@ def verify(root: Path, key: str, namespace: str) -> None:
     """QolaError unless the unpacked version ``root`` is a clean qola output of ``namespace`` built
     for ``key``: its manifest.json records this key and every file, and ``qola audit`` finds
     nothing (sizes, sha256s, exports, every module built)."""
-    from qola.output.checks import audit_output, load_manifest  # lazy: paid only by the callers that need it
 
     data = load_manifest(root)
     got = recorded_key(data)
@@ -455,23 +295,23 @@ def verify(root: Path, key: str, namespace: str) -> None:
         raise QolaError(
             f"the archive's manifest.json records build key {got or '(none)'}, not {key}: refused "
             "(an archive of another build under this name)",
-            hint=_HINT_STORE,
+            hint=HINT_STORE,
         )
     if data.get("namespace") != namespace:
-        raise QolaError(f"the archive is of namespace {data.get('namespace')!r}, not {namespace!r}", hint=_HINT_STORE)
+        raise QolaError(f"the archive is of namespace {data.get('namespace')!r}, not {namespace!r}", hint=HINT_STORE)
     if not isinstance(data.get("files"), dict):
-        raise QolaError("the archive's manifest.json records no file list", hint=_HINT_STORE)
+        raise QolaError("the archive's manifest.json records no file list", hint=HINT_STORE)
     try:
         _, problems, _ = audit_output(root)
     except QolaError:
         raise
     except Exception as exc:  # noqa: BLE001 (hostile ELF files: whatever the ELF reader raises is a refusal)
         raise QolaError(
-            f"the archive's files cannot be audited ({type(exc).__name__}: {exc})", hint=_HINT_STORE
+            f"the archive's files cannot be audited ({type(exc).__name__}: {exc})", hint=HINT_STORE
         ) from None
     if problems:
         raise QolaError(
-            f"the archive fails the audit ({len(problems)} problem(s)):\n{_shown(problems)}", hint=_HINT_STORE
+            f"the archive fails the audit ({len(problems)} problem(s)):\n{_shown(problems)}", hint=HINT_STORE
         )
 
 
@@ -482,18 +322,15 @@ class Installed:
     key: str
 
 
-def install(
-    source: str, namespace: str, key: str, out: Path, work: Path, *, limit: int = MAX_ARCHIVE, timeout: float = TIMEOUT
-) -> Installed:
+def install(source: str, namespace: str, key: str, out: Path, work: Path, *, timeout: float = TIMEOUT) -> Installed:
     """Install the archive of ``key`` from ``source`` (a dir or an http(s) base URL) as a new
     version of ``out``; ``work``: a dir for the download (the build dir). Missing: none there."""
-    from qola.output.publish import install_version  # lazy: paid only by the callers that need it
 
     name = archive_name(namespace, key)
     work.mkdir(parents=True, exist_ok=True)
     remove_stale(work, WORK_PREFIX)
     with pid_tempdir(WORK_PREFIX, work) as tmp:
-        archive, origin = fetch(source, name, Path(tmp), limit=limit, timeout=timeout)
+        archive, origin = fetch(source, name, Path(tmp), timeout=timeout)
 
         def fill(stage: Path) -> None:
             unpack(archive, stage)

@@ -29,9 +29,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import qola
+from qola.compile.remote_launch import errors
 from qola.core import inputs, proc
 from qola.core.errors import QolaError
+from qola.core.fsutil import atomic_write
 from qola.core.secret import redact, split_url
+from qola.store.key import binary_sha256, digest
+from qola.toolchain import find_toolchain
+from qola.toolchain.identity import compiler_env
 
 if TYPE_CHECKING:
     from qola.toolchain import Toolchain
@@ -120,8 +125,6 @@ def toolchain_id(tc: Toolchain, env: Mapping[str, str]) -> str:
     """The compiler's identity: kind, version, ``--version`` output, the compiler's and host C++
     compiler's sha256 and the compiler environment — the build key's toolchain record, less what
     only links read."""
-    from qola.store.key import binary_sha256, digest  # lazy: paid only by the callers that need it
-    from qola.toolchain.identity import compiler_env  # lazy: paid only by the callers that need it
 
     record = {
         "kind": tc.kind,
@@ -140,7 +143,6 @@ def toolchain_id(tc: Toolchain, env: Mapping[str, str]) -> str:
 def action_env(tc: Toolchain, env: Mapping[str, str]) -> dict[str, str]:
     """The environment every action carries: a fixed PATH (the compiler's dir first), the compiler
     variables the build sets. Nothing of the client's own (home, venv, user) enters the key."""
-    from qola.toolchain.identity import compiler_env  # lazy: paid only by the callers that need it
 
     dirs = [os.path.dirname(tc.compiler), os.path.dirname(tc.host_cxx or "")] + ACTION_PATH.split(":")
     path = ":".join(dict.fromkeys(d for d in dirs if d))
@@ -206,7 +208,7 @@ def probe(trexe: str, ep: Endpoint, tc: Toolchain, env: dict[str, str], prop: st
         f"{PROPERTY}={prop} (the id of this compiler; {DOCS})"
     )
     try:
-        got = proc.run(argv, timeout=PROBE_TIMEOUT, stderr=proc.PIPE)
+        got = proc.run(argv, timeout=PROBE_TIMEOUT, out=proc.SEPARATE)
     except proc.TimeoutExpired:
         raise QolaError(
             f"--remote: {ep.url}: no worker with this toolchain ({PROPERTY}={prop}) answered within "
@@ -218,8 +220,6 @@ def probe(trexe: str, ep: Endpoint, tc: Toolchain, env: dict[str, str], prop: st
     try:
         result = json.loads(inputs.read_record(meta))["actionResultMetadata"]
     except (OSError, ValueError, KeyError, TypeError):
-        from qola.compile.remote_launch import errors  # lazy: paid only by the callers that need it
-
         raise QolaError(
             f"--remote: {ep.url} did not run the start-up action: {errors(got.stderr or '') or 'no answer'}", hint=hint
         ) from None
@@ -235,20 +235,28 @@ def probe(trexe: str, ep: Endpoint, tc: Toolchain, env: dict[str, str], prop: st
         )
 
 
+@dataclass(frozen=True)
+class RemoteUse:
+    """How a build uses the service: ``fallback``: a compile the service cannot run runs here;
+    ``dry_run``: nothing is asked of the service."""
+
+    fallback: bool
+    dry_run: bool = False
+
+
 def prepare(
     ep: Endpoint,
     tc: Toolchain,
     build_dir: Path,
     tree_root: str,
     env: Mapping[str, str],
-    *,
-    fallback: bool,
-    dry_run: bool = False,
+    use: RemoteUse,
 ) -> Remote:
-    """Probe the service and write the launcher (``<build>/remote/cc`` + ``config.json``). ``env``:
-    PATH (where trexe is found) and the compilers' variables (:data:`qola.toolchain.identity.COMPILER_ENV`:
-    the toolchain's id and the action's environment); nothing else of the build's environment."""
-    from qola.core.fsutil import atomic_write  # lazy: paid only by the callers that need it
+    """Probe the service (not in a dry run) and write the launcher (``<build>/remote/cc`` +
+    ``config.json``). ``env``: PATH (where trexe is found) and the compilers' variables
+    (:data:`qola.toolchain.identity.COMPILER_ENV`: the toolchain's id and the action's environment);
+    nothing else of the build's environment."""
+    fallback, dry_run = use.fallback, use.dry_run
 
     trexe = find_trexe(env)
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -346,8 +354,6 @@ def main(argv: list[str]) -> int:
     """``python -m qola.store.remote toolchain-id ARCH…``: the ``qola-toolchain`` property of this
     machine's compiler for those archs (run on a worker to start it with the clients' id)."""
     import tempfile
-
-    from qola.toolchain import find_toolchain  # lazy: paid only by the callers that need it
 
     if len(argv) < 2 or argv[0] != "toolchain-id":
         print("usage: python -m qola.store.remote toolchain-id ARCH [ARCH…]   (e.g. gfx942, sm_90)", file=sys.stderr)

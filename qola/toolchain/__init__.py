@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from qola.toolchain.archs import arch_base, validate_archs, vendor_of
-    from qola.toolchain.base import Toolchain
+    from qola.toolchain.base import Toolchain, ToolchainChoice
     from qola.toolchain.env import ToolchainEnv
     from qola.toolchain.host import default_jobs, find_host_cxx
 
@@ -27,12 +27,14 @@ _LAZY = {
     "validate_archs": "archs",
     "vendor_of": "archs",
     "Toolchain": "base",
+    "ToolchainChoice": "base",
     "default_jobs": "host",
     "find_host_cxx": "host",
 }
 
 __all__ = [
     "Toolchain",
+    "ToolchainChoice",
     "arch_base",
     "default_jobs",
     "find_host_cxx",
@@ -53,37 +55,28 @@ def find_toolchain(
     *,
     env: Mapping[str, str] | ToolchainEnv,
     accepted_versions: Sequence[str] | None,
-    cache_dir: str | os.PathLike,
-    compiler: str | None = None,
-    assume_version: str | None = None,
-    drop_hip_flags: Sequence[str] = (),
+    cache_dir: str | os.PathLike[str],
+    choice: ToolchainChoice | None = None,
 ) -> Toolchain:
     """The toolchain for ``archs`` (all gfx* -> HIP, all sm_* -> CUDA).
 
     ``env`` is the environment to search (PATH, HIPCC, ROCM_PATH, CUDA_HOME, ...)
     and to run the compiler under; ``accepted_versions`` are prefixes from the
-    manifest (``["7.2"]`` accepts 7.2.*; None accepts any); ``compiler`` overrides
-    the search; ``assume_version`` (HIP only) plans with AITER's flags for that version without
-    probing (``--dry-run``); ``drop_hip_flags`` (HIP only): entries of AITER's flag set left out
-    (``[build] drop_hip_flags``). Raises QolaError with a hint for every user-fixable problem.
+    manifest (``["7.2"]`` accepts 7.2.*; None accepts any); ``choice``: the compiler, the
+    planning version and the HIP flags left out (:class:`~qola.toolchain.base.ToolchainChoice`).
+    Raises QolaError with a hint for every user-fixable problem.
     """
     from qola.toolchain.archs import validate_archs  # lazy: paid only by the callers that need it
+    from qola.toolchain.base import ToolchainChoice  # lazy: paid only by the callers that need it
     from qola.toolchain.env import ToolchainEnv  # lazy: paid only by the callers that need it
 
+    choice = choice or ToolchainChoice()
     kind, archs = validate_archs(archs)
     env = ToolchainEnv.of(env)  # resolved once: the variables the search reads, the probes' environment
     if kind == "hip":
         from qola.toolchain.hip import find_hip  # lazy: paid only by the callers that need it
 
-        return find_hip(
-            archs,
-            env=env,
-            accepted_versions=accepted_versions,
-            cache_dir=cache_dir,
-            compiler=compiler,
-            assume_version=assume_version,
-            drop=drop_hip_flags,
-        )
+        return find_hip(archs, env=env, accepted_versions=accepted_versions, cache_dir=cache_dir, choice=choice)
     from qola.toolchain.cuda import find_cuda  # lazy: paid only by the callers that need it
 
-    return find_cuda(archs, env=env, accepted_versions=accepted_versions, cache_dir=cache_dir, compiler=compiler)
+    return find_cuda(archs, env=env, accepted_versions=accepted_versions, cache_dir=cache_dir, compiler=choice.compiler)

@@ -11,6 +11,21 @@ DISCARD_LOCALS = "-Wl,--discard-all"  # see Toolchain.discard_locals
 
 
 @dataclass(frozen=True)
+class ToolchainChoice:
+    """What a build chooses of its toolchain beyond the search: ``compiler`` overrides the search;
+    ``assume_version`` (HIP only) plans with AITER's flags for that version without probing
+    (``--dry-run``); ``drop_hip_flags`` (HIP only): entries of AITER's flag set left out
+    (``[build] drop_hip_flags``)."""
+
+    compiler: str | None = None
+    assume_version: str | None = None
+    drop_hip_flags: Sequence[str] = ()
+
+
+NO_CHOICE = ToolchainChoice()  # the search decides everything
+
+
+@dataclass(frozen=True)
 class Toolchain:
     """A device compiler, its identity, and the argv it takes.
 
@@ -60,7 +75,11 @@ class Toolchain:
         return [f.format(name=name, uid=uid) for f in self.unit_flags]
 
     def compile_argv(
-        self, src: str | os.PathLike, obj: str | os.PathLike, depfile: str | os.PathLike, flags: list[str]
+        self,
+        src: str | os.PathLike[str],
+        obj: str | os.PathLike[str],
+        depfile: str | os.PathLike[str],
+        flags: list[str],
     ) -> list[str]:
         """Compile one source to ``obj`` and write a Makefile depfile.
 
@@ -89,7 +108,9 @@ class Toolchain:
             obj,
         ]
 
-    def shared_link_argv(self, objs_rsp: str | os.PathLike, out: str | os.PathLike, ldflags: list[str]) -> list[str]:
+    def shared_link_argv(
+        self, objs_rsp: str | os.PathLike[str], out: str | os.PathLike[str], ldflags: list[str]
+    ) -> list[str]:
         """Link a shared library with the host C++ compiler from a response file of
         objects (nvcc does not read @files; c++ does), then the GPU runtime:
         static cudart for CUDA (the .so then needs no CUDA toolkit to load),

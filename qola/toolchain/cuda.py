@@ -112,7 +112,7 @@ def find_cuda(
     *,
     env: Env,
     accepted_versions: Sequence[str] | None,
-    cache_dir: str | os.PathLike,
+    cache_dir: str | os.PathLike[str],
     compiler: str | None = None,
 ) -> Toolchain:
     env = ToolchainEnv.of(env)  # what the search reads, resolved once; the probes' environment

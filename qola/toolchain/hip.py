@@ -14,11 +14,13 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from qola.core.errors import QolaError
 from qola.toolchain.archs import arch_base
-from qola.toolchain.base import Toolchain
+from qola.toolchain.base import NO_CHOICE, Toolchain, ToolchainChoice
 from qola.toolchain.env import ToolchainEnv
 from qola.toolchain.host import (
     Env,
@@ -219,55 +221,26 @@ def find_hip(
     *,
     env: Env,
     accepted_versions: Sequence[str] | None,
-    cache_dir: str | os.PathLike,
-    compiler: str | None = None,
-    assume_version: str | None = None,
-    drop: Sequence[str] = (),
+    cache_dir: str | os.PathLike[str],
+    choice: ToolchainChoice = NO_CHOICE,
 ) -> Toolchain:
-    """``assume_version`` (planning, e.g. ``--dry-run``): take AITER's flag set for that HIP version,
-    skip the version check and every probe, keep every flag — nothing is compiled with it.
-    ``drop``: entries of that flag set to leave out (:func:`without`)."""
+    """``choice.assume_version`` (planning, e.g. ``--dry-run``): take AITER's flag set for that HIP
+    version, skip the version check and every probe, keep every flag — nothing is compiled with it.
+    ``choice.drop_hip_flags``: entries of that flag set to leave out (:func:`without`)."""
     env = ToolchainEnv.of(env)  # what the search reads, resolved once; the probes' environment
-    path, why = locate_why(env, compiler)
+    drop = choice.drop_hip_flags
+    path, why = locate_why(env, choice.compiler)
     root = rocm_root(path, env)
     child = env.with_child(CHILD_ENV)
     output, dotted, suffix = read_version(path, root, child)
     release = rocm_release(root)
-    if assume_version is not None:
-        return _planning(path, root, output, assume_version, archs, env, drop)
-    found = [dotted] + ([release] if release else [])
-    mismatch = check_accepted("hip", path, found, accepted_versions, enforce=False)
-    check = (
-        None
-        if accepted_versions is None
-        else {
-            "key": "rocm_versions",
-            "accepted": list(accepted_versions),
-            "found": {"hip": dotted, "rocm_release": release},
-            "status": "mismatch" if mismatch else "match",
-            **({"message": mismatch} if mismatch else {}),
-        }
-    )
+    if choice.assume_version is not None:
+        return _planning(_Found(path, root, output), choice.assume_version, archs, env, drop)
     identity = identity_of(path, output)
     pre = _clang_flags(root) if is_clang(path) else []
-
     wanted = without(hip_flag_set(hip_version_key(dotted, suffix), archs, env), drop, f"HIP {dotted}")
     probes = Probes(cache_dir, identity, child)
-    passes = arch_flags(archs)
-    ok = probes.supported(passes, lambda f: [path, *pre, f, *PROBE_TAIL])
-    bad = [f.split("=", 1)[1] for f in passes if not ok[f]]
-    if bad:
-        probes.save()
-        raise QolaError(
-            f"{path} (HIP {dotted}) cannot compile for {', '.join(bad)}",
-            hint="use a ROCm release that knows these targets (set HIPCC=/path/to/hipcc or ROCM_PATH), "
-            "or drop them from [build] architectures",
-        )
-    probe_arch = f"--offload-arch={archs[0]}"
-    optional = [f for f in wanted if _needs_probe(f) and f not in passes]
-    ok.update(probes.supported(optional, lambda f: [path, *pre, probe_arch, *f.split(), *PROBE_TAIL]))
-    probes.save()
-
+    ok = _probed(probes, (path, pre, dotted), archs, wanted)
     kept = [f for f in wanted if (not _needs_probe(f) or ok[f]) and f not in ALWAYS]
     dropped = tuple(f for f in wanted if _needs_probe(f) and not ok[f])
     flags = [*pre, *ALWAYS, *(tok for f in kept for tok in f.split()), *AFTER]
@@ -291,9 +264,49 @@ def find_hip(
         removed_flags=tuple(drop),
         rocm_version=release,
         unit_flags=UNIT_FLAGS,
-        version_check=check,
+        version_check=_version_check(path, dotted, release, accepted_versions),
         found_by=why,
     )
+
+
+def _version_check(
+    path: str, dotted: str, release: str | None, accepted: Sequence[str] | None
+) -> dict[str, Any] | None:
+    """The manifest's ``rocm_versions`` against the compiler found: recorded, not enforced."""
+    found = [dotted] + ([release] if release else [])
+    mismatch = check_accepted("hip", path, found, accepted, enforce=False)
+    if accepted is None:
+        return None
+    return {
+        "key": "rocm_versions",
+        "accepted": list(accepted),
+        "found": {"hip": dotted, "rocm_release": release},
+        "status": "mismatch" if mismatch else "match",
+        **({"message": mismatch} if mismatch else {}),
+    }
+
+
+def _probed(
+    probes: Probes, compiler: tuple[str, list[str], str], archs: Sequence[str], wanted: list[str]
+) -> dict[str, bool]:
+    """Which of the archs' flags and the optional ``wanted`` flags the compiler takes (probed, cached);
+    an arch it cannot compile for is an error."""
+    path, pre, dotted = compiler
+    passes = arch_flags(archs)
+    ok = probes.supported(passes, lambda f: [path, *pre, f, *PROBE_TAIL])
+    bad = [f.split("=", 1)[1] for f in passes if not ok[f]]
+    if bad:
+        probes.save()
+        raise QolaError(
+            f"{path} (HIP {dotted}) cannot compile for {', '.join(bad)}",
+            hint="use a ROCm release that knows these targets (set HIPCC=/path/to/hipcc or ROCM_PATH), "
+            "or drop them from [build] architectures",
+        )
+    probe_arch = f"--offload-arch={archs[0]}"
+    optional = [f for f in wanted if _needs_probe(f) and f not in passes]
+    ok.update(probes.supported(optional, lambda f: [path, *pre, probe_arch, *f.split(), *PROBE_TAIL]))
+    probes.save()
+    return ok
 
 
 def without(wanted: list[str], drop: Sequence[str], where: str) -> list[str]:
@@ -310,15 +323,17 @@ def without(wanted: list[str], drop: Sequence[str], where: str) -> list[str]:
     return [f for f in wanted if f not in drop]
 
 
-def _planning(
-    path: str,
-    root: str,
-    output: str,
-    version: str,
-    archs: Sequence[str],
-    env: Env,
-    drop: Sequence[str] = (),
-) -> Toolchain:
+@dataclass(frozen=True)
+class _Found:
+    """The compiler found: its path, the ROCm root, its ``--version`` output."""
+
+    path: str
+    root: str
+    output: str
+
+
+def _planning(found: _Found, version: str, archs: Sequence[str], env: Env, drop: Sequence[str] = ()) -> Toolchain:
+    path, root, output = found.path, found.root, found.output
     pre = _clang_flags(root) if is_clang(path) else []
     wanted = without(hip_flag_set(hip_version_key(version), archs, env), drop, f"HIP {version}")
     kept = [f for f in wanted if f not in ALWAYS]

@@ -59,7 +59,7 @@ def shim_text(version: str, real: str | None) -> str:
 
 def _version_output(path: str, env: Mapping[str, str] | proc.ChildEnv, timeout: float | None) -> str | None:
     try:
-        done = proc.run([path, "--version"], env=env, timeout=timeout, stderr=proc.PIPE)
+        done = proc.run([path, "--version"], env=env, timeout=timeout, out=proc.SEPARATE)
     except (OSError, proc.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None

@@ -7,6 +7,7 @@ import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from qola.core import deadlines, proc, settings
 from qola.core.errors import QolaError
@@ -24,7 +25,7 @@ def which(name: str, env: Env) -> str | None:
     return os.path.abspath(found) if found else None
 
 
-def executable(path: str | os.PathLike | None) -> str | None:
+def executable(path: str | os.PathLike[str] | None) -> str | None:
     """``path`` as an absolute path if it is an executable file, else None."""
     if not path:
         return None
@@ -40,7 +41,7 @@ def first_executable(candidates: Iterable[str | None]) -> str | None:
     return None
 
 
-def run_capture(argv: Sequence[str], env: Env, timeout: float | None = None) -> proc.CompletedProcess:
+def run_capture(argv: Sequence[str], env: Env, timeout: float | None = None) -> proc.CompletedProcess[Any]:
     """Run ``argv`` with stdout and stderr captured together as text; never raises for a non-zero
     exit (the caller decides); FailedProcessError if it cannot start or hangs (:func:`qola.core.proc.run_checked`).
     ``timeout``: by default ``QOLA_PROBE_TIMEOUT`` in ``env`` (:mod:`qola.core.deadlines`)."""

@@ -34,14 +34,14 @@ def probe_key(identity: str, env: Mapping[str, str] | ToolchainEnv) -> str:
     return hashlib.sha256(json.dumps([identity, ToolchainEnv.of(env).compiler_env()]).encode()).hexdigest()
 
 
-def probe_path(cache_dir: str | os.PathLike, identity: str, env: Mapping[str, str] | ToolchainEnv) -> Path:
+def probe_path(cache_dir: str | os.PathLike[str], identity: str, env: Mapping[str, str] | ToolchainEnv) -> Path:
     return Path(cache_dir) / f"probes-{probe_key(identity, env)[:16]}.json"
 
 
 class Probes:
     """Cached probe results for one compiler identity."""
 
-    def __init__(self, cache_dir: str | os.PathLike, identity: str, env: Mapping[str, str] | ToolchainEnv):
+    def __init__(self, cache_dir: str | os.PathLike[str], identity: str, env: Mapping[str, str] | ToolchainEnv):
         self.env = ToolchainEnv.of(env)
         self.path = probe_path(cache_dir, identity, self.env)
         self.identity = probe_key(identity, self.env)

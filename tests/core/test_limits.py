@@ -285,7 +285,9 @@ def test_run_refuses_to_hold_more_than_its_capture_limit(tmp_path, monkeypatch):
         proc.run_checked(argv)
     assert "printed more than 1 MiB; ended" in info.value.message
     assert gone(pid)
-    done = proc.run(["sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' y; echo; echo END"], keep=1 << 20)
+    done = proc.run(
+        ["sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' y; echo; echo END"], out=proc.Output(keep=1 << 20)
+    )
     assert len(done.stdout) < (1 << 20) + 200 and done.stdout.startswith("yyy") and done.stdout.endswith("END\n")
     assert "qola cut" in done.stdout
     fed = proc.run(["cat"], input="z" * 300_000)  # input larger than a pipe, fed while output is read

@@ -106,14 +106,14 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 def test_prebuilt_credentials_go_in_a_header_never_in_a_message(tmp_path):
     import base64
 
-    from qola.store import prebuilt
+    from qola.store import download
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         source = f"http://user:{PASSWORD}@127.0.0.1:{server.server_address[1]}/store"
-        with pytest.raises(prebuilt.Missing) as info:
-            prebuilt._get(source, "x.tar.gz", lambda b: None, 1 << 20, 10)
+        with pytest.raises(download.Missing) as info:
+            download.get(source, "x.tar.gz", lambda b: None, 1 << 20, 10)
     finally:
         server.shutdown()
         server.server_close()

@@ -410,11 +410,11 @@ def test_every_child_qola_runs_has_a_deadline():
 # Reading a tree, a service's output, a cache, an output or build dir, or a patches dir goes through
 # qola.core.inputs: a new open anywhere else fails here.
 OTHER_OPENS = {
-    "core/fsutil.py": 7,  # the one write primitive: temp files, fsync of dirs, comparing/copying what it writes
+    "core/fsutil.py": 8,  # the one write primitive: temp files, fsync of dirs, comparing/copying what it writes, a log's append
     "cli.py": 1,  # /dev/null for a reader gone (a write)
     "core/lock.py": 6,  # lock files (O_NOFOLLOW, O_EXCL when created) and /proc/locks, /proc/<pid>/cmdline
     "pipeline/progress.py": 3,  # /proc/<pid>/stat, /proc/<pid>/cmdline, /proc/uptime (the running units)
-    "core/proc.py": 2,  # a child's log (append) and /proc/<pid>/stat
+    "core/proc.py": 1,  # /proc/<pid>/stat
     "compile/ninja.py": 1,  # .ninja_log (the pipeline work of issues 31/34 owns ninja.py)
     "compile/unresolved.py": 1,  # os.fdopen of an fd from the checked open (pyelftools reads it)
     "compile/remote_launch.py": 2,  # the tally (append) and the empty anchor file (create)
@@ -426,7 +426,8 @@ OTHER_OPENS = {
     "output/outdir.py": 4,  # OUT's switch protocol: manifest.json and lock fds (O_NOFOLLOW, fstat checked)
     "output/publish.py": 4,  # the stage's files (O_EXCL writes) and a copy from an fd the checked open returned
     "plan/registry.py": 1,  # registry.toml shipped with qola
-    "store/prebuilt.py": 9,  # the archive written (O_EXCL), packed from OUT (O_NOFOLLOW), and the download verified
+    "store/prebuilt.py": 7,  # the archive written (O_EXCL), packed from OUT (O_NOFOLLOW), and the download verified
+    "store/download.py": 2,  # the download written (O_EXCL, in its own temp dir) and a file of a local store (checked fd)
     "toolchain/host.py": 1,  # /proc/meminfo
 }
 _RAW_OPEN = re.compile(

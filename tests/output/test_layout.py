@@ -21,7 +21,7 @@ from support.reports import publish_version, report
 from qola.core.errors import QolaError
 from qola.output import outdir
 from qola.output.checks import audit_output, check_files
-from qola.output.publish import ENTRIES, MANIFEST_JSON, generated_at, publish
+from qola.output.publish import ENTRIES, MANIFEST_JSON, Contents, generated_at, publish
 from qola.store import fastpath
 
 CMAKE = shutil.which("cmake")
@@ -148,10 +148,10 @@ def test_a_failed_publish_leaves_the_output_byte_identical(tmp_path):
     rep, headers, texts = report(tmp_path, "v3", {"a": b"A3", "b": b"B3"})
     missing = tmp_path / "b" / "include" / "gone.h"  # a header that vanished: fails mid-fill
     with pytest.raises(FileNotFoundError):
-        publish(rep, out, headers=[*headers, missing], texts=texts)
+        publish(rep, out, Contents(headers=[*headers, missing], texts=texts))
     assert published(out) == before
     with pytest.raises(QolaError, match="refusing"):
-        publish(rep, out, headers=headers, texts={"../escape": "x"})
+        publish(rep, out, Contents(headers=headers, texts={"../escape": "x"}))
     assert published(out) == before and not (tmp_path / "escape").exists()
     assert not [p for p in (out / ".qola").iterdir() if p.name.startswith(outdir.STAGE)]
 
@@ -285,7 +285,7 @@ def test_audit_reports_a_linked_or_replaced_entry(tmp_path):
 def test_manifest_has_qolas_fields(tmp_path):
     out = tmp_path / "out"
     rep, headers, texts = report(tmp_path, "v1", {"a": b"A", "b": None}, archs=("gfx942", "gfx950"))
-    publish(rep, out, headers=headers, texts=texts, source_date_epoch="1700000000")
+    publish(rep, out, Contents(headers=headers, texts=texts, source_date_epoch="1700000000"))
     data = json.loads((out / MANIFEST_JSON).read_text())
     assert data["generated_at"] == "2023-11-14T22:13:20+00:00"
     assert data["gpu_archs"] == "gfx942;gfx950" and data["archs"] == ["gfx942", "gfx950"]

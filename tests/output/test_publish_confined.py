@@ -20,7 +20,7 @@ from support.reports import fake_report
 
 from qola.compile import codegen
 from qola.core.errors import QolaError
-from qola.output.publish import publish
+from qola.output.publish import Contents, publish
 from qola.plan.planner import Generator
 
 NVCC = shutil.which("nvcc")
@@ -68,7 +68,7 @@ def test_publish_refuses_module_names_that_leave_out(tmp_path):
     assert outside_files(tmp_path, [tmp_path / "b"]) == []  # nothing written anywhere
     for texts, trees in (({"../../x.txt": "x"}, None), (None, {"jit/../../x": tmp_path / "b"})):
         with pytest.raises(QolaError, match="refusing"):
-            publish(fake_report(tmp_path, [("m", "qk_m", "built", b"lib")]), out, texts=texts, trees=trees)
+            publish(fake_report(tmp_path, [("m", "qk_m", "built", b"lib")]), out, Contents(texts=texts, trees=trees))
     assert not (tmp_path / "x.txt").exists() and not (tmp_path / "deep" / "x").exists()
 
 

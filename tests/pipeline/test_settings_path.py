@@ -153,7 +153,7 @@ def test_recorded_env_reads_only_what_it_was_resolved_for(tmp_path):
     # a record naming a variable the view was not resolved for is never taken as unchanged
     build, out = tmp_path / "b", tmp_path / "o"
     build.mkdir()
-    fastpath.record(build, out, ["qola", "build"], env, ["PATH", "SECRET"], [])
+    fastpath.record(build, out, fastpath.Recorded(["qola", "build"], env, ["PATH", "SECRET"], []))
     last = fastpath.load(build, ["qola", "build"])
     assert last is not None and fastpath.load(build, ["qola", "other"]) is None
     assert fastpath.unchanged(last, build, out, recorded(env, ["PATH", "SECRET"])) is not None

@@ -12,7 +12,7 @@ import pytest
 from qola.compile.codegen import GenJob, run_generators, stamp_of, write_configs
 from qola.core.errors import QolaError
 from qola.plan.manifest import parse
-from qola.plan.planner import Plan, make_plan
+from qola.plan.planner import Plan, PlanInputs, make_plan
 from qola.plan.tree.aiter import namespace, open_tree, resolve_entry
 from qola.plan.tree.aiter_configs import CONFIGS_TOKEN, MergedConfig, config_file, merge, render, write_merged
 from qola.plan.tree.aiter_core import read_core
@@ -177,7 +177,9 @@ def test_unknown_keys_pass_through_with_warnings(tmp_path):
     assert entry["flags_extra_hip_per_source"] == {"*.device.cu": ["-D__HIPCC_RTC__"]}
     assert len(notes) == 2 and all("kept as plain text" in n for n in notes)
     plan = make_plan(
-        parse('[[modules]]\nname = "module_new"\n', "m.toml"), tree, archs=("gfx942",), env={}, hip_version="7.2.0"
+        parse('[[modules]]\nname = "module_new"\n', "m.toml"),
+        tree,
+        PlanInputs(archs=("gfx942",), env={}, hip_version="7.2.0"),
     )
     mod = plan.modules[0]
     assert mod.per_source_flags == (("*.device.cu", ("-D__HIPCC_RTC__",)),) and mod.flags_extra_hip == ("-DX",)
@@ -196,7 +198,9 @@ def test_per_source_flags_keep_the_tables_order_in_the_plan(tmp_path):
                             "flags_extra_hip_per_source": {"*norm.cu": ["-DA"], "*.cu": ["-DB"]}}}  # fmt: skip
     tree = open_tree(make_tree(tmp_path, table))
     plan = make_plan(
-        parse('[[modules]]\nname = "module_new"\n', "m.toml"), tree, archs=("gfx942",), env={}, hip_version="7.2.0"
+        parse('[[modules]]\nname = "module_new"\n', "m.toml"),
+        tree,
+        PlanInputs(archs=("gfx942",), env={}, hip_version="7.2.0"),
     )
     for mod in (plan.modules[0], Plan.from_json(plan.to_json()).modules[0]):
         assert [p for p, _ in mod.per_source_flags] == ["*norm.cu", "*.cu"]
@@ -207,10 +211,10 @@ def test_per_source_flags_keep_the_tables_order_in_the_plan(tmp_path):
 def test_all_modules_leave_out_experimental_ones(tmp_path):
     tree = open_tree(make_tree(tmp_path, TABLE))
     kw = {"archs": ("gfx942",), "hip_version": "7.2.0"}
-    plan = make_plan(parse("", "m.toml"), tree, env={}, **kw)
+    plan = make_plan(parse("", "m.toml"), tree, PlanInputs(env={}, **kw))
     assert [m.name for m in plan.modules] == ["module_new", "module_plain"]
     assert any("module_exp is experimental" in w for w in plan.warnings)
-    plan = make_plan(parse("", "m.toml"), tree, env={"AITER_ENABLE_EXPERIMENTAL": "1"}, **kw)
+    plan = make_plan(parse("", "m.toml"), tree, PlanInputs(env={"AITER_ENABLE_EXPERIMENTAL": "1"}, **kw))
     assert [m.name for m in plan.modules] == ["module_new", "module_exp", "module_plain"]
 
 
@@ -237,7 +241,7 @@ def test_codegen_writes_merged_configs_into_the_build_dir(tmp_path):
     a = csv(tmp_path / "a.csv", HEAD, "80,1,2,3,9,x")
     b = csv(tmp_path / "b.csv", HEAD, "80,1,2,4,1,y")
     env = {"X_ENV": f"{a}:{b}"}
-    plan = make_plan(parse("", "m.toml"), open_tree(root), archs=("gfx942",), env=env, hip_version="7.2.0")
+    plan = make_plan(parse("", "m.toml"), open_tree(root), PlanInputs(archs=("gfx942",), env=env, hip_version="7.2.0"))
     mod = plan.modules[0]
     assert CONFIGS_TOKEN in mod.generators[0].command and len(mod.configs) == 1
     assert Plan.from_json(json.loads(json.dumps(plan.to_json()))) == plan

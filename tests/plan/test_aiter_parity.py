@@ -29,7 +29,7 @@ import pytest
 from support.common import run_qola
 
 from qola.plan.manifest import parse
-from qola.plan.planner import make_plan
+from qola.plan.planner import PlanInputs, make_plan
 from qola.plan.tree.aiter import load_table, namespace, open_tree, resolve_entry
 from qola.plan.tree.aiter_configs import CONFIGS_TOKEN, MergedConfig, merge, render
 
@@ -204,7 +204,7 @@ def test_plan_of_every_module_matches_aiters_build_args(tree):
     oracle = run_oracle(tree)
     table = load_table(open_tree(tree))
     manifest = parse('[qola]\nnamespace = "t"\n' + "".join(f'[[modules]]\nname = "{k}"\n' for k in table), "m.toml")
-    plan = make_plan(manifest, open_tree(tree), archs=ARCHS, env={}, hip_version=HIP)
+    plan = make_plan(manifest, open_tree(tree), PlanInputs(archs=ARCHS, env={}, hip_version=HIP))
     assert len(plan.modules) == len(table) == len(oracle["modules"])
     configs_dir = tree.parent / "aiter_configs"
     for mod in plan.modules:
@@ -296,9 +296,7 @@ def test_env_override_merges_two_files(tree, tmp_path):
     plan = make_plan(
         parse('[[modules]]\nname = "module_gemm_a8w8"\n', "m.toml"),
         open_tree(tree),
-        archs=ARCHS,
-        env=env,
-        hip_version=HIP,
+        PlanInputs(archs=ARCHS, env=env, hip_version=HIP),
     )
     (cfg,) = plan.modules[0].configs
     assert cfg.sources == (a, b, str(tmp_path / "absent.csv"))
@@ -379,7 +377,9 @@ def test_a_new_config_name_needs_no_qola_change(aiter_root, tmp_path):
     diffs, merged = config_diffs(root, oracle, {})
     assert diffs == [] and merged == len(merged_by_aiter(before, tmp_path / "plain" / "aiter")) + 1
     plan = make_plan(
-        parse('[[modules]]\nname = "module_probe"\n', "m.toml"), open_tree(root), archs=ARCHS, env={}, hip_version=HIP
+        parse('[[modules]]\nname = "module_probe"\n', "m.toml"),
+        open_tree(root),
+        PlanInputs(archs=ARCHS, env={}, hip_version=HIP),
     )
     (cfg,) = plan.modules[0].configs
     assert cfg.name == "probe_tuned_gemm.csv" and len(cfg.sources) == 2

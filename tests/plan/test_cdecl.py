@@ -186,17 +186,8 @@ def tree(tmp: Path, mha_bwd_h: str, fmha_bwd_hpp: str | None) -> Path:
 
 def resolve_bwd(meta: Path, notes: list[str]) -> itfs.Api:
     r = registry.entry("libmha_bwd")
-    return itfs.resolve(
-        "libmha_bwd",
-        meta,
-        [str(meta / "csrc" / "include"), str(meta / "ck")],
-        r.api_header,
-        r.exports,
-        r.public_header,
-        r.provides,
-        r.api_includes,
-        notes,
-    )
+    spec = itfs.ApiSpec("libmha_bwd", r.api_header, r.exports, r.public_header, r.provides, r.api_includes)
+    return itfs.resolve(spec, meta, [str(meta / "csrc" / "include"), str(meta / "ck")], notes)
 
 
 def test_registry_names_the_api_by_tree_header():
@@ -304,7 +295,7 @@ def test_torch_api_is_refused_naming_the_declaration(tmp_path):
         match=r"g\.h:1: torch::Tensor gemm\(torch::Tensor& A, int splitK\) takes or "
         "returns PyTorch types",
     ):
-        itfs.resolve("m", meta, [], "inc/g.h", ["gemm"], "qola_g.h")
+        itfs.resolve(itfs.ApiSpec("m", "inc/g.h", ["gemm"], "qola_g.h"), meta, [])
 
 
 def test_registry_gemm_entries():

@@ -19,7 +19,7 @@ from support.common import KERNELS
 from qola.core import rules
 from qola.core.errors import QolaError
 from qola.plan.manifest import parse
-from qola.plan.planner import make_plan
+from qola.plan.planner import PlanInputs, make_plan
 from qola.plan.tree.aiter import DEFAULTS, TABLE, open_tree
 
 BASE = json.loads((KERNELS / TABLE).read_text())
@@ -145,10 +145,7 @@ def test_hostile_tables_plan_or_refuse(fuzz_root, case, arch, mode):
         plan = make_plan(
             parse(manifest, "m.toml"),
             open_tree(root),
-            archs=arch,
-            cli_mode=mode,
-            env={},
-            hip_version="7.2.0" if arch[0].startswith("gfx") else None,
+            PlanInputs(archs=arch, cli_mode=mode, env={}, hip_version="7.2.0" if arch[0].startswith("gfx") else None),
         )
     except QolaError as exc:
         assert exc.render().startswith("error: ")

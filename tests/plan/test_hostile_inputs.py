@@ -16,7 +16,7 @@ from support.limited import qola, user_error
 
 from qola.core.errors import QolaError
 from qola.plan.manifest import parse
-from qola.plan.planner import make_plan
+from qola.plan.planner import PlanInputs, make_plan
 from qola.plan.tree.aiter import TABLE, open_tree
 
 ARCHS = ("sm_90",)
@@ -39,7 +39,7 @@ def set_table(root: Path, data: dict | str) -> None:
 
 
 def plan(root: Path, text: str = QUICK, **kw):
-    return make_plan(parse(text, "m.toml"), open_tree(root), archs=ARCHS, env={}, **kw)
+    return make_plan(parse(text, "m.toml"), open_tree(root), PlanInputs(archs=ARCHS, env={}, **kw))
 
 
 def mf(tmp_path: Path, text: str) -> Path:

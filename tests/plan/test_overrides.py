@@ -23,7 +23,7 @@ from support.common import run_qola
 from qola.core.errors import QolaError
 from qola.plan import registry
 from qola.plan.manifest import parse
-from qola.plan.planner import make_plan
+from qola.plan.planner import PlanInputs, make_plan
 from qola.plan.tree import overrides
 from qola.plan.tree.aiter import open_tree
 
@@ -138,7 +138,7 @@ def tree(tmp_path):
 
 
 def plan_of(text: str, tree, env=None):
-    return make_plan(parse(text, "te.toml"), tree, archs=("gfx1250",), env=env or {}, hip_version="7.2.0")
+    return make_plan(parse(text, "te.toml"), tree, PlanInputs(archs=("gfx1250",), env=env or {}, hip_version="7.2.0"))
 
 
 def expected(meta: str) -> dict[str, dict[str, list[str]]]:

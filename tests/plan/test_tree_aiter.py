@@ -11,7 +11,7 @@ import pytest
 from support.common import REPO, run_qola
 
 from qola.plan.manifest import parse
-from qola.plan.planner import make_plan
+from qola.plan.planner import PlanInputs, make_plan
 from qola.plan.tree.aiter import expression_names, load_table, open_tree, resolve_entry
 
 pytestmark = pytest.mark.aiter
@@ -42,7 +42,7 @@ def test_libmha_fwd_matches_table(aiter_root):
     tree = open_tree(aiter_root)
     raw = json.loads((aiter_root / "aiter/jit/optCompilerConfig.json").read_text())["libmha_fwd"]
     manifest = parse('[qola]\nnamespace = "te"\n[[modules]]\nname = "libmha_fwd"\n', "m.toml")
-    plan = make_plan(manifest, tree, archs=("gfx950",), env={}, hip_version="7.2.0")
+    plan = make_plan(manifest, tree, PlanInputs(archs=("gfx950",), env={}, hip_version="7.2.0"))
     mod = plan.modules[0]
     meta = str(tree.meta_dir)
     ck = f"{meta}/3rdparty/composable_kernel"
@@ -98,7 +98,9 @@ def test_dropped_direction_generates_a_dispatch_that_finds_no_kernel(aiter_root,
         '[[modules]]\nname = "libmha_fwd"\nreceipt = 700\ndrop_directions = ["fwd_splitkv", "batch_prefill"]\n'
     )
     plan = make_plan(
-        parse(m.read_text(), str(m)), open_tree(aiter_root), archs=("gfx942", "gfx950"), env={}, hip_version="6.4"
+        parse(m.read_text(), str(m)),
+        open_tree(aiter_root),
+        PlanInputs(archs=("gfx942", "gfx950"), env={}, hip_version="6.4"),
     )
     gens = tuple(g for g in plan.modules[0].generators if g.dispatch_only)
     assert {g.direction for g in gens} == {"fwd_splitkv", "batch_prefill"}
@@ -167,7 +169,7 @@ def test_asm_generators_run_once_per_target_arch(aiter_root, name, kind):
     manifest = parse(f'[qola]\nnamespace = "te"\n[[modules]]\nname = "{name}"\n', "m.toml")
 
     def asm(archs: tuple[str, ...]) -> list[str]:
-        gens = make_plan(manifest, tree, archs=archs, env={}, hip_version="6.4").modules[0].generators
+        gens = make_plan(manifest, tree, PlanInputs(archs=archs, env={}, hip_version="6.4")).modules[0].generators
         return [g.command.split()[0] for g in gens if "/hsa/" in g.command]
 
     meta = str(tree.meta_dir)

@@ -22,7 +22,7 @@ from qola.core.errors import QolaError
 from qola.output.outdir import ENTRIES, published
 from qola.pipeline import run as pipeline
 from qola.pipeline.run import BuildSpec, Reporter
-from qola.store import prebuilt
+from qola.store import download, prebuilt
 from qola.toolchain import Toolchain
 
 MANIFEST = """# the example tree, one module
@@ -223,11 +223,11 @@ def test_a_huge_sparse_file_under_a_source_dir_is_keyed_by_its_size_not_hashed(t
 
 def test_sha256_lines_and_member_names_are_checked():
     good = "a" * 64
-    assert prebuilt.expected_sha256(f"{good}  x.tar.gz\n".encode(), "x.tar.gz", "w") == good
-    assert prebuilt.expected_sha256(f"{good.upper()}\n".encode(), "x.tar.gz", "w") == good
+    assert download.expected_sha256(f"{good}  x.tar.gz\n".encode(), "x.tar.gz", "w") == good
+    assert download.expected_sha256(f"{good.upper()}\n".encode(), "x.tar.gz", "w") == good
     for bad in (b"", b"nothex  x.tar.gz", f"{good}  y.tar.gz".encode(), b"\xff" * 70):
         with pytest.raises(QolaError):
-            prebuilt.expected_sha256(bad, "x.tar.gz", "w")
+            download.expected_sha256(bad, "x.tar.gz", "w")
 
 
 def test_missing_archive_and_unsupported_source(tmp_path):

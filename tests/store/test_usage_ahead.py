@@ -143,7 +143,7 @@ def test_files_without_a_function_specialisation_are_refused_or_left_alone(tmp_p
     asm.write_text("template<> struct FmhaFwdV3Name<sel<1>> { static constexpr int n = 1; };\n")
     spec = layout.JitModuleSpec(module="m", lang="cxx", arch="host", compiler=JitCompiler("g++", "", ""), flags=())
     files = layout.render_jit_module(spec, [], out_jit=tmp_path / "jit", stub_dir=tmp_path / "b",
-                                     ahead=[("asm_v3", asm)])  # fmt: skip
+                                     ahead=layout.Ahead([("asm_v3", asm)]))  # fmt: skip
     assert files.output.ahead == ()  # compiled as it is
     assert "k_ahead" not in dict(files.sources)[files.output.table_source]
 
@@ -169,7 +169,7 @@ def _host_lib(root: Path, runtime: list[Path], *, deferred=(), ahead=(1, 2)) -> 
     )  # fmt: skip
     got = layout.render_jit_module(
         spec, [(f"unit_{n}", files[n]) for n in deferred], out_jit=root / "out" / "jit", stub_dir=root / "build",
-        ahead=[(f"unit_{n}", files[n]) for n in ahead], ahead_dir=root / "build" / "ahead",
+        ahead=layout.Ahead([(f"unit_{n}", files[n]) for n in ahead], root / "build" / "ahead"),
     )  # fmt: skip
     for path, text in got.sources:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from qola.compile.steps import CompileReport, ModuleResult
-from qola.output.publish import publish
+from qola.output.publish import Contents, publish
 
 
 def fake_report(tmp: Path, modules: list[tuple[str, str, str, bytes | None]]) -> CompileReport:
@@ -76,4 +76,4 @@ def publish_version(tmp: Path, out: Path, tag: str, **kw) -> Path:
     """Publish version ``tag`` (built in ``tmp``) into ``out``; the same ``tmp`` and ``tag`` give the
     same bytes, manifest.json included."""
     rep, headers, texts = report(tmp, tag, {"a": f"A-{tag}".encode() * 100, "b": f"B-{tag}".encode() * 100})
-    return publish(rep, out, headers=headers, texts=texts, **{"source_date_epoch": "1700000000", **kw})
+    return publish(rep, out, Contents(headers=headers, texts=texts, **{"source_date_epoch": "1700000000", **kw}))

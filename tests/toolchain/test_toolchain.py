@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from qola.core.errors import QolaError
-from qola.toolchain import Toolchain, default_jobs, find_toolchain, validate_archs, vendor_of
+from qola.toolchain import Toolchain, ToolchainChoice, default_jobs, find_toolchain, validate_archs, vendor_of
 from qola.toolchain import cuda as cuda_mod
 from qola.toolchain import hip as hip_mod
 from qola.toolchain.env import ToolchainEnv
@@ -189,12 +189,22 @@ def test_drop_hip_flags_removes_named_entries_and_refuses_unknown_ones():
 @pytest.mark.hip
 def test_drop_hip_flags_reach_the_compile_flags(tmp_path):
     tc = find_toolchain(
-        ["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path, drop_hip_flags=["-DUSE_PROF_API=1"]
+        ["gfx90a"],
+        env=ENV,
+        accepted_versions=None,
+        cache_dir=tmp_path,
+        choice=ToolchainChoice(drop_hip_flags=["-DUSE_PROF_API=1"]),
     )
     assert "-DUSE_PROF_API=1" not in tc.device_flags() and tc.removed_flags == ("-DUSE_PROF_API=1",)
     assert "-DLEGACY_HIPBLAS_DIRECT" in tc.device_flags()
     with pytest.raises(QolaError, match="drop_hip_flags"):
-        find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path, drop_hip_flags=["-O3"])
+        find_toolchain(
+            ["gfx90a"],
+            env=ENV,
+            accepted_versions=None,
+            cache_dir=tmp_path,
+            choice=ToolchainChoice(drop_hip_flags=["-O3"]),
+        )
 
 
 def test_default_jobs():
@@ -224,10 +234,22 @@ def test_toolchain_dict_round_trip():
 
 def test_missing_compiler_path(tmp_path):
     with pytest.raises(QolaError) as info:
-        find_toolchain(["sm_90"], env=ENV, accepted_versions=None, cache_dir=tmp_path, compiler="/nonexistent/nvcc")
+        find_toolchain(
+            ["sm_90"],
+            env=ENV,
+            accepted_versions=None,
+            cache_dir=tmp_path,
+            choice=ToolchainChoice(compiler="/nonexistent/nvcc"),
+        )
     assert "/nonexistent/nvcc" in str(info.value) and "install the CUDA toolkit (nvcc)" in info.value.hint
     with pytest.raises(QolaError) as info:
-        find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path, compiler="/nonexistent/hipcc")
+        find_toolchain(
+            ["gfx90a"],
+            env=ENV,
+            accepted_versions=None,
+            cache_dir=tmp_path,
+            choice=ToolchainChoice(compiler="/nonexistent/hipcc"),
+        )
     assert "apt-get install hipcc" in info.value.hint
 
 

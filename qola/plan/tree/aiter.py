@@ -173,7 +173,7 @@ def git_head(tree: AiterTree, env: proc.TimedEnv | None = None) -> tuple[str | N
         out = proc.run(
             ["git", "-C", str(tree.root), "rev-parse", "--verify", "HEAD^{commit}"],
             env=env.child if env else None,
-            stderr=proc.PIPE,
+            out=proc.SEPARATE,
             timeout=limit,
         )
     except FileNotFoundError:

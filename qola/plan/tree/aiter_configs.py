@@ -30,6 +30,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from qola.core.errors import QolaError
 from qola.core.fsutil import inside, write_if_changed
@@ -233,7 +234,7 @@ def merge(cfg: MergedConfig) -> Merged:
     return Merged(tuple(columns), tuple(tuple(out) for out, _ in table), tuple(notes))
 
 
-def _sorted_by_us(table: list, cfg: MergedConfig) -> list:
+def _sorted_by_us(table: list[Any], cfg: MergedConfig) -> list[Any]:
     """``sort_values("us")``: numbers ascending, missing last. Stable (Python's sort), which is
     where qola can differ from AITER: pandas sorts with numpy's quicksort (not stable), so of two
     rows with the same key *and* the same ``us`` it may keep either; qola keeps the earlier one."""
@@ -249,8 +250,8 @@ def _sorted_by_us(table: list, cfg: MergedConfig) -> list:
     )
 
 
-def _first_per_key(table: list, keys: list[str]) -> list:
-    seen: set[tuple] = set()
+def _first_per_key(table: list[Any], keys: list[str]) -> list[Any]:
+    seen: set[tuple[Any, ...]] = set()
     kept = []
     for out, typed in table:
         key = tuple(_hashable(typed.get(k, _MISSING)) for k in keys)

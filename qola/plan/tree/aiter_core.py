@@ -19,7 +19,7 @@ No config name is known in advance: AITER adds new ones often.
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,7 +120,7 @@ def _str_const(node: ast.AST) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
-def _config_call(call: ast.AST | None, func_ok) -> tuple[str, str, str] | None:
+def _config_call(call: ast.AST | None, func_ok: Callable[[ast.AST], bool]) -> tuple[str, str, str] | None:
     """(env, default source, stem) of ``get_config_file("ENV", <default>, "stem")``."""
     if not (isinstance(call, ast.Call) and func_ok(call.func) and len(call.args) == 3 and not call.keywords):
         return None

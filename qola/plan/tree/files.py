@@ -22,7 +22,7 @@ MAX_CSV = 256 * MiB  # one tuned-config CSV
 
 
 def open_regular(
-    path: str | os.PathLike, *, limit: int, what: str, nofollow: bool = False, hint: str | None = None
+    path: str | os.PathLike[str], *, limit: int, what: str, nofollow: bool = False, hint: str | None = None
 ) -> tuple[int, os.stat_result]:
     """(fd, its fstat) of the regular file ``path`` of at most ``limit`` bytes:
     :func:`qola.core.inputs.open_checked`. The caller closes the fd."""
@@ -30,7 +30,7 @@ def open_regular(
 
 
 def read_small(
-    path: str | os.PathLike, *, limit: int, what: str, nofollow: bool = False, hint: str | None = None
+    path: str | os.PathLike[str], *, limit: int, what: str, nofollow: bool = False, hint: str | None = None
 ) -> bytes:
     """The bytes of the regular file ``path`` (at most ``limit``): :func:`qola.core.inputs.read_checked`.
     ``what`` names it in messages ("manifest", "module table"). A missing file raises
@@ -40,7 +40,7 @@ def read_small(
 
 
 def read_text(
-    path: str | os.PathLike, *, limit: int, what: str, encoding: str = "utf-8", hint: str | None = None
+    path: str | os.PathLike[str], *, limit: int, what: str, encoding: str = "utf-8", hint: str | None = None
 ) -> str:
     """:func:`read_small` decoded; undecodable bytes are a :class:`QolaError`."""
     raw = read_small(path, limit=limit, what=what, hint=hint)

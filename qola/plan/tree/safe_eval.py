@@ -158,10 +158,10 @@ class _Evaluator:
             raise _Refused(f"constant {node.value!r} is not allowed")
         return node.value
 
-    def v_List(self, node: ast.List, d: int) -> list:
+    def v_List(self, node: ast.List, d: int) -> list[Any]:
         return [self.visit(e, d) for e in node.elts]
 
-    def v_Tuple(self, node: ast.Tuple, d: int) -> tuple:
+    def v_Tuple(self, node: ast.Tuple, d: int) -> tuple[Any, ...]:
         return tuple(self.visit(e, d) for e in node.elts)
 
     def v_JoinedStr(self, node: ast.JoinedStr, d: int) -> str:

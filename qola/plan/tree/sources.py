@@ -40,7 +40,7 @@ def under(path: str, roots: Iterable[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
-def real_roots(paths: Iterable[str | os.PathLike]) -> tuple[str, ...]:
+def real_roots(paths: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
     """The resolved forms of ``paths``, each once."""
     return tuple(dict.fromkeys(os.path.realpath(p) for p in paths))
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from qola.core.errors import QolaError
-from qola.plan import genrules
+from qola.plan import genrules, variants
 from qola.plan.manifest import Manifest
 from qola.plan.model import Generator, ModulePlan, Plan
 from qola.plan.tree.files import read_text
@@ -35,8 +35,6 @@ MAX_SCRIPT = genrules.MAX_SCRIPT
 def listable(gen: Generator) -> bool:
     """Whether ``gen`` lists its instances (``--list_blobs``): CK's fMHA generator for a direction it
     writes kernels for, or a script whose own source declares the option."""
-    from qola.plan import variants  # lazy: paid only by the callers that need it
-
     if gen.dispatch_only:
         return False
     if variants.flavor_of(gen) == "ck":
@@ -49,8 +47,6 @@ def listable(gen: Generator) -> bool:
 
 def universe(mod: ModulePlan, env: GenEnv) -> dict[int, tuple[list[str], list[str]]]:
     """generator index -> (every instance stem it can write, those the manifest's filter keeps)."""
-    from qola.plan import variants  # lazy: paid only by the callers that need it
-
     out = {}
     for i, g in enumerate(mod.generators):
         if listable(g):
@@ -78,8 +74,6 @@ def check(plan: Plan, by_module: Mapping[str, Sequence[str]], env: GenEnv,
     build's other archs: the same kernel). Raises QolaError for a module outside
     the plan or without listable generators, a name outside the module's universe, and a name the
     manifest's own variant tables exclude."""
-    from qola.plan import variants  # lazy: paid only by the callers that need it
-
     mods = {m.name: m for m in plan.modules}
     out: dict[str, dict[int, list[str]]] = {}
     for module, names in sorted(by_module.items()):
@@ -117,8 +111,6 @@ def check(plan: Plan, by_module: Mapping[str, Sequence[str]], env: GenEnv,
 
 def exact_filter(gen: Generator, names: Sequence[str]) -> tuple[str, str | None]:
     """(``--filter``, wrapper) making ``gen`` write exactly ``names`` (stems) plus its dispatch."""
-    from qola.plan import variants  # lazy: paid only by the callers that need it
-
     if variants.flavor_of(gen) != "ck":
         return (",".join(names) if names else genrules.NO_KERNEL), None
     kinds: list[list[str]] = [[] for _ in genrules.CK_KINDS[gen.direction or ""]]

@@ -83,7 +83,7 @@ def parse_line(line: str) -> Record | str:
     return Record(event, module, md_name, unit, arch, key, host, int(pid), int(when))
 
 
-def record_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
+def record_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
     """``paths`` with each directory replaced by the record files in it (not recursive), sorted."""
     out: list[Path] = []
     for p in map(Path, paths):

@@ -1,0 +1,202 @@
+"""CK's kernel names as the variant matrices read them: the option tokens each kernel family
+carries (:data:`SLOTS`), the layout of a generator's names learned from its own listing
+(:func:`learn`), the options a name has, and the fnmatch patterns that select a variant.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from qola.core.errors import QolaError
+from qola.plan import genrules
+
+HDIM = re.compile(r"^d[0-9]+$")
+
+FAMILY = {"fwd": ("fwd", "fwd_splitkv", "batch_prefill"), "bwd": ("bwd",)}
+# slot -> (options, {token: their values}); a slot holds at most one token of a kernel name.
+_Slot = tuple[tuple[str, ...], dict[str, tuple[bool, ...]]]
+_BIAS: _Slot = (("has_bias", "has_alibi"), {"nbias": (False, False), "bias": (True, False), "alibi": (False, True)})
+
+
+def _flag(option: str, token: str) -> _Slot:
+    return (option,), {f"n{token}": (False,), token: (True,)}
+
+
+SLOTS: dict[str, dict[str, _Slot]] = {
+    "fwd": {
+        "bias": _BIAS,
+        "mask": _flag("has_mask", "mask"),
+        "lse": _flag("has_lse", "lse"),
+        "logits": _flag("has_logits", "logits"),
+        "dropout": _flag("has_dropout", "dropout"),
+        "skip": _flag("has_skip", "skip"),
+        "sink": _flag("has_sink", "sink"),
+    },
+    "bwd": {
+        "bias": _BIAS,
+        "dbias": _flag("has_dbias", "dbias"),
+        "mask": _flag("has_mask", "mask"),
+        "dropout": _flag("has_dropout", "dropout"),
+        "deterministic": _flag("deterministic", "deterministic"),
+    },
+}
+
+
+def kind_of(name: str, direction: str) -> int:
+    return next(
+        i for i, (_, prefix) in enumerate(genrules.CK_KINDS[direction]) if not prefix or name.startswith(prefix)
+    )
+
+
+def _dtype(tokens: list[str]) -> str | None:  # CK names: ..._d<hdim>_<dtype>_...
+    return next((tokens[i + 1] for i, tok in enumerate(tokens[:-1]) if HDIM.match(tok)), None)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What one CK kernel kind's names carry, learned from its listing."""
+
+    names: tuple[str, ...]
+    dtypes: frozenset[str]
+    slots: tuple[str, ...]  # present slots (+ "dtype"), in name order
+    adjacent: tuple[bool, ...]  # slot i directly followed by slot i+1 in every name
+    last: bool  # the last slot is the last token of every name
+
+
+def _slot_tokens(fam: str) -> dict[str, str]:  # token -> slot
+    return {tok: slot for slot, (_, toks) in SLOTS[fam].items() for tok in toks}
+
+
+def learn(names: Sequence[str], fam: str, where: str) -> Layout:
+    if not names:
+        return Layout((), frozenset(), (), (), False)
+    toks = _slot_tokens(fam)
+    positions: list[dict[str, int]] = []
+    for name in names:
+        parts = name.split("_")
+        pos = {}
+        for i, tok in enumerate(parts):
+            slot = "dtype" if i > 0 and HDIM.match(parts[i - 1]) and "dtype" not in pos else toks.get(tok)
+            if slot is not None and slot not in pos:
+                pos[slot] = i
+        positions.append(pos | {"$end": len(parts) - 1})
+    present = sorted({s for p in positions for s in p if s != "$end"}, key=lambda s: positions[0].get(s, 99))
+    for s in present:
+        if any(s not in p for p in positions):
+            raise QolaError(
+                f"{where}: kernel names carry the {s!r} token in some names only; qola cannot "
+                "express variants over this generator's names",
+                hint="report this CK version",
+            )
+    order = sorted(present, key=lambda s: positions[0][s])
+    if any(sorted(present, key=lambda s: p[s]) != order for p in positions):
+        raise QolaError(f"{where}: option tokens come in varying order in kernel names")
+    adjacent = tuple(all(p[b] == p[a] + 1 for p in positions) for a, b in itertools.pairwise(order))
+    last = bool(order) and all(p[order[-1]] == p["$end"] for p in positions)
+    dtypes = frozenset(_dtype(n.split("_")) or "" for n in names) - {""}
+    return Layout(tuple(names), dtypes, tuple(order), adjacent, last)
+
+
+def parse_options(name: str, fam: str) -> dict[str, Any]:
+    """Option values a kernel name states (options it does not carry are absent)."""
+    parts = name.split("_")
+    out: dict[str, Any] = {"dtype": _dtype(parts)} if _dtype(parts) else {}
+    toks = _slot_tokens(fam)  # once per name, not per token (TE's plan: 470,000 dicts built)
+    for tok in parts:
+        if (slot := toks.get(tok)) is not None:
+            out.update(zip(SLOTS[fam][slot][0], SLOTS[fam][slot][1][tok]))
+    return out
+
+
+def satisfies(name: str, fam: str, variant: Mapping[str, Any], layout: Layout) -> bool:
+    stated = parse_options(name, fam)
+    for opt, want in variant.items():
+        slot = "dtype" if opt == "dtype" else next(s for s, (o, _) in SLOTS[fam].items() if opt in o)
+        if (stated.get(opt) != want) if slot in layout.slots else want is True:
+            return False  # a kind without a feature's token never has the feature
+    return True
+
+
+def patterns(variant: Mapping[str, Any], fam: str, layout: Layout, where: str) -> tuple[str, ...]:
+    """fnmatch patterns (any of them) selecting exactly the names of ``layout`` that satisfy ``variant``."""
+    choices: list[list[str | None]] = []
+    for slot in layout.slots:
+        if slot == "dtype":
+            want = variant.get("dtype")
+            column: list[str | None] = [None] if want is None else [want] if want in layout.dtypes else []
+            choices.append(column)
+            continue
+        opts, table = SLOTS[fam][slot]
+        seen = {t for n in layout.names for t in n.split("_") if t in table}
+        ok: list[str | None] = [
+            t for t in table if t in seen and all(variant.get(o) in (None, v) for o, v in zip(opts, table[t]))
+        ]
+        choices.append([None] if set(ok) == seen else ok)
+    for slot in {s for o in variant for s, (opts, _) in SLOTS[fam].items() if o in opts} - set(layout.slots):
+        if any(variant.get(o) is True for o in SLOTS[fam][slot][0]):
+            return ()
+    out = []
+    for combo in itertools.product(*choices):
+        idx = [i for i, tok in enumerate(combo) if tok is not None]
+        if not idx:
+            out.append("*")
+            continue
+        # slots adjacent in every name join with "_"; others may be adjacent in some names only: both joins
+        seps = [("_",) if b == a + 1 and layout.adjacent[a] else ("_", "_*_") for a, b in itertools.pairwise(idx)]
+        for sep in itertools.product(*seps):
+            pat = "*_" + str(combo[idx[0]])
+            for s, b in zip(sep, idx[1:]):
+                pat += s + str(combo[b])
+            out.append(pat + ("" if idx[-1] == len(combo) - 1 and layout.last else "_*"))
+    got = {n for n in layout.names if any(fnmatch.fnmatchcase(n, p) for p in out)}
+    want_set = {n for n in layout.names if satisfies(n, fam, variant, layout)}
+    if got != want_set:
+        raise QolaError(
+            f"{where}: patterns {out} select {len(got)} names but {len(want_set)} satisfy the "
+            "variant; this generator's name layout is not understood",
+            hint="report this CK version",
+        )
+    return tuple(out)
+
+
+NARROW = ("hdim", "mode", "name")  # options checked on names directly; the filter then names instances exactly
+MODES = ("batch", "group")
+
+
+def check_value(opt: str, v: Any, dtypes: Sequence[str], where: str) -> None:
+    ok, hint = {
+        "dtype": (v in dtypes, f"values in this tree's generator: {', '.join(dtypes)}"),
+        "hdim": (isinstance(v, int) and not isinstance(v, bool) and v > 0, "a head dimension, e.g. 128"),
+        "mode": (v in MODES, "batch or group"),
+        "name": (isinstance(v, str) and bool(v), "an fnmatch glob on CK kernel names, e.g. '*_npad_*'"),
+    }.get(opt, (isinstance(v, bool), "true or false"))
+    if not ok:
+        raise QolaError(f"{where}.{opt}: {v!r} is not a value of this option", hint=hint)
+
+
+def _keeps(name: str, variant: Mapping[str, Any], layout: Layout) -> bool:
+    """``hdim``/``mode`` on kernel kinds whose names carry them; ``name`` (any-of globs) on each kind
+    with the globs that match some name of that kind (bwd's dot_do_o/convert_dq/dq_dk_dv differ)."""
+    toks = name.split("_")
+    hdim = next((t for t in toks if HDIM.match(t)), None)
+    if "hdim" in variant and hdim is not None and hdim != f"d{variant['hdim']}":
+        return False
+    mode = next((t for t in toks if t in MODES), None)
+    if "mode" in variant and mode is not None and mode != variant["mode"]:
+        return False
+    globs = [g for g in variant.get("name", ()) if any(fnmatch.fnmatchcase(n, g) for n in layout.names)]
+    return not globs or any(fnmatch.fnmatchcase(name, g) for g in globs)
+
+
+def narrow(pats: tuple[str, ...], layout: Layout, variant: Mapping[str, Any]) -> tuple[str, ...]:
+    """``pats`` further narrowed by the NARROW options: the exact kernel names left, when fewer."""
+    if not pats or not any(k in variant for k in NARROW):
+        return pats
+    chosen = [n for n in layout.names if any(fnmatch.fnmatchcase(n, p) for p in pats)]
+    kept = [n for n in chosen if _keeps(n, variant, layout)]
+    return pats if len(kept) == len(chosen) else tuple(kept)

@@ -1,0 +1,98 @@
+"""Listing a generator's instances (``--list_blobs``), cached by content (:mod:`qola.plan.listcache`),
+and the names that read a listing: the CK filter shim, a generator's flavor, the ``*_api`` stem.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from qola.core import deadlines, inputs
+from qola.core import proc as runner
+from qola.core.errors import QolaError
+from qola.core.fsutil import pid_tempdir
+from qola.plan import genrules, listcache
+from qola.plan.model import OUTPUT_DIR, Generator
+from qola.plan.registry import genwrap_script
+
+ARCH_SUFFIX = re.compile(r"_gfx[0-9a-z]+$")  # CK's per-arch filename_suffix (not part of the kernel name)
+ANY_CK, ANY_PLAIN, NOT = "|", ",", "!"  # the shim's any-of separator; a "!" part excludes what it matches
+
+
+def shim() -> Path:
+    """The wrapper that lets CK's generate.py take a `|`-separated filter (any of)."""
+    return genwrap_script("filter_any.py")
+
+
+def flavor_of(gen: Generator) -> str:
+    return genrules.flavor_of(gen.script)
+
+
+@dataclass(frozen=True)
+class GeneratorEnv(runner.TimedEnv):
+    """What listing a generator's instances reads of the build's environment, resolved once: the
+    environment it runs under (opaque) and ``QOLA_GENERATOR_TIMEOUT`` as set (checked when a
+    generator first runs, :mod:`qola.core.deadlines`)."""
+
+    KNOB = deadlines.GENERATOR
+    listings: str | None = None  # where listings are cached (qola.plan.listcache); None: not cached
+
+    @classmethod
+    def of(cls, env: Mapping[str, str] | runner.TimedEnv) -> GeneratorEnv:
+        """The view of ``env``: a mapping's children environment, deadline and listing cache."""
+        if isinstance(env, GeneratorEnv):
+            return env
+        assert isinstance(env, Mapping), f"GeneratorEnv.of: a mapping or a GeneratorEnv, not {type(env).__name__}"
+        return cls(runner.ChildEnv.of(env), env.get(cls.KNOB.variable), listcache.cache_dir(env))
+
+
+GenEnv = Mapping[str, str] | GeneratorEnv  # a test's mapping, or the build's resolved view
+
+
+def list_blobs(gen: Generator, env: GenEnv, filt: str | None = None, python: str = sys.executable) -> list[str]:
+    """File stems the generator would write (``--list_blobs``), optionally under ``filt``. Cached
+    (:mod:`qola.plan.listcache`) by the generator's sources, arguments and environment when ``env``
+    names a cache dir."""
+    genv = GeneratorEnv.of(env)
+    extra = ["--filter", filt] if filt else []
+    wrap = [str(shim())] if filt and ANY_CK in filt else []
+    template = [python, *wrap, *gen.argv, "--list_blobs", "<listing>", *extra]  # the key's: no temp path
+    key = listcache.key_of(template, genv.child.as_dict()) if genv.listings else None
+    if key is not None and genv.listings and (hit := listcache.load(genv.listings, key)) is not None:
+        return hit
+    with pid_tempdir("qola-list-") as tmp:  # pid in the name: a killed run's is removed later
+        out = Path(tmp) / "blobs.txt"
+        argv = [a.replace(OUTPUT_DIR, str(Path(tmp) / "out")) for a in gen.argv]
+        cmd = [python, *wrap, *argv, "--list_blobs", str(out), *extra]
+        limit = genv.timeout()
+        try:  # under the generators' deadline; its output only shown: cut past proc.LOG_KEEP, never held whole
+            done = runner.run(cmd, cwd=tmp, env=genv.child, timeout=limit, out=runner.FOR_LOG)
+        except OSError as exc:
+            raise QolaError(f"cannot run `{gen.command}` to list its instances: {exc.strerror}") from None
+        except runner.TimeoutExpired as exc:
+            raise QolaError(
+                f"listing the instances of `{gen.command}` failed ({runner.why_ended(exc)})",
+                hint=f"fix the generator, or raise {deadlines.GENERATOR.variable}",
+            ) from None
+        if done.returncode != 0 or not out.is_file():
+            raise QolaError(
+                f"listing the instances of `{gen.command}` failed (exit {done.returncode}):\n"
+                f"    {done.stdout.strip()[-2000:]}",
+                hint="run the generator by hand with --list_blobs",
+            )
+        listing = inputs.read_checked(out, limit=inputs.MAX_RECORD, what="generator listing").decode()
+        stems = [Path(line.strip()).stem for line in listing.splitlines() if line.strip()]
+    if key is not None and genv.listings:
+        listcache.store(genv.listings, key, stems)
+    return stems
+
+
+def is_api(stem: str) -> bool:  # CK's fmha_*_api.cpp, the example's attn_fwd_api.cu
+    return stem.endswith("_api")
+
+
+def kernel_name(stem: str, flavor: str) -> str:
+    return ARCH_SUFFIX.sub("", stem) if flavor == "ck" else stem
