@@ -146,7 +146,7 @@ class Layout:
 
     @staticmethod
     def old_exists(old: str) -> bool:
-        return (PKG / f"{old}.py").exists() or (PKG / old / "__init__.py").exists() and old not in STAGES
+        return (PKG / f"{old}.py").exists() or ((PKG / old / "__init__.py").exists() and old not in STAGES)
 
     def rewrite_dotted(self, parts: list[str]) -> list[str] | None:
         """The new spelling of ``qola.<parts>``, or None when it needs none."""

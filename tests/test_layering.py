@@ -262,7 +262,11 @@ def imports_between_test_files(root: Path) -> list[str]:
             if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
                 called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
                 names += [str(node.args[0].value)] if called in ("__import__", "import_module") else []
-            bad += [f"{path.relative_to(root)}:{node.lineno}: {n}" for n in names if n.split(".")[0].startswith(("test_", "conftest"))]  # fmt: skip
+            bad += [
+                f"{path.relative_to(root)}:{node.lineno}: {n}"
+                for n in names
+                if n.split(".")[0].startswith(("test_", "conftest"))
+            ]
     return bad
 
 

@@ -363,7 +363,7 @@ def test_an_ambiguous_short_pin_is_reported_as_ambiguous(tmp_path, mirror):
     "fetching failed"; it is ambiguous, and said so."""
     import subprocess
 
-    bare, first, _ = mirror
+    bare, _first, _ = mirror
     work = tmp_path / "amb"
     git(tmp_path, "clone", "-q", str(bare), str(work))
     tree = git(work, "rev-parse", "HEAD^{tree}")
@@ -371,8 +371,13 @@ def test_an_ambiguous_short_pin_is_reported_as_ambiguous(tmp_path, mirror):
         f"commit refs/heads/c{i}\ncommitter t <t@t> 0 +0000\ndata {len(str(i))}\n{i}\nM 040000 {tree} x\n\n"
         for i in range(2000)
     )  # fixed dates and messages: the same commits (and the same shared prefix) every run
-    subprocess.run(["git", "-C", str(work), "fast-import", "--quiet"], input=stream, text=True, check=True,
-                   env={**os.environ, **GIT_ENV})  # fmt: skip
+    subprocess.run(
+        ["git", "-C", str(work), "fast-import", "--quiet"],
+        input=stream,
+        text=True,
+        check=True,
+        env={**os.environ, **GIT_ENV},
+    )
     seen: dict[str, str] = {}
     pair = None
     for line in git(work, "for-each-ref", "--format=%(objectname)", "refs/heads/").split():

@@ -76,7 +76,7 @@ def cuda_build(tmp_path_factory):
 
 
 def test_cuda_build_publishes_everything(cuda_build):
-    tmp, tree, m, out = cuda_build
+    tmp, _tree, _m, out = cuda_build
     data = check_published(out)
     assert {x["name"] for x in data["modules"]} == {*PLAIN, "module_attn_fwd"}
     assert all(x["status"] == "built" for x in data["modules"])

@@ -163,7 +163,7 @@ def lib_of(tmp: Path) -> Path:
 
 @needs_fake_nvcc
 def test_touching_one_instance_recompiles_it_alone_without_replanning(gen_setup):
-    tmp, build, script, blob = gen_setup
+    tmp, build, _script, blob = gen_setup
     first = build()
     assert first.returncode == 0 and planned(first), first.stderr
     assert json.loads((tmp / "out.build" / ".qola-noop.json").read_text())["rebuild"]["targets"] == ["module_libgen"]
@@ -199,7 +199,7 @@ def test_touching_one_instance_recompiles_it_alone_without_replanning(gen_setup)
 
 @needs_fake_nvcc
 def test_a_generator_comment_edit_recompiles_nothing(gen_setup):
-    tmp, build, script, blob = gen_setup
+    tmp, build, script, _blob = gen_setup
     assert build().returncode == 0
     built = tmp / "out.build" / "lib" / "qk_libgen.so"
     lib, seen, mtime = lib_of(tmp).read_bytes(), len(log_entries(tmp / "out.build")), built.stat().st_mtime_ns
@@ -242,7 +242,7 @@ def test_what_changes_the_plan_still_takes_the_full_path(gen_setup):
 
 @needs_fake_nvcc
 def test_a_compile_error_on_the_incremental_path_fails_that_module_and_publishes_none_of_it(gen_setup):
-    tmp, build, script, blob = gen_setup
+    tmp, build, _script, blob = gen_setup
     assert build().returncode == 0
     good = (blob / "inst_c.cu").read_text()
     (blob / "inst_c.cu").write_text("this is not C++\n")

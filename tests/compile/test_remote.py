@@ -183,7 +183,7 @@ def test_ck_fwd_library_remote_identical(aiter_root, tmp_path):
     for gfx942, built locally, then remotely into the same (cleaned) dirs: byte-identical. Its
     generated asm_fmha_fwd_v3 file spells __FILE__, so a local build holds the build dir's path;
     that compile's action is sent again naming the client's build dir (remote_launch.NAMES_BUILD_DIR)."""
-    from support.rocm_aiter import manifest as te_manifest  # noqa: PLC0415
+    from support.rocm_aiter import manifest as te_manifest
 
     m = te_manifest(tmp_path / "te.toml", "te", ("gfx942",))
     local = build(tmp_path, "x", aiter_root, m)

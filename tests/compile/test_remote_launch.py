@@ -178,8 +178,17 @@ def test_an_output_the_service_returns_must_be_a_regular_file(tmp_path, monkeypa
         tool.chmod(0o755)
     monkeypatch.setenv("VICTIM", str(victim))
     monkeypatch.setenv("HOW", how)
-    cfg = {"build_dir": str(build), "tree": str(tree), "system": ["/usr"], "trexe": str(trexe), "endpoint": [],
-           "property": "p=1", "env": {}, "timeout": 60, "map_flags": []}  # fmt: skip
+    cfg = {
+        "build_dir": str(build),
+        "tree": str(tree),
+        "system": ["/usr"],
+        "trexe": str(trexe),
+        "endpoint": [],
+        "property": "p=1",
+        "env": {},
+        "timeout": 60,
+        "map_flags": [],
+    }
     argv = [str(cc), "-MD", "-MF", "obj/a.o.d", "-c", str(tree / "a.cu"), "-o", "obj/a.o"]
     before = victim.read_text()
     if how == "regular":

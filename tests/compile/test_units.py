@@ -30,9 +30,13 @@ def dry_run(tmp: Path, archs: list[str], body: str, tree: Path | None = None) ->
     m.write_text(f'[qola]\nnamespace = "qk"\n[build]\narchitectures = {archs!r}\nmode = "cpp_itfs"\n'.replace("'", '"'))
     m.write_text(m.read_text() + body)
     spec = BuildSpec(
-        manifest=str(m), aiter_root=str(tree), output_dir=str(tmp / "out"), jobs=1, dry_run=True,
+        manifest=str(m),
+        aiter_root=str(tree),
+        output_dir=str(tmp / "out"),
+        jobs=1,
+        dry_run=True,
         env={**os.environ, "HIPCC": str(hipcc)},
-    )  # fmt: skip
+    )
     report = pipeline.build(spec)
     assert report.ok, [(r.name, r.error) for r in report.modules]
     return edges((tmp / "out.build" / "build.ninja").read_text())

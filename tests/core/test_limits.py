@@ -92,7 +92,7 @@ def test_doctor_reports_a_compiler_that_hangs_and_fails(tmp_path, name, variable
     tool, pid = hanging_tool(tmp_path / "bin" / name, how)
     done = qola("doctor", env={variable: str(tool), "QOLA_PROBE_TIMEOUT": "1"})
     assert done.returncode == 1, done.stdout + done.stderr
-    line = next(ln for ln in done.stdout.splitlines() if str(tool) in ln or "compiler" in ln and "broken" in ln)
+    line = next(ln for ln in done.stdout.splitlines() if str(tool) in ln or ("compiler" in ln and "broken" in ln))
     assert "broken" in line, done.stdout
     assert f"{tool} --version" in done.stdout and "no answer within 1 s" in done.stdout
     assert "QOLA_PROBE_TIMEOUT" in done.stdout and "broken" in done.stderr

@@ -10,6 +10,7 @@ import os
 import pickle
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -83,8 +84,18 @@ def test_remote_credentials_in_the_url_are_refused_and_never_shown_or_written(tm
     """``--remote grpc://user:PASSWORD@host``: the old build printed the password twice and wrote it
     into .qola-noop.json, .qola.lock and remote/config.json."""
     out = tmp_path / "out"
-    proc = run_qola("build", "-m", str(_manifest(tmp_path)), "--aiter-root", str(KERNELS), "-o", str(out),
-                    "--remote", f"{scheme}://user:{PASSWORD}@127.0.0.1:1", "--dry-run")  # fmt: skip
+    proc = run_qola(
+        "build",
+        "-m",
+        str(_manifest(tmp_path)),
+        "--aiter-root",
+        str(KERNELS),
+        "-o",
+        str(out),
+        "--remote",
+        f"{scheme}://user:{PASSWORD}@127.0.0.1:1",
+        "--dry-run",
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "credentials in the URL" in proc.stderr and "--remote-token" in proc.stderr, proc.stderr
     assert PASSWORD not in proc.stdout + proc.stderr
@@ -92,9 +103,9 @@ def test_remote_credentials_in_the_url_are_refused_and_never_shown_or_written(tm
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
-    seen: list[str | None] = []
+    seen: ClassVar[list[str | None]] = []
 
-    def do_GET(self):  # noqa: N802 (http.server's name)
+    def do_GET(self):
         type(self).seen.append(self.headers.get("Authorization"))
         self.send_response(404)
         self.end_headers()
@@ -130,8 +141,14 @@ def test_clone_credentials_go_to_git_through_its_environment_only(tmp_path):
 
     public, creds = clone_url(f"https://user:{PASSWORD}@git.example.org/aiter.git")
     assert public == "https://git.example.org/aiter.git" and creds is not None
-    req = Request(root=tmp_path, commit="abcd", commit_from="x", url=public, credentials=creds,
-                  env={"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "a.b", "GIT_CONFIG_VALUE_0": "c"})  # fmt: skip
+    req = Request(
+        root=tmp_path,
+        commit="abcd",
+        commit_from="x",
+        url=public,
+        credentials=creds,
+        env={"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "a.b", "GIT_CONFIG_VALUE_0": "c"},
+    )
     env = req.network_env()
     assert env["GIT_CONFIG_COUNT"] == "2" and env["GIT_CONFIG_KEY_0"] == "a.b"
     assert env["GIT_CONFIG_KEY_1"] == "http.https://git.example.org/.extraHeader"
@@ -142,7 +159,14 @@ def test_clone_credentials_go_to_git_through_its_environment_only(tmp_path):
     assert PASSWORD not in info.value.render()
 
     root = tmp_path / "aiter"  # nothing listens on port 1: the clone fails, and says so without the password
-    proc = run_qola("checkout", "--aiter-root", str(root), "--aiter-commit", "0123456789abcdef",
-                    "--aiter-url", f"http://user:{PASSWORD}@127.0.0.1:1/aiter.git")  # fmt: skip
+    proc = run_qola(
+        "checkout",
+        "--aiter-root",
+        str(root),
+        "--aiter-commit",
+        "0123456789abcdef",
+        "--aiter-url",
+        f"http://user:{PASSWORD}@127.0.0.1:1/aiter.git",
+    )
     assert proc.returncode == 2 and "127.0.0.1:1" in proc.stderr, proc.stderr
     assert PASSWORD not in proc.stdout + proc.stderr and leaked(tmp_path) == []

@@ -101,15 +101,17 @@ def test_ctrl_c_ends_generators_running_in_worker_threads(tmp_path):
     # kill may land on the worker thread, where it would not interrupt the main thread's wait).
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            with pytest.raises(proc.Interrupted):
-                with proc.signals_end_children():
-                    future = pool.submit(run_generators, job, tmp_path / "gen", env={"PATH": os.environ["PATH"]})
-                    while not pids_file.exists() or len(pids_file.read_text().split()) < 2:
-                        assert time.monotonic() - start < 300, "the generator did not start"
-                        time.sleep(0.05)
-                    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-                    time.sleep(600)  # the handler raises Interrupted here
+        with (
+            ThreadPoolExecutor(max_workers=2) as pool,
+            pytest.raises(proc.Interrupted),
+            proc.signals_end_children(),
+        ):
+            future = pool.submit(run_generators, job, tmp_path / "gen", env={"PATH": os.environ["PATH"]})
+            while not pids_file.exists() or len(pids_file.read_text().split()) < 2:
+                assert time.monotonic() - start < 300, "the generator did not start"
+                time.sleep(0.05)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            time.sleep(600)  # the handler raises Interrupted here
     finally:
         signal.signal(signal.SIGINT, previous)
         proc.reset_stop()  # this process goes on to run other tests (a qola process would exit)
@@ -396,7 +398,7 @@ def test_every_child_qola_runs_has_a_deadline():
         if rel == "core/proc.py":
             continue
         for node, name in _calls(path, {"run", "run_checked", "started", "popen"}):
-            if not (name.startswith("proc.") or name in ("run_checked",) and "proc" in path.read_text()):
+            if not (name.startswith("proc.") or (name in ("run_checked",) and "proc" in path.read_text())):
                 continue
             if name in ("run_checked",) and rel.startswith("toolchain/"):
                 continue  # toolchain's own wrapper (host.run_checked): QOLA_PROBE_TIMEOUT inside

@@ -187,7 +187,7 @@ def test_write_is_atomic_and_idempotent(tmp_path: Path, small_hsa: Path):
 
 
 def test_header_compiles_as_c(tmp_path: Path, small_hsa: Path):
-    sources, files, obj = _build(tmp_path, small_hsa, ["gfx942"], ["pa"])
+    _sources, files, obj = _build(tmp_path, small_hsa, ["gfx942"], ["pa"])
     src = tmp_path / "use.c"
     src.write_text(
         '#include "qola_embedded_mod.h"\n#include <stdio.h>\nint main(void){size_t n;'
@@ -203,7 +203,7 @@ def test_header_compiles_as_c(tmp_path: Path, small_hsa: Path):
 def test_shared_library_exports_no_embed_symbol(tmp_path: Path, small_hsa: Path):
     from elftools.elf.elffile import ELFFile
 
-    sources, files, obj = _build(tmp_path, small_hsa, ["gfx942", "gfx950"], ["fmha_v3_fwd"])
+    _sources, files, obj = _build(tmp_path, small_hsa, ["gfx942", "gfx950"], ["fmha_v3_fwd"])
     lib_src = tmp_path / "lib.cpp"
     lib_src.write_text(
         "#include AITER_EMBEDDED_HSA_HEADER\n"
@@ -401,7 +401,7 @@ def test_module_asm_on_gpu(tmp_path: Path, kernels_root: Path):
     )
     hsa = tmp_path / "hsa"  # the example tree's code objects, built as the tree builds them
     _run([sys.executable, kernels_root / "scripts" / "build_hsa.py", "--arch", arch, "--output", hsa])
-    sources, files, obj = _build(tmp_path, hsa, [arch], ["vec_add"], ns="qk", module="module_asm")
+    _sources, files, obj = _build(tmp_path, hsa, [arch], ["vec_add"], ns="qk", module="module_asm")
     (tmp_path / "main.cu").write_text(ASM_MAIN)
     exe = tmp_path / "asm_main"
     _run(

@@ -62,8 +62,13 @@ def test_deferred_variant_on_gpu_compiles_once_and_matches_torch(tmp_path):
     env = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT_COMPILER": str(cc)}
 
     def call(causal: int) -> list[str]:
-        p = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(out / "lib/qg_libattn_fwd.so"),
-                            str(causal)], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, str(tmp_path / "child.py"), str(out / "lib/qg_libattn_fwd.so"), str(causal)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
         assert p.returncode == 0, p.stdout + p.stderr
         return p.stdout.split()
 

@@ -167,7 +167,7 @@ def test_two_static_copies_in_one_program(built, tmp_path, isolate):
 
 def test_static_steps_shape(tmp_path):
     steps = link.static_archive_steps([tmp_path / "x.o"], tmp_path / "te_m.a", "te", tmp_path / "w")
-    assert [s[0] for s in steps][0] == "ld" and steps[0][1:3] == ["-r", "--force-group-allocation"]
+    assert next(s[0] for s in steps) == "ld" and steps[0][1:3] == ["-r", "--force-group-allocation"]
     assert steps[0][-1] == f"@{tmp_path / 'w' / 'te_m.objs.rsp'}"
     assert steps[1][1:4] == ["-m", "qola.compile.link", "localize-list"]
     assert steps[2][1].startswith("--localize-symbols=") and steps[3][:2] == ["ar", "rcsD"]

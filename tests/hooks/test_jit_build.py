@@ -212,9 +212,21 @@ def test_build_defers_all_but_aot_and_runtime_compiles_once(tmp_path):
     env = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT_COMPILER": str(cc)}
 
     def call(dtype: str, hdim: int, nhead: int, causal: int = 0, **extra: str) -> str:
-        proc = subprocess.run([sys.executable, str(tmp_path / "call.py"), str(out / "lib/qj_libattn_fwd.so"), dtype,
-                               str(hdim), str(nhead), str(causal)], capture_output=True, text=True,
-                              env={**env, **extra}, timeout=600)  # fmt: skip
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(tmp_path / "call.py"),
+                str(out / "lib/qj_libattn_fwd.so"),
+                dtype,
+                str(hdim),
+                str(nhead),
+                str(causal),
+            ],
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.strip()
 
@@ -242,8 +254,9 @@ def test_build_defers_all_but_aot_and_runtime_compiles_once(tmp_path):
 def test_static_archive_keeps_the_runtime_local(tmp_path):
     out, bdir = build(tmp_path, AOT_TWO, link="static")
     assert (out / "lib/qj_libattn_fwd.a").is_file() and (out / "jit/qj_libattn_fwd/index.json").is_file()
-    nm = subprocess.run(["nm", "--defined-only", str(out / "lib/qj_libattn_fwd.a")], capture_output=True,
-                        text=True, check=True).stdout  # fmt: skip
+    nm = subprocess.run(
+        ["nm", "--defined-only", str(out / "lib/qj_libattn_fwd.a")], capture_output=True, text=True, check=True
+    ).stdout
     glob = [ln.split()[-1] for ln in nm.splitlines() if re.match(r"^\S+ [A-TV-Z] ", ln)]
     assert glob and all(n.startswith(("qj_", "_ZN4qola2qj")) for n in glob), glob
     assert "qola_jit_table" in (bdir / "link/libattn_fwd/qj_libattn_fwd.objs.rsp").read_text()
@@ -296,8 +309,13 @@ def test_pybind_module_calls_a_deferred_variant(tmp_path):
     env = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT_COMPILER": str(cc)}
 
     def call(dtype: str, hdim: int, nhead: int, **extra: str) -> str:
-        p = subprocess.run([sys.executable, str(tmp_path / "call.py"), str(out / "lib"), dtype, str(hdim), str(nhead)],
-                           capture_output=True, text=True, env={**env, **extra}, timeout=600)  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, str(tmp_path / "call.py"), str(out / "lib"), dtype, str(hdim), str(nhead)],
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+            timeout=600,
+        )
         assert p.returncode == 0, p.stderr
         return p.stdout.strip()
 

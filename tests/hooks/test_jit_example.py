@@ -40,22 +40,47 @@ int main(int argc, char** argv)
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 def test_example_attn_fwd_all_deferred(tmp_path):
     gen = tmp_path / "gen"
-    subprocess.run([sys.executable, str(KERNELS / "attn/generate.py"), "--receipt", "1", "--filter",
-                    "attn_fwd_d64_fp16_batch_*_nmask_nlse", "-o", str(gen)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            str(KERNELS / "attn/generate.py"),
+            "--receipt",
+            "1",
+            "--filter",
+            "attn_fwd_d64_fp16_batch_*_nmask_nlse",
+            "-o",
+            str(gen),
+        ],
+        check=True,
+    )
     units = [(p.stem, p) for p in sorted(gen.glob("attn_fwd_d*.cu"))]
     assert len(units) == 1
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache")}
     cc = fake_compiler(tmp_path, NVCC)
     spec = layout.JitModuleSpec(
-        module="attn_fwd", lang="cuda", arch="sm_90", compiler=jkey.probe_compiler(str(cc), env),
+        module="attn_fwd",
+        lang="cuda",
+        arch="sm_90",
+        compiler=jkey.probe_compiler(str(cc), env),
         flags=(*layout.shared_object_flags("cuda", ["sm_90"]), "-O1", "-std=c++17"),
-        include_dirs=(KERNELS / "include", KERNELS / "attn"), style="example_attn",
-    )  # fmt: skip
+        include_dirs=(KERNELS / "include", KERNELS / "attn"),
+        style="example_attn",
+    )
     out = layout.write_jit_module(spec, units, out_jit=tmp_path / "out/jit", stub_dir=tmp_path / "build", batch=8)
     assert len(out.stub_sources) == 1 and out.stub_sources[0].suffix == ".cu"
     write_config(tmp_path / "build/include")
-    incs = ["-I", tmp_path / "build/include", "-I", DATA, "-I", DATA / "jit", "-I", KERNELS / "include",
-            "-I", KERNELS / "attn"]  # fmt: skip
+    incs = [
+        "-I",
+        tmp_path / "build/include",
+        "-I",
+        DATA,
+        "-I",
+        DATA / "jit",
+        "-I",
+        KERNELS / "include",
+        "-I",
+        KERNELS / "attn",
+    ]
     runtime = build_runtime(tmp_path / "rt")
     objs = []
     for src in (gen / "attn_fwd_api.cu", *out.stub_sources):
@@ -68,8 +93,21 @@ def test_example_attn_fwd_all_deferred(tmp_path):
     sh([NVCC, "-shared", "-o", lib, *objs, tmp_path / "build/table.o", *runtime, "-ldl"])
     (tmp_path / "caller.cu").write_text(CALLER)
     caller = tmp_path / "caller"
-    sh([NVCC, "-O1", "-I", KERNELS / "include", tmp_path / "caller.cu", "-L", lib.parent, "-lqt",
-        f"-Xlinker=-rpath,{lib.parent}", "-o", caller])  # fmt: skip
+    sh(
+        [
+            NVCC,
+            "-O1",
+            "-I",
+            KERNELS / "include",
+            tmp_path / "caller.cu",
+            "-L",
+            lib.parent,
+            "-lqt",
+            f"-Xlinker=-rpath,{lib.parent}",
+            "-o",
+            caller,
+        ]
+    )
 
     def call(hdim: int, extra: dict | None = None) -> str:
         proc = subprocess.run([str(caller), str(hdim)], capture_output=True, text=True, env={**env, **(extra or {})})

@@ -46,8 +46,18 @@ def _entry(cache: jc.JitCache, key: str, data: bytes, tag: str = "a") -> None:
     """Publish an entry as prebuild does (with the record of its sources); ``key`` = _key(tag)."""
     built = cache.path / f".tmp-{key}-x.so"
     built.write_bytes(b"\x7fELF" + data)
-    cache.publish(key, built, {"unit": "u", "module": "m", "compiler_id": "c" * 64, "content_key": tag * 64,
-                               "source_sha256": "5" * 64, "headers_sha256": ""})  # fmt: skip
+    cache.publish(
+        key,
+        built,
+        {
+            "unit": "u",
+            "module": "m",
+            "compiler_id": "c" * 64,
+            "content_key": tag * 64,
+            "source_sha256": "5" * 64,
+            "headers_sha256": "",
+        },
+    )
 
 
 def test_entry_states(tmp_path):
@@ -73,11 +83,17 @@ def test_locks_are_exclusive_across_processes(tmp_path):
     cache = jc.JitCache(tmp_path / "c")
     key = "b" * 64
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR|os.O_CREAT);"
-         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
-         str(cache.path / "locks" / f"{key}.lock")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR|os.O_CREAT);"
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
+            str(cache.path / "locks" / f"{key}.lock"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with cache.lock(key, blocking=False) as got:

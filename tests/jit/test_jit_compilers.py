@@ -29,6 +29,12 @@ def test_nvcc_as_jit_compiler(tmp_path, jit_runtime):
 @pytest.mark.hip
 def test_hipcc_as_jit_compiler(tmp_path, jit_runtime):
     # hipcc needs HIP_PLATFORM=amd on this machine: in the children's environment only
-    lib = make_lib(tmp_path / "lib", jit_runtime, lang="hip", real=HIPCC or "hipcc", archs=("gfx90a",),
-                   child_env={"HIP_PLATFORM": "amd"})  # fmt: skip
+    lib = make_lib(
+        tmp_path / "lib",
+        jit_runtime,
+        lang="hip",
+        real=HIPCC or "hipcc",
+        archs=("gfx90a",),
+        child_env={"HIP_PLATFORM": "amd"},
+    )
     _first_compiles_then_cached(lib)

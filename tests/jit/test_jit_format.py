@@ -211,9 +211,13 @@ def test_python_spells_the_format_only_in_qola_jit_format():
             and isinstance(node.body[0].value, ast.Constant)
         }
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
-                if node.value in exact or any(w in node.value for w in contained):
-                    found.append(f"{path.relative_to(src)}:{node.lineno}: {node.value!r}")
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docs
+                and (node.value in exact or any(w in node.value for w in contained))
+            ):
+                found.append(f"{path.relative_to(src)}:{node.lineno}: {node.value!r}")
     assert found == []
 
 

@@ -29,8 +29,12 @@ out=""
 while [ $# -gt 0 ]; do if [ "$1" = "-o" ]; then out="$2"; shift; fi; shift; done
 printf '\\177ELF fake' > "$out"
 """
-FUZZ = settings(max_examples=30, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+FUZZ = settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +47,21 @@ def world(tmp_path_factory):
     index = json.loads((lib.root / "out/jit/tm/index.json").read_text())
     runtime_id = jkey.probe_compiler(str(lib.compiler), lib.env).identity
     unit = index["units"][0]
-    keys = [jkey.entry_key(unit["content_key"], runtime_id),
-            jkey.entry_key(unit["content_key"], jkey.probe_compiler(str(fastcc), lib.env).identity)]  # fmt: skip
+    keys = [
+        jkey.entry_key(unit["content_key"], runtime_id),
+        jkey.entry_key(unit["content_key"], jkey.probe_compiler(str(fastcc), lib.env).identity),
+    ]
     scratch = root / "scratch"
     scratch.mkdir()
-    return {"lib": lib, "fastcc": fastcc, "index": index, "unit": unit, "keys": keys, "scratch": scratch,
-            "runtime_id": runtime_id}  # fmt: skip
+    return {
+        "lib": lib,
+        "fastcc": fastcc,
+        "index": index,
+        "unit": unit,
+        "keys": keys,
+        "scratch": scratch,
+        "runtime_id": runtime_id,
+    }
 
 
 def snapshot(top: Path, skip: tuple[Path, ...]) -> dict[str, tuple[int, int]]:
@@ -85,10 +98,21 @@ def exercise(world, index_bytes: bytes | None = None, meta: bytes | None = None)
             (cache / f"{k}.so").write_bytes(b"\x7fELF fake")
             (cache / f"{k}.meta").write_bytes(meta)
     before = snapshot(world["scratch"].parent, (out, cache))
-    env = {"QOLA_JIT_COMPILER": str(world["fastcc"]), "QOLA_JIT_CACHE_DIR": str(cache), "QOLA_JIT_PREBUILT_DIR": "",
-           "PATH": lib.env["PATH"]}  # fmt: skip
-    for argv in (["ls", str(out)], ["verify", str(out)], ["verify"], ["ls"], ["prebuild", str(out), "-j", "1"],
-                 ["ls"], ["clean"]):  # fmt: skip
+    env = {
+        "QOLA_JIT_COMPILER": str(world["fastcc"]),
+        "QOLA_JIT_CACHE_DIR": str(cache),
+        "QOLA_JIT_PREBUILT_DIR": "",
+        "PATH": lib.env["PATH"],
+    }
+    for argv in (
+        ["ls", str(out)],
+        ["verify", str(out)],
+        ["verify"],
+        ["ls"],
+        ["prebuild", str(out), "-j", "1"],
+        ["ls"],
+        ["clean"],
+    ):
         rc, err = run_cli(["jit", *argv], env)
         assert rc in (0, 1, 2), (argv, rc, err)
         assert "Traceback" not in err and "rerun with --debug" not in err, (argv, err)
@@ -99,8 +123,13 @@ def exercise(world, index_bytes: bytes | None = None, meta: bytes | None = None)
         memo = cache / "compilers" / (jkey.sha256_hex(str(lib.compiler).encode())[:32] + ".id")
         memo.parent.mkdir(mode=0o700, exist_ok=True)
         memo.write_bytes(meta)
-        proc = subprocess.run([str(lib.caller), "1", "5"], capture_output=True, text=True, timeout=30,
-                              env={**lib.env, "QOLA_JIT_CACHE_DIR": str(cache), "QOLA_JIT": "0"})  # fmt: skip
+        proc = subprocess.run(
+            [str(lib.caller), "1", "5"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**lib.env, "QOLA_JIT_CACHE_DIR": str(cache), "QOLA_JIT": "0"},
+        )
         assert proc.returncode in (0, 3), proc.stdout + proc.stderr  # a result, or QOLA_JIT=0's refusal
     assert snapshot(world["scratch"].parent, (out, cache)) == before
     shutil.rmtree(ex)
@@ -162,10 +191,19 @@ def hostile_meta(draw, world) -> bytes:
     if kind == "text":
         return draw(st.text(max_size=400)).encode("utf-8", "surrogatepass")
     fake = b"\x7fELF fake"
-    fields = {"key": world["keys"][0], "size": str(len(fake)), "sha256": jkey.sha256_hex(fake), "unit": "unit_1",
-              "module": "tm", "compiler": "cc", "compiler_id": world["runtime_id"],
-              "content_key": world["unit"]["content_key"], "source_sha256": world["unit"]["source_sha256"],
-              "headers_sha256": world["index"]["headers"]["sha256"], "created": "0"}  # fmt: skip
+    fields = {
+        "key": world["keys"][0],
+        "size": str(len(fake)),
+        "sha256": jkey.sha256_hex(fake),
+        "unit": "unit_1",
+        "module": "tm",
+        "compiler": "cc",
+        "compiler_id": world["runtime_id"],
+        "content_key": world["unit"]["content_key"],
+        "source_sha256": world["unit"]["source_sha256"],
+        "headers_sha256": world["index"]["headers"]["sha256"],
+        "created": "0",
+    }
     for _ in range(draw(st.integers(1, 3))):
         name = draw(st.sampled_from(sorted(fields)))
         if draw(st.booleans()):

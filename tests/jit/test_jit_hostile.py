@@ -38,14 +38,20 @@ def index_of(lib) -> dict:
 
 def qola(lib, *args, extra=None, timeout=60):
     env = {**os.environ, **lib.env, **(extra or {})}
-    return subprocess.run([sys.executable, "-m", "qola", "jit", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "qola", "jit", *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def call(lib, n: int, x: int, extra: dict | None = None, timeout: float = 30):
     """The caller, with a short timeout (a hang fails the test instead of stalling it)."""
-    return subprocess.run([str(lib.caller), str(n), str(x)], capture_output=True, text=True,
-                          env={**lib.env, **(extra or {})}, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [str(lib.caller), str(n), str(x)],
+        capture_output=True,
+        text=True,
+        env={**lib.env, **(extra or {})},
+        timeout=timeout,
+    )
 
 
 def result(proc) -> tuple[int, int]:
@@ -195,12 +201,29 @@ def _tampered_entry(lib) -> Path:
     so = lib.entries()[0]
     original = (lib.root / "out/jit/tm/src/unit_1.cpp").read_bytes()
     src = tamper_source(lib)
-    sh(["g++", "-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-Wl,-Bsymbolic",
-        "-I", lib.root / "src/include", "-o", so, src])  # fmt: skip
+    sh(
+        [
+            "g++",
+            "-std=c++17",
+            "-O1",
+            "-fPIC",
+            "-shared",
+            "-fvisibility=hidden",
+            "-Wl,-Bsymbolic",
+            "-I",
+            lib.root / "src/include",
+            "-o",
+            so,
+            src,
+        ]
+    )
     meta = so.with_suffix(".meta")
     fields = dict(line.split(" ", 1) for line in meta.read_text().splitlines()[1:])
-    fields.update(size=str(so.stat().st_size), sha256=hashlib.sha256(so.read_bytes()).hexdigest(),
-                  source_sha256=hashlib.sha256(src.read_bytes()).hexdigest())  # fmt: skip
+    fields.update(
+        size=str(so.stat().st_size),
+        sha256=hashlib.sha256(so.read_bytes()).hexdigest(),
+        source_sha256=hashlib.sha256(src.read_bytes()).hexdigest(),
+    )
     meta.write_text("qola-jit-entry 1\n" + "".join(f"{k} {v}\n" for k, v in fields.items()))
     src.write_bytes(original)
     return so
@@ -223,8 +246,13 @@ def test_entries_without_a_record_of_their_sources_are_rebuilt(lib):
     """What an older prebuild wrote from a tampered OUT/jit: a consistent entry, no provenance."""
     so = _tampered_entry(lib)
     meta = so.with_suffix(".meta")
-    meta.write_text("".join(ln + "\n" for ln in meta.read_text().splitlines()
-                            if ln.split(" ")[0] not in ("content_key", "source_sha256", "headers_sha256")))  # fmt: skip
+    meta.write_text(
+        "".join(
+            ln + "\n"
+            for ln in meta.read_text().splitlines()
+            if ln.split(" ")[0] not in ("content_key", "source_sha256", "headers_sha256")
+        )
+    )
     bad = qola(lib, "verify")
     assert bad.returncode == 1 and "no record of its sources" in bad.stdout
     assert result(lib.run(1, 5)) == (expected(1, 5), 0)
@@ -239,8 +267,23 @@ def test_the_table_is_read_from_shared_objects_and_static_archives(lib, tmp_path
     assert mod.module == "tm" and set(mod.units) == {"unit_1", "unit_2"} and mod.headers_digest
     table_src = lib.root / "build/qola_jit_table_tm.cpp"
     obj = tmp_path / "t.o"
-    sh(["g++", "-std=c++17", "-c", "-fPIC", "-I", lib.root / "build/include", "-I", libtable_data(), "-I",
-        libtable_data() / "jit", table_src, "-o", obj])  # fmt: skip
+    sh(
+        [
+            "g++",
+            "-std=c++17",
+            "-c",
+            "-fPIC",
+            "-I",
+            lib.root / "build/include",
+            "-I",
+            libtable_data(),
+            "-I",
+            libtable_data() / "jit",
+            table_src,
+            "-o",
+            obj,
+        ]
+    )
     ar = tmp_path / "libqt.a"
     sh(["ar", "rcs", ar, obj])
     [again] = libtable.read_library(ar)
@@ -383,9 +426,17 @@ def test_verify_fix_removes_stale_temps_but_not_those_of_a_running_compile(lib):
         p.write_bytes(b"x")
     stale_dir.mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR|os.O_CREAT);"
-         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
-         str(cache.lock_dir() / f"{'b' * 64}.lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR|os.O_CREAT);"
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
+            str(cache.lock_dir() / f"{'b' * 64}.lock"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         v = qola(lib, "verify")

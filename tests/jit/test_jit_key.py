@@ -16,9 +16,17 @@ from qola.jit import key as jkey
 from qola.jit import layout
 
 
-def build(root: Path, *, unit: str | None = None, api: str = API_H, extra_header: str = "// other\n",
-          flags=("-O1",), arch="host", compiler: jkey.JitCompiler | None = None,
-          out: Path | None = None) -> dict:  # fmt: skip
+def build(
+    root: Path,
+    *,
+    unit: str | None = None,
+    api: str = API_H,
+    extra_header: str = "// other\n",
+    flags=("-O1",),
+    arch="host",
+    compiler: jkey.JitCompiler | None = None,
+    out: Path | None = None,
+) -> dict:
     """Write a module with units u1 (includes api.h) and u2 (includes api.h + other.h); return
     unit name -> (content_key, key)."""
     src = root / "src"
@@ -30,11 +38,20 @@ def build(root: Path, *, unit: str | None = None, api: str = API_H, extra_header
     (src / "inc" / "unused.h").write_text(f"// never included {root}\n")
     if compiler is None:
         compiler = jkey.JitCompiler(path="/usr/bin/g++", identity="c" * 64, version="g++")
-    spec = layout.JitModuleSpec(module="m", lang="cxx", arch=arch, compiler=compiler,
-                                flags=(*layout.shared_object_flags("cxx", []), *flags),
-                                include_dirs=(src / "inc",))  # fmt: skip
-    res = layout.write_jit_module(spec, [("u1", src / "u1.cpp"), ("u2", src / "u2.cpp")],
-                                  out_jit=out or root / "out" / "jit", stub_dir=root / "stubs")  # fmt: skip
+    spec = layout.JitModuleSpec(
+        module="m",
+        lang="cxx",
+        arch=arch,
+        compiler=compiler,
+        flags=(*layout.shared_object_flags("cxx", []), *flags),
+        include_dirs=(src / "inc",),
+    )
+    res = layout.write_jit_module(
+        spec,
+        [("u1", src / "u1.cpp"), ("u2", src / "u2.cpp")],
+        out_jit=out or root / "out" / "jit",
+        stub_dir=root / "stubs",
+    )
     index = json.loads(res.index.read_text())
     return {u["name"]: (u["content_key"], u["key"]) for u in index["units"]}
 
@@ -87,8 +104,9 @@ def test_compiler_identity_is_path_and_version_output(tmp_path):
 
 def test_key_definition_is_pinned():
     """The runtime (qola_jit.cpp) computes the same strings: keep both in sync."""
-    ck = jkey.content_key(source=b"x", headers=jkey.headers_digest([("inc0/a.h", b"y")]), flags=["-O1"],
-                          arch="gfx942", lang="hip")  # fmt: skip
+    ck = jkey.content_key(
+        source=b"x", headers=jkey.headers_digest([("inc0/a.h", b"y")]), flags=["-O1"], arch="gfx942", lang="hip"
+    )
     assert ck == jkey.sha256_hex(
         b"qola-jit-content-v1\nlang hip\narch gfx942\nflags 1\n-O1\n"
         + f"source {jkey.sha256_hex(b'x')}\nheaders {jkey.headers_digest([('inc0/a.h', b'y')])}\n".encode()
@@ -107,8 +125,9 @@ def test_bundle_is_deterministic_and_holds_the_closure(tmp_path):
 
 def _spec(*include_dirs):
     cc = jkey.JitCompiler(path="/usr/bin/g++", identity="c" * 64, version="g++")
-    return layout.JitModuleSpec(module="m", lang="cxx", arch="host", compiler=cc, flags=("-O1",),
-                                include_dirs=include_dirs)  # fmt: skip
+    return layout.JitModuleSpec(
+        module="m", lang="cxx", arch="host", compiler=cc, flags=("-O1",), include_dirs=include_dirs
+    )
 
 
 def test_headers_beside_the_source_are_bundled(tmp_path):
@@ -117,8 +136,12 @@ def test_headers_beside_the_source_are_bundled(tmp_path):
     (tmp_path / "gen").mkdir()
     (tmp_path / "gen" / "local.h").write_text("// generated beside the instance\n")
     (tmp_path / "gen" / "u.cpp").write_text('#include "local.h"\n' + UNIT.format(n=1))
-    res = layout.write_jit_module(_spec(tmp_path / "inc"), [("u", tmp_path / "gen" / "u.cpp")],
-                                  out_jit=tmp_path / "jit", stub_dir=tmp_path / "stubs")  # fmt: skip
+    res = layout.write_jit_module(
+        _spec(tmp_path / "inc"),
+        [("u", tmp_path / "gen" / "u.cpp")],
+        out_jit=tmp_path / "jit",
+        stub_dir=tmp_path / "stubs",
+    )
     index = json.loads(res.index.read_text())
     assert index["flags"][:2] == ["-I@QOLA_JIT_HEADERS@/srcdir", "-I@QOLA_JIT_HEADERS@/inc0"]
     with tarfile.open(res.jit_dir / "headers.tar.gz") as tf:
@@ -132,11 +155,13 @@ def test_unusable_units_are_user_errors(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "v.cpp").write_text('#include "../a/api.h"\n' + UNIT.format(n=1))
     with pytest.raises(QolaError, match="outside the bundled include dirs"):
-        layout.write_jit_module(_spec(), [("v", tmp_path / "sub" / "v.cpp")], out_jit=tmp_path / "j",
-                                stub_dir=tmp_path / "s")  # fmt: skip
+        layout.write_jit_module(
+            _spec(), [("v", tmp_path / "sub" / "v.cpp")], out_jit=tmp_path / "j", stub_dir=tmp_path / "s"
+        )
     (tmp_path / "w.cpp").write_text("int plain() { return 1; }\n")
     with pytest.raises(QolaError, match="no `template <>` function specialisation"):
         layout.write_jit_module(_spec(), [("w", tmp_path / "w.cpp")], out_jit=tmp_path / "j", stub_dir=tmp_path / "s")
     with pytest.raises(QolaError, match="duplicate JIT unit names"):
-        layout.write_jit_module(_spec(), [("u", tmp_path / "u.cpp")] * 2, out_jit=tmp_path / "j",
-                                stub_dir=tmp_path / "s")  # fmt: skip
+        layout.write_jit_module(
+            _spec(), [("u", tmp_path / "u.cpp")] * 2, out_jit=tmp_path / "j", stub_dir=tmp_path / "s"
+        )

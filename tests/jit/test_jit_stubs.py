@@ -154,7 +154,7 @@ def ck_fmha(aiter_root, tmp_path_factory):
     procs = [
         subprocess.Popen(
             [sys.executable, str(gen), "-d", d, "--receipt", "600", "-o", str(out / d)], stdout=subprocess.DEVNULL
-        )  # fmt: skip
+        )
         for d in ("fwd", "bwd")
     ]
     assert all(p.wait() == 0 for p in procs)
@@ -171,7 +171,7 @@ def test_ck_fmha_fwd_stubs_match_the_dispatch(ck_fmha):
         (fn, canonical(f"{trait}, {arch}", {}))
         for trait, fn, arch in re.findall(
             r"using trait_ = ([^;]*);\s*return (fmha_fwd_)<trait_, ([\w:]+)>\(s, a\);", api
-        )  # fmt: skip
+        )
     }
     units = sorted((out / "fwd").glob("fmha_fwd_d*.cpp"))
     assert len(units) > 1000
@@ -189,9 +189,11 @@ def test_ck_fmha_bwd_stubs_match_the_dispatch(ck_fmha):
     decls = declarations((src / "fmha_bwd.hpp").read_text())
     api = (out / "bwd/fmha_bwd_api.cpp").read_text()
     called = set()
-    pattern = (r"using dot_do_o_trait_ = ([^;]*);\s*using dq_dk_dv_trait_ = ([^;]*);\s*using convert_dq_trait_ = "
-               r"([^;]*);\s*r = fmha_bwd_<dot_do_o_trait_, dq_dk_dv_trait_, std::conditional_t<(\w+), "
-               r"convert_dq_trait_, void>, ([\w:]+)>\(s, a\);")  # fmt: skip
+    pattern = (
+        r"using dot_do_o_trait_ = ([^;]*);\s*using dq_dk_dv_trait_ = ([^;]*);\s*using convert_dq_trait_ = "
+        r"([^;]*);\s*r = fmha_bwd_<dot_do_o_trait_, dq_dk_dv_trait_, std::conditional_t<(\w+), "
+        r"convert_dq_trait_, void>, ([\w:]+)>\(s, a\);"
+    )
     for dot, dq, conv, use_conv, arch in re.findall(pattern, api):
         kinds = [("dot_do_o", dot), ("dq_dk_dv", dq)] + ([("convert_dq", conv)] if use_conv == "true" else [])
         for kind, trait in kinds:

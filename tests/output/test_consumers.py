@@ -110,7 +110,7 @@ def output_dir(request, tmp_path_factory):
 
 @pytest.mark.skipif(not shutil.which("cmake"), reason="needs cmake")
 def test_cmake_find_package(output_dir, tmp_path):
-    kind, out = output_dir
+    _kind, out = output_dir
     for langs in ("C CXX", "C"):  # a C-only project still gets the C++ runtime of a static module
         src, build = tmp_path / f"src {langs}", tmp_path / f"build {langs}"
         src.mkdir()

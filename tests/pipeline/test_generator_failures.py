@@ -172,7 +172,7 @@ def test_hipconfig_left_alone_when_it_parses_or_for_cuda(tmp_path):
     assert generator_env(toolchain("cuda", "Cuda compilation tools, release 13.0"), env, tmp_path / "t") == (env, None)
     assert not (tmp_path / "tools").exists() and not (tmp_path / "t").exists()
     # none on PATH: the shim answers --version and says so for anything else
-    gen_env, note = generator_env(toolchain(), {"PATH": str(tmp_path / "empty")}, tmp_path / "tools")
+    _gen_env, note = generator_env(toolchain(), {"PATH": str(tmp_path / "empty")}, tmp_path / "tools")
     assert note and "not on PATH" in note
     shim = tmp_path / "tools" / "hipconfig"
     assert subprocess.run([shim, "-v"], capture_output=True, text=True).stdout == "6.4.43484-9999"

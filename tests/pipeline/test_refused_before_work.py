@@ -91,7 +91,7 @@ def one_error(proc_: subprocess.CompletedProcess, *needles: str) -> None:
     ],
 )
 def test_bad_job_counts_refused_before_anything_runs(setup, extra, env_extra, manifest_extra, needle):
-    tmp, tree, m, env, build = setup
+    tmp, _tree, m, _env, build = setup
     assert build("-j", "2").returncode == 0
     lib = tmp / "out" / "lib" / "qk_module_tiny.so"
     before = sha(lib)
@@ -107,7 +107,7 @@ def test_bad_job_counts_refused_before_anything_runs(setup, extra, env_extra, ma
 
 
 def test_compiler_replaced_in_place_recompiles(setup):
-    tmp, tree, m, env, build = setup
+    tmp, _tree, _m, env, build = setup
     assert build().returncode == 0 and "up to date" in build().stderr
     n = len(objects_built(tmp / "out.build"))
     old_id = json.loads((tmp / "out" / "manifest.json").read_text())["toolchain"]["identity"]
@@ -135,7 +135,7 @@ def test_compiler_replaced_in_place_recompiles(setup):
     ],
 )
 def test_compiler_environment_change_rebuilds(setup, var):
-    tmp, tree, m, env, build = setup
+    tmp, _tree, _m, _env, build = setup
     assert build().returncode == 0 and "up to date" in build().stderr
     n = len(objects_built(tmp / "out.build"))
     res = build(env_extra={var: "-DQOLA_TEST_FLAG=1" if "FLAGS" in var or "OPTIONS" in var else str(tmp)})
@@ -165,7 +165,7 @@ def test_one_list_of_compiler_variables_feeds_fast_path_and_graph(setup):
         "PTXAS_FLAGS",
         "INCLUDES",
     } <= set(identity.COMPILER_ENV)
-    tmp, tree, m, env, build = setup
+    tmp, _tree, _m, _env, build = setup
     assert build().returncode == 0
     graph = (tmp / "out.build" / "build.ninja").read_text()
     edges = [ln for ln in graph.splitlines() if ln.startswith("build ") and " phony " not in ln]
@@ -203,7 +203,7 @@ def test_repointed_tree_and_manifest_symlinks_rebuild(setup):
 
 
 def test_tuned_configs_are_inputs_of_the_fast_path(setup):
-    tmp, tree, m, env, build = setup
+    tmp, tree, _m, _env, build = setup
     assert build().returncode == 0 and "up to date" in build().stderr
     csv = tree / "aiter" / "configs" / "softmax_tuned.csv"
     st = csv.stat()
@@ -272,7 +272,7 @@ def test_concurrent_builds_of_one_output_dir_are_refused_naming_the_holder(setup
     ],
 )
 def test_output_and_build_dirs_are_checked_before_any_work(setup, out, build_dir, needle):
-    tmp, tree, m, env, build = setup
+    tmp, tree, m, env, _build = setup
     before = snapshot(tree)
     fill = {"tmp": tmp, "tree": tree}
     extra = ["--build-dir", build_dir.format(**fill)] if build_dir else []
@@ -301,7 +301,7 @@ def _mount_tmpfs(at: Path, options: str) -> bool:
     [("ro,size=1m", "is not writable (a read-only file system"), ("size=1m", "not enough free space")],
 )
 def test_read_only_or_full_output_fs_refused_before_compiling(setup, options, needle):
-    tmp, tree, m, env, build = setup
+    tmp, tree, m, env, _build = setup
     mnt = tmp / "mnt"
     if not _mount_tmpfs(mnt, options):
         pytest.skip("cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN)")
@@ -383,7 +383,7 @@ def _alive(pids: list[int], timeout: float) -> list[int]:
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_killed_build_leaves_no_children(setup, sig, code):
-    tmp, tree, m, env, build = setup
+    tmp, tree, m, env, _build = setup
     args = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(tmp / "out")]
     # a shell's background job inherits SIGINT ignored (and qola rightly keeps it so): give the child
     # the disposition a terminal user's qola has
@@ -515,7 +515,7 @@ def test_toolchain_hints_name_only_options_qola_build_takes(tmp_path):
 
 
 def test_followed_version_hint_works(setup):
-    tmp, tree, m, env, build = setup
+    tmp, _tree, m, _env, build = setup
     m.write_text(m.read_text().replace("[build]", 'cuda_versions = ["12.4"]\n[build]'))
     old = fake_nvcc(tmp / "nvcc13")
     one_error(build(env_extra={"CUDACXX": str(old)}), "CUDACXX", "cuda_versions")

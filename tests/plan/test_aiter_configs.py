@@ -192,8 +192,12 @@ def test_per_source_flags_keep_the_tables_order_in_the_plan(tmp_path):
     (the old plan sorted the patterns, so "*.cu" came before "*norm.cu" and won), through JSON too."""
     from qola.plan.model import Plan
 
-    table = {"module_new": {"srcs": ["f'{AITER_CSRC_DIR}/rmsnorm.cu'"],
-                            "flags_extra_hip_per_source": {"*norm.cu": ["-DA"], "*.cu": ["-DB"]}}}  # fmt: skip
+    table = {
+        "module_new": {
+            "srcs": ["f'{AITER_CSRC_DIR}/rmsnorm.cu'"],
+            "flags_extra_hip_per_source": {"*norm.cu": ["-DA"], "*.cu": ["-DB"]},
+        }
+    }
     tree = open_tree(make_tree(tmp_path, table))
     plan = make_plan(
         parse('[[modules]]\nname = "module_new"\n', "m.toml"), tree, archs=("gfx942",), env={}, hip_version="7.2.0"

@@ -42,7 +42,8 @@ HIP = "7.2.0"
 # where core.py writes merged configs (AITER 33f2e6af and later; the sdist's older core.py)
 AITER_TMP = ('"/tmp/aiter_configs/"', 'f"/tmp/{merge_name}.csv"')
 LIST_KEYS = ("srcs", "flags_extra_cc", "flags_extra_hip", "extra_include", "blob_gen_cmd")
-KEYS = LIST_KEYS + (
+KEYS = (
+    *LIST_KEYS,
     "md_name",
     "torch_exclude",
     "is_python_module",

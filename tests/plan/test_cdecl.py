@@ -139,7 +139,7 @@ int c_entry(void* p, struct desc* d);
     (c,) = h.named("c_entry")
     assert (c.scope, c.linkage, [p.type for p in c.params]) == ((), "C", ["void*", "struct desc*"])
     assert not h.named("hidden") and not h.named("var")  # internal linkage; a variable
-    with pytest.raises(DeclError, match="tmpl.*function template"):
+    with pytest.raises(DeclError, match=r"tmpl.*function template"):
         cdecl.read_header(text, ["tmpl"])
 
 

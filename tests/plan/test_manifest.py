@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -187,16 +189,12 @@ def _dump(data) -> str:
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(keys, toml_values, max_size=4))
 def test_fuzz_structured_only_qolaerror(data):
-    try:
+    with contextlib.suppress(QolaError):
         parse(_dump(data), "fuzz.toml")
-    except QolaError:
-        pass
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=200))
 def test_fuzz_raw_text_only_qolaerror(text):
-    try:
+    with contextlib.suppress(QolaError):
         parse(text, "fuzz.toml")
-    except QolaError:
-        pass

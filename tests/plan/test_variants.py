@@ -169,10 +169,7 @@ def _declared(fam: str) -> list[dict]:
 def _ok(name: str, fam: str, variants: list[dict]) -> bool:
     """Parse a kernel name back into the options it states; an option it does not state is 'absent'."""
     stated = V.parse_options(V.kernel_name(name, "ck"), fam)
-    for v in variants:
-        if all(stated.get(k, False if k != "dtype" else want) == want for k, want in v.items()):
-            return True
-    return False
+    return any(all(stated.get(k, False if k != "dtype" else want) == want for k, want in v.items()) for v in variants)
 
 
 def _in_700(name: str, fam: str) -> bool:

@@ -60,8 +60,13 @@ def test_recorded_usage_round_trip_on_gpu(tmp_path):
 
     def call(out: Path, causal: int, cache: str, **env: str) -> dict:
         full = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / cache), "QOLA_JIT_COMPILER": str(cc), **env}
-        p = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(out / "lib/qu_libattn_fwd.so"),
-                            str(causal)], capture_output=True, text=True, env=full, timeout=600)  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, str(tmp_path / "child.py"), str(out / "lib/qu_libattn_fwd.so"), str(causal)],
+            capture_output=True,
+            text=True,
+            env=full,
+            timeout=600,
+        )
         assert p.returncode == 0, p.stdout + p.stderr
         return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -134,8 +139,13 @@ def test_ahead_variants_record_their_first_call_on_gpu(tmp_path):
 
     def call(lib: Path, causal: int, **env: str) -> dict:
         full = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT": "0", **env}
-        p = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(lib / "lib/qu_libattn_fwd.so"),
-                            str(causal)], capture_output=True, text=True, env=full, timeout=600)  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, str(tmp_path / "child.py"), str(lib / "lib/qu_libattn_fwd.so"), str(causal)],
+            capture_output=True,
+            text=True,
+            env=full,
+            timeout=600,
+        )
         assert p.returncode == 0, p.stdout + p.stderr
         return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -157,8 +167,17 @@ def test_ahead_variants_record_their_first_call_on_gpu(tmp_path):
     assert run_qola("usage", "cover", str(rec), "--out", str(out), "--strict").returncode == 0
 
     frag = tmp_path / "usage.toml"
-    proc = run_qola("usage", "merge", str(rec), "--manifest", str(tmp_path / "q.toml"), "--aiter-root", str(KERNELS),
-                    "-o", str(frag))  # fmt: skip
+    proc = run_qola(
+        "usage",
+        "merge",
+        str(rec),
+        "--manifest",
+        str(tmp_path / "q.toml"),
+        "--aiter-root",
+        str(KERNELS),
+        "-o",
+        str(frag),
+    )
     assert proc.returncode == 0, proc.stderr
     assert sorted(v.name for v in fragment.load(frag).variants) == units
     used = _build(tmp_path, "out2", "--usage", str(frag), "--record-ahead")

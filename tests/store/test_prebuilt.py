@@ -206,8 +206,12 @@ def test_a_huge_sparse_file_under_a_source_dir_is_keyed_by_its_size_not_hashed(t
         f.truncate(2 << 40)
     m = write_manifest(tmp_path / "q.toml")
     try:  # no memory cap here (support.limited's would change nvcc's probes, which are cached)
-        proc = subprocess.run([sys.executable, "-m", "qola", "plan", "-m", str(m), "--aiter-root", str(tree), "--key"],
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "qola", "plan", "-m", str(m), "--aiter-root", str(tree), "--key"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("qola plan --key hashed the sparse file (no end in 300 s)")
     assert proc.returncode == 0 and len(proc.stdout.strip()) == 64, proc.stderr
@@ -326,7 +330,7 @@ def install_from(built, source: str, name: str) -> pipeline.BuildReport:
 
 @pytest.mark.slow
 def test_publish_writes_a_deterministic_archive_named_by_the_key(built, tmp_path):
-    tmp, _, _, out, store, report = built
+    _tmp, _, _, out, store, report = built
     data = json.loads((out / "manifest.json").read_text())
     assert data["build_key"] == report.key == report.packaged.key
     assert set(data["build_key_parts"]) >= {"manifest", "plan", "tree", "toolchain"}
@@ -366,7 +370,7 @@ def test_prebuilt_from_a_dir_installs_without_compiling(built):
 
 @pytest.mark.slow
 def test_prebuilt_over_http_installs_without_compiling(built, server):
-    tmp, _, _, out, store, report = built
+    tmp, _, _, out, store, _report = built
     got = install_from(built, server(store), "from-http")
     assert got.prebuilt is not None and got.prebuilt.origin.startswith("http://127.0.0.1:")
     assert not (tmp / "from-http.build" / "build.ninja").exists()
@@ -375,7 +379,7 @@ def test_prebuilt_over_http_installs_without_compiling(built, server):
 
 @pytest.mark.slow
 def test_missing_archive_falls_back_to_building_with_a_note(built):
-    tmp, src, m, out, _, report = built
+    tmp, src, m, _out, _, report = built
     empty = tmp / "empty-store"
     empty.mkdir(exist_ok=True)
     notes = Notes()
@@ -491,7 +495,7 @@ CASES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("how", sorted(CASES))
 def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(built, tmp_path, how):
-    tmp, _, _, _, good, report = built
+    _tmp, _, _, _, good, report = built
     out = tmp_path / "out"
     first = prebuilt.install(str(good), "qk", report.key, out, tmp_path / "work")
     before = files_of(out)
@@ -509,14 +513,14 @@ def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(built
 def test_a_truncated_http_download_is_refused(built, tmp_path, server):
     _, _, _, _, good, report = built
     out = tmp_path / "out"
-    with pytest.raises(QolaError, match="truncated|broke off"):
+    with pytest.raises(QolaError, match=r"truncated|broke off"):
         prebuilt.install(server(good, truncate=True), "qk", report.key, out, tmp_path / "work")
     assert not published(out)
 
 
 @pytest.mark.slow
 def test_the_build_command_refuses_a_hostile_store_and_installs_nothing(built, tmp_path):
-    tmp, src, m, _, _, _ = built
+    _tmp, src, m, _, _, _ = built
     bad = tmp_path / "bad-store"
     tampered(built, bad, "symlink")
     out = tmp_path / "out"

@@ -187,8 +187,11 @@ def test_te_recorded_usage_plans_exactly_the_recorded_kernels(aiter_root, tmp_pa
     assert set(used) == {"libmha_fwd", "libmha_bwd"} and all(used.values())
     assert sum(map(len, used.values())) < sum(map(len, full.values())) // 10
     d = tmp_path / "rec"
-    recs = [Record("compile", mod, f"te_{mod}", n, "gfx950", KEY, "h", i, 1) for i, (mod, names) in
-            enumerate(used.items()) for n in names]  # fmt: skip
+    recs = [
+        Record("compile", mod, f"te_{mod}", n, "gfx950", KEY, "h", i, 1)
+        for i, (mod, names) in enumerate(used.items())
+        for n in names
+    ]
     write_records(d / f"{fmt.USAGE_PREFIX}h-1-a{fmt.USAGE_SUFFIX}", recs[::2])
     write_records(d / f"{fmt.USAGE_PREFIX}h-2-b{fmt.USAGE_SUFFIX}", recs[1::2] + recs[:3], tail="qola-usage 1\tcomp")
     frag = tmp_path / "usage.toml"
@@ -204,8 +207,21 @@ def test_a_ck_name_brings_its_twin_for_the_other_arch(monkeypatch):
 
     k = "fmha_fwd_d128_bf16_batch_b128x128_nmask_lse"
     every = [f"{k}_gfx9", f"{k}_gfx950", "fmha_fwd_d64_bf16_batch_b64x64_nmask_lse_gfx9"]
-    mod = ModulePlan("libmha_fwd", "te_libmha_fwd", "cpp_itfs", "shared", (), (), (), (), (Generator("g.py", "fwd"),),
-                     True, False, False, None)  # fmt: skip
+    mod = ModulePlan(
+        "libmha_fwd",
+        "te_libmha_fwd",
+        "cpp_itfs",
+        "shared",
+        (),
+        (),
+        (),
+        (),
+        (Generator("g.py", "fwd"),),
+        True,
+        False,
+        False,
+        None,
+    )
     plan = Plan("te", "hip", ("gfx942", "gfx950"), "/t", "/t", None, "m.toml", "0", (mod,))
     monkeypatch.setattr(apply, "universe", lambda m, env: {0: (every, every)})
     monkeypatch.setattr(vmod, "flavor_of", lambda g: "ck")

@@ -135,15 +135,17 @@ def test_the_ck_copy_handles_strings_voids_namespaces_and_unnamed_parameters():
 
 def test_files_without_a_function_specialisation_are_refused_or_left_alone(tmp_path):
     with pytest.raises(CxxError, match="no `template <>` function specialisation"):
-        stubs.record_ahead('template<> struct FmhaFwdV3Name<sel<1>> { static constexpr int n = 1; };\n',
-                           module="m", unit="asm")  # fmt: skip
+        stubs.record_ahead(
+            "template<> struct FmhaFwdV3Name<sel<1>> { static constexpr int n = 1; };\n", module="m", unit="asm"
+        )
     with pytest.raises(CxxError, match="device function"):
         stubs.record_ahead("template <>\n__global__ void k_<int>(int x) { }\n", module="m", unit="dev")
     asm = tmp_path / "asm_v3.cpp"
     asm.write_text("template<> struct FmhaFwdV3Name<sel<1>> { static constexpr int n = 1; };\n")
     spec = layout.JitModuleSpec(module="m", lang="cxx", arch="host", compiler=JitCompiler("g++", "", ""), flags=())
-    files = layout.render_jit_module(spec, [], out_jit=tmp_path / "jit", stub_dir=tmp_path / "b",
-                                     ahead=[("asm_v3", asm)])  # fmt: skip
+    files = layout.render_jit_module(
+        spec, [], out_jit=tmp_path / "jit", stub_dir=tmp_path / "b", ahead=[("asm_v3", asm)]
+    )
     assert files.output.ahead == ()  # compiled as it is
     assert "k_ahead" not in dict(files.sources)[files.output.table_source]
 
@@ -164,13 +166,23 @@ def _host_lib(root: Path, runtime: list[Path], *, deferred=(), ahead=(1, 2)) -> 
     env = {"PATH": "/usr/bin:/bin", "HOME": str(root / "home"), "QOLA_JIT_CACHE_DIR": str(root / "cache")}
     jc = jkey.probe_compiler(str(fake_compiler(root)), env) if deferred else JitCompiler("g++", "", "")
     spec = layout.JitModuleSpec(
-        module="tm", lang="cxx", arch="host", compiler=jc, flags=(*layout.shared_object_flags("cxx", ()), "-O1"),
-        include_dirs=(src / "include",), manifest_name="libtm", build_key="a" * 64,
-    )  # fmt: skip
+        module="tm",
+        lang="cxx",
+        arch="host",
+        compiler=jc,
+        flags=(*layout.shared_object_flags("cxx", ()), "-O1"),
+        include_dirs=(src / "include",),
+        manifest_name="libtm",
+        build_key="a" * 64,
+    )
     got = layout.render_jit_module(
-        spec, [(f"unit_{n}", files[n]) for n in deferred], out_jit=root / "out" / "jit", stub_dir=root / "build",
-        ahead=[(f"unit_{n}", files[n]) for n in ahead], ahead_dir=root / "build" / "ahead",
-    )  # fmt: skip
+        spec,
+        [(f"unit_{n}", files[n]) for n in deferred],
+        out_jit=root / "out" / "jit",
+        stub_dir=root / "build",
+        ahead=[(f"unit_{n}", files[n]) for n in ahead],
+        ahead_dir=root / "build" / "ahead",
+    )
     for path, text in got.sources:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -183,15 +195,40 @@ def _host_lib(root: Path, runtime: list[Path], *, deferred=(), ahead=(1, 2)) -> 
     lib.parent.mkdir(parents=True)
     incs = ["-I", root / "build" / "include", "-I", DATA, "-I", DATA / "jit", "-I", src / "include"]
     copies = [copy for _, copy in got.output.ahead]
-    sh(["g++", *CXXFLAGS, "-Wall", "-Werror", "-shared", *incs, "-x", "c++", *got.output.stub_sources, *copies,
-        got.output.table_source, root / "build" / "dispatch.cpp", "-x", "none", *runtime, "-o", lib, "-ldl",
-        "-pthread"])  # fmt: skip
+    sh(
+        [
+            "g++",
+            *CXXFLAGS,
+            "-Wall",
+            "-Werror",
+            "-shared",
+            *incs,
+            "-x",
+            "c++",
+            *got.output.stub_sources,
+            *copies,
+            got.output.table_source,
+            root / "build" / "dispatch.cpp",
+            "-x",
+            "none",
+            *runtime,
+            "-o",
+            lib,
+            "-ldl",
+            "-pthread",
+        ]
+    )
     return lib, env
 
 
 def _call(lib: Path, env: dict, *units: int, **extra: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(lib), *map(str, units)], capture_output=True, text=True,
-                          env={**env, **extra}, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(lib), *map(str, units)],
+        capture_output=True,
+        text=True,
+        env={**env, **extra},
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return {int(k): v for k, v in json.loads(proc.stdout).items()}
 
@@ -266,8 +303,9 @@ for causal in map(int, sys.argv[3:]):
 def _build(tmp: Path, usage: str, *flags: str, arch: str = "sm_90", out: str = "out") -> Path:
     m = tmp / "q.toml"
     m.write_text(MANIFEST.format(ns="qr", arch=arch, usage=usage))
-    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(tmp / out), "-j", "2",
-                    *flags)  # fmt: skip
+    proc = run_qola(
+        "build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(tmp / out), "-j", "2", *flags
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return tmp / out
 
@@ -315,8 +353,13 @@ def test_build_records_ahead_variants_without_jit(tmp_path):
     script.write_text(CALL)
 
     def call(lib: Path, *causal: int, **extra: str) -> list[str]:
-        p = subprocess.run([sys.executable, str(script), str(lib), str(Path(__file__).parents[1] / "support"), *map(str, causal)],
-                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", **extra}, timeout=300)  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, str(script), str(lib), str(Path(__file__).parents[1] / "support"), *map(str, causal)],
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", **extra},
+            timeout=300,
+        )
         assert p.returncode == 0, p.stderr
         return p.stdout.split()
 
@@ -375,8 +418,13 @@ def test_a_pybind_module_records_its_ahead_variants(tmp_path):
     data = json.loads((out / "manifest.json").read_text())
     assert data["modules"][0]["exports"] == ["PyInit_qr_module_attn_fwd"]  # the runtime stays inside
     rec = tmp_path / "rec"
-    p = subprocess.run([sys.executable, "-c", PY_CALL, str(out / "lib")], capture_output=True, text=True,
-                       env={"PATH": "/usr/bin:/bin", fmt.ENV_USAGE_DIR: str(rec)}, timeout=300)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-c", PY_CALL, str(out / "lib")],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", fmt.ENV_USAGE_DIR: str(rec)},
+        timeout=300,
+    )
     assert p.returncode == 0 and p.stdout.strip() == "bad_args", p.stdout + p.stderr
     got = records.read(records.record_files([rec])).records
     assert [(r.event, r.module, r.unit, r.build_key) for r in got] == [
@@ -389,8 +437,11 @@ def test_a_pybind_module_records_its_ahead_variants(tmp_path):
 def test_every_real_ck_fmha_instance_has_a_recorded_copy_that_parses(aiter_root, tmp_path):
     gen = aiter_root / "aiter_meta/3rdparty/composable_kernel/example/ck_tile/01_fmha/generate.py"
     for d in ("fwd", "bwd"):
-        subprocess.run([sys.executable, str(gen), "-d", d, "--receipt", "600", "-o", str(tmp_path / d)], check=True,
-                       stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [sys.executable, str(gen), "-d", d, "--receipt", "600", "-o", str(tmp_path / d)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     files = [p for p in sorted(tmp_path.rglob("*.cpp")) if not p.stem.endswith("_api")]
     assert len(files) > 20
     rets = set()
@@ -421,8 +472,9 @@ def test_a_real_ck_forward_kernel_compiles_as_a_recorded_copy(aiter_root, tmp_pa
     from support.rocm_aiter import build as te_build
     from support.rocm_aiter import manifest as te_manifest
 
-    proc, out = te_build(tmp_path, aiter_root, te_manifest(tmp_path / "one.toml", TE_NS, ("gfx942",)), "out",
-                         "--record-ahead")  # fmt: skip
+    proc, out = te_build(
+        tmp_path, aiter_root, te_manifest(tmp_path / "one.toml", TE_NS, ("gfx942",)), "out", "--record-ahead"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
     text = re.sub(r"\$\n\s*", "", (tmp_path / "out.build" / "build.ninja").read_text())
     compiled = re.findall(r"^build obj/libmha_fwd/\S+: cc (\S+)", text, re.M)

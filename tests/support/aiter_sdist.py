@@ -66,12 +66,14 @@ def aiter_root() -> Path:
     info = _newest_sdist()
     tarball = root / info["filename"]
     if not tarball.exists():
-        with tempfile.NamedTemporaryFile(dir=root, delete=False) as tmp:
-            with urllib.request.urlopen(info["url"], timeout=600) as resp:
-                digest = hashlib.sha256()
-                while chunk := resp.read(1 << 20):
-                    digest.update(chunk)
-                    tmp.write(chunk)
+        with (
+            tempfile.NamedTemporaryFile(dir=root, delete=False) as tmp,
+            urllib.request.urlopen(info["url"], timeout=600) as resp,
+        ):
+            digest = hashlib.sha256()
+            while chunk := resp.read(1 << 20):
+                digest.update(chunk)
+                tmp.write(chunk)
         want = info.get("hashes", {}).get("sha256")
         if want and digest.hexdigest() != want:
             os.unlink(tmp.name)

@@ -137,8 +137,24 @@ def build_runtime(objdir: Path) -> list[Path]:
     objs = []
     for src in layout.runtime_sources():
         obj = objdir / (src.stem + ".o")
-        sh(["g++", *CXXFLAGS, "-Wall", "-Werror", "-I", objdir / "include", "-I", DATA, "-I", DATA / "jit",
-            "-c", src, "-o", obj])  # fmt: skip
+        sh(
+            [
+                "g++",
+                *CXXFLAGS,
+                "-Wall",
+                "-Werror",
+                "-I",
+                objdir / "include",
+                "-I",
+                DATA,
+                "-I",
+                DATA / "jit",
+                "-c",
+                src,
+                "-o",
+                obj,
+            ]
+        )
         objs.append(obj)
     return objs
 
@@ -175,8 +191,13 @@ class TestLib:
         return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
 
     def spawn(self, n: int = 1, x: int = 5, extra: dict | None = None) -> subprocess.Popen:
-        return subprocess.Popen([str(self.caller), str(n), str(x)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env={**self.env, **(extra or {})})  # fmt: skip
+        return subprocess.Popen(
+            [str(self.caller), str(n), str(x)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**self.env, **(extra or {})},
+        )
 
     def entries(self) -> list[Path]:
         if not self.cache.exists():
@@ -188,9 +209,18 @@ def expected(n: int, x: int) -> int:
     return x * 10 + 7 + n
 
 
-def make_lib(root: Path, runtime: list[Path], *, lang: str = "cxx", real: str = "g++",
-             archs=(), flags=("-O1",), child_env: dict | None = None, units=(1, 2),
-             batch: int = 1) -> TestLib:  # fmt: skip
+def make_lib(
+    root: Path,
+    runtime: list[Path],
+    *,
+    lang: str = "cxx",
+    real: str = "g++",
+    archs=(),
+    flags=("-O1",),
+    child_env: dict | None = None,
+    units=(1, 2),
+    batch: int = 1,
+) -> TestLib:
     """Sources -> OUT/jit + stubs + table -> lib/libqt.so + bin/caller. The JIT compiler is a
     wrapper around ``real`` that counts compiles (and sleeps/fails on request)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -212,9 +242,14 @@ def make_lib(root: Path, runtime: list[Path], *, lang: str = "cxx", real: str = 
     cc = fake_compiler(root, real)
     jc = jkey.probe_compiler(str(cc), env)
     spec = layout.JitModuleSpec(
-        module="tm", lang=lang, arch=";".join(archs) or "host", compiler=jc,
-        flags=(*layout.shared_object_flags(lang, archs), *flags), include_dirs=(src / "include",), style="generic",
-    )  # fmt: skip
+        module="tm",
+        lang=lang,
+        arch=";".join(archs) or "host",
+        compiler=jc,
+        flags=(*layout.shared_object_flags(lang, archs), *flags),
+        include_dirs=(src / "include",),
+        style="generic",
+    )
     out = layout.write_jit_module(spec, unit_files, out_jit=root / "out" / "jit", stub_dir=root / "build", batch=batch)
     write_config(root / "build" / "include")
     (root / "build" / "dispatch.cpp").write_text(DISPATCH)
@@ -222,12 +257,42 @@ def make_lib(root: Path, runtime: list[Path], *, lang: str = "cxx", real: str = 
     (root / "out" / "bin").mkdir(parents=True, exist_ok=True)
     lib = root / "out" / "lib" / f"lib{NS}.so"
     incs = ["-I", root / "build" / "include", "-I", DATA, "-I", DATA / "jit", "-I", src / "include"]
-    sh(["g++", *CXXFLAGS, "-shared", *incs, "-x", "c++", *out.stub_sources, out.table_source,
-        root / "build" / "dispatch.cpp", "-x", "none", *runtime, "-o", lib, "-ldl", "-pthread"])  # fmt: skip
+    sh(
+        [
+            "g++",
+            *CXXFLAGS,
+            "-shared",
+            *incs,
+            "-x",
+            "c++",
+            *out.stub_sources,
+            out.table_source,
+            root / "build" / "dispatch.cpp",
+            "-x",
+            "none",
+            *runtime,
+            "-o",
+            lib,
+            "-ldl",
+            "-pthread",
+        ]
+    )
     caller = root / "out" / "bin" / "caller"
     (root / "build" / "caller.cpp").write_text(CALLER)
-    sh(["g++", "-O1", root / "build" / "caller.cpp", "-L", lib.parent, f"-l{NS}", f"-Wl,-rpath,{lib.parent}",
-        "-pthread", "-o", caller])  # fmt: skip
+    sh(
+        [
+            "g++",
+            "-O1",
+            root / "build" / "caller.cpp",
+            "-L",
+            lib.parent,
+            f"-l{NS}",
+            f"-Wl,-rpath,{lib.parent}",
+            "-pthread",
+            "-o",
+            caller,
+        ]
+    )
     return TestLib(root=root, env=env, compiler=cc, caller=caller)
 
 

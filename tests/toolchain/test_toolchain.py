@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import shutil
 import subprocess
@@ -77,7 +78,7 @@ def build_library(tc: Toolchain, tmp: Path, name: str = "qola_tc") -> Path:
     obj, dep, rsp, out = tmp / f"{name}.o", tmp / f"{name}.o.d", tmp / f"{name}.rsp", tmp / f"lib{name}.so"
     child = {**ENV, **tc.child_env}
     for argv in (
-        tc.compile_argv(src, obj, dep, tc.device_flags() + [f"-I{src_dir}"]),
+        tc.compile_argv(src, obj, dep, [*tc.device_flags(), f"-I{src_dir}"]),
         tc.shared_link_argv(rsp, out, []),
     ):
         rsp.write_text(f"{obj}\n")
@@ -215,8 +216,12 @@ def test_toolchain_dict_round_trip():
     argv = tc.compile_argv("a.cu", "a.o", "a.o.d", ["-O3"])
     assert argv[:2] == ["/x/nvcc", "-O3"] and argv[argv.index("-MF") + 1] == "a.o.d" and argv[-2:] == ["-o", "a.o"]
     assert tc.shared_link_argv("objs.rsp", "x.so", ["-Wl,-z,defs"])[:5] == [
-        "/usr/bin/c++", "-shared", "@objs.rsp", "-o", "x.so"
-    ]  # fmt: skip
+        "/usr/bin/c++",
+        "-shared",
+        "@objs.rsp",
+        "-o",
+        "x.so",
+    ]
 
 
 # ---- missing compilers ----------------------------------------------------------------
@@ -253,7 +258,7 @@ def test_cuda_found_and_flags(tmp_path):
     assert tc.version == parse_nvcc_version(tc.version_output) and tc.version.count(".") == 1
     assert len(tc.identity) == 64 and tc.child_env == {}
     flags = tc.device_flags()
-    pairs = list(zip(flags, flags[1:]))
+    pairs = list(itertools.pairwise(flags))
     assert ("-gencode", "arch=compute_90,code=sm_90") in pairs
     assert ("-gencode", "arch=compute_90a,code=sm_90a") in pairs
     assert ("-Xcompiler", "-fPIC") in pairs and "--expt-relaxed-constexpr" in flags and "-std=c++17" in flags
@@ -310,8 +315,17 @@ def test_hip_found_flags_and_probe_cache(tmp_path, monkeypatch):
     assert tc.kind == "hip" and tc.child_env == {"HIP_PLATFORM": "amd"}
     assert tc.version == parse_hip_version(tc.version_output)[0]
     flags = tc.device_flags()
-    for flag in ("-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2", "--offload-arch=gfx90a",
-                 "-fno-gpu-rdc", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-std=c++20"):  # fmt: skip
+    for flag in (
+        "-fPIC",
+        "-D__HIP_PLATFORM_AMD__=1",
+        "-DUSE_ROCM=1",
+        "-DHIPBLAS_V2",
+        "--offload-arch=gfx90a",
+        "-fno-gpu-rdc",
+        "-fvisibility=hidden",
+        "-fvisibility-inlines-hidden",
+        "-std=c++20",
+    ):
         assert flag in flags
     assert flags[-1] == "-fno-gpu-rdc"
     for dropped in tc.dropped_flags:  # whatever the probes refused stays out
