@@ -1,9 +1,6 @@
 """The package's layering (issue 24, CONTRIBUTING.md "Stages"): each stage folder imports only from
 the stages below it, the commands only the library's public names, and a qola import inside a
 function says why it is there (``# lazy: <reason>``). Read from the source (ast), nothing imported.
-
-Written for the stage-folder layout that ``scripts/restructure.py`` makes; skipped while the package
-is still flat.
 """
 
 from __future__ import annotations
@@ -39,11 +36,6 @@ RANK = {"": 0} | {name: i for i, names in enumerate(ORDER) for name in names}
 UPWARD: dict[tuple[str, str], str] = {
     ("qola.toolchain.base", "qola.compile.link"): "Toolchain.shared_link_argv spells the link with link's argv",
 }
-
-pytestmark = pytest.mark.skipif(
-    not (PKG / "pipeline").is_dir(), reason="qola/ is still flat: scripts/restructure.py makes the stage folders"
-)
-
 
 @dataclass(frozen=True)
 class Import:

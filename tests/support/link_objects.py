@@ -1,4 +1,4 @@
-"""Helpers shared by test files (moved out of test_isolation.py by scripts/restructure_tests.py)."""
+"""Helpers shared by test files (first written in test_isolation.py)."""
 
 from __future__ import annotations
 
