@@ -37,6 +37,7 @@ UPWARD: dict[tuple[str, str], str] = {
     ("qola.toolchain.base", "qola.compile.link"): "Toolchain.shared_link_argv spells the link with link's argv",
 }
 
+
 @dataclass(frozen=True)
 class Import:
     module: str  # the importing module

@@ -17,13 +17,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from support import itfs_fixture as fx
 from support.ckjit_fake import fake_rocm, records
 from support.cmake_clients import plain_checkout
+from support.common import run_qola
 
 pytestmark = [pytest.mark.hip, pytest.mark.slow]
 
@@ -74,9 +74,9 @@ def _build_under_ckjit(tmp_path: Path, hints: bool):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HIPCC", "HIP_PATH")}
     env.update(ck, HIP_PLATFORM="amd")
     out = tmp_path / "jit" / "qola"
-    argv = [sys.executable, "-m", "qola.cli", "build", "--manifest", str(m), "--aiter-root", str(tree)]
+    argv = ["build", "--manifest", str(m), "--aiter-root", str(tree)]
     argv += ["--output-dir", str(out), "--arch", ARCH, "--skip-checkout", "-j", "2"]
-    proc = subprocess.run(argv, cwd=qola_dir, env=env, capture_output=True, text=True)
+    proc = run_qola(*argv, entry="qola.cli", cwd=qola_dir, env=env, whole_env=True)
     return proc, out, rocm, Path(ck["CK_JIT_TMP_DIR"])
 
 

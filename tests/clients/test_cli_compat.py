@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -41,16 +39,19 @@ def test_plain_checkout_runs_from_pythonpath_and_from_cwd(tmp_path):
         (elsewhere, no_pythonpath(PYTHONPATH=str(checkout))),  # TE's CMake
         (checkout, no_pythonpath()),
     ):  # ck-jit: cwd=<checkout>, no PYTHONPATH
-        proc = subprocess.run(
-            [sys.executable, "-m", "qola.cli", "--version"], cwd=cwd, env=env, capture_output=True, text=True
-        )
+        proc = run_qola("--version", entry="qola.cli", cwd=cwd, env=env, whole_env=True)
         assert proc.returncode == 0 and proc.stdout.strip() == "qola 0.1.0+copy", proc.stderr
-    proc = subprocess.run(
-        [sys.executable, "-m", "qola.cli", "plan", "-m", str(EX / "quickstart.toml"), "-a", str(KERNELS), "--json"],
+    proc = run_qola(
+        "plan",
+        "-m",
+        str(EX / "quickstart.toml"),
+        "-a",
+        str(KERNELS),
+        "--json",
+        entry="qola.cli",
         cwd=checkout,
         env=no_pythonpath(),
-        capture_output=True,
-        text=True,
+        whole_env=True,
     )
     assert proc.returncode == 0 and json.loads(proc.stdout)["namespace"] == "qk", proc.stderr
 
@@ -60,11 +61,15 @@ def test_missing_dependency_is_one_line(tmp_path):
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'pydantic'\", name='pydantic')\n")
     env = no_pythonpath(PYTHONPATH=f"{tmp_path / 'shadow'}{os.pathsep}{REPO}")
-    proc = subprocess.run(
-        [sys.executable, "-m", "qola.cli", "plan", "-m", str(EX / "quickstart.toml"), "-a", str(KERNELS)],
+    proc = run_qola(
+        "plan",
+        "-m",
+        str(EX / "quickstart.toml"),
+        "-a",
+        str(KERNELS),
+        entry="qola.cli",
         env=env,
-        capture_output=True,
-        text=True,
+        whole_env=True,
         cwd=tmp_path,
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
@@ -248,9 +253,7 @@ def test_every_missing_dependency_in_one_message_before_any_work(tmp_path):
     env = no_pythonpath(PYTHONPATH=f"{hook}{os.pathsep}{REPO}")
     out = tmp_path / "out"
     args = ["build", "-m", str(EX / "quickstart.toml"), "-a", str(KERNELS), "-o", str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "qola.cli", *args], env=env, capture_output=True, text=True, cwd=tmp_path
-    )
+    proc = run_qola(*args, entry="qola.cli", env=env, whole_env=True, cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     for name in ("pydantic", "ninja", "pyelftools", "pybind11"):
         assert name in proc.stderr, proc.stderr
@@ -265,12 +268,16 @@ def test_reader_gone_exits_quietly(tmp_path):
     r, w = os.pipe()
     os.close(r)  # every write to w now fails with EPIPE: no timing involved
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "qola.cli", "plan", "-m", str(EX / "quickstart.toml"), "-a", str(KERNELS)],
+        proc = run_qola(
+            "plan",
+            "-m",
+            str(EX / "quickstart.toml"),
+            "-a",
+            str(KERNELS),
+            entry="qola.cli",
             stdout=w,
-            stderr=subprocess.PIPE,
-            text=True,
             env=no_pythonpath(PYTHONPATH=str(REPO)),
+            whole_env=True,
             cwd=tmp_path,
         )
     finally:

@@ -17,10 +17,9 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 
 import pytest
-from support.common import REPO
+from support.common import REPO, run_qola
 
 from qola import cli
 
@@ -141,7 +140,7 @@ def test_cheap_commands_run_as_written(cmd, needs, tmp_path):
     argv = shlex.split(cmd)[1:] + (["--dry-run"] if argv_is_build(cmd) else [])
     env = {k: v for k, v in os.environ.items() if k not in ("QOLA_AITER_SOURCE_DIR", "NVTE_AITER_SOURCE_DIR")}
     env["PYTHONPATH"] = str(REPO)
-    proc = subprocess.run([sys.executable, "-m", "qola", *argv], cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = run_qola(*argv, cwd=tmp_path, env=env, whole_env=True)
     assert proc.returncode == 0, f"`{cmd}` failed:\n{proc.stdout}\n{proc.stderr}"
     assert "error:" not in proc.stderr
 

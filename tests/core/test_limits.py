@@ -16,24 +16,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from support.common import KERNELS
+from support.common import KERNELS, qola_command, run_qola
 
 from qola.core import deadlines, lock, proc
 from qola.core.errors import FailedProcessError, QolaError
 
 GENEROUS = 120  # seconds the test waits for a process that should end in about one
-
-
-def qola(*args: str, env: dict | None = None, timeout: float = GENEROUS) -> subprocess.CompletedProcess:
-    """The CLI in a subprocess; a qola that does not end within ``timeout`` fails the test."""
-    return subprocess.run(
-        [sys.executable, "-m", "qola", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, **(env or {})},
-        timeout=timeout,
-    )
 
 
 def hanging_tool(path: Path, how: str = "sleep") -> tuple[Path, Path]:
@@ -80,7 +68,7 @@ def test_knobs_read_seconds_and_refuse_anything_else():
         with pytest.raises(QolaError) as info:
             deadlines.seconds(deadlines.GENERATOR, {"QOLA_GENERATOR_TIMEOUT": bad})
         assert "QOLA_GENERATOR_TIMEOUT" in info.value.message
-    proc_ = qola("doctor", env={"QOLA_PROBE_TIMEOUT": "never"})
+    proc_ = run_qola("doctor", env={"QOLA_PROBE_TIMEOUT": "never"}, timeout=GENEROUS)
     assert proc_.returncode == 2 and "QOLA_PROBE_TIMEOUT='never'" in proc_.stderr and "Traceback" not in proc_.stderr
 
 
@@ -90,7 +78,7 @@ def test_knobs_read_seconds_and_refuse_anything_else():
 @pytest.mark.parametrize(("name", "variable", "how"), [("nvcc", "CUDACXX", "sleep"), ("hipcc", "HIPCC", "fifo")])
 def test_doctor_reports_a_compiler_that_hangs_and_fails(tmp_path, name, variable, how):
     tool, pid = hanging_tool(tmp_path / "bin" / name, how)
-    done = qola("doctor", env={variable: str(tool), "QOLA_PROBE_TIMEOUT": "1"})
+    done = run_qola("doctor", env={variable: str(tool), "QOLA_PROBE_TIMEOUT": "1"}, timeout=GENEROUS)
     assert done.returncode == 1, done.stdout + done.stderr
     line = next(ln for ln in done.stdout.splitlines() if str(tool) in ln or ("compiler" in ln and "broken" in ln))
     assert "broken" in line, done.stdout
@@ -103,7 +91,7 @@ def test_build_ends_a_hanging_compiler_probe_naming_it(tmp_path):
     tool, pid = hanging_tool(tmp_path / "bin" / "nvcc")
     m = mini_manifest(tmp_path / "q.toml", "sm_90")
     out = tmp_path / "out"
-    done = qola(
+    done = run_qola(
         "build",
         "--manifest",
         str(m),
@@ -112,6 +100,7 @@ def test_build_ends_a_hanging_compiler_probe_naming_it(tmp_path):
         "-o",
         str(out),
         env={"CUDACXX": str(tool), "QOLA_PROBE_TIMEOUT": "1"},
+        timeout=GENEROUS,
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"{tool} --version" in done.stderr and "no answer within 1 s" in done.stderr
@@ -147,14 +136,7 @@ def test_doctor_with_an_empty_path_fails_with_a_clear_report():
         if alone.returncode == 0:
             pytest.skip("this host's c++ builds a program without PATH")
     env = {k: v for k, v in os.environ.items() if k not in ("CXX", "PATH")}
-    done = subprocess.run(
-        [sys.executable, "-m", "qola", "doctor"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**env, "PATH": ""},
-        timeout=GENEROUS,
-    )
+    done = run_qola("doctor", env={**env, "PATH": ""}, whole_env=True, timeout=GENEROUS)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "PATH is empty" in done.stdout and "cannot build: " in done.stderr and "host C++" in done.stderr
     host = next(ln for ln in done.stdout.splitlines() if "host C++" in ln)
@@ -165,7 +147,7 @@ def test_doctor_fails_when_the_host_compiler_cannot_link(tmp_path):
     bad = tmp_path / "c++"
     bad.write_text("#!/bin/sh\necho \"c++: fatal error: cannot execute 'as'\" >&2\nexit 1\n")
     bad.chmod(0o755)
-    done = qola("doctor", env={"CXX": str(bad)})
+    done = run_qola("doctor", env={"CXX": str(bad)}, timeout=GENEROUS)
     assert done.returncode == 1
     assert "broken   host C++" in done.stdout and "cannot execute 'as'" in done.stdout
     assert "host C++ broken" in done.stderr
@@ -268,7 +250,7 @@ def test_a_loud_failing_generator_publishes_a_capped_log_with_head_and_tail(tmp_
     m = tmp_path / "q.toml"
     m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n' + extra)
     out = tmp_path / "out"
-    done = qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out))
+    done = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), timeout=GENEROUS)
     assert done.returncode == 1, done.stdout + done.stderr
     log = out / "logs" / "module_gen.log"
     assert 0 < log.stat().st_size < proc.LOG_KEEP + (1 << 20)
@@ -300,7 +282,7 @@ class Waiter:
 
     def __init__(self, argv: list[str], env: dict):
         self.p = subprocess.Popen(
-            [sys.executable, "-m", "qola", *argv],
+            qola_command(*argv),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -390,7 +372,7 @@ def test_jit_prebuild_lock_wait_has_a_deadline(tmp_path, jit_runtime):
     out = lib.root / "out"
     units = pb.select_units(pb.find_jit_dirs(out), lib.env)
     with JitCache(lib.cache).lock(units[0].key):
-        done = qola("jit", "prebuild", str(out), env={**lib.env, "QOLA_LOCK_TIMEOUT": "1"})
+        done = run_qola("jit", "prebuild", str(out), env={**lib.env, "QOLA_LOCK_TIMEOUT": "1"}, timeout=GENEROUS)
     assert done.returncode != 0 and "waited 1 s for the JIT cache lock" in done.stdout + done.stderr
     assert "1 built" in done.stdout, done.stdout  # the other unit was not held up
 
@@ -441,7 +423,7 @@ def test_build_waiting_for_a_reader_of_its_output_dir_ends_on_sigterm(tmp_path):
     )
     out = tmp_path / "out"
     argv = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out)]
-    assert qola(*argv).returncode == 1  # a first published version (its module failed)
+    assert run_qola(*argv, timeout=GENEROUS).returncode == 1  # a first published version (its module failed)
     before = (out / "manifest.json").read_bytes()
     with outdir.reading(out):
         w = Waiter(argv, {})

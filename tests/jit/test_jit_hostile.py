@@ -36,13 +36,6 @@ def index_of(lib) -> dict:
     return json.loads((lib.root / "out/jit/tm/index.json").read_text())
 
 
-def qola(lib, *args, extra=None, timeout=60):
-    env = {**os.environ, **lib.env, **(extra or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "qola", "jit", *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout
-    )
-
-
 def call(lib, n: int, x: int, extra: dict | None = None, timeout: float = 30):
     """The caller, with a short timeout (a hang fails the test instead of stalling it)."""
     return subprocess.run(
@@ -127,12 +120,12 @@ def test_runtime_refuses_a_symlinked_header_in_the_unpacked_tree(lib, tmp_path):
 def test_prebuild_refuses_open_headers_dir_and_never_compiles_planted_headers(lib):
     cache_with_open_headers_dir(lib)
     plant_headers(lib, uid=OTHER_UID)
-    proc = qola(lib, "prebuild", lib.root / "out")
+    proc = run_qola("jit", "prebuild", lib.root / "out", env=lib.env, timeout=60)
     no_traceback(proc)
     assert proc.returncode == 2 and "writable by group or others (mode 0777)" in proc.stderr
     assert lib.compiles() == 0
     os.chmod(lib.cache / "headers", 0o700)
-    proc = qola(lib, "prebuild", lib.root / "out")
+    proc = run_qola("jit", "prebuild", lib.root / "out", env=lib.env, timeout=60)
     assert proc.returncode == 0 and "2 built" in proc.stdout, proc.stdout + proc.stderr
     proc = lib.run(1, 5, extra={"QOLA_JIT": "0"})  # the prebuilt entry, built from the library's headers
     assert result(proc) == (expected(1, 5), 0), proc.stderr
@@ -142,7 +135,7 @@ def test_prebuild_refuses_open_headers_dir_and_never_compiles_planted_headers(li
 def test_prebuild_unpacks_again_when_the_unpacked_headers_differ(lib):
     JitCache(lib.cache)
     plant_headers(lib, const=900)
-    proc = qola(lib, "prebuild", lib.root / "out", "--filter", "unit_2")
+    proc = run_qola("jit", "prebuild", lib.root / "out", "--filter", "unit_2", env=lib.env, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert result(lib.run(2, 4, extra={"QOLA_JIT": "0"})) == (expected(2, 4), 0)
 
@@ -154,7 +147,7 @@ def test_untrusted_entries_and_memos_are_not_used(lib):
     os.chown(so, OTHER_UID, -1)  # same bytes, another owner
     proc = lib.run(1, 5, extra={"QOLA_JIT": "0"})
     assert result(proc)[1] == E_DISABLED, proc.stderr
-    bad = qola(lib, "verify")
+    bad = run_qola("jit", "verify", env=lib.env, timeout=60)
     assert bad.returncode == 1 and f"owned by uid {OTHER_UID}" in bad.stdout
 
 
@@ -176,18 +169,18 @@ def test_prebuild_from_a_tampered_out_jit_is_refused(lib):
         if u["name"] == "unit_1":
             u["source_sha256"] = hashlib.sha256(src.read_bytes()).hexdigest()  # the index "agrees"
     (lib.root / "out/jit/tm/index.json").write_text(json.dumps(index))
-    proc = qola(lib, "prebuild", lib.root / "out")
+    proc = run_qola("jit", "prebuild", lib.root / "out", env=lib.env, timeout=60)
     no_traceback(proc)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "does not match the library" in proc.stderr and "unit_1: source_sha256" in proc.stderr
     assert lib.entries() == [] and lib.compiles() == 0
-    ls = qola(lib, "ls", lib.root / "out")
+    ls = run_qola("jit", "ls", lib.root / "out", env=lib.env, timeout=60)
     assert ls.returncode == 2 and "does not match the library" in ls.stderr
 
 
 def test_prebuild_never_compiles_a_source_the_library_did_not_record(lib):
     tamper_source(lib)  # index.json untouched: its hash disagrees with the file, as the library's does
-    proc = qola(lib, "prebuild", lib.root / "out")
+    proc = run_qola("jit", "prebuild", lib.root / "out", env=lib.env, timeout=60)
     assert proc.returncode == 1 and "1 built" in proc.stdout, proc.stdout + proc.stderr
     assert "unit_1" in proc.stderr and "does not match the library" in proc.stderr
     assert lib.compiles() == 1  # unit_2 only
@@ -197,7 +190,7 @@ def _tampered_entry(lib) -> Path:
     """Replace unit_1's entry by one compiled from a tampered source, with a .meta whose size and
     sha256 fit the new .so and that truthfully records the tampered source's hash. OUT/jit is
     restored afterwards: only the cache is hostile."""
-    assert qola(lib, "prebuild", lib.root / "out", "--filter", "unit_1").returncode == 0
+    assert run_qola("jit", "prebuild", lib.root / "out", "--filter", "unit_1", env=lib.env, timeout=60).returncode == 0
     so = lib.entries()[0]
     original = (lib.root / "out/jit/tm/src/unit_1.cpp").read_bytes()
     src = tamper_source(lib)
@@ -231,9 +224,11 @@ def _tampered_entry(lib) -> Path:
 
 def test_an_entry_built_from_other_sources_is_not_loaded_and_verify_says_so(lib):
     so = _tampered_entry(lib)
-    good = qola(lib, "verify")  # by itself the entry is consistent...
+    good = run_qola("jit", "verify", env=lib.env, timeout=60)  # by itself the entry is consistent...
     assert good.returncode == 0, good.stdout + good.stderr
-    bad = qola(lib, "verify", lib.root / "out")  # ...but not with what the library recorded
+    bad = run_qola(
+        "jit", "verify", lib.root / "out", env=lib.env, timeout=60
+    )  # ...but not with what the library recorded
     assert bad.returncode == 1 and f"BROKEN {so.stem}" in bad.stdout, bad.stdout + bad.stderr
     assert "not built from the sources" in bad.stdout and "unit_1" in bad.stdout
     proc = lib.run(1, 5, extra={"QOLA_JIT": "0"})
@@ -253,7 +248,7 @@ def test_entries_without_a_record_of_their_sources_are_rebuilt(lib):
             if ln.split(" ")[0] not in ("content_key", "source_sha256", "headers_sha256")
         )
     )
-    bad = qola(lib, "verify")
+    bad = run_qola("jit", "verify", env=lib.env, timeout=60)
     assert bad.returncode == 1 and "no record of its sources" in bad.stdout
     assert result(lib.run(1, 5)) == (expected(1, 5), 0)
 
@@ -289,9 +284,9 @@ def test_the_table_is_read_from_shared_objects_and_static_archives(lib, tmp_path
     [again] = libtable.read_library(ar)
     assert again.same_table(mod)
     # --library names it explicitly; a library that records nothing is an error, not a traceback
-    proc = qola(lib, "ls", lib.root / "out", "--library", ar)
+    proc = run_qola("jit", "ls", lib.root / "out", "--library", ar, env=lib.env, timeout=60)
     assert proc.returncode == 0 and "0 of 2 units ready" in proc.stdout, proc.stdout + proc.stderr
-    proc = qola(lib, "ls", lib.root / "out", "--library", lib.root / "out/bin/caller")
+    proc = run_qola("jit", "ls", lib.root / "out", "--library", lib.root / "out/bin/caller", env=lib.env, timeout=60)
     assert proc.returncode == 2 and "no library records the JIT module" in proc.stderr
 
 
@@ -322,13 +317,13 @@ def test_fifos_and_device_links_in_the_cache_never_hang(lib, what):
     proc = call(lib, 1, 5, extra={"QOLA_JIT": "0"})  # would block/read forever before
     assert result(proc)[1] == E_DISABLED, proc.stderr
     for args, rc in ((["verify"], 1), (["ls"], 0), (["ls", lib.root / "out"], 0)):
-        p = qola(lib, *args, timeout=30)
+        p = run_qola("jit", *args, env=lib.env, timeout=30)
         no_traceback(p)
         assert p.returncode == rc, p.stdout + p.stderr
-    v = qola(lib, "verify")
+    v = run_qola("jit", "verify", env=lib.env, timeout=60)
     assert f"BROKEN {so.stem}" in v.stdout and ("symbolic link" in v.stdout or "FIFO" in v.stdout), v.stdout
     assert result(lib.run(1, 5)) == (expected(1, 5), 0)  # replaced by a fresh compile
-    assert qola(lib, "verify").returncode == 0
+    assert run_qola("jit", "verify", env=lib.env, timeout=60).returncode == 0
 
 
 def test_fifo_inputs_in_out_jit_never_hang(lib):
@@ -340,7 +335,7 @@ def test_fifo_inputs_in_out_jit_never_hang(lib):
     index = lib.root / "out/jit/tm/index.json"
     index.unlink()
     os.mkfifo(index)
-    p = qola(lib, "ls", lib.root / "out", timeout=30)
+    p = run_qola("jit", "ls", lib.root / "out", env=lib.env, timeout=30)
     assert p.returncode == 2 and "FIFO" in p.stderr, p.stderr
 
 
@@ -365,7 +360,7 @@ def test_malformed_index_json_is_exit_2(lib, case):
     index = lib.root / "out/jit/tm/index.json"
     index.write_bytes(_index_cases()[case])
     for args in (["prebuild", lib.root / "out"], ["ls", lib.root / "out"], ["verify", lib.root / "out"]):
-        p = qola(lib, *args)
+        p = run_qola("jit", *args, env=lib.env, timeout=60)
         no_traceback(p)
         assert p.returncode == 2, (case, args, p.stdout, p.stderr)
         assert "index.json" in p.stderr and "hint:" in p.stderr, p.stderr
@@ -375,11 +370,11 @@ def test_index_json_with_wrong_types_names_the_key(lib):
     index = index_of(lib)
     index["units"][0]["content_key"] = 5
     (lib.root / "out/jit/tm/index.json").write_text(json.dumps(index))
-    p = qola(lib, "prebuild", lib.root / "out")
+    p = run_qola("jit", "prebuild", lib.root / "out", env=lib.env, timeout=60)
     assert p.returncode == 2 and "units[0].content_key" in p.stderr and "expected a lowercase sha256" in p.stderr
     index["units"][0] = {"name": "../../etc/x"}
     (lib.root / "out/jit/tm/index.json").write_text(json.dumps(index))
-    p = qola(lib, "ls", lib.root / "out")
+    p = run_qola("jit", "ls", lib.root / "out", env=lib.env, timeout=60)
     assert p.returncode == 2 and "units[0].name" in p.stderr
 
 
@@ -408,12 +403,12 @@ def test_killed_compile_leaves_a_temp_that_verify_reports_and_the_next_compile_r
     (lib.root / "slow").unlink()
     temps = sorted(lib.cache.glob(".tmp-*"))
     assert temps, "the killed compile left no temp file"
-    v = qola(lib, "verify")
+    v = run_qola("jit", "verify", env=lib.env, timeout=60)
     assert v.returncode == 1, v.stdout + v.stderr
     assert all(f"STALE {t}" in v.stdout for t in temps) and "--fix" in v.stderr
     assert result(lib.run(2, 1)) == (expected(2, 1), 0)  # another key's compile sweeps them
     assert not list(lib.cache.glob(".tmp-*"))
-    assert qola(lib, "verify").returncode == 0
+    assert run_qola("jit", "verify", env=lib.env, timeout=60).returncode == 0
 
 
 def test_verify_fix_removes_stale_temps_but_not_those_of_a_running_compile(lib):
@@ -439,13 +434,13 @@ def test_verify_fix_removes_stale_temps_but_not_those_of_a_running_compile(lib):
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        v = qola(lib, "verify")
+        v = run_qola("jit", "verify", env=lib.env, timeout=60)
         assert v.returncode == 1 and f"STALE {stale}" in v.stdout and f"STALE {stale_dir}" in v.stdout
         assert str(busy) not in v.stdout
-        fixed = qola(lib, "verify", "--fix")
+        fixed = run_qola("jit", "verify", "--fix", env=lib.env, timeout=60)
         assert fixed.returncode == 0 and not stale.exists() and not stale_dir.exists() and busy.exists()
     finally:
         holder.kill()
         holder.wait()
-    assert qola(lib, "verify").returncode == 1  # the holder is gone: now it is stale
-    assert qola(lib, "clean").returncode == 0 and not busy.exists()
+    assert run_qola("jit", "verify", env=lib.env, timeout=60).returncode == 1  # the holder is gone: now it is stale
+    assert run_qola("jit", "clean", env=lib.env, timeout=60).returncode == 0 and not busy.exists()

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.common import run_qola
+from support.common import qola_command, run_qola
 from support.fake_nvcc import TINY, fake_nvcc, make_tree
 
 from qola import cli
@@ -229,7 +229,7 @@ def test_concurrent_builds_of_one_output_dir_are_refused_naming_the_holder(setup
     tmp, tree, m, env, build = setup
     args = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(tmp / "out")]
     first = subprocess.Popen(
-        [sys.executable, "-m", "qola", *args],
+        qola_command(*args),
         env={**os.environ, **env, "FAKE_NVCC_SLEEP": "600"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -388,7 +388,7 @@ def test_killed_build_leaves_no_children(setup, sig, code):
     # a shell's background job inherits SIGINT ignored (and qola rightly keeps it so): give the child
     # the disposition a terminal user's qola has
     qola = subprocess.Popen(
-        [sys.executable, "-m", "qola", *args],
+        qola_command(*args),
         env={**os.environ, **env, "FAKE_NVCC_SLEEP": "600"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-from support.common import REPO
+from support.common import REPO, run_qola
 
 MODULE = '[[modules]]\nname = "module_tiny"\nsrcs = ["csrc/tiny/tiny.cu"]\nis_python_module = false\n'
 
@@ -33,4 +31,4 @@ def qola_cli(*args: str, cwd: Path | None = None, env: dict | None = None, pytho
     full = no_pythonpath(**GIT_ENV, **(env or {}))
     if pythonpath is not None:
         full["PYTHONPATH"] = str(pythonpath)
-    return subprocess.run([sys.executable, "-m", "qola.cli", *args], cwd=cwd, env=full, capture_output=True, text=True)
+    return run_qola(*args, entry="qola.cli", cwd=cwd, env=full, whole_env=True)

@@ -35,6 +35,12 @@ raise SystemExit(code)
 """
 
 
+def qola_command(*args: str | os.PathLike[str], entry: str = "qola") -> list[str]:
+    """``python -m ENTRY ARGS``: the command line of :func:`run_qola`, for a test that starts qola in
+    the background (``subprocess.Popen``)."""
+    return [sys.executable, "-m", entry, *map(str, args)]
+
+
 def run_qola(
     *args: str | os.PathLike[str],
     cwd: Path | None = None,
@@ -58,10 +64,14 @@ def run_qola(
     every module the run loaded are written there, one a line (the import-set test)."""
     words = [str(a) for a in args]
     full_env = dict(env or {}) if whole_env else {**os.environ, **(env or {})}
-    python = [sys.executable, "-c", _MODULES_DUMP, str(modules_to)] if modules_to else [sys.executable, "-m", entry]
+    command = (
+        [sys.executable, "-c", _MODULES_DUMP, str(modules_to), *words]
+        if modules_to
+        else qola_command(*words, entry=entry)
+    )
     try:
         proc = subprocess.run(
-            [*python, *words],
+            command,
             capture_output=stdout is None,
             stdout=stdout,
             stderr=None if stdout is None else subprocess.PIPE,
