@@ -142,7 +142,7 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_import_cycle(all_imports):
+def test_no_import_cycle(all_imports) -> None:
     """No two modules import each other, directly or round a loop, counting imports inside functions
     too (a lazy import hides a cycle from Python, not from a reader); only ``TYPE_CHECKING`` imports
     are left out. A package's ``__init__`` importing its own modules is not a cycle of theirs."""
@@ -157,17 +157,17 @@ def test_no_import_cycle(all_imports):
     assert _cycles(edges) == []
 
 
-def test_the_cycle_finder_finds_a_loop():
+def test_the_cycle_finder_finds_a_loop() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_every_stage_has_a_rank():
+def test_every_stage_has_a_rank() -> None:
     stages = {stage(m) for m in modules()}
     assert stages <= set(RANK), f"folders with no place in ORDER: {sorted(stages - set(RANK))}"
 
 
-def test_stages_import_downwards_only(all_imports):
+def test_stages_import_downwards_only(all_imports) -> None:
     bad = []
     for imp in all_imports:
         if RANK[stage(imp.target)] > RANK[stage(imp.module)] and (imp.module, imp.target) not in UPWARD:
@@ -178,13 +178,13 @@ def test_stages_import_downwards_only(all_imports):
     assert not bad, "\n".join(bad)
 
 
-def test_known_upward_imports_still_exist(all_imports):
+def test_known_upward_imports_still_exist(all_imports) -> None:
     """An entry of UPWARD whose import is gone is removed, so the list stays the real debt."""
     found = {(imp.module, imp.target) for imp in all_imports}
     assert not set(UPWARD) - found, sorted(set(UPWARD) - found)
 
 
-def test_commands_use_only_public_names(all_imports):
+def test_commands_use_only_public_names(all_imports) -> None:
     bad = []
     for imp in all_imports:
         if stage(imp.module) != "commands":
@@ -197,7 +197,7 @@ def test_commands_use_only_public_names(all_imports):
     assert not bad, "\n".join(bad)
 
 
-def test_function_level_imports_say_why(all_imports):
+def test_function_level_imports_say_why(all_imports) -> None:
     bad = [
         f"{imp.module}:{imp.line}: {imp.text.strip()}"
         for imp in all_imports
@@ -214,7 +214,7 @@ def _lazy_reason(text: str) -> bool:
     return False
 
 
-def test_the_checker_sees_what_it_checks(tmp_path):
+def test_the_checker_sees_what_it_checks(tmp_path: Path) -> None:
     """The reader finds a function-level import, a TYPE_CHECKING one and a lazy reason (no vacuous pass)."""
     src = tmp_path / "m.py"
     src.write_text(
@@ -263,7 +263,7 @@ def imports_between_test_files(root: Path) -> list[str]:
     return bad
 
 
-def test_test_files_sit_in_stage_folders():
+def test_test_files_sit_in_stage_folders() -> None:
     stages = {name for names in ORDER for name in names if name and (PKG / name).is_dir()}
     misplaced = [
         str(p.relative_to(TESTS))
@@ -275,7 +275,7 @@ def test_test_files_sit_in_stage_folders():
     assert not list((TESTS / "support").glob("test_*.py")), "support/ holds helpers, no tests"
 
 
-def test_no_test_file_imports_another(tmp_path):
+def test_no_test_file_imports_another(tmp_path: Path) -> None:
     assert imports_between_test_files(TESTS) == []
     (tmp_path / "test_a.py").write_text(
         "from conftest import REPO\nimport test_b\nfrom support.common import REPO\nx = __import__('conftest').REPO\n"

@@ -80,7 +80,7 @@ def _build_under_ckjit(tmp_path: Path, hints: bool):
     return proc, out, rocm, Path(ck["CK_JIT_TMP_DIR"])
 
 
-def test_ckjit_takes_every_blob_the_api_and_the_link(tmp_path):
+def test_ckjit_takes_every_blob_the_api_and_the_link(tmp_path: Path) -> None:
     proc, out, rocm, tmp = _build_under_ckjit(tmp_path, hints=True)
     calls = records(tmp, "calls.ndjson")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:] + json.dumps(calls[-5:])
@@ -115,7 +115,7 @@ def test_ckjit_takes_every_blob_the_api_and_the_link(tmp_path):
     assert "_ZN4qola2te7mha_fwd" in nm.stdout and "fmha_fwd_dispatch" not in nm.stdout  # isolated still
 
 
-def test_a_library_that_cannot_reach_its_kernels_fails(tmp_path):
+def test_a_library_that_cannot_reach_its_kernels_fails(tmp_path: Path) -> None:
     """Without the codegen hints (a CK that ck-jit's patch does not fit: the amd-aiter sdist's) the
     dispatch still calls the kernels, whose objects are stubs: ck-jit's post-build links the library
     all the same (``--allow-shlib-undefined``); qola reads it back and fails the module, naming the

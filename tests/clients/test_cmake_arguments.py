@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from support.common import REPO
@@ -44,7 +45,7 @@ file(WRITE "${{CMAKE_CURRENT_BINARY_DIR}}/libs.txt" "${{QLIBS}}")
 
 
 @pytest.mark.parametrize("odd", ["=", ";", "= ;"])
-def test_every_argument_reaches_qola_whole(tmp_path, odd):
+def test_every_argument_reaches_qola_whole(tmp_path: Path, odd: str) -> None:
     # CMake itself cannot configure in a dir whose path holds ';': the odd names are below it
     src, bld = tmp_path / "src", tmp_path / "bld"
     top = tmp_path / "tools"

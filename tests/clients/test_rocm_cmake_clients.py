@@ -78,7 +78,7 @@ def ran(exe: Path) -> str:
     return out[1]
 
 
-def test_transformer_engine_then_qola_add_modules(aiter_root, tmp_path):
+def test_transformer_engine_then_qola_add_modules(aiter_root: Path, tmp_path: Path) -> None:
     mirror = mirror_tree(aiter_root, tmp_path)
     m = te_manifest(tmp_path / "qola_manifest.toml", mirror.commit)
     qola_dir = plain_checkout(tmp_path)

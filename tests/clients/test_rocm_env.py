@@ -32,7 +32,7 @@ def fake_rocm(real: Path, where: Path) -> Path:
     return fake
 
 
-def test_a_fake_rocm_home_built_from_the_environments_rocm_compiles(tmp_path):
+def test_a_fake_rocm_home_built_from_the_environments_rocm_compiles(tmp_path: Path) -> None:
     real = Path("/opt/rocm")
     assert (real / "bin" / "hipcc").exists() and (real / "include" / "hip").is_dir()
     assert not (real / "include" / "math.h").exists()  # ROCm's headers alone, not libc's

@@ -64,7 +64,7 @@ def ninja_runs(build_dir: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def cuda_build(tmp_path_factory):
+def cuda_build(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("cuda")
     tree = tmp / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
@@ -75,7 +75,7 @@ def cuda_build(tmp_path_factory):
     return tmp, tree, m, out
 
 
-def test_cuda_build_publishes_everything(cuda_build):
+def test_cuda_build_publishes_everything(cuda_build) -> None:
     tmp, _tree, _m, out = cuda_build
     data = check_published(out)
     assert {x["name"] for x in data["modules"]} == {*PLAIN, "module_attn_fwd"}
@@ -90,7 +90,7 @@ def test_cuda_build_publishes_everything(cuda_build):
     assert all(f"module_{n}" in graph for n in (*PLAIN, "module_attn_fwd"))
 
 
-def test_noop_rebuild_compiles_nothing(cuda_build):
+def test_noop_rebuild_compiles_nothing(cuda_build) -> None:
     tmp, tree, m, out = cuda_build
     before = len(ninja_runs(tmp / "out.build"))
     report = build(m, tree, out)  # no argv: no fast path, the whole pipeline runs
@@ -99,7 +99,7 @@ def test_noop_rebuild_compiles_nothing(cuda_build):
     check_published(out)
 
 
-def test_touch_header_rebuilds_only_dependents(cuda_build):
+def test_touch_header_rebuilds_only_dependents(cuda_build) -> None:
     tmp, tree, m, out = cuda_build
     bdir = tmp / "out.build"
     before = len(ninja_runs(bdir))
@@ -113,7 +113,7 @@ def test_touch_header_rebuilds_only_dependents(cuda_build):
     check_published(out)
 
 
-def test_broken_module_does_not_stop_others(tmp_path):
+def test_broken_module_does_not_stop_others(tmp_path: Path) -> None:
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     (tree / "csrc" / "kernels" / "broken.cu").write_text("int broken() { return not_declared_anywhere; }\n")
@@ -141,7 +141,7 @@ def test_broken_module_does_not_stop_others(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_failing_generator_is_a_clear_error(tmp_path):
+def test_failing_generator_is_a_clear_error(tmp_path: Path) -> None:
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     (tree / "csrc" / "gen_fail.py").write_text("import sys\nprint('cannot generate: no recipe')\nsys.exit(3)\n")
@@ -159,7 +159,7 @@ def test_failing_generator_is_a_clear_error(tmp_path):
     assert "exit code 3" in log and "cannot generate: no recipe" in log and "gen_fail.py" in log
 
 
-def test_sigkill_then_rebuild_never_shows_corrupt_output(tmp_path):
+def test_sigkill_then_rebuild_never_shows_corrupt_output(tmp_path: Path) -> None:
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     m = manifest(tmp_path / "q.toml", ["sm_90"])
@@ -206,7 +206,7 @@ def test_sigkill_then_rebuild_never_shows_corrupt_output(tmp_path):
     check_published(out)
 
 
-def test_dry_run_touches_nothing(tmp_path):
+def test_dry_run_touches_nothing(tmp_path: Path) -> None:
     m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_attn_fwd",))
     out = tmp_path / "out"
     report = build(m, KERNELS, out, dry_run=True)
@@ -221,7 +221,7 @@ def test_dry_run_touches_nothing(tmp_path):
 
 
 @pytest.mark.hip
-def test_hip_build_gfx90a(tmp_path):
+def test_hip_build_gfx90a(tmp_path: Path) -> None:
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     # the attention module narrowed to 2 of its 49 instances (the CUDA build above compiles them all)
@@ -239,7 +239,7 @@ def test_hip_build_gfx90a(tmp_path):
     assert "--offload-arch=gfx90a" in (tmp_path / "out.build" / "build.ninja").read_text()
 
 
-def test_per_source_flags_reach_only_their_source(tmp_path):
+def test_per_source_flags_reach_only_their_source(tmp_path: Path) -> None:
     extra = '[modules.flags_extra_hip_per_source]\n"softmax_pybind.cu" = ["-DQOLA_PER_SOURCE=1", "-O1"]\n'
     m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_softmax",), extra=extra)
     assert build(m, KERNELS, tmp_path / "out", dry_run=True).ok
@@ -259,7 +259,7 @@ def _flags_by_object(graph_dir: Path, flag_prefix: str) -> dict[str, list[str]]:
     }
 
 
-def test_per_source_flags_first_match_wins_in_table_order(tmp_path):
+def test_per_source_flags_first_match_wins_in_table_order(tmp_path: Path) -> None:
     """AITER (aiter/jit/utils/cpp_extension.py): the patterns are tried in the table's order and only
     the first match's flags are added; the old code added every match's (rmsnorm got A and B)."""
     extra = '[modules.flags_extra_hip_per_source]\n"*norm.cu" = ["-DQOLA_PS_A=1"]\n"*.cu" = ["-DQOLA_PS_B=1"]\n'
@@ -276,7 +276,7 @@ def test_per_source_flags_first_match_wins_in_table_order(tmp_path):
     assert got and all(v == ["-DQOLA_PS_B=1"] for v in got.values()), got
 
 
-def test_per_source_flags_match_the_absolute_path_too(tmp_path):
+def test_per_source_flags_match_the_absolute_path_too(tmp_path: Path) -> None:
     """A pattern with a directory (``*/kernels/*.cu``) matches the source's absolute path, and a
     pattern equal to the absolute path matches it; the old code matched basenames only."""
     softmax = KERNELS / "csrc" / "kernels" / "softmax.cu"
@@ -296,7 +296,7 @@ def test_per_source_flags_match_the_absolute_path_too(tmp_path):
     assert got["softmax"] == ["-DQOLA_PS_E=1"] and got["softmax_pybind"] == [], got
 
 
-def test_torch_extension_without_torch_is_a_clear_error(tmp_path):
+def test_torch_extension_without_torch_is_a_clear_error(tmp_path: Path) -> None:
     import importlib.util
 
     if importlib.util.find_spec("torch") is not None:
@@ -312,7 +312,7 @@ def test_torch_extension_without_torch_is_a_clear_error(tmp_path):
     assert info.value.exit_code == 2 and not (tmp_path / "out").exists()
 
 
-def test_noop_fast_path_and_what_invalidates_it(cuda_build):
+def test_noop_fast_path_and_what_invalidates_it(cuda_build) -> None:
     tmp, tree, m, out = cuda_build
     args = ("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
     assert run_qola(*args).returncode == 0  # settle

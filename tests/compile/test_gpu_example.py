@@ -24,7 +24,7 @@ def _load(path: Path):
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("gpu")
     m = tmp / "q.toml"
     m.write_text(
@@ -48,7 +48,7 @@ TOL = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2}
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
-def test_rmsnorm_matches_torch(built, torch, dtype):
+def test_rmsnorm_matches_torch(built, torch, dtype: str) -> None:
     mod = _load(built / "lib" / "qk_module_rmsnorm.so")
     tdt = getattr(torch, DTYPES[dtype])
     x = torch.randn(257, 1000, device="cuda", dtype=tdt)
@@ -62,7 +62,7 @@ def test_rmsnorm_matches_torch(built, torch, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
-def test_softmax_matches_torch(built, torch, dtype):
+def test_softmax_matches_torch(built, torch, dtype: str) -> None:
     mod = _load(built / "lib" / "qk_module_softmax.so")
     tdt = getattr(torch, DTYPES[dtype])
     x = torch.randn(333, 777, device="cuda", dtype=tdt)
@@ -82,7 +82,7 @@ def test_softmax_matches_torch(built, torch, dtype):
         ("fp16", 128, False, True),
     ],
 )
-def test_attention_matches_torch(built, torch, dtype, hdim, causal, lse):
+def test_attention_matches_torch(built, torch, dtype: str, hdim: int, causal: bool, lse: bool) -> None:
     mod = _load(built / "lib" / "qk_module_attn_fwd.so")
     tdt = getattr(torch, DTYPES[dtype])
     b, sq, sk, h = 2, 77, 93, 4

@@ -28,7 +28,7 @@ def _torch_cuda():
 
 
 @pytest.fixture(scope="module")
-def built_modules(tmp_path_factory):
+def built_modules(tmp_path_factory: pytest.TempPathFactory):
     torch = _torch_cuda()
     if torch is None or shutil.which("nvcc") is None:
         pytest.skip("needs torch with CUDA and nvcc")
@@ -102,7 +102,7 @@ def _dt(torch, name):
 
 @pytest.mark.gpu
 @pytest.mark.slow
-def test_rmsnorm_and_softmax_on_gpu(built_modules):
+def test_rmsnorm_and_softmax_on_gpu(built_modules) -> None:
     torch, mods = built_modules
     assert mods["module_rmsnorm"].tuned_config() == "/x/rmsnorm_tuned.csv"
     for dtype in TORCH_DTYPES:
@@ -152,7 +152,7 @@ def _ref_attn(torch, q, k, v, scale, causal):
 @pytest.mark.parametrize("dtype", TORCH_DTYPES)
 @pytest.mark.parametrize("hdim", [64, 96, 128])
 @pytest.mark.parametrize("causal", [False, True])
-def test_attn_fwd_batch_on_gpu(built_modules, dtype, hdim, causal):
+def test_attn_fwd_batch_on_gpu(built_modules, dtype, hdim: int, causal: bool) -> None:
     torch, mods = built_modules
     b, sq, sk, hq, hk = 2, 77, 130, 4, 2
     t = _dt(torch, dtype)
@@ -189,7 +189,7 @@ def test_attn_fwd_batch_on_gpu(built_modules, dtype, hdim, causal):
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", TORCH_DTYPES)
 @pytest.mark.parametrize("causal", [False, True])
-def test_attn_fwd_group_on_gpu(built_modules, dtype, causal):
+def test_attn_fwd_group_on_gpu(built_modules, dtype, causal: bool) -> None:
     torch, mods = built_modules
     seqs_q, seqs_k = [5, 70, 1, 130, 40], [5, 100, 3, 130, 20]  # the last: sk < sq, rows see no key
     hq, hk, hdim = 3, 1, 128
@@ -231,7 +231,7 @@ def test_attn_fwd_group_on_gpu(built_modules, dtype, causal):
 
 @pytest.mark.gpu
 @pytest.mark.slow
-def test_attn_fwd_errors_on_gpu(built_modules):
+def test_attn_fwd_errors_on_gpu(built_modules) -> None:
     torch, mods = built_modules
     x = torch.zeros(1, 1, 1, 256, device="cuda", dtype=torch.float16)
     with pytest.raises(RuntimeError, match="no instance built"):

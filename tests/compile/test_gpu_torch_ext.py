@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -29,7 +30,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("axpy", &axpy); }
 """
 
 
-def test_torch_extension_module(tmp_path):
+def test_torch_extension_module(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     src = tmp_path / "axpy.cu"
     src.write_text(SRC)

@@ -20,7 +20,7 @@ from qola.output import publish as publish_mod
 from qola.output.publish import publish
 
 
-def _fast_copies(monkeypatch) -> list[str]:
+def _fast_copies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every source qola.output.publish copies without reading it (its stat as the last publish recorded)."""
     fast: list[str] = []
     real = publish_mod.copy_file
@@ -33,7 +33,7 @@ def _fast_copies(monkeypatch) -> list[str]:
     return fast
 
 
-def test_an_unchanged_artifact_is_copied_without_reading_it(tmp_path, monkeypatch):
+def test_an_unchanged_artifact_is_copied_without_reading_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
     lib = tmp_path / "b" / "lib"
     report = fake_report(tmp_path, [("a", "qk_a", "built", b"A1" * 1000), ("b", "qk_b", "built", b"B1" * 1000)])
@@ -61,7 +61,9 @@ def test_an_unchanged_artifact_is_copied_without_reading_it(tmp_path, monkeypatc
     assert len(fast) == 2  # recorded again
 
 
-def test_a_source_changed_with_its_size_and_mtime_kept_is_read_again(tmp_path, monkeypatch):
+def test_a_source_changed_with_its_size_and_mtime_kept_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "out"
     report = fake_report(tmp_path, [("a", "qk_a", "built", b"A1" * 1000)])
     publish(report, out)
@@ -76,7 +78,7 @@ def test_a_source_changed_with_its_size_and_mtime_kept_is_read_again(tmp_path, m
     assert data["files"]["lib/qk_a.so"]["sha256"] == hashlib.sha256(b"XX" * 1000).hexdigest()
 
 
-def test_a_record_of_another_format_is_not_used(tmp_path):
+def test_a_record_of_another_format_is_not_used(tmp_path: Path) -> None:
     report = fake_report(tmp_path, [("a", "qk_a", "built", b"A1" * 1000)])
     publish(report, tmp_path / "one")
     record = tmp_path / "b" / publish_mod.PUBLISHED
@@ -114,7 +116,7 @@ GEN_MANIFEST = (
 
 
 @pytest.fixture
-def gen_setup(tmp_path):
+def gen_setup(tmp_path: Path):
     """(tmp, build(*extra) -> CompletedProcess, the generator script, blob dir) of a one-module tree
     whose generator writes three instances and an API file."""
     tree = tmp_path / "tree"
@@ -162,7 +164,7 @@ def lib_of(tmp: Path) -> Path:
 
 
 @needs_fake_nvcc
-def test_touching_one_instance_recompiles_it_alone_without_replanning(gen_setup):
+def test_touching_one_instance_recompiles_it_alone_without_replanning(gen_setup) -> None:
     tmp, build, _script, blob = gen_setup
     first = build()
     assert first.returncode == 0 and planned(first), first.stderr
@@ -198,7 +200,7 @@ def test_touching_one_instance_recompiles_it_alone_without_replanning(gen_setup)
 
 
 @needs_fake_nvcc
-def test_a_generator_comment_edit_recompiles_nothing(gen_setup):
+def test_a_generator_comment_edit_recompiles_nothing(gen_setup) -> None:
     tmp, build, script, _blob = gen_setup
     assert build().returncode == 0
     built = tmp / "out.build" / "lib" / "qk_libgen.so"
@@ -212,7 +214,7 @@ def test_a_generator_comment_edit_recompiles_nothing(gen_setup):
 
 
 @needs_fake_nvcc
-def test_what_changes_the_plan_still_takes_the_full_path(gen_setup):
+def test_what_changes_the_plan_still_takes_the_full_path(gen_setup) -> None:
     tmp, build, script, blob = gen_setup
     assert build().returncode == 0
     # the generator writes a fourth instance: planned again, the new object compiled, nothing else
@@ -241,7 +243,7 @@ def test_what_changes_the_plan_still_takes_the_full_path(gen_setup):
 
 
 @needs_fake_nvcc
-def test_a_compile_error_on_the_incremental_path_fails_that_module_and_publishes_none_of_it(gen_setup):
+def test_a_compile_error_on_the_incremental_path_fails_that_module_and_publishes_none_of_it(gen_setup) -> None:
     tmp, build, _script, blob = gen_setup
     assert build().returncode == 0
     good = (blob / "inst_c.cu").read_text()
@@ -258,7 +260,7 @@ def test_a_compile_error_on_the_incremental_path_fails_that_module_and_publishes
     assert "up to date" in build().stderr
 
 
-def test_build_ninja_names_a_source_with_a_space_or_colon_once_escaped(tmp_path):
+def test_build_ninja_names_a_source_with_a_space_or_colon_once_escaped(tmp_path: Path) -> None:
     """The compile edges are written as ninja_syntax would, but each path escaped once (it was twice:
     a source under 'a b/' named 'a$ b/' to ninja); ninja itself finds the source."""
     from ninja import BIN_DIR

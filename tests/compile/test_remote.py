@@ -58,7 +58,7 @@ def notes(report) -> str:
 
 @pytest.mark.rocm
 @chroot
-def test_hip_remote_identical_and_second_client_all_cached(tmp_path):
+def test_hip_remote_identical_and_second_client_all_cached(tmp_path: Path) -> None:
     tree = tree_copy(tmp_path / "a" / "kernels")
     m = manifest(tmp_path / "q.toml", "gfx942", MODULES)
     local = build(tmp_path, "local", tree, m)
@@ -88,7 +88,9 @@ def test_hip_remote_identical_and_second_client_all_cached(tmp_path):
 
 @pytest.mark.rocm
 @chroot
-def test_other_compiler_never_answers_and_bad_endpoints_stop_early(tmp_path, monkeypatch):
+def test_other_compiler_never_answers_and_bad_endpoints_stop_early(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     tree = tree_copy(tmp_path / "kernels")
     m = manifest(tmp_path / "q.toml", "gfx942", SOFTMAX)
     monkeypatch.setattr(remote, "PROBE_TIMEOUT", 15.0)
@@ -107,7 +109,7 @@ def test_other_compiler_never_answers_and_bad_endpoints_stop_early(tmp_path, mon
 
 @pytest.mark.rocm
 @chroot
-def test_refused_token_stops_before_compiling(tmp_path):
+def test_refused_token_stops_before_compiling(tmp_path: Path) -> None:
     tree = tree_copy(tmp_path / "kernels")
     m = manifest(tmp_path / "q.toml", "gfx942", SOFTMAX)
     token = tmp_path / "token"
@@ -121,7 +123,9 @@ def test_refused_token_stops_before_compiling(tmp_path):
 
 @pytest.mark.rocm
 @chroot
-def test_service_lost_mid_build_publishes_nothing_or_falls_back_when_allowed(tmp_path, monkeypatch):
+def test_service_lost_mid_build_publishes_nothing_or_falls_back_when_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     tree = tree_copy(tmp_path / "kernels")
     m = manifest(tmp_path / "q.toml", "gfx942", SOFTMAX + TINY_MODULE)
     dead = f"grpc://127.0.0.1:{remote_stack.free_port()}"
@@ -146,7 +150,7 @@ needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc (th
 @pytest.mark.slow
 @needs_nvcc
 @pytest.mark.skipif(remote_stack.missing_host() is not None, reason=str(remote_stack.missing_host()))
-def test_cuda_remote_identical_and_second_client_all_cached(tmp_path):
+def test_cuda_remote_identical_and_second_client_all_cached(tmp_path: Path) -> None:
     """CUDA: nvcc is the host's (CUDA 13.0 cannot compile against the chroot's glibc 2.43 headers), so
     the client and the workers run on the host with buildbox's programs from the chroot
     (remote_stack.host_tools) and BuildGrid runs inside it."""
@@ -178,7 +182,7 @@ def test_cuda_remote_identical_and_second_client_all_cached(tmp_path):
 @pytest.mark.ck
 @pytest.mark.slow
 @chroot
-def test_ck_fwd_library_remote_identical(aiter_root, tmp_path):
+def test_ck_fwd_library_remote_identical(aiter_root: Path, tmp_path: Path) -> None:
     """A real CK library: AITER's libmha_fwd (TE's manifest shape) narrowed to one fMHA forward kernel
     for gfx942, built locally, then remotely into the same (cleaned) dirs: byte-identical. Its
     generated asm_fmha_fwd_v3 file spells __FILE__, so a local build holds the build dir's path;

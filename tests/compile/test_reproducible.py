@@ -33,7 +33,7 @@ needs_nvcc = pytest.mark.skipif(
 slow = pytest.mark.slow
 
 
-def test_names_and_ids_do_not_depend_on_the_roots(tmp_path):
+def test_names_and_ids_do_not_depend_on_the_roots(tmp_path: Path) -> None:
     names = []
     for tree, build in (("/a/kernels", "/a/out.build"), ("/somewhere/else/kernels", "/b/bld")):
         paths = PathMap.of(tree, build)
@@ -48,7 +48,7 @@ def test_names_and_ids_do_not_depend_on_the_roots(tmp_path):
     assert PathMap.of(link, "/b").name(tmp_path / "x.cu") == f"{TREE}/x.cu"  # as given and resolved
 
 
-def test_each_compiler_gets_its_spelling():
+def test_each_compiler_gets_its_spelling() -> None:
     cuda = Toolchain(
         "cuda",
         "/x/nvcc",
@@ -113,13 +113,13 @@ def check_identical(tmp: Path, arch: str) -> None:
 
 @slow
 @needs_nvcc
-def test_cuda_libraries_identical_across_tree_and_build_paths(tmp_path):
+def test_cuda_libraries_identical_across_tree_and_build_paths(tmp_path: Path) -> None:
     check_identical(tmp_path, "sm_90")
 
 
 @slow
 @pytest.mark.rocm
-def test_hip_libraries_identical_across_tree_and_build_paths(tmp_path):
+def test_hip_libraries_identical_across_tree_and_build_paths(tmp_path: Path) -> None:
     check_identical(tmp_path, "gfx942")
 
 
@@ -128,7 +128,7 @@ def test_hip_libraries_identical_across_tree_and_build_paths(tmp_path):
 
 @slow
 @needs_nvcc
-def test_audit_reproduce(tmp_path):
+def test_audit_reproduce(tmp_path: Path) -> None:
     tree = tree_copy(tmp_path / "kernels")
     temp = tmp_path / "temp"  # where the rebuilds go: empty again after each
     temp.mkdir()

@@ -56,7 +56,7 @@ def mini_manifest(path: Path, archs: str, extra: str = "") -> Path:
 # ---- knobs ----------------------------------------------------------------------------------------
 
 
-def test_knobs_read_seconds_and_refuse_anything_else():
+def test_knobs_read_seconds_and_refuse_anything_else() -> None:
     assert deadlines.seconds(deadlines.PROBE, {}) == 120.0
     assert deadlines.seconds(deadlines.PROBE, {"QOLA_PROBE_TIMEOUT": " 2.5 "}) == 2.5
     assert deadlines.timeout(deadlines.LOCK, {}) is None
@@ -76,7 +76,7 @@ def test_knobs_read_seconds_and_refuse_anything_else():
 
 
 @pytest.mark.parametrize(("name", "variable", "how"), [("nvcc", "CUDACXX", "sleep"), ("hipcc", "HIPCC", "fifo")])
-def test_doctor_reports_a_compiler_that_hangs_and_fails(tmp_path, name, variable, how):
+def test_doctor_reports_a_compiler_that_hangs_and_fails(tmp_path: Path, name: str, variable: str, how: str) -> None:
     tool, pid = hanging_tool(tmp_path / "bin" / name, how)
     done = run_qola("doctor", env={variable: str(tool), "QOLA_PROBE_TIMEOUT": "1"}, timeout=GENEROUS)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -87,7 +87,7 @@ def test_doctor_reports_a_compiler_that_hangs_and_fails(tmp_path, name, variable
     assert gone(pid)
 
 
-def test_build_ends_a_hanging_compiler_probe_naming_it(tmp_path):
+def test_build_ends_a_hanging_compiler_probe_naming_it(tmp_path: Path) -> None:
     tool, pid = hanging_tool(tmp_path / "bin" / "nvcc")
     m = mini_manifest(tmp_path / "q.toml", "sm_90")
     out = tmp_path / "out"
@@ -109,7 +109,7 @@ def test_build_ends_a_hanging_compiler_probe_naming_it(tmp_path):
     assert gone(pid)
 
 
-def test_a_flag_probe_that_hangs_is_ended_too(tmp_path):
+def test_a_flag_probe_that_hangs_is_ended_too(tmp_path: Path) -> None:
     from qola.toolchain import host
 
     tool, pid = hanging_tool(tmp_path / "cc", "fifo")
@@ -122,7 +122,7 @@ def test_a_flag_probe_that_hangs_is_ended_too(tmp_path):
 # ---- doctor with an empty PATH ------------------------------------------------------------------
 
 
-def test_doctor_with_an_empty_path_fails_with_a_clear_report():
+def test_doctor_with_an_empty_path_fails_with_a_clear_report() -> None:
     cxx = "/usr/bin/c++"
     if os.path.exists(cxx):
         alone = subprocess.run(
@@ -143,7 +143,7 @@ def test_doctor_with_an_empty_path_fails_with_a_clear_report():
     assert host.split()[0] in ("broken", "missing"), done.stdout
 
 
-def test_doctor_fails_when_the_host_compiler_cannot_link(tmp_path):
+def test_doctor_fails_when_the_host_compiler_cannot_link(tmp_path: Path) -> None:
     bad = tmp_path / "c++"
     bad.write_text("#!/bin/sh\necho \"c++: fatal error: cannot execute 'as'\" >&2\nexit 1\n")
     bad.chmod(0o755)
@@ -156,7 +156,7 @@ def test_doctor_fails_when_the_host_compiler_cannot_link(tmp_path):
 # ---- git ----------------------------------------------------------------------------------------
 
 
-def test_a_git_that_hangs_is_ended_at_the_knob_deadline(tmp_path):
+def test_a_git_that_hangs_is_ended_at_the_knob_deadline(tmp_path: Path) -> None:
     from qola.checkout import git
 
     tool, pid = hanging_tool(tmp_path / "bin" / "git")
@@ -179,7 +179,7 @@ def _job(tmp_path: Path, body: str):
     return GenJob("m", (Generator(f"{script} --output_dir {{}}"),))
 
 
-def test_a_generator_past_its_deadline_is_ended_and_fails_its_module(tmp_path):
+def test_a_generator_past_its_deadline_is_ended_and_fails_its_module(tmp_path: Path) -> None:
     from qola.compile.codegen import run_generators
 
     pid = tmp_path / "gen.pid"
@@ -200,7 +200,7 @@ LOUD = (
 )
 
 
-def test_a_generator_printing_200_mb_keeps_memory_bounded(tmp_path):
+def test_a_generator_printing_200_mb_keeps_memory_bounded(tmp_path: Path) -> None:
     """Peak RSS of a process running one generator that prints 200 MiB (holding it whole took
     more than twice that). The peak is the process's own memory's (VmHWM), not ``ru_maxrss``: that
     one keeps the parent's peak across fork and exec, so inside a long pytest run it reported the
@@ -237,7 +237,7 @@ def test_a_generator_printing_200_mb_keeps_memory_bounded(tmp_path):
     assert marks == ["True", "True", "True"]  # head, tail, and a note of the cut
 
 
-def test_a_loud_failing_generator_publishes_a_capped_log_with_head_and_tail(tmp_path):
+def test_a_loud_failing_generator_publishes_a_capped_log_with_head_and_tail(tmp_path: Path) -> None:
     import shutil
 
     tree = tmp_path / "kernels"
@@ -259,7 +259,7 @@ def test_a_loud_failing_generator_publishes_a_capped_log_with_head_and_tail(tmp_
     assert "qola cut" in text and "bytes" in text and "Traceback" not in done.stderr
 
 
-def test_run_refuses_to_hold_more_than_its_capture_limit(tmp_path, monkeypatch):
+def test_run_refuses_to_hold_more_than_its_capture_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(proc, "MAX_CAPTURE", 1 << 20)
     pid = tmp_path / "pid"
     argv = ["sh", "-c", f"echo $$ > {pid}; exec yes qola"]
@@ -280,7 +280,7 @@ def test_run_refuses_to_hold_more_than_its_capture_limit(tmp_path, monkeypatch):
 class Waiter:
     """A qola subprocess whose stderr lines arrive in a queue (read by a thread)."""
 
-    def __init__(self, argv: list[str], env: dict):
+    def __init__(self, argv: list[str], env: dict) -> None:
         self.p = subprocess.Popen(
             qola_command(*argv),
             stdout=subprocess.DEVNULL,
@@ -315,7 +315,7 @@ class Waiter:
                 self.p.kill()
 
 
-def test_build_waiting_for_a_held_build_dir_says_so_and_ends_on_sigterm(tmp_path):
+def test_build_waiting_for_a_held_build_dir_says_so_and_ends_on_sigterm(tmp_path: Path) -> None:
     m = mini_manifest(tmp_path / "q.toml", "sm_90")
     bdir, out = tmp_path / "bld", tmp_path / "out"
     bdir.mkdir()
@@ -343,7 +343,7 @@ def test_build_waiting_for_a_held_build_dir_says_so_and_ends_on_sigterm(tmp_path
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_jit_prebuild_waiting_for_a_held_cache_lock_ends_on_a_signal(tmp_path, jit_runtime, sig):
+def test_jit_prebuild_waiting_for_a_held_cache_lock_ends_on_a_signal(tmp_path: Path, jit_runtime, sig) -> None:
     from support.jit_lib import make_lib
 
     from qola.jit import prebuild as pb
@@ -362,7 +362,7 @@ def test_jit_prebuild_waiting_for_a_held_cache_lock_ends_on_a_signal(tmp_path, j
     assert not [p for p in lib.cache.iterdir() if p.name.startswith(".") and p.is_file()], "temp files left"
 
 
-def test_jit_prebuild_lock_wait_has_a_deadline(tmp_path, jit_runtime):
+def test_jit_prebuild_lock_wait_has_a_deadline(tmp_path: Path, jit_runtime) -> None:
     from support.jit_lib import make_lib
 
     from qola.jit import prebuild as pb
@@ -378,13 +378,13 @@ def test_jit_prebuild_lock_wait_has_a_deadline(tmp_path, jit_runtime):
 
 
 @pytest.fixture(scope="module")
-def jit_runtime(tmp_path_factory):
+def jit_runtime(tmp_path_factory: pytest.TempPathFactory):
     from support.jit_lib import build_runtime
 
     return build_runtime(tmp_path_factory.mktemp("jit-runtime-limits"))
 
 
-def test_ninja_output_of_a_loud_compile_is_kept_bounded_per_module(tmp_path):
+def test_ninja_output_of_a_loud_compile_is_kept_bounded_per_module(tmp_path: Path) -> None:
     """A compile printing 48 MiB (and one endless line): the module's lines keep head and tail."""
     from qola.compile import ninja
 
@@ -406,7 +406,7 @@ def test_ninja_output_of_a_loud_compile_is_kept_bounded_per_module(tmp_path):
     assert all(len(x) <= 1 << 16 for x in done.log)
 
 
-def test_build_waiting_for_a_reader_of_its_output_dir_ends_on_sigterm(tmp_path):
+def test_build_waiting_for_a_reader_of_its_output_dir_ends_on_sigterm(tmp_path: Path) -> None:
     """A publish waits for qola's readers of OUT (audit, package): said, and ended by SIGTERM with OUT
     as it was."""
     import shutil
@@ -432,7 +432,7 @@ def test_build_waiting_for_a_reader_of_its_output_dir_ends_on_sigterm(tmp_path):
     assert (out / "manifest.json").read_bytes() == before and not outdir.interrupted(out)
 
 
-def test_a_hanging_hipconfig_beside_amdclang_is_ended(tmp_path):
+def test_a_hanging_hipconfig_beside_amdclang_is_ended(tmp_path: Path) -> None:
     """amdclang++ prints no HIP version: qola asks the hipconfig beside it, which hangs."""
     from qola.toolchain import hip
 
@@ -448,7 +448,7 @@ def test_a_hanging_hipconfig_beside_amdclang_is_ended(tmp_path):
     assert gone(pid)
 
 
-def test_a_generator_listing_its_instances_is_ended_at_the_deadline(tmp_path):
+def test_a_generator_listing_its_instances_is_ended_at_the_deadline(tmp_path: Path) -> None:
     from qola.plan.planner import Generator
     from qola.plan.variants import list_blobs
 

@@ -32,7 +32,7 @@ def leaked(root: Path) -> list[str]:
     return found
 
 
-def test_a_secret_shows_as_stars_and_refuses_records():
+def test_a_secret_shows_as_stars_and_refuses_records() -> None:
     s = Secret(PASSWORD)
     for shown in (str(s), repr(s), f"{s}", f"{s!s}", f"{s:>20}", "%s" % s, format(s)):
         assert PASSWORD not in shown and MASK in shown
@@ -55,7 +55,7 @@ def test_a_secret_shows_as_stars_and_refuses_records():
         ("https://example.org/a@b", "https://example.org/a@b"),  # '@' in the path: no credentials
     ],
 )
-def test_split_and_redact(url, public):
+def test_split_and_redact(url, public: str) -> None:
     got, secret = split_url(url)
     assert got == public
     assert (secret is None) == (url == public)
@@ -64,7 +64,7 @@ def test_split_and_redact(url, public):
     assert redact_argv(["qola", "--prebuilt", url]) == ["qola", "--prebuilt", redact(url)]
 
 
-def test_every_error_redacts_urls():
+def test_every_error_redacts_urls() -> None:
     exc = QolaError(f"cannot fetch https://u:{PASSWORD}@h/x", hint=f"try http://{PASSWORD}@h", where="x")
     assert PASSWORD not in exc.render()
     failed = FailedProcessError(
@@ -80,7 +80,7 @@ def _manifest(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("scheme", ["grpc", "grpcs", "http", "https"])
-def test_remote_credentials_in_the_url_are_refused_and_never_shown_or_written(tmp_path, scheme):
+def test_remote_credentials_in_the_url_are_refused_and_never_shown_or_written(tmp_path: Path, scheme: str) -> None:
     """``--remote grpc://user:PASSWORD@host``: the old build printed the password twice and wrote it
     into .qola-noop.json, .qola.lock and remote/config.json."""
     out = tmp_path / "out"
@@ -105,16 +105,16 @@ def test_remote_credentials_in_the_url_are_refused_and_never_shown_or_written(tm
 class _Recorder(http.server.BaseHTTPRequestHandler):
     seen: ClassVar[list[str | None]] = []
 
-    def do_GET(self):
+    def do_GET(self) -> None:
         type(self).seen.append(self.headers.get("Authorization"))
         self.send_response(404)
         self.end_headers()
 
-    def log_message(self, *args):
+    def log_message(self, *args) -> None:
         pass
 
 
-def test_prebuilt_credentials_go_in_a_header_never_in_a_message(tmp_path):
+def test_prebuilt_credentials_go_in_a_header_never_in_a_message(tmp_path: Path) -> None:
     import base64
 
     from qola.store import prebuilt
@@ -132,7 +132,7 @@ def test_prebuilt_credentials_go_in_a_header_never_in_a_message(tmp_path):
     assert _Recorder.seen == ["Basic " + base64.b64encode(f"user:{PASSWORD}".encode()).decode()]
 
 
-def test_clone_credentials_go_to_git_through_its_environment_only(tmp_path):
+def test_clone_credentials_go_to_git_through_its_environment_only(tmp_path: Path) -> None:
     """``--aiter-url https://user:PASSWORD@host/…``: the clone runs on the URL without them (so neither
     .git/config nor a message holds them); git gets them as an Authorization header for that host,
     in its environment-only config. A password in an ssh URL is refused; an ssh user is kept."""

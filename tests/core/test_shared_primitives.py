@@ -27,7 +27,7 @@ SUBPROCESS_ALLOWED = {"core/proc.py", "plan/variants.py"}
 # ---- process runs: one runner, one failure error ---------------------------------------------------
 
 
-def test_only_the_runner_imports_subprocess():
+def test_only_the_runner_imports_subprocess() -> None:
     users = sorted(
         str(p.relative_to(SRC))
         for p in SRC.rglob("*.py")
@@ -36,7 +36,7 @@ def test_only_the_runner_imports_subprocess():
     assert set(users) <= SUBPROCESS_ALLOWED, users
 
 
-def test_run_checked_one_error_for_every_failure(tmp_path):
+def test_run_checked_one_error_for_every_failure(tmp_path: Path) -> None:
     with pytest.raises(FailedProcessError) as info:
         proc.run_checked([sys.executable, "-c", "import sys; print('bad things'); sys.exit(3)"], hint="fix it")
     err = info.value
@@ -59,7 +59,7 @@ def test_run_checked_one_error_for_every_failure(tmp_path):
     assert done.returncode == 1
 
 
-def test_link_step_and_compiler_probe_fail_through_the_runner(tmp_path):
+def test_link_step_and_compiler_probe_fail_through_the_runner(tmp_path: Path) -> None:
     from qola.compile import link
     from qola.jit import key
 
@@ -87,7 +87,7 @@ def _generator(tmp_path: Path) -> Path:
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs the main thread")
-def test_ctrl_c_ends_generators_running_in_worker_threads(tmp_path):
+def test_ctrl_c_ends_generators_running_in_worker_threads(tmp_path: Path) -> None:
     from qola.compile.codegen import GenJob, run_generators
     from qola.plan.planner import Generator
 
@@ -124,7 +124,7 @@ def test_ctrl_c_ends_generators_running_in_worker_threads(tmp_path):
 # ---- file writes: one home (qola.core.fsutil) -----------------------------------------------------------
 
 
-def test_write_if_changed_keeps_mtime_takes_bytes_and_fixes_mode(tmp_path):
+def test_write_if_changed_keeps_mtime_takes_bytes_and_fixes_mode(tmp_path: Path) -> None:
     from qola.core.fsutil import write_if_changed
 
     path = write_if_changed(tmp_path / "d" / "f.cu", "int x;\n")
@@ -138,7 +138,7 @@ def test_write_if_changed_keeps_mtime_takes_bytes_and_fixes_mode(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["f.cu"]  # no temp file left
 
 
-def test_atomic_write_temp_prefix_commit_and_replace_dir(tmp_path, monkeypatch):
+def test_atomic_write_temp_prefix_commit_and_replace_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from qola.core import fsutil
 
     seen = []
@@ -168,7 +168,7 @@ def test_atomic_write_temp_prefix_commit_and_replace_dir(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blob", "k.meta", "k.so"]
 
 
-def test_atomic_writers_live_in_fsutil():
+def test_atomic_writers_live_in_fsutil() -> None:
     """No module renames its own temp files: they call qola.core.fsutil. Left out, each for a reason:
     outdir.py (the output switch: renames and exchanges of whole published dirs, its own
     roll-forward protocol, tested under SIGKILL at every step), jit/prebuild.py (the compiler's temp output
@@ -188,7 +188,7 @@ def test_atomic_writers_live_in_fsutil():
 
 
 @pytest.mark.parametrize("ns", ["class", "and", "co_await", "_Bool", "__x", "_X", "te ns", "9te"])
-def test_a_bad_namespace_is_refused_wherever_it_comes_from(ns):
+def test_a_bad_namespace_is_refused_wherever_it_comes_from(ns: str) -> None:
     from qola.compile.elf import ExportRule
     from qola.core.errors import QolaError
     from qola.hooks import embed
@@ -223,7 +223,7 @@ ARCHS = [
 ]
 
 
-def test_one_arch_syntax_for_manifest_toolchain_and_embed(tmp_path):
+def test_one_arch_syntax_for_manifest_toolchain_and_embed(tmp_path: Path) -> None:
     from qola.core import rules
     from qola.core.errors import QolaError
     from qola.hooks import embed
@@ -249,7 +249,7 @@ def test_one_arch_syntax_for_manifest_toolchain_and_embed(tmp_path):
             embed.collect(tmp_path, [arch], None)
 
 
-def test_arch_lists_one_rule(tmp_path):
+def test_arch_lists_one_rule(tmp_path: Path) -> None:
     from qola.core.errors import QolaError
     from qola.plan.manifest import parse
     from qola.toolchain.archs import validate_archs
@@ -264,7 +264,7 @@ def test_arch_lists_one_rule(tmp_path):
             parse("[build]\narchitectures = [" + ", ".join(f'"{a}"' for a in archs) + "]\n")
 
 
-def test_hip_version_is_probed_once_the_same_way(tmp_path):
+def test_hip_version_is_probed_once_the_same_way(tmp_path: Path) -> None:
     """Planning's torch.version.hip and the build's toolchain read the version with one probe."""
     from qola.pipeline.spec import hip_version
     from qola.plan.manifest import parse
@@ -285,7 +285,7 @@ def test_hip_version_is_probed_once_the_same_way(tmp_path):
     assert users == ["toolchain/versions.py"]
 
 
-def test_core_py_is_named_once():
+def test_core_py_is_named_once() -> None:
     import ast
 
     from support.common import KERNELS
@@ -317,7 +317,7 @@ def test_core_py_is_named_once():
 # ---- no dead or untrue code -------------------------------------------------------------------------
 
 
-def test_every_listed_command_exists():
+def test_every_listed_command_exists() -> None:
     import importlib
 
     from qola import cli
@@ -326,7 +326,9 @@ def test_every_listed_command_exists():
         assert hasattr(importlib.import_module(f"qola.commands.{name}"), "register"), name
 
 
-def test_doctor_reports_tools_and_fails_without_a_host_compiler(capsys, tmp_path):
+def test_doctor_reports_tools_and_fails_without_a_host_compiler(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     import argparse
 
     from qola.commands import doctor
@@ -345,7 +347,7 @@ def test_doctor_reports_tools_and_fails_without_a_host_compiler(capsys, tmp_path
 
 
 @pytest.mark.parametrize("name", ["child_environ", "is_c_keyword", "configs_dir"])
-def test_removed_dead_code_stays_removed(name):
+def test_removed_dead_code_stays_removed(name: str) -> None:
     users = [
         str(p.relative_to(SRC))
         for p in SRC.rglob("*.py")
@@ -357,7 +359,7 @@ def test_removed_dead_code_stays_removed(name):
 # ---- what qola ships: runtime/ (into libraries) and templates/ (added to modules) -------------------
 
 
-def test_shipped_files_live_where_their_role_says():
+def test_shipped_files_live_where_their_role_says() -> None:
     import tomllib
 
     from qola.jit.layout import runtime_dir, runtime_sources
@@ -387,7 +389,7 @@ def _calls(path: Path, names: set[str]):
                 yield node, ast.unparse(f)
 
 
-def test_every_child_qola_runs_has_a_deadline():
+def test_every_child_qola_runs_has_a_deadline() -> None:
     """Every call of the runner (``proc.run``, ``proc.run_checked``) passes ``timeout=``; the one wait
     without it is ninja's (the build: ended by SIGTERM/SIGINT through signals_end_children, each
     compile under its own launcher). A new call without a deadline fails here."""
@@ -437,7 +439,7 @@ _RAW_OPEN = re.compile(
 )
 
 
-def test_input_is_opened_only_through_the_checked_open():
+def test_input_is_opened_only_through_the_checked_open() -> None:
     """(a) of issue 33: what qola reads from a tree, a service, a cache, an output dir or a patches
     dir is checked for type and size (owner where it matters) before it is opened, hashed or trusted,
     by one primitive, qola.core.inputs (os.open once, O_NONBLOCK, fstat on the descriptor). Every
@@ -456,7 +458,7 @@ def test_input_is_opened_only_through_the_checked_open():
     assert (SRC / "core" / "inputs.py").read_text().count("os.open(") == 1  # the one open
 
 
-def test_the_checked_open_refuses_before_reading(tmp_path):
+def test_the_checked_open_refuses_before_reading(tmp_path: Path) -> None:
     from qola.core import inputs
     from qola.core.errors import QolaError
 

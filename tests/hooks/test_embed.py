@@ -126,7 +126,7 @@ def small_hsa(tmp_path: Path) -> Path:
     return tmp_path / "tree"
 
 
-def test_collect_keys_sorted_and_filtered(small_hsa: Path):
+def test_collect_keys_sorted_and_filtered(small_hsa: Path) -> None:
     blobs = embed.collect(small_hsa, ["gfx950", "gfx942"], ["fmha_v3_fwd"])
     assert [b.key for b in blobs] == [
         "hsa/gfx942/fmha_v3_fwd/MI300/a_copy.co",
@@ -142,7 +142,7 @@ def test_collect_keys_sorted_and_filtered(small_hsa: Path):
 
 
 @pytest.mark.parametrize("align", [256, 4096])
-def test_dedupe_alignment_and_round_trip(tmp_path: Path, small_hsa: Path, align: int):
+def test_dedupe_alignment_and_round_trip(tmp_path: Path, small_hsa: Path, align: int) -> None:
     from elftools.elf.elffile import ELFFile
 
     sources, files, obj = _build(tmp_path, small_hsa, ["gfx942", "gfx950"], ["fmha_v3_fwd", "pa"], align=align)
@@ -174,7 +174,7 @@ def test_dedupe_alignment_and_round_trip(tmp_path: Path, small_hsa: Path, align:
     assert set(incbins) < set(sources.inputs)  # inputs: every file the generated text depends on
 
 
-def test_write_is_atomic_and_idempotent(tmp_path: Path, small_hsa: Path):
+def test_write_is_atomic_and_idempotent(tmp_path: Path, small_hsa: Path) -> None:
     sources = embed.render(embed.collect(small_hsa, ["gfx942"], ["pa"]), "te", "mod")
     files = embed.write(sources, tmp_path / "gen")
     mtimes = [p.stat().st_mtime_ns for p in (files.asm, files.header, files.index)]
@@ -186,7 +186,7 @@ def test_write_is_atomic_and_idempotent(tmp_path: Path, small_hsa: Path):
     assert json.loads(files.index.read_text()) == sources.index
 
 
-def test_header_compiles_as_c(tmp_path: Path, small_hsa: Path):
+def test_header_compiles_as_c(tmp_path: Path, small_hsa: Path) -> None:
     _sources, files, obj = _build(tmp_path, small_hsa, ["gfx942"], ["pa"])
     src = tmp_path / "use.c"
     src.write_text(
@@ -200,7 +200,7 @@ def test_header_compiles_as_c(tmp_path: Path, small_hsa: Path):
     assert _run([tmp_path / "use"]).stdout == "13 hsa/gfx942/pa/c.co 0\n"
 
 
-def test_shared_library_exports_no_embed_symbol(tmp_path: Path, small_hsa: Path):
+def test_shared_library_exports_no_embed_symbol(tmp_path: Path, small_hsa: Path) -> None:
     from elftools.elf.elffile import ELFFile
 
     _sources, files, obj = _build(tmp_path, small_hsa, ["gfx942", "gfx950"], ["fmha_v3_fwd"])
@@ -240,7 +240,7 @@ def test_shared_library_exports_no_embed_symbol(tmp_path: Path, small_hsa: Path)
             assert defined == {"te_lookup"}, defined
 
 
-def test_empty_render_assembles(tmp_path: Path):
+def test_empty_render_assembles(tmp_path: Path) -> None:
     sources = embed.render([], "te", "none")
     files = embed.write(sources, tmp_path)
     _run(embed.assemble_command(files.asm, tmp_path / "none.o"))
@@ -261,18 +261,18 @@ def test_empty_render_assembles(tmp_path: Path):
         (lambda root: embed.render([], "te", "m", align=100), "bad alignment"),
     ],
 )
-def test_api_errors(small_hsa: Path, call, message):
+def test_api_errors(small_hsa: Path, call, message: str) -> None:
     with pytest.raises(QolaError, match=message):
         call(small_hsa)
 
 
-def test_bad_code_object_name(small_hsa: Path):
+def test_bad_code_object_name(small_hsa: Path) -> None:
     _plant(small_hsa / "aiter_meta" / "hsa", 'gfx942/pa/we"ird.co', b"x")
     with pytest.raises(QolaError, match="bad code object name"):
         embed.collect(small_hsa, ["gfx942"], ["pa"])
 
 
-def test_a_code_object_linked_out_of_the_tree_is_never_embedded(tmp_path: Path, small_hsa: Path):
+def test_a_code_object_linked_out_of_the_tree_is_never_embedded(tmp_path: Path, small_hsa: Path) -> None:
     """A .co that is a link to a file outside the hsa dir (a root-only secret) would be published in a
     library anyone can read: refused, naming both (issue 23). A link inside the hsa dir is fine."""
     secret = tmp_path / "secret"
@@ -285,7 +285,9 @@ def test_a_code_object_linked_out_of_the_tree_is_never_embedded(tmp_path: Path, 
     assert [b.size for b in embed.collect(small_hsa, ["gfx942"], ["pa"])] == [13, 13]
 
 
-def test_a_huge_sparse_code_object_is_refused_before_it_is_read(small_hsa: Path, monkeypatch):
+def test_a_huge_sparse_code_object_is_refused_before_it_is_read(
+    small_hsa: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     big = small_hsa / "aiter_meta" / "hsa" / "gfx942" / "pa" / "huge.co"
     with open(big, "wb") as fh:
         fh.truncate(64 << 30)  # 64 GiB of holes: reading it would take minutes
@@ -297,7 +299,7 @@ def test_a_huge_sparse_code_object_is_refused_before_it_is_read(small_hsa: Path,
         embed.collect(small_hsa, ["gfx942"], ["pa"])
 
 
-def test_cli_writes_files(tmp_path: Path, small_hsa: Path):
+def test_cli_writes_files(tmp_path: Path, small_hsa: Path) -> None:
     out = tmp_path / "gen"
     proc = run_qola(
         "embed",
@@ -340,7 +342,7 @@ def test_cli_writes_files(tmp_path: Path, small_hsa: Path):
         (["--hsa-dir", "{root}", "--arch", "gfx942", "--subdirs", "pa", "--align", "3"], "bad alignment"),
     ],
 )
-def test_cli_errors_exit_2(tmp_path: Path, small_hsa: Path, args, message):
+def test_cli_errors_exit_2(tmp_path: Path, small_hsa: Path, args: list[str], message: str) -> None:
     proc = run_qola("embed", *[a.format(root=small_hsa) for a in args], "--output-dir", str(tmp_path / "o"))
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "hint:" in proc.stderr
@@ -350,7 +352,7 @@ def test_cli_errors_exit_2(tmp_path: Path, small_hsa: Path, args, message):
 
 @pytest.mark.aiter
 @pytest.mark.slow
-def test_real_aiter_round_trip(tmp_path: Path, aiter_root: Path):
+def test_real_aiter_round_trip(tmp_path: Path, aiter_root: Path) -> None:
     """Every code object AITER ships for gfx942 and gfx950, byte-exact through both lookups."""
     sources, files, obj = _build(tmp_path, aiter_root, ["gfx942", "gfx950"], None, module="aiter_all")
     on_disk = sorted((aiter_root / "aiter_meta" / "hsa").glob("gfx9[45][20]/**/*.co"))
@@ -394,7 +396,7 @@ int main(int argc, char** argv)
 
 
 @pytest.mark.gpu
-def test_module_asm_on_gpu(tmp_path: Path, kernels_root: Path):
+def test_module_asm_on_gpu(tmp_path: Path, kernels_root: Path) -> None:
     csrc = kernels_root / "csrc"
     arch = "sm_" + _run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]).stdout.split()[0].replace(
         ".", ""

@@ -83,14 +83,14 @@ def ninja_log(build_dir: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def cuda_build(tmp_path_factory):
+def cuda_build(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("embed_cuda")
     tree = tree_with_code_objects(tmp, "sm_90")
     proc, out = qola_build(tmp, tree, "sm_90")
     return tmp, tree, proc, out
 
 
-def test_cuda_build_embeds_code_objects(cuda_build):
+def test_cuda_build_embeds_code_objects(cuda_build) -> None:
     tmp, tree, proc, out = cuda_build
     check_build(proc, out, tree, "sm_90", need_import=True)
     graph = (tmp / "out.build" / "build.ninja").read_text()
@@ -127,7 +127,7 @@ def test_cuda_rebuild_reassembles_only_what_changed(cuda_build):
 
 
 @pytest.mark.hip
-def test_hip_build_embeds_code_objects(tmp_path):
+def test_hip_build_embeds_code_objects(tmp_path: Path) -> None:
     tree = tree_with_code_objects(tmp_path, "gfx90a")  # build_hsa.py sets HIP_PLATFORM=amd for hipcc only
     proc, out = qola_build(tmp_path, tree, "gfx90a")
     data = json.loads((out / "manifest.json").read_text()) if proc.returncode == 0 else {}
@@ -136,7 +136,7 @@ def test_hip_build_embeds_code_objects(tmp_path):
     check_build(proc, out, tree, "gfx90a", need_import=False)
 
 
-def test_cuda_failed_assembly_fails_the_module(cuda_build, tmp_path):
+def test_cuda_failed_assembly_fails_the_module(cuda_build, tmp_path: Path) -> None:
     """A failing asm edge fails its module: the previous library is neither kept as built nor published."""
     tmp, tree, proc, out = cuda_build
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -30,7 +30,7 @@ def arch(torch) -> str:
 
 
 @pytest.fixture(scope="module")
-def asm(tmp_path_factory, arch):
+def asm(tmp_path_factory: pytest.TempPathFactory, arch: str):
     tmp = tmp_path_factory.mktemp("gpu_embed")
     tree = tree_with_code_objects(tmp, arch)
     proc, out = qola_build(tmp, tree, arch)
@@ -47,7 +47,7 @@ def asm(tmp_path_factory, arch):
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
-def test_embedded_set_and_arch(asm, arch):
+def test_embedded_set_and_arch(asm, arch: str) -> None:
     assert asm.device_arch() == arch
     assert asm.embedded_keys() == sorted(
         f"hsa/{arch}/{t}"
@@ -63,7 +63,7 @@ def test_embedded_set_and_arch(asm, arch):
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("n", [1, 1000003])
-def test_vec_add_matches_torch(asm, torch, dtype, n):
+def test_vec_add_matches_torch(asm, torch, dtype: str, n: int) -> None:
     tdt = getattr(torch, DTYPES[dtype])
     a = torch.randn(n, device="cuda", dtype=tdt)
     b = torch.randn(n, device="cuda", dtype=tdt)
@@ -76,7 +76,7 @@ def test_vec_add_matches_torch(asm, torch, dtype, n):
 
 
 @pytest.mark.parametrize("offset", [0, 1])  # 0: 16-byte aligned -> the x4 code object; 1: the scalar one
-def test_vec_scale_matches_torch(asm, torch, offset):
+def test_vec_scale_matches_torch(asm, torch, offset: int) -> None:
     n = 1000003
     x = torch.randn(n + 1, device="cuda")[offset : offset + n]
     out = torch.empty(n + 1, device="cuda")[offset : offset + n]
@@ -85,7 +85,7 @@ def test_vec_scale_matches_torch(asm, torch, offset):
     torch.testing.assert_close(out, x * -1.5, atol=0, rtol=0)
 
 
-def test_bad_dtype_and_embedded_first(asm, torch, tmp_path: Path):
+def test_bad_dtype_and_embedded_first(asm, torch, tmp_path: Path) -> None:
     x = torch.zeros(4, device="cuda", dtype=torch.float64)
     with pytest.raises(ValueError):
         asm.vec_add(x.data_ptr(), x.data_ptr(), x.data_ptr(), 4, "fp64")

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from support.attn_abi import attn_manifest, child_call, child_preamble
@@ -39,7 +40,7 @@ print(r, f"{err:.5f}", f"{lerr:.6f}", lib.qg_qola_jit_last_error().decode())
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_deferred_variant_on_gpu_compiles_once_and_matches_torch(tmp_path):
+def test_deferred_variant_on_gpu_compiles_once_and_matches_torch(tmp_path: Path):
     pytest.importorskip("torch")
     m = tmp_path / "q.toml"
     m.write_text(MANIFEST)

@@ -82,7 +82,7 @@ def build(tmp: Path, jit: str, *flags: str, arch: str = "sm_90", out: Path | Non
 # --------------------------------------------------------------------------- fast
 
 
-def test_manifest_shape_and_errors():
+def test_manifest_shape_and_errors() -> None:
     m = parse(
         f'[jit]\nmodules = ["libattn_fwd"]\n{AOT_TWO.replace("[jit]", "")}\n'
         '[[jit.aot.mha_fwd_variants]]\ndtype = "bf16"\n'
@@ -100,7 +100,7 @@ def _prepared(tmp: Path, jit: str):
     return prepare(args, dict(os.environ))
 
 
-def test_plan_jit_selects_the_aot_instances(tmp_path):
+def test_plan_jit_selects_the_aot_instances(tmp_path: Path) -> None:
     prep = _prepared(tmp_path, AOT_TWO)
     (mod,) = jitbuild.plan_jit(prep.plan, prep.manifest, dict(os.environ)).modules
     assert mod.jit == JitSplit(tuple(sorted(TWO)), declared=True, style="example_attn")
@@ -117,7 +117,7 @@ def test_plan_jit_selects_the_aot_instances(tmp_path):
     "text, switch, deferred",
     [("", "on", True), (AOT_TWO, "on", True), ("[jit]\nenabled = false\n", "on", True), (AOT_TWO, "off", False)],
 )
-def test_jit_switch_of_the_command_line(tmp_path, text, switch, deferred):
+def test_jit_switch_of_the_command_line(tmp_path: Path, text, switch: str, deferred: bool) -> None:
     """``--jit on|off`` (TE's CK_JIT switch, cmake/QoLA.cmake ``QOLA_JIT``): on gives a manifest without
     [jit] an empty one (everything deferred) and keeps a manifest's own [jit.aot]; off builds all ahead."""
     m = manifest(tmp_path / "q.toml", text)
@@ -139,14 +139,14 @@ def test_jit_switch_of_the_command_line(tmp_path, text, switch, deferred):
         (AOT_TWO.replace('module = "libattn_fwd"', 'module = "other"'), "module 'other' is not built"),
     ],
 )
-def test_plan_jit_user_errors(tmp_path, jit, message):
+def test_plan_jit_user_errors(tmp_path: Path, jit, message: str) -> None:
     prep = _prepared(tmp_path, jit)
     with pytest.raises(QolaError) as exc:
         jitbuild.plan_jit(prep.plan, prep.manifest, dict(os.environ))
     assert message in exc.value.message
 
 
-def test_portable_flags_drop_build_machine_paths():
+def test_portable_flags_drop_build_machine_paths() -> None:
     flags = [
         "-O3",
         "-I/b/include",
@@ -164,7 +164,7 @@ def test_portable_flags_drop_build_machine_paths():
     assert jitbuild.portable_flags(flags) == ["-O3", "-DX=1", "-Xcompiler", "-fPIC"]
 
 
-def test_publish_tree_mirrors_and_removes(tmp_path):
+def test_publish_tree_mirrors_and_removes(tmp_path: Path) -> None:
     src, dst = tmp_path / "src", tmp_path / "out" / "jit" / "m"
     (src / "src").mkdir(parents=True)
     (src / "index.json").write_text("{}")
@@ -184,7 +184,7 @@ def test_publish_tree_mirrors_and_removes(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_build_defers_all_but_aot_and_runtime_compiles_once(tmp_path):
+def test_build_defers_all_but_aot_and_runtime_compiles_once(tmp_path: Path):
     out, bdir = build(tmp_path, AOT_TWO)
     everything = all_instances()
     assert len(everything) == 48
@@ -251,7 +251,7 @@ def test_build_defers_all_but_aot_and_runtime_compiles_once(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_static_archive_keeps_the_runtime_local(tmp_path):
+def test_static_archive_keeps_the_runtime_local(tmp_path: Path) -> None:
     out, bdir = build(tmp_path, AOT_TWO, link="static")
     assert (out / "lib/qj_libattn_fwd.a").is_file() and (out / "jit/qj_libattn_fwd/index.json").is_file()
     nm = subprocess.run(
@@ -265,7 +265,7 @@ def test_static_archive_keeps_the_runtime_local(tmp_path):
 @pytest.mark.slow
 @pytest.mark.hip
 @pytest.mark.skipif(HIPCC is None, reason="needs hipcc")
-def test_hip_gfx90a_build(tmp_path):
+def test_hip_gfx90a_build(tmp_path: Path) -> None:
     out, bdir = build(tmp_path, AOT_TWO, arch="gfx90a")
     index = json.loads((out / "jit/qj_libattn_fwd/index.json").read_text())
     assert index["lang"] == "hip" and index["arch"] == "gfx90a" and len(index["units"]) == 46
@@ -290,7 +290,7 @@ except RuntimeError as exc:
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_pybind_module_calls_a_deferred_variant(tmp_path):
+def test_pybind_module_calls_a_deferred_variant(tmp_path: Path):
     m = tmp_path / "q.toml"
     m.write_text(
         '[qola]\nnamespace = "qj"\n[build]\narchitectures = ["sm_90"]\n'
@@ -324,7 +324,7 @@ def test_pybind_module_calls_a_deferred_variant(tmp_path):
     assert call("bf16", 128, 0) == "bad_args" and len((tmp_path / "count").read_text().split()) == 1
 
 
-def test_split_defers_function_specialisations_only(tmp_path):
+def test_split_defers_function_specialisations_only(tmp_path: Path) -> None:
     """A generated file that specialises only class templates (AITER's asm v3 dispatch:
     ``template<> struct FmhaFwdV3Name<…>``) is no instance: it stays in the library, not in the JIT."""
     import dataclasses

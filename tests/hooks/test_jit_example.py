@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from support.jit_lib import DATA, NVCC, build_runtime, fake_compiler, sh, write_config
@@ -38,7 +39,7 @@ int main(int argc, char** argv)
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_example_attn_fwd_all_deferred(tmp_path):
+def test_example_attn_fwd_all_deferred(tmp_path: Path):
     gen = tmp_path / "gen"
     subprocess.run(
         [

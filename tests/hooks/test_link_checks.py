@@ -44,7 +44,7 @@ def objects(tmp: Path, name: str, text: str) -> Path:
     return link.write_if_changed(tmp / f"{name}.rsp", link.rsp_text([obj]))
 
 
-def test_an_undefined_symbol_fails_the_library_link_naming_it(tmp_path):
+def test_an_undefined_symbol_fails_the_library_link_naming_it(tmp_path: Path) -> None:
     rsp = objects(tmp_path, "bad", BAD)
     out = tmp_path / "te_libbad.so"
     vs = link.write_if_changed(tmp_path / "te.version", link.version_script("te"))
@@ -56,7 +56,7 @@ def test_an_undefined_symbol_fails_the_library_link_naming_it(tmp_path):
     link.run_step(link.shared_link_argv(CXX, rsp, tmp_path / "mod.so", link.python_module_ldflags(None)))
 
 
-def test_every_shared_object_has_a_reproducible_build_id(tmp_path):
+def test_every_shared_object_has_a_reproducible_build_id(tmp_path: Path) -> None:
     tc = Toolchain("hip", "/x/hipcc", "6.4", "out", "ab" * 32, ("gfx942",), CXX, {})
     rsp = objects(tmp_path, "good", GOOD)
     ids = []
@@ -85,14 +85,14 @@ def _build(tmp: Path, manifest: Path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_qola_build_libraries_carry_a_build_id(tmp_path):
+def test_qola_build_libraries_carry_a_build_id(tmp_path: Path) -> None:
     proc, out = _build(tmp_path, _manifest(tmp_path, ("libgood", GOOD)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert build_id(out / "lib" / "te_libgood.so")
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_qola_build_fails_a_library_with_an_undefined_symbol(tmp_path):
+def test_qola_build_fails_a_library_with_an_undefined_symbol(tmp_path: Path) -> None:
     proc, out = _build(tmp_path, _manifest(tmp_path, ("libgood", GOOD), ("libbad", BAD)))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "qola_never_defined_anywhere" in proc.stdout + proc.stderr

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,13 +16,13 @@ from qola.jit import format as fmt
 from qola.jit.key import entry_key
 
 
-def test_default_cache_dir():
+def test_default_cache_dir() -> None:
     assert fmt.default_cache_dir({"QOLA_JIT_CACHE_DIR": "/x/y", "XDG_CACHE_HOME": "/c"}) == jc.Path("/x/y")
     assert fmt.default_cache_dir({"XDG_CACHE_HOME": "/c", "HOME": "/h"}) == jc.Path("/c/qola/jit")
     assert fmt.default_cache_dir({"XDG_CACHE_HOME": "rel", "HOME": "/h"}) == jc.Path("/h/.cache/qola/jit")
 
 
-def test_private_dir_checks(tmp_path):
+def test_private_dir_checks(tmp_path: Path) -> None:
     d = tmp_path / "c"
     cache = jc.JitCache(d)
     assert oct(d.stat().st_mode & 0o777) == "0o700"
@@ -60,7 +61,7 @@ def _entry(cache: jc.JitCache, key: str, data: bytes, tag: str = "a") -> None:
     )
 
 
-def test_entry_states(tmp_path):
+def test_entry_states(tmp_path: Path) -> None:
     cache = jc.JitCache(tmp_path / "c")
     key = _key("a")
     assert cache.entry(key).problem == "missing"
@@ -79,7 +80,7 @@ def test_entry_states(tmp_path):
     assert cache.keys() == [key]
 
 
-def test_locks_are_exclusive_across_processes(tmp_path):
+def test_locks_are_exclusive_across_processes(tmp_path: Path) -> None:
     cache = jc.JitCache(tmp_path / "c")
     key = "b" * 64
     holder = subprocess.Popen(
@@ -105,7 +106,7 @@ def test_locks_are_exclusive_across_processes(tmp_path):
         assert got is True
 
 
-def test_network_file_systems_lock_in_tmp(tmp_path, monkeypatch):
+def test_network_file_systems_lock_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jc, "network_fs", lambda path: "nfs")
     cache = jc.JitCache(tmp_path / "c")
     assert cache.network == "nfs"
@@ -114,7 +115,7 @@ def test_network_file_systems_lock_in_tmp(tmp_path, monkeypatch):
         assert got and (cache.lock_dir() / f"{'c' * 64}.lock").exists()
 
 
-def test_clean_keeps_valid_entries_unless_all(tmp_path):
+def test_clean_keeps_valid_entries_unless_all(tmp_path: Path) -> None:
     cache = jc.JitCache(tmp_path / "c")
     _entry(cache, _key("d"), b"ok", "d")
     _entry(cache, _key("e"), b"broken", "e")

@@ -85,7 +85,7 @@ def _header() -> str:
     return _strip_comments(HEADER.read_text())
 
 
-def test_every_constant_of_the_runtime_header_equals_the_python_one():
+def test_every_constant_of_the_runtime_header_equals_the_python_one() -> None:
     text = _header()
     strings = {m[1]: _c_string(m[2]) for m in re.finditer(r'constexpr char (k_\w+)\[\] = "((?:[^"\\]|\\.)*)";', text)}
     numbers = {
@@ -103,7 +103,7 @@ def test_every_constant_of_the_runtime_header_equals_the_python_one():
     assert {int(m, 16): name for m, name in re.findall(r'\{(0x[0-9A-Fa-f]+), "(\w+)"\}', table)} == fmt.NETWORK_FS
 
 
-def test_the_name_functions_agree_with_the_python_ones(tmp_path):
+def test_the_name_functions_agree_with_the_python_ones(tmp_path: Path) -> None:
     cxx = shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         pytest.skip("no C++ compiler")
@@ -154,7 +154,7 @@ def _runtime_sources() -> dict[str, str]:
     }
 
 
-def test_the_runtime_spells_no_format_string_inline():
+def test_the_runtime_spells_no_format_string_inline() -> None:
     env = {v for k, v in STRINGS.items() if k.startswith("k_env_")}  # messages may name a setting
     distinctive = {v for v in STRINGS.values() if len(v) >= 8 and not v.isalpha()} - env  # not a plain word
     exact = set(STRINGS.values()) - distinctive
@@ -165,7 +165,7 @@ def test_the_runtime_spells_no_format_string_inline():
             assert not any(v in lit for v in distinctive), f"{name} spells {lit!r}: use qola_jit_format.h"
 
 
-def test_meta_fields_the_runtime_reads_are_format_fields():
+def test_meta_fields_the_runtime_reads_are_format_fields() -> None:
     store = _runtime_sources()["qola_jit_store.cpp"]
     read = set(re.findall(r'f\["(\w+)"\]', store))
     assert read and read <= set(fmt.META_FIELDS)
@@ -183,7 +183,7 @@ def test_generated_table_follows_the_struct_declarations():
     assert fields("qola_jit_module") == fmt.MODULE_STRUCT
 
 
-def test_python_spells_the_format_only_in_qola_jit_format():
+def test_python_spells_the_format_only_in_qola_jit_format() -> None:
     """No other module writes a tag, a marker or a cache name as a literal (docstrings may describe them)."""
     contained = {
         fmt.TAG_HEADERS,
@@ -221,7 +221,7 @@ def test_python_spells_the_format_only_in_qola_jit_format():
     assert found == []
 
 
-def test_the_spec_names_every_constant():
+def test_the_spec_names_every_constant() -> None:
     doc = DOC.read_text()
     for value in [*STRINGS.values(), *fmt.META_FIELDS, fmt.TAG_CONTENT, fmt.SECTION, fmt.RECORD_HEAD]:
         shown = value.replace("\n", "\\n")

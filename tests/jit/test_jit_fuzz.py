@@ -38,7 +38,7 @@ FUZZ = settings(
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def world(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("jit-fuzz")
     lib = make_lib(root / "lib", build_runtime(root / "rt"))
     fastcc = root / "fastcc"
@@ -179,7 +179,7 @@ def hostile_index(draw, valid: dict) -> bytes:
 
 @given(data=st.data())
 @FUZZ
-def test_hostile_index_json_never_tracebacks(world, data):
+def test_hostile_index_json_never_tracebacks(world, data) -> None:
     exercise(world, index_bytes=data.draw(hostile_index(world["index"])))
 
 
@@ -217,5 +217,5 @@ def hostile_meta(draw, world) -> bytes:
 
 @given(data=st.data())
 @FUZZ
-def test_hostile_cache_meta_never_tracebacks_or_hangs(world, data):
+def test_hostile_cache_meta_never_tracebacks_or_hangs(world, data) -> None:
     exercise(world, meta=data.draw(hostile_meta(world)))

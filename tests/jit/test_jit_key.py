@@ -56,20 +56,20 @@ def build(
     return {u["name"]: (u["content_key"], u["key"]) for u in index["units"]}
 
 
-def test_same_inputs_same_keys_anywhere(tmp_path):
+def test_same_inputs_same_keys_anywhere(tmp_path: Path) -> None:
     a = build(tmp_path / "a")
     b = build(tmp_path / "b" / "deeper")  # other paths, other time
     assert a == b
     assert a["u1"] != a["u2"]
 
 
-def test_key_changes_with_source(tmp_path):
+def test_key_changes_with_source(tmp_path: Path) -> None:
     a = build(tmp_path / "a")
     b = build(tmp_path / "b", unit=UNIT.format(n=1) + "// a comment is a change\n")
     assert a["u1"][0] != b["u1"][0] and a["u2"] == b["u2"]
 
 
-def test_key_changes_with_a_bundled_header_only_for_its_includers(tmp_path):
+def test_key_changes_with_a_bundled_header_only_for_its_includers(tmp_path: Path) -> None:
     a = build(tmp_path / "a")
     b = build(tmp_path / "b", api=API_H.replace("7", "8"))
     assert a["u1"] != b["u1"] and a["u2"] != b["u2"]
@@ -77,7 +77,7 @@ def test_key_changes_with_a_bundled_header_only_for_its_includers(tmp_path):
     assert a["u1"] == c["u1"] and a["u2"] != c["u2"]  # only u2 includes other.h
 
 
-def test_key_changes_with_flags_arch_and_compiler(tmp_path):
+def test_key_changes_with_flags_arch_and_compiler(tmp_path: Path) -> None:
     a = build(tmp_path / "a")
     assert build(tmp_path / "b", flags=("-O2",))["u1"][0] != a["u1"][0]
     assert build(tmp_path / "c", arch="gfx942")["u1"][0] != a["u1"][0]
@@ -87,7 +87,7 @@ def test_key_changes_with_flags_arch_and_compiler(tmp_path):
     assert d["u1"][1] != a["u1"][1]  # ... the entry key is not
 
 
-def test_compiler_identity_is_path_and_version_output(tmp_path):
+def test_compiler_identity_is_path_and_version_output(tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin"}
     cc = fake_compiler(tmp_path)
     a = jkey.probe_compiler(str(cc), env)
@@ -102,7 +102,7 @@ def test_compiler_identity_is_path_and_version_output(tmp_path):
     assert jkey.probe_compiler("g++", env).path == "/usr/bin/g++"
 
 
-def test_key_definition_is_pinned():
+def test_key_definition_is_pinned() -> None:
     """The runtime (qola_jit.cpp) computes the same strings: keep both in sync."""
     ck = jkey.content_key(
         source=b"x", headers=jkey.headers_digest([("inc0/a.h", b"y")]), flags=["-O1"], arch="gfx942", lang="hip"
@@ -114,7 +114,7 @@ def test_key_definition_is_pinned():
     assert jkey.entry_key(ck, "c" * 64) == jkey.sha256_hex(f"qola-jit-key-v1\n{ck}\n{'c' * 64}\n".encode())
 
 
-def test_bundle_is_deterministic_and_holds_the_closure(tmp_path):
+def test_bundle_is_deterministic_and_holds_the_closure(tmp_path: Path) -> None:
     build(tmp_path / "a")
     build(tmp_path / "b")
     a = (tmp_path / "a/out/jit/m/headers.tar.gz").read_bytes()
@@ -130,7 +130,7 @@ def _spec(*include_dirs):
     )
 
 
-def test_headers_beside_the_source_are_bundled(tmp_path):
+def test_headers_beside_the_source_are_bundled(tmp_path: Path) -> None:
     (tmp_path / "inc").mkdir()
     (tmp_path / "inc" / "api.h").write_text(API_H)
     (tmp_path / "gen").mkdir()
@@ -148,7 +148,7 @@ def test_headers_beside_the_source_are_bundled(tmp_path):
         assert tf.getnames() == ["inc0/api.h", "srcdir/local.h"]
 
 
-def test_unusable_units_are_user_errors(tmp_path):
+def test_unusable_units_are_user_errors(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "api.h").write_text(API_H)
     (tmp_path / "u.cpp").write_text('#include "../a/api.h"\n' + UNIT.format(n=1))

@@ -29,7 +29,9 @@ def manifest(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("flag", ["-o", "--build-dir"])
-def test_output_or_build_dir_with_a_newline_is_refused_before_anything_is_written(tree, tmp_path, flag):
+def test_output_or_build_dir_with_a_newline_is_refused_before_anything_is_written(
+    tree: Path, tmp_path: Path, flag: str
+) -> None:
     """A newline in the build dir's path tripped the ninja writer's assertion (a traceback) after
     creating the directory."""
     bad = tmp_path / "o\nut"
@@ -45,7 +47,7 @@ OTHER_UID = 65534  # nobody
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="making a directory another user's needs root (chown)")
 
 
-def test_foreign_problem_owner_and_mode(tmp_path):
+def test_foreign_problem_owner_and_mode(tmp_path: Path) -> None:
     """Owner and mode rules, checked for any euid (no root needed)."""
     st = os.stat(tmp_path)
     me = st.st_uid
@@ -61,7 +63,9 @@ def test_foreign_problem_owner_and_mode(tmp_path):
 
 @as_root
 @pytest.mark.parametrize("where", ["", "gen/module_rmsnorm", "obj"])
-def test_build_dir_owned_by_another_user_is_refused_and_nothing_published(tree, tmp_path, where):
+def test_build_dir_owned_by_another_user_is_refused_and_nothing_published(
+    tree: Path, tmp_path: Path, where: str
+) -> None:
     """The build dir (or a subdir qola reuses: generated sources, objects) owned by another user:
     exit 2 naming it, its owner and the fix, before anything is built or published."""
     build = tmp_path / "out.build"
@@ -77,7 +81,7 @@ def test_build_dir_owned_by_another_user_is_refused_and_nothing_published(tree, 
 
 
 @as_root
-def test_world_writable_build_dir_is_refused_and_sticky_is_accepted(tree, tmp_path):
+def test_world_writable_build_dir_is_refused_and_sticky_is_accepted(tree: Path, tmp_path: Path) -> None:
     build = tmp_path / "out.build"
     build.mkdir()
     build.chmod(0o777)
@@ -90,7 +94,7 @@ def test_world_writable_build_dir_is_refused_and_sticky_is_accepted(tree, tmp_pa
 
 
 @as_root
-def test_output_dir_owned_by_another_user_is_refused(tree, tmp_path):
+def test_output_dir_owned_by_another_user_is_refused(tree: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     (out / "lib").mkdir(parents=True)
     os.chown(out / "lib", OTHER_UID, OTHER_UID)
@@ -98,7 +102,7 @@ def test_output_dir_owned_by_another_user_is_refused(tree, tmp_path):
     user_error(proc, "refusing", str(out / "lib"), f"uid {OTHER_UID}")
 
 
-def test_published_logs_are_private_and_no_file_is_wider_than_the_umask(tmp_path):
+def test_published_logs_are_private_and_no_file_is_wider_than_the_umask(tmp_path: Path) -> None:
     """Logs quote what compilers and generators read: 0600. Other written files (manifest.json …)
     take 0644 less the user's umask; before, every written file was forced to 0644."""
     from support.reports import publish_version

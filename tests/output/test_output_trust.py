@@ -24,7 +24,7 @@ extern "C" __attribute__((visibility("default"))) void* evil_malloc(unsigned lon
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-def test_a_record_cannot_whitelist_an_export(tmp_path):
+def test_a_record_cannot_whitelist_an_export(tmp_path: Path) -> None:
     src = tmp_path / "lib.cpp"
     src.write_text(LIB)
     so = tmp_path / "lib" / "te_libx.so"
@@ -52,7 +52,7 @@ def tree(tmp: Path) -> Path:
     return root
 
 
-def test_reproduce_sets_data_only_variables_and_names_the_rest(tmp_path):
+def test_reproduce_sets_data_only_variables_and_names_the_rest(tmp_path: Path) -> None:
     settings = {
         "env_keys": [
             "LD_PRELOAD",

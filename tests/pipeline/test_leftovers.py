@@ -32,7 +32,7 @@ def _listing(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")}
 
 
-def test_refused_build_leaves_nothing(tmp_path):
+def test_refused_build_leaves_nothing(tmp_path: Path) -> None:
     tree, _, env = _setup(tmp_path)
     work = tmp_path / "work"
     work.mkdir()
@@ -45,7 +45,7 @@ def test_refused_build_leaves_nothing(tmp_path):
     assert nested.returncode == 2 and _listing(tmp_path) == before  # nor the parents made for them
 
 
-def test_build_dir_is_invisible_to_git_status(tmp_path):
+def test_build_dir_is_invisible_to_git_status(tmp_path: Path) -> None:
     tree, m, env = _setup(tmp_path)
     repo = tmp_path / "checkout"
     repo.mkdir()
@@ -60,7 +60,7 @@ def test_build_dir_is_invisible_to_git_status(tmp_path):
     assert ignored.returncode == 0
 
 
-def test_output_dir_dot_keeps_the_build_dir_out_of_the_parent(tmp_path):
+def test_output_dir_dot_keeps_the_build_dir_out_of_the_parent(tmp_path: Path) -> None:
     tree, m, env = _setup(tmp_path)
     here = tmp_path / "here"
     here.mkdir()
@@ -75,7 +75,7 @@ def test_output_dir_dot_keeps_the_build_dir_out_of_the_parent(tmp_path):
     assert (here / "manifest.json").is_file() and not (tmp_path / "here.build").exists()
 
 
-def test_undo_removes_only_what_acquire_made(tmp_path):
+def test_undo_removes_only_what_acquire_made(tmp_path: Path) -> None:
     keep = tmp_path / "kept"
     keep.mkdir()
     (keep / ".qola.lock").write_text("{}")

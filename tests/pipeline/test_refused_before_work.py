@@ -40,7 +40,7 @@ MANIFEST = (
 
 
 @pytest.fixture
-def setup(tmp_path):
+def setup(tmp_path: Path):
     """(tmp, tree, manifest, env, build(*extra, env=…) -> CompletedProcess) for `-o tmp/out`."""
     tree = make_tree(tmp_path / "tree")
     m = tmp_path / "q.toml"
@@ -90,7 +90,7 @@ def one_error(proc_: subprocess.CompletedProcess, *needles: str) -> None:
         ((), {}, "jobs = 10000000\n", "[build].jobs"),
     ],
 )
-def test_bad_job_counts_refused_before_anything_runs(setup, extra, env_extra, manifest_extra, needle):
+def test_bad_job_counts_refused_before_anything_runs(setup, extra, env_extra, manifest_extra: str, needle: str) -> None:
     tmp, _tree, m, _env, build = setup
     assert build("-j", "2").returncode == 0
     lib = tmp / "out" / "lib" / "qk_module_tiny.so"
@@ -106,7 +106,7 @@ def test_bad_job_counts_refused_before_anything_runs(setup, extra, env_extra, ma
 # ---- item 7: the no-op fast path and the graph notice what changes the compilers' output ------------
 
 
-def test_compiler_replaced_in_place_recompiles(setup):
+def test_compiler_replaced_in_place_recompiles(setup) -> None:
     tmp, _tree, _m, env, build = setup
     assert build().returncode == 0 and "up to date" in build().stderr
     n = len(objects_built(tmp / "out.build"))
@@ -134,7 +134,7 @@ def test_compiler_replaced_in_place_recompiles(setup):
         "LIBRARY_PATH",
     ],
 )
-def test_compiler_environment_change_rebuilds(setup, var):
+def test_compiler_environment_change_rebuilds(setup, var: str) -> None:
     tmp, _tree, _m, _env, build = setup
     assert build().returncode == 0 and "up to date" in build().stderr
     n = len(objects_built(tmp / "out.build"))
@@ -145,7 +145,7 @@ def test_compiler_environment_change_rebuilds(setup, var):
     assert var in stamp["env"]
 
 
-def test_one_list_of_compiler_variables_feeds_fast_path_and_graph(setup):
+def test_one_list_of_compiler_variables_feeds_fast_path_and_graph(setup) -> None:
     from qola.toolchain import identity
 
     assert set(identity.COMPILER_ENV) <= set(fastpath.ENV_KEYS)
@@ -172,7 +172,7 @@ def test_one_list_of_compiler_variables_feeds_fast_path_and_graph(setup):
     assert edges and all(f"| {identity.STAMP}" in ln for ln in edges), edges
 
 
-def test_repointed_tree_and_manifest_symlinks_rebuild(setup):
+def test_repointed_tree_and_manifest_symlinks_rebuild(setup) -> None:
     tmp, tree, m, env, build = setup
     other = tmp / "tree2"
     shutil.copytree(tree, other, copy_function=shutil.copy2)  # same sizes and mtimes …
@@ -202,7 +202,7 @@ def test_repointed_tree_and_manifest_symlinks_rebuild(setup):
     assert (tmp / "o2" / "lib" / "qz_module_tiny.so").is_file()
 
 
-def test_tuned_configs_are_inputs_of_the_fast_path(setup):
+def test_tuned_configs_are_inputs_of_the_fast_path(setup) -> None:
     tmp, tree, _m, _env, build = setup
     assert build().returncode == 0 and "up to date" in build().stderr
     csv = tree / "aiter" / "configs" / "softmax_tuned.csv"
@@ -225,7 +225,7 @@ def test_tuned_configs_are_inputs_of_the_fast_path(setup):
 # ---- item 8: one build per build dir and output dir --------------------------------------------------
 
 
-def test_concurrent_builds_of_one_output_dir_are_refused_naming_the_holder(setup):
+def test_concurrent_builds_of_one_output_dir_are_refused_naming_the_holder(setup) -> None:
     tmp, tree, m, env, build = setup
     args = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(tmp / "out")]
     first = subprocess.Popen(
@@ -271,7 +271,7 @@ def test_concurrent_builds_of_one_output_dir_are_refused_naming_the_holder(setup
         ("{tmp}/q.toml", None, "exists and is not a directory"),
     ],
 )
-def test_output_and_build_dirs_are_checked_before_any_work(setup, out, build_dir, needle):
+def test_output_and_build_dirs_are_checked_before_any_work(setup, out: str, build_dir: str | None, needle: str) -> None:
     tmp, tree, m, env, _build = setup
     before = snapshot(tree)
     fill = {"tmp": tmp, "tree": tree}
@@ -300,7 +300,7 @@ def _mount_tmpfs(at: Path, options: str) -> bool:
     "options, needle",
     [("ro,size=1m", "is not writable (a read-only file system"), ("size=1m", "not enough free space")],
 )
-def test_read_only_or_full_output_fs_refused_before_compiling(setup, options, needle):
+def test_read_only_or_full_output_fs_refused_before_compiling(setup, options: str, needle: str) -> None:
     tmp, tree, m, env, _build = setup
     mnt = tmp / "mnt"
     if not _mount_tmpfs(mnt, options):
@@ -325,7 +325,7 @@ def test_read_only_or_full_output_fs_refused_before_compiling(setup, options, ne
         subprocess.run(["umount", str(mnt)], check=False)
 
 
-def test_room_counts_the_previous_output(tmp_path, monkeypatch):
+def test_room_counts_the_previous_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from qola.pipeline import preflight
 
     out = tmp_path / "out"
@@ -337,7 +337,7 @@ def test_room_counts_the_previous_output(tmp_path, monkeypatch):
     real = os.statvfs
 
     class Small:
-        def __init__(self, st):
+        def __init__(self, st) -> None:
             self.f_bavail, self.f_frsize, self.f_favail, self.f_files, self.f_flag = 4, 1024 * 1024, 1000, 1000, 0
 
     monkeypatch.setattr(os, "statvfs", lambda p: Small(real(p)))
@@ -382,7 +382,7 @@ def _alive(pids: list[int], timeout: float) -> list[int]:
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_killed_build_leaves_no_children(setup, sig, code):
+def test_killed_build_leaves_no_children(setup, sig, code) -> None:
     tmp, tree, m, env, _build = setup
     args = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(tmp / "out")]
     # a shell's background job inherits SIGINT ignored (and qola rightly keeps it so): give the child
@@ -419,7 +419,7 @@ def test_killed_build_leaves_no_children(setup, sig, code):
             os.kill(pid, signal.SIGKILL)
 
 
-def test_runner_group_death_signal_and_timeout(tmp_path):
+def test_runner_group_death_signal_and_timeout(tmp_path: Path) -> None:
     from qola.core import proc
 
     probe = (
@@ -435,7 +435,7 @@ def test_runner_group_death_signal_and_timeout(tmp_path):
     assert not _alive([int(marker.read_text())], 60), "a timed-out child's group survived"
 
 
-def test_runner_new_group_without_popen_process_group(monkeypatch):
+def test_runner_new_group_without_popen_process_group(monkeypatch: pytest.MonkeyPatch):
     """Python 3.10 (requires-python) has no Popen(process_group=): there the child still leads a
     group of its own and gets the death signal, through its preexec function (3.10's Popen faked)."""
     from qola.core import proc
@@ -458,7 +458,7 @@ def test_runner_new_group_without_popen_process_group(monkeypatch):
     assert pgid == pid != os.getpgid(0) and deathsig == signal.SIGTERM
 
 
-def test_runner_files_start_no_process_of_their_own():
+def test_runner_files_start_no_process_of_their_own() -> None:
     import qola
 
     src = Path(qola.__file__).parent
@@ -492,7 +492,7 @@ def _build_options() -> set[str]:
     return {o for a in sub.choices["build"]._actions for o in a.option_strings}
 
 
-def test_toolchain_hints_name_only_options_qola_build_takes(tmp_path):
+def test_toolchain_hints_name_only_options_qola_build_takes(tmp_path: Path) -> None:
     hints = [cuda.INSTALL_HINT, hip.INSTALL_HINT]
     for kind in ("cuda", "hip"):
         with pytest.raises(QolaError) as info:
@@ -514,7 +514,7 @@ def test_toolchain_hints_name_only_options_qola_build_takes(tmp_path):
     assert "CUDACXX" in cuda.INSTALL_HINT and "HIPCC" in hip.INSTALL_HINT
 
 
-def test_followed_version_hint_works(setup):
+def test_followed_version_hint_works(setup) -> None:
     tmp, _tree, m, _env, build = setup
     m.write_text(m.read_text().replace("[build]", 'cuda_versions = ["12.4"]\n[build]'))
     old = fake_nvcc(tmp / "nvcc13")
@@ -540,10 +540,12 @@ def test_followed_version_hint_works(setup):
         (MemoryError(), ("out of memory",)),
     ],
 )
-def test_cli_last_resort_is_one_line_and_debug_shows_traceback(monkeypatch, capsys, exc, needles):
+def test_cli_last_resort_is_one_line_and_debug_shows_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], exc, needles: tuple[str, ...]
+) -> None:
     import qola.commands.build as build_cmd
 
-    def boom(args):
+    def boom(args) -> None:
         raise exc
 
     monkeypatch.setattr(build_cmd, "run", boom)
@@ -555,10 +557,12 @@ def test_cli_last_resort_is_one_line_and_debug_shows_traceback(monkeypatch, caps
     assert "Traceback" in capsys.readouterr().err
 
 
-def test_cli_interrupt_is_130_without_traceback(monkeypatch, capsys):
+def test_cli_interrupt_is_130_without_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import qola.commands.build as build_cmd
 
-    def interrupted(args):
+    def interrupted(args) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(build_cmd, "run", interrupted)

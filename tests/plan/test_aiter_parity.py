@@ -69,7 +69,7 @@ def _copy(sdist: Path, dest: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tree(aiter_root, tmp_path_factory) -> Path:
+def tree(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _copy(aiter_root, tmp_path_factory.mktemp("aiter"))
 
 
@@ -190,7 +190,7 @@ def config_diffs(root: Path, oracle: dict, env: dict[str, str]) -> tuple[list[st
     return diffs, merged
 
 
-def test_every_module_resolves_as_aiter_does(tree):
+def test_every_module_resolves_as_aiter_does(tree: Path) -> None:
     oracle = run_oracle(tree)
     assert len(oracle["modules"]) == len(load_table(open_tree(tree))) > 0
     assert entry_diffs(tree, oracle, {}) == []
@@ -199,7 +199,7 @@ def test_every_module_resolves_as_aiter_does(tree):
     assert merged == len(merged_by_aiter(oracle, tree)) > 0  # model_configs/ gives some configs per-model rows
 
 
-def test_plan_of_every_module_matches_aiters_build_args(tree):
+def test_plan_of_every_module_matches_aiters_build_args(tree: Path) -> None:
     """The plan (what the build uses) of every module: sources as AITER expands them, flags,
     generator commands, md_name and the link kinds."""
     oracle = run_oracle(tree)
@@ -266,7 +266,7 @@ def _write_csv(path: Path, rows: list[str]) -> str:
     return str(path)
 
 
-def test_env_override_merges_two_files(tree, tmp_path):
+def test_env_override_merges_two_files(tree: Path, tmp_path: Path) -> None:
     """AITER_CONFIG_GEMM_A8W8=a.csv:b.csv merges the two (the fastest row of each shape wins) as AITER
     does; a path that does not exist is skipped (qola warns)."""
     head = "cu_num,M,N,K,q_dtype_w,kernelId,splitK,us,kernelName,tflops,bw,errRatio"
@@ -309,7 +309,7 @@ def test_env_override_merges_two_files(tree, tmp_path):
     assert not any(",20.5," in r or ",99.0," in r for r in rows)  # the slower row of each shape is gone
 
 
-def test_single_env_path_is_used_as_is(tree):
+def test_single_env_path_is_used_as_is(tree: Path) -> None:
     env = {"AITER_CONFIG_GEMM_A8W8_BLOCKSCALE": "/somewhere/mine.csv"}
     space = namespace(open_tree(tree), archs=ARCHS, env=env, hip_version=HIP)
     oracle = run_oracle(tree)
@@ -352,7 +352,7 @@ def _add_probe_config(core: Path) -> str:
     return "AITER_CONFIG_QOLA_PROBE_FILE"
 
 
-def test_a_new_config_name_needs_no_qola_change(aiter_root, tmp_path):
+def test_a_new_config_name_needs_no_qola_change(aiter_root: Path, tmp_path: Path) -> None:
     """A config added to core.py (new env default + new config path + per-model file) resolves,
     merges and plans like AITER, with no name known to qola in advance."""
     root = _copy(aiter_root, tmp_path)
@@ -387,7 +387,7 @@ def test_a_new_config_name_needs_no_qola_change(aiter_root, tmp_path):
     assert "4.0,c" in render(merge(cfg))  # the per-model file's faster row
 
 
-def test_cli_plans_the_whole_table(tree, tmp_path):
+def test_cli_plans_the_whole_table(tree: Path, tmp_path: Path) -> None:
     """`qola plan --json` of every module (every key, and AITER's "all": no [[modules]]) exits 0;
     the sdist is no git checkout, so a pinned commit is a warning, not an error."""
     keys = list(load_table(open_tree(tree)))

@@ -57,13 +57,13 @@ def names_of(paths: list[str]) -> set[str]:
 # --- generator -------------------------------------------------------------------------
 
 
-def test_generator_is_executable_with_shebang():
+def test_generator_is_executable_with_shebang() -> None:
     assert GENERATOR.read_text().startswith("#!/usr/bin/env python3\n")
     assert os.access(GENERATOR, os.X_OK)
 
 
 @pytest.mark.parametrize("receipt, count", [("0", 48), ("1", 32)])
-def test_list_blobs_counts(tmp_path: Path, receipt: str, count: int):
+def test_list_blobs_counts(tmp_path: Path, receipt: str, count: int) -> None:
     paths = listed(tmp_path, "--receipt", receipt)
     assert len(paths) == count + 1  # + the api file
     assert all(p.startswith(str(tmp_path / "gen") + "/") and p.endswith(".cu") for p in paths)
@@ -72,7 +72,7 @@ def test_list_blobs_counts(tmp_path: Path, receipt: str, count: int):
     assert names == expected
 
 
-def test_list_blobs_without_output_dir_lists_beside_the_file(tmp_path: Path):
+def test_list_blobs_without_output_dir_lists_beside_the_file(tmp_path: Path) -> None:
     out = tmp_path / "sub" / "blobs.txt"
     r = gen("-l", str(out), "-f", "*_d64_fp16_batch_*")
     assert r.returncode == 0, r.stderr
@@ -93,13 +93,13 @@ def test_list_blobs_without_output_dir_lists_beside_the_file(tmp_path: Path):
         "no_such_instance*",
     ],
 )
-def test_filter_selects_exactly_the_fnmatching_names(tmp_path: Path, filt: str):
+def test_filter_selects_exactly_the_fnmatching_names(tmp_path: Path, filt: str) -> None:
     patterns = [p.strip() for p in filt.split(",")]
     expected = {n for n in ALL_NAMES if any(fnmatch.fnmatch(n, p) for p in patterns)}
     assert names_of(listed(tmp_path, "--filter", filt)) == expected
 
 
-def test_filter_and_receipt_combine(tmp_path: Path):
+def test_filter_and_receipt_combine(tmp_path: Path) -> None:
     expected = {n for n in ALL_NAMES if fnmatch.fnmatch(n, "*_d64_*") and "_fp32_" not in n}
     assert names_of(listed(tmp_path, "-r", "1", "-f", "*_d64_*")) == expected
 
@@ -114,14 +114,14 @@ def test_filter_and_receipt_combine(tmp_path: Path):
         (["-o", "x", "--bogus"], "unrecognized arguments"),
     ],
 )
-def test_bad_args_exit_nonzero_with_a_message(tmp_path: Path, args: list[str], message: str):
+def test_bad_args_exit_nonzero_with_a_message(tmp_path: Path, args: list[str], message: str) -> None:
     r = gen(*args, cwd=tmp_path)
     assert r.returncode != 0
     assert message in r.stderr
     assert not (tmp_path / "x").exists()
 
 
-def test_generated_files_match_their_names_and_are_stable(tmp_path: Path):
+def test_generated_files_match_their_names_and_are_stable(tmp_path: Path) -> None:
     out = tmp_path / "gen"
     r = gen("-d", "fwd", "-o", str(out), "-f", "*_d128_*", "-r", "0")
     assert r.returncode == 0, r.stderr
@@ -150,7 +150,7 @@ def test_generated_files_match_their_names_and_are_stable(tmp_path: Path):
 # --- module table, config block, manifests ---------------------------------------------
 
 
-def test_module_table_parses_and_points_at_real_files():
+def test_module_table_parses_and_points_at_real_files() -> None:
     table = json.loads(TABLE.read_text())
     assert {"module_rmsnorm", "module_softmax", "module_attn_fwd", "libattn_fwd"} <= set(table)
     for name, entry in table.items():
@@ -174,7 +174,7 @@ def test_module_table_parses_and_points_at_real_files():
         )
 
 
-def test_config_env_block_defines_every_name_the_table_uses():
+def test_config_env_block_defines_every_name_the_table_uses() -> None:
     src = (KERNELS / "aiter" / "jit" / "core.py").read_text()
     block = src.split("# config_env start here\n", 1)[1].split("# config_env end here", 1)[0]
     defined = {t.id for node in ast.parse(block).body for t in node.targets}
@@ -185,7 +185,7 @@ def test_config_env_block_defines_every_name_the_table_uses():
 
 
 @pytest.mark.parametrize("name", ["quickstart.toml", "te-manifest.toml", "te-ckjit-manifest.toml"])
-def test_manifests_parse(name: str):
+def test_manifests_parse(name: str) -> None:
     data = tomllib.loads((EXAMPLES / name).read_text())
     assert data["build"]["architectures"]
     assert all("name" in m for m in data["modules"])
@@ -194,7 +194,7 @@ def test_manifests_parse(name: str):
         assert all(m["name"] in table for m in data["modules"])
 
 
-def test_te_ckjit_manifest_is_te_manifest_with_every_ck_kernel_deferred():
+def test_te_ckjit_manifest_is_te_manifest_with_every_ck_kernel_deferred() -> None:
     """examples/te-ckjit-manifest.toml (TE's CK_JIT mode, docs/coming-from-qola.md) is TE's manifest
     and a [jit] over both modules with nothing ahead: the two cannot drift apart."""
     from qola.plan import manifest as mf
@@ -212,7 +212,7 @@ def test_te_ckjit_manifest_is_te_manifest_with_every_ck_kernel_deferred():
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_build_hsa_sm90(tmp_path: Path):
+def test_build_hsa_sm90(tmp_path: Path) -> None:
     cmd = [sys.executable, str(BUILD_HSA), "--arch", "sm_90", "--output", str(tmp_path)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -236,7 +236,7 @@ def test_build_hsa_sm90(tmp_path: Path):
     assert again.returncode == 0 and "built" not in again.stdout  # up to date: nothing rebuilt
 
 
-def test_build_hsa_rejects_bad_arch(tmp_path: Path):
+def test_build_hsa_rejects_bad_arch(tmp_path: Path) -> None:
     r = subprocess.run(
         [sys.executable, str(BUILD_HSA), "--arch", "sm90", "--output", str(tmp_path)], capture_output=True, text=True
     )
@@ -245,7 +245,7 @@ def test_build_hsa_rejects_bad_arch(tmp_path: Path):
 
 @pytest.mark.hip
 @pytest.mark.slow
-def test_hipcc_compiles_an_instance_and_the_api(tmp_path: Path):
+def test_hipcc_compiles_an_instance_and_the_api(tmp_path: Path) -> None:
     r = gen("-o", str(tmp_path), "-f", "attn_fwd_d64_bf16_group_*_mask_lse")
     assert r.returncode == 0, r.stderr
     env = dict(os.environ, HIP_PLATFORM="amd")

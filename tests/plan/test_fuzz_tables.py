@@ -117,7 +117,7 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
 
 
 @pytest.fixture(scope="module")
-def fuzz_root(tmp_path_factory) -> Path:
+def fuzz_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("fuzz")
     shutil.copytree(KERNELS, base / "tree", ignore=shutil.ignore_patterns("__pycache__", "*.co"))
     (base / "out").mkdir()
@@ -133,7 +133,7 @@ def fuzz_root(tmp_path_factory) -> Path:
 @given(
     case=tables(), arch=st.sampled_from([("sm_90",), ("gfx942", "gfx950")]), mode=st.sampled_from([None, "cpp_itfs"])
 )
-def test_hostile_tables_plan_or_refuse(fuzz_root, case, arch, mode):
+def test_hostile_tables_plan_or_refuse(fuzz_root: Path, case, arch, mode) -> None:
     text, ask = case
     root = fuzz_root / "tree"
     (root / TABLE).write_text(text, errors="surrogatepass")

@@ -40,7 +40,7 @@ def entries(tmp: Path) -> list[Path]:
     return sorted((tmp / "cache" / "qola" / "listings").glob("*.json"))
 
 
-def test_a_second_plan_runs_no_generator_and_a_changed_generator_runs_again(tmp_path):
+def test_a_second_plan_runs_no_generator_and_a_changed_generator_runs_again(tmp_path: Path) -> None:
     tree, m, env = setup(tmp_path)
     first, ran = plan(tmp_path, tree, m, env)
     assert ran == 3 and len(entries(tmp_path)) == 3  # one listing per direction, each cached
@@ -59,7 +59,7 @@ def test_a_second_plan_runs_no_generator_and_a_changed_generator_runs_again(tmp_
     assert ran == 3
 
 
-def test_an_entry_that_could_have_been_tampered_with_is_not_trusted(tmp_path):
+def test_an_entry_that_could_have_been_tampered_with_is_not_trusted(tmp_path: Path) -> None:
     tree, m, env = setup(tmp_path)
     first, _ = plan(tmp_path, tree, m, env)
     a, b, c = entries(tmp_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -114,7 +115,7 @@ BAD = [
 ]
 
 
-def test_good_manifest_parses():
+def test_good_manifest_parses() -> None:
     m = parse(GOOD, "m.toml")
     assert m.qola.namespace == "te"
     assert m.build.architectures == ["gfx950"]
@@ -123,12 +124,12 @@ def test_good_manifest_parses():
     assert m.build.link == "static"
 
 
-def test_at_least_thirty_bad_manifests():
+def test_at_least_thirty_bad_manifests() -> None:
     assert len(BAD) >= 30
 
 
 @pytest.mark.parametrize("text,message", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
-def test_bad_manifest_message(text, message):
+def test_bad_manifest_message(text, message) -> None:
     with pytest.raises(QolaError) as info:
         parse(text, "m.toml")
     first = info.value.render().splitlines()[0]
@@ -136,14 +137,14 @@ def test_bad_manifest_message(text, message):
     assert info.value.hint  # always says where to look
 
 
-def test_several_errors_are_all_listed():
+def test_several_errors_are_all_listed() -> None:
     with pytest.raises(QolaError) as info:
         parse("[build]\nmode = 'x'\nlink = 'y'\n", "m.toml")
     text = info.value.render()
     assert "build.mode" in text and "build.link" in text
 
 
-def test_missing_file_and_not_utf8(tmp_path):
+def test_missing_file_and_not_utf8(tmp_path: Path) -> None:
     with pytest.raises(QolaError, match="not found"):
         load(tmp_path / "nope.toml")
     bad = tmp_path / "bin.toml"
@@ -152,7 +153,7 @@ def test_missing_file_and_not_utf8(tmp_path):
         load(bad)
 
 
-def test_load_records_path_and_sha(tmp_path):
+def test_load_records_path_and_sha(tmp_path: Path) -> None:
     p = tmp_path / "q.toml"
     p.write_text(GOOD)
     m = load(p)
@@ -188,13 +189,13 @@ def _dump(data) -> str:
 
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(keys, toml_values, max_size=4))
-def test_fuzz_structured_only_qolaerror(data):
+def test_fuzz_structured_only_qolaerror(data) -> None:
     with contextlib.suppress(QolaError):
         parse(_dump(data), "fuzz.toml")
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=200))
-def test_fuzz_raw_text_only_qolaerror(text):
+def test_fuzz_raw_text_only_qolaerror(text) -> None:
     with contextlib.suppress(QolaError):
         parse(text, "fuzz.toml")

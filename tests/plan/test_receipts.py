@@ -32,7 +32,7 @@ def files(data: dict) -> dict[tuple[str, str], set[str]]:
     }
 
 
-def test_a_generator_ignoring_700_gets_qolas_selection_and_the_plan_says_so(tmp_path):
+def test_a_generator_ignoring_700_gets_qolas_selection_and_the_plan_says_so(tmp_path: Path) -> None:
     old = rt.write_tree(tmp_path / "old", ())
     new = rt.write_tree(tmp_path / "new", (600, 700))
     got, err = plan(tmp_path, old, 700)
@@ -55,7 +55,7 @@ def test_a_generator_ignoring_700_gets_qolas_selection_and_the_plan_says_so(tmp_
     assert all(g["filter"] is None and g["qola_receipt"] is None for m in want["modules"] for g in m["generators"])
 
 
-def test_declared_variants_are_narrowed_by_qolas_receipt(tmp_path):
+def test_declared_variants_are_narrowed_by_qolas_receipt(tmp_path: Path) -> None:
     old = rt.write_tree(tmp_path / "old", ())
     new = rt.write_tree(tmp_path / "new", (700,))
     variants = '[[mha_fwd_variants]]\ndtype = "bf16"\n[[mha_bwd_variants]]\ndeterministic = false\n'
@@ -67,7 +67,7 @@ def test_declared_variants_are_narrowed_by_qolas_receipt(tmp_path):
     assert not any("storerandval" in f or "_deterministic" in f for f in files(got)[("libmha_bwd", "bwd")])
 
 
-def test_another_unknown_receipt_is_an_error_naming_it_and_the_generator(tmp_path):
+def test_another_unknown_receipt_is_an_error_naming_it_and_the_generator(tmp_path: Path) -> None:
     old = rt.write_tree(tmp_path / "old", ())
     m = rt.manifest(tmp_path / "m.toml", 123)
     proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(old))
@@ -95,7 +95,7 @@ def _count(data: dict) -> int:
 
 @pytest.mark.aiter
 @pytest.mark.slow
-def test_te_manifest_on_the_sdist_plans_receipt_700(aiter_root, tmp_path):
+def test_te_manifest_on_the_sdist_plans_receipt_700(aiter_root: Path, tmp_path: Path) -> None:
     """TE's manifest shape (two archs, receipt 700, the split/prefill directions dropped) on the
     amd-aiter sdist, whose CK predates receipt 700: qola applies it, and the CK kernel files planned
     fall far below the table's own receipt (600). docs/benchmarks.md records the counts."""

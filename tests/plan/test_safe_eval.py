@@ -17,12 +17,12 @@ from qola.plan.tree.safe_eval import evaluate
 
 
 @pytest.fixture()
-def names(tmp_path):
+def names(tmp_path: Path):
     tree = AiterTree(tmp_path, tmp_path / "aiter_meta", "installed")
     return expression_names(tree, archs=("gfx942", "gfx950"), env={"CK_TILE_X": "7"}, hip_version="7.2.1")
 
 
-def test_aiter_forms(names, tmp_path):
+def test_aiter_forms(names, tmp_path: Path) -> None:
     meta = tmp_path / "aiter_meta"
     assert evaluate("f'{AITER_CSRC_DIR}/kernels/a.cu'", names) == f"{meta}/csrc/kernels/a.cu"
     assert evaluate("f'{CK_DIR}/example'", names) == f"{meta}/3rdparty/composable_kernel/example"
@@ -48,7 +48,7 @@ def test_aiter_forms(names, tmp_path):
     assert evaluate("[1, 'a'][1:]", names) == ["a"]
 
 
-def test_old_hip_takes_other_branch(tmp_path):
+def test_old_hip_takes_other_branch(tmp_path: Path) -> None:
     tree = AiterTree(tmp_path, tmp_path, "develop")
     names = expression_names(tree, archs=("gfx90a",), env={}, hip_version="5.2.3")
     expr = "'new' if int(torch.version.hip.split('.')[0]) >= 7 else 'old'"
@@ -87,7 +87,7 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize("template", HOSTILE)
-def test_hostile_expressions_refused_and_nothing_ran(template, names, tmp_path, monkeypatch):
+def test_hostile_expressions_refused_and_nothing_ran(template, names, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     marker = tmp_path / "ran"
     calls = []
     monkeypatch.setattr(os, "system", lambda *a: calls.append(a) or 0)
@@ -112,7 +112,7 @@ def test_hostile_expressions_refused_and_nothing_ran(template, names, tmp_path, 
     assert ("refused" in text) or ("cannot parse" in text)
 
 
-def test_unknown_name_named(names):
+def test_unknown_name_named(names) -> None:
     with pytest.raises(QolaError, match="unknown name 'NOPE'"):
         evaluate("f'{NOPE}/x'", names)
 
@@ -149,13 +149,13 @@ expr_ops = st.sampled_from(
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.one_of(expr_atoms, expr_ops), min_size=1, max_size=10))
-def test_fuzz_evaluator_only_qolaerror(parts):
+def test_fuzz_evaluator_only_qolaerror(parts) -> None:
     with contextlib.suppress(QolaError):
         evaluate("".join(parts), _fuzz_names())
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=60))
-def test_fuzz_evaluator_raw_text(text):
+def test_fuzz_evaluator_raw_text(text) -> None:
     with contextlib.suppress(QolaError):
         evaluate(text, _fuzz_names())

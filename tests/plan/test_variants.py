@@ -27,7 +27,7 @@ def example_manifest(path: Path, variants: str = EXAMPLE_VARIANTS, modules=("mod
     return path
 
 
-def test_expand_is_a_deduplicated_product():
+def test_expand_is_a_deduplicated_product() -> None:
     got = V.expand({"dtype": ["bf16", "fp16", "bf16"], "has_lse": True, "has_mask": None, "x": [1, True]})
     assert got == [
         {"dtype": "bf16", "has_lse": True, "x": 1},
@@ -38,7 +38,7 @@ def test_expand_is_a_deduplicated_product():
     assert V.expand({}) == [{}]
 
 
-def test_example_filters_select_exactly_the_declared_set(tmp_path):
+def test_example_filters_select_exactly_the_declared_set(tmp_path: Path) -> None:
     m = example_manifest(tmp_path / "q.toml")
     proc = run_qola("variants", "-m", str(m), "--aiter-root", str(KERNELS), "--json", check=True)
     data = json.loads(proc.stdout)
@@ -69,7 +69,7 @@ def test_example_filters_select_exactly_the_declared_set(tmp_path):
     assert mf.load(m).variants[0].options["hdim"] == 128
 
 
-def test_table_output(tmp_path):
+def test_table_output(tmp_path: Path) -> None:
     proc = run_qola(
         "variants",
         "-m",
@@ -102,7 +102,7 @@ def test_table_output(tmp_path):
         ('[[mha_fwd_variants]]\ndtype = "fp16"\n', "runs CK's fMHA fwd generator"),
     ],
 )
-def test_user_errors_exit_2_without_traceback(tmp_path, variants, message):
+def test_user_errors_exit_2_without_traceback(tmp_path: Path, variants, message: str) -> None:
     proc = run_qola(
         "variants", "-m", str(example_manifest(tmp_path / "q.toml", variants)), "--aiter-root", str(KERNELS)
     )
@@ -112,7 +112,7 @@ def test_user_errors_exit_2_without_traceback(tmp_path, variants, message):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
-def test_build_compiles_only_the_declared_instances(tmp_path):
+def test_build_compiles_only_the_declared_instances(tmp_path: Path) -> None:
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     # the same two variants for the pybind module and for the torch-free cpp_itfs library
@@ -153,7 +153,7 @@ def te_manifest(path: Path, sections: str | None = None) -> Path:
 
 
 @pytest.fixture(scope="module")
-def te_report(aiter_root, tmp_path_factory):
+def te_report(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory):
     m = te_manifest(tmp_path_factory.mktemp("te") / "te.toml")
     proc = run_qola("variants", "-m", str(m), "--aiter-root", str(aiter_root), "--allow-unpinned", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -180,7 +180,7 @@ def _in_700(name: str, fam: str) -> bool:
 
 
 @pytest.mark.aiter
-def test_te_manifest_counts_and_exact_selection(te_report, aiter_root):
+def test_te_manifest_counts_and_exact_selection(te_report, aiter_root: Path) -> None:
     tot = te_report["totals"]
     fwd, bwd = tot["libmha_fwd"]["fwd"], tot["libmha_bwd"]["bwd"]
     assert 0 < fwd["selected"] < fwd["unfiltered"] and 0 < bwd["selected"] < bwd["unfiltered"]
@@ -208,14 +208,14 @@ def test_te_manifest_counts_and_exact_selection(te_report, aiter_root):
         ('[[mha_bwd_variants]]\nmodule = "libmha_fwd"\n', "no module libmha_fwd in the plan runs CK's fMHA bwd"),
     ],
 )
-def test_ck_user_errors(tmp_path, aiter_root, section, message):
+def test_ck_user_errors(tmp_path: Path, aiter_root: Path, section: str, message: str) -> None:
     m = te_manifest(tmp_path / "te.toml", section)
     proc = run_qola("variants", "-m", str(m), "--aiter-root", str(aiter_root), "--allow-unpinned")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_no_variants_says_so_plainly():
+def test_no_variants_says_so_plainly() -> None:
     """Issue 32 item 7: a manifest without variants gets one plain sentence, not an empty table."""
     proc = run_qola("variants", "-m", str(EXAMPLES / "quickstart.toml"), "-a", str(KERNELS))
     assert proc.returncode == 0, proc.stderr

@@ -43,7 +43,7 @@ def _build(tmp_path: Path, name: str, *extra: str) -> Path:
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_recorded_usage_round_trip_on_gpu(tmp_path):
+def test_recorded_usage_round_trip_on_gpu(tmp_path: Path):
     pytest.importorskip("torch")
     (tmp_path / "q.toml").write_text(MANIFEST)
     (tmp_path / "child.py").write_text(child_preamble() + CHILD)
@@ -126,7 +126,7 @@ def test_recorded_usage_round_trip_on_gpu(tmp_path):
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_ahead_variants_record_their_first_call_on_gpu(tmp_path):
+def test_ahead_variants_record_their_first_call_on_gpu(tmp_path: Path):
     """Without [jit] and with --record-ahead (docs/usage.md, "Recording variants built ahead"): every
     variant is built ahead as a recorded copy; a real call computes what torch does and records its
     variant once (event ``ahead``), nothing else; the record merges into a fragment that builds."""

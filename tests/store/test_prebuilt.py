@@ -71,7 +71,7 @@ def fake_toolchain(version: str = "13.0", compiler: str = "/usr/bin/true") -> To
 
 
 @pytest.fixture
-def key_of(monkeypatch):
+def key_of(monkeypatch: pytest.MonkeyPatch):
     """The build key of a manifest and tree through the pipeline (toolchain faked: no compiler needed)."""
     tcs = {"tc": fake_toolchain()}
     monkeypatch.setattr(pipeline, "_toolchain", lambda *a, **k: tcs["tc"])
@@ -84,7 +84,7 @@ def key_of(monkeypatch):
 
 
 @pytest.fixture
-def tree(tmp_path) -> Path:
+def tree(tmp_path: Path) -> Path:
     dst = tmp_path / "kernels"
     shutil.copytree(KERNELS, dst, ignore=shutil.ignore_patterns("hsa", "__pycache__"))
     return dst
@@ -93,7 +93,7 @@ def tree(tmp_path) -> Path:
 # ---- the key: cheap, no compile ---------------------------------------------------------------------
 
 
-def test_key_ignores_formatting_paths_jobs_and_launcher(tmp_path, tree, key_of):
+def test_key_ignores_formatting_paths_jobs_and_launcher(tmp_path: Path, tree: Path, key_of) -> None:
     base = key_of(write_manifest(tmp_path / "a.toml"), tree)
     (tmp_path / "sub").mkdir()
     other = tmp_path / "sub" / "b.toml"
@@ -121,7 +121,7 @@ def test_key_ignores_formatting_paths_jobs_and_launcher(tmp_path, tree, key_of):
         ("isolation", "build"),
     ],
 )
-def test_key_changes_with_what_changes_the_output(tmp_path, tree, key_of, change, part):
+def test_key_changes_with_what_changes_the_output(tmp_path: Path, tree: Path, key_of, change: str, part: str) -> None:
     m = write_manifest(tmp_path / "q.toml", module_extra='mode = "pybind"\n')  # beats --mode: a valid mode change
     base = key_of(m, tree)
     kw = {}
@@ -149,7 +149,9 @@ def test_key_changes_with_what_changes_the_output(tmp_path, tree, key_of, change
     assert changed.digests[part] != base.digests[part]
 
 
-def test_key_material_round_trips_and_rehashes_the_tree(tmp_path, tree, monkeypatch):
+def test_key_material_round_trips_and_rehashes_the_tree(
+    tmp_path: Path, tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The incremental path keeps the material in its record and rehashes only the tree's files."""
     from qola.store import key as buildkey
 
@@ -169,7 +171,7 @@ def test_key_material_round_trips_and_rehashes_the_tree(tmp_path, tree, monkeypa
     assert [k for k in after.digests if after.digests[k] != before.digests[k]] == ["tree"]
 
 
-def test_publish_into_the_output_dir_is_refused_before_anything_runs(tmp_path, tree):
+def test_publish_into_the_output_dir_is_refused_before_anything_runs(tmp_path: Path, tree: Path) -> None:
     spec = BuildSpec(
         manifest=str(write_manifest(tmp_path / "q.toml")),
         aiter_root=str(tree),
@@ -181,7 +183,7 @@ def test_publish_into_the_output_dir_is_refused_before_anything_runs(tmp_path, t
     assert not (tmp_path / "out").exists()
 
 
-def test_plan_key_cli_prints_the_key_and_its_inputs(tmp_path, tree):
+def test_plan_key_cli_prints_the_key_and_its_inputs(tmp_path: Path, tree: Path) -> None:
     if not shutil.which("nvcc"):
         pytest.skip("needs nvcc")
     m = write_manifest(tmp_path / "q.toml")
@@ -193,7 +195,7 @@ def test_plan_key_cli_prints_the_key_and_its_inputs(tmp_path, tree):
     assert set(explained["parts"]) == {"build", "env", "manifest", "plan", "python", "qola", "toolchain", "tree"}
 
 
-def test_a_huge_sparse_file_under_a_source_dir_is_keyed_by_its_size_not_hashed(tmp_path, tree):
+def test_a_huge_sparse_file_under_a_source_dir_is_keyed_by_its_size_not_hashed(tmp_path: Path, tree: Path) -> None:
     """A 2 TB sparse file under a source dir: the old key hashed all of it (past 300 s); its size
     is checked before hashing now, and the file still keys the build (its stat does)."""
     if not shutil.which("nvcc"):
@@ -217,7 +219,7 @@ def test_a_huge_sparse_file_under_a_source_dir_is_keyed_by_its_size_not_hashed(t
     assert hash_files([(str(tree / "csrc" / "kernels"), True)], [str(tree)])[label] != first[label]
 
 
-def test_sha256_lines_and_member_names_are_checked():
+def test_sha256_lines_and_member_names_are_checked() -> None:
     good = "a" * 64
     assert prebuilt.expected_sha256(f"{good}  x.tar.gz\n".encode(), "x.tar.gz", "w") == good
     assert prebuilt.expected_sha256(f"{good.upper()}\n".encode(), "x.tar.gz", "w") == good
@@ -226,7 +228,7 @@ def test_sha256_lines_and_member_names_are_checked():
             prebuilt.expected_sha256(bad, "x.tar.gz", "w")
 
 
-def test_missing_archive_and_unsupported_source(tmp_path):
+def test_missing_archive_and_unsupported_source(tmp_path: Path) -> None:
     (tmp_path / "store").mkdir()
     with pytest.raises(prebuilt.Missing):
         prebuilt.install(str(tmp_path / "store"), "qk", "0" * 64, tmp_path / "out", tmp_path / "work")
@@ -249,7 +251,7 @@ class Notes(Reporter):
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(tmp_path_factory: pytest.TempPathFactory):
     """module_softmax for sm_90, built once with --publish into a store."""
     if not shutil.which("nvcc"):
         pytest.skip("needs nvcc")
@@ -271,13 +273,13 @@ def server():
     state = {"dir": None, "truncate": False}
 
     class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *a, **k):
+        def __init__(self, *a, **k) -> None:
             super().__init__(*a, directory=state["dir"], **k)
 
-        def log_message(self, *a):
+        def log_message(self, *a) -> None:
             pass
 
-        def do_GET(self):
+        def do_GET(self) -> None:
             if state["truncate"] and self.path.endswith(".tar.gz"):
                 data = Path(state["dir"], self.path.lstrip("/")).read_bytes()
                 self.send_response(200)
@@ -321,7 +323,7 @@ def install_from(built, source: str, name: str) -> pipeline.BuildReport:
 
 
 @pytest.mark.slow
-def test_publish_writes_a_deterministic_archive_named_by_the_key(built, tmp_path):
+def test_publish_writes_a_deterministic_archive_named_by_the_key(built, tmp_path: Path) -> None:
     _tmp, _, _, out, store, report = built
     data = json.loads((out / "manifest.json").read_text())
     assert data["build_key"] == report.key == report.packaged.key
@@ -345,7 +347,7 @@ def test_publish_writes_a_deterministic_archive_named_by_the_key(built, tmp_path
 
 
 @pytest.mark.slow
-def test_prebuilt_from_a_dir_installs_without_compiling(built):
+def test_prebuilt_from_a_dir_installs_without_compiling(built) -> None:
     tmp, _, _, out, store, report = built
     got = install_from(built, str(store), "from-dir")
     assert got.prebuilt is not None and got.compiled is None and not got.up_to_date
@@ -361,7 +363,7 @@ def test_prebuilt_from_a_dir_installs_without_compiling(built):
 
 
 @pytest.mark.slow
-def test_prebuilt_over_http_installs_without_compiling(built, server):
+def test_prebuilt_over_http_installs_without_compiling(built, server) -> None:
     tmp, _, _, out, store, _report = built
     got = install_from(built, server(store), "from-http")
     assert got.prebuilt is not None and got.prebuilt.origin.startswith("http://127.0.0.1:")
@@ -370,7 +372,7 @@ def test_prebuilt_over_http_installs_without_compiling(built, server):
 
 
 @pytest.mark.slow
-def test_missing_archive_falls_back_to_building_with_a_note(built):
+def test_missing_archive_falls_back_to_building_with_a_note(built) -> None:
     tmp, src, m, _out, _, report = built
     empty = tmp / "empty-store"
     empty.mkdir(exist_ok=True)
@@ -486,7 +488,7 @@ CASES = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", sorted(CASES))
-def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(built, tmp_path, how):
+def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(built, tmp_path: Path, how) -> None:
     _tmp, _, _, _, good, report = built
     out = tmp_path / "out"
     first = prebuilt.install(str(good), "qk", report.key, out, tmp_path / "work")
@@ -502,7 +504,7 @@ def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(built
 
 
 @pytest.mark.slow
-def test_a_truncated_http_download_is_refused(built, tmp_path, server):
+def test_a_truncated_http_download_is_refused(built, tmp_path: Path, server) -> None:
     _, _, _, _, good, report = built
     out = tmp_path / "out"
     with pytest.raises(QolaError, match=r"truncated|broke off"):
@@ -511,7 +513,7 @@ def test_a_truncated_http_download_is_refused(built, tmp_path, server):
 
 
 @pytest.mark.slow
-def test_the_build_command_refuses_a_hostile_store_and_installs_nothing(built, tmp_path):
+def test_the_build_command_refuses_a_hostile_store_and_installs_nothing(built, tmp_path: Path) -> None:
     _tmp, src, m, _, _, _ = built
     bad = tmp_path / "bad-store"
     tampered(built, bad, "symlink")

@@ -88,7 +88,7 @@ print(json.dumps(out))
 # --------------------------------------------------------------------------- the rewrite
 
 
-def test_the_example_copy_keeps_the_body_static_and_forwards_the_specialisation():
+def test_the_example_copy_keeps_the_body_static_and_forwards_the_specialisation() -> None:
     copy, n = stubs.record_ahead(EXAMPLE, module="qa_libattn_fwd", unit="attn_fwd_d128_bf16_batch_b64x32_mask_lse")
     assert n == 1
     assert copy.splitlines()[0].startswith(f"// {stubs.RECORDED_MARK} attn_fwd_d128_bf16_batch_b64x32_mask_lse")
@@ -113,7 +113,7 @@ def test_the_example_copy_keeps_the_body_static_and_forwards_the_specialisation(
         stubs.record_ahead(copy, module="qa_libattn_fwd", unit="u")
 
 
-def test_the_ck_copy_handles_strings_voids_namespaces_and_unnamed_parameters():
+def test_the_ck_copy_handles_strings_voids_namespaces_and_unnamed_parameters() -> None:
     copy, n = stubs.record_ahead(CK, module="m", unit="fmha_bwd_d128")
     assert n == 3
     assert "static float qola_aot_0(const ck_tile::stream_config& s, fmha_bwd_args a)" in copy
@@ -133,7 +133,7 @@ def test_the_ck_copy_handles_strings_voids_namespaces_and_unnamed_parameters():
     assert "using trait_0 = fmha_bwd_dq_dk_dv_traits_<128, fmha_dtype_0, false>;" in copy  # the rest as it is
 
 
-def test_files_without_a_function_specialisation_are_refused_or_left_alone(tmp_path):
+def test_files_without_a_function_specialisation_are_refused_or_left_alone(tmp_path: Path) -> None:
     with pytest.raises(CxxError, match="no `template <>` function specialisation"):
         stubs.record_ahead(
             "template<> struct FmhaFwdV3Name<sel<1>> { static constexpr int n = 1; };\n", module="m", unit="asm"
@@ -234,11 +234,11 @@ def _call(lib: Path, env: dict, *units: int, **extra: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory):
+def runtime(tmp_path_factory: pytest.TempPathFactory):
     return build_runtime(tmp_path_factory.mktemp("ahead-runtime"))
 
 
-def test_an_ahead_unit_runs_its_own_code_and_records_once_per_process(tmp_path, runtime):
+def test_an_ahead_unit_runs_its_own_code_and_records_once_per_process(tmp_path: Path, runtime) -> None:
     lib, env = _host_lib(tmp_path, runtime)
     assert not (tmp_path / "out" / "jit").exists()
     rec = tmp_path / "rec"
@@ -262,7 +262,7 @@ def test_an_ahead_unit_runs_its_own_code_and_records_once_per_process(tmp_path, 
     assert not (tmp_path / "cache").exists()  # nothing compiled, no cache made
 
 
-def test_ahead_and_deferred_units_in_one_library(tmp_path, runtime):
+def test_ahead_and_deferred_units_in_one_library(tmp_path: Path, runtime) -> None:
     lib, env = _host_lib(tmp_path, runtime, deferred=(1,), ahead=(2,))
     rec = tmp_path / "rec"
     got = _call(lib, env, 1, 2, **{fmt.ENV_USAGE_DIR: str(rec)})
@@ -315,7 +315,7 @@ def _compiled(out: Path) -> set[str]:
     return set(re.findall(r"^build obj/libattn_fwd/\S+: cc (\S+)", text, re.M))
 
 
-def test_plan_json_and_the_key_carry_the_switch(tmp_path):
+def test_plan_json_and_the_key_carry_the_switch(tmp_path: Path) -> None:
     m = tmp_path / "q.toml"
     m.write_text(MANIFEST.format(ns="qr", arch="sm_90", usage=""))
     got = {}
@@ -336,7 +336,7 @@ def test_plan_json_and_the_key_carry_the_switch(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_build_records_ahead_variants_without_jit(tmp_path):
+def test_build_records_ahead_variants_without_jit(tmp_path: Path):
     plain = _build(tmp_path, "", out="plain")
     out = _build(tmp_path, "", "--record-ahead")
     data = json.loads((out / "manifest.json").read_text())
@@ -378,7 +378,7 @@ def test_build_records_ahead_variants_without_jit(tmp_path):
 @pytest.mark.slow
 @pytest.mark.hip
 @pytest.mark.skipif(HIPCC is None, reason="needs hipcc")
-def test_hip_build_records_ahead_variants(tmp_path):
+def test_hip_build_records_ahead_variants(tmp_path: Path) -> None:
     out = _build(tmp_path, "[usage]\nrecord_ahead = true\n", arch="gfx90a")
     assert {Path(c).stem for c in _compiled(out) if "/ahead/" in c} == TWO
     lib = out / "lib/qr_libattn_fwd.so"
@@ -409,7 +409,7 @@ except ValueError:
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_a_pybind_module_records_its_ahead_variants(tmp_path):
+def test_a_pybind_module_records_its_ahead_variants(tmp_path: Path) -> None:
     m = tmp_path / "q.toml"
     m.write_text(PY_MANIFEST.format(ns="qr", arch="sm_90", usage="[usage]\nrecord_ahead = true\n"))
     out = tmp_path / "out"
@@ -434,7 +434,7 @@ def test_a_pybind_module_records_its_ahead_variants(tmp_path):
 
 @pytest.mark.aiter
 @pytest.mark.slow
-def test_every_real_ck_fmha_instance_has_a_recorded_copy_that_parses(aiter_root, tmp_path):
+def test_every_real_ck_fmha_instance_has_a_recorded_copy_that_parses(aiter_root: Path, tmp_path: Path) -> None:
     gen = aiter_root / "aiter_meta/3rdparty/composable_kernel/example/ck_tile/01_fmha/generate.py"
     for d in ("fwd", "bwd"):
         subprocess.run(
@@ -464,7 +464,7 @@ def test_every_real_ck_fmha_instance_has_a_recorded_copy_that_parses(aiter_root,
 @pytest.mark.aiter
 @pytest.mark.ck
 @pytest.mark.slow
-def test_a_real_ck_forward_kernel_compiles_as_a_recorded_copy(aiter_root, tmp_path):
+def test_a_real_ck_forward_kernel_compiles_as_a_recorded_copy(aiter_root: Path, tmp_path: Path) -> None:
     """One CK fMHA forward kernel of TE's libmha_fwd for gfx942 (test_rocm_aiter's slice), without
     [jit], built with --record-ahead by hipcc: the copy compiles, the dispatch links against its
     forwarder (defined once), the asm v3 dispatch file (class specialisations) stays as it is."""

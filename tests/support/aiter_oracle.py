@@ -26,7 +26,7 @@ def _stubs(hip_version: str) -> None:
         setattr(torch, attr, object())
     sys.modules["torch"] = torch
 
-    def unavailable(*args, **kwargs):
+    def unavailable(*args, **kwargs) -> None:
         raise RuntimeError("the oracle resolves the table; it never compiles")
 
     cpp = types.ModuleType("cpp_extension")
