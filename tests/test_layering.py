@@ -142,7 +142,7 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_import_cycle(all_imports) -> None:
+def test_no_import_cycle(all_imports: list[Import]) -> None:
     """No two modules import each other, directly or round a loop, counting imports inside functions
     too (a lazy import hides a cycle from Python, not from a reader); only ``TYPE_CHECKING`` imports
     are left out. A package's ``__init__`` importing its own modules is not a cycle of theirs."""
@@ -167,7 +167,7 @@ def test_every_stage_has_a_rank() -> None:
     assert stages <= set(RANK), f"folders with no place in ORDER: {sorted(stages - set(RANK))}"
 
 
-def test_stages_import_downwards_only(all_imports) -> None:
+def test_stages_import_downwards_only(all_imports: list[Import]) -> None:
     bad = []
     for imp in all_imports:
         if RANK[stage(imp.target)] > RANK[stage(imp.module)] and (imp.module, imp.target) not in UPWARD:
@@ -178,13 +178,13 @@ def test_stages_import_downwards_only(all_imports) -> None:
     assert not bad, "\n".join(bad)
 
 
-def test_known_upward_imports_still_exist(all_imports) -> None:
+def test_known_upward_imports_still_exist(all_imports: list[Import]) -> None:
     """An entry of UPWARD whose import is gone is removed, so the list stays the real debt."""
     found = {(imp.module, imp.target) for imp in all_imports}
     assert not set(UPWARD) - found, sorted(set(UPWARD) - found)
 
 
-def test_commands_use_only_public_names(all_imports) -> None:
+def test_commands_use_only_public_names(all_imports: list[Import]) -> None:
     bad = []
     for imp in all_imports:
         if stage(imp.module) != "commands":
@@ -197,7 +197,7 @@ def test_commands_use_only_public_names(all_imports) -> None:
     assert not bad, "\n".join(bad)
 
 
-def test_function_level_imports_say_why(all_imports) -> None:
+def test_function_level_imports_say_why(all_imports: list[Import]) -> None:
     bad = [
         f"{imp.module}:{imp.line}: {imp.text.strip()}"
         for imp in all_imports

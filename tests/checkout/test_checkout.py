@@ -8,6 +8,7 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from support.common import run_qola
@@ -55,7 +56,7 @@ def mirror(tmp_path: Path):
 
 
 @pytest.fixture
-def patches(tmp_path: Path):
+def patches(tmp_path: Path) -> Path:
     d = tmp_path / "patches"
     d.mkdir()
     patch(d / "0001-x.patch", "aiter/x.py", "line 4", "line 4 (patched)", 3)
@@ -72,7 +73,7 @@ def patches(tmp_path: Path):
     return d
 
 
-def checkout(*args: str, env: dict | None = None):
+def checkout(*args: str, env: dict | None = None) -> CompletedProcess[str]:
     return run_qola("checkout", *args, env={**GIT_ENV, **(env or {})})
 
 
@@ -95,7 +96,7 @@ def tree_files(root: Path) -> dict[str, tuple[str, int]]:
     }
 
 
-def test_clone_pin_submodule_and_patches(tmp_path: Path, mirror, patches) -> None:
+def test_clone_pin_submodule_and_patches(tmp_path: Path, mirror, patches: Path) -> None:
     bare, first, _ = mirror
     root = tmp_path / "build" / "third_party" / "aiter"
     m = manifest(tmp_path, first[:10], patches, bare)
@@ -122,7 +123,7 @@ def test_clone_pin_submodule_and_patches(tmp_path: Path, mirror, patches) -> Non
     assert "line 15 (v2)" in x and "line 4 (patched)" in x and (root / "aiter" / "new.txt").is_file()
 
 
-def test_conflict_leaves_the_tree_exactly_as_it_was(tmp_path: Path, mirror, patches) -> None:
+def test_conflict_leaves_the_tree_exactly_as_it_was(tmp_path: Path, mirror, patches: Path) -> None:
     bare, first, second = mirror
     root = tmp_path / "aiter"
     assert (
@@ -298,7 +299,7 @@ def test_a_symlink_a_patch_set_added_goes_with_the_set(tmp_path: Path, mirror, p
 
 
 @pytest.mark.parametrize("kind", ["dangling", "fifo", "dir", "link-to-dir"])
-def test_a_patch_that_is_no_regular_file_is_an_error(tmp_path: Path, mirror, patches, kind: str) -> None:
+def test_a_patch_that_is_no_regular_file_is_an_error(tmp_path: Path, mirror, patches: Path, kind: str) -> None:
     """A ``*.patch`` that is a dangling link or a FIFO was skipped silently (rc 0); a patches dir that
     does not exist is an error, so this is one too, naming the file (a FIFO is never opened)."""
     bare, first, _ = mirror

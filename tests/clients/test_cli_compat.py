@@ -106,7 +106,7 @@ def test_semicolon_lists_for_arch_and_gpu_archs(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "mix HIP and CUDA" in proc.stderr
 
 
-def test_groups_select_modules(tmp_path: Path):
+def test_groups_select_modules(tmp_path: Path) -> None:
     m = tmp_path / "q.toml"
     m.write_text(
         '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'

@@ -16,6 +16,7 @@ from support.cmake_clients import (
     ADD_MODULES_CMAKE,
     MANIFEST,
     TE_CMAKE,
+    Mirror,
     cmake,
     mirror_tree,
     plain_checkout,
@@ -66,19 +67,19 @@ def ran(exe: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def mirror(tmp_path_factory: pytest.TempPathFactory):
+def mirror(tmp_path_factory: pytest.TempPathFactory) -> Mirror:
     built = tuple(f"hsa/{d.name}" for d in (KERNELS / "hsa").iterdir() if d.is_dir())  # build_hsa.py's output
     return mirror_tree(KERNELS, tmp_path_factory.mktemp("mirror"), skip=built)
 
 
 @pytest.fixture(scope="module")
-def manifest(mirror, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def manifest(mirror: Mirror, tmp_path_factory: pytest.TempPathFactory) -> Path:
     m = tmp_path_factory.mktemp("manifest") / "qola_manifest.toml"
     m.write_text(MANIFEST.format(commit=mirror.commit))
     return m
 
 
-def test_transformer_engine_call_form(mirror, manifest: Path, tmp_path: Path) -> None:
+def test_transformer_engine_call_form(mirror: Mirror, manifest: Path, tmp_path: Path) -> None:
     """TE's CMakeLists.txt as TE runs it, against a plain qola checkout at 3rdparty/QoLA."""
     qola_dir = plain_checkout(tmp_path)
     src = project(tmp_path / "te", TE_CMAKE, SOURCES)
@@ -128,7 +129,7 @@ def test_transformer_engine_call_form(mirror, manifest: Path, tmp_path: Path) ->
     assert (out / "lib" / LIB).read_bytes() == before
 
 
-def test_qola_add_modules(mirror, manifest: Path, tmp_path: Path) -> None:
+def test_qola_add_modules(mirror: Mirror, manifest: Path, tmp_path: Path) -> None:
     """QoLA's qola_add_modules(): checkout into <BUILD_DIR>/third_party/aiter, build the group, results
     in QoLA's OUT_* variables (and qola's OUT_TARGETS); both link forms give a working program."""
     src = project(tmp_path / "proj", ADD_MODULES_CMAKE, SOURCES)
@@ -203,7 +204,7 @@ set_target_properties(app PROPERTIES BUILD_RPATH "${LIBDIR}")
 """
 
 
-def test_two_phase_checkout_then_build(mirror, manifest: Path, tmp_path: Path) -> None:
+def test_two_phase_checkout_then_build(mirror: Mirror, manifest: Path, tmp_path: Path) -> None:
     """QoLA's two-phase form: qola_checkout_aiter() with GROUPS, then qola_build_modules() with LIBS;
     NVTE_AITER_SOURCE_DIR (a tree the user chose) skips the checkout."""
     src = project(tmp_path / "proj", TWO_PHASE_CMAKE, SOURCES)
@@ -285,7 +286,7 @@ def test_mistakes_are_clear_fatal_errors(manifest: Path, tmp_path: Path, call: s
     assert "[qola]" in cfg.stderr
 
 
-def test_a_failing_qola_shows_its_message(mirror, manifest: Path, tmp_path: Path) -> None:
+def test_a_failing_qola_shows_its_message(mirror: Mirror, manifest: Path, tmp_path: Path) -> None:
     """An unknown group: qola's refusal (exit 2) reaches the configure output whole."""
     src = project(tmp_path / "proj", ADD_MODULES_CMAKE, SOURCES)
     defs = {
@@ -318,7 +319,7 @@ set_target_properties(app PROPERTIES BUILD_RPATH "${ATTN_DIR}")
 """
 
 
-def test_two_groups_into_one_build_dir(mirror, tmp_path: Path) -> None:
+def test_two_groups_into_one_build_dir(mirror: Mirror, tmp_path: Path) -> None:
     """QoLA's README pattern: one qola_add_modules() per group, one BUILD_DIR. The first group's
     library is still there after the second group's build (QoLA's output accumulates; qola builds the
     groups of that dir together), and nothing of the first is compiled twice."""
@@ -371,7 +372,7 @@ def test_out_targets_of_a_pybind_only_group_is_a_clear_error(manifest: Path, tmp
             assert "Python extension modules" in said
 
 
-def test_qola_jit_switch_and_prebuilt_first(mirror, manifest: Path, tmp_path: Path) -> None:
+def test_qola_jit_switch_and_prebuilt_first(mirror: Mirror, manifest: Path, tmp_path: Path) -> None:
     """``-DQOLA_JIT=ON`` (TE's CK_JIT mode): the group is built with every generated instance deferred
     (stubs in the library, sources in BUILD_DIR/jit); the program links and answers as before. A
     ``QOLA_PREBUILT_DIR_<GROUP>`` store is tried first with the switch on and off: ON installs the JIT

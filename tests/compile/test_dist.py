@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -32,7 +33,9 @@ def libs(out: Path) -> dict[str, str]:
     }
 
 
-def build(m: Path, out: Path, *args: str, env: dict | None = None, build_dir: Path | None = None):
+def build(
+    m: Path, out: Path, *args: str, env: dict | None = None, build_dir: Path | None = None
+) -> CompletedProcess[str]:
     argv = ["build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out), *args]
     if build_dir is not None:
         argv += ["--build-dir", str(build_dir)]

@@ -7,6 +7,8 @@ import importlib.util
 import math
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -14,7 +16,7 @@ from support.common import KERNELS, run_qola
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
-def _load(path: Path):
+def _load(path: Path) -> ModuleType:
     name = path.name.split(".")[0]
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
@@ -24,7 +26,7 @@ def _load(path: Path):
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory):
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("gpu")
     m = tmp / "q.toml"
     m.write_text(
@@ -39,7 +41,7 @@ def built(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="module")
-def torch():
+def torch() -> Any:
     return pytest.importorskip("torch")
 
 
@@ -48,7 +50,7 @@ TOL = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2}
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
-def test_rmsnorm_matches_torch(built, torch, dtype: str) -> None:
+def test_rmsnorm_matches_torch(built: Path, torch: Any, dtype: str) -> None:
     mod = _load(built / "lib" / "qk_module_rmsnorm.so")
     tdt = getattr(torch, DTYPES[dtype])
     x = torch.randn(257, 1000, device="cuda", dtype=tdt)
@@ -62,7 +64,7 @@ def test_rmsnorm_matches_torch(built, torch, dtype: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
-def test_softmax_matches_torch(built, torch, dtype: str) -> None:
+def test_softmax_matches_torch(built: Path, torch: Any, dtype: str) -> None:
     mod = _load(built / "lib" / "qk_module_softmax.so")
     tdt = getattr(torch, DTYPES[dtype])
     x = torch.randn(333, 777, device="cuda", dtype=tdt)
@@ -82,7 +84,7 @@ def test_softmax_matches_torch(built, torch, dtype: str) -> None:
         ("fp16", 128, False, True),
     ],
 )
-def test_attention_matches_torch(built, torch, dtype: str, hdim: int, causal: bool, lse: bool) -> None:
+def test_attention_matches_torch(built: Path, torch: Any, dtype: str, hdim: int, causal: bool, lse: bool) -> None:
     mod = _load(built / "lib" / "qk_module_attn_fwd.so")
     tdt = getattr(torch, DTYPES[dtype])
     b, sq, sk, h = 2, 77, 93, 4

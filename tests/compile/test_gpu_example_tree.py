@@ -12,6 +12,7 @@ import subprocess
 import sys
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from support.common import KERNELS
@@ -19,7 +20,7 @@ from support.common import KERNELS
 CSRC = KERNELS / "csrc"
 
 
-def _torch_cuda():
+def _torch_cuda() -> Any | None | None:
     try:
         import torch
     except ImportError:
@@ -66,7 +67,7 @@ def built_modules(tmp_path_factory: pytest.TempPathFactory):
     }
     extra = {"module_rmsnorm": ['-DQK_RMSNORM_TUNED_CSV="/x/rmsnorm_tuned.csv"']}
 
-    def compile_one(job):
+    def compile_one(job) -> Any:
         name, src = job
         obj = root / name / (src.stem + ".o")
         obj.parent.mkdir(exist_ok=True)
@@ -96,7 +97,7 @@ TOL = {"fp32": 2e-5, "fp16": 2e-3, "bf16": 2e-2}
 TORCH_DTYPES = ("fp32", "fp16", "bf16")
 
 
-def _dt(torch, name):
+def _dt(torch, name) -> Any:
     return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 

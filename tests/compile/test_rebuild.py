@@ -9,6 +9,7 @@ import json
 import os
 import time
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from support.common import run_qola
@@ -25,7 +26,7 @@ def _fast_copies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     fast: list[str] = []
     real = publish_mod.copy_file
 
-    def copy(src, dst, mode):
+    def copy(src, dst, mode) -> None:
         fast.append(str(src))
         return real(src, dst, mode)
 
@@ -130,7 +131,7 @@ def gen_setup(tmp_path: Path):
     m.write_text(GEN_MANIFEST)
     env = {"CUDACXX": str(fake_nvcc(tmp_path / "nvcc"))}
 
-    def build(*extra: str):
+    def build(*extra: str) -> CompletedProcess[str]:
         return run_qola(
             "build",
             "--manifest",

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import cmake_build, run_qola
@@ -36,7 +37,7 @@ def record(out: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def te(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory):
+def te(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("te")
     proc, out = build(tmp, aiter_root, manifest(tmp / "te.toml", NS, bwd=True))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
@@ -44,7 +45,7 @@ def te(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 @ck
-def test_te_libraries_built_from_ck_instances(te) -> None:
+def test_te_libraries_built_from_ck_instances(te: Any) -> None:
     data = record(te)
     assert data["toolchain"]["version"].startswith(HIP_VERSION)
     assert data["toolchain"]["removed_flags"] == list(DROP)
@@ -67,7 +68,7 @@ def test_te_libraries_built_from_ck_instances(te) -> None:
 
 
 @ck
-def test_audit_clean(te) -> None:
+def test_audit_clean(te: Any) -> None:
     proc = run_qola("audit", str(te))
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -85,7 +86,7 @@ def _defined_dynamic(lib: Path) -> list[str]:
 
 
 @ck
-def test_only_namespace_symbols_exported(te) -> None:
+def test_only_namespace_symbols_exported(te: Any) -> None:
     for name, entry in (("libmha_fwd", "mha_fwd"), ("libmha_bwd", "mha_bwd")):
         lib = te / "lib" / f"{NS}_{name}.so"
         syms = _defined_dynamic(lib)
@@ -98,7 +99,7 @@ def test_only_namespace_symbols_exported(te) -> None:
 
 @ck
 @pytest.mark.parametrize("name,kernel", [("libmha_fwd", "FmhaFwdKernel"), ("libmha_bwd", "FmhaBwd")])
-def test_device_code_for_both_archs(te, name: str, kernel: str, tmp_path: Path) -> None:
+def test_device_code_for_both_archs(te: Any, name: str, kernel: str, tmp_path: Path) -> None:
     lib = te / "lib" / f"{NS}_{name}.so"
     found = kernels_by_arch(lib)
     assert set(ARCHS) <= set(found), sorted(found)
@@ -127,7 +128,7 @@ def test_device_code_for_both_archs(te, name: str, kernel: str, tmp_path: Path) 
 
 
 @pytest.fixture(scope="module")
-def gfx942_only(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory):
+def gfx942_only(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("gfx942")
     proc, out = build(tmp, aiter_root, manifest(tmp / "one.toml", NS, ("gfx942",)))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
@@ -135,7 +136,7 @@ def gfx942_only(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 @ck
-def test_a_gfx942_build_compiles_no_gfx950_file(gfx942_only) -> None:
+def test_a_gfx942_build_compiles_no_gfx950_file(gfx942_only: Any) -> None:
     """CK gets --targets=gfx942 from the plan: no _gfx950 twin is generated or compiled, and the
     library holds gfx942 code only (its code objects per arch listed from the fat binary)."""
     (mod,) = record(gfx942_only)["modules"]
@@ -148,7 +149,7 @@ def test_a_gfx942_build_compiles_no_gfx950_file(gfx942_only) -> None:
 
 
 @ck
-def test_same_kernels_per_arch_as_the_two_arch_build(te, gfx942_only) -> None:
+def test_same_kernels_per_arch_as_the_two_arch_build(te: Any, gfx942_only: Any) -> None:
     """The gfx942 code objects of a gfx942-only build hold exactly the fMHA forward kernels the
     two-arch build holds for gfx942 (the _gfx950 twin only ever held gfx950 code)."""
     both = kernels.device_code_objects(te / "lib" / f"{NS}_libmha_fwd.so")
@@ -165,7 +166,7 @@ def _llvm_env() -> dict[str, str]:
 
 @ck
 @pytest.mark.parametrize("name,api", [("libmha_fwd", "fmha_fwd_api.cpp"), ("libmha_bwd", "fmha_bwd_api.cpp")])
-def test_dispatch_file_calls_exactly_the_instances(te, name: str, api: str) -> None:
+def test_dispatch_file_calls_exactly_the_instances(te: Any, name: str, api: str) -> None:
     blob = te.parent / "out.build" / "gen" / name / "blob"
     special = re.compile(r"template\s*<>\s*(?:float|void)\s+(fmha_\w+_)<\s*([^(]*?)\s*>\s*\(", re.S)
     defined = set()
@@ -191,7 +192,7 @@ def test_dispatch_file_calls_exactly_the_instances(te, name: str, api: str) -> N
 
 @ck
 @pytest.mark.parametrize("name,kind", [("libmha_fwd", "fmha_v3_fwd"), ("libmha_bwd", "fmha_v3_bwd")])
-def test_embedded_code_objects_byte_exact(te, aiter_root: Path, name: str, kind: str) -> None:
+def test_embedded_code_objects_byte_exact(te: Any, aiter_root: Path, name: str, kind: str) -> None:
     lib = te / "lib" / f"{NS}_{name}.so"
     found, _ = embedded_blobs(lib, embed.symbol_prefix(NS, name), embed.ALIGN)
     hsa = aiter_root / "aiter_meta" / "hsa"
@@ -209,7 +210,7 @@ int main(void) { printf("qola %s\n", te_qola_version()); return 0; }
 
 
 @ck
-def test_c_and_cmake_consumers_link_and_load(te, tmp_path: Path) -> None:
+def test_c_and_cmake_consumers_link_and_load(te: Any, tmp_path: Path) -> None:
     src = tmp_path / "use.c"
     src.write_text(C_MAIN)
     lib = te / "lib"
@@ -289,7 +290,7 @@ int main(int argc, char** argv) {
 
 
 @ck
-def test_te_shaped_consumer_compiles_and_links_no_undefined(te, aiter_root: Path, tmp_path: Path) -> None:
+def test_te_shaped_consumer_compiles_and_links_no_undefined(te: Any, aiter_root: Path, tmp_path: Path) -> None:
     srcs = []
     for name, text in (("fwd", CXX_FWD), ("bwd", CXX_BWD), ("main", CXX_MAIN)):
         srcs.append(tmp_path / f"{name}.cpp")

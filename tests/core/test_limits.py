@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from support.common import KERNELS, qola_command, run_qola
 
+from qola.compile.codegen import GenJob
 from qola.core import deadlines, lock, proc
 from qola.core.errors import FailedProcessError, QolaError
 
@@ -170,7 +171,7 @@ def test_a_git_that_hangs_is_ended_at_the_knob_deadline(tmp_path: Path) -> None:
 # ---- generators: a deadline, and output never held whole ---------------------------------------
 
 
-def _job(tmp_path: Path, body: str):
+def _job(tmp_path: Path, body: str) -> GenJob:
     from qola.compile.codegen import GenJob
     from qola.plan.planner import Generator
 
@@ -343,7 +344,9 @@ def test_build_waiting_for_a_held_build_dir_says_so_and_ends_on_sigterm(tmp_path
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_jit_prebuild_waiting_for_a_held_cache_lock_ends_on_a_signal(tmp_path: Path, jit_runtime, sig) -> None:
+def test_jit_prebuild_waiting_for_a_held_cache_lock_ends_on_a_signal(
+    tmp_path: Path, jit_runtime: list[Path], sig
+) -> None:
     from support.jit_lib import make_lib
 
     from qola.jit import prebuild as pb
@@ -362,7 +365,7 @@ def test_jit_prebuild_waiting_for_a_held_cache_lock_ends_on_a_signal(tmp_path: P
     assert not [p for p in lib.cache.iterdir() if p.name.startswith(".") and p.is_file()], "temp files left"
 
 
-def test_jit_prebuild_lock_wait_has_a_deadline(tmp_path: Path, jit_runtime) -> None:
+def test_jit_prebuild_lock_wait_has_a_deadline(tmp_path: Path, jit_runtime: list[Path]) -> None:
     from support.jit_lib import make_lib
 
     from qola.jit import prebuild as pb
@@ -378,7 +381,7 @@ def test_jit_prebuild_lock_wait_has_a_deadline(tmp_path: Path, jit_runtime) -> N
 
 
 @pytest.fixture(scope="module")
-def jit_runtime(tmp_path_factory: pytest.TempPathFactory):
+def jit_runtime(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     from support.jit_lib import build_runtime
 
     return build_runtime(tmp_path_factory.mktemp("jit-runtime-limits"))

@@ -138,13 +138,13 @@ def test_write_if_changed_keeps_mtime_takes_bytes_and_fixes_mode(tmp_path: Path)
     assert [p.name for p in path.parent.iterdir()] == ["f.cu"]  # no temp file left
 
 
-def test_atomic_write_temp_prefix_commit_and_replace_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_atomic_write_temp_prefix_commit_and_replace_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from qola.core import fsutil
 
     seen = []
     real = os.replace
 
-    def spy(src, dst):
+    def spy(src, dst) -> None:
         seen.append(Path(src).name)
         return real(src, dst)
 

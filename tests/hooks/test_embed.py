@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from subprocess import CompletedProcess
+from typing import Any
 
 import pytest
 from support.common import run_qola
@@ -62,7 +64,7 @@ int main(int argc, char** argv)
 """
 
 
-def _run(cmd, **kw):
+def _run(cmd, **kw) -> CompletedProcess[Any]:
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
     return proc

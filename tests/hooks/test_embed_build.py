@@ -97,7 +97,7 @@ def test_cuda_build_embeds_code_objects(cuda_build) -> None:
     assert f"build obj/{MODULE}/qola_embedded_{MODULE}.o: asm " in graph
 
 
-def test_cuda_rebuild_reassembles_only_what_changed(cuda_build):
+def test_cuda_rebuild_reassembles_only_what_changed(cuda_build) -> None:
     """Runs last on the shared build: a touched or changed .co re-assembles and relinks, compiles nothing."""
     tmp, tree, proc, out = cuda_build
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -40,7 +40,7 @@ print(r, f"{err:.5f}", f"{lerr:.6f}", lib.qg_qola_jit_last_error().decode())
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_deferred_variant_on_gpu_compiles_once_and_matches_torch(tmp_path: Path):
+def test_deferred_variant_on_gpu_compiles_once_and_matches_torch(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     m = tmp_path / "q.toml"
     m.write_text(MANIFEST)

@@ -24,6 +24,7 @@ from qola.commands.common import prepare
 from qola.core.errors import QolaError
 from qola.hooks import jit as jitbuild
 from qola.output.publish import publish_tree
+from qola.pipeline.spec import Prepared
 from qola.plan.manifest import parse
 from qola.plan.model import JitSplit
 
@@ -94,7 +95,7 @@ def test_manifest_shape_and_errors() -> None:
         parse("[jit]\n[[jit.aot.variant]]\nmodule = 'x'\npattern = '*'\n")
 
 
-def _prepared(tmp: Path, jit: str):
+def _prepared(tmp: Path, jit: str) -> Prepared:
     m = manifest(tmp / "q.toml", jit)
     args = argparse.Namespace(manifest=str(m), aiter_root=str(KERNELS), archs=None, mode=None, allow_unpinned=True)
     return prepare(args, dict(os.environ))
@@ -184,7 +185,7 @@ def test_publish_tree_mirrors_and_removes(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_build_defers_all_but_aot_and_runtime_compiles_once(tmp_path: Path):
+def test_build_defers_all_but_aot_and_runtime_compiles_once(tmp_path: Path) -> None:
     out, bdir = build(tmp_path, AOT_TWO)
     everything = all_instances()
     assert len(everything) == 48
@@ -290,7 +291,7 @@ except RuntimeError as exc:
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_pybind_module_calls_a_deferred_variant(tmp_path: Path):
+def test_pybind_module_calls_a_deferred_variant(tmp_path: Path) -> None:
     m = tmp_path / "q.toml"
     m.write_text(
         '[qola]\nnamespace = "qj"\n[build]\narchitectures = ["sm_90"]\n'

@@ -39,7 +39,7 @@ int main(int argc, char** argv)
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_example_attn_fwd_all_deferred(tmp_path: Path):
+def test_example_attn_fwd_all_deferred(tmp_path: Path) -> None:
     gen = tmp_path / "gen"
     subprocess.run(
         [

@@ -7,26 +7,26 @@ from pathlib import Path
 
 import pytest
 from support.common import run_qola
-from support.jit_lib import build_runtime, expected, make_lib
+from support.jit_lib import TestLib, build_runtime, expected, make_lib
 
 
 @pytest.fixture(scope="session")
-def jit_runtime(tmp_path_factory: pytest.TempPathFactory):
+def jit_runtime(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return build_runtime(tmp_path_factory.mktemp("jit-runtime-cli"))
 
 
 @pytest.fixture
-def lib(tmp_path: Path, jit_runtime):
+def lib(tmp_path: Path, jit_runtime: list[Path]) -> TestLib:
     return make_lib(tmp_path / "lib", jit_runtime)
 
 
-def ok_call(lib, n=1, x=5, extra=None) -> None:
+def ok_call(lib: TestLib, n=1, x=5, extra=None) -> None:
     proc = lib.run(n, x, extra=extra)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[1] == str(expected(n, x))
 
 
-def test_prebuild_fills_the_cache_the_runtime_uses(lib) -> None:
+def test_prebuild_fills_the_cache_the_runtime_uses(lib: TestLib) -> None:
     out = lib.root / "out"
     proc = run_qola("jit", "prebuild", str(out), "-j", "2", env=lib.env)
     assert proc.returncode == 0, proc.stderr
@@ -41,7 +41,7 @@ def test_prebuild_fills_the_cache_the_runtime_uses(lib) -> None:
     assert "2 of 2 units ready" in ls.stdout, ls.stdout + ls.stderr
 
 
-def test_prebuild_filter_and_prebuilt_dir(lib, tmp_path: Path) -> None:
+def test_prebuild_filter_and_prebuilt_dir(lib: TestLib, tmp_path: Path) -> None:
     prebuilt = tmp_path / "prebuilt"
     proc = run_qola(
         "jit", "prebuild", str(lib.root / "out"), "--filter", "unit_2", "--prebuilt-dir", str(prebuilt), env=lib.env
@@ -54,7 +54,7 @@ def test_prebuild_filter_and_prebuilt_dir(lib, tmp_path: Path) -> None:
     assert lib.compiles() == 2  # unit_1 was not prebuilt: compiled into the cache
 
 
-def test_ls_verify_fix_clean(lib) -> None:
+def test_ls_verify_fix_clean(lib: TestLib) -> None:
     ok_call(lib, 1)
     ok_call(lib, 2)
     ls = run_qola("jit", "ls", env=lib.env)
@@ -81,7 +81,7 @@ def test_ls_verify_fix_clean(lib) -> None:
     assert clean_all.returncode == 0 and lib.entries() == []
 
 
-def test_refused_cache_dir_exits_2_with_hint(lib) -> None:
+def test_refused_cache_dir_exits_2_with_hint(lib: TestLib) -> None:
     lib.cache.mkdir(mode=0o700)
     os.chmod(lib.cache, 0o777)
     for args in (["ls"], ["verify"], ["prebuild", str(lib.root / "out")]):
@@ -90,7 +90,7 @@ def test_refused_cache_dir_exits_2_with_hint(lib) -> None:
         assert "error: refusing JIT cache dir" in proc.stderr and "hint: run `chmod go-w" in proc.stderr
 
 
-def test_user_errors_exit_2(lib, tmp_path: Path) -> None:
+def test_user_errors_exit_2(lib: TestLib, tmp_path: Path) -> None:
     proc = run_qola("jit", "prebuild", str(tmp_path / "nothing"), env=lib.env)
     assert proc.returncode == 2 and "error: no JIT modules under" in proc.stderr and "hint:" in proc.stderr
     proc = run_qola("jit", "prebuild", str(lib.root / "out"), "--filter", "nope*", env=lib.env)
@@ -99,7 +99,7 @@ def test_user_errors_exit_2(lib, tmp_path: Path) -> None:
     assert proc.returncode == 2 and "does not exist" in proc.stderr
 
 
-def test_prebuild_reports_compile_failures(lib) -> None:
+def test_prebuild_reports_compile_failures(lib: TestLib) -> None:
     (lib.root / "fail").write_text("")
     proc = run_qola("jit", "prebuild", str(lib.root / "out"), env=lib.env)
     assert proc.returncode == 1
@@ -107,7 +107,7 @@ def test_prebuild_reports_compile_failures(lib) -> None:
     assert lib.entries() == []
 
 
-def test_entries_are_0644_whatever_the_umask(lib) -> None:
+def test_entries_are_0644_whatever_the_umask(lib: TestLib) -> None:
     """Whatever mode the linker leaves on its output (it depends on the linker and the umask: 0711
     here before), the runtime and prebuild both publish entries with the format's 0644."""
     old = os.umask(0o002)
@@ -135,7 +135,7 @@ def test_verify_and_clean_on_a_fresh_machine_exit_0(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("failure", ["source", "lock", "compiler", "headers"])
-def test_prebuild_exits_nonzero_on_every_failure(lib, failure: str) -> None:
+def test_prebuild_exits_nonzero_on_every_failure(lib: TestLib, failure: str) -> None:
     """A CI prebuild step must fail when prebuild does (a reviewer's point on ck-jit, issue 35): not
     only a failed compile (above) but a source that differs from the library's record, a lock another
     process holds past QOLA_LOCK_TIMEOUT, a compiler that is not there and a header bundle that does

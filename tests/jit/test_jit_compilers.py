@@ -10,7 +10,7 @@ from support.jit_lib import HIPCC, NVCC, build_runtime, expected, make_lib
 
 
 @pytest.fixture(scope="module")
-def jit_runtime(tmp_path_factory: pytest.TempPathFactory):
+def jit_runtime(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return build_runtime(tmp_path_factory.mktemp("jit-runtime-dev"))
 
 
@@ -23,13 +23,13 @@ def _first_compiles_then_cached(lib) -> None:
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_nvcc_as_jit_compiler(tmp_path: Path, jit_runtime) -> None:
+def test_nvcc_as_jit_compiler(tmp_path: Path, jit_runtime: list[Path]) -> None:
     lib = make_lib(tmp_path / "lib", jit_runtime, lang="cuda", real=NVCC, archs=("sm_90",))
     _first_compiles_then_cached(lib)
 
 
 @pytest.mark.hip
-def test_hipcc_as_jit_compiler(tmp_path: Path, jit_runtime) -> None:
+def test_hipcc_as_jit_compiler(tmp_path: Path, jit_runtime: list[Path]) -> None:
     # hipcc needs HIP_PLATFORM=amd on this machine: in the children's environment only
     lib = make_lib(
         tmp_path / "lib",

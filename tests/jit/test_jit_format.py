@@ -172,7 +172,7 @@ def test_meta_fields_the_runtime_reads_are_format_fields() -> None:
     assert set(fmt.PROVENANCE) <= read
 
 
-def test_generated_table_follows_the_struct_declarations():
+def test_generated_table_follows_the_struct_declarations() -> None:
     header = _strip_comments((RUNTIME / "qola_jit.h").read_text())
 
     def fields(struct: str) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -38,7 +39,7 @@ FUZZ = settings(
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory):
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[Any, Any]:
     root = tmp_path_factory.mktemp("jit-fuzz")
     lib = make_lib(root / "lib", build_runtime(root / "rt"))
     fastcc = root / "fastcc"
@@ -83,7 +84,7 @@ def run_cli(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
     return rc, err.getvalue()
 
 
-def exercise(world, index_bytes: bytes | None = None, meta: bytes | None = None) -> None:
+def exercise(world: dict[Any, Any], index_bytes: bytes | None = None, meta: bytes | None = None) -> None:
     """One hostile example: a fresh OUT copy and cache, every jit command, and (for .meta) the runtime."""
     lib = world["lib"]
     ex = Path(tempfile.mkdtemp(dir=world["scratch"]))
@@ -179,12 +180,12 @@ def hostile_index(draw, valid: dict) -> bytes:
 
 @given(data=st.data())
 @FUZZ
-def test_hostile_index_json_never_tracebacks(world, data) -> None:
+def test_hostile_index_json_never_tracebacks(world: dict[Any, Any], data) -> None:
     exercise(world, index_bytes=data.draw(hostile_index(world["index"])))
 
 
 @st.composite
-def hostile_meta(draw, world) -> bytes:
+def hostile_meta(draw, world: dict[Any, Any]) -> bytes:
     kind = draw(st.sampled_from(["mutate", "mutate", "bytes", "text"]))
     if kind == "bytes":
         return draw(st.binary(max_size=400))
@@ -217,5 +218,5 @@ def hostile_meta(draw, world) -> bytes:
 
 @given(data=st.data())
 @FUZZ
-def test_hostile_cache_meta_never_tracebacks_or_hangs(world, data) -> None:
+def test_hostile_cache_meta_never_tracebacks_or_hangs(world: dict[Any, Any], data) -> None:
     exercise(world, meta=data.draw(hostile_meta(world)))

@@ -10,10 +10,11 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from support.common import run_qola, wait_for
-from support.jit_lib import build_runtime, expected, make_lib, sh
+from support.jit_lib import TestLib, build_runtime, expected, make_lib, sh
 
 from qola.jit.cache import JitCache
 
@@ -23,20 +24,20 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid n
 
 
 @pytest.fixture(scope="session")
-def jit_runtime(tmp_path_factory: pytest.TempPathFactory):
+def jit_runtime(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return build_runtime(tmp_path_factory.mktemp("jit-runtime-harden"))
 
 
 @pytest.fixture
-def lib(tmp_path: Path, jit_runtime):
+def lib(tmp_path: Path, jit_runtime: list[Path]) -> TestLib:
     return make_lib(tmp_path / "lib", jit_runtime)
 
 
-def index_of(lib) -> dict:
+def index_of(lib: TestLib) -> dict:
     return json.loads((lib.root / "out/jit/tm/index.json").read_text())
 
 
-def call(lib, n: int, x: int, extra: dict | None = None, timeout: float = 30):
+def call(lib: TestLib, n: int, x: int, extra: dict | None = None, timeout: float = 30) -> CompletedProcess[str]:
     """The caller, with a short timeout (a hang fails the test instead of stalling it)."""
     return subprocess.run(
         [str(lib.caller), str(n), str(x)],
@@ -58,7 +59,7 @@ def no_traceback(proc) -> None:
     assert "Traceback" not in proc.stderr, proc.stderr
 
 
-def plant_headers(lib, *, const: int = 900, uid: int | None = None) -> Path:
+def plant_headers(lib: TestLib, *, const: int = 900, uid: int | None = None) -> Path:
     """A complete-looking unpacked bundle with another api.h at <cache>/headers/<bundle sha>."""
     dst = lib.cache / "headers" / index_of(lib)["headers"]["sha256"]
     (dst / "inc0").mkdir(parents=True)
@@ -71,7 +72,7 @@ def plant_headers(lib, *, const: int = 900, uid: int | None = None) -> Path:
     return dst
 
 
-def cache_with_open_headers_dir(lib) -> None:
+def cache_with_open_headers_dir(lib: TestLib) -> None:
     JitCache(lib.cache)  # 0700 root and subdirs
     os.chmod(lib.cache, 0o755)
     os.chmod(lib.cache / "headers", 0o777)
@@ -81,7 +82,7 @@ def cache_with_open_headers_dir(lib) -> None:
 
 
 @root_only
-def test_runtime_refuses_a_group_writable_headers_dir_and_replaces_planted_headers(lib) -> None:
+def test_runtime_refuses_a_group_writable_headers_dir_and_replaces_planted_headers(lib: TestLib) -> None:
     cache_with_open_headers_dir(lib)
     planted = plant_headers(lib, uid=OTHER_UID)
     proc = lib.run(1, 5)
@@ -96,7 +97,7 @@ def test_runtime_refuses_a_group_writable_headers_dir_and_replaces_planted_heade
     assert planted.stat().st_uid == os.geteuid() and "HEADER_CONST 7" in (planted / "inc0/api.h").read_text()
 
 
-def test_runtime_unpacks_again_when_the_unpacked_headers_differ_from_the_library(lib) -> None:
+def test_runtime_unpacks_again_when_the_unpacked_headers_differ_from_the_library(lib: TestLib) -> None:
     JitCache(lib.cache)
     planted = plant_headers(lib, const=900)  # ours, private, complete-looking, but not the bundle's content
     proc = lib.run(2, 3)
@@ -104,7 +105,7 @@ def test_runtime_unpacks_again_when_the_unpacked_headers_differ_from_the_library
     assert "HEADER_CONST 7" in (planted / "inc0/api.h").read_text()
 
 
-def test_runtime_refuses_a_symlinked_header_in_the_unpacked_tree(lib, tmp_path: Path) -> None:
+def test_runtime_refuses_a_symlinked_header_in_the_unpacked_tree(lib: TestLib, tmp_path: Path) -> None:
     JitCache(lib.cache)
     planted = plant_headers(lib, const=7)
     outside = tmp_path / "outside.h"
@@ -117,7 +118,7 @@ def test_runtime_refuses_a_symlinked_header_in_the_unpacked_tree(lib, tmp_path: 
 
 
 @root_only
-def test_prebuild_refuses_open_headers_dir_and_never_compiles_planted_headers(lib) -> None:
+def test_prebuild_refuses_open_headers_dir_and_never_compiles_planted_headers(lib: TestLib) -> None:
     cache_with_open_headers_dir(lib)
     plant_headers(lib, uid=OTHER_UID)
     proc = run_qola("jit", "prebuild", lib.root / "out", env=lib.env, timeout=60)
@@ -132,7 +133,7 @@ def test_prebuild_refuses_open_headers_dir_and_never_compiles_planted_headers(li
     assert lib.compiles() == 2
 
 
-def test_prebuild_unpacks_again_when_the_unpacked_headers_differ(lib) -> None:
+def test_prebuild_unpacks_again_when_the_unpacked_headers_differ(lib: TestLib) -> None:
     JitCache(lib.cache)
     plant_headers(lib, const=900)
     proc = run_qola("jit", "prebuild", lib.root / "out", "--filter", "unit_2", env=lib.env, timeout=60)
@@ -141,7 +142,7 @@ def test_prebuild_unpacks_again_when_the_unpacked_headers_differ(lib) -> None:
 
 
 @root_only
-def test_untrusted_entries_and_memos_are_not_used(lib) -> None:
+def test_untrusted_entries_and_memos_are_not_used(lib: TestLib) -> None:
     assert result(lib.run(1, 5))[1] == 0
     so = lib.entries()[0]
     os.chown(so, OTHER_UID, -1)  # same bytes, another owner
@@ -154,7 +155,7 @@ def test_untrusted_entries_and_memos_are_not_used(lib) -> None:
 # ------------------------------------------------------------------ item 3: the library is the authority
 
 
-def tamper_source(lib, unit: str = "unit_1") -> Path:
+def tamper_source(lib: TestLib, unit: str = "unit_1") -> Path:
     src = lib.root / f"out/jit/tm/src/{unit}.cpp"
     text = src.read_text().replace("return x * 10 + HEADER_CONST", "return x * 10 + 5000 + HEADER_CONST")
     assert text != src.read_text()
@@ -162,7 +163,7 @@ def tamper_source(lib, unit: str = "unit_1") -> Path:
     return src
 
 
-def test_prebuild_from_a_tampered_out_jit_is_refused(lib) -> None:
+def test_prebuild_from_a_tampered_out_jit_is_refused(lib: TestLib) -> None:
     src = tamper_source(lib)
     index = index_of(lib)
     for u in index["units"]:
@@ -178,7 +179,7 @@ def test_prebuild_from_a_tampered_out_jit_is_refused(lib) -> None:
     assert ls.returncode == 2 and "does not match the library" in ls.stderr
 
 
-def test_prebuild_never_compiles_a_source_the_library_did_not_record(lib) -> None:
+def test_prebuild_never_compiles_a_source_the_library_did_not_record(lib: TestLib) -> None:
     tamper_source(lib)  # index.json untouched: its hash disagrees with the file, as the library's does
     proc = run_qola("jit", "prebuild", lib.root / "out", env=lib.env, timeout=60)
     assert proc.returncode == 1 and "1 built" in proc.stdout, proc.stdout + proc.stderr
@@ -186,7 +187,7 @@ def test_prebuild_never_compiles_a_source_the_library_did_not_record(lib) -> Non
     assert lib.compiles() == 1  # unit_2 only
 
 
-def _tampered_entry(lib) -> Path:
+def _tampered_entry(lib: TestLib) -> Path:
     """Replace unit_1's entry by one compiled from a tampered source, with a .meta whose size and
     sha256 fit the new .so and that truthfully records the tampered source's hash. OUT/jit is
     restored afterwards: only the cache is hostile."""
@@ -222,7 +223,7 @@ def _tampered_entry(lib) -> Path:
     return so
 
 
-def test_an_entry_built_from_other_sources_is_not_loaded_and_verify_says_so(lib) -> None:
+def test_an_entry_built_from_other_sources_is_not_loaded_and_verify_says_so(lib: TestLib) -> None:
     so = _tampered_entry(lib)
     good = run_qola("jit", "verify", env=lib.env, timeout=60)  # by itself the entry is consistent...
     assert good.returncode == 0, good.stdout + good.stderr
@@ -237,7 +238,7 @@ def test_an_entry_built_from_other_sources_is_not_loaded_and_verify_says_so(lib)
     assert result(proc) == (expected(1, 5), 0), proc.stderr  # rebuilt from its own sources, not +5000
 
 
-def test_entries_without_a_record_of_their_sources_are_rebuilt(lib) -> None:
+def test_entries_without_a_record_of_their_sources_are_rebuilt(lib: TestLib) -> None:
     """What an older prebuild wrote from a tampered OUT/jit: a consistent entry, no provenance."""
     so = _tampered_entry(lib)
     meta = so.with_suffix(".meta")
@@ -253,7 +254,7 @@ def test_entries_without_a_record_of_their_sources_are_rebuilt(lib) -> None:
     assert result(lib.run(1, 5)) == (expected(1, 5), 0)
 
 
-def test_the_table_is_read_from_shared_objects_and_static_archives(lib, tmp_path: Path) -> None:
+def test_the_table_is_read_from_shared_objects_and_static_archives(lib: TestLib, tmp_path: Path) -> None:
     from qola.jit import libtable  # new with the hardening: imported here so the other tests run on older trees
 
     [mod] = libtable.read_library(lib.root / "out/lib/libqt.so")
@@ -299,7 +300,7 @@ def libtable_data() -> Path:
 # ------------------------------------------------------------------ item 3: FIFOs and /dev/zero never hang
 
 
-def _hostile(lib, what: str) -> Path:
+def _hostile(lib: TestLib, what: str) -> Path:
     assert result(lib.run(1, 5))[1] == 0
     so = lib.entries()[0]
     target = {"meta-fifo": so.with_suffix(".meta"), "so-zero": so, "meta-zero": so.with_suffix(".meta")}[what]
@@ -312,7 +313,7 @@ def _hostile(lib, what: str) -> Path:
 
 
 @pytest.mark.parametrize("what", ["meta-fifo", "so-zero", "meta-zero"])
-def test_fifos_and_device_links_in_the_cache_never_hang(lib, what: str) -> None:
+def test_fifos_and_device_links_in_the_cache_never_hang(lib: TestLib, what: str) -> None:
     so = _hostile(lib, what)
     proc = call(lib, 1, 5, extra={"QOLA_JIT": "0"})  # would block/read forever before
     assert result(proc)[1] == E_DISABLED, proc.stderr
@@ -326,7 +327,7 @@ def test_fifos_and_device_links_in_the_cache_never_hang(lib, what: str) -> None:
     assert run_qola("jit", "verify", env=lib.env, timeout=60).returncode == 0
 
 
-def test_fifo_inputs_in_out_jit_never_hang(lib) -> None:
+def test_fifo_inputs_in_out_jit_never_hang(lib: TestLib) -> None:
     src = lib.root / "out/jit/tm/src/unit_1.cpp"
     src.unlink()
     os.mkfifo(src)
@@ -356,7 +357,7 @@ def _index_cases() -> dict:
 
 
 @pytest.mark.parametrize("case", list(_index_cases()))
-def test_malformed_index_json_is_exit_2(lib, case) -> None:
+def test_malformed_index_json_is_exit_2(lib: TestLib, case) -> None:
     index = lib.root / "out/jit/tm/index.json"
     index.write_bytes(_index_cases()[case])
     for args in (["prebuild", lib.root / "out"], ["ls", lib.root / "out"], ["verify", lib.root / "out"]):
@@ -366,7 +367,7 @@ def test_malformed_index_json_is_exit_2(lib, case) -> None:
         assert "index.json" in p.stderr and "hint:" in p.stderr, p.stderr
 
 
-def test_index_json_with_wrong_types_names_the_key(lib) -> None:
+def test_index_json_with_wrong_types_names_the_key(lib: TestLib) -> None:
     index = index_of(lib)
     index["units"][0]["content_key"] = 5
     (lib.root / "out/jit/tm/index.json").write_text(json.dumps(index))
@@ -379,7 +380,7 @@ def test_index_json_with_wrong_types_names_the_key(lib) -> None:
 
 
 @pytest.mark.parametrize("action", [["prebuild", "OUT"], ["ls"], ["ls", "OUT"], ["verify"], ["clean"]])
-def test_cache_dir_that_is_a_file_is_exit_2(lib, tmp_path: Path, action: list[str]) -> None:
+def test_cache_dir_that_is_a_file_is_exit_2(lib: TestLib, tmp_path: Path, action: list[str]) -> None:
     a_file = tmp_path / "passwd"
     a_file.write_text("root:x:0:0::/root:/bin/sh\n")
     args = [str(lib.root / "out") if a == "OUT" else a for a in action]
@@ -392,7 +393,7 @@ def test_cache_dir_that_is_a_file_is_exit_2(lib, tmp_path: Path, action: list[st
 # ------------------------------------------------------------------ item 5: stale temp files
 
 
-def test_killed_compile_leaves_a_temp_that_verify_reports_and_the_next_compile_removes(lib) -> None:
+def test_killed_compile_leaves_a_temp_that_verify_reports_and_the_next_compile_removes(lib: TestLib) -> None:
     (lib.root / "slow").write_text("30")
     victim = lib.spawn(1, 5)
     assert wait_for(lambda: lib.compiles() == 1), "the compiler never started"
@@ -411,7 +412,7 @@ def test_killed_compile_leaves_a_temp_that_verify_reports_and_the_next_compile_r
     assert run_qola("jit", "verify", env=lib.env, timeout=60).returncode == 0
 
 
-def test_verify_fix_removes_stale_temps_but_not_those_of_a_running_compile(lib) -> None:
+def test_verify_fix_removes_stale_temps_but_not_those_of_a_running_compile(lib: TestLib) -> None:
     assert result(lib.run(1, 5))[1] == 0
     cache = JitCache(lib.cache)
     stale = lib.cache / f".tmp-{'a' * 64}-dead.so"

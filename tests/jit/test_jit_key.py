@@ -14,6 +14,7 @@ from support.jit_lib import API_H, UNIT, fake_compiler
 from qola.core.errors import QolaError
 from qola.jit import key as jkey
 from qola.jit import layout
+from qola.jit.layout import JitModuleSpec
 
 
 def build(
@@ -123,7 +124,7 @@ def test_bundle_is_deterministic_and_holds_the_closure(tmp_path: Path) -> None:
         assert tf.getnames() == ["inc0/api.h", "inc0/other.h"]  # not unused.h
 
 
-def _spec(*include_dirs):
+def _spec(*include_dirs) -> JitModuleSpec:
     cc = jkey.JitCompiler(path="/usr/bin/g++", identity="c" * 64, version="g++")
     return layout.JitModuleSpec(
         module="m", lang="cxx", arch="host", compiler=cc, flags=("-O1",), include_dirs=include_dirs

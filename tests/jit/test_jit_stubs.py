@@ -117,7 +117,7 @@ def check_stub(unit: str, text: str, style, decls, called: set) -> set:
 
 # ----------------------------------------------------------------------------- example tree
 @pytest.fixture(scope="module")
-def attn_tree(tmp_path_factory: pytest.TempPathFactory):
+def attn_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not ATTN_GEN.is_file():
         pytest.skip("examples/kernels/csrc/attn/generate.py not present")
     out = tmp_path_factory.mktemp("attn")
@@ -125,7 +125,7 @@ def attn_tree(tmp_path_factory: pytest.TempPathFactory):
     return out
 
 
-def test_example_attn_stubs_match_the_dispatch(attn_tree) -> None:
+def test_example_attn_stubs_match_the_dispatch(attn_tree: Path) -> None:
     api = (attn_tree / "attn_fwd_api.cu").read_text()
     decls = declarations((ATTN_GEN.parent / "attn_fwd_kernel.h").read_text())
     called = {("attn_fwd_", canonical(t, {})) for t in re.findall(r"return attn_fwd_<(.*)>\(a, s\);", api)}

@@ -194,7 +194,7 @@ def test_stale_staging_and_listings_are_removed(tmp_path: Path) -> None:
         shutil.rmtree(listing, ignore_errors=True)
 
 
-def test_publish_killed_mid_switch_is_completed_by_the_audit(tmp_path: Path):
+def test_publish_killed_mid_switch_is_completed_by_the_audit(tmp_path: Path) -> None:
     """A switch killed after its commit (``.qola/next`` renamed in, lib/ swapped, the rest not): the
     next qola command, here the audit, completes it before reading; stray entries are noted."""
     from qola.core import fsutil
@@ -205,7 +205,7 @@ def test_publish_killed_mid_switch_is_completed_by_the_audit(tmp_path: Path):
     orig = fsutil.exchange
     calls = []
 
-    def killed(a, b):  # the process dies after swapping lib/
+    def killed(a, b) -> bool:  # the process dies after swapping lib/
         if len(calls) == 1:
             raise KeyboardInterrupt
         calls.append(b)

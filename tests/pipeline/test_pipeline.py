@@ -24,7 +24,7 @@ from qola.pipeline import run as pipeline
 from qola.pipeline.run import BuildSpec, Reporter
 from qola.pipeline.spec import settings
 from qola.plan import variants
-from qola.plan.model import Generator, Plan
+from qola.plan.model import Generator, ModulePlan, Plan
 
 HAS_NVCC = shutil.which("nvcc") is not None
 
@@ -83,7 +83,7 @@ def test_ck_filters_run_under_the_any_of_wrapper(tmp_path: Path) -> None:
     assert two.wrapper is None and two.run_argv == [*gen.argv, "--filter", "*_lse_*"]
 
 
-def _module(name: str, gens=(), **kw):
+def _module(name: str, gens=(), **kw) -> ModulePlan:
     from qola.plan.model import ModulePlan
 
     base = {

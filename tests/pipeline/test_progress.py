@@ -12,6 +12,7 @@ import io
 import os
 import subprocess
 from pathlib import Path
+from subprocess import CompletedProcess
 
 from support.common import run_qola
 from support.fake_nvcc import fake_nvcc, make_tree
@@ -75,7 +76,7 @@ def test_terminal_bar_names_the_phase_not_generating() -> None:
         assert r.progress.tasks[0].description == "compiling"
 
 
-def _build(tmp_path: Path, *extra):
+def _build(tmp_path: Path, *extra) -> CompletedProcess[str]:
     tree = make_tree(tmp_path / "tree")
     m = tmp_path / "q.toml"
     m.write_text(

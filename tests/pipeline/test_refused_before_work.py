@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from subprocess import CompletedProcess, Popen
+from typing import Any
 
 import pytest
 from support.common import qola_command, run_qola
@@ -47,7 +49,9 @@ def setup(tmp_path: Path):
     m.write_text(MANIFEST % "")
     env = {"CUDACXX": str(fake_nvcc(tmp_path / "nvcc"))}
 
-    def build(*extra: str, env_extra: dict | None = None, out: str = "out", root: str | None = None):
+    def build(
+        *extra: str, env_extra: dict | None = None, out: str = "out", root: str | None = None
+    ) -> CompletedProcess[str]:
         args = ["build", "--manifest", str(m), "--aiter-root", root or str(tree), "-o", str(tmp_path / out), *extra]
         return run_qola(*args, env={**env, **(env_extra or {})}, cwd=tmp_path)
 
@@ -435,14 +439,14 @@ def test_runner_group_death_signal_and_timeout(tmp_path: Path) -> None:
     assert not _alive([int(marker.read_text())], 60), "a timed-out child's group survived"
 
 
-def test_runner_new_group_without_popen_process_group(monkeypatch: pytest.MonkeyPatch):
+def test_runner_new_group_without_popen_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
     """Python 3.10 (requires-python) has no Popen(process_group=): there the child still leads a
     group of its own and gets the death signal, through its preexec function (3.10's Popen faked)."""
     from qola.core import proc
 
     real = subprocess.Popen
 
-    def popen_310(*args, **kwargs):
+    def popen_310(*args, **kwargs) -> Popen[Any]:
         if "process_group" in kwargs:
             raise TypeError("__init__() got an unexpected keyword argument 'process_group'")
         return real(*args, **kwargs)

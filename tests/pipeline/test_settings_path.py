@@ -7,7 +7,7 @@ import importlib.util
 import os
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -112,7 +112,7 @@ def test_settings_travel_through_few_files() -> None:
         assert name not in {n for _, n in calls}, calls
 
 
-def _bench():
+def _bench() -> ModuleType:
     spec = importlib.util.spec_from_file_location("settings_path", REPO / "bench" / "settings_path.py")
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)

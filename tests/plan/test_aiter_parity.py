@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import run_qola
@@ -73,7 +74,7 @@ def tree(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _copy(aiter_root, tmp_path_factory.mktemp("aiter"))
 
 
-def config_value(space, name: str):
+def config_value(space, name: str) -> Any | Any | None:
     """A config path as qola resolved it: ``AITER_CONFIGS.<prop>`` or a module-level name."""
     owner, _, prop = name.rpartition(".")
     if owner:
@@ -101,7 +102,7 @@ def run_oracle(root: Path, env_extra: dict[str, str] | None = None) -> dict:
     return json.loads(out.read_text())
 
 
-def _aiter_form(field: str, value, configs_dir: Path):
+def _aiter_form(field: str, value, configs_dir: Path) -> Any | list[Any] | str:
     """qola's value as AITER writes it: its merged-config dir, and "" / a string for one-item lists."""
     if isinstance(value, str):
         return value.replace(CONFIGS_TOKEN, str(configs_dir))
@@ -110,7 +111,7 @@ def _aiter_form(field: str, value, configs_dir: Path):
     return value
 
 
-def _as_list(value):
+def _as_list(value) -> list[Any]:
     return [] if value in (None, "") else [value] if isinstance(value, str) else list(value)
 
 

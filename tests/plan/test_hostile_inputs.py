@@ -16,6 +16,7 @@ from support.limited import qola, user_error
 
 from qola.core.errors import QolaError
 from qola.plan.manifest import parse
+from qola.plan.model import Plan
 from qola.plan.planner import make_plan
 from qola.plan.tree.aiter import TABLE, open_tree
 
@@ -38,7 +39,7 @@ def set_table(root: Path, data: dict | str) -> None:
     (root / TABLE).write_text(data if isinstance(data, str) else json.dumps(data))
 
 
-def plan(root: Path, text: str = QUICK, **kw):
+def plan(root: Path, text: str = QUICK, **kw) -> Plan:
     return make_plan(parse(text, "m.toml"), open_tree(root), archs=ARCHS, env={}, **kw)
 
 

@@ -173,7 +173,7 @@ keys = st.sampled_from(["qola", "build", "modules", "mha_fwd_variants", "jit", "
 def _dump(data) -> str:
     """Tiny TOML writer for the fuzz (inline tables only)."""
 
-    def val(v):
+    def val(v) -> str | str | str:
         if isinstance(v, bool):
             return "true" if v else "false"
         if isinstance(v, int):

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import run_qola
@@ -254,12 +255,12 @@ def test_build_records_the_switches_and_the_audit_rejects_a_library_without_them
 # ---- generator environment and its stamp --------------------------------------------------------
 
 
-def test_generators_get_aiter_gpu_archs_and_an_arch_change_reruns_them(tmp_path: Path):
+def test_generators_get_aiter_gpu_archs_and_an_arch_change_reruns_them(tmp_path: Path) -> Any:
     root = tree(tmp_path)
     gen = Generator(f"{root}/hsa/codegen.py -m fmha_v3_fwd --output_dir {{}}")
     base = {"PATH": os.environ["PATH"]}
 
-    def run(archs):
+    def run(archs) -> Any:
         given = genrules.aiter_env(archs, root)
         job = GenJob("libmha_fwd", (gen,), env=tuple(sorted(given.items())))
         res = run_generators(job, tmp_path / "gen", env={**base, **given}, python=sys.executable)

@@ -23,9 +23,10 @@ from support.common import run_qola
 from qola.core.errors import QolaError
 from qola.plan import registry
 from qola.plan.manifest import parse
+from qola.plan.model import Plan
 from qola.plan.planner import make_plan
 from qola.plan.tree import overrides
-from qola.plan.tree.aiter import open_tree
+from qola.plan.tree.aiter import AiterTree, open_tree
 
 CK_GEN = "f'{CK_DIR}/example/ck_tile/01_fmha/generate.py -d %s --receipt 600 --output_dir {{}}'"
 TABLE = {
@@ -133,11 +134,11 @@ def write_tree(root: Path) -> Path:
 
 
 @pytest.fixture()
-def tree(tmp_path: Path):
+def tree(tmp_path: Path) -> AiterTree:
     return open_tree(write_tree(tmp_path / "aiter"))
 
 
-def plan_of(text: str, tree, env=None):
+def plan_of(text: str, tree: AiterTree, env=None) -> Plan:
     return make_plan(parse(text, "te.toml"), tree, archs=("gfx1250",), env=env or {}, hip_version="7.2.0")
 
 

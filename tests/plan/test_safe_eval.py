@@ -6,6 +6,8 @@ import builtins
 import contextlib
 import os
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -17,12 +19,12 @@ from qola.plan.tree.safe_eval import evaluate
 
 
 @pytest.fixture()
-def names(tmp_path: Path):
+def names(tmp_path: Path) -> dict[str, Any]:
     tree = AiterTree(tmp_path, tmp_path / "aiter_meta", "installed")
     return expression_names(tree, archs=("gfx942", "gfx950"), env={"CK_TILE_X": "7"}, hip_version="7.2.1")
 
 
-def test_aiter_forms(names, tmp_path: Path) -> None:
+def test_aiter_forms(names: dict[str, Any], tmp_path: Path) -> None:
     meta = tmp_path / "aiter_meta"
     assert evaluate("f'{AITER_CSRC_DIR}/kernels/a.cu'", names) == f"{meta}/csrc/kernels/a.cu"
     assert evaluate("f'{CK_DIR}/example'", names) == f"{meta}/3rdparty/composable_kernel/example"
@@ -87,13 +89,15 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize("template", HOSTILE)
-def test_hostile_expressions_refused_and_nothing_ran(template, names, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_hostile_expressions_refused_and_nothing_ran(
+    template, names: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     marker = tmp_path / "ran"
     calls = []
     monkeypatch.setattr(os, "system", lambda *a: calls.append(a) or 0)
     real_import = builtins.__import__
 
-    def spy_import(name, *a, **k):
+    def spy_import(name, *a, **k) -> ModuleType:
         if name in ("os", "subprocess", "sys", "shutil", "posix"):
             calls.append(("import", name))
         return real_import(name, *a, **k)
@@ -112,12 +116,12 @@ def test_hostile_expressions_refused_and_nothing_ran(template, names, tmp_path: 
     assert ("refused" in text) or ("cannot parse" in text)
 
 
-def test_unknown_name_named(names) -> None:
+def test_unknown_name_named(names: dict[str, Any]) -> None:
     with pytest.raises(QolaError, match="unknown name 'NOPE'"):
         evaluate("f'{NOPE}/x'", names)
 
 
-def _fuzz_names():
+def _fuzz_names() -> dict[str, Any]:
     tree = AiterTree(Path("/nonexistent"), Path("/nonexistent"), "develop")
     return expression_names(tree, archs=("gfx942",), env={"A": "1"}, hip_version="6.4.0")
 

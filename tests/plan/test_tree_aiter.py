@@ -159,7 +159,7 @@ def test_dry_run_te_manifest_writes_graph_with_aiters_flags(aiter_root: Path, tm
 
 
 @pytest.mark.parametrize("name,kind", [("libmha_fwd", "fmha_v3_fwd"), ("libmha_bwd", "fmha_v3_bwd")])
-def test_asm_generators_run_once_per_target_arch(aiter_root: Path, name: str, kind: str):
+def test_asm_generators_run_once_per_target_arch(aiter_root: Path, name: str, kind: str) -> None:
     """AITER's API generators dispatch to <gfx>::fmha_*_v3 for every arch of GPU_ARCHS, while its table
     names one arch's asm generator (get_asm_dir(): the last): a two-arch build needs both, or the
     library references gfx942::fmha_*_v3 and never defines it."""

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import EXAMPLES, KERNELS, run_qola
@@ -153,7 +154,7 @@ def te_manifest(path: Path, sections: str | None = None) -> Path:
 
 
 @pytest.fixture(scope="module")
-def te_report(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory):
+def te_report(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     m = te_manifest(tmp_path_factory.mktemp("te") / "te.toml")
     proc = run_qola("variants", "-m", str(m), "--aiter-root", str(aiter_root), "--allow-unpinned", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -180,7 +181,7 @@ def _in_700(name: str, fam: str) -> bool:
 
 
 @pytest.mark.aiter
-def test_te_manifest_counts_and_exact_selection(te_report, aiter_root: Path) -> None:
+def test_te_manifest_counts_and_exact_selection(te_report: Any, aiter_root: Path) -> None:
     tot = te_report["totals"]
     fwd, bwd = tot["libmha_fwd"]["fwd"], tot["libmha_bwd"]["bwd"]
     assert 0 < fwd["selected"] < fwd["unfiltered"] and 0 < bwd["selected"] < bwd["unfiltered"]

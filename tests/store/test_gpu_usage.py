@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.attn_abi import attn_manifest, child_call, child_preamble
@@ -43,7 +44,7 @@ def _build(tmp_path: Path, name: str, *extra: str) -> Path:
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_recorded_usage_round_trip_on_gpu(tmp_path: Path):
+def test_recorded_usage_round_trip_on_gpu(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     (tmp_path / "q.toml").write_text(MANIFEST)
     (tmp_path / "child.py").write_text(child_preamble() + CHILD)
@@ -126,7 +127,7 @@ def test_recorded_usage_round_trip_on_gpu(tmp_path: Path):
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_ahead_variants_record_their_first_call_on_gpu(tmp_path: Path):
+def test_ahead_variants_record_their_first_call_on_gpu(tmp_path: Path) -> Any:
     """Without [jit] and with --record-ahead (docs/usage.md, "Recording variants built ahead"): every
     variant is built ahead as a recorded copy; a real call computes what torch does and records its
     variant once (event ``ahead``), nothing else; the record merges into a fragment that builds."""

@@ -23,6 +23,7 @@ from qola.output.outdir import ENTRIES, published
 from qola.pipeline import run as pipeline
 from qola.pipeline.run import BuildSpec, Reporter
 from qola.store import prebuilt
+from qola.store.key import BuildKey
 from qola.toolchain import Toolchain
 
 MANIFEST = """# the example tree, one module
@@ -76,7 +77,7 @@ def key_of(monkeypatch: pytest.MonkeyPatch):
     tcs = {"tc": fake_toolchain()}
     monkeypatch.setattr(pipeline, "_toolchain", lambda *a, **k: tcs["tc"])
 
-    def key(m: Path, tree: Path, **kw):
+    def key(m: Path, tree: Path, **kw) -> BuildKey:
         return pipeline.build_key(BuildSpec(manifest=str(m), aiter_root=str(tree), env={"PATH": "/usr/bin:/bin"}, **kw))
 
     key.tcs = tcs

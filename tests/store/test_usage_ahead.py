@@ -234,11 +234,11 @@ def _call(lib: Path, env: dict, *units: int, **extra: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory):
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return build_runtime(tmp_path_factory.mktemp("ahead-runtime"))
 
 
-def test_an_ahead_unit_runs_its_own_code_and_records_once_per_process(tmp_path: Path, runtime) -> None:
+def test_an_ahead_unit_runs_its_own_code_and_records_once_per_process(tmp_path: Path, runtime: list[Path]) -> None:
     lib, env = _host_lib(tmp_path, runtime)
     assert not (tmp_path / "out" / "jit").exists()
     rec = tmp_path / "rec"
@@ -262,7 +262,7 @@ def test_an_ahead_unit_runs_its_own_code_and_records_once_per_process(tmp_path: 
     assert not (tmp_path / "cache").exists()  # nothing compiled, no cache made
 
 
-def test_ahead_and_deferred_units_in_one_library(tmp_path: Path, runtime) -> None:
+def test_ahead_and_deferred_units_in_one_library(tmp_path: Path, runtime: list[Path]) -> None:
     lib, env = _host_lib(tmp_path, runtime, deferred=(1,), ahead=(2,))
     rec = tmp_path / "rec"
     got = _call(lib, env, 1, 2, **{fmt.ENV_USAGE_DIR: str(rec)})
@@ -336,7 +336,7 @@ def test_plan_json_and_the_key_carry_the_switch(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_build_records_ahead_variants_without_jit(tmp_path: Path):
+def test_build_records_ahead_variants_without_jit(tmp_path: Path) -> None:
     plain = _build(tmp_path, "", out="plain")
     out = _build(tmp_path, "", "--record-ahead")
     data = json.loads((out / "manifest.json").read_text())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from subprocess import CompletedProcess
 
 from support.common import REPO, run_qola
 
@@ -24,7 +25,9 @@ def no_pythonpath(**extra: str) -> dict:
     return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, **extra}
 
 
-def qola_cli(*args: str, cwd: Path | None = None, env: dict | None = None, pythonpath: Path | None = REPO):
+def qola_cli(
+    *args: str, cwd: Path | None = None, env: dict | None = None, pythonpath: Path | None = REPO
+) -> CompletedProcess[str]:
     """``python -m qola.cli …`` as TE's CMake (PYTHONPATH=<checkout>) or ck-jit (cwd, pythonpath None) runs it."""
     from support.gitrepo import GIT_ENV
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import CompletedProcess
 
 from support.common import REPO
 
@@ -169,7 +170,9 @@ endif()
 """
 
 
-def cmake(src: Path, bld: Path, defs: dict[str, str], env: dict | None = None, *, build: bool = True):
+def cmake(
+    src: Path, bld: Path, defs: dict[str, str], env: dict | None = None, *, build: bool = True
+) -> CompletedProcess[str]:
     """Configure (and build) ``src`` into ``bld``; the configure's CompletedProcess."""
     defs = {"Python_EXECUTABLE": sys.executable, **defs}  # the interpreter running the tests runs qola
     argv = ["cmake", "-S", str(src), "-B", str(bld), *(f"-D{k}={v}" for k, v in defs.items())]

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import qola
 from qola.jit import key as jkey
@@ -185,7 +186,9 @@ class TestLib:
         except FileNotFoundError:
             return 0
 
-    def run(self, n: int = 1, x: int = 5, *, extra: dict | None = None, store: bool = False, mode: tuple = ()):
+    def run(
+        self, n: int = 1, x: int = 5, *, extra: dict | None = None, store: bool = False, mode: tuple = ()
+    ) -> CompletedProcess[str]:
         env = {**self.env, **(extra or {})}
         argv = [str(self.caller), str(n), str(x)] + (["store"] if store else []) + list(mode)
         return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)

@@ -8,6 +8,8 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from subprocess import CompletedProcess
+from typing import Any
 
 import pytest
 
@@ -90,14 +92,14 @@ def build_library(tc: Toolchain, tmp: Path, name: str = "qola_tc") -> Path:
     return out
 
 
-def forbid_probes(monkeypatch: pytest.MonkeyPatch):
+def forbid_probes(monkeypatch: pytest.MonkeyPatch) -> list[Any] | CompletedProcess[Any]:
     """Let only `--version` through qola's process runner (every child it starts); anything else fails."""
     from qola.core import proc
 
     real = proc.run
     seen = []
 
-    def guarded(argv, *args, **kwargs):
+    def guarded(argv, *args, **kwargs) -> CompletedProcess[Any]:
         if list(argv)[1:] != ["--version"]:
             raise AssertionError(f"unexpected child process on a warm probe cache: {argv}")
         seen.append(argv)
