@@ -73,7 +73,7 @@ def patches(tmp_path: Path) -> Path:
     return d
 
 
-def checkout(*args: str, env: dict | None = None) -> CompletedProcess[str]:
+def checkout(*args: str, env: dict[str, str] | None = None) -> CompletedProcess[str]:
     return run_qola("checkout", *args, env={**GIT_ENV, **(env or {})})
 
 

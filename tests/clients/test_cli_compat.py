@@ -22,7 +22,7 @@ from qola.core.rules import split_list
 EX = REPO / "examples"
 
 
-def plan_json(*args: str, env: dict | None = None) -> dict:
+def plan_json(*args: str, env: dict[str, str] | None = None) -> dict:
     proc = run_qola("plan", *args, "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
@@ -116,7 +116,7 @@ def test_groups_select_modules(tmp_path: Path) -> None:
     )
     base = ("-m", str(m), "-a", str(KERNELS))
 
-    def names(*args: str, env: dict | None = None) -> list[str]:
+    def names(*args: str, env: dict[str, str] | None = None) -> list[str]:
         return [mod["name"] for mod in plan_json(*base, *args, env=env)["modules"]]
 
     assert names() == ["module_rmsnorm", "module_softmax", "module_attn_fwd"]  # no selection: every module

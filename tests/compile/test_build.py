@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import KERNELS, run_qola, wait_for
@@ -45,7 +46,7 @@ def sha256(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
-def check_published(out: Path) -> dict:
+def check_published(out: Path) -> dict[str, Any]:
     data = json.loads((out / "manifest.json").read_text())
     for m in data["modules"]:
         if m["status"] == "built":

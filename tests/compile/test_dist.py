@@ -34,7 +34,7 @@ def libs(out: Path) -> dict[str, str]:
 
 
 def build(
-    m: Path, out: Path, *args: str, env: dict | None = None, build_dir: Path | None = None
+    m: Path, out: Path, *args: str, env: dict[str, str] | None = None, build_dir: Path | None = None
 ) -> CompletedProcess[str]:
     argv = ["build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out), *args]
     if build_dir is not None:

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.rocm, pytest.mark.aiter, pytest.mark.slow]
 ck = pytest.mark.ck  # compiles CK fMHA instances: minutes each with clang 21 (docs/benchmarks.md)
 
 
-def record(out: Path) -> dict:
+def record(out: Path) -> dict[str, Any]:
     return json.loads((out / "manifest.json").read_text())
 
 

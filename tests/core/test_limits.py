@@ -281,7 +281,7 @@ def test_run_refuses_to_hold_more_than_its_capture_limit(tmp_path: Path, monkeyp
 class Waiter:
     """A qola subprocess whose stderr lines arrive in a queue (read by a thread)."""
 
-    def __init__(self, argv: list[str], env: dict) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self.p = subprocess.Popen(
             qola_command(*argv),
             stdout=subprocess.DEVNULL,
@@ -289,7 +289,7 @@ class Waiter:
             text=True,
             env={**os.environ, **env},
         )
-        self.lines: queue.Queue = queue.Queue()
+        self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
 

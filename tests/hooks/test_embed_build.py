@@ -36,7 +36,7 @@ KEYS_PY = (
 )
 
 
-def imported_keys(so: Path) -> subprocess.CompletedProcess:
+def imported_keys(so: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", KEYS_PY, str(so), MD_NAME], capture_output=True, text=True, timeout=120
     )
@@ -46,7 +46,7 @@ def elf_embedded(so: Path) -> tuple[dict[str, bytes], int]:
     return embedded_blobs(so, PREFIX, embed.ALIGN)
 
 
-def check_build(proc: subprocess.CompletedProcess, out: Path, tree: Path, arch: str, *, need_import: bool) -> None:
+def check_build(proc: subprocess.CompletedProcess[str], out: Path, tree: Path, arch: str, *, need_import: bool) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((out / "manifest.json").read_text())
     (mod,) = data["modules"]

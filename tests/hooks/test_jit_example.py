@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.jit_lib import DATA, NVCC, build_runtime, fake_compiler, sh, write_config
@@ -110,7 +111,7 @@ def test_example_attn_fwd_all_deferred(tmp_path: Path) -> None:
         ]
     )
 
-    def call(hdim: int, extra: dict | None = None) -> str:
+    def call(hdim: int, extra: dict[str, Any] | None = None) -> str:
         proc = subprocess.run([str(caller), str(hdim)], capture_output=True, text=True, env={**env, **(extra or {})})
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.strip() + ("\n" + proc.stderr if proc.stderr else "")

@@ -154,7 +154,7 @@ def paths(value, prefix=()):
 
 
 @st.composite
-def hostile_index(draw, valid: dict) -> bytes:
+def hostile_index(draw, valid: dict[str, Any]) -> bytes:
     kind = draw(st.sampled_from(["mutate", "mutate", "mutate", "json", "bytes", "deep"]))
     if kind == "json":
         return json.dumps(draw(JSON)).encode()

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 from subprocess import CompletedProcess
+from typing import Any
 
 import pytest
 from support.common import run_qola, wait_for
@@ -33,11 +34,13 @@ def lib(tmp_path: Path, jit_runtime: list[Path]) -> TestLib:
     return make_lib(tmp_path / "lib", jit_runtime)
 
 
-def index_of(lib: TestLib) -> dict:
+def index_of(lib: TestLib) -> dict[str, Any]:
     return json.loads((lib.root / "out/jit/tm/index.json").read_text())
 
 
-def call(lib: TestLib, n: int, x: int, extra: dict | None = None, timeout: float = 30) -> CompletedProcess[str]:
+def call(
+    lib: TestLib, n: int, x: int, extra: dict[str, Any] | None = None, timeout: float = 30
+) -> CompletedProcess[str]:
     """The caller, with a short timeout (a hang fails the test instead of stalling it)."""
     return subprocess.run(
         [str(lib.caller), str(n), str(x)],
@@ -343,7 +346,7 @@ def test_fifo_inputs_in_out_jit_never_hang(lib: TestLib) -> None:
 # ------------------------------------------------------------------ item 4: bad input, one clear error
 
 
-def _index_cases() -> dict:
+def _index_cases() -> dict[str, Any]:
     deep = "[" * 100_000 + "]" * 100_000
     return {
         "not-json": b"{nope",

@@ -7,6 +7,7 @@ import json
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.jit_lib import API_H, UNIT, fake_compiler
@@ -27,7 +28,7 @@ def build(
     arch="host",
     compiler: jkey.JitCompiler | None = None,
     out: Path | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Write a module with units u1 (includes api.h) and u2 (includes api.h + other.h); return
     unit name -> (content_key, key)."""
     src = root / "src"

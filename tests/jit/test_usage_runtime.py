@@ -96,7 +96,7 @@ def test_report_coverage_compiles_and_reports_each_miss_once(lib: TestLib, tmp_p
     assert proc.returncode == 0 and "coverage:" not in proc.stderr
 
 
-def _worker(lib_path: str, env: dict, rec: str, barrier, i: int) -> int:
+def _worker(lib_path: str, env: dict[str, str], rec: str, barrier, i: int) -> int:
     os.environ.update(env)  # this child process only: the runtime reads its cache dir from the environment
     so = ctypes.CDLL(lib_path)
     so.qt_qola_usage_configure.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
@@ -131,7 +131,7 @@ def test_configure_refuses_an_unknown_coverage_value(lib: TestLib) -> None:
     assert so.qt_qola_usage_configure(None, b"report") == 0
 
 
-def _fork_worker(lib_path: str, env: dict, rec: str) -> tuple[int, int]:
+def _fork_worker(lib_path: str, env: dict[str, str], rec: str) -> tuple[int, int]:
     os.environ.update(env)  # this child process only (see _worker)
     so = ctypes.CDLL(lib_path)
     so.qt_qola_usage_configure.argtypes = [ctypes.c_char_p, ctypes.c_char_p]

@@ -50,7 +50,7 @@ def published(out: Path) -> dict[str, tuple[str, str]]:
     return {k: v for k, v in snapshot(out).items() if k.split("/")[0] in ENTRIES}
 
 
-def entry(snap: dict, name: str) -> dict:
+def entry(snap: dict[str, Any], name: str) -> dict:
     return {k: v for k, v in snap.items() if k == name or k.startswith(name + "/")}
 
 

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -226,7 +227,7 @@ def broken_tree(tmp: Path) -> Path:
     return tree
 
 
-def build(tmp: Path, tree: Path, body: str) -> tuple[subprocess.CompletedProcess, Path, dict]:
+def build(tmp: Path, tree: Path, body: str) -> tuple[subprocess.CompletedProcess[str], Path, dict[str, Any]]:
     m = tmp / "q.toml"
     m.write_text(f'[qola]\nnamespace = "{NS}"\n[build]\narchitectures = ["sm_90"]\n' + body)
     out = tmp / "out"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from support.common import REPO, run_qola
 from support.fake_nvcc import fake_nvcc, make_tree
@@ -21,7 +22,7 @@ MANIFEST = (
 )
 
 
-def _setup(tmp_path: Path) -> tuple[Path, Path, dict]:
+def _setup(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
     tree = make_tree(tmp_path / "tree")
     m = tmp_path / "q.toml"
     m.write_text(MANIFEST)

@@ -50,7 +50,7 @@ def setup(tmp_path: Path):
     env = {"CUDACXX": str(fake_nvcc(tmp_path / "nvcc"))}
 
     def build(
-        *extra: str, env_extra: dict | None = None, out: str = "out", root: str | None = None
+        *extra: str, env_extra: dict[str, str] | None = None, out: str = "out", root: str | None = None
     ) -> CompletedProcess[str]:
         args = ["build", "--manifest", str(m), "--aiter-root", root or str(tree), "-o", str(tmp_path / out), *extra]
         return run_qola(*args, env={**env, **(env_extra or {})}, cwd=tmp_path)
@@ -74,7 +74,7 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
 
 
-def one_error(proc_: subprocess.CompletedProcess, *needles: str) -> None:
+def one_error(proc_: subprocess.CompletedProcess[str], *needles: str) -> None:
     assert proc_.returncode == 2, proc_.stdout + proc_.stderr
     assert "Traceback" not in proc_.stderr, proc_.stderr
     assert "error:" in proc_.stderr and all(n in proc_.stderr for n in needles), proc_.stderr

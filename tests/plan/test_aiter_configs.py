@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ def csv(path: Path, *lines: str) -> str:
     return str(path)
 
 
-def make_tree(root: Path, table: dict, core: str = "") -> Path:
+def make_tree(root: Path, table: dict[str, Any], core: str = "") -> Path:
     (root / "aiter/jit").mkdir(parents=True)
     (root / "csrc").mkdir()
     (root / "aiter/jit/optCompilerConfig.json").write_text(json.dumps(table))

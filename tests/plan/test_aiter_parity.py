@@ -82,13 +82,13 @@ def config_value(space, name: str) -> Any | Any | None:
     return space.names.get(prop)
 
 
-def merged_by_aiter(oracle: dict, root: Path) -> set[str]:
+def merged_by_aiter(oracle: dict[str, Any], root: Path) -> set[str]:
     """The configs AITER merged (written into the test's configs dir), by property."""
     at = str(root.parent / "aiter_configs")
     return {k for k, v in oracle["configs"].items() if isinstance(v, str) and v.startswith(at)}
 
 
-def run_oracle(root: Path, env_extra: dict[str, str] | None = None) -> dict:
+def run_oracle(root: Path, env_extra: dict[str, str] | None = None) -> dict[str, Any]:
     """AITER's evaluation of ``root`` (merged configs land in ``root.parent / "aiter_configs"``)."""
     shutil.rmtree(root.parent / "aiter_configs", ignore_errors=True)
     (root.parent / "aiter_configs").mkdir()
@@ -115,7 +115,7 @@ def _as_list(value) -> list[Any]:
     return [] if value in (None, "") else [value] if isinstance(value, str) else list(value)
 
 
-def entry_diffs(root: Path, oracle: dict, env: dict[str, str]) -> list[str]:
+def entry_diffs(root: Path, oracle: dict[str, Any], env: dict[str, str]) -> list[str]:
     tree = open_tree(root)
     names = namespace(tree, archs=ARCHS, env=env, hip_version=HIP).names
     diffs = []
@@ -149,11 +149,11 @@ def _same_but_ties(cfg: MergedConfig, cols: list[str], rows_a: list[str], rows_b
         except ValueError:
             return v
 
-    def tuples(rows: list[str]) -> list[tuple]:
+    def tuples(rows: list[str]) -> list[tuple[Any, ...]]:
         return [tuple(cell(v) for v in ast.literal_eval(r)) for r in rows]  # reprs of tuples of str (_rows)
 
     a, b = tuples(rows_a), tuples(rows_b)
-    inputs: set[tuple] = set()
+    inputs: set[tuple[Any, ...]] = set()
     for src in cfg.sources:
         if os.path.exists(src):
             inputs |= set(tuples(_rows(Path(src))[1]))
@@ -161,7 +161,7 @@ def _same_but_ties(cfg: MergedConfig, cols: list[str], rows_a: list[str], rows_b
     return project(a) == project(b) and set(a) <= inputs
 
 
-def config_diffs(root: Path, oracle: dict, env: dict[str, str]) -> tuple[list[str], int]:
+def config_diffs(root: Path, oracle: dict[str, Any], env: dict[str, str]) -> tuple[list[str], int]:
     """Every AITER_CONFIGS property: the same path, and for merged files the same rows."""
     space = namespace(open_tree(root), archs=ARCHS, env=env, hip_version=HIP)
     configs_dir = root.parent / "aiter_configs"

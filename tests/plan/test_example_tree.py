@@ -38,7 +38,7 @@ ALL_NAMES = {
 }
 
 
-def gen(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def gen(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(GENERATOR), *args], capture_output=True, text=True, cwd=cwd)
 
 

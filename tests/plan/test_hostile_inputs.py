@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import KERNELS
@@ -31,11 +32,11 @@ def tree(tmp_path: Path) -> Path:
     return root
 
 
-def table(root: Path) -> dict:
+def table(root: Path) -> dict[str, Any]:
     return json.loads((root / TABLE).read_text())
 
 
-def set_table(root: Path, data: dict | str) -> None:
+def set_table(root: Path, data: dict[str, Any] | str) -> None:
     (root / TABLE).write_text(data if isinstance(data, str) else json.dumps(data))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from support.ck_tree import CK_DIR, ck_tree, module
 from support.common import run_qola
@@ -21,7 +22,7 @@ def setup(tmp: Path) -> tuple[Path, Path, dict[str, str]]:
     return tree, m, {"XDG_CACHE_HOME": str(tmp / "cache"), "CK_GEN_CALLS": str(tmp / "calls")}
 
 
-def plan(tmp: Path, tree: Path, m: Path, env: dict[str, str]) -> tuple[dict, int]:
+def plan(tmp: Path, tree: Path, m: Path, env: dict[str, str]) -> tuple[dict[str, Any], int]:
     """``qola plan --json``: its generators' file listings, and how many listing runs it took."""
     before = listings(tmp)
     proc = run_qola("plan", "--json", "-m", str(m), "-a", str(tree), env=env)

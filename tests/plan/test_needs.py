@@ -106,7 +106,7 @@ def manifest(tmp: Path, arch: str = "gfx942", name: str = "libmha_fwd", extra: s
     return m
 
 
-def plan_json(tmp: Path, root: Path, *args: str) -> dict:
+def plan_json(tmp: Path, root: Path, *args: str) -> dict[str, Any]:
     proc = run_qola("plan", "--json", "-m", str(manifest(tmp)), "--aiter-root", str(root), *args)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["modules"][0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import receipt_tree as rt
@@ -16,14 +17,14 @@ from support.common import run_qola
 NOTE = "does not know receipt 700"
 
 
-def plan(tmp: Path, tree: Path, receipt: int | None, extra: str = "") -> tuple[dict, str]:
+def plan(tmp: Path, tree: Path, receipt: int | None, extra: str = "") -> tuple[dict[str, Any], str]:
     m = rt.manifest(tmp / f"m{receipt}.toml", receipt, extra)
     proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(tree), "--json")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout), proc.stderr
 
 
-def files(data: dict) -> dict[tuple[str, str], set[str]]:
+def files(data: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
     """(module, direction) -> the file names its generator writes under the plan's filter."""
     return {
         (m["name"], g["direction"]): {Path(f).name for f in g["files"]}
@@ -84,7 +85,7 @@ def test_another_unknown_receipt_is_an_error_naming_it_and_the_generator(tmp_pat
     )
 
 
-def _count(data: dict) -> int:
+def _count(data: dict[str, Any]) -> int:
     return sum(
         len([f for f in g["files"] if not Path(f).stem.endswith("_api")])
         for m in data["modules"]

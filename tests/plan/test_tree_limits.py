@@ -57,7 +57,7 @@ def set_rmsnorm_flag(root: Path, expr: str) -> None:
 # ------------------------------------------------------------------ 1: core.py in linear time
 
 
-class CountingMapping(Mapping):
+class CountingMapping(Mapping[str, str]):
     """A read-only mapping that counts its item reads: copying it costs one read per name."""
 
     def __init__(self, data: dict[str, Any]) -> None:

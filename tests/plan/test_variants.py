@@ -161,13 +161,13 @@ def te_report(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Any
     return json.loads(proc.stdout)
 
 
-def _declared(fam: str) -> list[dict]:
+def _declared(fam: str) -> list[dict[str, Any]]:
     man = mf.load(EXAMPLES / "te-manifest.toml")
     secs = man.mha_fwd_variants if fam == "fwd" else man.mha_bwd_variants
     return [v for s in secs for v in V.expand(s.model_dump(exclude={"module"}))]
 
 
-def _ok(name: str, fam: str, variants: list[dict]) -> bool:
+def _ok(name: str, fam: str, variants: list[dict[str, Any]]) -> bool:
     """Parse a kernel name back into the options it states; an option it does not state is 'absent'."""
     stated = V.parse_options(V.kernel_name(name, "ck"), fam)
     return any(all(stated.get(k, False if k != "dtype" else want) == want for k, want in v.items()) for v in variants)

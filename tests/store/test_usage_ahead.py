@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -153,7 +154,7 @@ def test_files_without_a_function_specialisation_are_refused_or_left_alone(tmp_p
 # --------------------------------------------------------------------------- a host library
 
 
-def _host_lib(root: Path, runtime: list[Path], *, deferred=(), ahead=(1, 2)) -> tuple[Path, dict]:
+def _host_lib(root: Path, runtime: list[Path], *, deferred=(), ahead=(1, 2)) -> tuple[Path, dict[str, Any]]:
     """lib/libqt.so of support/jit_lib.py's units: ``ahead`` ones compiled as recorded copies, ``deferred``
     ones to the JIT (a real g++ compiles them at run time); OUT/jit only when something is deferred."""
     src = root / "src"
@@ -221,7 +222,7 @@ def _host_lib(root: Path, runtime: list[Path], *, deferred=(), ahead=(1, 2)) -> 
     return lib, env
 
 
-def _call(lib: Path, env: dict, *units: int, **extra: str) -> dict:
+def _call(lib: Path, env: dict[str, str], *units: int, **extra: str) -> dict:
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(lib), *map(str, units)],
         capture_output=True,

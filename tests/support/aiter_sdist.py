@@ -16,6 +16,7 @@ import tarfile
 import tempfile
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 PROJECT = "amd-aiter"
 
@@ -45,7 +46,7 @@ def _index_url() -> str:
     return PyPI.simple_url
 
 
-def _newest_sdist() -> dict:
+def _newest_sdist() -> dict[str, Any]:
     url = _index_url().rstrip("/") + f"/{PROJECT}/"
     req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     with urllib.request.urlopen(req, timeout=120) as resp:

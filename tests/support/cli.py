@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 from subprocess import CompletedProcess
+from typing import Any
 
 from support.common import REPO, run_qola
 
@@ -21,12 +22,12 @@ def copy_checkout(dest: Path, version: str = "0.1.0+copy") -> Path:
     return dest
 
 
-def no_pythonpath(**extra: str) -> dict:
+def no_pythonpath(**extra: str) -> dict[str, Any]:
     return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, **extra}
 
 
 def qola_cli(
-    *args: str, cwd: Path | None = None, env: dict | None = None, pythonpath: Path | None = REPO
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, pythonpath: Path | None = REPO
 ) -> CompletedProcess[str]:
     """``python -m qola.cli …`` as TE's CMake (PYTHONPATH=<checkout>) or ck-jit (cwd, pythonpath None) runs it."""
     from support.gitrepo import GIT_ENV

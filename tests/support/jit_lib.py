@@ -9,6 +9,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import CompletedProcess
+from typing import Any
 
 import qola
 from qola.jit import key as jkey
@@ -118,7 +119,7 @@ exec {real} "$@"
 CXXFLAGS = ["-std=c++17", "-O1", "-fPIC"]
 
 
-def sh(argv, **kw) -> subprocess.CompletedProcess:
+def sh(argv, **kw) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, **kw)
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, argv))} failed:\n{proc.stdout}\n{proc.stderr}")
@@ -170,7 +171,7 @@ def fake_compiler(root: Path, real: str = "g++") -> Path:
 @dataclass
 class TestLib:
     root: Path
-    env: dict
+    env: dict[str, str]
     compiler: Path
     caller: Path
 
@@ -187,13 +188,19 @@ class TestLib:
             return 0
 
     def run(
-        self, n: int = 1, x: int = 5, *, extra: dict | None = None, store: bool = False, mode: tuple = ()
+        self,
+        n: int = 1,
+        x: int = 5,
+        *,
+        extra: dict[str, Any] | None = None,
+        store: bool = False,
+        mode: tuple[Any, ...] = (),
     ) -> CompletedProcess[str]:
         env = {**self.env, **(extra or {})}
         argv = [str(self.caller), str(n), str(x)] + (["store"] if store else []) + list(mode)
         return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
 
-    def spawn(self, n: int = 1, x: int = 5, extra: dict | None = None) -> subprocess.Popen:
+    def spawn(self, n: int = 1, x: int = 5, extra: dict[str, Any] | None = None) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [str(self.caller), str(n), str(x)],
             stdout=subprocess.PIPE,
@@ -220,7 +227,7 @@ def make_lib(
     real: str = "g++",
     archs=(),
     flags=("-O1",),
-    child_env: dict | None = None,
+    child_env: dict[str, str] | None = None,
     units=(1, 2),
     batch: int = 1,
 ) -> TestLib:

@@ -117,8 +117,8 @@ class Stack:
     root: Path
     port: int
     instance: str = ""
-    procs: list[subprocess.Popen] = field(default_factory=list)
-    workers: dict[str, subprocess.Popen] = field(default_factory=dict)
+    procs: list[subprocess.Popen[str]] = field(default_factory=list)
+    workers: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
     pg: Path | None = None
     startup: float = 0.0
 
@@ -126,14 +126,14 @@ class Stack:
     def url(self) -> str:
         return f"grpc://127.0.0.1:{self.port}"
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[str]:
         log = open(self.root / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
         p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.procs.append(p)
         return p
 
-    def worker(self, name: str, toolchain: str, jobs: int = 2, tools: Path | None = None) -> subprocess.Popen:
+    def worker(self, name: str, toolchain: str, jobs: int = 2, tools: Path | None = None) -> subprocess.Popen[str]:
         """A buildbox worker (with its own casd) offering ``qola-toolchain=<toolchain>`` (``tools``:
         where buildbox's programs are, else PATH)."""
 
@@ -194,7 +194,7 @@ def _listening(port: int) -> bool:
         return False
 
 
-def _end(p: subprocess.Popen, grace: float = 5.0) -> None:
+def _end(p: subprocess.Popen[str], grace: float = 5.0) -> None:
     if p.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, 15)
