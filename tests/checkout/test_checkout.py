@@ -29,7 +29,7 @@ def patch(path: Path, file: str, old: str, new: str, line: int) -> Path:
 
 
 @pytest.fixture
-def mirror(tmp_path: Path):
+def mirror(tmp_path: Path) -> tuple[Path, str, str]:
     """(bare aiter mirror, commit 1, commit 2) — a tree with a submodule (its own bare mirror)."""
     ck = tmp_path / "work-ck"
     (ck / "include").mkdir(parents=True)
@@ -96,7 +96,7 @@ def tree_files(root: Path) -> dict[str, tuple[str, int]]:
     }
 
 
-def test_clone_pin_submodule_and_patches(tmp_path: Path, mirror, patches: Path) -> None:
+def test_clone_pin_submodule_and_patches(tmp_path: Path, mirror: tuple[Path, str, str], patches: Path) -> None:
     bare, first, _ = mirror
     root = tmp_path / "build" / "third_party" / "aiter"
     m = manifest(tmp_path, first[:10], patches, bare)
@@ -123,7 +123,9 @@ def test_clone_pin_submodule_and_patches(tmp_path: Path, mirror, patches: Path) 
     assert "line 15 (v2)" in x and "line 4 (patched)" in x and (root / "aiter" / "new.txt").is_file()
 
 
-def test_conflict_leaves_the_tree_exactly_as_it_was(tmp_path: Path, mirror, patches: Path) -> None:
+def test_conflict_leaves_the_tree_exactly_as_it_was(
+    tmp_path: Path, mirror: tuple[Path, str, str], patches: Path
+) -> None:
     bare, first, second = mirror
     root = tmp_path / "aiter"
     assert (
@@ -151,7 +153,7 @@ def test_conflict_leaves_the_tree_exactly_as_it_was(tmp_path: Path, mirror, patc
     assert same.returncode == 0 and "nothing to do" in same.stderr, same.stderr
 
 
-def test_a_failed_fresh_clone_leaves_nothing(tmp_path: Path, mirror) -> None:
+def test_a_failed_fresh_clone_leaves_nothing(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     bare, first, _ = mirror
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -164,7 +166,7 @@ def test_a_failed_fresh_clone_leaves_nothing(tmp_path: Path, mirror) -> None:
     assert not root.exists() and [p.name for p in (tmp_path / "third_party").iterdir()] == [LOCK]
 
 
-def test_changed_tree_is_never_reset_without_force(tmp_path: Path, mirror) -> None:
+def test_changed_tree_is_never_reset_without_force(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     bare, first, second = mirror
     root = tmp_path / "aiter"
     git(tmp_path, "clone", "-q", "--recurse-submodules", str(bare), str(root))
@@ -193,7 +195,7 @@ def test_unreachable_url_says_what_was_tried(tmp_path: Path) -> None:
     assert not root.exists() and [p.name for p in tmp_path.iterdir()] == [LOCK]
 
 
-def test_pin_not_in_the_repository(tmp_path: Path, mirror) -> None:
+def test_pin_not_in_the_repository(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     bare, _, _ = mirror
     root = tmp_path / "aiter"
     proc = checkout("--aiter-root", str(root), "--aiter-commit", "0123456789abcdef", "--aiter-url", str(bare))
@@ -201,7 +203,7 @@ def test_pin_not_in_the_repository(tmp_path: Path, mirror) -> None:
     assert not root.exists()
 
 
-def test_refusals(tmp_path: Path, mirror) -> None:
+def test_refusals(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     bare, first, _ = mirror
     plain = tmp_path / "plain"
     plain.mkdir()
@@ -221,7 +223,7 @@ def test_refusals(tmp_path: Path, mirror) -> None:
     assert proc.returncode == 2 and "remote-helper" in proc.stderr
 
 
-def test_source_dir_variable_is_used_as_it_is(tmp_path: Path, mirror) -> None:
+def test_source_dir_variable_is_used_as_it_is(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     bare, first, _ = mirror
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -230,7 +232,7 @@ def test_source_dir_variable_is_used_as_it_is(tmp_path: Path, mirror) -> None:
     assert list(mine.iterdir()) == []
 
 
-def test_group_is_checked_against_the_manifest(tmp_path: Path, mirror) -> None:
+def test_group_is_checked_against_the_manifest(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     bare, first, _ = mirror
     m = manifest(tmp_path, first, url=bare)
     m.write_text(m.read_text() + '[[modules]]\nname = "module_rmsnorm"\ngroup = "norm"\n')
@@ -274,7 +276,9 @@ def link_patch(path: Path, target: str) -> Path:
 
 
 @pytest.mark.parametrize("points", ["outside-dir", "dangling"])
-def test_a_symlink_a_patch_set_added_goes_with_the_set(tmp_path: Path, mirror, points: str) -> None:
+def test_a_symlink_a_patch_set_added_goes_with_the_set(
+    tmp_path: Path, mirror: tuple[Path, str, str], points: str
+) -> None:
     """A patch set that added a symbolic link is replaced by an empty set: the old checkout removed
     added files but kept the link (to a dir outside, or dangling), recorded it in the stamp, and a
     rerun said "nothing to do"."""
@@ -299,7 +303,9 @@ def test_a_symlink_a_patch_set_added_goes_with_the_set(tmp_path: Path, mirror, p
 
 
 @pytest.mark.parametrize("kind", ["dangling", "fifo", "dir", "link-to-dir"])
-def test_a_patch_that_is_no_regular_file_is_an_error(tmp_path: Path, mirror, patches: Path, kind: str) -> None:
+def test_a_patch_that_is_no_regular_file_is_an_error(
+    tmp_path: Path, mirror: tuple[Path, str, str], patches: Path, kind: str
+) -> None:
     """A ``*.patch`` that is a dangling link or a FIFO was skipped silently (rc 0); a patches dir that
     does not exist is an error, so this is one too, naming the file (a FIFO is never opened)."""
     bare, first, _ = mirror
@@ -331,7 +337,7 @@ def test_a_patch_that_is_no_regular_file_is_an_error(tmp_path: Path, mirror, pat
     assert proc.returncode == 0 and (root / "aiter" / "new.txt").read_text() == "added by a patch\n", proc.stderr
 
 
-def test_an_aiter_root_that_links_to_a_directory_is_followed(tmp_path: Path, mirror) -> None:
+def test_an_aiter_root_that_links_to_a_directory_is_followed(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     """``--aiter-root`` a symbolic link to a (empty) directory on another disk: the old checkout cloned
     beside the link and replaced it by a directory, leaving the link's target empty."""
     bare, first, _ = mirror
@@ -351,7 +357,9 @@ def test_an_aiter_root_that_links_to_a_directory_is_followed(tmp_path: Path, mir
     assert proc.returncode == 2 and "not a directory" in proc.stderr and (tmp_path / "dangling").is_symlink()
 
 
-def test_the_notes_after_a_fresh_clone_name_the_tree_not_the_temporary_clone(tmp_path: Path, mirror) -> None:
+def test_the_notes_after_a_fresh_clone_name_the_tree_not_the_temporary_clone(
+    tmp_path: Path, mirror: tuple[Path, str, str]
+) -> None:
     bare, first, _ = mirror
     root = tmp_path / "aiter"
     proc = checkout("--aiter-root", str(root), "--aiter-commit", first, "--aiter-url", str(bare))
@@ -359,7 +367,7 @@ def test_the_notes_after_a_fresh_clone_name_the_tree_not_the_temporary_clone(tmp
     assert "qola-clone-" not in proc.stderr and f"in {root}" in proc.stderr, proc.stderr
 
 
-def test_an_ambiguous_short_pin_is_reported_as_ambiguous(tmp_path: Path, mirror) -> None:
+def test_an_ambiguous_short_pin_is_reported_as_ambiguous(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     """Two commits starting with the pin's digits: the old checkout tried to fetch it and said
     "fetching failed"; it is ambiguous, and said so."""
     import subprocess

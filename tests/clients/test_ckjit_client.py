@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from support import itfs_fixture as fx
@@ -63,7 +64,7 @@ blob_gen_cmd = ["csrc/cpp_itfs/gen_fwd.py --output_dir {{}}"]
 """
 
 
-def _build_under_ckjit(tmp_path: Path, hints: bool):
+def _build_under_ckjit(tmp_path: Path, hints: bool) -> tuple[CompletedProcess[str], Path, Path, Path]:
     tree = fx.write_tree(tmp_path / "aiter", "new")
     (tree / "csrc" / "cpp_itfs" / "gen_fwd.py").write_text(f"HINTS = {int(hints)}\n" + GENERATOR)
     m = tmp_path / "qola_manifest.toml"

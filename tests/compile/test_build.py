@@ -65,7 +65,7 @@ def ninja_runs(build_dir: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def cuda_build(tmp_path_factory: pytest.TempPathFactory):
+def cuda_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
     tmp = tmp_path_factory.mktemp("cuda")
     tree = tmp / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
@@ -76,7 +76,7 @@ def cuda_build(tmp_path_factory: pytest.TempPathFactory):
     return tmp, tree, m, out
 
 
-def test_cuda_build_publishes_everything(cuda_build) -> None:
+def test_cuda_build_publishes_everything(cuda_build: tuple[Path, Path, Path, Path]) -> None:
     tmp, _tree, _m, out = cuda_build
     data = check_published(out)
     assert {x["name"] for x in data["modules"]} == {*PLAIN, "module_attn_fwd"}
@@ -91,7 +91,7 @@ def test_cuda_build_publishes_everything(cuda_build) -> None:
     assert all(f"module_{n}" in graph for n in (*PLAIN, "module_attn_fwd"))
 
 
-def test_noop_rebuild_compiles_nothing(cuda_build) -> None:
+def test_noop_rebuild_compiles_nothing(cuda_build: tuple[Path, Path, Path, Path]) -> None:
     tmp, tree, m, out = cuda_build
     before = len(ninja_runs(tmp / "out.build"))
     report = build(m, tree, out)  # no argv: no fast path, the whole pipeline runs
@@ -100,7 +100,7 @@ def test_noop_rebuild_compiles_nothing(cuda_build) -> None:
     check_published(out)
 
 
-def test_touch_header_rebuilds_only_dependents(cuda_build) -> None:
+def test_touch_header_rebuilds_only_dependents(cuda_build: tuple[Path, Path, Path, Path]) -> None:
     tmp, tree, m, out = cuda_build
     bdir = tmp / "out.build"
     before = len(ninja_runs(bdir))
@@ -313,7 +313,7 @@ def test_torch_extension_without_torch_is_a_clear_error(tmp_path: Path) -> None:
     assert info.value.exit_code == 2 and not (tmp_path / "out").exists()
 
 
-def test_noop_fast_path_and_what_invalidates_it(cuda_build) -> None:
+def test_noop_fast_path_and_what_invalidates_it(cuda_build: tuple[Path, Path, Path, Path]) -> None:
     tmp, tree, m, out = cuda_build
     args = ("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
     assert run_qola(*args).returncode == 0  # settle

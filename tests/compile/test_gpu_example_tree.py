@@ -12,6 +12,7 @@ import subprocess
 import sys
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -29,7 +30,7 @@ def _torch_cuda() -> Any | None | None:
 
 
 @pytest.fixture(scope="module")
-def built_modules(tmp_path_factory: pytest.TempPathFactory):
+def built_modules(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, ModuleType]]:
     torch = _torch_cuda()
     if torch is None or shutil.which("nvcc") is None:
         pytest.skip("needs torch with CUDA and nvcc")
@@ -103,7 +104,7 @@ def _dt(torch, name) -> Any:
 
 @pytest.mark.gpu
 @pytest.mark.slow
-def test_rmsnorm_and_softmax_on_gpu(built_modules) -> None:
+def test_rmsnorm_and_softmax_on_gpu(built_modules: tuple[Any, dict[str, ModuleType]]) -> None:
     torch, mods = built_modules
     assert mods["module_rmsnorm"].tuned_config() == "/x/rmsnorm_tuned.csv"
     for dtype in TORCH_DTYPES:
@@ -132,7 +133,7 @@ def test_rmsnorm_and_softmax_on_gpu(built_modules) -> None:
         mods["module_softmax"].softmax(out.data_ptr(), x.data_ptr(), 1, 1, 1.0, "fp8")
 
 
-def _ref_attn(torch, q, k, v, scale, causal):
+def _ref_attn(torch, q, k, v, scale, causal) -> tuple[Any, Any]:
     """q [sq, hq, d], k/v [sk, hk, d] -> out [sq, hq, d] fp32, lse [hq, sq]."""
     hq, hk = q.shape[1], k.shape[1]
     k = k.float().repeat_interleave(hq // hk, dim=1)
@@ -153,7 +154,9 @@ def _ref_attn(torch, q, k, v, scale, causal):
 @pytest.mark.parametrize("dtype", TORCH_DTYPES)
 @pytest.mark.parametrize("hdim", [64, 96, 128])
 @pytest.mark.parametrize("causal", [False, True])
-def test_attn_fwd_batch_on_gpu(built_modules, dtype, hdim: int, causal: bool) -> None:
+def test_attn_fwd_batch_on_gpu(
+    built_modules: tuple[Any, dict[str, ModuleType]], dtype, hdim: int, causal: bool
+) -> None:
     torch, mods = built_modules
     b, sq, sk, hq, hk = 2, 77, 130, 4, 2
     t = _dt(torch, dtype)
@@ -190,7 +193,7 @@ def test_attn_fwd_batch_on_gpu(built_modules, dtype, hdim: int, causal: bool) ->
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", TORCH_DTYPES)
 @pytest.mark.parametrize("causal", [False, True])
-def test_attn_fwd_group_on_gpu(built_modules, dtype, causal: bool) -> None:
+def test_attn_fwd_group_on_gpu(built_modules: tuple[Any, dict[str, ModuleType]], dtype, causal: bool) -> None:
     torch, mods = built_modules
     seqs_q, seqs_k = [5, 70, 1, 130, 40], [5, 100, 3, 130, 20]  # the last: sk < sq, rows see no key
     hq, hk, hdim = 3, 1, 128
@@ -232,7 +235,7 @@ def test_attn_fwd_group_on_gpu(built_modules, dtype, causal: bool) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.slow
-def test_attn_fwd_errors_on_gpu(built_modules) -> None:
+def test_attn_fwd_errors_on_gpu(built_modules: tuple[Any, dict[str, ModuleType]]) -> None:
     torch, mods = built_modules
     x = torch.zeros(1, 1, 1, 256, device="cuda", dtype=torch.float16)
     with pytest.raises(RuntimeError, match="no instance built"):

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from subprocess import CompletedProcess
 
@@ -117,7 +118,7 @@ GEN_MANIFEST = (
 
 
 @pytest.fixture
-def gen_setup(tmp_path: Path):
+def gen_setup(tmp_path: Path) -> tuple[Path, Callable[..., CompletedProcess[str]], Path, Path]:
     """(tmp, build(*extra) -> CompletedProcess, the generator script, blob dir) of a one-module tree
     whose generator writes three instances and an API file."""
     tree = tmp_path / "tree"
@@ -165,7 +166,9 @@ def lib_of(tmp: Path) -> Path:
 
 
 @needs_fake_nvcc
-def test_touching_one_instance_recompiles_it_alone_without_replanning(gen_setup) -> None:
+def test_touching_one_instance_recompiles_it_alone_without_replanning(
+    gen_setup: tuple[Path, Callable[..., CompletedProcess[str]], Path, Path],
+) -> None:
     tmp, build, _script, blob = gen_setup
     first = build()
     assert first.returncode == 0 and planned(first), first.stderr
@@ -201,7 +204,9 @@ def test_touching_one_instance_recompiles_it_alone_without_replanning(gen_setup)
 
 
 @needs_fake_nvcc
-def test_a_generator_comment_edit_recompiles_nothing(gen_setup) -> None:
+def test_a_generator_comment_edit_recompiles_nothing(
+    gen_setup: tuple[Path, Callable[..., CompletedProcess[str]], Path, Path],
+) -> None:
     tmp, build, script, _blob = gen_setup
     assert build().returncode == 0
     built = tmp / "out.build" / "lib" / "qk_libgen.so"
@@ -215,7 +220,9 @@ def test_a_generator_comment_edit_recompiles_nothing(gen_setup) -> None:
 
 
 @needs_fake_nvcc
-def test_what_changes_the_plan_still_takes_the_full_path(gen_setup) -> None:
+def test_what_changes_the_plan_still_takes_the_full_path(
+    gen_setup: tuple[Path, Callable[..., CompletedProcess[str]], Path, Path],
+) -> None:
     tmp, build, script, blob = gen_setup
     assert build().returncode == 0
     # the generator writes a fourth instance: planned again, the new object compiled, nothing else
@@ -244,7 +251,9 @@ def test_what_changes_the_plan_still_takes_the_full_path(gen_setup) -> None:
 
 
 @needs_fake_nvcc
-def test_a_compile_error_on_the_incremental_path_fails_that_module_and_publishes_none_of_it(gen_setup) -> None:
+def test_a_compile_error_on_the_incremental_path_fails_that_module_and_publishes_none_of_it(
+    gen_setup: tuple[Path, Callable[..., CompletedProcess[str]], Path, Path],
+) -> None:
     tmp, build, _script, blob = gen_setup
     assert build().returncode == 0
     good = (blob / "inst_c.cu").read_text()

@@ -10,6 +10,8 @@ import signal
 import sys
 import threading
 import time
+from ast import Call
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -378,7 +380,7 @@ def test_shipped_files_live_where_their_role_says() -> None:
 # ---- issue 33: one checked open, a deadline on every child, one secret type ---------------------------
 
 
-def _calls(path: Path, names: set[str]):
+def _calls(path: Path, names: set[str]) -> Iterator[tuple[Call, str]]:
     import ast
 
     for node in ast.walk(ast.parse(path.read_text())):

@@ -16,6 +16,7 @@ from support.common import run_qola
 
 from qola.core.errors import QolaError
 from qola.hooks import embed
+from qola.hooks.embed import EmbedFiles, EmbedSources
 
 pytestmark = pytest.mark.skipif(not (shutil.which("cc") and shutil.which("g++")), reason="needs cc and g++")
 
@@ -70,7 +71,9 @@ def _run(cmd, **kw) -> CompletedProcess[Any]:
     return proc
 
 
-def _build(tmp: Path, hsa: Path, archs, subdirs, ns="te", module="mod", align=embed.ALIGN):
+def _build(
+    tmp: Path, hsa: Path, archs, subdirs, ns="te", module="mod", align=embed.ALIGN
+) -> tuple[EmbedSources, EmbedFiles, Path]:
     """collect + render + write + assemble; returns (sources, files, object)."""
     sources = embed.render(embed.collect(hsa, archs, subdirs), ns, module, align)
     files = embed.write(sources, tmp / "out")

@@ -72,7 +72,9 @@ def compiled_sources(build_dir: Path, module: str = "libattn_fwd") -> set[str]:
     return {Path(m).stem for m in re.findall(rf"^build obj/{module}/\S+: cc (\S+)", text, re.M)}
 
 
-def build(tmp: Path, jit: str, *flags: str, arch: str = "sm_90", out: Path | None = None, link: str = "shared"):
+def build(
+    tmp: Path, jit: str, *flags: str, arch: str = "sm_90", out: Path | None = None, link: str = "shared"
+) -> tuple[Path, Path]:
     m = manifest(tmp / "q.toml", jit, arch, link)
     out = out or tmp / "out"
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out), "-j", "2", *flags)

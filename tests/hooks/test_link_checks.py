@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from elftools.elf.elffile import ELFFile
@@ -79,7 +80,7 @@ def _manifest(tmp: Path, *modules: tuple[str, str]) -> Path:
     return path
 
 
-def _build(tmp: Path, manifest: Path):
+def _build(tmp: Path, manifest: Path) -> tuple[CompletedProcess[str], Path]:
     out = tmp / "out"
     return run_qola("build", "--manifest", str(manifest), "--aiter-root", str(KERNELS), "-o", str(out)), out
 

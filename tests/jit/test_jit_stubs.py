@@ -148,7 +148,7 @@ FMHA = "aiter_meta/3rdparty/composable_kernel/example/ck_tile/01_fmha"
 
 
 @pytest.fixture(scope="module")
-def ck_fmha(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory):
+def ck_fmha(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     gen = aiter_root / FMHA / "generate.py"
     out = tmp_path_factory.mktemp("fmha")
     procs = [
@@ -163,7 +163,7 @@ def ck_fmha(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.mark.aiter
 @pytest.mark.slow
-def test_ck_fmha_fwd_stubs_match_the_dispatch(ck_fmha) -> None:
+def test_ck_fmha_fwd_stubs_match_the_dispatch(ck_fmha: tuple[Path, Path]) -> None:
     src, out = ck_fmha
     decls = declarations((src / "fmha_fwd.hpp").read_text())
     api = (out / "fwd/fmha_fwd_api.cpp").read_text()
@@ -184,7 +184,7 @@ def test_ck_fmha_fwd_stubs_match_the_dispatch(ck_fmha) -> None:
 
 @pytest.mark.aiter
 @pytest.mark.slow
-def test_ck_fmha_bwd_stubs_match_the_dispatch(ck_fmha) -> None:
+def test_ck_fmha_bwd_stubs_match_the_dispatch(ck_fmha: tuple[Path, Path]) -> None:
     src, out = ck_fmha
     decls = declarations((src / "fmha_bwd.hpp").read_text())
     api = (out / "bwd/fmha_bwd_api.cpp").read_text()
@@ -224,7 +224,7 @@ def test_batch_stub_qualifies_an_alias_with_a_comment_in_its_head() -> None:
 
 
 @pytest.mark.aiter
-def test_ck_fmha_batch_stub_qualifies_aliases(ck_fmha) -> None:
+def test_ck_fmha_batch_stub_qualifies_aliases(ck_fmha: tuple[Path, Path]) -> None:
     _, out = ck_fmha
     files = sorted((out / "fwd").glob("fmha_fwd_d*.cpp"))[:3]
     text = stubs.stub_batch([(p.stem, p.read_text()) for p in files], module="m", style=stubs.CK_FMHA)

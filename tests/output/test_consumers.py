@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.link_objects import build_objects, link_shared, sh, write_includes
@@ -99,7 +100,7 @@ def make_output(root: Path, kind: str) -> Path:
 
 
 @pytest.fixture(scope="module", params=["shared", "static"])
-def output_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+def output_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
     root = tmp_path_factory.mktemp(f"consumer-{request.param}")
     built = make_output(root, request.param)
     moved = root / "moved elsewhere" / "qola-out"  # relocatable: nothing points back to `built`
@@ -109,7 +110,7 @@ def output_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 
 @pytest.mark.skipif(not shutil.which("cmake"), reason="needs cmake")
-def test_cmake_find_package(output_dir, tmp_path: Path) -> None:
+def test_cmake_find_package(output_dir: tuple[Any, Path], tmp_path: Path) -> None:
     _kind, out = output_dir
     for langs in ("C CXX", "C"):  # a C-only project still gets the C++ runtime of a static module
         src, build = tmp_path / f"src {langs}", tmp_path / f"build {langs}"
@@ -133,7 +134,7 @@ def test_cmake_find_package(output_dir, tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not shutil.which("pkg-config"), reason="needs pkg-config")
-def test_pkg_config(output_dir, tmp_path: Path) -> None:
+def test_pkg_config(output_dir: tuple[Any, Path], tmp_path: Path) -> None:
     kind, out = output_dir
     env = {**os.environ, "PKG_CONFIG_PATH": str(out / "lib" / "pkgconfig")}
     flags = subprocess.run(
@@ -146,7 +147,7 @@ def test_pkg_config(output_dir, tmp_path: Path) -> None:
     assert sh(tmp_path / "consumer").split() == ["te", VERSION, "5"]  # rpath: no LD_LIBRARY_PATH needed
 
 
-def test_ctypes(output_dir) -> None:
+def test_ctypes(output_dir: tuple[Any, Path]) -> None:
     kind, out = output_dir
     if kind != "shared":
         pytest.skip("ctypes loads shared libraries")

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from support.common import KERNELS, cmake_build, run_qola
@@ -18,7 +19,9 @@ pytestmark = pytest.mark.slow
 ONE = 'blob_gen_cmd = ["csrc/attn/generate.py -d fwd --filter attn_fwd_d64_fp16_batch*_nmask_nlse --output_dir {}"]\n'
 
 
-def build(tmp: Path, ns: str, arch: str = "sm_90", link: str = "shared", extra: str = "", *flags: str):
+def build(
+    tmp: Path, ns: str, arch: str = "sm_90", link: str = "shared", extra: str = "", *flags: str
+) -> tuple[CompletedProcess[str], Path]:
     m = tmp / f"{ns}.toml"
     m.write_text(
         f'[qola]\nnamespace = "{ns}"\n[build]\narchitectures = ["{arch}"]\nlink = "{link}"\n'

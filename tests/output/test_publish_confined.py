@@ -245,7 +245,7 @@ MANIFEST = (
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory):
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
     if NVCC is None:
         pytest.skip("needs nvcc")
     tmp = tmp_path_factory.mktemp("harden")
@@ -265,7 +265,7 @@ def copy_out(out: Path, dst: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_audit_checks_the_whole_output(built, tmp_path: Path) -> None:
+def test_audit_checks_the_whole_output(built: tuple[Path, Path, Path, Path], tmp_path: Path) -> None:
     _, _, _, out = built
     proc = run_qola("audit", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -347,7 +347,7 @@ def consistent(out: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_sigkill_during_publish_leaves_old_or_new(built, tmp_path: Path) -> None:
+def test_sigkill_during_publish_leaves_old_or_new(built: tuple[Path, Path, Path, Path], tmp_path: Path) -> None:
     tmp, tree, m, out = built
     old = consistent(out)
     dead = dead_pid()

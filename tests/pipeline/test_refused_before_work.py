@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from subprocess import CompletedProcess, Popen
 from typing import Any
@@ -42,7 +43,7 @@ MANIFEST = (
 
 
 @pytest.fixture
-def setup(tmp_path: Path):
+def setup(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]]:
     """(tmp, tree, manifest, env, build(*extra, env=…) -> CompletedProcess) for `-o tmp/out`."""
     tree = make_tree(tmp_path / "tree")
     m = tmp_path / "q.toml"
@@ -94,7 +95,13 @@ def one_error(proc_: subprocess.CompletedProcess[str], *needles: str) -> None:
         ((), {}, "jobs = 10000000\n", "[build].jobs"),
     ],
 )
-def test_bad_job_counts_refused_before_anything_runs(setup, extra, env_extra, manifest_extra: str, needle: str) -> None:
+def test_bad_job_counts_refused_before_anything_runs(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+    extra,
+    env_extra,
+    manifest_extra: str,
+    needle: str,
+) -> None:
     tmp, _tree, m, _env, build = setup
     assert build("-j", "2").returncode == 0
     lib = tmp / "out" / "lib" / "qk_module_tiny.so"
@@ -110,7 +117,9 @@ def test_bad_job_counts_refused_before_anything_runs(setup, extra, env_extra, ma
 # ---- item 7: the no-op fast path and the graph notice what changes the compilers' output ------------
 
 
-def test_compiler_replaced_in_place_recompiles(setup) -> None:
+def test_compiler_replaced_in_place_recompiles(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+) -> None:
     tmp, _tree, _m, env, build = setup
     assert build().returncode == 0 and "up to date" in build().stderr
     n = len(objects_built(tmp / "out.build"))
@@ -138,7 +147,9 @@ def test_compiler_replaced_in_place_recompiles(setup) -> None:
         "LIBRARY_PATH",
     ],
 )
-def test_compiler_environment_change_rebuilds(setup, var: str) -> None:
+def test_compiler_environment_change_rebuilds(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]], var: str
+) -> None:
     tmp, _tree, _m, _env, build = setup
     assert build().returncode == 0 and "up to date" in build().stderr
     n = len(objects_built(tmp / "out.build"))
@@ -149,7 +160,9 @@ def test_compiler_environment_change_rebuilds(setup, var: str) -> None:
     assert var in stamp["env"]
 
 
-def test_one_list_of_compiler_variables_feeds_fast_path_and_graph(setup) -> None:
+def test_one_list_of_compiler_variables_feeds_fast_path_and_graph(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+) -> None:
     from qola.toolchain import identity
 
     assert set(identity.COMPILER_ENV) <= set(fastpath.ENV_KEYS)
@@ -176,7 +189,9 @@ def test_one_list_of_compiler_variables_feeds_fast_path_and_graph(setup) -> None
     assert edges and all(f"| {identity.STAMP}" in ln for ln in edges), edges
 
 
-def test_repointed_tree_and_manifest_symlinks_rebuild(setup) -> None:
+def test_repointed_tree_and_manifest_symlinks_rebuild(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+) -> None:
     tmp, tree, m, env, build = setup
     other = tmp / "tree2"
     shutil.copytree(tree, other, copy_function=shutil.copy2)  # same sizes and mtimes …
@@ -206,7 +221,9 @@ def test_repointed_tree_and_manifest_symlinks_rebuild(setup) -> None:
     assert (tmp / "o2" / "lib" / "qz_module_tiny.so").is_file()
 
 
-def test_tuned_configs_are_inputs_of_the_fast_path(setup) -> None:
+def test_tuned_configs_are_inputs_of_the_fast_path(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+) -> None:
     tmp, tree, _m, _env, build = setup
     assert build().returncode == 0 and "up to date" in build().stderr
     csv = tree / "aiter" / "configs" / "softmax_tuned.csv"
@@ -229,7 +246,9 @@ def test_tuned_configs_are_inputs_of_the_fast_path(setup) -> None:
 # ---- item 8: one build per build dir and output dir --------------------------------------------------
 
 
-def test_concurrent_builds_of_one_output_dir_are_refused_naming_the_holder(setup) -> None:
+def test_concurrent_builds_of_one_output_dir_are_refused_naming_the_holder(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+) -> None:
     tmp, tree, m, env, build = setup
     args = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(tmp / "out")]
     first = subprocess.Popen(
@@ -275,7 +294,12 @@ def test_concurrent_builds_of_one_output_dir_are_refused_naming_the_holder(setup
         ("{tmp}/q.toml", None, "exists and is not a directory"),
     ],
 )
-def test_output_and_build_dirs_are_checked_before_any_work(setup, out: str, build_dir: str | None, needle: str) -> None:
+def test_output_and_build_dirs_are_checked_before_any_work(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+    out: str,
+    build_dir: str | None,
+    needle: str,
+) -> None:
     tmp, tree, m, env, _build = setup
     before = snapshot(tree)
     fill = {"tmp": tmp, "tree": tree}
@@ -304,7 +328,9 @@ def _mount_tmpfs(at: Path, options: str) -> bool:
     "options, needle",
     [("ro,size=1m", "is not writable (a read-only file system"), ("size=1m", "not enough free space")],
 )
-def test_read_only_or_full_output_fs_refused_before_compiling(setup, options: str, needle: str) -> None:
+def test_read_only_or_full_output_fs_refused_before_compiling(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]], options: str, needle: str
+) -> None:
     tmp, tree, m, env, _build = setup
     mnt = tmp / "mnt"
     if not _mount_tmpfs(mnt, options):
@@ -386,7 +412,9 @@ def _alive(pids: list[int], timeout: float) -> list[int]:
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_killed_build_leaves_no_children(setup, sig, code) -> None:
+def test_killed_build_leaves_no_children(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]], sig, code
+) -> None:
     tmp, tree, m, env, _build = setup
     args = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(tmp / "out")]
     # a shell's background job inherits SIGINT ignored (and qola rightly keeps it so): give the child
@@ -518,7 +546,9 @@ def test_toolchain_hints_name_only_options_qola_build_takes(tmp_path: Path) -> N
     assert "CUDACXX" in cuda.INSTALL_HINT and "HIPCC" in hip.INSTALL_HINT
 
 
-def test_followed_version_hint_works(setup) -> None:
+def test_followed_version_hint_works(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+) -> None:
     tmp, _tree, m, _env, build = setup
     m.write_text(m.read_text().replace("[build]", 'cuda_versions = ["12.4"]\n[build]'))
     old = fake_nvcc(tmp / "nvcc13")

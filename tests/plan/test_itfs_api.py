@@ -29,7 +29,7 @@ def _env(arch: str) -> dict[str, str]:
     return {**os.environ, "HIP_PLATFORM": "amd"} if arch.startswith("gfx") else dict(os.environ)
 
 
-def build(tmp: Path, shape: str, arch: str, ns: str = "te"):
+def build(tmp: Path, shape: str, arch: str, ns: str = "te") -> tuple[Path, Path]:
     tree = fx.write_tree(tmp / shape, shape)
     out = tmp / f"out_{shape}"
     proc = run_qola(

@@ -13,6 +13,7 @@ import os
 import shutil
 import tarfile
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from support.common import KERNELS, run_qola
 from qola.core.errors import QolaError
 from qola.output.outdir import ENTRIES, published
 from qola.pipeline import run as pipeline
+from qola.pipeline.report import BuildReport
 from qola.pipeline.run import BuildSpec, Reporter
 from qola.store import prebuilt
 from qola.store.key import BuildKey
@@ -72,7 +74,7 @@ def fake_toolchain(version: str = "13.0", compiler: str = "/usr/bin/true") -> To
 
 
 @pytest.fixture
-def key_of(monkeypatch: pytest.MonkeyPatch):
+def key_of(monkeypatch: pytest.MonkeyPatch) -> Callable[..., BuildKey]:
     """The build key of a manifest and tree through the pipeline (toolchain faked: no compiler needed)."""
     tcs = {"tc": fake_toolchain()}
     monkeypatch.setattr(pipeline, "_toolchain", lambda *a, **k: tcs["tc"])
@@ -94,7 +96,9 @@ def tree(tmp_path: Path) -> Path:
 # ---- the key: cheap, no compile ---------------------------------------------------------------------
 
 
-def test_key_ignores_formatting_paths_jobs_and_launcher(tmp_path: Path, tree: Path, key_of) -> None:
+def test_key_ignores_formatting_paths_jobs_and_launcher(
+    tmp_path: Path, tree: Path, key_of: Callable[..., BuildKey]
+) -> None:
     base = key_of(write_manifest(tmp_path / "a.toml"), tree)
     (tmp_path / "sub").mkdir()
     other = tmp_path / "sub" / "b.toml"
@@ -122,7 +126,9 @@ def test_key_ignores_formatting_paths_jobs_and_launcher(tmp_path: Path, tree: Pa
         ("isolation", "build"),
     ],
 )
-def test_key_changes_with_what_changes_the_output(tmp_path: Path, tree: Path, key_of, change: str, part: str) -> None:
+def test_key_changes_with_what_changes_the_output(
+    tmp_path: Path, tree: Path, key_of: Callable[..., BuildKey], change: str, part: str
+) -> None:
     m = write_manifest(tmp_path / "q.toml", module_extra='mode = "pybind"\n')  # beats --mode: a valid mode change
     base = key_of(m, tree)
     kw = {}
@@ -252,7 +258,7 @@ class Notes(Reporter):
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory):
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path, Path, BuildReport]:
     """module_softmax for sm_90, built once with --publish into a store."""
     if not shutil.which("nvcc"):
         pytest.skip("needs nvcc")
@@ -269,7 +275,7 @@ def built(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture
-def server():
+def server() -> Iterator[Callable[..., str]]:
     """An HTTP server on 127.0.0.1 serving a dir; ``truncate`` makes it send half of each .tar.gz."""
     state = {"dir": None, "truncate": False}
 
@@ -316,7 +322,9 @@ def files_of(out: Path) -> dict[str, bytes]:
     return found
 
 
-def install_from(built, source: str, name: str) -> pipeline.BuildReport:
+def install_from(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport], source: str, name: str
+) -> pipeline.BuildReport:
     tmp, src, m, _, _, _ = built
     return pipeline.build(
         BuildSpec(manifest=str(m), aiter_root=str(src), output_dir=str(tmp / name), jobs=2, prebuilt=source)
@@ -324,7 +332,9 @@ def install_from(built, source: str, name: str) -> pipeline.BuildReport:
 
 
 @pytest.mark.slow
-def test_publish_writes_a_deterministic_archive_named_by_the_key(built, tmp_path: Path) -> None:
+def test_publish_writes_a_deterministic_archive_named_by_the_key(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport], tmp_path: Path
+) -> None:
     _tmp, _, _, out, store, report = built
     data = json.loads((out / "manifest.json").read_text())
     assert data["build_key"] == report.key == report.packaged.key
@@ -348,7 +358,9 @@ def test_publish_writes_a_deterministic_archive_named_by_the_key(built, tmp_path
 
 
 @pytest.mark.slow
-def test_prebuilt_from_a_dir_installs_without_compiling(built) -> None:
+def test_prebuilt_from_a_dir_installs_without_compiling(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport],
+) -> None:
     tmp, _, _, out, store, report = built
     got = install_from(built, str(store), "from-dir")
     assert got.prebuilt is not None and got.compiled is None and not got.up_to_date
@@ -364,7 +376,9 @@ def test_prebuilt_from_a_dir_installs_without_compiling(built) -> None:
 
 
 @pytest.mark.slow
-def test_prebuilt_over_http_installs_without_compiling(built, server) -> None:
+def test_prebuilt_over_http_installs_without_compiling(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport], server: Iterator[Callable[..., str]]
+) -> None:
     tmp, _, _, out, store, _report = built
     got = install_from(built, server(store), "from-http")
     assert got.prebuilt is not None and got.prebuilt.origin.startswith("http://127.0.0.1:")
@@ -373,7 +387,9 @@ def test_prebuilt_over_http_installs_without_compiling(built, server) -> None:
 
 
 @pytest.mark.slow
-def test_missing_archive_falls_back_to_building_with_a_note(built) -> None:
+def test_missing_archive_falls_back_to_building_with_a_note(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport],
+) -> None:
     tmp, src, m, _out, _, report = built
     empty = tmp / "empty-store"
     empty.mkdir(exist_ok=True)
@@ -427,7 +443,7 @@ def info(name: str, data: bytes = b"", **kw) -> tarfile.TarInfo:
     return ti
 
 
-def tampered(built, store: Path, how: str) -> str:
+def tampered(built: tuple[Path, Path, Path, Path, Path, BuildReport], store: Path, how: str) -> str:
     """A copy of the good store, damaged ``how``."""
     _, _, _, _, good, report = built
     name = prebuilt.archive_name("qk", report.key)
@@ -489,7 +505,9 @@ CASES = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", sorted(CASES))
-def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(built, tmp_path: Path, how) -> None:
+def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport], tmp_path: Path, how
+) -> None:
     _tmp, _, _, _, good, report = built
     out = tmp_path / "out"
     first = prebuilt.install(str(good), "qk", report.key, out, tmp_path / "work")
@@ -505,7 +523,9 @@ def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(built
 
 
 @pytest.mark.slow
-def test_a_truncated_http_download_is_refused(built, tmp_path: Path, server) -> None:
+def test_a_truncated_http_download_is_refused(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport], tmp_path: Path, server: Iterator[Callable[..., str]]
+) -> None:
     _, _, _, _, good, report = built
     out = tmp_path / "out"
     with pytest.raises(QolaError, match=r"truncated|broke off"):
@@ -514,7 +534,9 @@ def test_a_truncated_http_download_is_refused(built, tmp_path: Path, server) -> 
 
 
 @pytest.mark.slow
-def test_the_build_command_refuses_a_hostile_store_and_installs_nothing(built, tmp_path: Path) -> None:
+def test_the_build_command_refuses_a_hostile_store_and_installs_nothing(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport], tmp_path: Path
+) -> None:
     _tmp, src, m, _, _, _ = built
     bad = tmp_path / "bad-store"
     tampered(built, bad, "symlink")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from subprocess import CompletedProcess
 
 from support.common import run_qola
 
@@ -86,7 +87,7 @@ def manifest(
 NS = "te"
 
 
-def build(tmp: Path, tree: Path, m: Path, name: str = "out", *more: str):
+def build(tmp: Path, tree: Path, m: Path, name: str = "out", *more: str) -> tuple[CompletedProcess[str], Path]:
     out = tmp / name
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2", *more)
     return proc, out
