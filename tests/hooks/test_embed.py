@@ -72,7 +72,7 @@ def _run(cmd, **kw) -> CompletedProcess[Any]:
 
 
 def _build(
-    tmp: Path, hsa: Path, archs, subdirs, ns="te", module="mod", align=embed.ALIGN
+    tmp: Path, hsa: Path, archs, subdirs, ns: str = "te", module: str = "mod", align=embed.ALIGN
 ) -> tuple[EmbedSources, EmbedFiles, Path]:
     """collect + render + write + assemble; returns (sources, files, object)."""
     sources = embed.render(embed.collect(hsa, archs, subdirs), ns, module, align)

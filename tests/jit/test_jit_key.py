@@ -24,8 +24,8 @@ def build(
     unit: str | None = None,
     api: str = API_H,
     extra_header: str = "// other\n",
-    flags=("-O1",),
-    arch="host",
+    flags: tuple[str, ...] = ("-O1",),
+    arch: str = "host",
     compiler: jkey.JitCompiler | None = None,
     out: Path | None = None,
 ) -> dict[str, Any]:

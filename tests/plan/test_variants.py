@@ -20,7 +20,9 @@ from qola.plan import receipts
 from qola.plan import variants as V
 
 
-def example_manifest(path: Path, variants: str = EXAMPLE_VARIANTS, modules=("module_attn_fwd",)) -> Path:
+def example_manifest(
+    path: Path, variants: str = EXAMPLE_VARIANTS, modules: tuple[str, ...] = ("module_attn_fwd",)
+) -> Path:
     mods = "".join(f'\n[[modules]]\nname = "{m}"\n' for m in modules)
     path.write_text(
         f'[qola]\nnamespace = "qk"\n\n[build]\narchitectures = ["sm_90"]\nmode = "pybind"\n{mods}' + variants

@@ -154,7 +154,9 @@ def test_files_without_a_function_specialisation_are_refused_or_left_alone(tmp_p
 # --------------------------------------------------------------------------- a host library
 
 
-def _host_lib(root: Path, runtime: list[Path], *, deferred=(), ahead=(1, 2)) -> tuple[Path, dict[str, Any]]:
+def _host_lib(
+    root: Path, runtime: list[Path], *, deferred=(), ahead: tuple[int, ...] = (1, 2)
+) -> tuple[Path, dict[str, Any]]:
     """lib/libqt.so of support/jit_lib.py's units: ``ahead`` ones compiled as recorded copies, ``deferred``
     ones to the JIT (a real g++ compiles them at run time); OUT/jit only when something is deferred."""
     src = root / "src"

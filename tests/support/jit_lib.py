@@ -226,9 +226,9 @@ def make_lib(
     lang: str = "cxx",
     real: str = "g++",
     archs=(),
-    flags=("-O1",),
+    flags: tuple[str, ...] = ("-O1",),
     child_env: dict[str, str] | None = None,
-    units=(1, 2),
+    units: tuple[int, ...] = (1, 2),
     batch: int = 1,
 ) -> TestLib:
     """Sources -> OUT/jit + stubs + table -> lib/libqt.so + bin/caller. The JIT compiler is a
