@@ -54,7 +54,8 @@ def _newest_sdist() -> dict[str, Any]:
     sdists = [f for f in data["files"] if f["filename"].endswith(".tar.gz") and not f.get("yanked")]
     if not sdists:
         raise RuntimeError(f"no sdist of {PROJECT} on {url}")
-    return sdists[-1]
+    newest: dict[str, Any] = sdists[-1]
+    return newest
 
 
 def aiter_root() -> Path:

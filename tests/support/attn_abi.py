@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import ctypes
 from pathlib import Path
+from typing import Any
 
 
 class Params(ctypes.Structure):
-    _fields_ = (
+    _fields_: list[tuple[str, Any]] = (
         [(n, ctypes.c_void_p) for n in ("q", "k", "v", "out", "lse", "cu_seqlens_q", "cu_seqlens_k")]
         + [(n, ctypes.c_int) for n in ("batch", "seqlen_q", "seqlen_k", "nhead_q", "nhead_k", "hdim")]
         + [("scale", ctypes.c_float), ("dtype", ctypes.c_char_p), ("causal", ctypes.c_int), ("stream", ctypes.c_void_p)]

@@ -24,7 +24,7 @@ GIT_ID = {
 }
 
 
-def sh(*argv, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+def sh(*argv: object, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
     proc = subprocess.run(
         [str(a) for a in argv], cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True
     )

@@ -6,7 +6,7 @@ import os
 import resource
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -88,7 +88,7 @@ def run_qola(
     return proc
 
 
-def wait_for(cond, timeout: float = 60.0) -> bool:
+def wait_for(cond: Callable[[], object], timeout: float = 60.0) -> bool:
     """Poll ``cond`` until it is true (True) or ``timeout`` seconds pass (False)."""
     import time
 

@@ -6,7 +6,9 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from support.common import KERNELS, run_qola
 
@@ -16,7 +18,7 @@ TYPES = ("vec_add", "vec_scale")
 NS, MODULE, MD_NAME = "qk", "module_asm", "qk_module_asm"
 
 
-def _run(cmd, **kw) -> subprocess.CompletedProcess[str]:
+def _run(cmd: Sequence[object], **kw: Any) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
     return proc

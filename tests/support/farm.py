@@ -11,7 +11,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,8 @@ SERVER_TOKEN = "qola-test-server-token"
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def tool(name: str, why: str) -> str:
@@ -59,10 +60,13 @@ def sccache(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
 
 
 def stats(env: dict[str, str]) -> dict[str, Any]:
-    return json.loads(sccache(env, "--show-stats", "--stats-format", "json").stdout)
+    data: dict[str, Any] = json.loads(sccache(env, "--show-stats", "--stats-format", "json").stdout)
+    return data
 
 
-def _wait(what: str, ready, procs: list[subprocess.Popen[str]], logs: list[Path], timeout: float = 30.0) -> None:
+def _wait(
+    what: str, ready: Callable[[], bool], procs: list[subprocess.Popen[bytes]], logs: list[Path], timeout: float = 30.0
+) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if ready():
@@ -74,7 +78,7 @@ def _wait(what: str, ready, procs: list[subprocess.Popen[str]], logs: list[Path]
     raise AssertionError(f"{what} did not come up\n{text}")
 
 
-def _stop(procs: list[subprocess.Popen[str]]) -> None:
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for p in procs:
         p.terminate()
     for p in procs:
@@ -99,7 +103,7 @@ def dist_farm(tmp: Path, servers: int = 1) -> Iterator[dict[str, str]]:
         f'public_addr = "127.0.0.1:{sched_port}"\n[client_auth]\ntype = "token"\ntoken = "{CLIENT_TOKEN}"\n'
         f'[server_auth]\ntype = "token"\ntoken = "{SERVER_TOKEN}"\n'
     )
-    procs: list[subprocess.Popen[str]] = []
+    procs: list[subprocess.Popen[bytes]] = []
     logs = [tmp / "scheduler.log"]
     env = {**os.environ, "SCCACHE_LOG": "info", "SCCACHE_NO_DAEMON": "1"}
     try:
@@ -150,7 +154,7 @@ def dist_farm(tmp: Path, servers: int = 1) -> Iterator[dict[str, str]]:
                 sccache(client, "--stop-server")
                 return False
             try:
-                return status["SchedulerStatus"][1]["num_servers"] >= servers
+                return bool(status["SchedulerStatus"][1]["num_servers"] >= servers)
             except (KeyError, IndexError, TypeError):
                 return False
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -119,7 +120,7 @@ exec {real} "$@"
 CXXFLAGS = ["-std=c++17", "-O1", "-fPIC"]
 
 
-def sh(argv, **kw) -> subprocess.CompletedProcess[str]:
+def sh(argv: Sequence[object], **kw: Any) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, **kw)
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, argv))} failed:\n{proc.stdout}\n{proc.stderr}")
@@ -225,7 +226,7 @@ def make_lib(
     *,
     lang: str = "cxx",
     real: str = "g++",
-    archs=(),
+    archs: tuple[str, ...] = (),
     flags: tuple[str, ...] = ("-O1",),
     child_env: dict[str, str] | None = None,
     units: tuple[int, ...] = (1, 2),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from qola.compile.steps import CompileReport, ModuleResult
 from qola.output.publish import publish
@@ -72,7 +73,7 @@ def report(
     return CompileReport(fake_plan(tmp, "/m/q.toml", archs), FAKE_TOOLCHAIN, results, b, 1.0), [header], texts
 
 
-def publish_version(tmp: Path, out: Path, tag: str, **kw) -> Path:
+def publish_version(tmp: Path, out: Path, tag: str, **kw: Any) -> Path:
     """Publish version ``tag`` (built in ``tmp``) into ``out``; the same ``tmp`` and ``tag`` give the
     same bytes, manifest.json included."""
     rep, headers, texts = report(tmp, tag, {"a": f"A-{tag}".encode() * 100, "b": f"B-{tag}".encode() * 100})

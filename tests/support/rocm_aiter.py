@@ -42,7 +42,7 @@ BWD_ONE = 'name = "*_b32x128x32x32x32x32x64x32x32_*_npad_*"\n'
 def manifest(
     path: Path,
     ns: str,
-    archs=ARCHS,
+    archs: tuple[str, ...] = ARCHS,
     *,
     fwd: bool = True,
     bwd: bool = False,
