@@ -179,7 +179,7 @@ def expected(meta: str) -> dict[str, dict[str, list[str]]]:
     }
 
 
-def test_te_gfx1250_manifest_plans_as_qola_evaluates_it(tree: Path) -> None:
+def test_te_gfx1250_manifest_plans_as_qola_evaluates_it(tree: AiterTree) -> None:
     plan = plan_of(TE_GFX1250, tree)
     assert [m.md_name for m in plan.modules] == ["te_v3_libmha_fwd", "te_v3_libmha_bwd"]
     got = {
@@ -204,7 +204,7 @@ def test_te_gfx1250_manifest_plans_as_qola_evaluates_it(tree: Path) -> None:
     )
 
 
-def test_dropped_ck_direction_keeps_its_dispatch_unless_ck_free(tree: Path) -> None:
+def test_dropped_ck_direction_keeps_its_dispatch_unless_ck_free(tree: AiterTree) -> None:
     """Without ENABLE_CK=0 the API still calls CK's dispatch: the dropped direction writes it alone."""
     text = '[qola]\nnamespace = "te"\n[[modules]]\nname = "libmha_bwd"\nmode = "cpp_itfs"\ndrop_directions = ["bwd"]\n'
     ck = plan_of(text, tree).modules[0].generators
@@ -212,7 +212,7 @@ def test_dropped_ck_direction_keeps_its_dispatch_unless_ck_free(tree: Path) -> N
     assert [g.direction for g in plan_of(text, tree, env={"ENABLE_CK": "0"}).modules[0].generators] == [None]
 
 
-def test_plain_and_expression_overrides_agree(tree: Path) -> None:
+def test_plain_and_expression_overrides_agree(tree: AiterTree) -> None:
     expr = TE_GFX1250
     plain = (
         TE_GFX1250.replace("\"'-D", '"-D')
@@ -229,7 +229,7 @@ def test_plain_and_expression_overrides_agree(tree: Path) -> None:
     assert plan_of(plain, tree).to_json()["modules"] == plan_of(expr, tree).to_json()["modules"]
 
 
-def test_qola_plan_json_shows_evaluated_overrides(tree: Path, tmp_path: Path) -> None:
+def test_qola_plan_json_shows_evaluated_overrides(tree: AiterTree, tmp_path: Path) -> None:
     m = tmp_path / "te.toml"
     m.write_text(TE_GFX1250)
     proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(tree.root), "--json")
@@ -293,7 +293,7 @@ BAD = [  # (module body, key named, words of the message)
 
 
 @pytest.mark.parametrize("body,key,words", BAD, ids=[b[1] + ":" + b[2][:20] for b in BAD])
-def test_bad_override_exits_2_naming_the_key(tree: Path, tmp_path: Path, body, key, words) -> None:
+def test_bad_override_exits_2_naming_the_key(tree: AiterTree, tmp_path: Path, body, key, words) -> None:
     m = tmp_path / "m.toml"
     m.write_text(_module(body))
     proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(tree.root))
@@ -304,13 +304,13 @@ def test_bad_override_exits_2_naming_the_key(tree: Path, tmp_path: Path, body, k
     assert "hint:" in proc.stderr
 
 
-def test_hsa_subdirs_empty_embeds_nothing(tree: Path) -> None:
+def test_hsa_subdirs_empty_embeds_nothing(tree: AiterTree) -> None:
     mod = plan_of(_module("hsa_subdirs = []"), tree).modules[1]
     assert mod.embed == ()
     assert plan_of(_module(""), tree).modules[1].embed == tuple(registry.load()["libmha_fwd"].embed)
 
 
-def test_non_source_listed_is_a_note(tree: Path) -> None:
+def test_non_source_listed_is_a_note(tree: AiterTree) -> None:
     (tree.csrc / "cpp_itfs/mha_fwd.h").write_text("// fixture\n")
     plan = plan_of(_module('srcs = ["csrc/cpp_itfs/mha_fwd.cu", "csrc/cpp_itfs/mha_fwd.h"]'), tree)
     assert any("are not .cu or .cpp files" in w and "mha_fwd.h" in w for w in plan.warnings)
@@ -389,7 +389,7 @@ def test_expression_paths_under_the_tree_stay_under_it(parts) -> None:
     assert os.path.normpath(got) == "/t" or os.path.normpath(got).startswith("/t/")
 
 
-def test_cc_flags_reach_the_compile_before_the_hip_flags(tree: Path) -> None:
+def test_cc_flags_reach_the_compile_before_the_hip_flags(tree: AiterTree) -> None:
     """AITER compiles .cu files with its cflags (flags_extra_cc among them) ahead of the HIP flags:
     TE's -DENABLE_CK=0 / -DFAV3_ON=1 must reach the compiler, after the HIP flags split as AITER does."""
     from qola.compile.steps import module_flags

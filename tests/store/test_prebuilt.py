@@ -377,7 +377,7 @@ def test_prebuilt_from_a_dir_installs_without_compiling(
 
 @pytest.mark.slow
 def test_prebuilt_over_http_installs_without_compiling(
-    built: tuple[Path, Path, Path, Path, Path, BuildReport], server: Iterator[Callable[..., str]]
+    built: tuple[Path, Path, Path, Path, Path, BuildReport], server: Callable[..., str]
 ) -> None:
     tmp, _, _, out, store, _report = built
     got = install_from(built, server(store), "from-http")
@@ -524,7 +524,7 @@ def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(
 
 @pytest.mark.slow
 def test_a_truncated_http_download_is_refused(
-    built: tuple[Path, Path, Path, Path, Path, BuildReport], tmp_path: Path, server: Iterator[Callable[..., str]]
+    built: tuple[Path, Path, Path, Path, Path, BuildReport], tmp_path: Path, server: Callable[..., str]
 ) -> None:
     _, _, _, _, good, report = built
     out = tmp_path / "out"
