@@ -273,7 +273,9 @@ cmake_language(EVAL CODE "${CALL}")
         ),
     ],
 )
-def test_mistakes_are_clear_fatal_errors(manifest: Path, tmp_path: Path, call: str, env, message: str) -> None:
+def test_mistakes_are_clear_fatal_errors(
+    manifest: Path, tmp_path: Path, call: str, env: dict[str, str] | None, message: str
+) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     env = {k: v.replace("@EMPTY@", str(empty)) for k, v in env.items()}

@@ -92,7 +92,7 @@ def test_docs_have_commands() -> None:
 
 
 @pytest.mark.parametrize("where,line", [p for p in shell_lines() if qola_argv(p[1])])
-def test_every_qola_command_parses(where, line) -> None:
+def test_every_qola_command_parses(where: str, line: str) -> None:
     for argv in qola_argv(line):
         try:
             args = cli._parser().parse_args(argv)
@@ -134,7 +134,7 @@ def test_run_list_is_still_in_the_docs() -> None:
 
 
 @pytest.mark.parametrize("cmd,needs", RUN)
-def test_cheap_commands_run_as_written(cmd, needs, tmp_path: Path) -> None:
+def test_cheap_commands_run_as_written(cmd: str, needs: str | None, tmp_path: Path) -> None:
     if needs and not shutil.which(needs):
         pytest.skip(f"needs {needs}")
     os.symlink(REPO / "examples", tmp_path / "examples")

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 PLAIN = ("module_rmsnorm", "module_softmax")
 
 
-def manifest(path: Path, archs: list[str], modules=PLAIN, extra: str = "", ns: str = "qk") -> Path:
+def manifest(path: Path, archs: list[str], modules: tuple[str, ...] = PLAIN, extra: str = "", ns: str = "qk") -> Path:
     body = f'[qola]\nnamespace = "{ns}"\n[build]\narchitectures = {json.dumps(archs)}\n'
     for m in modules:
         body += f'\n[[modules]]\nname = "{m}"\n'
@@ -37,7 +37,7 @@ def manifest(path: Path, archs: list[str], modules=PLAIN, extra: str = "", ns: s
     return path
 
 
-def build(m: Path, tree: Path, out: Path, **kw) -> pipeline.BuildReport:
+def build(m: Path, tree: Path, out: Path, **kw: Any) -> pipeline.BuildReport:
     """``qola build -j 2`` through the library."""
     return pipeline.build(BuildSpec(manifest=str(m), aiter_root=str(tree), output_dir=str(out), jobs=2, **kw))
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -21,7 +22,7 @@ from support.common import KERNELS
 CSRC = KERNELS / "csrc"
 
 
-def _torch_cuda() -> Any | None | None:
+def _torch_cuda() -> Any:
     try:
         import torch
     except ImportError:
@@ -68,7 +69,7 @@ def built_modules(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[s
     }
     extra = {"module_rmsnorm": ['-DQK_RMSNORM_TUNED_CSV="/x/rmsnorm_tuned.csv"']}
 
-    def compile_one(job) -> Any:
+    def compile_one(job: tuple[str, Path]) -> Any:
         name, src = job
         obj = root / name / (src.stem + ".o")
         obj.parent.mkdir(exist_ok=True)
@@ -98,7 +99,7 @@ TOL = {"fp32": 2e-5, "fp16": 2e-3, "bf16": 2e-2}
 TORCH_DTYPES = ("fp32", "fp16", "bf16")
 
 
-def _dt(torch, name) -> Any:
+def _dt(torch: Any, name: str) -> Any:
     return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
@@ -133,7 +134,7 @@ def test_rmsnorm_and_softmax_on_gpu(built_modules: tuple[Any, dict[str, ModuleTy
         mods["module_softmax"].softmax(out.data_ptr(), x.data_ptr(), 1, 1, 1.0, "fp8")
 
 
-def _ref_attn(torch, q, k, v, scale, causal) -> tuple[Any, Any]:
+def _ref_attn(torch: Any, q: Any, k: Any, v: Any, scale: float, causal: bool) -> tuple[Any, Any]:
     """q [sq, hq, d], k/v [sk, hk, d] -> out [sq, hq, d] fp32, lse [hq, sq]."""
     hq, hk = q.shape[1], k.shape[1]
     k = k.float().repeat_interleave(hq // hk, dim=1)
@@ -155,7 +156,7 @@ def _ref_attn(torch, q, k, v, scale, causal) -> tuple[Any, Any]:
 @pytest.mark.parametrize("hdim", [64, 96, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_attn_fwd_batch_on_gpu(
-    built_modules: tuple[Any, dict[str, ModuleType]], dtype, hdim: int, causal: bool
+    built_modules: tuple[Any, dict[str, ModuleType]], dtype: str, hdim: int, causal: bool
 ) -> None:
     torch, mods = built_modules
     b, sq, sk, hq, hk = 2, 77, 130, 4, 2
@@ -193,7 +194,7 @@ def test_attn_fwd_batch_on_gpu(
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", TORCH_DTYPES)
 @pytest.mark.parametrize("causal", [False, True])
-def test_attn_fwd_group_on_gpu(built_modules: tuple[Any, dict[str, ModuleType]], dtype, causal: bool) -> None:
+def test_attn_fwd_group_on_gpu(built_modules: tuple[Any, dict[str, ModuleType]], dtype: str, causal: bool) -> None:
     torch, mods = built_modules
     seqs_q, seqs_k = [5, 70, 1, 130, 40], [5, 100, 3, 130, 20]  # the last: sk < sq, rows see no key
     hq, hk, hdim = 3, 1, 128

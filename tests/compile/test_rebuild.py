@@ -27,7 +27,7 @@ def _fast_copies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     fast: list[str] = []
     real = publish_mod.copy_file
 
-    def copy(src, dst, mode) -> None:
+    def copy(src: Path, dst: Path, mode: int) -> None:
         fast.append(str(src))
         return real(src, dst, mode)
 
@@ -156,7 +156,7 @@ def log_entries(build_dir: Path) -> list[str]:
     return [ln.split("\t")[3] for ln in (build_dir / ".ninja_log").read_text().splitlines()[1:]]
 
 
-def planned(res) -> bool:
+def planned(res: CompletedProcess[str]) -> bool:
     """The full path ran (its one-line header names the modules and the toolchain)."""
     return "module(s), cuda" in res.stderr
 

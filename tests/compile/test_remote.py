@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import remote_stack
@@ -39,7 +40,7 @@ def toolchain_id(tmp: Path, arch: str) -> str:
     return remote.toolchain_id(tc, dict(os.environ))
 
 
-def build(tmp: Path, name: str, tree: Path, m: Path, **kw) -> pipeline.BuildReport:
+def build(tmp: Path, name: str, tree: Path, m: Path, **kw: Any) -> pipeline.BuildReport:
     return pipeline.build(
         BuildSpec(
             manifest=str(m),

@@ -10,7 +10,7 @@ import os
 import pickle
 import threading
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -55,7 +55,7 @@ def test_a_secret_shows_as_stars_and_refuses_records() -> None:
         ("https://example.org/a@b", "https://example.org/a@b"),  # '@' in the path: no credentials
     ],
 )
-def test_split_and_redact(url, public: str) -> None:
+def test_split_and_redact(url: str, public: str) -> None:
     got, secret = split_url(url)
     assert got == public
     assert (secret is None) == (url == public)
@@ -110,7 +110,7 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
         self.send_response(404)
         self.end_headers()
 
-    def log_message(self, *args) -> None:
+    def log_message(self, *args: Any) -> None:
         pass
 
 

@@ -14,6 +14,7 @@ from ast import Call
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -146,7 +147,7 @@ def test_atomic_write_temp_prefix_commit_and_replace_dir(tmp_path: Path, monkeyp
     seen = []
     real = os.replace
 
-    def spy(src, dst) -> None:
+    def spy(src: Any, dst: Any) -> None:
         seen.append(Path(src).name)
         return real(src, dst)
 

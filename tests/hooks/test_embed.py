@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from subprocess import CompletedProcess
 from typing import Any
@@ -65,14 +66,20 @@ int main(int argc, char** argv)
 """
 
 
-def _run(cmd, **kw) -> CompletedProcess[Any]:
+def _run(cmd: Sequence[object], **kw: Any) -> CompletedProcess[Any]:
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
     return proc
 
 
 def _build(
-    tmp: Path, hsa: Path, archs, subdirs, ns: str = "te", module: str = "mod", align=embed.ALIGN
+    tmp: Path,
+    hsa: Path,
+    archs: list[str],
+    subdirs: list[str],
+    ns: str = "te",
+    module: str = "mod",
+    align: int = embed.ALIGN,
 ) -> tuple[EmbedSources, EmbedFiles, Path]:
     """collect + render + write + assemble; returns (sources, files, object)."""
     sources = embed.render(embed.collect(hsa, archs, subdirs), ns, module, align)
@@ -82,7 +89,7 @@ def _build(
     return sources, files, obj
 
 
-def _round_trip(tmp: Path, sources, files, obj, align=embed.ALIGN) -> str:
+def _round_trip(tmp: Path, sources: EmbedSources, files: EmbedFiles, obj: Path, align: int = embed.ALIGN) -> str:
     (tmp / "check.cpp").write_text(CHECK_CPP)
     (tmp / "keys.tsv").write_text("".join(f"{e['key']}\t{e['source']}\n" for e in sources.index["entries"]))
     exe = tmp / "check"
@@ -266,7 +273,7 @@ def test_empty_render_assembles(tmp_path: Path) -> None:
         (lambda root: embed.render([], "te", "m", align=100), "bad alignment"),
     ],
 )
-def test_api_errors(small_hsa: Path, call, message: str) -> None:
+def test_api_errors(small_hsa: Path, call: Callable[[Path], object], message: str) -> None:
     with pytest.raises(QolaError, match=message):
         call(small_hsa)
 

@@ -120,7 +120,7 @@ def test_plan_jit_selects_the_aot_instances(tmp_path: Path) -> None:
     "text, switch, deferred",
     [("", "on", True), (AOT_TWO, "on", True), ("[jit]\nenabled = false\n", "on", True), (AOT_TWO, "off", False)],
 )
-def test_jit_switch_of_the_command_line(tmp_path: Path, text, switch: str, deferred: bool) -> None:
+def test_jit_switch_of_the_command_line(tmp_path: Path, text: str, switch: str, deferred: bool) -> None:
     """``--jit on|off`` (TE's CK_JIT switch, cmake/QoLA.cmake ``QOLA_JIT``): on gives a manifest without
     [jit] an empty one (everything deferred) and keeps a manifest's own [jit.aot]; off builds all ahead."""
     m = manifest(tmp_path / "q.toml", text)

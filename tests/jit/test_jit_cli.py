@@ -20,7 +20,7 @@ def lib(tmp_path: Path, jit_runtime: list[Path]) -> TestLib:
     return make_lib(tmp_path / "lib", jit_runtime)
 
 
-def ok_call(lib: TestLib, n: int = 1, x: int = 5, extra=None) -> None:
+def ok_call(lib: TestLib, n: int = 1, x: int = 5, extra: dict[str, str] | None = None) -> None:
     proc = lib.run(n, x, extra=extra)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[1] == str(expected(n, x))

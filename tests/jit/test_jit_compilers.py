@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.jit_lib import HIPCC, NVCC, build_runtime, expected, make_lib
+from support.jit_lib import HIPCC, NVCC, TestLib, build_runtime, expected, make_lib
 
 
 @pytest.fixture(scope="module")
@@ -14,7 +14,7 @@ def jit_runtime(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return build_runtime(tmp_path_factory.mktemp("jit-runtime-dev"))
 
 
-def _first_compiles_then_cached(lib) -> None:
+def _first_compiles_then_cached(lib: TestLib) -> None:
     for n, x, compiles in ((1, 4, 1), (1, 9, 1), (2, 3, 2)):
         proc = lib.run(n, x)
         assert proc.returncode == 0, proc.stderr

@@ -143,7 +143,7 @@ JSON = st.recursive(
 )
 
 
-def paths(value, prefix=()):
+def paths(value: Any, prefix: tuple[str | int, ...] = ()):
     yield prefix
     if isinstance(value, dict):
         for k, v in value.items():
@@ -154,7 +154,7 @@ def paths(value, prefix=()):
 
 
 @st.composite
-def hostile_index(draw, valid: dict[str, Any]) -> bytes:
+def hostile_index(draw: st.DrawFn, valid: dict[str, Any]) -> bytes:
     kind = draw(st.sampled_from(["mutate", "mutate", "mutate", "json", "bytes", "deep"]))
     if kind == "json":
         return json.dumps(draw(JSON)).encode()
@@ -180,12 +180,12 @@ def hostile_index(draw, valid: dict[str, Any]) -> bytes:
 
 @given(data=st.data())
 @FUZZ
-def test_hostile_index_json_never_tracebacks(world: dict[Any, Any], data) -> None:
+def test_hostile_index_json_never_tracebacks(world: dict[Any, Any], data: st.DataObject) -> None:
     exercise(world, index_bytes=data.draw(hostile_index(world["index"])))
 
 
 @st.composite
-def hostile_meta(draw, world: dict[Any, Any]) -> bytes:
+def hostile_meta(draw: st.DrawFn, world: dict[Any, Any]) -> bytes:
     kind = draw(st.sampled_from(["mutate", "mutate", "bytes", "text"]))
     if kind == "bytes":
         return draw(st.binary(max_size=400))
@@ -218,5 +218,5 @@ def hostile_meta(draw, world: dict[Any, Any]) -> bytes:
 
 @given(data=st.data())
 @FUZZ
-def test_hostile_cache_meta_never_tracebacks_or_hangs(world: dict[Any, Any], data) -> None:
+def test_hostile_cache_meta_never_tracebacks_or_hangs(world: dict[Any, Any], data: st.DataObject) -> None:
     exercise(world, meta=data.draw(hostile_meta(world)))

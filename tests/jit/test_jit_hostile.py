@@ -51,14 +51,14 @@ def call(
     )
 
 
-def result(proc) -> tuple[int, int]:
+def result(proc: subprocess.CompletedProcess[str]) -> tuple[int, int]:
     """(value, status) printed by the caller."""
     words = proc.stdout.split()
     assert words[:1] == ["result"], proc.stdout + proc.stderr
     return int(words[1]), int(words[3])
 
 
-def no_traceback(proc) -> None:
+def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
     assert "Traceback" not in proc.stderr, proc.stderr
 
 
@@ -360,7 +360,7 @@ def _index_cases() -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("case", list(_index_cases()))
-def test_malformed_index_json_is_exit_2(lib: TestLib, case) -> None:
+def test_malformed_index_json_is_exit_2(lib: TestLib, case: str) -> None:
     index = lib.root / "out/jit/tm/index.json"
     index.write_bytes(_index_cases()[case])
     for args in (["prebuild", lib.root / "out"], ["ls", lib.root / "out"], ["verify", lib.root / "out"]):

@@ -125,7 +125,7 @@ def test_bundle_is_deterministic_and_holds_the_closure(tmp_path: Path) -> None:
         assert tf.getnames() == ["inc0/api.h", "inc0/other.h"]  # not unused.h
 
 
-def _spec(*include_dirs) -> JitModuleSpec:
+def _spec(*include_dirs: Path) -> JitModuleSpec:
     cc = jkey.JitCompiler(path="/usr/bin/g++", identity="c" * 64, version="g++")
     return layout.JitModuleSpec(
         module="m", lang="cxx", arch="host", compiler=cc, flags=("-O1",), include_dirs=include_dirs

@@ -30,7 +30,7 @@ def lib(tmp_path: Path, jit_runtime: list[Path]) -> TestLib:
     return make_lib(tmp_path / "lib", jit_runtime)
 
 
-def ok(proc, n: int = 1, x: int = 5) -> None:
+def ok(proc: subprocess.CompletedProcess[str], n: int = 1, x: int = 5) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["result", str(expected(n, x)), "status", "0"], proc.stdout + proc.stderr
 

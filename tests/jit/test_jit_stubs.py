@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,7 +59,7 @@ def test_reader_finds_specialisations_with_their_signature() -> None:
         ("unsigned int, std::vector<int>&& v, T* const p", [None, "v", "p"]),
     ],
 )
-def test_parameter_names(decl: str, names) -> None:
+def test_parameter_names(decl: str, names: list[str | None]) -> None:
     spec = cxx.find_specializations(f"template <> void f<1>({decl}) {{}}")[0]
     assert [p.name for p in spec.params] == names
 
@@ -95,7 +96,7 @@ def aliases_of(text: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in re.finditer(r"^using\s+(\w+)\s*=\s*([^;]*);", text, re.M)}
 
 
-def check_stub(unit: str, text: str, style, decls, called: set[str]) -> set:
+def check_stub(unit: str, text: str, style: str, decls: Any, called: set[str]) -> set:
     """Stub one instance file, check every specialisation against the declarations and
     return the (name, template args) keys it defines."""
     st = stubs.stub_unit(text, module="m", unit=unit, style=style)

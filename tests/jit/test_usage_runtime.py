@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -96,7 +97,7 @@ def test_report_coverage_compiles_and_reports_each_miss_once(lib: TestLib, tmp_p
     assert proc.returncode == 0 and "coverage:" not in proc.stderr
 
 
-def _worker(lib_path: str, env: dict[str, str], rec: str, barrier, i: int) -> int:
+def _worker(lib_path: str, env: dict[str, str], rec: str, barrier: threading.Barrier, i: int) -> int:
     os.environ.update(env)  # this child process only: the runtime reads its cache dir from the environment
     so = ctypes.CDLL(lib_path)
     so.qt_qola_usage_configure.argtypes = [ctypes.c_char_p, ctypes.c_char_p]

@@ -421,7 +421,7 @@ def test_the_next_build_or_jit_command_completes_a_killed_switch(
         publish_version(tmp_path / "ref", tmp_path / f"{who}-ref", "v2")
         real, calls = fsutil.exchange, []
 
-        def dies_after_two(a, b, real=real, calls=calls) -> Any:
+        def dies_after_two(a: Any, b: Any, real: Any = real, calls: list[Any] = calls) -> Any:
             if len(calls) == 2:
                 raise KeyboardInterrupt  # as a SIGKILL would stop it: lib/ and include/ swapped
             calls.append(b)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -205,7 +206,7 @@ def test_publish_killed_mid_switch_is_completed_by_the_audit(tmp_path: Path) -> 
     orig = fsutil.exchange
     calls = []
 
-    def killed(a, b) -> bool:  # the process dies after swapping lib/
+    def killed(a: Any, b: Any) -> bool:  # the process dies after swapping lib/
         if len(calls) == 1:
             raise KeyboardInterrupt
         calls.append(b)

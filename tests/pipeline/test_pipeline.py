@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -83,7 +84,7 @@ def test_ck_filters_run_under_the_any_of_wrapper(tmp_path: Path) -> None:
     assert two.wrapper is None and two.run_argv == [*gen.argv, "--filter", "*_lse_*"]
 
 
-def _module(name: str, gens=(), **kw) -> ModulePlan:
+def _module(name: str, gens: tuple[Any, ...] = (), **kw: Any) -> ModulePlan:
     from qola.plan.model import ModulePlan
 
     base = {
@@ -221,13 +222,13 @@ class Recorder(Reporter):
     def __init__(self) -> None:
         self.seen: list[tuple[str, str]] = []
 
-    def warning(self, text) -> None:
+    def warning(self, text: str) -> None:
         self.seen.append(("warning", text))
 
-    def info(self, text) -> None:
+    def info(self, text: str) -> None:
         self.seen.append(("info", text))
 
-    def status(self, done, total, text) -> None:
+    def status(self, done: int, total: int, text: str) -> None:
         self.seen.append(("status", text))
 
 

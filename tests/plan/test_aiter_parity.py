@@ -74,7 +74,7 @@ def tree(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _copy(aiter_root, tmp_path_factory.mktemp("aiter"))
 
 
-def config_value(space, name: str) -> Any | Any | None:
+def config_value(space: Any, name: str) -> Any:
     """A config path as qola resolved it: ``AITER_CONFIGS.<prop>`` or a module-level name."""
     owner, _, prop = name.rpartition(".")
     if owner:
@@ -102,7 +102,7 @@ def run_oracle(root: Path, env_extra: dict[str, str] | None = None) -> dict[str,
     return json.loads(out.read_text())
 
 
-def _aiter_form(field: str, value, configs_dir: Path) -> Any | list[Any] | str:
+def _aiter_form(field: str, value: Any, configs_dir: Path) -> Any:
     """qola's value as AITER writes it: its merged-config dir, and "" / a string for one-item lists."""
     if isinstance(value, str):
         return value.replace(CONFIGS_TOKEN, str(configs_dir))
@@ -111,7 +111,7 @@ def _aiter_form(field: str, value, configs_dir: Path) -> Any | list[Any] | str:
     return value
 
 
-def _as_list(value) -> list[Any]:
+def _as_list(value: Any) -> list[Any]:
     return [] if value in (None, "") else [value] if isinstance(value, str) else list(value)
 
 
@@ -130,7 +130,7 @@ def entry_diffs(root: Path, oracle: dict[str, Any], env: dict[str, str]) -> list
     return diffs
 
 
-def _rows(text_or_path) -> tuple[list[str], list[str]]:
+def _rows(text_or_path: str | Path) -> tuple[list[str], list[str]]:
     df = pd.read_csv(io.StringIO(text_or_path) if isinstance(text_or_path, str) else text_or_path)
     return list(df.columns), sorted(map(repr, df.astype(str).itertuples(index=False, name=None)))
 

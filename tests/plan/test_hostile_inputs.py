@@ -40,7 +40,7 @@ def set_table(root: Path, data: dict[str, Any] | str) -> None:
     (root / TABLE).write_text(data if isinstance(data, str) else json.dumps(data))
 
 
-def plan(root: Path, text: str = QUICK, **kw) -> Plan:
+def plan(root: Path, text: str = QUICK, **kw: Any) -> Plan:
     return make_plan(parse(text, "m.toml"), open_tree(root), archs=ARCHS, env={}, **kw)
 
 
@@ -116,7 +116,7 @@ def escaped(name: str, tmp_path: Path) -> list[Path]:
         ("", None),
     ],
 )
-def test_table_md_name_follows_the_manifest_rule(tree: Path, md_name, why) -> None:
+def test_table_md_name_follows_the_manifest_rule(tree: Path, md_name: str, why: str) -> None:
     data = table(tree)
     data["module_softmax"]["md_name"] = repr(md_name)
     set_table(tree, data)
@@ -142,7 +142,7 @@ def test_table_md_name_follows_the_manifest_rule(tree: Path, md_name, why) -> No
         ("-x", "not a C identifier"),
     ],
 )
-def test_table_module_key_follows_the_manifest_rule(tree: Path, key, why) -> None:
+def test_table_module_key_follows_the_manifest_rule(tree: Path, key: str, why: str) -> None:
     data = table(tree)
     data[key] = data.pop("module_softmax")
     set_table(tree, data)
@@ -179,7 +179,7 @@ def test_module_key_with_space_is_exit_2_not_ninja(tree: Path, tmp_path: Path) -
         ('[[modules]]\nname = "' + "m" * 120 + '"\n', "at most 96"),
     ],
 )
-def test_manifest_names_fullmatch_and_are_bounded(text, needle) -> None:
+def test_manifest_names_fullmatch_and_are_bounded(text: str, needle: str) -> None:
     with pytest.raises(QolaError) as info:
         parse(text, "m.toml")
     assert needle in info.value.render()
@@ -349,7 +349,9 @@ def test_expand_computes_the_product_before_expanding() -> None:
         ("+".join(["1"] * 5000), "nested too deeply"),
     ],
 )
-def test_hostile_expression_is_exit_2_naming_module_and_key(tree: Path, tmp_path: Path, value, needle) -> None:
+def test_hostile_expression_is_exit_2_naming_module_and_key(
+    tree: Path, tmp_path: Path, value: str, needle: str
+) -> None:
     data = table(tree)
     data["module_softmax"]["flags_extra_hip"] = [value]
     set_table(tree, data)
@@ -385,7 +387,7 @@ def test_deep_json_in_the_table(tree: Path, tmp_path: Path) -> None:
         ("hip_clang_path", ["'x'"], "expected a string"),
     ],
 )
-def test_table_value_of_the_wrong_type(tree: Path, field: str, value, needle: str) -> None:
+def test_table_value_of_the_wrong_type(tree: Path, field: str, value: Any, needle: str) -> None:
     data = table(tree)
     data["module_softmax"][field] = value
     set_table(tree, data)
@@ -398,7 +400,7 @@ def test_table_value_of_the_wrong_type(tree: Path, field: str, value, needle: st
 
 
 @pytest.mark.parametrize("rel", ["aiter/jit/core.py", TABLE])
-def test_tree_file_fifo_is_refused_not_waited_on(tree: Path, tmp_path: Path, rel) -> None:
+def test_tree_file_fifo_is_refused_not_waited_on(tree: Path, tmp_path: Path, rel: str) -> None:
     (tree / rel).unlink()
     os.mkfifo(tree / rel)
     user_error(

@@ -87,7 +87,7 @@ def exports(out: Path) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_new_two_argument_api_with_workspace_size(tmp_path: Path, arch) -> None:
+def test_new_two_argument_api_with_workspace_size(tmp_path: Path, arch: str) -> None:
     tree, out = build(tmp_path, "new", arch)
     header = (out / "include" / "qola_mha_fwd.h").read_text()
     assert (
@@ -160,7 +160,7 @@ int main() {
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("ns", ["te", "te_v3"])
-def test_exports_are_qolas_symbols_and_hand_written_prototypes_link(tmp_path: Path, arch, ns: str) -> None:
+def test_exports_are_qolas_symbols_and_hand_written_prototypes_link(tmp_path: Path, arch: str, ns: str) -> None:
     """Issue 31: the libraries export QoLA's symbols (a struct the tree takes by value is taken by
     const reference), and a consumer that declares them by hand, as TE's gfx1250 code does for
     ``te_v3``, links with --no-undefined and computes through them."""
@@ -177,7 +177,7 @@ def test_exports_are_qolas_symbols_and_hand_written_prototypes_link(tmp_path: Pa
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("shape", ["old", "future"])
-def test_old_and_an_invented_api_follow_the_tree(tmp_path: Path, arch, shape: str) -> None:
+def test_old_and_an_invented_api_follow_the_tree(tmp_path: Path, arch: str, shape: str) -> None:
     tree, out = build(tmp_path, shape, arch)
     (name,) = [n for n in exports(out)["libmha_fwd"] if n.startswith("_ZN")]
     assert name.startswith("_ZN4qola2te7mha_fwdE")
@@ -208,7 +208,7 @@ GEMM_ARCHS = [pytest.param("sm_90", id="cuda"), pytest.param("gfx950", id="hip",
 
 
 @pytest.mark.parametrize("arch", GEMM_ARCHS)
-def test_gemm_entry_point_defined_by_a_macro_in_the_source(tmp_path: Path, arch) -> None:
+def test_gemm_entry_point_defined_by_a_macro_in_the_source(tmp_path: Path, arch: str) -> None:
     """module_gemm_a4w4_asm's torch-free entry point is a ctypes one AITER defines in its .cu with a
     macro: qola reads it there, the wrapper declares it, the public header needs aiter_tensor.h only."""
     tree = fx.write_gemm_tree(tmp_path / "t", arch)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -129,7 +130,7 @@ def test_at_least_thirty_bad_manifests() -> None:
 
 
 @pytest.mark.parametrize("text,message", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
-def test_bad_manifest_message(text, message) -> None:
+def test_bad_manifest_message(text: str, message: str) -> None:
     with pytest.raises(QolaError) as info:
         parse(text, "m.toml")
     first = info.value.render().splitlines()[0]
@@ -170,10 +171,10 @@ toml_values = st.recursive(
 keys = st.sampled_from(["qola", "build", "modules", "mha_fwd_variants", "jit", "variants", "namespace", "x"])
 
 
-def _dump(data) -> str:
+def _dump(data: Any) -> str:
     """Tiny TOML writer for the fuzz (inline tables only)."""
 
-    def val(v) -> str | str | str:
+    def val(v: Any) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
         if isinstance(v, int):
@@ -189,13 +190,13 @@ def _dump(data) -> str:
 
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(keys, toml_values, max_size=4))
-def test_fuzz_structured_only_qolaerror(data) -> None:
+def test_fuzz_structured_only_qolaerror(data: dict[str, Any]) -> None:
     with contextlib.suppress(QolaError):
         parse(_dump(data), "fuzz.toml")
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=200))
-def test_fuzz_raw_text_only_qolaerror(text) -> None:
+def test_fuzz_raw_text_only_qolaerror(text: str) -> None:
     with contextlib.suppress(QolaError):
         parse(text, "fuzz.toml")

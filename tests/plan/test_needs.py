@@ -260,7 +260,7 @@ def test_generators_get_aiter_gpu_archs_and_an_arch_change_reruns_them(tmp_path:
     gen = Generator(f"{root}/hsa/codegen.py -m fmha_v3_fwd --output_dir {{}}")
     base = {"PATH": os.environ["PATH"]}
 
-    def run(archs) -> Any:
+    def run(archs: list[str]) -> Any:
         given = genrules.aiter_env(archs, root)
         job = GenJob("libmha_fwd", (gen,), env=tuple(sorted(given.items())))
         res = run_generators(job, tmp_path / "gen", env={**base, **given}, python=sys.executable)

@@ -14,6 +14,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -138,7 +139,7 @@ def tree(tmp_path: Path) -> AiterTree:
     return open_tree(write_tree(tmp_path / "aiter"))
 
 
-def plan_of(text: str, tree: AiterTree, env=None) -> Plan:
+def plan_of(text: str, tree: AiterTree, env: dict[str, str] | None = None) -> Plan:
     return make_plan(parse(text, "te.toml"), tree, archs=("gfx1250",), env=env or {}, hip_version="7.2.0")
 
 
@@ -293,7 +294,7 @@ BAD = [  # (module body, key named, words of the message)
 
 
 @pytest.mark.parametrize("body,key,words", BAD, ids=[b[1] + ":" + b[2][:20] for b in BAD])
-def test_bad_override_exits_2_naming_the_key(tree: AiterTree, tmp_path: Path, body, key, words) -> None:
+def test_bad_override_exits_2_naming_the_key(tree: AiterTree, tmp_path: Path, body: str, key: str, words: str) -> None:
     m = tmp_path / "m.toml"
     m.write_text(_module(body))
     proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(tree.root))
@@ -327,14 +328,14 @@ _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(["", "f", "r", "F", "rf", "u", "b"]), st.sampled_from(["'", '"']), _text)
-def test_a_string_literal_is_always_an_expression(prefix, quote, rest) -> None:
+def test_a_string_literal_is_always_an_expression(prefix: str, quote: str, rest: str) -> None:
     assert overrides.classify(f"{prefix}{quote}{rest}", NAMES) == overrides.EXPRESSION
     assert overrides.classify(f"  {prefix}{quote}{rest}", NAMES) == overrides.EXPRESSION
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(sorted(NAMES)), st.sampled_from(["", ".x", "()", "[0]", " + 'a'", "/a"]))
-def test_a_value_starting_with_a_name_in_scope_is_an_expression(name, tail) -> None:
+def test_a_value_starting_with_a_name_in_scope_is_an_expression(name: str, tail: str) -> None:
     assert overrides.classify(name + tail, NAMES) == overrides.EXPRESSION
 
 
@@ -343,7 +344,7 @@ _plain_path = st.from_regex(r"[A-Za-z0-9_.+-]{1,8}(/[A-Za-z0-9_.+-]{1,8}){0,3}",
 
 @settings(max_examples=300, deadline=None)
 @given(_plain_path)
-def test_plain_paths_stay_literal_or_fail_loudly(path) -> None:
+def test_plain_paths_stay_literal_or_fail_loudly(path: str) -> None:
     """A plain relative path is either taken as itself (under the meta dir) or refused: never
     something else (it may start with a name in scope: then it is an expression, and evaluating
     it either gives a string or fails by name)."""
@@ -361,7 +362,7 @@ def test_plain_paths_stay_literal_or_fail_loudly(path) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(_text, st.sampled_from(list(overrides.KINDS.values())))
-def test_any_value_is_resolved_or_refused_by_key(value, kind) -> None:
+def test_any_value_is_resolved_or_refused_by_key(value: str, kind: Any) -> None:
     """Every string gives a string or a QolaError naming the key; a refused plain value is never
     returned; a returned plain value carries no quote or brace (commands: balanced quotes, {} only)."""
     try:
@@ -378,7 +379,7 @@ def test_any_value_is_resolved_or_refused_by_key(value, kind) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from(["..", "a", "b", "."]), min_size=1, max_size=8))
-def test_expression_paths_under_the_tree_stay_under_it(parts) -> None:
+def test_expression_paths_under_the_tree_stay_under_it(parts: list[str]) -> None:
     rel = "/".join(parts)
     expr = f"f'{{AITER_CSRC_DIR}}/{rel}'"
     try:

@@ -90,14 +90,14 @@ HOSTILE = [
 
 @pytest.mark.parametrize("template", HOSTILE)
 def test_hostile_expressions_refused_and_nothing_ran(
-    template, names: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    template: str, names: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     marker = tmp_path / "ran"
     calls = []
     monkeypatch.setattr(os, "system", lambda *a: calls.append(a) or 0)
     real_import = builtins.__import__
 
-    def spy_import(name, *a, **k) -> ModuleType:
+    def spy_import(name: str, *a: Any, **k: Any) -> ModuleType:
         if name in ("os", "subprocess", "sys", "shutil", "posix"):
             calls.append(("import", name))
         return real_import(name, *a, **k)
@@ -153,13 +153,13 @@ expr_ops = st.sampled_from(
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.one_of(expr_atoms, expr_ops), min_size=1, max_size=10))
-def test_fuzz_evaluator_only_qolaerror(parts) -> None:
+def test_fuzz_evaluator_only_qolaerror(parts: list[str]) -> None:
     with contextlib.suppress(QolaError):
         evaluate("".join(parts), _fuzz_names())
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=60))
-def test_fuzz_evaluator_raw_text(text) -> None:
+def test_fuzz_evaluator_raw_text(text: str) -> None:
     with contextlib.suppress(QolaError):
         evaluate(text, _fuzz_names())

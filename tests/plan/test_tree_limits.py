@@ -262,7 +262,7 @@ def _check(expr: str) -> None:
 
 @settings(max_examples=600, deadline=None, derandomize=True)
 @given(EXPRESSIONS)
-def test_fuzz_hostile_expressions_are_values_or_qolaerrors(expr) -> None:
+def test_fuzz_hostile_expressions_are_values_or_qolaerrors(expr: str) -> None:
     """Huge integers, deep nesting, big repetition, float overflow, the 4300-digit int/str limit,
     unicode, bytes, bad slices and format specs: a bounded value or a QolaError naming where, never
     another exception."""
@@ -295,7 +295,7 @@ def test_fuzz_hostile_expressions_are_values_or_qolaerrors(expr) -> None:
         "int(1e309)",
     ],
 )
-def test_hostile_expressions_each_named(expr) -> None:
+def test_hostile_expressions_each_named(expr: str) -> None:
     """Cases the fuzzer must keep covering (several were a ValueError or OverflowError traceback)."""
     _check(expr)
 

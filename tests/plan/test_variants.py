@@ -105,7 +105,7 @@ def test_table_output(tmp_path: Path) -> None:
         ('[[mha_fwd_variants]]\ndtype = "fp16"\n', "runs CK's fMHA fwd generator"),
     ],
 )
-def test_user_errors_exit_2_without_traceback(tmp_path: Path, variants, message: str) -> None:
+def test_user_errors_exit_2_without_traceback(tmp_path: Path, variants: str, message: str) -> None:
     proc = run_qola(
         "variants", "-m", str(example_manifest(tmp_path / "q.toml", variants)), "--aiter-root", str(KERNELS)
     )

@@ -59,7 +59,7 @@ def test_recorded_usage_round_trip_on_gpu(tmp_path: Path) -> None:
     def compiles() -> int:
         return len(count.read_text().split()) if count.exists() else 0
 
-    def call(out: Path, causal: int, cache: str, **env: str) -> dict[str, str]:
+    def call(out: Path, causal: int, cache: str, **env: str) -> dict[str, Any]:
         full = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / cache), "QOLA_JIT_COMPILER": str(cc), **env}
         p = subprocess.run(
             [sys.executable, str(tmp_path / "child.py"), str(out / "lib/qu_libattn_fwd.so"), str(causal)],
@@ -138,7 +138,7 @@ def test_ahead_variants_record_their_first_call_on_gpu(tmp_path: Path) -> Any:
     data = json.loads((out / "manifest.json").read_text())
     assert "jit" not in data["modules"][0] and not (out / "jit" / "qu_libattn_fwd").exists()
 
-    def call(lib: Path, causal: int, **env: str) -> dict[str, str]:
+    def call(lib: Path, causal: int, **env: str) -> dict[str, Any]:
         full = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT": "0", **env}
         p = subprocess.run(
             [sys.executable, str(tmp_path / "child.py"), str(lib / "lib/qu_libattn_fwd.so"), str(causal)],

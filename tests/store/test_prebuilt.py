@@ -15,6 +15,7 @@ import tarfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -79,7 +80,7 @@ def key_of(monkeypatch: pytest.MonkeyPatch) -> Callable[..., BuildKey]:
     tcs = {"tc": fake_toolchain()}
     monkeypatch.setattr(pipeline, "_toolchain", lambda *a, **k: tcs["tc"])
 
-    def key(m: Path, tree: Path, **kw) -> BuildKey:
+    def key(m: Path, tree: Path, **kw: Any) -> BuildKey:
         return pipeline.build_key(BuildSpec(manifest=str(m), aiter_root=str(tree), env={"PATH": "/usr/bin:/bin"}, **kw))
 
     key.tcs = tcs
@@ -280,10 +281,10 @@ def server() -> Iterator[Callable[..., str]]:
     state = {"dir": None, "truncate": False}
 
     class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *a, **k) -> None:
+        def __init__(self, *a: Any, **k: Any) -> None:
             super().__init__(*a, directory=state["dir"], **k)
 
-        def log_message(self, *a) -> None:
+        def log_message(self, *a: Any) -> None:
             pass
 
         def do_GET(self) -> None:
@@ -435,7 +436,7 @@ def write_store(store: Path, name: str, members, *, sha: str | None = None) -> P
     return store / name
 
 
-def info(name: str, data: bytes = b"", **kw) -> tarfile.TarInfo:
+def info(name: str, data: bytes = b"", **kw: Any) -> tarfile.TarInfo:
     ti = tarfile.TarInfo(name)
     ti.size = len(data)
     for k, v in kw.items():
@@ -506,7 +507,7 @@ CASES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("how", sorted(CASES))
 def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(
-    built: tuple[Path, Path, Path, Path, Path, BuildReport], tmp_path: Path, how
+    built: tuple[Path, Path, Path, Path, Path, BuildReport], tmp_path: Path, how: str
 ) -> None:
     _tmp, _, _, _, good, report = built
     out = tmp_path / "out"

@@ -99,7 +99,7 @@ def forbid_probes(monkeypatch: pytest.MonkeyPatch) -> list[Any] | CompletedProce
     real = proc.run
     seen = []
 
-    def guarded(argv, *args, **kwargs) -> CompletedProcess[Any]:
+    def guarded(argv: Any, *args: Any, **kwargs: Any) -> CompletedProcess[Any]:
         if list(argv)[1:] != ["--version"]:
             raise AssertionError(f"unexpected child process on a warm probe cache: {argv}")
         seen.append(argv)
