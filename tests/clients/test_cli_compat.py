@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from support.cli import MODULE, copy_checkout, no_pythonpath, qola_cli
@@ -25,7 +26,7 @@ EX = REPO / "examples"
 def plan_json(*args: str, env: dict[str, str] | None = None) -> dict:
     proc = run_qola("plan", *args, "--json", env=env)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return cast("dict[Any, Any]", json.loads(proc.stdout))
 
 
 # ---- importable from a plain checkout, one line for a missing dependency ------------------------------

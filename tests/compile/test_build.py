@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from support.common import KERNELS, run_qola, wait_for
@@ -55,7 +55,7 @@ def check_published(out: Path) -> dict[str, Any]:
             assert sha256(art) == m["sha256"] and art.stat().st_size == m["size"]
         assert (out / m["log"]).is_file()
     assert not list(out.rglob(".*tmp*")), "temp files left in the output"
-    return data
+    return cast("dict[str, Any]", data)
 
 
 def ninja_runs(build_dir: Path) -> list[str]:

@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 def _load(path: Path) -> ModuleType:
     name = path.name.split(".")[0]
     spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     sys.modules[name] = mod

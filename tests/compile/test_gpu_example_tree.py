@@ -89,6 +89,7 @@ def built_modules(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[s
         p = subprocess.run(cmd, capture_output=True, text=True)
         assert p.returncode == 0, p.stdout + p.stderr
         spec = importlib.util.spec_from_file_location(name, so)
+        assert spec is not None and spec.loader is not None
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         loaded[name] = mod

@@ -4,6 +4,7 @@ nothing of the client's dirs, and how the endpoint options are checked (issue 26
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,23 +79,23 @@ def test_trexe_errors_are_shortened_to_their_messages() -> None:
 
 
 def test_endpoints_checked(tmp_path: Path) -> None:
-    assert remote.endpoint(None) is None
-    assert remote.endpoint("grpc://h:1").url == "http://h:1"
-    assert remote.endpoint("grpcs://h:443", instance="main").trexe_args()[:2] == [
+    assert endpoint(None) is None
+    assert endpoint("grpc://h:1").url == "http://h:1"
+    assert endpoint("grpcs://h:443", instance="main").trexe_args()[:2] == [
         "--remote=https://h:443",
         "--instance=main",
     ]
-    assert remote.endpoint("unix:/run/s.sock").url == "unix:/run/s.sock"
+    assert endpoint("unix:/run/s.sock").url == "unix:/run/s.sock"
     for bad in ("ftp://h", "h:1", "grpc://", "grpc://a b"):
         with pytest.raises(QolaError, match="not an REAPI endpoint"):
-            remote.endpoint(bad)
+            endpoint(bad)
     with pytest.raises(QolaError, match="needs its key"):
-        remote.endpoint("grpcs://h:1", cert=str(tmp_path))
+        endpoint("grpcs://h:1", cert=str(tmp_path))
     with pytest.raises(QolaError, match="not a readable file"):
-        remote.endpoint("grpcs://h:1", token=str(tmp_path / "nope"))
+        endpoint("grpcs://h:1", token=str(tmp_path / "nope"))
     token = tmp_path / "t"
     token.write_text("x")
-    assert f"--access-token={token}" in remote.endpoint("grpcs://h:1", token=str(token)).trexe_args()
+    assert f"--access-token={token}" in endpoint("grpcs://h:1", token=str(token)).trexe_args()
 
 
 def test_remote_refuses_dist_and_launchers_and_stays_out_of_the_key(tmp_path: Path) -> None:
@@ -206,3 +207,10 @@ def test_an_output_the_service_returns_must_be_a_regular_file(
     assert "refused" in text or "did not arrive" in text, text
     assert victim.read_text() == before and not os.path.islink(victim)
     assert not any((build / "obj").iterdir())
+
+
+def endpoint(address: str, **kw: Any) -> remote.Endpoint:
+    """``remote.endpoint`` of an address that names one."""
+    found = remote.endpoint(address, **kw)
+    assert found is not None, address
+    return found

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from support.common import cmake_build, run_qola
@@ -33,7 +33,7 @@ ck = pytest.mark.ck  # compiles CK fMHA instances: minutes each with clang 21 (d
 
 
 def record(out: Path) -> dict[str, Any]:
-    return json.loads((out / "manifest.json").read_text())
+    return cast("dict[str, Any]", json.loads((out / "manifest.json").read_text()))
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +75,11 @@ def test_audit_clean(te: Any) -> None:
 
 def _defined_dynamic(lib: Path) -> list[str]:
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     with open(lib, "rb") as f:
         dyn = ELFFile(f).get_section_by_name(".dynsym")
+        assert isinstance(dyn, SymbolTableSection)
         return [
             s.name
             for s in dyn.iter_symbols()

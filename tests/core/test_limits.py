@@ -289,7 +289,7 @@ class Waiter:
             text=True,
             env={**os.environ, **env},
         )
-        self.lines: queue.Queue[str] = queue.Queue()
+        self.lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
 

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from subprocess import CompletedProcess
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from support.common import run_qola
@@ -112,7 +112,7 @@ def _round_trip(tmp: Path, sources: EmbedSources, files: EmbedFiles, obj: Path, 
     )
     out = _run([exe, tmp / "keys.tsv", str(align)]).stdout
     assert f"checked {len(sources.index['entries'])} bad 0" in out, out
-    return out
+    return cast("str", out)
 
 
 def _plant(root: Path, rel: str, data: bytes) -> Path:
@@ -156,6 +156,7 @@ def test_collect_keys_sorted_and_filtered(small_hsa: Path) -> None:
 @pytest.mark.parametrize("align", [256, 4096])
 def test_dedupe_alignment_and_round_trip(tmp_path: Path, small_hsa: Path, align: int) -> None:
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     sources, files, obj = _build(tmp_path, small_hsa, ["gfx942", "gfx950"], ["fmha_v3_fwd", "pa"], align=align)
     entries = {e["key"]: e for e in sources.index["entries"]}
@@ -172,10 +173,13 @@ def test_dedupe_alignment_and_round_trip(tmp_path: Path, small_hsa: Path, align:
         unique_sizes = [s for _, s in sizes]
         assert sec["sh_size"] == max(e["offset"] + e["size"] for e in entries.values())
         assert sec["sh_size"] < sum(unique_sizes) + align * len(unique_sizes)
+        assert sec is not None
         data = sec.data()
         for e in entries.values():
             assert data[e["offset"] : e["offset"] + e["size"]] == Path(e["source"]).read_bytes()
-        syms = {s.name: s for s in elf.get_section_by_name(".symtab").iter_symbols() if s.name.startswith("qola_embed")}
+        symtab = elf.get_section_by_name(".symtab")
+        assert isinstance(symtab, SymbolTableSection)
+        syms = {s.name: s for s in symtab.iter_symbols() if s.name.startswith("qola_embed")}
         assert set(syms) == {f"qola_embed_te_mod_{k}" for k in ("blobs", "index", "keys", "count")}
         assert all(s["st_other"]["visibility"] == "STV_HIDDEN" for s in syms.values())
     _round_trip(tmp_path, sources, files, obj, align)
@@ -214,6 +218,7 @@ def test_header_compiles_as_c(tmp_path: Path, small_hsa: Path) -> None:
 
 def test_shared_library_exports_no_embed_symbol(tmp_path: Path, small_hsa: Path) -> None:
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     _sources, files, obj = _build(tmp_path, small_hsa, ["gfx942", "gfx950"], ["fmha_v3_fwd"])
     lib_src = tmp_path / "lib.cpp"
@@ -246,6 +251,7 @@ def test_shared_library_exports_no_embed_symbol(tmp_path: Path, small_hsa: Path)
         )
         with open(lib, "rb") as f:
             dynsym = ELFFile(f).get_section_by_name(".dynsym")
+            assert isinstance(dynsym, SymbolTableSection)
             defined = {s.name for s in dynsym.iter_symbols() if s.name and s["st_shndx"] != "SHN_UNDEF"}
         assert not {s for s in defined if "embed" in s or "hsa_map" in s}, (name, defined)
         if name == "libversioned.so":

@@ -90,9 +90,10 @@ def test_manifest_shape_and_errors() -> None:
         f'[jit]\nmodules = ["libattn_fwd"]\n{AOT_TWO.replace("[jit]", "")}\n'
         '[[jit.aot.mha_fwd_variants]]\ndtype = "bf16"\n'
     )
-    assert m.jit.enabled and m.jit.modules == ["libattn_fwd"]
+    assert m.jit is not None and m.jit.enabled and m.jit.modules == ["libattn_fwd"]
     assert m.jit.aot.variants[0].options["lse"] == [False, True] and m.jit.aot.mha_fwd_variants[0].dtype == "bf16"
-    assert parse("[jit]\n").jit.aot.variants == [] and parse("").jit is None
+    empty = parse("[jit]\n").jit
+    assert empty is not None and empty.aot.variants == [] and parse("").jit is None
     with pytest.raises(QolaError, match=r"jit\.aot\.variant: unknown key; did you mean 'variants'"):
         parse("[jit]\n[[jit.aot.variant]]\nmodule = 'x'\npattern = '*'\n")
 

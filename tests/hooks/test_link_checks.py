@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 from subprocess import CompletedProcess
+from typing import cast
 
 import pytest
 from elftools.elf.elffile import ELFFile
@@ -35,7 +36,7 @@ def build_id(path: Path) -> str | None:
         if sec is None:
             return None
         note = next(n for n in sec.iter_notes() if n["n_type"] == "NT_GNU_BUILD_ID")
-        return note["n_desc"]
+        return cast("str | None", note["n_desc"])
 
 
 def objects(tmp: Path, name: str, text: str) -> Path:

@@ -95,6 +95,7 @@ def test_locks_are_exclusive_across_processes(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert holder.stdout is not None
     try:
         assert holder.stdout.readline().strip() == "held"
         with cache.lock(key, blocking=False) as got:

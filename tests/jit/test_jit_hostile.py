@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 from subprocess import CompletedProcess
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from support.common import run_qola, wait_for
@@ -35,7 +35,7 @@ def lib(tmp_path: Path, jit_runtime: list[Path]) -> TestLib:
 
 
 def index_of(lib: TestLib) -> dict[str, Any]:
-    return json.loads((lib.root / "out/jit/tm/index.json").read_text())
+    return cast("dict[str, Any]", json.loads((lib.root / "out/jit/tm/index.json").read_text()))
 
 
 def call(
@@ -72,7 +72,7 @@ def plant_headers(lib: TestLib, *, const: int = 900, uid: int | None = None) -> 
     if uid is not None:
         for p in (dst, dst / "inc0", dst / "inc0" / "api.h", dst / ".qola-complete"):
             os.chown(p, uid, uid)
-    return dst
+    return cast("Path", dst)
 
 
 def cache_with_open_headers_dir(lib: TestLib) -> None:
@@ -436,6 +436,7 @@ def test_verify_fix_removes_stale_temps_but_not_those_of_a_running_compile(lib: 
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert holder.stdout is not None
     try:
         assert holder.stdout.readline().strip() == "held"
         v = run_qola("jit", "verify", env=lib.env, timeout=60)

@@ -201,6 +201,7 @@ def test_a_loaded_library_keeps_its_jit_sources_across_a_publish(lib: TestLib, t
         text=True,
         env=lib.env,
     )
+    assert proc.stdout is not None
     assert proc.stdout.readline().split() == ["first", str(expected(1, 5)), "status", "0"]  # loaded, unit 1 built
     for name in ("lib", "jit"):
         if not fsutil.exchange(nxt / name, out / name):

@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import threading
 from pathlib import Path
+from typing import cast
 
 import pytest
 from support.common import run_qola
@@ -103,7 +104,7 @@ def _worker(lib_path: str, env: dict[str, str], rec: str, barrier: threading.Bar
     so.qt_qola_usage_configure.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     assert so.qt_qola_usage_configure(rec.encode(), None) == 0  # the loader API, not the environment
     barrier.wait(timeout=120)  # all 16 resolve (and record) at once
-    return so.qt_call(1, i) * 1000 + so.qt_call(2, i)
+    return cast("int", so.qt_call(1, i) * 1000 + so.qt_call(2, i))
 
 
 def test_16_processes_record_concurrently_without_loss(lib: TestLib, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 from subprocess import CompletedProcess
+from typing import cast
 
 import pytest
 from support.common import KERNELS, cmake_build, run_qola
@@ -33,7 +34,7 @@ def build(
 
 def exports(out: Path) -> list[str]:
     data = json.loads((out / "manifest.json").read_text())
-    return next(m for m in data["modules"] if m["name"] == "libattn_fwd")["exports"]
+    return cast("list[str]", next(m for m in data["modules"] if m["name"] == "libattn_fwd")["exports"])
 
 
 def test_shared_exports_only_allowed_and_audit_passes(tmp_path: Path) -> None:

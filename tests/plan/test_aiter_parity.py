@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from support.common import run_qola
@@ -99,7 +99,7 @@ def run_oracle(root: Path, env_extra: dict[str, str] | None = None) -> dict[str,
         [sys.executable, str(ORACLE), str(root), str(out), HIP], capture_output=True, text=True, env=env, timeout=600
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    return cast("dict[str, Any]", json.loads(out.read_text()))
 
 
 def _aiter_form(field: str, value: Any, configs_dir: Path) -> Any:

@@ -11,6 +11,7 @@ import pytest
 from qola.core.errors import QolaError
 from qola.plan import cdecl, itfs, registry
 from qola.plan.cdecl import Decl, DeclError, Param
+from qola.plan.registry import RegistryEntry
 
 OLD = """#pragma once
 #include "fmha_fwd.hpp"
@@ -184,8 +185,15 @@ def tree(tmp: Path, mha_bwd_h: str, fmha_bwd_hpp: str | None) -> Path:
     return meta
 
 
+def entry(module: str) -> RegistryEntry:
+    """The registry's entry of ``module`` (every module asked for here has one)."""
+    found = registry.entry(module)
+    assert found is not None, module
+    return found
+
+
 def resolve_bwd(meta: Path, notes: list[str]) -> itfs.Api:
-    r = registry.entry("libmha_bwd")
+    r = entry("libmha_bwd")
     return itfs.resolve(
         "libmha_bwd",
         meta,
@@ -201,9 +209,9 @@ def resolve_bwd(meta: Path, notes: list[str]) -> itfs.Api:
 
 def test_registry_names_the_api_by_tree_header() -> None:
     for name, header in (("libmha_fwd", "csrc/include/mha_fwd.h"), ("libmha_bwd", "csrc/include/mha_bwd.h")):
-        r = registry.entry(name)
+        r = entry(name)
         assert r.api_header == header and r.exports == (name[3:],) and not r.add_srcs
-    assert [p.name for p in registry.entry("libmha_bwd").provides] == ["mha_bwd_workspace_size"]
+    assert [p.name for p in entry("libmha_bwd").provides] == ["mha_bwd_workspace_size"]
 
 
 def test_workspace_size_provided_where_ck_has_it(tmp_path: Path) -> None:
@@ -308,7 +316,7 @@ def test_torch_api_is_refused_naming_the_declaration(tmp_path: Path) -> None:
 
 
 def test_registry_gemm_entries() -> None:
-    asm = registry.entry("module_gemm_a4w4_asm")
+    asm = entry("module_gemm_a4w4_asm")
     assert asm.api_header == "csrc/py_itfs_cu/asm_gemm_a4w4.cu" and asm.exports == ("gemm_a4w4_asm",)
     assert dict(asm.entry_macros)["AITER_CTYPES_DEFINE_ENTRYPOINT_VOID"] == "int"
-    assert registry.entry("module_gemm_a4w4_blockscale").exports == ("gemm_a4w4_blockscale",)
+    assert entry("module_gemm_a4w4_blockscale").exports == ("gemm_a4w4_blockscale",)

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from support.common import KERNELS
@@ -33,7 +33,7 @@ def tree(tmp_path: Path) -> Path:
 
 
 def table(root: Path) -> dict[str, Any]:
-    return json.loads((root / TABLE).read_text())
+    return cast("dict[str, Any]", json.loads((root / TABLE).read_text()))
 
 
 def set_table(root: Path, data: dict[str, Any] | str) -> None:

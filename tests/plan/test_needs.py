@@ -15,7 +15,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from support.common import run_qola
@@ -109,7 +109,7 @@ def manifest(tmp: Path, arch: str = "gfx942", name: str = "libmha_fwd", extra: s
 def plan_json(tmp: Path, root: Path, *args: str) -> dict[str, Any]:
     proc = run_qola("plan", "--json", "-m", str(manifest(tmp)), "--aiter-root", str(root), *args)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)["modules"][0]
+    return cast("dict[str, Any]", json.loads(proc.stdout)["modules"][0])
 
 
 # ---- the plan: the registry's switches and generators where the sources ask -------------------
@@ -260,7 +260,7 @@ def test_generators_get_aiter_gpu_archs_and_an_arch_change_reruns_them(tmp_path:
     gen = Generator(f"{root}/hsa/codegen.py -m fmha_v3_fwd --output_dir {{}}")
     base = {"PATH": os.environ["PATH"]}
 
-    def run(archs: list[str]) -> Any:
+    def run(archs: tuple[str, ...]) -> Any:
         given = genrules.aiter_env(archs, root)
         job = GenJob("libmha_fwd", (gen,), env=tuple(sorted(given.items())))
         res = run_generators(job, tmp_path / "gen", env={**base, **given}, python=sys.executable)

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from support.attn_abi import attn_manifest, child_call, child_preamble
@@ -69,7 +69,7 @@ def test_recorded_usage_round_trip_on_gpu(tmp_path: Path) -> None:
             timeout=600,
         )
         assert p.returncode == 0, p.stdout + p.stderr
-        return json.loads(p.stdout.strip().splitlines()[-1])
+        return cast("dict[str, Any]", json.loads(p.stdout.strip().splitlines()[-1]))
 
     # 1. everything deferred; a real run records what it resolves
     first = _build(tmp_path, "out1")
@@ -148,7 +148,7 @@ def test_ahead_variants_record_their_first_call_on_gpu(tmp_path: Path) -> Any:
             timeout=600,
         )
         assert p.returncode == 0, p.stdout + p.stderr
-        return json.loads(p.stdout.strip().splitlines()[-1])
+        return cast("dict[str, Any]", json.loads(p.stdout.strip().splitlines()[-1]))
 
     rec = tmp_path / "rec"
     got = call(out, 0, QOLA_USAGE_DIR=str(rec), QOLA_JIT_COVERAGE="strict")
