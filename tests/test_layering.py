@@ -256,7 +256,7 @@ def imports_between_test_files(root: Path) -> list[str]:
                 called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
                 names += [str(node.args[0].value)] if called in ("__import__", "import_module") else []
             bad += [
-                f"{path.relative_to(root)}:{node.lineno}: {n}"
+                f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}: {n}"
                 for n in names
                 if n.split(".")[0].startswith(("test_", "conftest"))
             ]

@@ -79,7 +79,7 @@ def test_trexe_errors_are_shortened_to_their_messages() -> None:
 
 
 def test_endpoints_checked(tmp_path: Path) -> None:
-    assert endpoint(None) is None
+    assert remote.endpoint(None) is None
     assert endpoint("grpc://h:1").url == "http://h:1"
     assert endpoint("grpcs://h:443", instance="main").trexe_args()[:2] == [
         "--remote=https://h:443",

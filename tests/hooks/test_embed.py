@@ -76,7 +76,7 @@ def _build(
     tmp: Path,
     hsa: Path,
     archs: list[str],
-    subdirs: list[str],
+    subdirs: list[str] | None,
     ns: str = "te",
     module: str = "mod",
     align: int = embed.ALIGN,
@@ -168,12 +168,12 @@ def test_dedupe_alignment_and_round_trip(tmp_path: Path, small_hsa: Path, align:
     with open(obj, "rb") as f:
         elf = ELFFile(f)
         sec = elf.get_section_by_name(".rodata.qola_embed")
+        assert sec is not None
         assert sec["sh_addralign"] == align and not sec["sh_flags"] & 0x1  # aligned, not writable
         # five unique blobs laid out with padding, nothing stored twice
         unique_sizes = [s for _, s in sizes]
         assert sec["sh_size"] == max(e["offset"] + e["size"] for e in entries.values())
         assert sec["sh_size"] < sum(unique_sizes) + align * len(unique_sizes)
-        assert sec is not None
         data = sec.data()
         for e in entries.values():
             assert data[e["offset"] : e["offset"] + e["size"]] == Path(e["source"]).read_bytes()

@@ -17,7 +17,7 @@ from support.jit_lib import DATA, NVCC, build_runtime, fake_compiler, sh, write_
 from qola.jit import key as jkey
 from qola.jit import layout
 
-KERNELS = layout.Path(__file__).resolve().parents[2] / "examples/kernels/csrc"
+KERNELS = Path(__file__).resolve().parents[2] / "examples/kernels/csrc"
 
 CALLER = r"""#include <cstdio>
 #include <cstdlib>
@@ -58,6 +58,7 @@ def test_example_attn_fwd_all_deferred(tmp_path: Path) -> None:
     units = [(p.stem, p) for p in sorted(gen.glob("attn_fwd_d*.cu"))]
     assert len(units) == 1
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache")}
+    assert NVCC is not None
     cc = fake_compiler(tmp_path, NVCC)
     spec = layout.JitModuleSpec(
         module="attn_fwd",

@@ -17,9 +17,9 @@ from qola.jit.key import entry_key
 
 
 def test_default_cache_dir() -> None:
-    assert fmt.default_cache_dir({"QOLA_JIT_CACHE_DIR": "/x/y", "XDG_CACHE_HOME": "/c"}) == jc.Path("/x/y")
-    assert fmt.default_cache_dir({"XDG_CACHE_HOME": "/c", "HOME": "/h"}) == jc.Path("/c/qola/jit")
-    assert fmt.default_cache_dir({"XDG_CACHE_HOME": "rel", "HOME": "/h"}) == jc.Path("/h/.cache/qola/jit")
+    assert fmt.default_cache_dir({"QOLA_JIT_CACHE_DIR": "/x/y", "XDG_CACHE_HOME": "/c"}) == Path("/x/y")
+    assert fmt.default_cache_dir({"XDG_CACHE_HOME": "/c", "HOME": "/h"}) == Path("/c/qola/jit")
+    assert fmt.default_cache_dir({"XDG_CACHE_HOME": "rel", "HOME": "/h"}) == Path("/h/.cache/qola/jit")
 
 
 def test_private_dir_checks(tmp_path: Path) -> None:
@@ -70,9 +70,9 @@ def test_entry_states(tmp_path: Path) -> None:
     assert cache.entry(key).fields["unit"] == "u"
     so = cache.path / f"{key}.so"
     so.write_bytes(so.read_bytes()[:-1])
-    assert "truncated" in cache.entry(key).problem
+    assert "truncated" in (cache.entry(key).problem or "")
     (cache.path / f"{key}.meta").unlink()
-    assert "no .meta" in cache.entry(key).problem
+    assert "no .meta" in (cache.entry(key).problem or "")
     with pytest.raises(QolaError, match="not a shared object"):
         bad = cache.path / ".tmp-x"
         bad.write_bytes(b"text")
@@ -111,7 +111,7 @@ def test_network_file_systems_lock_in_tmp(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(jc, "network_fs", lambda path: "nfs")
     cache = jc.JitCache(tmp_path / "c")
     assert cache.network == "nfs"
-    assert cache.lock_dir() == jc.Path(f"/tmp/qola-jit-locks-{os.geteuid()}")
+    assert cache.lock_dir() == Path(f"/tmp/qola-jit-locks-{os.geteuid()}")
     with cache.lock("c" * 64) as got:
         assert got and (cache.lock_dir() / f"{'c' * 64}.lock").exists()
 

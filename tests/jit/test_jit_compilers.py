@@ -24,6 +24,7 @@ def _first_compiles_then_cached(lib: TestLib) -> None:
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 def test_nvcc_as_jit_compiler(tmp_path: Path, jit_runtime: list[Path]) -> None:
+    assert NVCC is not None
     lib = make_lib(tmp_path / "lib", jit_runtime, lang="cuda", real=NVCC, archs=("sm_90",))
     _first_compiles_then_cached(lib)
 

@@ -95,11 +95,11 @@ def test_every_constant_of_the_runtime_header_equals_the_python_one() -> None:
     assert set(numbers) - DERIVED == set(NUMBERS)
     assert {k: _c_number(v) for k, v in numbers.items() if k not in DERIVED} == NUMBERS
 
-    fields = re.search(r"k_meta_fields\[\] = \{([^}]*)\}", text, re.S)[1]
+    fields = group1(r"k_meta_fields\[\] = \{([^}]*)\}", text, re.S)
     assert tuple(re.findall(r'"(\w+)"', fields)) == fmt.META_FIELDS
-    subdirs = re.search(r"k_subdirs\[\] = \{([^}]*)\}", text)[1]
+    subdirs = group1(r"k_subdirs\[\] = \{([^}]*)\}", text)
     assert tuple(STRINGS[name.strip()] for name in subdirs.split(",")) == fmt.SUBDIRS
-    table = re.search(r"k_network_fs\[\] = \{(.*?)\};", text, re.S)[1]
+    table = group1(r"k_network_fs\[\] = \{(.*?)\};", text, re.S)
     assert {int(m, 16): name for m, name in re.findall(r'\{(0x[0-9A-Fa-f]+), "(\w+)"\}', table)} == fmt.NETWORK_FS
 
 
@@ -176,7 +176,7 @@ def test_generated_table_follows_the_struct_declarations() -> None:
     header = _strip_comments((RUNTIME / "qola_jit.h").read_text())
 
     def fields(struct: str) -> tuple[str, ...]:
-        body = re.search(r"struct " + struct + r" \{(.*?)\};", header, re.S)[1]
+        body = group1(r"struct " + struct + r" \{(.*?)\};", header, re.S)
         return tuple(re.findall(r"(\w+);", body))
 
     assert fields("qola_jit_entry") == fmt.ENTRY_STRUCT
@@ -227,3 +227,10 @@ def test_the_spec_names_every_constant() -> None:
         shown = value.replace("\n", "\\n")
         if value != "XXXXXX":
             assert shown in doc, f"docs/jit-cache.md does not mention {shown!r}"
+
+
+def group1(pattern: str, text: str, flags: int = 0) -> str:
+    """The first group of ``pattern``'s match in ``text`` (which must match)."""
+    found = re.search(pattern, text, flags)
+    assert found is not None, pattern
+    return found[1]

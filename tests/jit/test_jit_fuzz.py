@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -143,7 +144,7 @@ JSON = st.recursive(
 )
 
 
-def paths(value: Any, prefix: tuple[str | int, ...] = ()):
+def paths(value: Any, prefix: tuple[str | int, ...] = ()) -> Iterator[tuple[str | int, ...]]:
     yield prefix
     if isinstance(value, dict):
         for k, v in value.items():

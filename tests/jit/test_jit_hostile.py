@@ -364,7 +364,7 @@ def test_malformed_index_json_is_exit_2(lib: TestLib, case: str) -> None:
     index = lib.root / "out/jit/tm/index.json"
     index.write_bytes(_index_cases()[case])
     for args in (["prebuild", lib.root / "out"], ["ls", lib.root / "out"], ["verify", lib.root / "out"]):
-        p = run_qola("jit", *args, env=lib.env, timeout=60)
+        p = run_qola("jit", *map(str, args), env=lib.env, timeout=60)
         no_traceback(p)
         assert p.returncode == 2, (case, args, p.stdout, p.stderr)
         assert "index.json" in p.stderr and "hint:" in p.stderr, p.stderr

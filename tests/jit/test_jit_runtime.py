@@ -35,7 +35,7 @@ def ok(proc: subprocess.CompletedProcess[str], n: int = 1, x: int = 5) -> None:
     assert proc.stdout.split() == ["result", str(expected(n, x)), "status", "0"], proc.stdout + proc.stderr
 
 
-def status_of(proc) -> int:
+def status_of(proc: subprocess.CompletedProcess[str]) -> int:
     return int(proc.stdout.split()[3])
 
 
@@ -214,8 +214,8 @@ def test_a_loaded_library_keeps_its_jit_sources_across_a_publish(lib: TestLib, t
     # a new process loads the library now in OUT/lib and reads OUT/jit: there the edited source does
     # not match its table (so the process above did not read it)
     ok(lib.run(1, 5))
-    proc = lib.run(2, 5, extra={"QOLA_JIT_CACHE_DIR": str(tmp_path / "fresh")})
-    assert status_of(proc) == E_SOURCE and "does not match this library" in proc.stderr
+    done = lib.run(2, 5, extra={"QOLA_JIT_CACHE_DIR": str(tmp_path / "fresh")})
+    assert status_of(done) == E_SOURCE and "does not match this library" in done.stderr
 
 
 def test_prebuilt_dir_is_used_before_compiling(lib: TestLib, tmp_path: Path) -> None:

@@ -96,7 +96,9 @@ def aliases_of(text: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in re.finditer(r"^using\s+(\w+)\s*=\s*([^;]*);", text, re.M)}
 
 
-def check_stub(unit: str, text: str, style: stubs.StubStyle, decls: Any, called: set[tuple[str, str]]) -> set[str]:
+def check_stub(
+    unit: str, text: str, style: stubs.StubStyle, decls: Any, called: set[tuple[str, str]]
+) -> set[tuple[str, str]]:
     """Stub one instance file, check every specialisation against the declarations and
     return the (name, template args) keys it defines."""
     st = stubs.stub_unit(text, module="m", unit=unit, style=style)

@@ -8,11 +8,13 @@ import os
 import shutil
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
+from typing import cast
 
 import pytest
 
 from qola.core.proc import ChildEnv
 from qola.pipeline.spec import only, tree_env, views
+from qola.plan.tree.aiter import AiterTree
 from qola.plan.variants import GeneratorEnv
 from qola.toolchain.env import ToolchainEnv
 from qola.toolchain.host import default_jobs, run_capture, which
@@ -77,7 +79,7 @@ def test_tree_env_is_what_the_tree_names(tmp_path: Path) -> None:
         "UNNAMED": "z",
         "ESCAPED": "e",
     }
-    assert tree_env(env, tree) == {
+    assert tree_env(env, cast(AiterTree, tree)) == {
         "TABLE_FLAG": "1",
         "ESCAPED": "e",  # inside a JSON string: \"ESCAPED\"
         "CORE_VAR": "a",  # os.environ[...] is read too, not only .get

@@ -194,6 +194,7 @@ def entry(module: str) -> RegistryEntry:
 
 def resolve_bwd(meta: Path, notes: list[str]) -> itfs.Api:
     r = entry("libmha_bwd")
+    assert r.api_header is not None and r.public_header is not None
     return itfs.resolve(
         "libmha_bwd",
         meta,

@@ -94,7 +94,12 @@ def test_hostile_expressions_refused_and_nothing_ran(
 ) -> None:
     marker = tmp_path / "ran"
     calls = []
-    monkeypatch.setattr(os, "system", lambda *a: calls.append(a) or 0)
+
+    def system(*a: object) -> int:
+        calls.append(a)
+        return 0
+
+    monkeypatch.setattr(os, "system", system)
     real_import = builtins.__import__
 
     def spy_import(name: str, *a: Any, **k: Any) -> ModuleType:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from support.common import EXAMPLES, KERNELS, run_qola
 
 from qola.jit import format as fmt
 from qola.plan import variants as V
+from qola.plan.model import Generator
 from qola.store.usage import fragment, records
 from qola.store.usage.records import Record
 
@@ -32,7 +34,7 @@ def write_records(path: Path, recs: list[Record], tail: str = "") -> Path:
     return path
 
 
-def plan_files(proc) -> dict[str, set[str]]:
+def plan_files(proc: subprocess.CompletedProcess[str]) -> dict[str, set[str]]:
     """module -> the instances its generators write under the plan's filters (CK: the plan's own
     listing; the example's generator: its --list_blobs under the filter)."""
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -41,7 +43,7 @@ def plan_files(proc) -> dict[str, set[str]]:
         for g in m["generators"]:
             files = g.get("files")
             if files is None and g["command"].split()[0].endswith("attn/generate.py"):
-                files = V.list_blobs(V.Generator(g["command"], g["direction"]), dict(os.environ), g["filter"])
+                files = V.list_blobs(Generator(g["command"], g["direction"]), dict(os.environ), g["filter"])
             if files and not g["dispatch_only"]:
                 out.setdefault(m["name"], set()).update(n for n in files if not n.endswith("_api"))
     return out
@@ -51,10 +53,10 @@ def test_a_record_round_trips_and_damage_is_detected() -> None:
     line = records.render(rec(USED[0]))
     assert records.parse_line(line) == rec(USED[0])
     assert len(line.encode()) <= fmt.USAGE_MAX_LINE and line.count("\t") == len(fmt.USAGE_FIELDS)
-    assert "checksum" in records.parse_line(line.replace("mask_lse", "mask_nlse"))  # bit flip
-    assert "checksum" in records.parse_line(line[:40])  # torn
+    assert "checksum" in problem(line.replace("mask_lse", "mask_nlse"))  # bit flip
+    assert "checksum" in problem(line[:40])  # torn
     bad = records.render(rec("x*"))  # a glob never passes as a name
-    assert "not a plain file name" in records.parse_line(bad)
+    assert "not a plain file name" in problem(bad)
 
 
 def test_merge_skips_torn_lines_and_writes_the_fragment(tmp_path: Path) -> None:
@@ -236,3 +238,10 @@ def test_the_build_record_keeps_the_usage_fragments_for_a_reproduction(
     monkeypatch.chdir(tmp_path)
     spec = BuildSpec(manifest="m.toml", usage_files=("usage.toml",))
     assert settings_record(command_record(spec), {}, [])["usage_files"] == [str(tmp_path / "usage.toml")]
+
+
+def problem(line: str) -> str:
+    """What ``records.parse_line`` says of a line it refuses."""
+    got = records.parse_line(line)
+    assert isinstance(got, str), got
+    return got

@@ -315,7 +315,8 @@ def test_cuda_kernel_runs(tmp_path: Path) -> None:
 def test_hip_found_flags_and_probe_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tc = find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
     assert tc.kind == "hip" and tc.child_env == {"HIP_PLATFORM": "amd"}
-    assert tc.version == parse_hip_version(tc.version_output)[0]
+    parsed = parse_hip_version(tc.version_output)
+    assert parsed is not None and tc.version == parsed[0]
     flags = tc.device_flags()
     for flag in (
         "-fPIC",
@@ -343,8 +344,10 @@ def test_hip_version_mismatch(tmp_path: Path) -> None:
     """rocm_versions is recorded, not enforced (issue 21: QoLA never enforces it; TE's manifests say 7.2
     and TE builds with ROCm 7.0 and 7.1)."""
     tc = find_toolchain(["gfx90a"], env=ENV, accepted_versions=["7.2"], cache_dir=tmp_path)
-    text = tc.version_check["message"]
-    assert tc.version_check["status"] == "mismatch" and tc.version_check["accepted"] == ["7.2"]
+    check = tc.version_check
+    assert check is not None
+    text = check["message"]
+    assert check["status"] == "mismatch" and check["accepted"] == ["7.2"]
     assert "found HIP" in text and "manifest accepts only ['7.2']" in text and "rocm_versions" in text
 
 
