@@ -97,8 +97,8 @@ def one_error(proc_: subprocess.CompletedProcess[str], *needles: str) -> None:
 )
 def test_bad_job_counts_refused_before_anything_runs(
     setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
-    extra,
-    env_extra,
+    extra: tuple[str, ...],
+    env_extra: dict[str, str],
     manifest_extra: str,
     needle: str,
 ) -> None:
@@ -367,7 +367,7 @@ def test_room_counts_the_previous_output(tmp_path: Path, monkeypatch: pytest.Mon
     real = os.statvfs
 
     class Small:
-        def __init__(self, st) -> None:
+        def __init__(self, st: os.statvfs_result) -> None:
             self.f_bavail, self.f_frsize, self.f_favail, self.f_files, self.f_flag = 4, 1024 * 1024, 1000, 1000, 0
 
     monkeypatch.setattr(os, "statvfs", lambda p: Small(real(p)))
@@ -413,7 +413,7 @@ def _alive(pids: list[int], timeout: float) -> list[int]:
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_killed_build_leaves_no_children(
-    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]], sig, code
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]], sig: signal.Signals, code: int
 ) -> None:
     tmp, tree, m, env, _build = setup
     args = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(tmp / "out")]
@@ -444,7 +444,7 @@ def test_killed_build_leaves_no_children(
         alive = _alive(ours, 15)
         assert not alive, f"still running after qola died: {alive}"
         if sig != signal.SIGKILL:
-            assert "Traceback" not in qola.stderr.read()
+            assert qola.stderr is not None and "Traceback" not in qola.stderr.read()
     finally:
         qola.kill()
         for pid in _alive(ours, 0):  # only the processes this test started
@@ -474,13 +474,13 @@ def test_runner_new_group_without_popen_process_group(monkeypatch: pytest.Monkey
 
     real = subprocess.Popen
 
-    def popen_310(*args, **kwargs) -> Popen[Any]:
+    def popen_310(*args: Any, **kwargs: Any) -> Popen[Any]:
         if "process_group" in kwargs:
             raise TypeError("__init__() got an unexpected keyword argument 'process_group'")
         return real(*args, **kwargs)
 
     monkeypatch.setattr(proc, "_POPEN_PROCESS_GROUP", False)
-    monkeypatch.setattr(proc.subprocess, "Popen", popen_310)
+    monkeypatch.setattr("qola.core.proc.subprocess.Popen", popen_310)
     probe = (
         "import ctypes, os; buf = ctypes.c_int(); "
         "ctypes.CDLL(None).prctl(2, ctypes.byref(buf), 0, 0, 0); print(os.getpid(), os.getpgid(0), buf.value)"
@@ -529,7 +529,7 @@ def test_toolchain_hints_name_only_options_qola_build_takes(tmp_path: Path) -> N
     for kind in ("cuda", "hip"):
         with pytest.raises(QolaError) as info:
             check_accepted(kind, "/opt/x/bin/cc", ["12.4"], ["13.0"])
-        hints.append(info.value.hint)
+        hints.append(info.value.hint or "")
     with pytest.raises(QolaError) as info:  # the compiler cannot target the arch
         cuda.find_cuda(
             ["sm_120"],
@@ -538,7 +538,7 @@ def test_toolchain_hints_name_only_options_qola_build_takes(tmp_path: Path) -> N
             cache_dir=tmp_path,
             compiler=str(fake_nvcc(tmp_path / "nvcc")),
         )
-    hints.append(info.value.hint)
+    hints.append(info.value.hint or "")
     accepted = _build_options()
     for hint in hints:
         for opt in re.findall(r"(?<![\w-])--?[a-z][a-z-]*", hint):
@@ -575,11 +575,11 @@ def test_followed_version_hint_works(
     ],
 )
 def test_cli_last_resort_is_one_line_and_debug_shows_traceback(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], exc, needles: tuple[str, ...]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], exc: BaseException, needles: tuple[str, ...]
 ) -> None:
     import qola.commands.build as build_cmd
 
-    def boom(args) -> None:
+    def boom(args: argparse.Namespace) -> None:
         raise exc
 
     monkeypatch.setattr(build_cmd, "run", boom)
@@ -596,7 +596,7 @@ def test_cli_interrupt_is_130_without_traceback(
 ) -> None:
     import qola.commands.build as build_cmd
 
-    def interrupted(args) -> None:
+    def interrupted(args: argparse.Namespace) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(build_cmd, "run", interrupted)

@@ -38,6 +38,13 @@ def make_tree(root: Path, table: dict[str, Any], core: str = "") -> Path:
 # --- get_config_file --------------------------------------------------------------------------------
 
 
+def merged(*args: Any, **kw: Any) -> MergedConfig:
+    """``config_file`` where it names a merge of several files."""
+    got = config_file(*args, **kw)
+    assert isinstance(got, MergedConfig), got
+    return got
+
+
 def test_config_file_env_default_and_model_configs(tmp_path: Path) -> None:
     model = tmp_path / "aiter/configs/model_configs"
     assert config_file("E", "/d.csv", "x_tuned_gemm", env={}, root=tmp_path) == "/d.csv"
@@ -51,9 +58,9 @@ def test_config_file_env_default_and_model_configs(tmp_path: Path) -> None:
     csv(model / "aa_x_tuned_gemm.csv", HEAD)
     csv(model / "aa_x_untuned_gemm.csv", "M,N,K")  # "untuned" in the path: never merged
     (model / "dir_x_tuned_gemm").mkdir()  # not a file
-    got = config_file("E", "/d.csv", "x_tuned_gemm", env={}, root=tmp_path)
+    got = merged("E", "/d.csv", "x_tuned_gemm", env={}, root=tmp_path)
     assert got.sources == ("/d.csv", str(model / "aa_x_tuned_gemm.csv"), str(model / "zz_x_tuned_gemm_m2.csv"))
-    assert config_file("E", "/d.csv", "x_tuned_gemm", env={"E": ""}, root=tmp_path).sources == got.sources
+    assert merged("E", "/d.csv", "x_tuned_gemm", env={"E": ""}, root=tmp_path).sources == got.sources
 
 
 def test_merge_dedups_by_untuned_columns_cu_num_and_tag(tmp_path: Path) -> None:
@@ -61,7 +68,7 @@ def test_merge_dedups_by_untuned_columns_cu_num_and_tag(tmp_path: Path) -> None:
     a = csv(tmp_path / "a.csv", HEAD, "80,1,2,3,9.5,slow", "256,1,2,3,7,other_cu", "80,5,5,5,1e1,ten")
     b = csv(tmp_path / "b.csv", HEAD + ",_tag", "80,1,2,3,2.25,fast,", "80,1,2,3,3,tagged,t1", "80,9,9,9,,no_us,")
     empty = csv(tmp_path / "e.csv", "cu_num,M,N,K,us,kernel,_tag")
-    cfg = config_file("E", "", "x_tuned_gemm", env={"E": f"{a}:{empty}:{b}"}, root=tmp_path)
+    cfg = merged("E", "", "x_tuned_gemm", env={"E": f"{a}:{empty}:{b}"}, root=tmp_path)
     assert render(merge(cfg)).splitlines() == [
         HEAD + ",_tag",
         "80,1,2,3,2.25,fast,",
@@ -75,7 +82,7 @@ def test_merge_dedups_by_untuned_columns_cu_num_and_tag(tmp_path: Path) -> None:
 def test_merge_without_untuned_file_concatenates(tmp_path: Path) -> None:
     a = csv(tmp_path / "a.csv", HEAD, "80,1,2,3,9,x")
     b = csv(tmp_path / "b.csv", HEAD, "80,1,2,3,1,y")
-    cfg = config_file("E", "", "y_tuned_gemm", env={"E": f"{a}:{b}"}, root=tmp_path)
+    cfg = merged("E", "", "y_tuned_gemm", env={"E": f"{a}:{b}"}, root=tmp_path)
     assert render(merge(cfg)) == f"{HEAD}\n80,1,2,3,9,x\n80,1,2,3,1,y\n"
 
 
@@ -83,14 +90,14 @@ def test_merge_errors_name_the_files(tmp_path: Path) -> None:
     a = csv(tmp_path / "a.csv", HEAD, "80,1,2,3,9,x")
     b = csv(tmp_path / "b.csv", "cu_num,M,N,us,kernel", "80,1,2,1,y")
     with pytest.raises(QolaError, match="have different columns") as info:
-        merge(config_file("E", "", "y_tuned_gemm", env={"E": f"{a}:{b}"}, root=tmp_path))
+        merge(merged("E", "", "y_tuned_gemm", env={"E": f"{a}:{b}"}, root=tmp_path))
     assert a in info.value.message and b in info.value.message
     with pytest.raises(QolaError, match="cannot read tuned config"):
-        merge(config_file("E", "", "y_tuned_gemm", env={"E": f"{tmp_path}/none.csv:{a}"}, root=tmp_path))
-    missing = merge(config_file("E", "", "y_tuned_gemm", env={"E": f"{a}:{tmp_path}/none.csv"}, root=tmp_path))
+        merge(merged("E", "", "y_tuned_gemm", env={"E": f"{tmp_path}/none.csv:{a}"}, root=tmp_path))
+    missing = merge(merged("E", "", "y_tuned_gemm", env={"E": f"{a}:{tmp_path}/none.csv"}, root=tmp_path))
     assert missing.rows == (("80", "1", "2", "3", "9", "x"),) and "none.csv does not exist" in missing.notes[0]
     # AITER's untuned-name rule raises re.error for a stem ending in "tuned": an error when merged, not before
-    odd = config_file("E", "", "x_tuned", env={"E": f"{a}:{a}"}, root=tmp_path)
+    odd = merged("E", "", "x_tuned", env={"E": f"{a}:{a}"}, root=tmp_path)
     with pytest.raises(QolaError, match="ends in 'tuned'"):
         merge(odd)
 
@@ -98,7 +105,7 @@ def test_merge_errors_name_the_files(tmp_path: Path) -> None:
 def test_write_merged_is_atomic_and_keeps_unchanged_files(tmp_path: Path) -> None:
     a = csv(tmp_path / "a.csv", HEAD, "80,1,2,3,9,x")
     b = csv(tmp_path / "b.csv", HEAD, "80,1,2,4,1,y")
-    cfg = config_file("E", "", "y_tuned_gemm", env={"E": f"{a}:{b}"}, root=tmp_path)
+    cfg = merged("E", "", "y_tuned_gemm", env={"E": f"{a}:{b}"}, root=tmp_path)
     out = tmp_path / "gen/configs"
     digest = write_merged(cfg, out)
     target = out / "y_tuned_gemm.csv"
@@ -155,7 +162,7 @@ def test_core_names_are_read_not_run(tmp_path: Path) -> None:
 
 # --- table keys ----------------------------------------------------------------------------------------
 
-TABLE = {
+TABLE: dict[str, Any] = {
     "module_new": {
         "srcs": ["f'{AITER_CSRC_DIR}/a.cu'"],
         "flags_extra_hip": ["'-DX'"],
@@ -211,7 +218,7 @@ def test_per_source_flags_keep_the_tables_order_in_the_plan(tmp_path: Path) -> N
 
 def test_all_modules_leave_out_experimental_ones(tmp_path: Path) -> None:
     tree = open_tree(make_tree(tmp_path, TABLE))
-    kw = {"archs": ("gfx942",), "hip_version": "7.2.0"}
+    kw: dict[str, Any] = {"archs": ("gfx942",), "hip_version": "7.2.0"}
     plan = make_plan(parse("", "m.toml"), tree, env={}, **kw)
     assert [m.name for m in plan.modules] == ["module_new", "module_plain"]
     assert any("module_exp is experimental" in w for w in plan.warnings)

@@ -75,16 +75,21 @@ def fake_toolchain(version: str = "13.0", compiler: str = "/usr/bin/true") -> To
 
 
 @pytest.fixture
-def key_of(monkeypatch: pytest.MonkeyPatch) -> Callable[..., BuildKey]:
+def key_of(monkeypatch: pytest.MonkeyPatch) -> KeyOf:
     """The build key of a manifest and tree through the pipeline (toolchain faked: no compiler needed)."""
-    tcs = {"tc": fake_toolchain()}
-    monkeypatch.setattr(pipeline, "_toolchain", lambda *a, **k: tcs["tc"])
-
-    def key(m: Path, tree: Path, **kw: Any) -> BuildKey:
-        return pipeline.build_key(BuildSpec(manifest=str(m), aiter_root=str(tree), env={"PATH": "/usr/bin:/bin"}, **kw))
-
-    key.tcs = tcs
+    key = KeyOf()
+    monkeypatch.setattr(pipeline, "_toolchain", lambda *a, **k: key.tcs["tc"])
     return key
+
+
+class KeyOf:
+    """``key_of(m, tree, **spec)``: the build key; ``tcs["tc"]`` is the toolchain the pipeline sees."""
+
+    def __init__(self) -> None:
+        self.tcs = {"tc": fake_toolchain()}
+
+    def __call__(self, m: Path, tree: Path, **kw: Any) -> BuildKey:
+        return pipeline.build_key(BuildSpec(manifest=str(m), aiter_root=str(tree), env={"PATH": "/usr/bin:/bin"}, **kw))
 
 
 @pytest.fixture
@@ -97,9 +102,7 @@ def tree(tmp_path: Path) -> Path:
 # ---- the key: cheap, no compile ---------------------------------------------------------------------
 
 
-def test_key_ignores_formatting_paths_jobs_and_launcher(
-    tmp_path: Path, tree: Path, key_of: Callable[..., BuildKey]
-) -> None:
+def test_key_ignores_formatting_paths_jobs_and_launcher(tmp_path: Path, tree: Path, key_of: KeyOf) -> None:
     base = key_of(write_manifest(tmp_path / "a.toml"), tree)
     (tmp_path / "sub").mkdir()
     other = tmp_path / "sub" / "b.toml"
@@ -128,11 +131,11 @@ def test_key_ignores_formatting_paths_jobs_and_launcher(
     ],
 )
 def test_key_changes_with_what_changes_the_output(
-    tmp_path: Path, tree: Path, key_of: Callable[..., BuildKey], change: str, part: str
+    tmp_path: Path, tree: Path, key_of: KeyOf, change: str, part: str
 ) -> None:
     m = write_manifest(tmp_path / "q.toml", module_extra='mode = "pybind"\n')  # beats --mode: a valid mode change
     base = key_of(m, tree)
-    kw = {}
+    kw: dict[str, Any] = {}
     if change == "arch":
         write_manifest(m).write_text(m.read_text().replace('"sm_90"', '"sm_80"'))
     elif change == "mode":
@@ -221,7 +224,7 @@ def test_a_huge_sparse_file_under_a_source_dir_is_keyed_by_its_size_not_hashed(t
 
     first = hash_files([(str(tree / "csrc" / "kernels"), True)], [str(tree)])
     label = next(k for k in first if k.endswith("huge.bin"))
-    assert first[label].startswith("unhashed:2199023255552:") and MAX_TREE_FILE < 2 << 40
+    assert (first[label] or "").startswith("unhashed:2199023255552:") and MAX_TREE_FILE < 2 << 40
     with open(huge, "r+b") as f:
         f.truncate((2 << 40) + 1)
     assert hash_files([(str(tree / "csrc" / "kernels"), True)], [str(tree)])[label] != first[label]
@@ -278,7 +281,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, P
 @pytest.fixture
 def server() -> Iterator[Callable[..., str]]:
     """An HTTP server on 127.0.0.1 serving a dir; ``truncate`` makes it send half of each .tar.gz."""
-    state = {"dir": None, "truncate": False}
+    state: dict[str, Any] = {"dir": None, "truncate": False}
 
     class Handler(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *a: Any, **k: Any) -> None:
@@ -337,6 +340,7 @@ def test_publish_writes_a_deterministic_archive_named_by_the_key(
     built: tuple[Path, Path, Path, Path, Path, BuildReport], tmp_path: Path
 ) -> None:
     _tmp, _, _, out, store, report = built
+    assert report.key is not None and report.packaged is not None
     data = json.loads((out / "manifest.json").read_text())
     assert data["build_key"] == report.key == report.packaged.key
     assert set(data["build_key_parts"]) >= {"manifest", "plan", "tree", "toolchain"}
@@ -363,6 +367,7 @@ def test_prebuilt_from_a_dir_installs_without_compiling(
     built: tuple[Path, Path, Path, Path, Path, BuildReport],
 ) -> None:
     tmp, _, _, out, store, report = built
+    assert report.key is not None and report.packaged is not None
     got = install_from(built, str(store), "from-dir")
     assert got.prebuilt is not None and got.compiled is None and not got.up_to_date
     assert got.key == report.key
@@ -392,6 +397,7 @@ def test_missing_archive_falls_back_to_building_with_a_note(
     built: tuple[Path, Path, Path, Path, Path, BuildReport],
 ) -> None:
     tmp, src, m, _out, _, report = built
+    assert report.key is not None and report.packaged is not None
     empty = tmp / "empty-store"
     empty.mkdir(exist_ok=True)
     notes = Notes()
@@ -416,10 +422,12 @@ def test_missing_archive_falls_back_to_building_with_a_note(
 
 def members_of(archive: Path) -> list[tuple[tarfile.TarInfo, bytes]]:
     with tarfile.open(archive) as tar:
-        return [(m, tar.extractfile(m).read() if m.isfile() else b"") for m in tar.getmembers()]
+        return [(m, _read(tar, m)) for m in tar.getmembers()]
 
 
-def write_store(store: Path, name: str, members, *, sha: str | None = None) -> Path:
+def write_store(
+    store: Path, name: str, members: list[tuple[tarfile.TarInfo, bytes]], *, sha: str | None = None
+) -> Path:
     """An archive of ``members`` ((TarInfo, bytes)) as ``store/name``, with a matching .sha256 (a writer of
     the shared store can write both) unless ``sha`` is given."""
     store.mkdir(parents=True, exist_ok=True)
@@ -447,6 +455,7 @@ def info(name: str, data: bytes = b"", **kw: Any) -> tarfile.TarInfo:
 def tampered(built: tuple[Path, Path, Path, Path, Path, BuildReport], store: Path, how: str) -> str:
     """A copy of the good store, damaged ``how``."""
     _, _, _, _, good, report = built
+    assert report.key is not None and report.packaged is not None
     name = prebuilt.archive_name("qk", report.key)
     shutil.copytree(good, store)
     archive = store / name
@@ -510,6 +519,7 @@ def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(
     built: tuple[Path, Path, Path, Path, Path, BuildReport], tmp_path: Path, how: str
 ) -> None:
     _tmp, _, _, _, good, report = built
+    assert report.key is not None and report.packaged is not None
     out = tmp_path / "out"
     first = prebuilt.install(str(good), "qk", report.key, out, tmp_path / "work")
     before = files_of(out)
@@ -528,6 +538,7 @@ def test_a_truncated_http_download_is_refused(
     built: tuple[Path, Path, Path, Path, Path, BuildReport], tmp_path: Path, server: Callable[..., str]
 ) -> None:
     _, _, _, _, good, report = built
+    assert report.key is not None and report.packaged is not None
     out = tmp_path / "out"
     with pytest.raises(QolaError, match=r"truncated|broke off"):
         prebuilt.install(server(good, truncate=True), "qk", report.key, out, tmp_path / "work")
@@ -546,3 +557,12 @@ def test_the_build_command_refuses_a_hostile_store_and_installs_nothing(
     assert done.returncode == 2, done.stderr
     assert "a symlink: refused" in done.stderr and "hint:" in done.stderr and "Traceback" not in done.stderr
     assert not published(out) and not (out / "lib").exists()
+
+
+def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """A member's bytes (nothing for what is not a regular file)."""
+    if not member.isfile():
+        return b""
+    data = tar.extractfile(member)
+    assert data is not None
+    return data.read()
