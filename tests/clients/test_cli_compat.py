@@ -23,7 +23,7 @@ from qola.core.rules import split_list
 EX = REPO / "examples"
 
 
-def plan_json(*args: str, env: dict[str, str] | None = None) -> dict:
+def plan_json(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     proc = run_qola("plan", *args, "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     return cast("dict[Any, Any]", json.loads(proc.stdout))
@@ -169,11 +169,13 @@ def test_rocm_versions_is_recorded_not_enforced(tmp_path: Path) -> None:
         ["gfx942"], env={**os.environ, "HIPCC": str(hipcc)}, accepted_versions=["7.2"], cache_dir=tmp_path / "probes"
     )
     check = tc.version_check
+    assert check is not None
     assert check["status"] == "mismatch" and check["accepted"] == ["7.2"] and check["found"]["hip"] == "6.4.43484"
     assert "accepts only ['7.2']" in check["message"] and "recorded in manifest.json" in check["message"]
     ok = find_hip(
         ["gfx942"], env={**os.environ, "HIPCC": str(hipcc)}, accepted_versions=["6.4"], cache_dir=tmp_path / "probes"
     )
+    assert ok.version_check is not None
     assert ok.version_check["status"] == "match" and "message" not in ok.version_check
 
 

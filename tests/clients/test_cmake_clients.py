@@ -274,7 +274,7 @@ cmake_language(EVAL CODE "${CALL}")
     ],
 )
 def test_mistakes_are_clear_fatal_errors(
-    manifest: Path, tmp_path: Path, call: str, env: dict[str, str] | None, message: str
+    manifest: Path, tmp_path: Path, call: str, env: dict[str, str], message: str
 ) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -133,7 +133,7 @@ def test_broken_module_does_not_stop_others(tmp_path: Path) -> None:
     assert status["module_rmsnorm"]["success"] is True and status["module_rmsnorm"]["error"] == ""
     assert data["summary"] == {"total": len(status), "success": len(status) - 1, "failed": 1}
     failed = {r.name: r for r in report.modules if r.status == "failed"}
-    assert list(failed) == ["module_broken"] and "not_declared_anywhere" in failed["module_broken"].detail
+    assert list(failed) == ["module_broken"] and "not_declared_anywhere" in (failed["module_broken"].detail or "")
     assert not list((out / "lib").glob("qk_module_broken*"))
     # what the user reads: the failed module, the compiler's error, no traceback
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
@@ -155,7 +155,9 @@ def test_failing_generator_is_a_clear_error(tmp_path: Path) -> None:
     report = pipeline.build(BuildSpec(manifest=str(m), aiter_root=str(tree), output_dir=str(out)))
     assert report.exit_code == 1
     (r,) = report.modules
-    assert r.status == "failed" and "exit code 3" in r.detail and "cannot generate: no recipe" in r.detail
+    assert (
+        r.status == "failed" and "exit code 3" in (r.detail or "") and "cannot generate: no recipe" in (r.detail or "")
+    )
     log = (out / "logs" / "module_gen.log").read_text()
     assert "exit code 3" in log and "cannot generate: no recipe" in log and "gen_fail.py" in log
 
@@ -214,6 +216,7 @@ def test_dry_run_touches_nothing(tmp_path: Path) -> None:
     assert report.dry_run and report.ok and report.manifest_json is None
     assert not out.exists()
     assert report.layout.graph == tmp_path / "out.build" / "build.ninja" and report.layout.graph.is_file()
+    assert report.compiled is not None
     assert any("attn_fwd_api" in line for line in report.compiled.ninja_log)
     # the command prints what ninja would run
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out), "--dry-run")
@@ -309,7 +312,7 @@ def test_torch_extension_without_torch_is_a_clear_error(tmp_path: Path) -> None:
     m = manifest(tmp_path / "q.toml", ["sm_90"], modules=(), extra=extra)
     with pytest.raises(QolaError) as info:
         build(m, KERNELS, tmp_path / "out")
-    assert "torch is not importable" in info.value.message and "torch_exclude = true" in info.value.hint
+    assert "torch is not importable" in info.value.message and "torch_exclude = true" in (info.value.hint or "")
     assert info.value.exit_code == 2 and not (tmp_path / "out").exists()
 
 

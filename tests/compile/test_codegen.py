@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from support.common import KERNELS
 
-from qola.compile.codegen import GenJob, run_generators
+from qola.compile.codegen import GenJob, GenResult, run_generators
 from qola.core.errors import FailedProcessError
 from qola.plan.planner import Generator
 
 GEN = Generator(f"{KERNELS}/csrc/attn/generate.py -d fwd --receipt 0 --output_dir {{}}", "fwd", "0")
 
 
-def names(res) -> set[str]:
+def names(res: GenResult) -> set[str]:
     return {p.rsplit("/", 1)[1].removesuffix(".cu") for p in res.sources}
 
 
@@ -125,7 +125,7 @@ def test_a_special_file_named_py_beside_a_generator_is_refused_not_waited_on(tmp
         sock.bind(str(odd))
     code = (
         "import os, sys\n"
-        "from qola.compile.codegen import GenJob, run_generators\n"
+        "from qola.compile.codegen import GenJob, GenResult, run_generators\n"
         "from qola.core.errors import QolaError\n"
         "from qola.plan.planner import Generator\n"
         f"job = GenJob('m', (Generator({str(gen / 'generate.py')!r} + ' --output_dir {{}}'),))\n"

@@ -109,7 +109,7 @@ def test_attention_matches_torch(built: Path, torch: Any, dtype: str, hdim: int,
         scale,
         dtype,
         causal,
-        lse_t.data_ptr() if lse else 0,
+        lse_t.data_ptr() if lse_t is not None else 0,
     )
     torch.cuda.synchronize()
     s = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * scale

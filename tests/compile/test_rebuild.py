@@ -18,6 +18,7 @@ from support.fake_nvcc import fake_nvcc
 from support.fake_nvcc import pytestmark as needs_fake_nvcc  # g++ and a CUDA toolkit's cudart
 from support.reports import fake_report
 
+from qola.core.fsutil import copy_file
 from qola.output import publish as publish_mod
 from qola.output.publish import publish
 
@@ -25,7 +26,7 @@ from qola.output.publish import publish
 def _fast_copies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every source qola.output.publish copies without reading it (its stat as the last publish recorded)."""
     fast: list[str] = []
-    real = publish_mod.copy_file
+    real = copy_file
 
     def copy(src: Path, dst: Path, mode: int) -> None:
         fast.append(str(src))

@@ -24,6 +24,7 @@ from support.repro import ATTN, SOFTMAX, TINY_MODULE, libraries, manifest, tree_
 
 from qola.core.errors import QolaError
 from qola.pipeline import run as pipeline
+from qola.pipeline.report import BuildReport
 from qola.pipeline.run import BuildSpec
 from qola.store import remote
 
@@ -53,7 +54,7 @@ def build(tmp: Path, name: str, tree: Path, m: Path, **kw: Any) -> pipeline.Buil
     )
 
 
-def notes(report) -> str:
+def notes(report: BuildReport) -> str:
     return "\n".join(report.compiled.notes if report.compiled else [])
 
 

@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -157,7 +158,10 @@ def test_same_kernels_per_arch_as_the_two_arch_build(te: Any, gfx942_only: Any) 
     both = kernels.device_code_objects(te / "lib" / f"{NS}_libmha_fwd.so")
     one = kernels.device_code_objects(gfx942_only / "lib" / f"{NS}_libmha_fwd.so")
     assert sorted(both) == list(ARCHS) and list(one) == ["gfx942"]
-    fwd = lambda ks: {k for k in ks if "FmhaFwdKernel" in k}  # noqa: E731
+
+    def fwd(ks: Iterable[str]) -> set[str]:
+        return {k for k in ks if "FmhaFwdKernel" in k}
+
     assert fwd(one["gfx942"]) == fwd(both["gfx942"]) and fwd(both["gfx950"]), (both, one)
 
 
@@ -416,7 +420,10 @@ def test_jit_build_and_prebuild_of_deferred_ck_instances(aiter_root: Path, tmp_p
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
     (mod,) = record(out)["modules"]
     # a gfx942 build: qola passes CK --targets=gfx942, so each kernel is one _gfx9 file (no _gfx950 twin)
-    kernels = lambda part: {n.rsplit("_", 1)[0] for n in mod["jit"][part]["names"] if n.startswith("fmha_fwd_d")}  # noqa: E731
+
+    def kernels(part: str) -> set[str]:
+        return {n.rsplit("_", 1)[0] for n in mod["jit"][part]["names"] if n.startswith("fmha_fwd_d")}
+
     assert not [n for part in ("aot", "deferred") for n in mod["jit"][part]["names"] if n.endswith("_gfx950")]
     assert kernels("aot") == {n for n in kernels("aot") if "_d32_" in n and "_psddv_" in n} and len(kernels("aot")) == 1
     assert len(kernels("deferred")) == 2 and mod["jit"]["deferred"]["count"] == 2, mod["jit"]

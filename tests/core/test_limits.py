@@ -345,7 +345,7 @@ def test_build_waiting_for_a_held_build_dir_says_so_and_ends_on_sigterm(tmp_path
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_jit_prebuild_waiting_for_a_held_cache_lock_ends_on_a_signal(
-    tmp_path: Path, jit_runtime: list[Path], sig
+    tmp_path: Path, jit_runtime: list[Path], sig: signal.Signals
 ) -> None:
     from support.jit_lib import make_lib
 

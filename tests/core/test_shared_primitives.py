@@ -113,7 +113,9 @@ def test_ctrl_c_ends_generators_running_in_worker_threads(tmp_path: Path) -> Non
             while not pids_file.exists() or len(pids_file.read_text().split()) < 2:
                 assert time.monotonic() - start < 300, "the generator did not start"
                 time.sleep(0.05)
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            main = threading.main_thread().ident
+            assert main is not None
+            signal.pthread_kill(main, signal.SIGINT)
             time.sleep(600)  # the handler raises Interrupted here
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -151,7 +153,7 @@ def test_atomic_write_temp_prefix_commit_and_replace_dir(tmp_path: Path, monkeyp
         seen.append(Path(src).name)
         return real(src, dst)
 
-    monkeypatch.setattr(fsutil.os, "replace", spy)
+    monkeypatch.setattr("qola.core.fsutil.os.replace", spy)
     fsutil.atomic_write(tmp_path / "k.meta", b"x", temp_prefix=".tmp-k.meta-", sync_dir=True)
     assert seen[-1].startswith(".tmp-k.meta-") and (tmp_path / "k.meta").read_bytes() == b"x"
     assert (tmp_path / "k.meta").stat().st_mode & 0o777 == 0o644
@@ -478,10 +480,11 @@ def test_the_checked_open_refuses_before_reading(tmp_path: Path) -> None:
         (tmp_path / "link", "symlink", {"follow": False}),
         (tmp_path / "d", "a directory", {}),
     ):
+        opts: dict[str, Any] = kw
         with pytest.raises(QolaError, match=needle):
-            inputs.read_checked(path, limit=1 << 20, what="input", **kw)
+            inputs.read_checked(path, limit=1 << 20, what="input", **opts)
         with pytest.raises(QolaError, match=needle):
-            inputs.sha256_checked(path, limit=1 << 20, what="input", **kw)
+            inputs.sha256_checked(path, limit=1 << 20, what="input", **opts)
     group_writable = tmp_path / "gw"
     group_writable.write_bytes(b"x")
     group_writable.chmod(0o664)

@@ -40,6 +40,7 @@ def asm(tmp_path_factory: pytest.TempPathFactory, arch: str) -> ModuleType:
     shutil.rmtree(tree / "hsa")  # from here on the code objects exist only inside the module
     path = out / "lib" / f"{MD_NAME}.so"
     spec = importlib.util.spec_from_file_location(MD_NAME, path)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     sys.modules[MD_NAME] = mod

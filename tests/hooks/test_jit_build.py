@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.attn_abi import child_preamble
@@ -143,7 +144,7 @@ def test_jit_switch_of_the_command_line(tmp_path: Path, text: str, switch: str, 
         (AOT_TWO.replace('module = "libattn_fwd"', 'module = "other"'), "module 'other' is not built"),
     ],
 )
-def test_plan_jit_user_errors(tmp_path: Path, jit, message: str) -> None:
+def test_plan_jit_user_errors(tmp_path: Path, jit: str, message: str) -> None:
     prep = _prepared(tmp_path, jit)
     with pytest.raises(QolaError) as exc:
         jitbuild.plan_jit(prep.plan, prep.manifest, dict(os.environ))
@@ -345,7 +346,7 @@ def test_split_defers_function_specialisations_only(tmp_path: Path) -> None:
     )
     api = tmp_path / "fmha_fwd_api.cpp"
     api.write_text("template <>\nfloat f_<int>(int) { return 0; }\n")
-    fields = {
+    fields: dict[str, Any] = {
         f.name: ()
         for f in dataclasses.fields(ModulePlan)
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING

@@ -13,14 +13,16 @@ from typing import cast
 
 import pytest
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import NoteSection
 from support.common import KERNELS, run_qola
 
 from qola.compile import link
 from qola.core.errors import FailedProcessError
+from qola.core.fsutil import write_if_changed
 from qola.toolchain import Toolchain
 
-CXX = shutil.which("g++") or shutil.which("c++")
-pytestmark = pytest.mark.skipif(CXX is None, reason="needs a host C++ compiler")
+CXX = shutil.which("g++") or shutil.which("c++") or ""
+pytestmark = pytest.mark.skipif(not CXX, reason="needs a host C++ compiler")
 
 GOOD = 'extern "C" __attribute__((visibility("default"))) int te_libgood_answer() { return 42; }\n'
 BAD = (
@@ -33,7 +35,7 @@ BAD = (
 def build_id(path: Path) -> str | None:
     with path.open("rb") as f:
         sec = ELFFile(f).get_section_by_name(".note.gnu.build-id")
-        if sec is None:
+        if not isinstance(sec, NoteSection):
             return None
         note = next(n for n in sec.iter_notes() if n["n_type"] == "NT_GNU_BUILD_ID")
         return cast("str | None", note["n_desc"])
@@ -43,13 +45,13 @@ def objects(tmp: Path, name: str, text: str) -> Path:
     src, obj = tmp / f"{name}.cpp", tmp / f"{name}.o"
     src.write_text(text)
     subprocess.run([CXX, "-fPIC", "-O1", "-c", str(src), "-o", str(obj)], check=True)
-    return link.write_if_changed(tmp / f"{name}.rsp", link.rsp_text([obj]))
+    return write_if_changed(tmp / f"{name}.rsp", link.rsp_text([obj]))
 
 
 def test_an_undefined_symbol_fails_the_library_link_naming_it(tmp_path: Path) -> None:
     rsp = objects(tmp_path, "bad", BAD)
     out = tmp_path / "te_libbad.so"
-    vs = link.write_if_changed(tmp_path / "te.version", link.version_script("te"))
+    vs = write_if_changed(tmp_path / "te.version", link.version_script("te"))
     with pytest.raises(FailedProcessError) as info:
         link.run_step(link.shared_link_argv(CXX, rsp, out, link.library_ldflags(vs, out.name)))
     assert "qola_never_defined_anywhere" in info.value.output and "undefined reference" in info.value.output

@@ -137,10 +137,10 @@ def test_cmake_find_package(output_dir: tuple[Any, Path], tmp_path: Path) -> Non
 def test_pkg_config(output_dir: tuple[Any, Path], tmp_path: Path) -> None:
     kind, out = output_dir
     env = {**os.environ, "PKG_CONFIG_PATH": str(out / "lib" / "pkgconfig")}
-    flags = subprocess.run(
+    printed = subprocess.run(
         ["pkg-config", "--cflags", "--libs", "qola-te"], capture_output=True, text=True, env=env, check=True
     ).stdout
-    flags = shlex.split(flags)  # pkg-config escapes the space of "moved elsewhere" with a backslash
+    flags = shlex.split(printed)  # pkg-config escapes the space of "moved elsewhere" with a backslash
     assert f"-l:te_demo.{'so' if kind == 'shared' else 'a'}" in flags
     (tmp_path / "main.c").write_text(MAIN_C)
     sh("cc", tmp_path / "main.c", "-o", tmp_path / "consumer", *flags)

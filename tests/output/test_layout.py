@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def published(out: Path) -> dict[str, tuple[str, str]]:
     return {k: v for k, v in snapshot(out).items() if k.split("/")[0] in ENTRIES}
 
 
-def entry(snap: dict[str, Any], name: str) -> dict:
+def entry(snap: dict[str, Any], name: str) -> dict[str, Any]:
     return {k: v for k, v in snap.items() if k == name or k.startswith(name + "/")}
 
 
@@ -112,6 +113,7 @@ if(NOT EXISTS "{cache}/include/qola_mha_fwd.h" OR IS_SYMLINK "{cache}/include")
   message(FATAL_ERROR "Could not find QoLA public headers")
 endif()
 """)
+    assert CMAKE is not None
     proc = subprocess.run([CMAKE, "-P", str(script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "libs=2" in proc.stdout + proc.stderr
@@ -254,7 +256,7 @@ def test_tuned_configs_are_files_of_the_tree_never_links_out_fifos_or_devices(tm
     secret = tmp_path / "secret.csv"
     secret.write_text("root:$6$hash\n")
     secret.chmod(0o600)
-    cases = {
+    cases: dict[str, Callable[[Path], object]] = {
         "leak.csv": lambda p: p.symlink_to(secret),
         "fifo.csv": lambda p: os.mkfifo(p),
         "zero.csv": lambda p: p.symlink_to("/dev/zero"),
@@ -419,7 +421,8 @@ def test_the_next_build_or_jit_command_completes_a_killed_switch(
         out = tmp_path / who
         publish_version(tmp_path, out, "v1")
         publish_version(tmp_path / "ref", tmp_path / f"{who}-ref", "v2")
-        real, calls = fsutil.exchange, []
+        real = fsutil.exchange
+        calls: list[Any] = []
 
         def dies_after_two(a: Any, b: Any, real: Any = real, calls: list[Any] = calls) -> Any:
             if len(calls) == 2:

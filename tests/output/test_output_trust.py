@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,7 +54,7 @@ def tree(tmp: Path) -> Path:
 
 
 def test_reproduce_sets_data_only_variables_and_names_the_rest(tmp_path: Path) -> None:
-    settings = {
+    settings: dict[str, Any] = {
         "env_keys": [
             "LD_PRELOAD",
             "NVCC_PREPEND_FLAGS",

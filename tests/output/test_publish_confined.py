@@ -204,7 +204,7 @@ def test_publish_killed_mid_switch_is_completed_by_the_audit(tmp_path: Path) -> 
     out = tmp_path / "out"
     publish(fake_report(tmp_path, [("a", "qk_a", "failed", None)]), out)
     orig = fsutil.exchange
-    calls = []
+    calls: list[Any] = []
 
     def killed(a: Any, b: Any) -> bool:  # the process dies after swapping lib/
         if len(calls) == 1:

@@ -9,7 +9,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -212,7 +212,7 @@ def test_hooks_compute_and_write_nothing(tmp_path: Path) -> None:
     assert all(w.path.read_text() == w.text for w in more.writes)
     assert (lay.include / "qola_config.h").is_file() and lay.version_script("qk").is_file()
     # the JIT's extra of a module without [jit] is empty
-    assert jitbuild.extra(mod, (), plan, None, lay, lambda: None) == extras.ModuleExtra()
+    assert jitbuild.extra(mod, (), plan, cast(Any, None), lay, lambda: cast(Any, None)) == extras.ModuleExtra()
 
 
 # --------------------------------------------------------------------------- build() itself

@@ -13,6 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 from subprocess import CompletedProcess
+from typing import cast
 
 from support.common import run_qola
 from support.fake_nvcc import fake_nvcc, make_tree
@@ -30,7 +31,7 @@ class Clock:
 
 
 def test_plain_lines_every_30_s_and_at_each_module_end() -> None:
-    clock, lines = Clock(), []
+    clock, lines = Clock(), cast(list[str], [])
     running = [("fmha_fwd_d128-0123.o", 25.0), ("tiny-4567.o", 3.0)]
     p = PlainProgress(lines.append, clock=clock, running=lambda: running)
     p.phase("compiling")
@@ -60,6 +61,7 @@ def test_running_units_reads_the_compiles_of_this_process_children(tmp_path: Pat
         names = dict(running_units())
         assert "unit-abc.o" in names and names["unit-abc.o"] >= 0
     finally:
+        assert child.stdin is not None
         child.stdin.close()
         child.wait()
     assert "unit-abc.o" not in dict(running_units())
@@ -76,7 +78,7 @@ def test_terminal_bar_names_the_phase_not_generating() -> None:
         assert r.progress.tasks[0].description == "compiling"
 
 
-def _build(tmp_path: Path, *extra) -> CompletedProcess[str]:
+def _build(tmp_path: Path, *extra: str) -> CompletedProcess[str]:
     tree = make_tree(tmp_path / "tree")
     m = tmp_path / "q.toml"
     m.write_text(

@@ -61,7 +61,8 @@ def _copy(sdist: Path, dest: Path) -> Path:
     shutil.copytree(sdist, root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"), symlinks=True)
     core = root / "aiter/jit/core.py"
     text = core.read_text()
-    (found,) = [t for t in AITER_TMP if text.count(t) == 1] or [None]
+    once: list[str | None] = [t for t in AITER_TMP if text.count(t) == 1]
+    (found,) = once or [None]
     assert found, "core.py no longer writes merged configs where the test expects"
     configs = dest / "aiter_configs"
     target = repr(str(configs) + "/") if "aiter_configs" in found else 'f"' + str(configs) + '/{merge_name}.csv"'
@@ -157,7 +158,10 @@ def _same_but_ties(cfg: MergedConfig, cols: list[str], rows_a: list[str], rows_b
     for src in cfg.sources:
         if os.path.exists(src):
             inputs |= set(tuples(_rows(Path(src))[1]))
-    project = lambda rows: sorted(tuple(r[i] for i in at) for r in rows)  # noqa: E731
+
+    def project(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        return sorted(tuple(r[i] for i in at) for r in rows)
+
     return project(a) == project(b) and set(a) <= inputs
 
 

@@ -221,7 +221,8 @@ def test_cpp_itfs_of_a_table_python_module_is_an_error(tree: Path, tmp_path: Pat
     with pytest.raises(QolaError) as info:
         plan(tree, text)
     assert "module 'module_rmsnorm' is a Python extension module" in info.value.message
-    assert 'mode = "pybind"' in info.value.hint and "is_python_module = false" in info.value.hint
+    hint = info.value.hint or ""
+    assert 'mode = "pybind"' in hint and "is_python_module = false" in hint
     user_error(
         qola("plan", "--manifest", str(mf(tmp_path, text)), "--aiter-root", str(tree)), "is a Python extension module"
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ def manifest(tmp_path: Path, extra: str = "") -> Path:
     return path
 
 
-def add_core_lines(root: Path, lines: Iterator[str]) -> None:
+def add_core_lines(root: Path, lines: Iterable[str]) -> None:
     core = root / CORE
     core.write_text(core.read_text() + "".join(lines))
 
@@ -83,7 +83,7 @@ def test_core_names_resolve_in_one_pass_over_the_scope(monkeypatch: pytest.Monke
     defaults = ["'x'", "f'{B_1}/{X_0}'", "f'{B_2}/{X_1}'"] + [f"f'{{B_{i}}}/{{X_0}}'" for i in range(3, n)]
     core = CoreNames(tuple(EnvName(f"X_{i}", f"E_{i}", d) for i, d in enumerate(defaults)))
     scopes: list[int] = []
-    real = aiter_core.evaluate
+    real = evaluate
 
     def spy(expr: str, names: Mapping[str, Any], *, where: str) -> Any:
         scopes.append(id(names))
@@ -312,7 +312,9 @@ def test_hostile_expressions_each_named(expr: str) -> None:
         ("m.toml", None),
     ],
 )
-def test_integer_of_5000_digits_is_a_user_error(tree: Path, tmp_path: Path, where: str, edit) -> None:
+def test_integer_of_5000_digits_is_a_user_error(
+    tree: Path, tmp_path: Path, where: str, edit: Callable[[Path], object] | None
+) -> None:
     """Python refuses int<->str conversions over 4300 digits with a ValueError, which the JSON and
     TOML readers let through: a traceback before this fix."""
     path = manifest(tmp_path)

@@ -18,6 +18,7 @@ from qola.commands.common import prepare
 from qola.plan import manifest as mf
 from qola.plan import receipts
 from qola.plan import variants as V
+from qola.plan.model import Generator
 
 
 def example_manifest(
@@ -189,7 +190,7 @@ def test_te_manifest_counts_and_exact_selection(te_report: Any, aiter_root: Path
     assert 0 < fwd["selected"] < fwd["unfiltered"] and 0 < bwd["selected"] < bwd["unfiltered"]
     full = {}
     for mod, fam in (("libmha_fwd", "fwd"), ("libmha_bwd", "bwd")):
-        gen = V.Generator(tot[mod][fam]["command"], fam)
+        gen = Generator(tot[mod][fam]["command"], fam)
         full[fam] = [n for n in V.list_blobs(gen, dict(os.environ)) if not V.is_api(n)]
         rows = [r for r in te_report["variants"] if r["module"] == mod]
         selected = set(itertools.chain.from_iterable(r["instances"] for r in rows))

@@ -155,7 +155,7 @@ def test_files_without_a_function_specialisation_are_refused_or_left_alone(tmp_p
 
 
 def _host_lib(
-    root: Path, runtime: list[Path], *, deferred=(), ahead: tuple[int, ...] = (1, 2)
+    root: Path, runtime: list[Path], *, deferred: tuple[int, ...] = (), ahead: tuple[int, ...] = (1, 2)
 ) -> tuple[Path, dict[str, Any]]:
     """lib/libqt.so of support/jit_lib.py's units: ``ahead`` ones compiled as recorded copies, ``deferred``
     ones to the JIT (a real g++ compiles them at run time); OUT/jit only when something is deferred."""
@@ -224,7 +224,7 @@ def _host_lib(
     return lib, env
 
 
-def _call(lib: Path, env: dict[str, str], *units: int, **extra: str) -> dict:
+def _call(lib: Path, env: dict[str, str], *units: int, **extra: str) -> dict[int, Any]:
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(lib), *map(str, units)],
         capture_output=True,
