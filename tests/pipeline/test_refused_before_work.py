@@ -12,26 +12,22 @@ import errno
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from subprocess import CompletedProcess, Popen
-from typing import Any
+from subprocess import CompletedProcess
 
 import pytest
 from support.common import qola_command, run_qola
 from support.fake_nvcc import TINY, fake_nvcc, make_tree
+from support.procs import alive_after, descendants
 
 from qola import cli
 from qola.core.errors import QolaError
 from qola.store import fastpath
-from qola.toolchain import cuda, hip
-from qola.toolchain.versions import check_accepted
 
 # what this slice added is imported in the tests (each then fails on its own on the base commit)
 STAMP = "toolchain.id"
@@ -379,38 +375,6 @@ def test_room_counts_the_previous_output(tmp_path: Path, monkeypatch: pytest.Mon
 # ---- item 5: children in their own process groups, ended with qola ----------------------------------
 
 
-def _descendants(pid: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(d))
-    found, todo = [], [pid]
-    while todo:
-        todo += kids.get(todo.pop(), [])
-        found += [k for k in todo if k not in found]
-    return found
-
-
-def _alive(pids: list[int], timeout: float) -> list[int]:
-    """Those of ``pids`` still running (not zombies) after up to ``timeout`` seconds."""
-    deadline = time.time() + timeout
-    while True:
-        alive = []
-        for p in pids:
-            try:
-                if Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX":
-                    alive.append(p)
-            except (OSError, IndexError):
-                pass
-        if not alive or time.time() >= deadline:
-            return alive
-        time.sleep(0.1)
-
-
 @pytest.mark.parametrize("sig, code", [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_killed_build_leaves_no_children(
     setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]], sig: signal.Signals, code: int
@@ -432,7 +396,7 @@ def test_killed_build_leaves_no_children(
     try:
         deadline = time.time() + 60
         while time.time() < deadline:
-            ours = _descendants(qola.pid)
+            ours = descendants(qola.pid)
             names = [Path(f"/proc/{p}/comm").read_text().strip() for p in ours if Path(f"/proc/{p}/comm").exists()]
             if "sleep" in names and "ninja" in names:
                 break
@@ -441,109 +405,17 @@ def test_killed_build_leaves_no_children(
             pytest.fail("the build never reached its compile")
         qola.send_signal(sig)
         assert qola.wait(timeout=30) == code
-        alive = _alive(ours, 15)
+        alive = alive_after(ours, 15)
         assert not alive, f"still running after qola died: {alive}"
         if sig != signal.SIGKILL:
             assert qola.stderr is not None and "Traceback" not in qola.stderr.read()
     finally:
         qola.kill()
-        for pid in _alive(ours, 0):  # only the processes this test started
+        for pid in alive_after(ours, 0):  # only the processes this test started
             os.kill(pid, signal.SIGKILL)
 
 
-def test_runner_group_death_signal_and_timeout(tmp_path: Path) -> None:
-    from qola.core import proc
-
-    probe = (
-        "import ctypes, os; buf = ctypes.c_int(); "
-        "ctypes.CDLL(None).prctl(2, ctypes.byref(buf), 0, 0, 0); print(os.getpgid(0), buf.value)"
-    )
-    done = proc.run([sys.executable, "-c", probe])
-    pgid, deathsig = map(int, done.stdout.split())
-    assert pgid != os.getpgid(0) and deathsig == signal.SIGTERM
-    marker = tmp_path / "grandchild"
-    with pytest.raises(proc.TimeoutExpired):
-        proc.run(["sh", "-c", f"sleep 600 & echo $! > {marker}; wait"], timeout=10)
-    assert not _alive([int(marker.read_text())], 60), "a timed-out child's group survived"
-
-
-def test_runner_new_group_without_popen_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Python 3.10 (requires-python) has no Popen(process_group=): there the child still leads a
-    group of its own and gets the death signal, through its preexec function (3.10's Popen faked)."""
-    from qola.core import proc
-
-    real = subprocess.Popen
-
-    def popen_310(*args: Any, **kwargs: Any) -> Popen[Any]:
-        if "process_group" in kwargs:
-            raise TypeError("__init__() got an unexpected keyword argument 'process_group'")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(proc, "_POPEN_PROCESS_GROUP", False)
-    monkeypatch.setattr("qola.core.proc.subprocess.Popen", popen_310)
-    probe = (
-        "import ctypes, os; buf = ctypes.c_int(); "
-        "ctypes.CDLL(None).prctl(2, ctypes.byref(buf), 0, 0, 0); print(os.getpid(), os.getpgid(0), buf.value)"
-    )
-    done = proc.run([sys.executable, "-c", probe])
-    pid, pgid, deathsig = map(int, done.stdout.split())
-    assert pgid == pid != os.getpgid(0) and deathsig == signal.SIGTERM
-
-
-def test_runner_files_start_no_process_of_their_own() -> None:
-    import qola
-
-    src = Path(qola.__file__).parent
-    own = [
-        "commands/build.py",
-        "commands/common.py",
-        "cli.py",
-        "store/fastpath.py",
-        "compile/ninja.py",
-        "compile/steps.py",
-        "plan/genrules.py",
-        "hooks/isolation.py",
-        "hooks/jit.py",
-        "pipeline/run.py",
-        "pipeline/spec.py",
-        "compile/extras.py",
-        "compile/layout.py",
-        *(f"toolchain/{p.name}" for p in (src / "toolchain").glob("*.py")),
-    ]
-    for rel in own:
-        text = (src / rel).read_text()
-        assert not re.search(r"subprocess\.(run|Popen|call|check_output|check_call)\(|os\.system\(", text), rel
-
-
 # ---- item 6: toolchain hints name only what `qola build` accepts ------------------------------------
-
-
-def _build_options() -> set[str]:
-    parser = cli._parser(("build",))
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return {o for a in sub.choices["build"]._actions for o in a.option_strings}
-
-
-def test_toolchain_hints_name_only_options_qola_build_takes(tmp_path: Path) -> None:
-    hints = [cuda.INSTALL_HINT, hip.INSTALL_HINT]
-    for kind in ("cuda", "hip"):
-        with pytest.raises(QolaError) as info:
-            check_accepted(kind, "/opt/x/bin/cc", ["12.4"], ["13.0"])
-        hints.append(info.value.hint or "")
-    with pytest.raises(QolaError) as info:  # the compiler cannot target the arch
-        cuda.find_cuda(
-            ["sm_120"],
-            env={"PATH": os.environ["PATH"]},
-            accepted_versions=None,
-            cache_dir=tmp_path,
-            compiler=str(fake_nvcc(tmp_path / "nvcc")),
-        )
-    hints.append(info.value.hint or "")
-    accepted = _build_options()
-    for hint in hints:
-        for opt in re.findall(r"(?<![\w-])--?[a-z][a-z-]*", hint):
-            assert opt in accepted, f"hint suggests {opt}, which qola build does not take: {hint}"
-    assert "CUDACXX" in cuda.INSTALL_HINT and "HIPCC" in hip.INSTALL_HINT
 
 
 def test_followed_version_hint_works(

@@ -316,26 +316,6 @@ def test_huge_variant_matrix_is_refused_with_its_size(tmp_path: Path) -> None:
     )
 
 
-def test_mha_variant_and_total_bounds() -> None:
-    hdims = ", ".join(str(h) for h in range(1, 41))
-    dts = ", ".join(f'"t{i}"' for i in range(40))
-    with pytest.raises(QolaError, match="expands to 1,600 variants"):
-        parse(f"[[mha_fwd_variants]]\nhdim = [{hdims}]\ndtype = [{dts}]\n", "m.toml")
-    many = "".join(f"[[mha_bwd_variants]]\nhdim = [{', '.join(str(h) for h in range(1, 1001))}]\n" for _ in range(5))
-    with pytest.raises(QolaError, match="5,000 variants together; at most 4,096"):
-        parse(many, "m.toml")
-    ok = parse("[[mha_fwd_variants]]\nhas_lse = [true, false]\nname = [" + ", ".join(['"a*"'] * 2000) + "]\n", "m")
-    assert ok.mha_fwd_variants[0].count() == 2  # name globs are any-of, not a product
-
-
-def test_expand_computes_the_product_before_expanding() -> None:
-    from qola.plan.variants import expand
-
-    with pytest.raises(QolaError, match="3,125 variants"):
-        expand({f"o{i}": list(range(5)) for i in range(5)})
-    assert len(expand({"a": [1, 2], "b": [True, False, True]})) == 4
-
-
 # ---------------------------------------------------------------- 6: hostile table values
 
 
