@@ -386,13 +386,16 @@ def test_qola_jit_switch_and_prebuilt_first(mirror: Mirror, manifest: Path, tmp_
         "ARCHS": ARCHS,
         "QOLA_BUILD_ARGS": BUILD_ARGS,
     }
+
+    def configure(
+        proj: str, bld: str, out: Path, jit: str, env: dict[str, str], build: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Configure (and build) a project adding the group with ``QOLA_OUT=out``, ``QOLA_JIT=jit``."""
+        where = project(tmp_path / proj, ADD_MODULES_CMAKE, SOURCES)
+        return cmake(where, tmp_path / bld, {**defs, "QOLA_OUT": str(out), "QOLA_JIT": jit}, env, build=build)
+
     out = tmp_path / "bld" / "qola"
-    cfg = cmake(
-        project(tmp_path / "p1", ADD_MODULES_CMAKE, SOURCES),
-        tmp_path / "bld",
-        {**defs, "QOLA_OUT": str(out), "QOLA_JIT": "ON"},
-        mirror.env,
-    )
+    cfg = configure("p1", "bld", out, "ON", mirror.env)
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
     assert "JIT on (QOLA_JIT)" in cfg.stdout
     data = json.loads((out / "manifest.json").read_text())
@@ -406,12 +409,7 @@ def test_qola_jit_switch_and_prebuilt_first(mirror: Mirror, manifest: Path, tmp_
     assert done.returncode == 0, done.stdout + done.stderr
     out2 = tmp_path / "bld2" / "qola"
     env = {**mirror.env, "QOLA_PREBUILT_DIR_ATTN": str(store)}
-    cfg = cmake(
-        project(tmp_path / "p2", ADD_MODULES_CMAKE, SOURCES),
-        tmp_path / "bld2",
-        {**defs, "QOLA_OUT": str(out2), "QOLA_JIT": "on"},
-        env,
-    )
+    cfg = configure("p2", "bld2", out2, "on", env)
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
     assert (
         "nothing compiled" in cfg.stderr
@@ -420,24 +418,13 @@ def test_qola_jit_switch_and_prebuilt_first(mirror: Mirror, manifest: Path, tmp_
     assert (out2 / "jit" / "qk_libattn_fwd" / "index.json").is_file()  # the archive carries the JIT's sources
 
     out3 = tmp_path / "bld3" / "qola"
-    cfg = cmake(
-        project(tmp_path / "p3", ADD_MODULES_CMAKE, SOURCES),
-        tmp_path / "bld3",
-        {**defs, "QOLA_OUT": str(out3), "QOLA_JIT": "OFF"},
-        env,
-    )
+    cfg = configure("p3", "bld3", out3, "OFF", env)
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
     ahead = json.loads((out3 / "manifest.json").read_text())
     assert ahead["build_key"] != data["build_key"] and "nothing compiled" not in cfg.stderr
     assert not ahead["modules"][0].get("jit") and not (out3 / "jit" / "qk_libattn_fwd").exists()
     ran(tmp_path / "bld3" / "app_files")
 
-    cfg = cmake(
-        project(tmp_path / "p4", ADD_MODULES_CMAKE, SOURCES),
-        tmp_path / "bld4",
-        {**defs, "QOLA_OUT": str(tmp_path / "no"), "QOLA_JIT": "maybe"},
-        mirror.env,
-        build=False,
-    )
+    cfg = configure("p4", "bld4", tmp_path / "no", "maybe", mirror.env, build=False)
     assert cfg.returncode != 0 and "QOLA_JIT='maybe' is neither ON nor OFF" in cfg.stderr
     assert not (tmp_path / "no" / "lib").exists()

@@ -40,20 +40,8 @@ def built_modules(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[s
     major, minor = torch.cuda.get_device_capability()
     root = tmp_path_factory.mktemp("example_tree")
     gen_dir = root / "gen"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(CSRC / "attn" / "generate.py"),
-            "-d",
-            "fwd",
-            "--receipt",
-            "0",
-            "--output_dir",
-            str(gen_dir),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    generate = [sys.executable, str(CSRC / "attn" / "generate.py"), "-d", "fwd", "--receipt", "0"]
+    r = subprocess.run([*generate, "--output_dir", str(gen_dir)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     includes = [
         f"-I{CSRC / 'include'}",
@@ -69,7 +57,7 @@ def built_modules(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[s
     }
     extra = {"module_rmsnorm": ['-DQK_RMSNORM_TUNED_CSV="/x/rmsnorm_tuned.csv"']}
 
-    def compile_one(job: tuple[str, Path]) -> Any:
+    def compile_one(job: tuple[str, Path]) -> tuple[str, Path]:
         name, src = job
         obj = root / name / (src.stem + ".o")
         obj.parent.mkdir(exist_ok=True)

@@ -217,16 +217,9 @@ def test_build_defers_all_but_aot_and_runtime_compiles_once(tmp_path: Path) -> N
     env = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT_COMPILER": str(cc)}
 
     def call(dtype: str, hdim: int, nhead: int, causal: int = 0, **extra: str) -> str:
+        argv = [sys.executable, str(tmp_path / "call.py"), str(out / "lib/qj_libattn_fwd.so"), dtype, str(hdim)]
         proc = subprocess.run(
-            [
-                sys.executable,
-                str(tmp_path / "call.py"),
-                str(out / "lib/qj_libattn_fwd.so"),
-                dtype,
-                str(hdim),
-                str(nhead),
-                str(causal),
-            ],
+            [*argv, str(nhead), str(causal)],
             capture_output=True,
             text=True,
             env={**env, **extra},

@@ -42,17 +42,9 @@ int main(int argc, char** argv)
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 def test_example_attn_fwd_all_deferred(tmp_path: Path) -> None:
     gen = tmp_path / "gen"
+    only = "attn_fwd_d64_fp16_batch_*_nmask_nlse"
     subprocess.run(
-        [
-            sys.executable,
-            str(KERNELS / "attn/generate.py"),
-            "--receipt",
-            "1",
-            "--filter",
-            "attn_fwd_d64_fp16_batch_*_nmask_nlse",
-            "-o",
-            str(gen),
-        ],
+        [sys.executable, str(KERNELS / "attn/generate.py"), "--receipt", "1", "--filter", only, "-o", str(gen)],
         check=True,
     )
     units = [(p.stem, p) for p in sorted(gen.glob("attn_fwd_d*.cu"))]
@@ -72,18 +64,8 @@ def test_example_attn_fwd_all_deferred(tmp_path: Path) -> None:
     out = layout.write_jit_module(spec, units, out_jit=tmp_path / "out/jit", stub_dir=tmp_path / "build", batch=8)
     assert len(out.stub_sources) == 1 and out.stub_sources[0].suffix == ".cu"
     write_config(tmp_path / "build/include")
-    incs = [
-        "-I",
-        tmp_path / "build/include",
-        "-I",
-        DATA,
-        "-I",
-        DATA / "jit",
-        "-I",
-        KERNELS / "include",
-        "-I",
-        KERNELS / "attn",
-    ]
+    incs: list[object] = ["-I", tmp_path / "build/include", "-I", DATA, "-I", DATA / "jit"]
+    incs += ["-I", KERNELS / "include", "-I", KERNELS / "attn"]
     runtime = build_runtime(tmp_path / "rt")
     objs = []
     for src in (gen / "attn_fwd_api.cu", *out.stub_sources):
@@ -96,21 +78,8 @@ def test_example_attn_fwd_all_deferred(tmp_path: Path) -> None:
     sh([NVCC, "-shared", "-o", lib, *objs, tmp_path / "build/table.o", *runtime, "-ldl"])
     (tmp_path / "caller.cu").write_text(CALLER)
     caller = tmp_path / "caller"
-    sh(
-        [
-            NVCC,
-            "-O1",
-            "-I",
-            KERNELS / "include",
-            tmp_path / "caller.cu",
-            "-L",
-            lib.parent,
-            "-lqt",
-            f"-Xlinker=-rpath,{lib.parent}",
-            "-o",
-            caller,
-        ]
-    )
+    link_args = ["-L", lib.parent, "-lqt", f"-Xlinker=-rpath,{lib.parent}", "-o", caller]
+    sh([NVCC, "-O1", "-I", KERNELS / "include", tmp_path / "caller.cu", *link_args])
 
     def call(hdim: int, extra: dict[str, Any] | None = None) -> str:
         proc = subprocess.run([str(caller), str(hdim)], capture_output=True, text=True, env={**env, **(extra or {})})

@@ -255,7 +255,7 @@ def test_build_records_the_switches_and_the_audit_rejects_a_library_without_them
 # ---- generator environment and its stamp --------------------------------------------------------
 
 
-def test_generators_get_aiter_gpu_archs_and_an_arch_change_reruns_them(tmp_path: Path) -> Any:
+def test_generators_get_aiter_gpu_archs_and_an_arch_change_reruns_them(tmp_path: Path) -> None:
     root = tree(tmp_path)
     gen = Generator(f"{root}/hsa/codegen.py -m fmha_v3_fwd --output_dir {{}}")
     base = {"PATH": os.environ["PATH"]}

@@ -74,7 +74,7 @@ class CountingMapping(Mapping[str, str]):
         return len(self.data)
 
 
-def test_core_names_resolve_in_one_pass_over_the_scope(monkeypatch: pytest.MonkeyPatch) -> Any:
+def test_core_names_resolve_in_one_pass_over_the_scope(monkeypatch: pytest.MonkeyPatch) -> None:
     """Work counted, not timed: n names resolved against a scope of m names read the scope O(n + m)
     times. The quadratic resolver copied base and every name so far once per name: n * m reads here
     (4,000,000), and the same copy of its own growing dict made a 150,000-line core.py take minutes."""

@@ -198,29 +198,9 @@ def _host_lib(
     lib.parent.mkdir(parents=True)
     incs = ["-I", root / "build" / "include", "-I", DATA, "-I", DATA / "jit", "-I", src / "include"]
     copies = [copy for _, copy in got.output.ahead]
-    sh(
-        [
-            "g++",
-            *CXXFLAGS,
-            "-Wall",
-            "-Werror",
-            "-shared",
-            *incs,
-            "-x",
-            "c++",
-            *got.output.stub_sources,
-            *copies,
-            got.output.table_source,
-            root / "build" / "dispatch.cpp",
-            "-x",
-            "none",
-            *runtime,
-            "-o",
-            lib,
-            "-ldl",
-            "-pthread",
-        ]
-    )
+    argv: list[object] = ["g++", *CXXFLAGS, "-Wall", "-Werror", "-shared", *incs, "-x", "c++", *got.output.stub_sources]
+    argv += [*copies, got.output.table_source, root / "build" / "dispatch.cpp", "-x", "none", *runtime]
+    sh([*argv, "-o", lib, "-ldl", "-pthread"])
     return lib, env
 
 

@@ -88,6 +88,23 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             p.kill()
 
 
+def _start_server(d: Path, url: str, dist: str, bwrap: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """One sccache-dist build server in ``d`` (its config, toolchains, builds and server.log)."""
+    d.mkdir()
+    (d / "server.conf").write_text(
+        f'cache_dir = "{d}/toolchains"\npublic_addr = "127.0.0.1:{free_port()}"\nscheduler_url = "{url}"\n'
+        f'[builder]\ntype = "overlay"\nbuild_dir = "{d}/build"\nbwrap_path = "{bwrap}"\n'
+        f'[scheduler_auth]\ntype = "token"\ntoken = "{SERVER_TOKEN}"\n'
+    )
+    return _spawn([dist, "server", "--config", str(d / "server.conf")], d / "server.log", env)
+
+
+def _spawn(argv: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``argv`` in the background, its output in ``log``."""
+    with open(log, "w") as f:
+        return subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env)
+
+
 @contextlib.contextmanager
 def dist_farm(tmp: Path, servers: int = 1) -> Iterator[dict[str, str]]:
     """An sccache-dist scheduler and ``servers`` build servers on 127.0.0.1 (token auth); yields the
@@ -107,33 +124,10 @@ def dist_farm(tmp: Path, servers: int = 1) -> Iterator[dict[str, str]]:
     logs = [tmp / "scheduler.log"]
     env = {**os.environ, "SCCACHE_LOG": "info", "SCCACHE_NO_DAEMON": "1"}
     try:
-        with open(logs[0], "w") as log:
-            procs.append(
-                subprocess.Popen(
-                    [dist, "scheduler", "--config", str(tmp / "scheduler.conf")],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                )
-            )
+        procs.append(_spawn([dist, "scheduler", "--config", str(tmp / "scheduler.conf")], logs[0], env))
         for i in range(servers):
-            d = tmp / f"server{i}"
-            d.mkdir()
-            (d / "server.conf").write_text(
-                f'cache_dir = "{d}/toolchains"\npublic_addr = "127.0.0.1:{free_port()}"\nscheduler_url = "{url}"\n'
-                f'[builder]\ntype = "overlay"\nbuild_dir = "{d}/build"\nbwrap_path = "{bwrap}"\n'
-                f'[scheduler_auth]\ntype = "token"\ntoken = "{SERVER_TOKEN}"\n'
-            )
-            logs.append(d / "server.log")
-            with open(logs[-1], "w") as log:
-                procs.append(
-                    subprocess.Popen(
-                        [dist, "server", "--config", str(d / "server.conf")],
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                    )
-                )
+            logs.append(tmp / f"server{i}" / "server.log")
+            procs.append(_start_server(tmp / f"server{i}", url, dist, bwrap, env))
         client = sccache_env(
             tmp / "client",
             f'[dist]\nscheduler_url = "{url}"\ncache_dir = "{tmp}/client/toolchains"\n'

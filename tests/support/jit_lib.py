@@ -262,6 +262,12 @@ def make_lib(
         style="generic",
     )
     out = layout.write_jit_module(spec, unit_files, out_jit=root / "out" / "jit", stub_dir=root / "build", batch=batch)
+    caller = _link(root, src, out, runtime)
+    return TestLib(root=root, env=env, compiler=cc, caller=caller)
+
+
+def _link(root: Path, src: Path, out: layout.JitModuleOutput, runtime: list[Path]) -> Path:
+    """lib/libqt.so from the stubs, the table and the dispatcher; bin/caller linked against it."""
     write_config(root / "build" / "include")
     (root / "build" / "dispatch.cpp").write_text(DISPATCH)
     (root / "out" / "lib").mkdir(parents=True, exist_ok=True)
@@ -304,7 +310,7 @@ def make_lib(
             caller,
         ]
     )
-    return TestLib(root=root, env=env, compiler=cc, caller=caller)
+    return caller
 
 
 def remove(path: Path) -> None:
