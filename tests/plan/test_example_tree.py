@@ -178,7 +178,7 @@ def test_config_env_block_defines_every_name_the_table_uses() -> None:
     src = (KERNELS / "aiter" / "jit" / "core.py").read_text()
     block = src.split("# config_env start here\n", 1)[1].split("# config_env end here", 1)[0]
     body = ast.parse(block).body
-    assert all(isinstance(node, ast.Assign) for node in body)
+    assert all(isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets) for node in body)
     defined = {t.id for node in body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
     used = set(re.findall(r"AITER_CONFIG_\w+_FILE", TABLE.read_text()))
     assert used and used <= defined
