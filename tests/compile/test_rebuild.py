@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -175,8 +174,10 @@ def test_touching_one_instance_recompiles_it_alone_without_replanning(
     assert first.returncode == 0 and planned(first), first.stderr
     assert json.loads((tmp / "out.build" / ".qola-noop.json").read_text())["rebuild"]["targets"] == ["module_libgen"]
     lib, seen = lib_of(tmp).read_bytes(), len(log_entries(tmp / "out.build"))
-    # touched: an mtime a second past now, newer than its object whatever the file system's granularity
-    os.utime(blob / "inst_b.cu", ns=(time.time_ns(), time.time_ns() + 1_000_000_000))
+    # touched: an mtime just past its object's (no sleep, and no mtime in the future)
+    (obj,) = (tmp / "out.build" / "obj" / "libgen").glob("inst_b-*.o")
+    newer = max(obj.stat().st_mtime_ns, (blob / "inst_b.cu").stat().st_mtime_ns) + 1_000_000
+    os.utime(blob / "inst_b.cu", ns=(newer, newer))
     res = build()
     assert res.returncode == 0 and not planned(res) and "up to date" not in res.stderr, res.stderr
     ran = log_entries(tmp / "out.build")[seen:]
