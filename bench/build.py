@@ -87,14 +87,14 @@ print(time.perf_counter() - t0)
         srcs = list(m["sources"]) + sorted(str(p) for p in gen.glob("*.cu")) if gen.is_dir() else list(m["sources"])
         bdir = work / "torch" / m["name"]
         bdir.mkdir(parents=True, exist_ok=True)
-        import pybind11  # noqa: PLC0415
+        import pybind11
 
         mods.append(
             {
                 "md_name": "t_" + m["name"],
                 "sources": srcs,
                 "bdir": str(bdir),
-                "includes": list(m["include_dirs"]) + [str(gen), str(build_dir / "include"), pybind11.get_include()],
+                "includes": [*list(m["include_dirs"]), str(gen), str(build_dir / "include"), pybind11.get_include()],
                 "flags": list(m["flags_extra_hip"]),
             }
         )
@@ -149,7 +149,7 @@ def main() -> None:
     full_wall = statistics.median(walls)
     full_wall_run = min(runs, key=lambda r: abs(r[0] - full_wall))
     _, full_cpu, bdir, common = full_wall_run
-    span, util = compile_phase(bdir, args.jobs)
+    _span, util = compile_phase(bdir, args.jobs)
     noop_wall = min(qola(common)[0] for _ in range(3))
     t0 = time.perf_counter()
     subprocess.run(["ninja", "-C", str(bdir)], capture_output=True)

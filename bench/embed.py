@@ -183,7 +183,8 @@ def _first_line(cmd: list[str]) -> str:
 def host_info(cc: str, cxx: str) -> dict:
     mem = "?"
     try:
-        kib = next(int(ln.split()[1]) for ln in open("/proc/meminfo") if ln.startswith("MemTotal:"))
+        with open("/proc/meminfo") as f:
+            kib = next(int(ln.split()[1]) for ln in f if ln.startswith("MemTotal:"))
         mem = f"{kib / 2**20:.0f} GiB"
     except (OSError, StopIteration, ValueError):
         pass

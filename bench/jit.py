@@ -158,8 +158,9 @@ def qola_main(args: argparse.Namespace, hip: bool, arch: str, work: Path, env: d
     space = "" if args.dtypes == "all" else QOLA_SPACE.format(dtype=args.dtypes)
     dtype = "fp16" if args.dtypes == "all" else args.dtypes
     cc = jkey.probe_compiler(args.compiler, env)
-    dev = [cc.path, "-std=c++17", "-O3"] + (["-x", "hip", f"--offload-arch={arch}", "-fPIC"] if hip else
-                                            [f"-arch={arch}", "-Xcompiler", "-fPIC"])  # fmt: skip
+    dev = [cc.path, "-std=c++17", "-O3"] + (
+        ["-x", "hip", f"--offload-arch={arch}", "-fPIC"] if hip else [f"-arch={arch}", "-Xcompiler", "-fPIC"]
+    )
     res: dict = {"compiler": cc.version, "arch": arch, "dtypes": args.dtypes, "build_s": {}}
     callers = {}
     for kind in ("jit", "aot", "rec"):  # rec: aot with --record-ahead (each variant records its first call)
@@ -167,9 +168,12 @@ def qola_main(args: argparse.Namespace, hip: bool, arch: str, work: Path, env: d
         m.write_text(QOLA_MANIFEST.format(arch=arch, space=space, jit=QOLA_JIT if kind == "jit" else ""))
         out = work / kind
         t0 = time.perf_counter()
-        sh([sys.executable, "-m", "qola", "build", "-m", m, "--aiter-root", KERNELS.parent, "-o", out]
-           + (["-j", str(args.jobs)] if args.jobs else []) + (["--record-ahead"] if kind == "rec" else []),
-           env)  # fmt: skip
+        sh(
+            [sys.executable, "-m", "qola", "build", "-m", m, "--aiter-root", KERNELS.parent, "-o", out]
+            + (["-j", str(args.jobs)] if args.jobs else [])
+            + (["--record-ahead"] if kind == "rec" else []),
+            env,
+        )
         res["build_s"][kind] = round(time.perf_counter() - t0, 1)
         data = json.loads((out / "manifest.json").read_text())["modules"][0]
         res[f"{kind}_instances"] = (
@@ -181,8 +185,21 @@ def qola_main(args: argparse.Namespace, hip: bool, arch: str, work: Path, env: d
         src.write_text(CALLER)
         callers[kind] = work / f"caller_{kind}"
         lib = out / "lib"
-        sh([*dev, "-DQOLA_API", *(["-x", "hip"] if hip else []), "-I", out / "include", src, lib / "qb_libattn_fwd.so",
-            f"-Wl,-rpath,{lib}" if hip else f"-Xlinker=-rpath,{lib}", "-o", callers[kind]], env)  # fmt: skip
+        sh(
+            [
+                *dev,
+                "-DQOLA_API",
+                *(["-x", "hip"] if hip else []),
+                "-I",
+                out / "include",
+                src,
+                lib / "qb_libattn_fwd.so",
+                f"-Wl,-rpath,{lib}" if hip else f"-Xlinker=-rpath,{lib}",
+                "-o",
+                callers[kind],
+            ],
+            env,
+        )
 
     def run(kind: str, mode: str, n: int = 1) -> float | None:
         out = sh([callers[kind], mode, n, 1, dtype], env).strip()  # has_mask = 1: deferred in `jit`
@@ -208,7 +225,7 @@ def qola_main(args: argparse.Namespace, hip: bool, arch: str, work: Path, env: d
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--compiler", default=shutil.which("nvcc") and "nvcc" or "hipcc")
+    ap.add_argument("--compiler", default=(shutil.which("nvcc") and "nvcc") or "hipcc")
     ap.add_argument("--arch", help="default: sm_90 for nvcc, gfx942 for hipcc")
     ap.add_argument("--work", type=Path, help="build dir (default: a temp dir)")
     ap.add_argument("--json", type=Path, help="also write the results here")
@@ -226,37 +243,69 @@ def main() -> int:
     env["QOLA_JIT_CACHE_DIR"] = str(work / "cache")
     if args.qola:
         work.mkdir(parents=True, exist_ok=True)
-        res = qola_main(args, hip, arch, work, {**env, "PYTHONPATH": os.pathsep.join(
-            [str(REPO), *filter(None, [env.get("PYTHONPATH")])])})  # fmt: skip
+        res = qola_main(
+            args,
+            hip,
+            arch,
+            work,
+            {**env, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])},
+        )
         print(json.dumps(res, indent=1))
         if args.json:
             args.json.write_text(json.dumps(res, indent=1) + "\n")
         return 0 if all(res["goals"].values()) else 1
     cc = jkey.probe_compiler(args.compiler, env)
-    dev = [cc.path, "-std=c++17", "-O3"] + (["-x", "hip", f"--offload-arch={arch}", "-fPIC"] if hip else
-                                            [f"-arch={arch}", "-Xcompiler", "-fPIC"])  # fmt: skip
+    dev = [cc.path, "-std=c++17", "-O3"] + (
+        ["-x", "hip", f"--offload-arch={arch}", "-fPIC"] if hip else [f"-arch={arch}", "-Xcompiler", "-fPIC"]
+    )
 
     gen, src, build = work / "gen", work / "src", work / "build"
     for d in (gen, src, build / "include"):
         d.mkdir(parents=True, exist_ok=True)
-    sh([sys.executable, KERNELS / "attn/generate.py", "--receipt", "1", "--filter",
-        "attn_fwd_d64_fp16_batch_*_nmask_nlse", "-o", gen])  # fmt: skip
+    sh(
+        [
+            sys.executable,
+            KERNELS / "attn/generate.py",
+            "--receipt",
+            "1",
+            "--filter",
+            "attn_fwd_d64_fp16_batch_*_nmask_nlse",
+            "-o",
+            gen,
+        ]
+    )
     attn_units = [(p.stem, p) for p in sorted(gen.glob("attn_fwd_d*.cu"))]
     (src / "triv.h").write_text(TRIVIAL_H)
     (src / "triv_1.cpp").write_text(TRIVIAL_UNIT)
     (src / "triv_api.cpp").write_text(TRIVIAL_API)
-    (build / "include/qola_config.h").write_text('#define QOLA_NAMESPACE qb\n#define QOLA_NAMESPACE_STR "qb"\n'
-                                                 '#define QOLA_VERSION_STR "0"\n')  # fmt: skip
+    (build / "include/qola_config.h").write_text(
+        '#define QOLA_NAMESPACE qb\n#define QOLA_NAMESPACE_STR "qb"\n#define QOLA_VERSION_STR "0"\n'
+    )
     data = Path(layout.runtime_dir()).parent
-    incs = ["-I", build / "include", "-I", data, "-I", data / "jit", "-I", KERNELS / "include",
-            "-I", KERNELS / "attn", "-I", src]  # fmt: skip
+    incs = [
+        "-I",
+        build / "include",
+        "-I",
+        data,
+        "-I",
+        data / "jit",
+        "-I",
+        KERNELS / "include",
+        "-I",
+        KERNELS / "attn",
+        "-I",
+        src,
+    ]
     jit_flags = (*layout.shared_object_flags(lang, [arch]), "-O3", "-std=c++17")
     outs = []
-    modules = (("attn_fwd", attn_units, (KERNELS / "include", KERNELS / "attn"), "example_attn"),
-               ("triv", [("triv_1", src / "triv_1.cpp")], (src,), "generic"))  # fmt: skip
+    modules = (
+        ("attn_fwd", attn_units, (KERNELS / "include", KERNELS / "attn"), "example_attn"),
+        ("triv", [("triv_1", src / "triv_1.cpp")], (src,), "generic"),
+    )
     for module, units, incdirs, style in modules:
-        spec = layout.JitModuleSpec(module=module, lang=lang, arch=arch, compiler=cc, flags=jit_flags,
-                                    include_dirs=incdirs, style=style)  # fmt: skip
+        spec = layout.JitModuleSpec(
+            module=module, lang=lang, arch=arch, compiler=cc, flags=jit_flags, include_dirs=incdirs, style=style
+        )
         outs.append(layout.write_jit_module(spec, units, out_jit=work / "jit/jit", stub_dir=build / module))
     runtime = []
     for s in layout.runtime_sources():
@@ -281,8 +330,22 @@ def main() -> int:
         caller_src = build / "caller.cu"
         caller_src.write_text(CALLER)
         callers[kind] = work / kind / "caller"
-        sh([*dev, *(["-x", "hip"] if hip else []), "-I", KERNELS / "include", caller_src, "-L", libdir, "-lbench",
-            f"-Wl,-rpath,{libdir}" if hip else f"-Xlinker=-rpath,{libdir}", "-o", callers[kind]], env)  # fmt: skip
+        sh(
+            [
+                *dev,
+                *(["-x", "hip"] if hip else []),
+                "-I",
+                KERNELS / "include",
+                caller_src,
+                "-L",
+                libdir,
+                "-lbench",
+                f"-Wl,-rpath,{libdir}" if hip else f"-Xlinker=-rpath,{libdir}",
+                "-o",
+                callers[kind],
+            ],
+            env,
+        )
     # (the jit library finds its units in <libdir>/../jit/<module> = work/jit/jit/<module>)
 
     def run(kind: str, mode: str, n: int = 1) -> float | None:
@@ -295,8 +358,9 @@ def main() -> int:
     res["cached_first_call_ms"] = {
         m: statistics.median(run("jit", f"first_{m}") for _ in range(args.repeat)) for m in ("triv", "attn")
     }
-    res["aot_first_call_ms"] = {m: statistics.median(run("aot", f"first_{m}") for _ in range(args.repeat))
-                                for m in ("triv", "attn")}  # fmt: skip
+    res["aot_first_call_ms"] = {
+        m: statistics.median(run("aot", f"first_{m}") for _ in range(args.repeat)) for m in ("triv", "attn")
+    }
     steady = steady_times(
         run, (("steady_triv", 20_000_000), ("steady_attn", 2_000_000), ("launch", 20_000)), args.repeat
     )
@@ -305,7 +369,7 @@ def main() -> int:
         "cached_resolve_le_2ms": max(
             res["cached_first_call_ms"][m] - res["aot_first_call_ms"][m] for m in ("triv", "attn")
         )
-        <= 2.0,  # fmt: skip
+        <= 2.0,
         "steady_overhead_le_1us": all(isinstance(v, str) or v["overhead_ns"] <= 1000 for v in steady.values()),
     }
     print(json.dumps(res, indent=1))

@@ -55,7 +55,7 @@ def carries_settings(value: object, depth: int = 0) -> bool:
 def follow(argv: list[str]) -> list[tuple[str, str]]:
     calls: list[tuple[str, str]] = []
 
-    def profile(frame, event, arg):  # noqa: ANN001
+    def profile(frame, event, arg):
         if event != "call":
             return
         code = frame.f_code
@@ -101,7 +101,7 @@ def main() -> None:
         )
         argv = ["build", "--manifest", str(m), "--aiter-root", str(REPO / "examples" / "kernels"), "-o", f"{tmp}/out"]
         calls = follow(argv)
-    files, steps, back, seq = measure(calls)
+    files, steps, back, _seq = measure(calls)
     if args.show:
         for f, name in calls:
             print(f"  {Path(f).relative_to(REPO)}:{name}")

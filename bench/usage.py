@@ -35,8 +35,12 @@ FIXED = [u for u in TE["units"] if u[0].startswith("AITER")]  # AITER's own sour
 
 
 def qola(*args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "qola", *args], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(HERE.parent)})  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "qola", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(HERE.parent)},
+    )
     if proc.returncode != 0:
         raise SystemExit(f"qola {' '.join(args)} failed:\n{proc.stderr}")
     return proc
@@ -69,11 +73,14 @@ def classes(f: dict[str, list[str]]) -> list[tuple[str, int, float]]:
     bwd = f.get("libmha_bwd", [])
     pre = sum(1 for n in bwd if n.startswith(("fmha_bwd_dot_do_o_", "fmha_bwd_convert_dq_")))
     main = len(bwd) - pre
-    units = [("fwd instances", fwd, SECONDS["fwd instances"]),
-             ("bwd dq_dk_dv instances", main, SECONDS["bwd dq_dk_dv instances"]),
-             ("bwd pre/post (convert_dq, dot_do_o)", pre, SECONDS["bwd pre/post (convert_dq, dot_do_o)"]),
-             ("fmha_fwd_api.cpp", 1, dispatch_seconds(fwd, *FWD_DISPATCH)),
-             ("fmha_bwd_api.cpp", 1, dispatch_seconds(len(bwd), *BWD_DISPATCH)), *FIXED]  # fmt: skip
+    units = [
+        ("fwd instances", fwd, SECONDS["fwd instances"]),
+        ("bwd dq_dk_dv instances", main, SECONDS["bwd dq_dk_dv instances"]),
+        ("bwd pre/post (convert_dq, dot_do_o)", pre, SECONDS["bwd pre/post (convert_dq, dot_do_o)"]),
+        ("fmha_fwd_api.cpp", 1, dispatch_seconds(fwd, *FWD_DISPATCH)),
+        ("fmha_bwd_api.cpp", 1, dispatch_seconds(len(bwd), *BWD_DISPATCH)),
+        *FIXED,
+    ]
     return units
 
 
@@ -90,15 +97,21 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         m = Path(tmp) / "te.toml"  # this sdist's table lists no srcs for libmha_fwd: drop_srcs has nothing to drop
-        m.write_text("".join(ln for ln in Path(args.manifest).read_text().splitlines(True)
-                             if not ln.startswith("drop_srcs")))  # fmt: skip
+        m.write_text(
+            "".join(ln for ln in Path(args.manifest).read_text().splitlines(True) if not ln.startswith("drop_srcs"))
+        )
         base = ["-m", str(m), "-a", args.aiter_root, "--allow-unpinned", "--arch", args.arch]
         full = files(qola("plan", "--json", *base).stdout)
         pick = {mod: [n for n in names if used(n)] for mod, names in full.items()}
         rec = Path(tmp) / "rec" / f"qola-usage-bench-1-0{records.fmt.USAGE_SUFFIX}"
         rec.parent.mkdir()
-        rec.write_text("".join(records.render(records.Record("compile", mod, f"te_{mod}", n, args.arch, "", "b", 1, 0))
-                               for mod, names in pick.items() for n in names))  # fmt: skip
+        rec.write_text(
+            "".join(
+                records.render(records.Record("compile", mod, f"te_{mod}", n, args.arch, "", "b", 1, 0))
+                for mod, names in pick.items()
+                for n in names
+            )
+        )
         frag = Path(tmp) / "usage.toml"
         qola("usage", "merge", str(rec.parent), *base, "-o", str(frag))
         got = files(qola("plan", "--json", *base, "--usage", str(frag)).stdout)

@@ -43,7 +43,7 @@ def _rocm7() -> bool:
     return parsed is not None and hip_version_key(parsed[0]) >= (6, 4, 0, 0)
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gpu = _has_gpu()
     hip = _hipcc() is not None
     rocm = any("rocm" in item.keywords for item in items) and _rocm7()

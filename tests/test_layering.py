@@ -1,9 +1,6 @@
 """The package's layering (issue 24, CONTRIBUTING.md "Stages"): each stage folder imports only from
 the stages below it, the commands only the library's public names, and a qola import inside a
 function says why it is there (``# lazy: <reason>``). Read from the source (ast), nothing imported.
-
-Written for the stage-folder layout that ``scripts/restructure.py`` makes; skipped while the package
-is still flat.
 """
 
 from __future__ import annotations
@@ -39,10 +36,6 @@ RANK = {"": 0} | {name: i for i, names in enumerate(ORDER) for name in names}
 UPWARD: dict[tuple[str, str], str] = {
     ("qola.toolchain.base", "qola.compile.link"): "Toolchain.shared_link_argv spells the link with link's argv",
 }
-
-pytestmark = pytest.mark.skipif(
-    not (PKG / "pipeline").is_dir(), reason="qola/ is still flat: scripts/restructure.py makes the stage folders"
-)
 
 
 @dataclass(frozen=True)
@@ -149,7 +142,7 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_import_cycle(all_imports):
+def test_no_import_cycle(all_imports: list[Import]) -> None:
     """No two modules import each other, directly or round a loop, counting imports inside functions
     too (a lazy import hides a cycle from Python, not from a reader); only ``TYPE_CHECKING`` imports
     are left out. A package's ``__init__`` importing its own modules is not a cycle of theirs."""
@@ -164,17 +157,17 @@ def test_no_import_cycle(all_imports):
     assert _cycles(edges) == []
 
 
-def test_the_cycle_finder_finds_a_loop():
+def test_the_cycle_finder_finds_a_loop() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_every_stage_has_a_rank():
+def test_every_stage_has_a_rank() -> None:
     stages = {stage(m) for m in modules()}
     assert stages <= set(RANK), f"folders with no place in ORDER: {sorted(stages - set(RANK))}"
 
 
-def test_stages_import_downwards_only(all_imports):
+def test_stages_import_downwards_only(all_imports: list[Import]) -> None:
     bad = []
     for imp in all_imports:
         if RANK[stage(imp.target)] > RANK[stage(imp.module)] and (imp.module, imp.target) not in UPWARD:
@@ -185,13 +178,13 @@ def test_stages_import_downwards_only(all_imports):
     assert not bad, "\n".join(bad)
 
 
-def test_known_upward_imports_still_exist(all_imports):
+def test_known_upward_imports_still_exist(all_imports: list[Import]) -> None:
     """An entry of UPWARD whose import is gone is removed, so the list stays the real debt."""
     found = {(imp.module, imp.target) for imp in all_imports}
     assert not set(UPWARD) - found, sorted(set(UPWARD) - found)
 
 
-def test_commands_use_only_public_names(all_imports):
+def test_commands_use_only_public_names(all_imports: list[Import]) -> None:
     bad = []
     for imp in all_imports:
         if stage(imp.module) != "commands":
@@ -204,7 +197,7 @@ def test_commands_use_only_public_names(all_imports):
     assert not bad, "\n".join(bad)
 
 
-def test_function_level_imports_say_why(all_imports):
+def test_function_level_imports_say_why(all_imports: list[Import]) -> None:
     bad = [
         f"{imp.module}:{imp.line}: {imp.text.strip()}"
         for imp in all_imports
@@ -221,7 +214,7 @@ def _lazy_reason(text: str) -> bool:
     return False
 
 
-def test_the_checker_sees_what_it_checks(tmp_path):
+def test_the_checker_sees_what_it_checks(tmp_path: Path) -> None:
     """The reader finds a function-level import, a TYPE_CHECKING one and a lazy reason (no vacuous pass)."""
     src = tmp_path / "m.py"
     src.write_text(
@@ -262,11 +255,15 @@ def imports_between_test_files(root: Path) -> list[str]:
             if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
                 called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
                 names += [str(node.args[0].value)] if called in ("__import__", "import_module") else []
-            bad += [f"{path.relative_to(root)}:{node.lineno}: {n}" for n in names if n.split(".")[0].startswith(("test_", "conftest"))]  # fmt: skip
+            bad += [
+                f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}: {n}"
+                for n in names
+                if n.split(".")[0].startswith(("test_", "conftest"))
+            ]
     return bad
 
 
-def test_test_files_sit_in_stage_folders():
+def test_test_files_sit_in_stage_folders() -> None:
     stages = {name for names in ORDER for name in names if name and (PKG / name).is_dir()}
     misplaced = [
         str(p.relative_to(TESTS))
@@ -278,7 +275,7 @@ def test_test_files_sit_in_stage_folders():
     assert not list((TESTS / "support").glob("test_*.py")), "support/ holds helpers, no tests"
 
 
-def test_no_test_file_imports_another(tmp_path):
+def test_no_test_file_imports_another(tmp_path: Path) -> None:
     assert imports_between_test_files(TESTS) == []
     (tmp_path / "test_a.py").write_text(
         "from conftest import REPO\nimport test_b\nfrom support.common import REPO\nx = __import__('conftest').REPO\n"

@@ -259,7 +259,7 @@ def started(argv: Sequence[str], **kwargs: Any) -> Iterator[subprocess.Popen[Any
         yield proc
         ok = True
     finally:
-        finish(proc, ended=not ok or proc.returncode is None and proc.poll() is None)
+        finish(proc, ended=not ok or (proc.returncode is None and proc.poll() is None))
 
 
 def _communicate(

@@ -213,13 +213,9 @@ def _outside_angles(text: str) -> str:
     out: list[str] = []
     stack: list[str] = []
     for ch in text:
-        if ch == "<" and (not stack or stack[-1] == "<"):
+        if (ch == "<" and (not stack or stack[-1] == "<")) or (ch == "(" and stack):
             stack.append(ch)
-        elif ch == "(" and stack:
-            stack.append(ch)
-        elif ch == ")" and stack and stack[-1] == "(":
-            stack.pop()
-        elif ch == ">" and stack and stack[-1] == "<":
+        elif (ch == ")" and stack and stack[-1] == "(") or (ch == ">" and stack and stack[-1] == "<"):
             stack.pop()
         elif not stack:
             out.append(ch)

@@ -132,7 +132,7 @@ def _sections(stream: BinaryIO) -> bytes | None:
         return None if sec is None or sec["sh_type"] == "SHT_NOBITS" else sec.data()
     except (ELFError, OSError, EOFError):
         return None  # not an ELF object pyelftools can read: it records nothing
-    except Exception:  # noqa: BLE001 - pyelftools/construct raise many kinds on damaged headers
+    except Exception:
         return None
 
 

@@ -53,19 +53,19 @@ from qola.plan.tree.aiter_configs import CONFIGS
 from qola.plan.tree.files import MAX_CSV, open_regular
 
 __all__ = [
-    "MANIFEST_JSON",
-    "STORE",
     "DIRS",
     "ENTRIES",
-    "atomic_write",
+    "MANIFEST_JSON",
+    "STORE",
     "atomic_copy",
-    "publish",
-    "prepare",
+    "atomic_write",
     "check_output",
-    "module_record",
-    "publish_tree",
-    "install_version",
     "generated_at",
+    "install_version",
+    "module_record",
+    "prepare",
+    "publish",
+    "publish_tree",
 ]
 
 

@@ -34,8 +34,30 @@ _TOKEN = re.compile(
 )
 
 TYPE_WORDS = frozenset(
-    """void bool char wchar_t char8_t char16_t char32_t short int long signed unsigned float
-double auto const volatile __int128 __fp16 _Float16 __bf16 decltype""".split()
+    [
+        "void",
+        "bool",
+        "char",
+        "wchar_t",
+        "char8_t",
+        "char16_t",
+        "char32_t",
+        "short",
+        "int",
+        "long",
+        "signed",
+        "unsigned",
+        "float",
+        "double",
+        "auto",
+        "const",
+        "volatile",
+        "__int128",
+        "__fp16",
+        "_Float16",
+        "__bf16",
+        "decltype",
+    ]
 )
 CV = frozenset({"const", "volatile"})
 ELABORATED = frozenset({"struct", "class", "union", "enum", "typename", "::"})

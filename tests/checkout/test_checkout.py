@@ -8,6 +8,7 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from support.common import run_qola
@@ -28,7 +29,7 @@ def patch(path: Path, file: str, old: str, new: str, line: int) -> Path:
 
 
 @pytest.fixture
-def mirror(tmp_path):
+def mirror(tmp_path: Path) -> tuple[Path, str, str]:
     """(bare aiter mirror, commit 1, commit 2) — a tree with a submodule (its own bare mirror)."""
     ck = tmp_path / "work-ck"
     (ck / "include").mkdir(parents=True)
@@ -55,7 +56,7 @@ def mirror(tmp_path):
 
 
 @pytest.fixture
-def patches(tmp_path):
+def patches(tmp_path: Path) -> Path:
     d = tmp_path / "patches"
     d.mkdir()
     patch(d / "0001-x.patch", "aiter/x.py", "line 4", "line 4 (patched)", 3)
@@ -72,7 +73,7 @@ def patches(tmp_path):
     return d
 
 
-def checkout(*args: str, env: dict | None = None):
+def checkout(*args: str, env: dict[str, str] | None = None) -> CompletedProcess[str]:
     return run_qola("checkout", *args, env={**GIT_ENV, **(env or {})})
 
 
@@ -95,7 +96,7 @@ def tree_files(root: Path) -> dict[str, tuple[str, int]]:
     }
 
 
-def test_clone_pin_submodule_and_patches(tmp_path, mirror, patches):
+def test_clone_pin_submodule_and_patches(tmp_path: Path, mirror: tuple[Path, str, str], patches: Path) -> None:
     bare, first, _ = mirror
     root = tmp_path / "build" / "third_party" / "aiter"
     m = manifest(tmp_path, first[:10], patches, bare)
@@ -122,7 +123,9 @@ def test_clone_pin_submodule_and_patches(tmp_path, mirror, patches):
     assert "line 15 (v2)" in x and "line 4 (patched)" in x and (root / "aiter" / "new.txt").is_file()
 
 
-def test_conflict_leaves_the_tree_exactly_as_it_was(tmp_path, mirror, patches):
+def test_conflict_leaves_the_tree_exactly_as_it_was(
+    tmp_path: Path, mirror: tuple[Path, str, str], patches: Path
+) -> None:
     bare, first, second = mirror
     root = tmp_path / "aiter"
     assert (
@@ -150,7 +153,7 @@ def test_conflict_leaves_the_tree_exactly_as_it_was(tmp_path, mirror, patches):
     assert same.returncode == 0 and "nothing to do" in same.stderr, same.stderr
 
 
-def test_a_failed_fresh_clone_leaves_nothing(tmp_path, mirror):
+def test_a_failed_fresh_clone_leaves_nothing(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     bare, first, _ = mirror
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -163,7 +166,7 @@ def test_a_failed_fresh_clone_leaves_nothing(tmp_path, mirror):
     assert not root.exists() and [p.name for p in (tmp_path / "third_party").iterdir()] == [LOCK]
 
 
-def test_changed_tree_is_never_reset_without_force(tmp_path, mirror):
+def test_changed_tree_is_never_reset_without_force(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     bare, first, second = mirror
     root = tmp_path / "aiter"
     git(tmp_path, "clone", "-q", "--recurse-submodules", str(bare), str(root))
@@ -182,7 +185,7 @@ def test_changed_tree_is_never_reset_without_force(tmp_path, mirror):
     assert (root / "notes.txt").read_text() == "mine\n"  # untracked files are never removed
 
 
-def test_unreachable_url_says_what_was_tried(tmp_path):
+def test_unreachable_url_says_what_was_tried(tmp_path: Path) -> None:
     root = tmp_path / "aiter"
     url = str(tmp_path / "no-such-mirror.git")
     proc = checkout("--aiter-root", str(root), "--aiter-commit", "0123456789abcdef", "--aiter-url", url)
@@ -192,7 +195,7 @@ def test_unreachable_url_says_what_was_tried(tmp_path):
     assert not root.exists() and [p.name for p in tmp_path.iterdir()] == [LOCK]
 
 
-def test_pin_not_in_the_repository(tmp_path, mirror):
+def test_pin_not_in_the_repository(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     bare, _, _ = mirror
     root = tmp_path / "aiter"
     proc = checkout("--aiter-root", str(root), "--aiter-commit", "0123456789abcdef", "--aiter-url", str(bare))
@@ -200,7 +203,7 @@ def test_pin_not_in_the_repository(tmp_path, mirror):
     assert not root.exists()
 
 
-def test_refusals(tmp_path, mirror):
+def test_refusals(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     bare, first, _ = mirror
     plain = tmp_path / "plain"
     plain.mkdir()
@@ -220,7 +223,7 @@ def test_refusals(tmp_path, mirror):
     assert proc.returncode == 2 and "remote-helper" in proc.stderr
 
 
-def test_source_dir_variable_is_used_as_it_is(tmp_path, mirror):
+def test_source_dir_variable_is_used_as_it_is(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     bare, first, _ = mirror
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -229,7 +232,7 @@ def test_source_dir_variable_is_used_as_it_is(tmp_path, mirror):
     assert list(mine.iterdir()) == []
 
 
-def test_group_is_checked_against_the_manifest(tmp_path, mirror):
+def test_group_is_checked_against_the_manifest(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     bare, first, _ = mirror
     m = manifest(tmp_path, first, url=bare)
     m.write_text(m.read_text() + '[[modules]]\nname = "module_rmsnorm"\ngroup = "norm"\n')
@@ -239,7 +242,7 @@ def test_group_is_checked_against_the_manifest(tmp_path, mirror):
     assert proc.returncode == 0 and "group norm: module_rmsnorm" in proc.stderr, proc.stderr
 
 
-def test_a_tree_whose_diff_runs_past_the_capture_limit_is_snapshotted(tmp_path):
+def test_a_tree_whose_diff_runs_past_the_capture_limit_is_snapshotted(tmp_path: Path) -> None:
     """A changed tree's ``git diff --binary`` can run to gigabytes (a QoLA checkout of AITER whose
     build wrote into it printed more than 64 MiB and the checkout failed): the snapshot hashes it as
     git writes it, and two different changes still give different snapshots."""
@@ -273,7 +276,9 @@ def link_patch(path: Path, target: str) -> Path:
 
 
 @pytest.mark.parametrize("points", ["outside-dir", "dangling"])
-def test_a_symlink_a_patch_set_added_goes_with_the_set(tmp_path, mirror, points):
+def test_a_symlink_a_patch_set_added_goes_with_the_set(
+    tmp_path: Path, mirror: tuple[Path, str, str], points: str
+) -> None:
     """A patch set that added a symbolic link is replaced by an empty set: the old checkout removed
     added files but kept the link (to a dir outside, or dangling), recorded it in the stamp, and a
     rerun said "nothing to do"."""
@@ -298,7 +303,9 @@ def test_a_symlink_a_patch_set_added_goes_with_the_set(tmp_path, mirror, points)
 
 
 @pytest.mark.parametrize("kind", ["dangling", "fifo", "dir", "link-to-dir"])
-def test_a_patch_that_is_no_regular_file_is_an_error(tmp_path, mirror, patches, kind):
+def test_a_patch_that_is_no_regular_file_is_an_error(
+    tmp_path: Path, mirror: tuple[Path, str, str], patches: Path, kind: str
+) -> None:
     """A ``*.patch`` that is a dangling link or a FIFO was skipped silently (rc 0); a patches dir that
     does not exist is an error, so this is one too, naming the file (a FIFO is never opened)."""
     bare, first, _ = mirror
@@ -330,7 +337,7 @@ def test_a_patch_that_is_no_regular_file_is_an_error(tmp_path, mirror, patches, 
     assert proc.returncode == 0 and (root / "aiter" / "new.txt").read_text() == "added by a patch\n", proc.stderr
 
 
-def test_an_aiter_root_that_links_to_a_directory_is_followed(tmp_path, mirror):
+def test_an_aiter_root_that_links_to_a_directory_is_followed(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     """``--aiter-root`` a symbolic link to a (empty) directory on another disk: the old checkout cloned
     beside the link and replaced it by a directory, leaving the link's target empty."""
     bare, first, _ = mirror
@@ -350,7 +357,9 @@ def test_an_aiter_root_that_links_to_a_directory_is_followed(tmp_path, mirror):
     assert proc.returncode == 2 and "not a directory" in proc.stderr and (tmp_path / "dangling").is_symlink()
 
 
-def test_the_notes_after_a_fresh_clone_name_the_tree_not_the_temporary_clone(tmp_path, mirror):
+def test_the_notes_after_a_fresh_clone_name_the_tree_not_the_temporary_clone(
+    tmp_path: Path, mirror: tuple[Path, str, str]
+) -> None:
     bare, first, _ = mirror
     root = tmp_path / "aiter"
     proc = checkout("--aiter-root", str(root), "--aiter-commit", first, "--aiter-url", str(bare))
@@ -358,12 +367,12 @@ def test_the_notes_after_a_fresh_clone_name_the_tree_not_the_temporary_clone(tmp
     assert "qola-clone-" not in proc.stderr and f"in {root}" in proc.stderr, proc.stderr
 
 
-def test_an_ambiguous_short_pin_is_reported_as_ambiguous(tmp_path, mirror):
+def test_an_ambiguous_short_pin_is_reported_as_ambiguous(tmp_path: Path, mirror: tuple[Path, str, str]) -> None:
     """Two commits starting with the pin's digits: the old checkout tried to fetch it and said
     "fetching failed"; it is ambiguous, and said so."""
     import subprocess
 
-    bare, first, _ = mirror
+    bare, _first, _ = mirror
     work = tmp_path / "amb"
     git(tmp_path, "clone", "-q", str(bare), str(work))
     tree = git(work, "rev-parse", "HEAD^{tree}")
@@ -371,8 +380,13 @@ def test_an_ambiguous_short_pin_is_reported_as_ambiguous(tmp_path, mirror):
         f"commit refs/heads/c{i}\ncommitter t <t@t> 0 +0000\ndata {len(str(i))}\n{i}\nM 040000 {tree} x\n\n"
         for i in range(2000)
     )  # fixed dates and messages: the same commits (and the same shared prefix) every run
-    subprocess.run(["git", "-C", str(work), "fast-import", "--quiet"], input=stream, text=True, check=True,
-                   env={**os.environ, **GIT_ENV})  # fmt: skip
+    subprocess.run(
+        ["git", "-C", str(work), "fast-import", "--quiet"],
+        input=stream,
+        text=True,
+        check=True,
+        env={**os.environ, **GIT_ENV},
+    )
     seen: dict[str, str] = {}
     pair = None
     for line in git(work, "for-each-ref", "--format=%(objectname)", "refs/heads/").split():

@@ -17,13 +17,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from support import itfs_fixture as fx
 from support.ckjit_fake import fake_rocm, records
 from support.cmake_clients import plain_checkout
+from support.common import run_qola
 
 pytestmark = [pytest.mark.hip, pytest.mark.slow]
 
@@ -63,7 +64,7 @@ blob_gen_cmd = ["csrc/cpp_itfs/gen_fwd.py --output_dir {{}}"]
 """
 
 
-def _build_under_ckjit(tmp_path: Path, hints: bool):
+def _build_under_ckjit(tmp_path: Path, hints: bool) -> tuple[CompletedProcess[str], Path, Path, Path]:
     tree = fx.write_tree(tmp_path / "aiter", "new")
     (tree / "csrc" / "cpp_itfs" / "gen_fwd.py").write_text(f"HINTS = {int(hints)}\n" + GENERATOR)
     m = tmp_path / "qola_manifest.toml"
@@ -74,13 +75,13 @@ def _build_under_ckjit(tmp_path: Path, hints: bool):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HIPCC", "HIP_PATH")}
     env.update(ck, HIP_PLATFORM="amd")
     out = tmp_path / "jit" / "qola"
-    argv = [sys.executable, "-m", "qola.cli", "build", "--manifest", str(m), "--aiter-root", str(tree)]
+    argv = ["build", "--manifest", str(m), "--aiter-root", str(tree)]
     argv += ["--output-dir", str(out), "--arch", ARCH, "--skip-checkout", "-j", "2"]
-    proc = subprocess.run(argv, cwd=qola_dir, env=env, capture_output=True, text=True)
+    proc = run_qola(*argv, entry="qola.cli", cwd=qola_dir, env=env, whole_env=True)
     return proc, out, rocm, Path(ck["CK_JIT_TMP_DIR"])
 
 
-def test_ckjit_takes_every_blob_the_api_and_the_link(tmp_path):
+def test_ckjit_takes_every_blob_the_api_and_the_link(tmp_path: Path) -> None:
     proc, out, rocm, tmp = _build_under_ckjit(tmp_path, hints=True)
     calls = records(tmp, "calls.ndjson")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:] + json.dumps(calls[-5:])
@@ -115,7 +116,7 @@ def test_ckjit_takes_every_blob_the_api_and_the_link(tmp_path):
     assert "_ZN4qola2te7mha_fwd" in nm.stdout and "fmha_fwd_dispatch" not in nm.stdout  # isolated still
 
 
-def test_a_library_that_cannot_reach_its_kernels_fails(tmp_path):
+def test_a_library_that_cannot_reach_its_kernels_fails(tmp_path: Path) -> None:
     """Without the codegen hints (a CK that ck-jit's patch does not fit: the amd-aiter sdist's) the
     dispatch still calls the kernels, whose objects are stubs: ck-jit's post-build links the library
     all the same (``--allow-shlib-undefined``); qola reads it back and fails the module, naming the

@@ -26,7 +26,7 @@ LIBS = {"libmha_fwd": "lib/te_libmha_fwd.so", "libmha_bwd": "lib/te_libmha_bwd.s
 
 
 @pytest.fixture(scope="module")
-def graph(aiter_root, tmp_path_factory):
+def graph(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("ckjit_contract")
     m = manifest(tmp / "qola_manifest.toml", "te", fwd=True, bwd=True)
     out = tmp / "out"
@@ -39,7 +39,7 @@ def _ninja(build: Path, *args: str) -> str:
     return subprocess.run(["ninja", "-C", str(build), *args], capture_output=True, text=True, check=True).stdout
 
 
-def test_every_compile_line_reads_as_qola_meant_it(graph):
+def test_every_compile_line_reads_as_qola_meant_it(graph: Path) -> None:
     units = json.loads(_ninja(graph, "-t", "compdb", "cc"))
     assert len(units) >= 16
     kinds: dict[str, list[str]] = {}
@@ -59,7 +59,7 @@ def test_every_compile_line_reads_as_qola_meant_it(graph):
     assert any(n.startswith("qola_libmha_fwd_itfs") for n in kinds.get("compile", [])), kinds
 
 
-def test_the_libmha_links_are_taken_over_as_ck_jit_reads_them(graph):
+def test_the_libmha_links_are_taken_over_as_ck_jit_reads_them(graph: Path) -> None:
     links = {u["output"]: u for u in json.loads(_ninja(graph, "-t", "compdb", "link"))}
     assert set(LIBS.values()) <= set(links), sorted(links)
     for module, lib in LIBS.items():

@@ -8,9 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from support.cli import MODULE, copy_checkout, no_pythonpath, qola_cli
@@ -24,16 +23,16 @@ from qola.core.rules import split_list
 EX = REPO / "examples"
 
 
-def plan_json(*args: str, env: dict | None = None) -> dict:
+def plan_json(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     proc = run_qola("plan", *args, "--json", env=env)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return cast("dict[Any, Any]", json.loads(proc.stdout))
 
 
 # ---- importable from a plain checkout, one line for a missing dependency ------------------------------
 
 
-def test_plain_checkout_runs_from_pythonpath_and_from_cwd(tmp_path):
+def test_plain_checkout_runs_from_pythonpath_and_from_cwd(tmp_path: Path) -> None:
     checkout = copy_checkout(tmp_path / "QoLA")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -41,30 +40,37 @@ def test_plain_checkout_runs_from_pythonpath_and_from_cwd(tmp_path):
         (elsewhere, no_pythonpath(PYTHONPATH=str(checkout))),  # TE's CMake
         (checkout, no_pythonpath()),
     ):  # ck-jit: cwd=<checkout>, no PYTHONPATH
-        proc = subprocess.run(
-            [sys.executable, "-m", "qola.cli", "--version"], cwd=cwd, env=env, capture_output=True, text=True
-        )
+        proc = run_qola("--version", entry="qola.cli", cwd=cwd, env=env, whole_env=True)
         assert proc.returncode == 0 and proc.stdout.strip() == "qola 0.1.0+copy", proc.stderr
-    proc = subprocess.run(
-        [sys.executable, "-m", "qola.cli", "plan", "-m", str(EX / "quickstart.toml"), "-a", str(KERNELS), "--json"],
+    proc = run_qola(
+        "plan",
+        "-m",
+        str(EX / "quickstart.toml"),
+        "-a",
+        str(KERNELS),
+        "--json",
+        entry="qola.cli",
         cwd=checkout,
         env=no_pythonpath(),
-        capture_output=True,
-        text=True,
+        whole_env=True,
     )
     assert proc.returncode == 0 and json.loads(proc.stdout)["namespace"] == "qk", proc.stderr
 
 
-def test_missing_dependency_is_one_line(tmp_path):
+def test_missing_dependency_is_one_line(tmp_path: Path) -> None:
     shadow = tmp_path / "shadow" / "pydantic"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'pydantic'\", name='pydantic')\n")
     env = no_pythonpath(PYTHONPATH=f"{tmp_path / 'shadow'}{os.pathsep}{REPO}")
-    proc = subprocess.run(
-        [sys.executable, "-m", "qola.cli", "plan", "-m", str(EX / "quickstart.toml"), "-a", str(KERNELS)],
+    proc = run_qola(
+        "plan",
+        "-m",
+        str(EX / "quickstart.toml"),
+        "-a",
+        str(KERNELS),
+        entry="qola.cli",
         env=env,
-        capture_output=True,
-        text=True,
+        whole_env=True,
         cwd=tmp_path,
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
@@ -72,7 +78,7 @@ def test_missing_dependency_is_one_line(tmp_path):
     assert len(lines) == 1 and "'pydantic'" in lines[0] and "-m pip install 'pydantic>=2.5'" in lines[0]
 
 
-def test_dependency_table_matches_pyproject():
+def test_dependency_table_matches_pyproject() -> None:
     import tomllib
 
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
@@ -84,12 +90,12 @@ def test_dependency_table_matches_pyproject():
 # ---- ';'-separated lists, groups -----------------------------------------------------------------------
 
 
-def test_split_list():
+def test_split_list() -> None:
     assert split_list(["gfx942;gfx950", "gfx90a", " ;", ""]) == ["gfx942", "gfx950", "gfx90a"]
     assert split_list("a; b;;") == ["a", "b"] and split_list(None) == []
 
 
-def test_semicolon_lists_for_arch_and_gpu_archs(tmp_path):
+def test_semicolon_lists_for_arch_and_gpu_archs(tmp_path: Path) -> None:
     m = tmp_path / "q.toml"
     m.write_text('[qola]\nnamespace = "qk"\n[[modules]]\nname = "module_rmsnorm"\n')
     base = ("-m", str(m), "-a", str(KERNELS))
@@ -101,7 +107,7 @@ def test_semicolon_lists_for_arch_and_gpu_archs(tmp_path):
     assert proc.returncode == 2 and "mix HIP and CUDA" in proc.stderr
 
 
-def test_groups_select_modules(tmp_path):
+def test_groups_select_modules(tmp_path: Path) -> None:
     m = tmp_path / "q.toml"
     m.write_text(
         '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
@@ -111,7 +117,7 @@ def test_groups_select_modules(tmp_path):
     )
     base = ("-m", str(m), "-a", str(KERNELS))
 
-    def names(*args: str, env: dict | None = None) -> list[str]:
+    def names(*args: str, env: dict[str, str] | None = None) -> list[str]:
         return [mod["name"] for mod in plan_json(*base, *args, env=env)["modules"]]
 
     assert names() == ["module_rmsnorm", "module_softmax", "module_attn_fwd"]  # no selection: every module
@@ -137,7 +143,7 @@ def test_groups_select_modules(tmp_path):
 # ---- the HIP compiler: ROCM_HOME / ROCM_PATH before PATH; rocm_versions recorded, not enforced ------------
 
 
-def test_hipcc_is_found_the_way_aiter_finds_it(tmp_path):
+def test_hipcc_is_found_the_way_aiter_finds_it(tmp_path: Path) -> None:
     from qola.toolchain import hip
 
     on_path = fake_hipcc(tmp_path / "path" / "hipcc")
@@ -155,7 +161,7 @@ def test_hipcc_is_found_the_way_aiter_finds_it(tmp_path):
     assert f"{rocm_path} (HIP 6.4.43484; found by $ROCM_PATH/bin/hipcc (ROCM_PATH))" in proc.stdout, proc.stdout
 
 
-def test_rocm_versions_is_recorded_not_enforced(tmp_path):
+def test_rocm_versions_is_recorded_not_enforced(tmp_path: Path) -> None:
     from qola.toolchain.hip import find_hip
 
     hipcc = fake_hipcc(tmp_path / "hipcc", "6.4.43484")
@@ -163,16 +169,18 @@ def test_rocm_versions_is_recorded_not_enforced(tmp_path):
         ["gfx942"], env={**os.environ, "HIPCC": str(hipcc)}, accepted_versions=["7.2"], cache_dir=tmp_path / "probes"
     )
     check = tc.version_check
+    assert check is not None
     assert check["status"] == "mismatch" and check["accepted"] == ["7.2"] and check["found"]["hip"] == "6.4.43484"
     assert "accepts only ['7.2']" in check["message"] and "recorded in manifest.json" in check["message"]
     ok = find_hip(
         ["gfx942"], env={**os.environ, "HIPCC": str(hipcc)}, accepted_versions=["6.4"], cache_dir=tmp_path / "probes"
     )
+    assert ok.version_check is not None
     assert ok.version_check["status"] == "match" and "message" not in ok.version_check
 
 
 @pytest.mark.hip
-def test_ck_jit_call_form(tmp_path):
+def test_ck_jit_call_form(tmp_path: Path) -> None:
     """ck-jit: ``sys.executable -m qola.cli build … --skip-checkout`` with cwd=<checkout>, no PYTHONPATH,
     ROCM_PATH=<fake ROCm> whose bin/hipcc intercepts every compile and link, ROCM_HOME=""."""
     real = shutil.which("hipcc") or "/usr/bin/hipcc"
@@ -216,7 +224,7 @@ def test_ck_jit_call_form(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["-o", "-m", "-a"])
-def test_an_argument_that_is_not_utf8_is_one_line_not_a_traceback(tmp_path, where):
+def test_an_argument_that_is_not_utf8_is_one_line_not_a_traceback(tmp_path: Path, where: str) -> None:
     """Python carries undecodable bytes as surrogate escapes, which crashed qola where a path is
     encoded (a build dir's hash, a log): refused at the command line, naming the argument (issue 23)."""
     bad = str(tmp_path / "o\udcffut")
@@ -239,7 +247,7 @@ sys.meta_path.insert(0, Hide())
 """
 
 
-def test_every_missing_dependency_in_one_message_before_any_work(tmp_path):
+def test_every_missing_dependency_in_one_message_before_any_work(tmp_path: Path) -> None:
     """Issue 32 item 2: a venv without several of qola's dependencies hears of all of them at once, with
     one pip command, before anything runs (the output dir is never created)."""
     hook = tmp_path / "hook"
@@ -248,9 +256,7 @@ def test_every_missing_dependency_in_one_message_before_any_work(tmp_path):
     env = no_pythonpath(PYTHONPATH=f"{hook}{os.pathsep}{REPO}")
     out = tmp_path / "out"
     args = ["build", "-m", str(EX / "quickstart.toml"), "-a", str(KERNELS), "-o", str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "qola.cli", *args], env=env, capture_output=True, text=True, cwd=tmp_path
-    )
+    proc = run_qola(*args, entry="qola.cli", env=env, whole_env=True, cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     for name in ("pydantic", "ninja", "pyelftools", "pybind11"):
         assert name in proc.stderr, proc.stderr
@@ -260,17 +266,21 @@ def test_every_missing_dependency_in_one_message_before_any_work(tmp_path):
     assert not out.exists() and not (tmp_path / "out.build").exists()
 
 
-def test_reader_gone_exits_quietly(tmp_path):
+def test_reader_gone_exits_quietly(tmp_path: Path) -> None:
     """Issue 32 item 7: `qola plan | head` (here: a pipe whose reader is already gone) ends quietly."""
     r, w = os.pipe()
     os.close(r)  # every write to w now fails with EPIPE: no timing involved
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "qola.cli", "plan", "-m", str(EX / "quickstart.toml"), "-a", str(KERNELS)],
+        proc = run_qola(
+            "plan",
+            "-m",
+            str(EX / "quickstart.toml"),
+            "-a",
+            str(KERNELS),
+            entry="qola.cli",
             stdout=w,
-            stderr=subprocess.PIPE,
-            text=True,
             env=no_pythonpath(PYTHONPATH=str(REPO)),
+            whole_env=True,
             cwd=tmp_path,
         )
     finally:
@@ -279,7 +289,7 @@ def test_reader_gone_exits_quietly(tmp_path):
     assert "Broken pipe" not in proc.stderr and "errno 32" not in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_doctor_checks_python_headers(tmp_path, monkeypatch):
+def test_doctor_checks_python_headers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 32 item 4: pybind modules need Python.h; doctor says whether this interpreter has it."""
     import sysconfig
 

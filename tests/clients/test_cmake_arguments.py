@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from support.common import REPO
@@ -44,7 +45,7 @@ file(WRITE "${{CMAKE_CURRENT_BINARY_DIR}}/libs.txt" "${{QLIBS}}")
 
 
 @pytest.mark.parametrize("odd", ["=", ";", "= ;"])
-def test_every_argument_reaches_qola_whole(tmp_path, odd):
+def test_every_argument_reaches_qola_whole(tmp_path: Path, odd: str) -> None:
     # CMake itself cannot configure in a dir whose path holds ';': the odd names are below it
     src, bld = tmp_path / "src", tmp_path / "bld"
     top = tmp_path / "tools"
@@ -75,8 +76,22 @@ def test_every_argument_reaches_qola_whole(tmp_path, odd):
     tree, out = f"{bld}/t{odd}ree", f"{bld}/o{odd}ut"
     assert calls[0]["argv"] == ["-m", "qola.cli", "checkout", "--manifest", manifest, "--aiter-root", tree]
     assert calls[1]["argv"] == [
-        "-m", "qola.cli", "build", "--manifest", manifest, "--aiter-root", tree, "--output-dir", out,
-        "--skip-checkout", "--group", "g", "--arch", "sm_80", "--arch", "sm_90",
-    ]  # fmt: skip
+        "-m",
+        "qola.cli",
+        "build",
+        "--manifest",
+        manifest,
+        "--aiter-root",
+        tree,
+        "--output-dir",
+        out,
+        "--skip-checkout",
+        "--group",
+        "g",
+        "--arch",
+        "sm_80",
+        "--arch",
+        "sm_90",
+    ]
     assert all(c["pythonpath"] == str(REPO) for c in calls)  # qola's checkout first, set for the child only
     assert (bld / "libs.txt").read_text() == "qk_libx.so"

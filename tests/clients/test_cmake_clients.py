@@ -16,6 +16,7 @@ from support.cmake_clients import (
     ADD_MODULES_CMAKE,
     MANIFEST,
     TE_CMAKE,
+    Mirror,
     cmake,
     mirror_tree,
     plain_checkout,
@@ -66,19 +67,19 @@ def ran(exe: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def mirror(tmp_path_factory):
+def mirror(tmp_path_factory: pytest.TempPathFactory) -> Mirror:
     built = tuple(f"hsa/{d.name}" for d in (KERNELS / "hsa").iterdir() if d.is_dir())  # build_hsa.py's output
     return mirror_tree(KERNELS, tmp_path_factory.mktemp("mirror"), skip=built)
 
 
 @pytest.fixture(scope="module")
-def manifest(mirror, tmp_path_factory) -> Path:
+def manifest(mirror: Mirror, tmp_path_factory: pytest.TempPathFactory) -> Path:
     m = tmp_path_factory.mktemp("manifest") / "qola_manifest.toml"
     m.write_text(MANIFEST.format(commit=mirror.commit))
     return m
 
 
-def test_transformer_engine_call_form(mirror, manifest, tmp_path):
+def test_transformer_engine_call_form(mirror: Mirror, manifest: Path, tmp_path: Path) -> None:
     """TE's CMakeLists.txt as TE runs it, against a plain qola checkout at 3rdparty/QoLA."""
     qola_dir = plain_checkout(tmp_path)
     src = project(tmp_path / "te", TE_CMAKE, SOURCES)
@@ -128,7 +129,7 @@ def test_transformer_engine_call_form(mirror, manifest, tmp_path):
     assert (out / "lib" / LIB).read_bytes() == before
 
 
-def test_qola_add_modules(mirror, manifest, tmp_path):
+def test_qola_add_modules(mirror: Mirror, manifest: Path, tmp_path: Path) -> None:
     """QoLA's qola_add_modules(): checkout into <BUILD_DIR>/third_party/aiter, build the group, results
     in QoLA's OUT_* variables (and qola's OUT_TARGETS); both link forms give a working program."""
     src = project(tmp_path / "proj", ADD_MODULES_CMAKE, SOURCES)
@@ -203,7 +204,7 @@ set_target_properties(app PROPERTIES BUILD_RPATH "${LIBDIR}")
 """
 
 
-def test_two_phase_checkout_then_build(mirror, manifest, tmp_path):
+def test_two_phase_checkout_then_build(mirror: Mirror, manifest: Path, tmp_path: Path) -> None:
     """QoLA's two-phase form: qola_checkout_aiter() with GROUPS, then qola_build_modules() with LIBS;
     NVTE_AITER_SOURCE_DIR (a tree the user chose) skips the checkout."""
     src = project(tmp_path / "proj", TWO_PHASE_CMAKE, SOURCES)
@@ -272,7 +273,9 @@ cmake_language(EVAL CODE "${CALL}")
         ),
     ],
 )
-def test_mistakes_are_clear_fatal_errors(manifest, tmp_path, call, env, message):
+def test_mistakes_are_clear_fatal_errors(
+    manifest: Path, tmp_path: Path, call: str, env: dict[str, str], message: str
+) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     env = {k: v.replace("@EMPTY@", str(empty)) for k, v in env.items()}
@@ -285,7 +288,7 @@ def test_mistakes_are_clear_fatal_errors(manifest, tmp_path, call, env, message)
     assert "[qola]" in cfg.stderr
 
 
-def test_a_failing_qola_shows_its_message(mirror, manifest, tmp_path):
+def test_a_failing_qola_shows_its_message(mirror: Mirror, manifest: Path, tmp_path: Path) -> None:
     """An unknown group: qola's refusal (exit 2) reaches the configure output whole."""
     src = project(tmp_path / "proj", ADD_MODULES_CMAKE, SOURCES)
     defs = {
@@ -318,7 +321,7 @@ set_target_properties(app PROPERTIES BUILD_RPATH "${ATTN_DIR}")
 """
 
 
-def test_two_groups_into_one_build_dir(mirror, tmp_path):
+def test_two_groups_into_one_build_dir(mirror: Mirror, tmp_path: Path) -> None:
     """QoLA's README pattern: one qola_add_modules() per group, one BUILD_DIR. The first group's
     library is still there after the second group's build (QoLA's output accumulates; qola builds the
     groups of that dir together), and nothing of the first is compiled twice."""
@@ -346,7 +349,7 @@ def test_two_groups_into_one_build_dir(mirror, tmp_path):
     ran(tmp_path / "bld" / "app")
 
 
-def test_out_targets_of_a_pybind_only_group_is_a_clear_error(manifest, tmp_path):
+def test_out_targets_of_a_pybind_only_group_is_a_clear_error(manifest: Path, tmp_path: Path) -> None:
     """Issue 32 item 7: OUT_TARGETS for a group of Python extension modules (no linkable target) is a
     clear FATAL_ERROR, not an empty list; without OUT_TARGETS the same group configures."""
     from qola.output import consumers
@@ -371,7 +374,7 @@ def test_out_targets_of_a_pybind_only_group_is_a_clear_error(manifest, tmp_path)
             assert "Python extension modules" in said
 
 
-def test_qola_jit_switch_and_prebuilt_first(mirror, manifest, tmp_path):
+def test_qola_jit_switch_and_prebuilt_first(mirror: Mirror, manifest: Path, tmp_path: Path) -> None:
     """``-DQOLA_JIT=ON`` (TE's CK_JIT mode): the group is built with every generated instance deferred
     (stubs in the library, sources in BUILD_DIR/jit); the program links and answers as before. A
     ``QOLA_PREBUILT_DIR_<GROUP>`` store is tried first with the switch on and off: ON installs the JIT
@@ -383,13 +386,16 @@ def test_qola_jit_switch_and_prebuilt_first(mirror, manifest, tmp_path):
         "ARCHS": ARCHS,
         "QOLA_BUILD_ARGS": BUILD_ARGS,
     }
+
+    def configure(
+        proj: str, bld: str, out: Path, jit: str, env: dict[str, str], build: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Configure (and build) a project adding the group with ``QOLA_OUT=out``, ``QOLA_JIT=jit``."""
+        where = project(tmp_path / proj, ADD_MODULES_CMAKE, SOURCES)
+        return cmake(where, tmp_path / bld, {**defs, "QOLA_OUT": str(out), "QOLA_JIT": jit}, env, build=build)
+
     out = tmp_path / "bld" / "qola"
-    cfg = cmake(
-        project(tmp_path / "p1", ADD_MODULES_CMAKE, SOURCES),
-        tmp_path / "bld",
-        {**defs, "QOLA_OUT": str(out), "QOLA_JIT": "ON"},
-        mirror.env,
-    )
+    cfg = configure("p1", "bld", out, "ON", mirror.env)
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
     assert "JIT on (QOLA_JIT)" in cfg.stdout
     data = json.loads((out / "manifest.json").read_text())
@@ -403,12 +409,7 @@ def test_qola_jit_switch_and_prebuilt_first(mirror, manifest, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     out2 = tmp_path / "bld2" / "qola"
     env = {**mirror.env, "QOLA_PREBUILT_DIR_ATTN": str(store)}
-    cfg = cmake(
-        project(tmp_path / "p2", ADD_MODULES_CMAKE, SOURCES),
-        tmp_path / "bld2",
-        {**defs, "QOLA_OUT": str(out2), "QOLA_JIT": "on"},
-        env,
-    )
+    cfg = configure("p2", "bld2", out2, "on", env)
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
     assert (
         "nothing compiled" in cfg.stderr
@@ -417,24 +418,13 @@ def test_qola_jit_switch_and_prebuilt_first(mirror, manifest, tmp_path):
     assert (out2 / "jit" / "qk_libattn_fwd" / "index.json").is_file()  # the archive carries the JIT's sources
 
     out3 = tmp_path / "bld3" / "qola"
-    cfg = cmake(
-        project(tmp_path / "p3", ADD_MODULES_CMAKE, SOURCES),
-        tmp_path / "bld3",
-        {**defs, "QOLA_OUT": str(out3), "QOLA_JIT": "OFF"},
-        env,
-    )
+    cfg = configure("p3", "bld3", out3, "OFF", env)
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
     ahead = json.loads((out3 / "manifest.json").read_text())
     assert ahead["build_key"] != data["build_key"] and "nothing compiled" not in cfg.stderr
     assert not ahead["modules"][0].get("jit") and not (out3 / "jit" / "qk_libattn_fwd").exists()
     ran(tmp_path / "bld3" / "app_files")
 
-    cfg = cmake(
-        project(tmp_path / "p4", ADD_MODULES_CMAKE, SOURCES),
-        tmp_path / "bld4",
-        {**defs, "QOLA_OUT": str(tmp_path / "no"), "QOLA_JIT": "maybe"},
-        mirror.env,
-        build=False,
-    )
+    cfg = configure("p4", "bld4", tmp_path / "no", "maybe", mirror.env, build=False)
     assert cfg.returncode != 0 and "QOLA_JIT='maybe' is neither ON nor OFF" in cfg.stderr
     assert not (tmp_path / "no" / "lib").exists()

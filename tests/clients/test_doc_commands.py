@@ -17,10 +17,10 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
+from pathlib import Path
 
 import pytest
-from support.common import REPO
+from support.common import REPO, run_qola
 
 from qola import cli
 
@@ -86,13 +86,13 @@ def qola_argv(line: str) -> list[list[str]]:
     return argvs
 
 
-def test_docs_have_commands():
+def test_docs_have_commands() -> None:
     lines = shell_lines()
     assert sum(1 for _, ln in lines for _ in qola_argv(ln)) >= 15, lines
 
 
 @pytest.mark.parametrize("where,line", [p for p in shell_lines() if qola_argv(p[1])])
-def test_every_qola_command_parses(where, line):
+def test_every_qola_command_parses(where: str, line: str) -> None:
     for argv in qola_argv(line):
         try:
             args = cli._parser().parse_args(argv)
@@ -101,7 +101,7 @@ def test_every_qola_command_parses(where, line):
         assert getattr(args, "func", None), f"{where}: `{line}` names no command"
 
 
-def test_no_command_that_cannot_run_as_written():
+def test_no_command_that_cannot_run_as_written() -> None:
     bad = []
     for f in [*DOCS, *EXAMPLES, REPO / "CONTRIBUTING.md"]:
         text = f.read_text()
@@ -127,21 +127,21 @@ RUN = [
 ]
 
 
-def test_run_list_is_still_in_the_docs():
+def test_run_list_is_still_in_the_docs() -> None:
     written = {" ".join(a) for _, ln in shell_lines() for a in qola_argv(ln)}
     for cmd, _ in RUN:
         assert cmd.removeprefix("qola ") in written, f"not in the docs any more: {cmd}"
 
 
 @pytest.mark.parametrize("cmd,needs", RUN)
-def test_cheap_commands_run_as_written(cmd, needs, tmp_path):
+def test_cheap_commands_run_as_written(cmd: str, needs: str | None, tmp_path: Path) -> None:
     if needs and not shutil.which(needs):
         pytest.skip(f"needs {needs}")
     os.symlink(REPO / "examples", tmp_path / "examples")
     argv = shlex.split(cmd)[1:] + (["--dry-run"] if argv_is_build(cmd) else [])
     env = {k: v for k, v in os.environ.items() if k not in ("QOLA_AITER_SOURCE_DIR", "NVTE_AITER_SOURCE_DIR")}
     env["PYTHONPATH"] = str(REPO)
-    proc = subprocess.run([sys.executable, "-m", "qola", *argv], cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = run_qola(*argv, cwd=tmp_path, env=env, whole_env=True)
     assert proc.returncode == 0, f"`{cmd}` failed:\n{proc.stdout}\n{proc.stderr}"
     assert "error:" not in proc.stderr
 
@@ -150,7 +150,7 @@ def argv_is_build(cmd: str) -> bool:
     return cmd.startswith("qola build")
 
 
-def test_setup_output_is_quiet_unless_it_fails(tmp_path):
+def test_setup_output_is_quiet_unless_it_fails(tmp_path: Path) -> None:
     """Item 4: scripts/rocm7.sh's `quietly` keeps the tools' chatter in its log; a failure shows its tail."""
     script = (REPO / "scripts" / "rocm7.sh").read_text()
     body = re.search(r"^quietly\(\) \{.*?^\}", script, re.S | re.M)

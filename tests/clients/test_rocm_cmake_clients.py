@@ -78,7 +78,20 @@ def ran(exe: Path) -> str:
     return out[1]
 
 
-def test_transformer_engine_then_qola_add_modules(aiter_root, tmp_path):
+def te_defs(qola_dir: Path, m: Path, prefix: Path) -> dict[str, str]:
+    """The -D settings TE's CMakeLists.txt is configured with (its install prefix ``prefix``)."""
+    return {
+        "QOLA_DIR": str(qola_dir),
+        "QOLA_MANIFEST": str(m),
+        "ARCHS": ";".join(ARCHS),
+        "QOLA_TEST_ARGS": "-j;2",
+        "QOLA_LINK": ";".join(f"-l:{lib}" for lib in LIBS),
+        "QOLA_LIB_FILES": ";".join(LIBS),
+        "CMAKE_INSTALL_PREFIX": str(prefix),
+    }
+
+
+def test_transformer_engine_then_qola_add_modules(aiter_root: Path, tmp_path: Path) -> None:
     mirror = mirror_tree(aiter_root, tmp_path)
     m = te_manifest(tmp_path / "qola_manifest.toml", mirror.commit)
     qola_dir = plain_checkout(tmp_path)
@@ -86,16 +99,7 @@ def test_transformer_engine_then_qola_add_modules(aiter_root, tmp_path):
 
     # 1. TE's CMakeLists.txt
     src = project(tmp_path / "te", TE_CMAKE, SOURCES)
-    defs = {
-        "QOLA_DIR": str(qola_dir),
-        "QOLA_MANIFEST": str(m),
-        "ARCHS": ";".join(ARCHS),
-        "QOLA_TEST_ARGS": "-j;2",
-        "QOLA_LINK": ";".join(f"-l:{lib}" for lib in LIBS),
-        "QOLA_LIB_FILES": ";".join(LIBS),
-        "CMAKE_INSTALL_PREFIX": str(tmp_path / "prefix"),
-    }
-    cfg = cmake(src, tmp_path / "bld", defs, mirror.env)
+    cfg = cmake(src, tmp_path / "bld", te_defs(qola_dir, m, tmp_path / "prefix"), mirror.env)
     assert cfg.returncode == 0, cfg.stdout[-4000:] + cfg.stderr[-8000:]
     head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
     assert head.stdout.strip() == mirror.commit
@@ -118,12 +122,8 @@ def test_transformer_engine_then_qola_add_modules(aiter_root, tmp_path):
     version = ran(tmp_path / "bld" / "app")
     subprocess.run(["cmake", "--install", str(tmp_path / "bld")], capture_output=True, check=True)
     assert ran(tmp_path / "prefix" / "lib" / "app") == version
-    needed = subprocess.run(
-        ["readelf", "-d", str(tmp_path / "prefix" / "lib" / "libfused_attn.so")],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    readelf = ["readelf", "-d", str(tmp_path / "prefix" / "lib" / "libfused_attn.so")]
+    needed = subprocess.run(readelf, capture_output=True, text=True, check=True).stdout
     assert all(f"[{lib}]" in needed for lib in LIBS), needed
 
     # 2. qola_add_modules() on the same output dir and tree: checkout kept, nothing recompiled

@@ -32,7 +32,7 @@ def fake_rocm(real: Path, where: Path) -> Path:
     return fake
 
 
-def test_a_fake_rocm_home_built_from_the_environments_rocm_compiles(tmp_path):
+def test_a_fake_rocm_home_built_from_the_environments_rocm_compiles(tmp_path: Path) -> None:
     real = Path("/opt/rocm")
     assert (real / "bin" / "hipcc").exists() and (real / "include" / "hip").is_dir()
     assert not (real / "include" / "math.h").exists()  # ROCm's headers alone, not libc's
@@ -41,16 +41,33 @@ def test_a_fake_rocm_home_built_from_the_environments_rocm_compiles(tmp_path):
     src.write_text(SOURCE)
     env = {**os.environ, "ROCM_PATH": str(fake), "ROCM_HOME": "", "HIP_PLATFORM": "amd"}
     cc = subprocess.run(
-        [str(real / "bin" / "hipcc"), "--offload-arch=gfx942", "--offload-arch=gfx950", f"-isystem{real / 'include'}"]
-        + ["-std=c++20", "-fPIC", "-c", str(src), "-o", str(tmp_path / "k.o")],
+        [
+            str(real / "bin" / "hipcc"),
+            "--offload-arch=gfx942",
+            "--offload-arch=gfx950",
+            f"-isystem{real / 'include'}",
+            "-std=c++20",
+            "-fPIC",
+            "-c",
+            str(src),
+            "-o",
+            str(tmp_path / "k.o"),
+        ],
         capture_output=True,
         text=True,
         env=env,
     )
     assert cc.returncode == 0, cc.stderr[-3000:]
     link = subprocess.run(
-        [str(real / "bin" / "hipcc"), "-shared", str(tmp_path / "k.o")]
-        + [f"-L{real / 'lib'}", "-lamdhip64", "-o", str(tmp_path / "libk.so")],
+        [
+            str(real / "bin" / "hipcc"),
+            "-shared",
+            str(tmp_path / "k.o"),
+            f"-L{real / 'lib'}",
+            "-lamdhip64",
+            "-o",
+            str(tmp_path / "libk.so"),
+        ],
         capture_output=True,
         text=True,
         env=env,

@@ -33,7 +33,7 @@ def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
 
 
 @pytest.fixture
-def upstream(tmp_path):
+def upstream(tmp_path: Path) -> tuple[Path, str, Path]:
     """(bare mirror of the example tree (+ module_tiny), its commit, a patches dir making tiny answer 43)."""
     work = make_tree(tmp_path / "work")
     git(work, "init", "-q")
@@ -62,7 +62,7 @@ def manifest(tmp_path: Path, commit: str, url: Path, patches: Path | None = None
     return m
 
 
-def test_te_cmake_flow(tmp_path, upstream):
+def test_te_cmake_flow(tmp_path: Path, upstream: tuple[Path, str, Path]) -> None:
     bare, commit, patches = upstream
     out = tmp_path / "QoLA" / "build"
     tree = out / "third_party" / "aiter"
@@ -109,7 +109,7 @@ def test_te_cmake_flow(tmp_path, upstream):
     ]
 
 
-def test_tree_under_a_name_qola_publishes_is_refused(tmp_path):
+def test_tree_under_a_name_qola_publishes_is_refused(tmp_path: Path) -> None:
     tree = make_tree(tmp_path / "out" / "include" / "aiter")
     m = tmp_path / "q.toml"
     m.write_text(f'[qola]\nnamespace = "te"\n[build]\narchitectures = ["sm_90"]\n{MODULE}')
@@ -128,7 +128,7 @@ def test_tree_under_a_name_qola_publishes_is_refused(tmp_path):
     assert (tree / "csrc/tiny/tiny.cu").is_file()
 
 
-def test_pin_mismatch_of_a_tree_the_user_chose_is_recorded(tmp_path, upstream):
+def test_pin_mismatch_of_a_tree_the_user_chose_is_recorded(tmp_path: Path, upstream: tuple[Path, str, Path]) -> None:
     bare, commit, _ = upstream
     tree = tmp_path / "mine"
     git(tmp_path, "clone", "-q", str(bare), str(tree))
@@ -154,7 +154,7 @@ def test_pin_mismatch_of_a_tree_the_user_chose_is_recorded(tmp_path, upstream):
     assert git(tree, "rev-parse", "HEAD") == commit and not git(tree, "status", "--porcelain")
 
 
-def test_build_without_aiter_root_clones_the_default_checkout(tmp_path, upstream):
+def test_build_without_aiter_root_clones_the_default_checkout(tmp_path: Path, upstream: tuple[Path, str, Path]) -> None:
     bare, commit, patches = upstream
     checkout = copy_checkout(tmp_path / "QoLA")
     m = manifest(tmp_path, commit[:12], bare, patches)
@@ -173,7 +173,9 @@ def test_build_without_aiter_root_clones_the_default_checkout(tmp_path, upstream
     assert (tree / "csrc/tiny/tiny.cu").read_text() == "int changed;\n"  # … and it is never reset without --force
 
 
-def test_patches_not_applied_to_a_tree_built_as_it_is_are_said(tmp_path, upstream):
+def test_patches_not_applied_to_a_tree_built_as_it_is_are_said(
+    tmp_path: Path, upstream: tuple[Path, str, Path]
+) -> None:
     bare, commit, patches = upstream
     tree = tmp_path / "mine"
     git(tmp_path, "clone", "-q", str(bare), str(tree))

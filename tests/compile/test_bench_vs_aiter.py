@@ -6,12 +6,14 @@ import importlib.util
 import json
 import shlex
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def bench():
+def bench() -> ModuleType:
     spec = importlib.util.spec_from_file_location("vs_aiter", REPO / "bench" / "vs_aiter.py")
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

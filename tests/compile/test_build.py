@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from support.common import KERNELS, run_qola, wait_for
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.slow
 PLAIN = ("module_rmsnorm", "module_softmax")
 
 
-def manifest(path: Path, archs: list[str], modules=PLAIN, extra: str = "", ns: str = "qk") -> Path:
+def manifest(path: Path, archs: list[str], modules: tuple[str, ...] = PLAIN, extra: str = "", ns: str = "qk") -> Path:
     body = f'[qola]\nnamespace = "{ns}"\n[build]\narchitectures = {json.dumps(archs)}\n'
     for m in modules:
         body += f'\n[[modules]]\nname = "{m}"\n'
@@ -36,7 +37,7 @@ def manifest(path: Path, archs: list[str], modules=PLAIN, extra: str = "", ns: s
     return path
 
 
-def build(m: Path, tree: Path, out: Path, **kw) -> pipeline.BuildReport:
+def build(m: Path, tree: Path, out: Path, **kw: Any) -> pipeline.BuildReport:
     """``qola build -j 2`` through the library."""
     return pipeline.build(BuildSpec(manifest=str(m), aiter_root=str(tree), output_dir=str(out), jobs=2, **kw))
 
@@ -45,7 +46,7 @@ def sha256(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
-def check_published(out: Path) -> dict:
+def check_published(out: Path) -> dict[str, Any]:
     data = json.loads((out / "manifest.json").read_text())
     for m in data["modules"]:
         if m["status"] == "built":
@@ -54,7 +55,7 @@ def check_published(out: Path) -> dict:
             assert sha256(art) == m["sha256"] and art.stat().st_size == m["size"]
         assert (out / m["log"]).is_file()
     assert not list(out.rglob(".*tmp*")), "temp files left in the output"
-    return data
+    return cast("dict[str, Any]", data)
 
 
 def ninja_runs(build_dir: Path) -> list[str]:
@@ -64,7 +65,7 @@ def ninja_runs(build_dir: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def cuda_build(tmp_path_factory):
+def cuda_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
     tmp = tmp_path_factory.mktemp("cuda")
     tree = tmp / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
@@ -75,8 +76,8 @@ def cuda_build(tmp_path_factory):
     return tmp, tree, m, out
 
 
-def test_cuda_build_publishes_everything(cuda_build):
-    tmp, tree, m, out = cuda_build
+def test_cuda_build_publishes_everything(cuda_build: tuple[Path, Path, Path, Path]) -> None:
+    tmp, _tree, _m, out = cuda_build
     data = check_published(out)
     assert {x["name"] for x in data["modules"]} == {*PLAIN, "module_attn_fwd"}
     assert all(x["status"] == "built" for x in data["modules"])
@@ -90,7 +91,7 @@ def test_cuda_build_publishes_everything(cuda_build):
     assert all(f"module_{n}" in graph for n in (*PLAIN, "module_attn_fwd"))
 
 
-def test_noop_rebuild_compiles_nothing(cuda_build):
+def test_noop_rebuild_compiles_nothing(cuda_build: tuple[Path, Path, Path, Path]) -> None:
     tmp, tree, m, out = cuda_build
     before = len(ninja_runs(tmp / "out.build"))
     report = build(m, tree, out)  # no argv: no fast path, the whole pipeline runs
@@ -99,7 +100,7 @@ def test_noop_rebuild_compiles_nothing(cuda_build):
     check_published(out)
 
 
-def test_touch_header_rebuilds_only_dependents(cuda_build):
+def test_touch_header_rebuilds_only_dependents(cuda_build: tuple[Path, Path, Path, Path]) -> None:
     tmp, tree, m, out = cuda_build
     bdir = tmp / "out.build"
     before = len(ninja_runs(bdir))
@@ -113,7 +114,7 @@ def test_touch_header_rebuilds_only_dependents(cuda_build):
     check_published(out)
 
 
-def test_broken_module_does_not_stop_others(tmp_path):
+def test_broken_module_does_not_stop_others(tmp_path: Path) -> None:
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     (tree / "csrc" / "kernels" / "broken.cu").write_text("int broken() { return not_declared_anywhere; }\n")
@@ -132,7 +133,7 @@ def test_broken_module_does_not_stop_others(tmp_path):
     assert status["module_rmsnorm"]["success"] is True and status["module_rmsnorm"]["error"] == ""
     assert data["summary"] == {"total": len(status), "success": len(status) - 1, "failed": 1}
     failed = {r.name: r for r in report.modules if r.status == "failed"}
-    assert list(failed) == ["module_broken"] and "not_declared_anywhere" in failed["module_broken"].detail
+    assert list(failed) == ["module_broken"] and "not_declared_anywhere" in (failed["module_broken"].detail or "")
     assert not list((out / "lib").glob("qk_module_broken*"))
     # what the user reads: the failed module, the compiler's error, no traceback
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
@@ -141,7 +142,7 @@ def test_broken_module_does_not_stop_others(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_failing_generator_is_a_clear_error(tmp_path):
+def test_failing_generator_is_a_clear_error(tmp_path: Path) -> None:
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     (tree / "csrc" / "gen_fail.py").write_text("import sys\nprint('cannot generate: no recipe')\nsys.exit(3)\n")
@@ -154,12 +155,14 @@ def test_failing_generator_is_a_clear_error(tmp_path):
     report = pipeline.build(BuildSpec(manifest=str(m), aiter_root=str(tree), output_dir=str(out)))
     assert report.exit_code == 1
     (r,) = report.modules
-    assert r.status == "failed" and "exit code 3" in r.detail and "cannot generate: no recipe" in r.detail
+    assert (
+        r.status == "failed" and "exit code 3" in (r.detail or "") and "cannot generate: no recipe" in (r.detail or "")
+    )
     log = (out / "logs" / "module_gen.log").read_text()
     assert "exit code 3" in log and "cannot generate: no recipe" in log and "gen_fail.py" in log
 
 
-def test_sigkill_then_rebuild_never_shows_corrupt_output(tmp_path):
+def test_sigkill_then_rebuild_never_shows_corrupt_output(tmp_path: Path) -> None:
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     m = manifest(tmp_path / "q.toml", ["sm_90"])
@@ -206,13 +209,14 @@ def test_sigkill_then_rebuild_never_shows_corrupt_output(tmp_path):
     check_published(out)
 
 
-def test_dry_run_touches_nothing(tmp_path):
+def test_dry_run_touches_nothing(tmp_path: Path) -> None:
     m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_attn_fwd",))
     out = tmp_path / "out"
     report = build(m, KERNELS, out, dry_run=True)
     assert report.dry_run and report.ok and report.manifest_json is None
     assert not out.exists()
     assert report.layout.graph == tmp_path / "out.build" / "build.ninja" and report.layout.graph.is_file()
+    assert report.compiled is not None
     assert any("attn_fwd_api" in line for line in report.compiled.ninja_log)
     # the command prints what ninja would run
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out), "--dry-run")
@@ -221,7 +225,7 @@ def test_dry_run_touches_nothing(tmp_path):
 
 
 @pytest.mark.hip
-def test_hip_build_gfx90a(tmp_path):
+def test_hip_build_gfx90a(tmp_path: Path) -> None:
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     # the attention module narrowed to 2 of its 49 instances (the CUDA build above compiles them all)
@@ -239,7 +243,7 @@ def test_hip_build_gfx90a(tmp_path):
     assert "--offload-arch=gfx90a" in (tmp_path / "out.build" / "build.ninja").read_text()
 
 
-def test_per_source_flags_reach_only_their_source(tmp_path):
+def test_per_source_flags_reach_only_their_source(tmp_path: Path) -> None:
     extra = '[modules.flags_extra_hip_per_source]\n"softmax_pybind.cu" = ["-DQOLA_PER_SOURCE=1", "-O1"]\n'
     m = manifest(tmp_path / "q.toml", ["sm_90"], modules=("module_softmax",), extra=extra)
     assert build(m, KERNELS, tmp_path / "out", dry_run=True).ok
@@ -259,7 +263,7 @@ def _flags_by_object(graph_dir: Path, flag_prefix: str) -> dict[str, list[str]]:
     }
 
 
-def test_per_source_flags_first_match_wins_in_table_order(tmp_path):
+def test_per_source_flags_first_match_wins_in_table_order(tmp_path: Path) -> None:
     """AITER (aiter/jit/utils/cpp_extension.py): the patterns are tried in the table's order and only
     the first match's flags are added; the old code added every match's (rmsnorm got A and B)."""
     extra = '[modules.flags_extra_hip_per_source]\n"*norm.cu" = ["-DQOLA_PS_A=1"]\n"*.cu" = ["-DQOLA_PS_B=1"]\n'
@@ -276,7 +280,7 @@ def test_per_source_flags_first_match_wins_in_table_order(tmp_path):
     assert got and all(v == ["-DQOLA_PS_B=1"] for v in got.values()), got
 
 
-def test_per_source_flags_match_the_absolute_path_too(tmp_path):
+def test_per_source_flags_match_the_absolute_path_too(tmp_path: Path) -> None:
     """A pattern with a directory (``*/kernels/*.cu``) matches the source's absolute path, and a
     pattern equal to the absolute path matches it; the old code matched basenames only."""
     softmax = KERNELS / "csrc" / "kernels" / "softmax.cu"
@@ -296,7 +300,7 @@ def test_per_source_flags_match_the_absolute_path_too(tmp_path):
     assert got["softmax"] == ["-DQOLA_PS_E=1"] and got["softmax_pybind"] == [], got
 
 
-def test_torch_extension_without_torch_is_a_clear_error(tmp_path):
+def test_torch_extension_without_torch_is_a_clear_error(tmp_path: Path) -> None:
     import importlib.util
 
     if importlib.util.find_spec("torch") is not None:
@@ -308,11 +312,11 @@ def test_torch_extension_without_torch_is_a_clear_error(tmp_path):
     m = manifest(tmp_path / "q.toml", ["sm_90"], modules=(), extra=extra)
     with pytest.raises(QolaError) as info:
         build(m, KERNELS, tmp_path / "out")
-    assert "torch is not importable" in info.value.message and "torch_exclude = true" in info.value.hint
+    assert "torch is not importable" in info.value.message and "torch_exclude = true" in (info.value.hint or "")
     assert info.value.exit_code == 2 and not (tmp_path / "out").exists()
 
 
-def test_noop_fast_path_and_what_invalidates_it(cuda_build):
+def test_noop_fast_path_and_what_invalidates_it(cuda_build: tuple[Path, Path, Path, Path]) -> None:
     tmp, tree, m, out = cuda_build
     args = ("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2")
     assert run_qola(*args).returncode == 0  # settle

@@ -4,22 +4,23 @@ a failing generator leaves the last good output in place."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 from support.common import KERNELS
 
-from qola.compile.codegen import GenJob, run_generators
+from qola.compile.codegen import GenJob, GenResult, run_generators
 from qola.core.errors import FailedProcessError
 from qola.plan.planner import Generator
 
 GEN = Generator(f"{KERNELS}/csrc/attn/generate.py -d fwd --receipt 0 --output_dir {{}}", "fwd", "0")
 
 
-def names(res) -> set[str]:
+def names(res: GenResult) -> set[str]:
     return {p.rsplit("/", 1)[1].removesuffix(".cu") for p in res.sources}
 
 
-def test_stamp_skips_and_filters_never_leak(tmp_path):
+def test_stamp_skips_and_filters_never_leak(tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin"}
     a = run_generators(GenJob("m", (GEN,), (("--filter", "*_d64_fp16_batch_*"),)), tmp_path, env=env)
     assert not a.skipped and names(a) == {n for n in names(a) if "_d64_fp16_batch_" in n} | {"attn_fwd_api"}
@@ -32,7 +33,7 @@ def test_stamp_skips_and_filters_never_leak(tmp_path):
     assert not [p for p in (tmp_path / "m").iterdir() if p.name.startswith(".staging")]
 
 
-def test_failing_generator_keeps_the_last_good_output(tmp_path):
+def test_failing_generator_keeps_the_last_good_output(tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin"}
     good = run_generators(GenJob("m", (GEN,), (("--filter", "*_d64_fp32_*"),)), tmp_path, env=env)
     bad = Generator(f"{KERNELS}/csrc/attn/generate.py -d nope --output_dir {{}}", "nope")
@@ -42,7 +43,7 @@ def test_failing_generator_keeps_the_last_good_output(tmp_path):
     assert {p.rsplit("/", 1)[1] for p in good.sources} == {p.name for p in (tmp_path / "m" / "blob").iterdir()}
 
 
-def test_a_file_named_in_the_command_decides_a_rerun(tmp_path):
+def test_a_file_named_in_the_command_decides_a_rerun(tmp_path: Path) -> None:
     """A tuned-config CSV passed by path (not through {qola_configs}) is hashed into the stamp: editing it
     reruns the generator, an untouched one still skips."""
     script = tmp_path / "gen.py"
@@ -63,7 +64,7 @@ def test_a_file_named_in_the_command_decides_a_rerun(tmp_path):
     assert not edited.skipped and {p.rsplit("/", 1)[1] for p in edited.sources} == {"k_a.cpp", "k_c.cpp"}
 
 
-def test_a_rerun_generator_keeps_unchanged_files_untouched(tmp_path):
+def test_a_rerun_generator_keeps_unchanged_files_untouched(tmp_path: Path) -> None:
     """Issue 12 (rebuild cost): a generator that reruns (an edited comment changes its stamp) but writes
     the same bytes leaves those files as they were (same inode and mtime: ninja recompiles nothing);
     a changed file is replaced, one no longer generated is removed, a new one appears."""
@@ -99,7 +100,7 @@ def test_a_rerun_generator_keeps_unchanged_files_untouched(tmp_path):
 
 
 @pytest.mark.parametrize("special", ["fifo", "dir", "socket"])
-def test_a_special_file_named_py_beside_a_generator_is_refused_not_waited_on(tmp_path, special):
+def test_a_special_file_named_py_beside_a_generator_is_refused_not_waited_on(tmp_path: Path, special: str) -> None:
     """A FIFO named ``*.py`` beside a generator script: the old stamp opened it for reading and
     waited for a writer forever (SIGTERM could not end that build). Now the one checked open refuses
     it, naming it; a directory or a socket named ``*.py`` likewise. Run in a child, with a hang guard."""
@@ -124,7 +125,7 @@ def test_a_special_file_named_py_beside_a_generator_is_refused_not_waited_on(tmp
         sock.bind(str(odd))
     code = (
         "import os, sys\n"
-        "from qola.compile.codegen import GenJob, run_generators\n"
+        "from qola.compile.codegen import GenJob, GenResult, run_generators\n"
         "from qola.core.errors import QolaError\n"
         "from qola.plan.planner import Generator\n"
         f"job = GenJob('m', (Generator({str(gen / 'generate.py')!r} + ' --output_dir {{}}'),))\n"

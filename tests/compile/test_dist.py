@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -32,7 +33,9 @@ def libs(out: Path) -> dict[str, str]:
     }
 
 
-def build(m: Path, out: Path, *args: str, env: dict | None = None, build_dir: Path | None = None):
+def build(
+    m: Path, out: Path, *args: str, env: dict[str, str] | None = None, build_dir: Path | None = None
+) -> CompletedProcess[str]:
     argv = ["build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out), *args]
     if build_dir is not None:
         argv += ["--build-dir", str(build_dir)]
@@ -52,7 +55,7 @@ SNAPSHOT = {
 }
 
 
-def test_stats_difference_counts_this_build_only():
+def test_stats_difference_counts_this_build_only() -> None:
     before = Stats.of(SNAPSHOT)
     later = json.loads(json.dumps(SNAPSHOT))
     s = later["stats"]
@@ -67,7 +70,7 @@ def test_stats_difference_counts_this_build_only():
     assert Stats.of({"stats": {"cache_hits": "x", "dist_compiles": [1]}}) == Stats()
 
 
-def test_dist_without_a_farm_configured_is_an_error_with_a_hint(tmp_path):
+def test_dist_without_a_farm_configured_is_an_error_with_a_hint(tmp_path: Path) -> None:
     env = sccache_env(tmp_path / "sc")  # an empty sccache config: dist disabled
     try:
         proc = build(manifest(tmp_path), tmp_path / "out", "--dist", "--dry-run", env=env)
@@ -78,12 +81,12 @@ def test_dist_without_a_farm_configured_is_an_error_with_a_hint(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_dist_with_another_launcher_is_refused(tmp_path):
+def test_dist_with_another_launcher_is_refused(tmp_path: Path) -> None:
     proc = build(manifest(tmp_path), tmp_path / "out", "--dist", "--launcher", "true", "--dry-run")
     assert proc.returncode == 2 and "--dist compiles through sccache" in proc.stderr, proc.stderr
 
 
-def test_dist_with_a_scheduler_that_does_not_answer_compiles_locally(tmp_path):
+def test_dist_with_a_scheduler_that_does_not_answer_compiles_locally(tmp_path: Path) -> None:
     from support.farm import free_port
 
     env = sccache_env(
@@ -99,7 +102,7 @@ def test_dist_with_a_scheduler_that_does_not_answer_compiles_locally(tmp_path):
 
 
 @pytest.mark.hip
-def test_dist_compiles_hip_locally_with_a_note(tmp_path):
+def test_dist_compiles_hip_locally_with_a_note(tmp_path: Path) -> None:
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     m = manifest(tmp_path, arch="gfx90a")
@@ -125,7 +128,7 @@ def test_dist_compiles_hip_locally_with_a_note(tmp_path):
 
 
 @pytest.mark.slow
-def test_dist_build_runs_compiles_on_the_farm_and_matches_a_local_build(tmp_path):
+def test_dist_build_runs_compiles_on_the_farm_and_matches_a_local_build(tmp_path: Path) -> None:
     m = manifest(tmp_path)
     bdir = tmp_path / "b"
     local = build(m, tmp_path / "local", "-j", "2", build_dir=bdir)
@@ -145,7 +148,7 @@ def test_dist_build_runs_compiles_on_the_farm_and_matches_a_local_build(tmp_path
 
 
 @pytest.mark.slow
-def test_redis_cache_serves_a_clean_rebuild(tmp_path):
+def test_redis_cache_serves_a_clean_rebuild(tmp_path: Path) -> None:
     m = manifest(tmp_path, extra='[[modules]]\nname = "module_rmsnorm"\n')
     with redis(tmp_path / "redis") as url:
         env = {**sccache_env(tmp_path / "sc"), "SCCACHE_REDIS_ENDPOINT": url}
@@ -171,7 +174,7 @@ def test_redis_cache_serves_a_clean_rebuild(tmp_path):
 
 
 @pytest.mark.hip  # the dry run still resolves the HIP compiler
-def test_hip_build_through_an_sccache_with_a_farm_is_warned(tmp_path):
+def test_hip_build_through_an_sccache_with_a_farm_is_warned(tmp_path: Path) -> None:
     from support.farm import free_port
 
     env = sccache_env(

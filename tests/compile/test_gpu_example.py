@@ -7,6 +7,8 @@ import importlib.util
 import math
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -14,9 +16,10 @@ from support.common import KERNELS, run_qola
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
-def _load(path: Path):
+def _load(path: Path) -> ModuleType:
     name = path.name.split(".")[0]
     spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     sys.modules[name] = mod
@@ -24,7 +27,7 @@ def _load(path: Path):
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("gpu")
     m = tmp / "q.toml"
     m.write_text(
@@ -39,7 +42,7 @@ def built(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def torch():
+def torch() -> Any:
     return pytest.importorskip("torch")
 
 
@@ -48,7 +51,7 @@ TOL = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2}
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
-def test_rmsnorm_matches_torch(built, torch, dtype):
+def test_rmsnorm_matches_torch(built: Path, torch: Any, dtype: str) -> None:
     mod = _load(built / "lib" / "qk_module_rmsnorm.so")
     tdt = getattr(torch, DTYPES[dtype])
     x = torch.randn(257, 1000, device="cuda", dtype=tdt)
@@ -62,7 +65,7 @@ def test_rmsnorm_matches_torch(built, torch, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
-def test_softmax_matches_torch(built, torch, dtype):
+def test_softmax_matches_torch(built: Path, torch: Any, dtype: str) -> None:
     mod = _load(built / "lib" / "qk_module_softmax.so")
     tdt = getattr(torch, DTYPES[dtype])
     x = torch.randn(333, 777, device="cuda", dtype=tdt)
@@ -82,7 +85,7 @@ def test_softmax_matches_torch(built, torch, dtype):
         ("fp16", 128, False, True),
     ],
 )
-def test_attention_matches_torch(built, torch, dtype, hdim, causal, lse):
+def test_attention_matches_torch(built: Path, torch: Any, dtype: str, hdim: int, causal: bool, lse: bool) -> None:
     mod = _load(built / "lib" / "qk_module_attn_fwd.so")
     tdt = getattr(torch, DTYPES[dtype])
     b, sq, sk, h = 2, 77, 93, 4
@@ -106,7 +109,7 @@ def test_attention_matches_torch(built, torch, dtype, hdim, causal, lse):
         scale,
         dtype,
         causal,
-        lse_t.data_ptr() if lse else 0,
+        lse_t.data_ptr() if lse_t is not None else 0,
     )
     torch.cuda.synchronize()
     s = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * scale

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -29,7 +30,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("axpy", &axpy); }
 """
 
 
-def test_torch_extension_module(tmp_path):
+def test_torch_extension_module(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     src = tmp_path / "axpy.cu"
     src.write_text(SRC)
@@ -44,6 +45,7 @@ def test_torch_extension_module(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     path = out / "lib" / "tx_module_axpy.so"
     spec = importlib.util.spec_from_file_location("tx_module_axpy", path)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     x = torch.randn(10000, device="cuda")

@@ -7,8 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
+from collections.abc import Callable
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from support.common import run_qola
@@ -16,16 +17,17 @@ from support.fake_nvcc import fake_nvcc
 from support.fake_nvcc import pytestmark as needs_fake_nvcc  # g++ and a CUDA toolkit's cudart
 from support.reports import fake_report
 
+from qola.core.fsutil import copy_file
 from qola.output import publish as publish_mod
 from qola.output.publish import publish
 
 
-def _fast_copies(monkeypatch) -> list[str]:
+def _fast_copies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every source qola.output.publish copies without reading it (its stat as the last publish recorded)."""
     fast: list[str] = []
-    real = publish_mod.copy_file
+    real = copy_file
 
-    def copy(src, dst, mode):
+    def copy(src: Path, dst: Path, mode: int) -> None:
         fast.append(str(src))
         return real(src, dst, mode)
 
@@ -33,7 +35,7 @@ def _fast_copies(monkeypatch) -> list[str]:
     return fast
 
 
-def test_an_unchanged_artifact_is_copied_without_reading_it(tmp_path, monkeypatch):
+def test_an_unchanged_artifact_is_copied_without_reading_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
     lib = tmp_path / "b" / "lib"
     report = fake_report(tmp_path, [("a", "qk_a", "built", b"A1" * 1000), ("b", "qk_b", "built", b"B1" * 1000)])
@@ -61,7 +63,9 @@ def test_an_unchanged_artifact_is_copied_without_reading_it(tmp_path, monkeypatc
     assert len(fast) == 2  # recorded again
 
 
-def test_a_source_changed_with_its_size_and_mtime_kept_is_read_again(tmp_path, monkeypatch):
+def test_a_source_changed_with_its_size_and_mtime_kept_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "out"
     report = fake_report(tmp_path, [("a", "qk_a", "built", b"A1" * 1000)])
     publish(report, out)
@@ -76,7 +80,7 @@ def test_a_source_changed_with_its_size_and_mtime_kept_is_read_again(tmp_path, m
     assert data["files"]["lib/qk_a.so"]["sha256"] == hashlib.sha256(b"XX" * 1000).hexdigest()
 
 
-def test_a_record_of_another_format_is_not_used(tmp_path):
+def test_a_record_of_another_format_is_not_used(tmp_path: Path) -> None:
     report = fake_report(tmp_path, [("a", "qk_a", "built", b"A1" * 1000)])
     publish(report, tmp_path / "one")
     record = tmp_path / "b" / publish_mod.PUBLISHED
@@ -114,7 +118,7 @@ GEN_MANIFEST = (
 
 
 @pytest.fixture
-def gen_setup(tmp_path):
+def gen_setup(tmp_path: Path) -> tuple[Path, Callable[..., CompletedProcess[str]], Path, Path]:
     """(tmp, build(*extra) -> CompletedProcess, the generator script, blob dir) of a one-module tree
     whose generator writes three instances and an API file."""
     tree = tmp_path / "tree"
@@ -128,7 +132,7 @@ def gen_setup(tmp_path):
     m.write_text(GEN_MANIFEST)
     env = {"CUDACXX": str(fake_nvcc(tmp_path / "nvcc"))}
 
-    def build(*extra: str):
+    def build(*extra: str) -> CompletedProcess[str]:
         return run_qola(
             "build",
             "--manifest",
@@ -152,7 +156,7 @@ def log_entries(build_dir: Path) -> list[str]:
     return [ln.split("\t")[3] for ln in (build_dir / ".ninja_log").read_text().splitlines()[1:]]
 
 
-def planned(res) -> bool:
+def planned(res: CompletedProcess[str]) -> bool:
     """The full path ran (its one-line header names the modules and the toolchain)."""
     return "module(s), cuda" in res.stderr
 
@@ -162,14 +166,18 @@ def lib_of(tmp: Path) -> Path:
 
 
 @needs_fake_nvcc
-def test_touching_one_instance_recompiles_it_alone_without_replanning(gen_setup):
-    tmp, build, script, blob = gen_setup
+def test_touching_one_instance_recompiles_it_alone_without_replanning(
+    gen_setup: tuple[Path, Callable[..., CompletedProcess[str]], Path, Path],
+) -> None:
+    tmp, build, _script, blob = gen_setup
     first = build()
     assert first.returncode == 0 and planned(first), first.stderr
     assert json.loads((tmp / "out.build" / ".qola-noop.json").read_text())["rebuild"]["targets"] == ["module_libgen"]
     lib, seen = lib_of(tmp).read_bytes(), len(log_entries(tmp / "out.build"))
-    time.sleep(0.05)
-    os.utime(blob / "inst_b.cu")
+    # touched: an mtime just past its object's (no sleep, and no mtime in the future)
+    (obj,) = (tmp / "out.build" / "obj" / "libgen").glob("inst_b-*.o")
+    newer = max(obj.stat().st_mtime_ns, (blob / "inst_b.cu").stat().st_mtime_ns) + 1_000_000
+    os.utime(blob / "inst_b.cu", ns=(newer, newer))
     res = build()
     assert res.returncode == 0 and not planned(res) and "up to date" not in res.stderr, res.stderr
     ran = log_entries(tmp / "out.build")[seen:]
@@ -198,8 +206,10 @@ def test_touching_one_instance_recompiles_it_alone_without_replanning(gen_setup)
 
 
 @needs_fake_nvcc
-def test_a_generator_comment_edit_recompiles_nothing(gen_setup):
-    tmp, build, script, blob = gen_setup
+def test_a_generator_comment_edit_recompiles_nothing(
+    gen_setup: tuple[Path, Callable[..., CompletedProcess[str]], Path, Path],
+) -> None:
+    tmp, build, script, _blob = gen_setup
     assert build().returncode == 0
     built = tmp / "out.build" / "lib" / "qk_libgen.so"
     lib, seen, mtime = lib_of(tmp).read_bytes(), len(log_entries(tmp / "out.build")), built.stat().st_mtime_ns
@@ -212,7 +222,9 @@ def test_a_generator_comment_edit_recompiles_nothing(gen_setup):
 
 
 @needs_fake_nvcc
-def test_what_changes_the_plan_still_takes_the_full_path(gen_setup):
+def test_what_changes_the_plan_still_takes_the_full_path(
+    gen_setup: tuple[Path, Callable[..., CompletedProcess[str]], Path, Path],
+) -> None:
     tmp, build, script, blob = gen_setup
     assert build().returncode == 0
     # the generator writes a fourth instance: planned again, the new object compiled, nothing else
@@ -241,8 +253,10 @@ def test_what_changes_the_plan_still_takes_the_full_path(gen_setup):
 
 
 @needs_fake_nvcc
-def test_a_compile_error_on_the_incremental_path_fails_that_module_and_publishes_none_of_it(gen_setup):
-    tmp, build, script, blob = gen_setup
+def test_a_compile_error_on_the_incremental_path_fails_that_module_and_publishes_none_of_it(
+    gen_setup: tuple[Path, Callable[..., CompletedProcess[str]], Path, Path],
+) -> None:
+    tmp, build, _script, blob = gen_setup
     assert build().returncode == 0
     good = (blob / "inst_c.cu").read_text()
     (blob / "inst_c.cu").write_text("this is not C++\n")
@@ -258,7 +272,7 @@ def test_a_compile_error_on_the_incremental_path_fails_that_module_and_publishes
     assert "up to date" in build().stderr
 
 
-def test_build_ninja_names_a_source_with_a_space_or_colon_once_escaped(tmp_path):
+def test_build_ninja_names_a_source_with_a_space_or_colon_once_escaped(tmp_path: Path) -> None:
     """The compile edges are written as ninja_syntax would, but each path escaped once (it was twice:
     a source under 'a b/' named 'a$ b/' to ninja); ninja itself finds the source."""
     from ninja import BIN_DIR

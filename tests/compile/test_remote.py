@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import remote_stack
@@ -23,6 +24,7 @@ from support.repro import ATTN, SOFTMAX, TINY_MODULE, libraries, manifest, tree_
 
 from qola.core.errors import QolaError
 from qola.pipeline import run as pipeline
+from qola.pipeline.report import BuildReport
 from qola.pipeline.run import BuildSpec
 from qola.store import remote
 
@@ -39,7 +41,7 @@ def toolchain_id(tmp: Path, arch: str) -> str:
     return remote.toolchain_id(tc, dict(os.environ))
 
 
-def build(tmp: Path, name: str, tree: Path, m: Path, **kw) -> pipeline.BuildReport:
+def build(tmp: Path, name: str, tree: Path, m: Path, **kw: Any) -> pipeline.BuildReport:
     return pipeline.build(
         BuildSpec(
             manifest=str(m),
@@ -52,13 +54,13 @@ def build(tmp: Path, name: str, tree: Path, m: Path, **kw) -> pipeline.BuildRepo
     )
 
 
-def notes(report) -> str:
+def notes(report: BuildReport) -> str:
     return "\n".join(report.compiled.notes if report.compiled else [])
 
 
 @pytest.mark.rocm
 @chroot
-def test_hip_remote_identical_and_second_client_all_cached(tmp_path):
+def test_hip_remote_identical_and_second_client_all_cached(tmp_path: Path) -> None:
     tree = tree_copy(tmp_path / "a" / "kernels")
     m = manifest(tmp_path / "q.toml", "gfx942", MODULES)
     local = build(tmp_path, "local", tree, m)
@@ -88,7 +90,9 @@ def test_hip_remote_identical_and_second_client_all_cached(tmp_path):
 
 @pytest.mark.rocm
 @chroot
-def test_other_compiler_never_answers_and_bad_endpoints_stop_early(tmp_path, monkeypatch):
+def test_other_compiler_never_answers_and_bad_endpoints_stop_early(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     tree = tree_copy(tmp_path / "kernels")
     m = manifest(tmp_path / "q.toml", "gfx942", SOFTMAX)
     monkeypatch.setattr(remote, "PROBE_TIMEOUT", 15.0)
@@ -107,7 +111,7 @@ def test_other_compiler_never_answers_and_bad_endpoints_stop_early(tmp_path, mon
 
 @pytest.mark.rocm
 @chroot
-def test_refused_token_stops_before_compiling(tmp_path):
+def test_refused_token_stops_before_compiling(tmp_path: Path) -> None:
     tree = tree_copy(tmp_path / "kernels")
     m = manifest(tmp_path / "q.toml", "gfx942", SOFTMAX)
     token = tmp_path / "token"
@@ -121,7 +125,9 @@ def test_refused_token_stops_before_compiling(tmp_path):
 
 @pytest.mark.rocm
 @chroot
-def test_service_lost_mid_build_publishes_nothing_or_falls_back_when_allowed(tmp_path, monkeypatch):
+def test_service_lost_mid_build_publishes_nothing_or_falls_back_when_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     tree = tree_copy(tmp_path / "kernels")
     m = manifest(tmp_path / "q.toml", "gfx942", SOFTMAX + TINY_MODULE)
     dead = f"grpc://127.0.0.1:{remote_stack.free_port()}"
@@ -146,7 +152,7 @@ needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc (th
 @pytest.mark.slow
 @needs_nvcc
 @pytest.mark.skipif(remote_stack.missing_host() is not None, reason=str(remote_stack.missing_host()))
-def test_cuda_remote_identical_and_second_client_all_cached(tmp_path):
+def test_cuda_remote_identical_and_second_client_all_cached(tmp_path: Path) -> None:
     """CUDA: nvcc is the host's (CUDA 13.0 cannot compile against the chroot's glibc 2.43 headers), so
     the client and the workers run on the host with buildbox's programs from the chroot
     (remote_stack.host_tools) and BuildGrid runs inside it."""
@@ -178,12 +184,12 @@ def test_cuda_remote_identical_and_second_client_all_cached(tmp_path):
 @pytest.mark.ck
 @pytest.mark.slow
 @chroot
-def test_ck_fwd_library_remote_identical(aiter_root, tmp_path):
+def test_ck_fwd_library_remote_identical(aiter_root: Path, tmp_path: Path) -> None:
     """A real CK library: AITER's libmha_fwd (TE's manifest shape) narrowed to one fMHA forward kernel
     for gfx942, built locally, then remotely into the same (cleaned) dirs: byte-identical. Its
     generated asm_fmha_fwd_v3 file spells __FILE__, so a local build holds the build dir's path;
     that compile's action is sent again naming the client's build dir (remote_launch.NAMES_BUILD_DIR)."""
-    from support.rocm_aiter import manifest as te_manifest  # noqa: PLC0415
+    from support.rocm_aiter import manifest as te_manifest
 
     m = te_manifest(tmp_path / "te.toml", "te", ("gfx942",))
     local = build(tmp_path, "x", aiter_root, m)

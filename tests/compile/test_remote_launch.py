@@ -3,6 +3,9 @@ nothing of the client's dirs, and how the endpoint options are checked (issue 26
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from qola.compile.remote_launch import (
@@ -40,7 +43,7 @@ ARGV = [
 ]
 
 
-def test_the_action_spells_roots_by_slot_and_outputs_by_fixed_names():
+def test_the_action_spells_roots_by_slot_and_outputs_by_fixed_names() -> None:
     roots = {"t": "/src/tree", "b": "/work/build"}
     roots.update(extra_roots(ARGV, "/work/build", roots, remote.SYSTEM))
     assert roots["x0"] == "/opt/venv/pybind11/include"
@@ -58,7 +61,7 @@ def test_the_action_spells_roots_by_slot_and_outputs_by_fixed_names():
     assert m.back("/qola-remote/t/a.h /qola-remote/b/g.h") == "/src/tree/a.h /work/build/g.h"
 
 
-def test_dependency_listing_and_depfile_parsing():
+def test_dependency_listing_and_depfile_parsing() -> None:
     got = deps_argv(ARGV, "/tmp/d")
     assert "-c" not in got and "-o" not in got and "-MD" not in got and "obj/m/a-1.o" not in got
     assert got[-3:] == ["-M", "-MF", "/tmp/d"]
@@ -66,7 +69,7 @@ def test_dependency_listing_and_depfile_parsing():
     assert _split_depfile(text) == ["/src/tree/a.cu", "/src/tree/with space.h", "/usr/include/x.h"]
 
 
-def test_trexe_errors_are_shortened_to_their_messages():
+def test_trexe_errors_are_shortened_to_their_messages() -> None:
     log = (
         "2026-11-25T01:49:28.376+0000 [1944:1] [x.cpp:1] [ERROR] Retry limit (4) exceeded\n"
         "2026-11-25T01:49:28.376+0000 [1944:1] [y.cpp:2] [INFO] noise\n"
@@ -75,27 +78,27 @@ def test_trexe_errors_are_shortened_to_their_messages():
     assert errors(log) == "Retry limit (4) exceeded; Connection refused"
 
 
-def test_endpoints_checked(tmp_path):
+def test_endpoints_checked(tmp_path: Path) -> None:
     assert remote.endpoint(None) is None
-    assert remote.endpoint("grpc://h:1").url == "http://h:1"
-    assert remote.endpoint("grpcs://h:443", instance="main").trexe_args()[:2] == [
+    assert endpoint("grpc://h:1").url == "http://h:1"
+    assert endpoint("grpcs://h:443", instance="main").trexe_args()[:2] == [
         "--remote=https://h:443",
         "--instance=main",
     ]
-    assert remote.endpoint("unix:/run/s.sock").url == "unix:/run/s.sock"
+    assert endpoint("unix:/run/s.sock").url == "unix:/run/s.sock"
     for bad in ("ftp://h", "h:1", "grpc://", "grpc://a b"):
         with pytest.raises(QolaError, match="not an REAPI endpoint"):
-            remote.endpoint(bad)
+            endpoint(bad)
     with pytest.raises(QolaError, match="needs its key"):
-        remote.endpoint("grpcs://h:1", cert=str(tmp_path))
+        endpoint("grpcs://h:1", cert=str(tmp_path))
     with pytest.raises(QolaError, match="not a readable file"):
-        remote.endpoint("grpcs://h:1", token=str(tmp_path / "nope"))
+        endpoint("grpcs://h:1", token=str(tmp_path / "nope"))
     token = tmp_path / "t"
     token.write_text("x")
-    assert f"--access-token={token}" in remote.endpoint("grpcs://h:1", token=str(token)).trexe_args()
+    assert f"--access-token={token}" in endpoint("grpcs://h:1", token=str(token)).trexe_args()
 
 
-def test_remote_refuses_dist_and_launchers_and_stays_out_of_the_key(tmp_path):
+def test_remote_refuses_dist_and_launchers_and_stays_out_of_the_key(tmp_path: Path) -> None:
     from pathlib import Path
 
     from qola.compile.layout import BuildLayout
@@ -154,7 +157,9 @@ with open(args[args.index("-MF") + 1], "w") as f:
 
 
 @pytest.mark.parametrize("how", ["dep-link", "obj-link", "dir-link", "dep-fifo", "dep-dangling", "regular"])
-def test_an_output_the_service_returns_must_be_a_regular_file(tmp_path, monkeypatch, how):
+def test_an_output_the_service_returns_must_be_a_regular_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
     """A service (or anyone who can write its action cache) returns the depfile or the object as a
     symbolic link to a file of the client's: the old launcher rewrote that file in place and moved
     the link into the build dir. Every output is checked (type, under real dirs, size) before it is
@@ -178,8 +183,17 @@ def test_an_output_the_service_returns_must_be_a_regular_file(tmp_path, monkeypa
         tool.chmod(0o755)
     monkeypatch.setenv("VICTIM", str(victim))
     monkeypatch.setenv("HOW", how)
-    cfg = {"build_dir": str(build), "tree": str(tree), "system": ["/usr"], "trexe": str(trexe), "endpoint": [],
-           "property": "p=1", "env": {}, "timeout": 60, "map_flags": []}  # fmt: skip
+    cfg = {
+        "build_dir": str(build),
+        "tree": str(tree),
+        "system": ["/usr"],
+        "trexe": str(trexe),
+        "endpoint": [],
+        "property": "p=1",
+        "env": {},
+        "timeout": 60,
+        "map_flags": [],
+    }
     argv = [str(cc), "-MD", "-MF", "obj/a.o.d", "-c", str(tree / "a.cu"), "-o", "obj/a.o"]
     before = victim.read_text()
     if how == "regular":
@@ -193,3 +207,10 @@ def test_an_output_the_service_returns_must_be_a_regular_file(tmp_path, monkeypa
     assert "refused" in text or "did not arrive" in text, text
     assert victim.read_text() == before and not os.path.islink(victim)
     assert not any((build / "obj").iterdir())
+
+
+def endpoint(address: str, **kw: Any) -> remote.Endpoint:
+    """``remote.endpoint`` of an address that names one."""
+    found = remote.endpoint(address, **kw)
+    assert found is not None, address
+    return found

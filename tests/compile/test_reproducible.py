@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from support.common import run_qola
 from support.repro import ATTN, SOFTMAX, TINY_MODULE, libraries, manifest, tree_copy
 
 from qola.compile.link import archive_steps
@@ -34,7 +33,7 @@ needs_nvcc = pytest.mark.skipif(
 slow = pytest.mark.slow
 
 
-def test_names_and_ids_do_not_depend_on_the_roots(tmp_path):
+def test_names_and_ids_do_not_depend_on_the_roots(tmp_path: Path) -> None:
     names = []
     for tree, build in (("/a/kernels", "/a/out.build"), ("/somewhere/else/kernels", "/b/bld")):
         paths = PathMap.of(tree, build)
@@ -49,7 +48,7 @@ def test_names_and_ids_do_not_depend_on_the_roots(tmp_path):
     assert PathMap.of(link, "/b").name(tmp_path / "x.cu") == f"{TREE}/x.cu"  # as given and resolved
 
 
-def test_each_compiler_gets_its_spelling():
+def test_each_compiler_gets_its_spelling() -> None:
     cuda = Toolchain(
         "cuda",
         "/x/nvcc",
@@ -114,27 +113,22 @@ def check_identical(tmp: Path, arch: str) -> None:
 
 @slow
 @needs_nvcc
-def test_cuda_libraries_identical_across_tree_and_build_paths(tmp_path):
+def test_cuda_libraries_identical_across_tree_and_build_paths(tmp_path: Path) -> None:
     check_identical(tmp_path, "sm_90")
 
 
 @slow
 @pytest.mark.rocm
-def test_hip_libraries_identical_across_tree_and_build_paths(tmp_path):
+def test_hip_libraries_identical_across_tree_and_build_paths(tmp_path: Path) -> None:
     check_identical(tmp_path, "gfx942")
 
 
 # ---- qola audit --reproduce ---------------------------------------------------------------------
 
 
-def qola(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """``qola ARGS`` under exactly ``env``."""
-    return subprocess.run([sys.executable, "-m", "qola", *args], capture_output=True, text=True, env=env)
-
-
 @slow
 @needs_nvcc
-def test_audit_reproduce(tmp_path):
+def test_audit_reproduce(tmp_path: Path) -> None:
     tree = tree_copy(tmp_path / "kernels")
     temp = tmp_path / "temp"  # where the rebuilds go: empty again after each
     temp.mkdir()
@@ -143,40 +137,40 @@ def test_audit_reproduce(tmp_path):
     m = manifest(tmp_path / "q.toml", "sm_90", TINY_MODULE, tiny_extra="__TIME__")
     out = tmp_path / "out"
     build = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2"]
-    assert qola(*build, env=env).returncode == 0
+    assert run_qola(*build, env=env, whole_env=True).returncode == 0
     built_at = int(time.time())  # __TIME__ has a resolution of a second: the rebuild compiles in a later one
     while int(time.time()) == built_at:
         time.sleep(0.05)
-    proc = qola("audit", str(out), "--reproduce", "-j", "2", env=env)
+    proc = run_qola("audit", str(out), "--reproduce", "-j", "2", env=env, whole_env=True)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "lib/qk_module_tiny.so" in proc.stdout and "differs" in proc.stdout, proc.stdout
     assert "lib/qk_module_tiny.so: differs" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not list(temp.iterdir())
     # ... unless SOURCE_DATE_EPOCH fixes __TIME__: manifest.json records it and the rebuild sets it
     # again (the auditing shell has it unset)
-    proc = qola(*build, env=env | {"SOURCE_DATE_EPOCH": "1700000000"})
+    proc = run_qola(*build, env=env | {"SOURCE_DATE_EPOCH": "1700000000"}, whole_env=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "manifest.json").read_text())["build"]["env"]["SOURCE_DATE_EPOCH"] == "1700000000"
-    proc = qola("audit", str(out), "--reproduce", env=env)
+    proc = run_qola("audit", str(out), "--reproduce", env=env, whole_env=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "lib/qk_module_tiny.so" in proc.stdout and "match" in proc.stdout and "byte-identical" in proc.stdout
     assert not list(temp.iterdir())
     # a tree file edited since (a comment: the same bytes) changes the build key, and the audit says so
     src = tree / "csrc" / "tiny" / "tiny.cu"
     src.write_text(src.read_text() + "// edited after the build\n")
-    proc = qola("audit", str(out), "--reproduce", env=env)
+    proc = run_qola("audit", str(out), "--reproduce", env=env, whole_env=True)
     assert proc.returncode == 0 and "the build key differs" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     # a published library altered after the build: named, exit 1
     lib = (out / "lib" / "qk_module_tiny.so").resolve()
     lib.chmod(0o644)
     lib.write_bytes(lib.read_bytes() + b"\0")
-    proc = qola("audit", str(out), "--reproduce", env=env)
+    proc = run_qola("audit", str(out), "--reproduce", env=env, whole_env=True)
     assert proc.returncode == 1 and "lib/qk_module_tiny.so: altered in OUT" in proc.stderr, proc.stdout + proc.stderr
     # bad input: a clear error, exit 2, no traceback, nothing rebuilt
     m.write_text(m.read_text() + "# edited\n")
-    proc = qola("audit", str(out), "--reproduce", env=env)
+    proc = run_qola("audit", str(out), "--reproduce", env=env, whole_env=True)
     assert proc.returncode == 2 and "changed since OUT was built" in proc.stderr, proc.stderr
     for bad in (tmp_path / "nothing-here", tree):
-        proc = qola("audit", str(bad), "--reproduce", env=env)
+        proc = run_qola("audit", str(bad), "--reproduce", env=env, whole_env=True)
         assert proc.returncode == 2 and "manifest.json" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not list(temp.iterdir())

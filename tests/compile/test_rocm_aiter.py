@@ -17,7 +17,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from support.common import cmake_build, run_qola
@@ -31,12 +33,12 @@ pytestmark = [pytest.mark.rocm, pytest.mark.aiter, pytest.mark.slow]
 ck = pytest.mark.ck  # compiles CK fMHA instances: minutes each with clang 21 (docs/benchmarks.md)
 
 
-def record(out: Path) -> dict:
-    return json.loads((out / "manifest.json").read_text())
+def record(out: Path) -> dict[str, Any]:
+    return cast("dict[str, Any]", json.loads((out / "manifest.json").read_text()))
 
 
 @pytest.fixture(scope="module")
-def te(aiter_root, tmp_path_factory):
+def te(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("te")
     proc, out = build(tmp, aiter_root, manifest(tmp / "te.toml", NS, bwd=True))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
@@ -44,7 +46,7 @@ def te(aiter_root, tmp_path_factory):
 
 
 @ck
-def test_te_libraries_built_from_ck_instances(te):
+def test_te_libraries_built_from_ck_instances(te: Any) -> None:
     data = record(te)
     assert data["toolchain"]["version"].startswith(HIP_VERSION)
     assert data["toolchain"]["removed_flags"] == list(DROP)
@@ -67,16 +69,18 @@ def test_te_libraries_built_from_ck_instances(te):
 
 
 @ck
-def test_audit_clean(te):
+def test_audit_clean(te: Any) -> None:
     proc = run_qola("audit", str(te))
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def _defined_dynamic(lib: Path) -> list[str]:
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     with open(lib, "rb") as f:
         dyn = ELFFile(f).get_section_by_name(".dynsym")
+        assert isinstance(dyn, SymbolTableSection)
         return [
             s.name
             for s in dyn.iter_symbols()
@@ -85,7 +89,7 @@ def _defined_dynamic(lib: Path) -> list[str]:
 
 
 @ck
-def test_only_namespace_symbols_exported(te):
+def test_only_namespace_symbols_exported(te: Any) -> None:
     for name, entry in (("libmha_fwd", "mha_fwd"), ("libmha_bwd", "mha_bwd")):
         lib = te / "lib" / f"{NS}_{name}.so"
         syms = _defined_dynamic(lib)
@@ -98,7 +102,7 @@ def test_only_namespace_symbols_exported(te):
 
 @ck
 @pytest.mark.parametrize("name,kernel", [("libmha_fwd", "FmhaFwdKernel"), ("libmha_bwd", "FmhaBwd")])
-def test_device_code_for_both_archs(te, name, kernel, tmp_path):
+def test_device_code_for_both_archs(te: Any, name: str, kernel: str, tmp_path: Path) -> None:
     lib = te / "lib" / f"{NS}_{name}.so"
     found = kernels_by_arch(lib)
     assert set(ARCHS) <= set(found), sorted(found)
@@ -127,7 +131,7 @@ def test_device_code_for_both_archs(te, name, kernel, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def gfx942_only(aiter_root, tmp_path_factory):
+def gfx942_only(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("gfx942")
     proc, out = build(tmp, aiter_root, manifest(tmp / "one.toml", NS, ("gfx942",)))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
@@ -135,7 +139,7 @@ def gfx942_only(aiter_root, tmp_path_factory):
 
 
 @ck
-def test_a_gfx942_build_compiles_no_gfx950_file(gfx942_only):
+def test_a_gfx942_build_compiles_no_gfx950_file(gfx942_only: Any) -> None:
     """CK gets --targets=gfx942 from the plan: no _gfx950 twin is generated or compiled, and the
     library holds gfx942 code only (its code objects per arch listed from the fat binary)."""
     (mod,) = record(gfx942_only)["modules"]
@@ -148,13 +152,16 @@ def test_a_gfx942_build_compiles_no_gfx950_file(gfx942_only):
 
 
 @ck
-def test_same_kernels_per_arch_as_the_two_arch_build(te, gfx942_only):
+def test_same_kernels_per_arch_as_the_two_arch_build(te: Any, gfx942_only: Any) -> None:
     """The gfx942 code objects of a gfx942-only build hold exactly the fMHA forward kernels the
     two-arch build holds for gfx942 (the _gfx950 twin only ever held gfx950 code)."""
     both = kernels.device_code_objects(te / "lib" / f"{NS}_libmha_fwd.so")
     one = kernels.device_code_objects(gfx942_only / "lib" / f"{NS}_libmha_fwd.so")
     assert sorted(both) == list(ARCHS) and list(one) == ["gfx942"]
-    fwd = lambda ks: {k for k in ks if "FmhaFwdKernel" in k}  # noqa: E731
+
+    def fwd(ks: Iterable[str]) -> set[str]:
+        return {k for k in ks if "FmhaFwdKernel" in k}
+
     assert fwd(one["gfx942"]) == fwd(both["gfx942"]) and fwd(both["gfx950"]), (both, one)
 
 
@@ -165,7 +172,7 @@ def _llvm_env() -> dict[str, str]:
 
 @ck
 @pytest.mark.parametrize("name,api", [("libmha_fwd", "fmha_fwd_api.cpp"), ("libmha_bwd", "fmha_bwd_api.cpp")])
-def test_dispatch_file_calls_exactly_the_instances(te, name, api):
+def test_dispatch_file_calls_exactly_the_instances(te: Any, name: str, api: str) -> None:
     blob = te.parent / "out.build" / "gen" / name / "blob"
     special = re.compile(r"template\s*<>\s*(?:float|void)\s+(fmha_\w+_)<\s*([^(]*?)\s*>\s*\(", re.S)
     defined = set()
@@ -191,7 +198,7 @@ def test_dispatch_file_calls_exactly_the_instances(te, name, api):
 
 @ck
 @pytest.mark.parametrize("name,kind", [("libmha_fwd", "fmha_v3_fwd"), ("libmha_bwd", "fmha_v3_bwd")])
-def test_embedded_code_objects_byte_exact(te, aiter_root, name, kind):
+def test_embedded_code_objects_byte_exact(te: Any, aiter_root: Path, name: str, kind: str) -> None:
     lib = te / "lib" / f"{NS}_{name}.so"
     found, _ = embedded_blobs(lib, embed.symbol_prefix(NS, name), embed.ALIGN)
     hsa = aiter_root / "aiter_meta" / "hsa"
@@ -209,7 +216,7 @@ int main(void) { printf("qola %s\n", te_qola_version()); return 0; }
 
 
 @ck
-def test_c_and_cmake_consumers_link_and_load(te, tmp_path):
+def test_c_and_cmake_consumers_link_and_load(te: Any, tmp_path: Path) -> None:
     src = tmp_path / "use.c"
     src.write_text(C_MAIN)
     lib = te / "lib"
@@ -289,7 +296,7 @@ int main(int argc, char** argv) {
 
 
 @ck
-def test_te_shaped_consumer_compiles_and_links_no_undefined(te, aiter_root, tmp_path):
+def test_te_shaped_consumer_compiles_and_links_no_undefined(te: Any, aiter_root: Path, tmp_path: Path) -> None:
     srcs = []
     for name, text in (("fwd", CXX_FWD), ("bwd", CXX_BWD), ("main", CXX_MAIN)):
         srcs.append(tmp_path / f"{name}.cpp")
@@ -334,7 +341,7 @@ def test_te_shaped_consumer_compiles_and_links_no_undefined(te, aiter_root, tmp_
 
 
 @ck
-def test_static_archives_of_two_namespaces_link_into_one_program(aiter_root, tmp_path):
+def test_static_archives_of_two_namespaces_link_into_one_program(aiter_root: Path, tmp_path: Path) -> None:
     # the two builds run side by side (one job each): one CK instance each, minutes with clang 21
     procs = {}
     for ns in ("ta", "tb"):
@@ -401,7 +408,7 @@ name = "*_d32_*_b128x64x16x32x32x32_*_psddv_*"
 
 
 @ck
-def test_jit_build_and_prebuild_of_deferred_ck_instances(aiter_root, tmp_path):
+def test_jit_build_and_prebuild_of_deferred_ck_instances(aiter_root: Path, tmp_path: Path) -> None:
     # three forward kernels for gfx942: one ahead of time, two deferred to the JIT
     three = FWD.replace("hdim = 32\n", "hdim = [32, 64]\n") + (
         'name = ["*_d32_*_b128x64x16x32x32x32_*_psddv_*", "*_d32_*_b128x64x16x32x32x32_*_psskddv_*", '
@@ -413,7 +420,10 @@ def test_jit_build_and_prebuild_of_deferred_ck_instances(aiter_root, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
     (mod,) = record(out)["modules"]
     # a gfx942 build: qola passes CK --targets=gfx942, so each kernel is one _gfx9 file (no _gfx950 twin)
-    kernels = lambda part: {n.rsplit("_", 1)[0] for n in mod["jit"][part]["names"] if n.startswith("fmha_fwd_d")}  # noqa: E731
+
+    def kernels(part: str) -> set[str]:
+        return {n.rsplit("_", 1)[0] for n in mod["jit"][part]["names"] if n.startswith("fmha_fwd_d")}
+
     assert not [n for part in ("aot", "deferred") for n in mod["jit"][part]["names"] if n.endswith("_gfx950")]
     assert kernels("aot") == {n for n in kernels("aot") if "_d32_" in n and "_psddv_" in n} and len(kernels("aot")) == 1
     assert len(kernels("deferred")) == 2 and mod["jit"]["deferred"]["count"] == 2, mod["jit"]
@@ -434,7 +444,7 @@ def test_jit_build_and_prebuild_of_deferred_ck_instances(aiter_root, tmp_path):
         assert "gfx942" in {t.rsplit("-", 1)[-1] for b in bundles(fatbin_section(so)) for t, _ in b}
 
 
-def test_pybind_module_from_the_real_table(aiter_root, tmp_path):
+def test_pybind_module_from_the_real_table(aiter_root: Path, tmp_path: Path) -> None:
     """AITER's aiter_enum_pybind.cu spells PYBIND11_MODULE(module_aiter_enum, m): the module still gets
     qola's namespaced name (PyInit_te_module_aiter_enum), which the audit requires."""
     m = tmp_path / "enum.toml"
@@ -458,7 +468,7 @@ def test_pybind_module_from_the_real_table(aiter_root, tmp_path):
     assert run.returncode == 0 and run.stdout.split() == ["2"], run.stdout + run.stderr
 
 
-def test_rocm7_pin_is_explained(aiter_root, tmp_path):
+def test_rocm7_pin_is_explained(aiter_root: Path, tmp_path: Path) -> None:
     """hipcc 7.0.2 over HIP 6.4: "ROCm 7" means HIP 7 (its ABI, libamdhip64.so.7). QoLA never reads
     rocm_versions and TE's manifests say "7.2" while TE builds with ROCm 7.0 and 7.1 (issue 21): the
     mismatch is a warning saying why, recorded in manifest.json's version_check, not a refusal."""
@@ -470,5 +480,5 @@ def test_rocm7_pin_is_explained(aiter_root, tmp_path):
     assert check["status"] == "mismatch" and check["accepted"] == ["7"] and check["found"]["hip"].startswith("6.4")
 
 
-def test_rocm_environment_is_what_the_tests_claim():
+def test_rocm_environment_is_what_the_tests_claim() -> None:
     assert shutil.which("hipcc") and shutil.which("clang-offload-bundler", path=_llvm_env()["PATH"])

@@ -27,7 +27,7 @@ JIT = "\n[jit]" + (EXAMPLES / "te-ckjit-manifest.toml").read_text().split("\n[ji
 KINDS = {"libmha_fwd": ("fmha_v3_fwd", "FmhaFwdKernel"), "libmha_bwd": ("fmha_v3_bwd", "FmhaBwd")}
 
 
-def test_te_ckjit_manifest_defers_every_ck_kernel_and_prebuilds_one(aiter_root, tmp_path):
+def test_te_ckjit_manifest_defers_every_ck_kernel_and_prebuilds_one(aiter_root: Path, tmp_path: Path) -> None:
     assert 'modules = ["libmha_fwd", "libmha_bwd"]' in JIT and "[[jit.aot" not in JIT
     m = manifest(tmp_path / "te.toml", NS, ("gfx942",), bwd=True, extra=JIT)
     proc, out = build(tmp_path, aiter_root, m)

@@ -30,9 +30,13 @@ def dry_run(tmp: Path, archs: list[str], body: str, tree: Path | None = None) ->
     m.write_text(f'[qola]\nnamespace = "qk"\n[build]\narchitectures = {archs!r}\nmode = "cpp_itfs"\n'.replace("'", '"'))
     m.write_text(m.read_text() + body)
     spec = BuildSpec(
-        manifest=str(m), aiter_root=str(tree), output_dir=str(tmp / "out"), jobs=1, dry_run=True,
+        manifest=str(m),
+        aiter_root=str(tree),
+        output_dir=str(tmp / "out"),
+        jobs=1,
+        dry_run=True,
         env={**os.environ, "HIPCC": str(hipcc)},
-    )  # fmt: skip
+    )
     report = pipeline.build(spec)
     assert report.ok, [(r.name, r.error) for r in report.modules]
     return edges((tmp / "out.build" / "build.ninja").read_text())
@@ -56,7 +60,7 @@ def edges(text: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def test_each_generated_file_compiles_for_its_archs(tmp_path):
+def test_each_generated_file_compiles_for_its_archs(tmp_path: Path) -> None:
     """A two-arch build: a ``_gfx9`` kernel file gets no gfx950 pass, a ``_gfx950`` one no gfx942 pass;
     the dispatch and the API source get both. The passes are the edge's own ``$archs`` (the module's
     flags name none), on the compile line within its flags, before ``-x hip -c $in -o $out``."""
@@ -72,7 +76,7 @@ def test_each_generated_file_compiles_for_its_archs(tmp_path):
     assert " $flags $archs " in cmd and cmd.index("$archs") < cmd.index("-x hip -c $in -o $out")
 
 
-def test_a_files_archs_are_judged_among_its_own_generators_files(tmp_path):
+def test_a_files_archs_are_judged_among_its_own_generators_files(tmp_path: Path) -> None:
     """An asm generator's ``_gfx942`` file beside CK's ``_gfx9`` ones (AITER's libmha_fwd): each file's
     archs come from its own generator's listing, so CK's ``_gfx9`` file still serves gfx942 (judged
     over the module's whole listing, ``gfx942`` would be the more specific family and ``_gfx9`` would
@@ -88,7 +92,7 @@ def test_a_files_archs_are_judged_among_its_own_generators_files(tmp_path):
     assert again == g
 
 
-def test_a_single_arch_build_compiles_every_file_for_it(tmp_path):
+def test_a_single_arch_build_compiles_every_file_for_it(tmp_path: Path) -> None:
     """gfx942 alone: the generator is told ``--targets=gfx942`` (it writes no ``_gfx950`` twin) and
     every edge, the dispatch included, has the one pass."""
     g = dry_run(tmp_path, ["gfx942"], module())
@@ -97,7 +101,7 @@ def test_a_single_arch_build_compiles_every_file_for_it(tmp_path):
     assert {v["archs"] for v in units.values()} == {"--offload-arch=gfx942"}
 
 
-def test_source_archs_keeps_feature_suffixes_and_every_arch_for_a_file_serving_none():
+def test_source_archs_keeps_feature_suffixes_and_every_arch_for_a_file_serving_none() -> None:
     srcs = ["/g/fmha_fwd_d64_gfx9.cpp", "/g/fmha_fwd_d64_gfx950.cpp", "/g/fmha_fwd_api.cpp"]
     assert genrules.source_archs(srcs, ("gfx942:xnack-", "gfx950")) == {
         "/g/fmha_fwd_d64_gfx9.cpp": ("gfx942:xnack-",),
@@ -108,7 +112,7 @@ def test_source_archs_keeps_feature_suffixes_and_every_arch_for_a_file_serving_n
     assert genrules.source_archs(srcs[1:2], ("gfx90a",)) == {"/g/fmha_fwd_d64_gfx950.cpp": ("gfx90a",)}
 
 
-def test_a_dropped_direction_brings_no_dispatch_unit_unless_code_that_stays_calls_it(tmp_path):
+def test_a_dropped_direction_brings_no_dispatch_unit_unless_code_that_stays_calls_it(tmp_path: Path) -> None:
     """``drop_directions``: CK writes a dropped direction's dispatch alone (no kernel); it is compiled
     only when a source that stays calls it (here the API calls batch_prefill, not fwd_splitkv)."""
     drop = ("fwd_splitkv", "batch_prefill")
@@ -125,7 +129,7 @@ def test_a_dropped_direction_brings_no_dispatch_unit_unless_code_that_stays_call
 
 
 @needs_fake_nvcc
-def test_the_library_links_without_them_and_drops_dead_code(tmp_path):
+def test_the_library_links_without_them_and_drops_dead_code(tmp_path: Path) -> None:
     """A real link (the fake nvcc: g++ objects, the host linker): the library links with
     ``--no-undefined`` though the dropped directions' dispatch was never compiled, and ``--gc-sections``
     drops what no export reaches (a source of dead code: its bytes are not in the library)."""

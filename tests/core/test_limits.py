@@ -16,24 +16,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from support.common import KERNELS
+from support.common import KERNELS, qola_command, run_qola
 
+from qola.compile.codegen import GenJob
 from qola.core import deadlines, lock, proc
 from qola.core.errors import FailedProcessError, QolaError
 
 GENEROUS = 120  # seconds the test waits for a process that should end in about one
-
-
-def qola(*args: str, env: dict | None = None, timeout: float = GENEROUS) -> subprocess.CompletedProcess:
-    """The CLI in a subprocess; a qola that does not end within ``timeout`` fails the test."""
-    return subprocess.run(
-        [sys.executable, "-m", "qola", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, **(env or {})},
-        timeout=timeout,
-    )
 
 
 def hanging_tool(path: Path, how: str = "sleep") -> tuple[Path, Path]:
@@ -68,7 +57,7 @@ def mini_manifest(path: Path, archs: str, extra: str = "") -> Path:
 # ---- knobs ----------------------------------------------------------------------------------------
 
 
-def test_knobs_read_seconds_and_refuse_anything_else():
+def test_knobs_read_seconds_and_refuse_anything_else() -> None:
     assert deadlines.seconds(deadlines.PROBE, {}) == 120.0
     assert deadlines.seconds(deadlines.PROBE, {"QOLA_PROBE_TIMEOUT": " 2.5 "}) == 2.5
     assert deadlines.timeout(deadlines.LOCK, {}) is None
@@ -80,7 +69,7 @@ def test_knobs_read_seconds_and_refuse_anything_else():
         with pytest.raises(QolaError) as info:
             deadlines.seconds(deadlines.GENERATOR, {"QOLA_GENERATOR_TIMEOUT": bad})
         assert "QOLA_GENERATOR_TIMEOUT" in info.value.message
-    proc_ = qola("doctor", env={"QOLA_PROBE_TIMEOUT": "never"})
+    proc_ = run_qola("doctor", env={"QOLA_PROBE_TIMEOUT": "never"}, timeout=GENEROUS)
     assert proc_.returncode == 2 and "QOLA_PROBE_TIMEOUT='never'" in proc_.stderr and "Traceback" not in proc_.stderr
 
 
@@ -88,22 +77,22 @@ def test_knobs_read_seconds_and_refuse_anything_else():
 
 
 @pytest.mark.parametrize(("name", "variable", "how"), [("nvcc", "CUDACXX", "sleep"), ("hipcc", "HIPCC", "fifo")])
-def test_doctor_reports_a_compiler_that_hangs_and_fails(tmp_path, name, variable, how):
+def test_doctor_reports_a_compiler_that_hangs_and_fails(tmp_path: Path, name: str, variable: str, how: str) -> None:
     tool, pid = hanging_tool(tmp_path / "bin" / name, how)
-    done = qola("doctor", env={variable: str(tool), "QOLA_PROBE_TIMEOUT": "1"})
+    done = run_qola("doctor", env={variable: str(tool), "QOLA_PROBE_TIMEOUT": "1"}, timeout=GENEROUS)
     assert done.returncode == 1, done.stdout + done.stderr
-    line = next(ln for ln in done.stdout.splitlines() if str(tool) in ln or "compiler" in ln and "broken" in ln)
+    line = next(ln for ln in done.stdout.splitlines() if str(tool) in ln or ("compiler" in ln and "broken" in ln))
     assert "broken" in line, done.stdout
     assert f"{tool} --version" in done.stdout and "no answer within 1 s" in done.stdout
     assert "QOLA_PROBE_TIMEOUT" in done.stdout and "broken" in done.stderr
     assert gone(pid)
 
 
-def test_build_ends_a_hanging_compiler_probe_naming_it(tmp_path):
+def test_build_ends_a_hanging_compiler_probe_naming_it(tmp_path: Path) -> None:
     tool, pid = hanging_tool(tmp_path / "bin" / "nvcc")
     m = mini_manifest(tmp_path / "q.toml", "sm_90")
     out = tmp_path / "out"
-    done = qola(
+    done = run_qola(
         "build",
         "--manifest",
         str(m),
@@ -112,6 +101,7 @@ def test_build_ends_a_hanging_compiler_probe_naming_it(tmp_path):
         "-o",
         str(out),
         env={"CUDACXX": str(tool), "QOLA_PROBE_TIMEOUT": "1"},
+        timeout=GENEROUS,
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"{tool} --version" in done.stderr and "no answer within 1 s" in done.stderr
@@ -120,7 +110,7 @@ def test_build_ends_a_hanging_compiler_probe_naming_it(tmp_path):
     assert gone(pid)
 
 
-def test_a_flag_probe_that_hangs_is_ended_too(tmp_path):
+def test_a_flag_probe_that_hangs_is_ended_too(tmp_path: Path) -> None:
     from qola.toolchain import host
 
     tool, pid = hanging_tool(tmp_path / "cc", "fifo")
@@ -133,7 +123,7 @@ def test_a_flag_probe_that_hangs_is_ended_too(tmp_path):
 # ---- doctor with an empty PATH ------------------------------------------------------------------
 
 
-def test_doctor_with_an_empty_path_fails_with_a_clear_report():
+def test_doctor_with_an_empty_path_fails_with_a_clear_report() -> None:
     cxx = "/usr/bin/c++"
     if os.path.exists(cxx):
         alone = subprocess.run(
@@ -147,25 +137,18 @@ def test_doctor_with_an_empty_path_fails_with_a_clear_report():
         if alone.returncode == 0:
             pytest.skip("this host's c++ builds a program without PATH")
     env = {k: v for k, v in os.environ.items() if k not in ("CXX", "PATH")}
-    done = subprocess.run(
-        [sys.executable, "-m", "qola", "doctor"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**env, "PATH": ""},
-        timeout=GENEROUS,
-    )
+    done = run_qola("doctor", env={**env, "PATH": ""}, whole_env=True, timeout=GENEROUS)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "PATH is empty" in done.stdout and "cannot build: " in done.stderr and "host C++" in done.stderr
     host = next(ln for ln in done.stdout.splitlines() if "host C++" in ln)
     assert host.split()[0] in ("broken", "missing"), done.stdout
 
 
-def test_doctor_fails_when_the_host_compiler_cannot_link(tmp_path):
+def test_doctor_fails_when_the_host_compiler_cannot_link(tmp_path: Path) -> None:
     bad = tmp_path / "c++"
     bad.write_text("#!/bin/sh\necho \"c++: fatal error: cannot execute 'as'\" >&2\nexit 1\n")
     bad.chmod(0o755)
-    done = qola("doctor", env={"CXX": str(bad)})
+    done = run_qola("doctor", env={"CXX": str(bad)}, timeout=GENEROUS)
     assert done.returncode == 1
     assert "broken   host C++" in done.stdout and "cannot execute 'as'" in done.stdout
     assert "host C++ broken" in done.stderr
@@ -174,7 +157,7 @@ def test_doctor_fails_when_the_host_compiler_cannot_link(tmp_path):
 # ---- git ----------------------------------------------------------------------------------------
 
 
-def test_a_git_that_hangs_is_ended_at_the_knob_deadline(tmp_path):
+def test_a_git_that_hangs_is_ended_at_the_knob_deadline(tmp_path: Path) -> None:
     from qola.checkout import git
 
     tool, pid = hanging_tool(tmp_path / "bin" / "git")
@@ -188,7 +171,7 @@ def test_a_git_that_hangs_is_ended_at_the_knob_deadline(tmp_path):
 # ---- generators: a deadline, and output never held whole ---------------------------------------
 
 
-def _job(tmp_path: Path, body: str):
+def _job(tmp_path: Path, body: str) -> GenJob:
     from qola.compile.codegen import GenJob
     from qola.plan.planner import Generator
 
@@ -197,7 +180,7 @@ def _job(tmp_path: Path, body: str):
     return GenJob("m", (Generator(f"{script} --output_dir {{}}"),))
 
 
-def test_a_generator_past_its_deadline_is_ended_and_fails_its_module(tmp_path):
+def test_a_generator_past_its_deadline_is_ended_and_fails_its_module(tmp_path: Path) -> None:
     from qola.compile.codegen import run_generators
 
     pid = tmp_path / "gen.pid"
@@ -218,7 +201,7 @@ LOUD = (
 )
 
 
-def test_a_generator_printing_200_mb_keeps_memory_bounded(tmp_path):
+def test_a_generator_printing_200_mb_keeps_memory_bounded(tmp_path: Path) -> None:
     """Peak RSS of a process running one generator that prints 200 MiB (holding it whole took
     more than twice that). The peak is the process's own memory's (VmHWM), not ``ru_maxrss``: that
     one keeps the parent's peak across fork and exec, so inside a long pytest run it reported the
@@ -255,7 +238,7 @@ def test_a_generator_printing_200_mb_keeps_memory_bounded(tmp_path):
     assert marks == ["True", "True", "True"]  # head, tail, and a note of the cut
 
 
-def test_a_loud_failing_generator_publishes_a_capped_log_with_head_and_tail(tmp_path):
+def test_a_loud_failing_generator_publishes_a_capped_log_with_head_and_tail(tmp_path: Path) -> None:
     import shutil
 
     tree = tmp_path / "kernels"
@@ -268,7 +251,7 @@ def test_a_loud_failing_generator_publishes_a_capped_log_with_head_and_tail(tmp_
     m = tmp_path / "q.toml"
     m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n' + extra)
     out = tmp_path / "out"
-    done = qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out))
+    done = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), timeout=GENEROUS)
     assert done.returncode == 1, done.stdout + done.stderr
     log = out / "logs" / "module_gen.log"
     assert 0 < log.stat().st_size < proc.LOG_KEEP + (1 << 20)
@@ -277,7 +260,7 @@ def test_a_loud_failing_generator_publishes_a_capped_log_with_head_and_tail(tmp_
     assert "qola cut" in text and "bytes" in text and "Traceback" not in done.stderr
 
 
-def test_run_refuses_to_hold_more_than_its_capture_limit(tmp_path, monkeypatch):
+def test_run_refuses_to_hold_more_than_its_capture_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(proc, "MAX_CAPTURE", 1 << 20)
     pid = tmp_path / "pid"
     argv = ["sh", "-c", f"echo $$ > {pid}; exec yes qola"]
@@ -300,15 +283,15 @@ def test_run_refuses_to_hold_more_than_its_capture_limit(tmp_path, monkeypatch):
 class Waiter:
     """A qola subprocess whose stderr lines arrive in a queue (read by a thread)."""
 
-    def __init__(self, argv: list[str], env: dict):
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self.p = subprocess.Popen(
-            [sys.executable, "-m", "qola", *argv],
+            qola_command(*argv),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, **env},
         )
-        self.lines: queue.Queue = queue.Queue()
+        self.lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -335,7 +318,7 @@ class Waiter:
                 self.p.kill()
 
 
-def test_build_waiting_for_a_held_build_dir_says_so_and_ends_on_sigterm(tmp_path):
+def test_build_waiting_for_a_held_build_dir_says_so_and_ends_on_sigterm(tmp_path: Path) -> None:
     m = mini_manifest(tmp_path / "q.toml", "sm_90")
     bdir, out = tmp_path / "bld", tmp_path / "out"
     bdir.mkdir()
@@ -363,7 +346,9 @@ def test_build_waiting_for_a_held_build_dir_says_so_and_ends_on_sigterm(tmp_path
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_jit_prebuild_waiting_for_a_held_cache_lock_ends_on_a_signal(tmp_path, jit_runtime, sig):
+def test_jit_prebuild_waiting_for_a_held_cache_lock_ends_on_a_signal(
+    tmp_path: Path, jit_runtime: list[Path], sig: signal.Signals
+) -> None:
     from support.jit_lib import make_lib
 
     from qola.jit import prebuild as pb
@@ -382,7 +367,7 @@ def test_jit_prebuild_waiting_for_a_held_cache_lock_ends_on_a_signal(tmp_path, j
     assert not [p for p in lib.cache.iterdir() if p.name.startswith(".") and p.is_file()], "temp files left"
 
 
-def test_jit_prebuild_lock_wait_has_a_deadline(tmp_path, jit_runtime):
+def test_jit_prebuild_lock_wait_has_a_deadline(tmp_path: Path, jit_runtime: list[Path]) -> None:
     from support.jit_lib import make_lib
 
     from qola.jit import prebuild as pb
@@ -392,19 +377,19 @@ def test_jit_prebuild_lock_wait_has_a_deadline(tmp_path, jit_runtime):
     out = lib.root / "out"
     units = pb.select_units(pb.find_jit_dirs(out), lib.env)
     with JitCache(lib.cache).lock(units[0].key):
-        done = qola("jit", "prebuild", str(out), env={**lib.env, "QOLA_LOCK_TIMEOUT": "1"})
+        done = run_qola("jit", "prebuild", str(out), env={**lib.env, "QOLA_LOCK_TIMEOUT": "1"}, timeout=GENEROUS)
     assert done.returncode != 0 and "waited 1 s for the JIT cache lock" in done.stdout + done.stderr
     assert "1 built" in done.stdout, done.stdout  # the other unit was not held up
 
 
 @pytest.fixture(scope="module")
-def jit_runtime(tmp_path_factory):
+def jit_runtime(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     from support.jit_lib import build_runtime
 
     return build_runtime(tmp_path_factory.mktemp("jit-runtime-limits"))
 
 
-def test_ninja_output_of_a_loud_compile_is_kept_bounded_per_module(tmp_path):
+def test_ninja_output_of_a_loud_compile_is_kept_bounded_per_module(tmp_path: Path) -> None:
     """A compile printing 48 MiB (and one endless line): the module's lines keep head and tail."""
     from qola.compile import ninja
 
@@ -426,7 +411,7 @@ def test_ninja_output_of_a_loud_compile_is_kept_bounded_per_module(tmp_path):
     assert all(len(x) <= 1 << 16 for x in done.log)
 
 
-def test_build_waiting_for_a_reader_of_its_output_dir_ends_on_sigterm(tmp_path):
+def test_build_waiting_for_a_reader_of_its_output_dir_ends_on_sigterm(tmp_path: Path) -> None:
     """A publish waits for qola's readers of OUT (audit, package): said, and ended by SIGTERM with OUT
     as it was."""
     import shutil
@@ -443,7 +428,7 @@ def test_build_waiting_for_a_reader_of_its_output_dir_ends_on_sigterm(tmp_path):
     )
     out = tmp_path / "out"
     argv = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out)]
-    assert qola(*argv).returncode == 1  # a first published version (its module failed)
+    assert run_qola(*argv, timeout=GENEROUS).returncode == 1  # a first published version (its module failed)
     before = (out / "manifest.json").read_bytes()
     with outdir.reading(out):
         w = Waiter(argv, {})
@@ -452,7 +437,7 @@ def test_build_waiting_for_a_reader_of_its_output_dir_ends_on_sigterm(tmp_path):
     assert (out / "manifest.json").read_bytes() == before and not outdir.interrupted(out)
 
 
-def test_a_hanging_hipconfig_beside_amdclang_is_ended(tmp_path):
+def test_a_hanging_hipconfig_beside_amdclang_is_ended(tmp_path: Path) -> None:
     """amdclang++ prints no HIP version: qola asks the hipconfig beside it, which hangs."""
     from qola.toolchain import hip
 
@@ -468,7 +453,7 @@ def test_a_hanging_hipconfig_beside_amdclang_is_ended(tmp_path):
     assert gone(pid)
 
 
-def test_a_generator_listing_its_instances_is_ended_at_the_deadline(tmp_path):
+def test_a_generator_listing_its_instances_is_ended_at_the_deadline(tmp_path: Path) -> None:
     from qola.plan.planner import Generator
     from qola.plan.variants import list_blobs
 

@@ -10,6 +10,7 @@ import os
 import pickle
 import threading
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -31,7 +32,7 @@ def leaked(root: Path) -> list[str]:
     return found
 
 
-def test_a_secret_shows_as_stars_and_refuses_records():
+def test_a_secret_shows_as_stars_and_refuses_records() -> None:
     s = Secret(PASSWORD)
     for shown in (str(s), repr(s), f"{s}", f"{s!s}", f"{s:>20}", "%s" % s, format(s)):
         assert PASSWORD not in shown and MASK in shown
@@ -41,7 +42,7 @@ def test_a_secret_shows_as_stars_and_refuses_records():
     with pytest.raises(TypeError):
         pickle.dumps(s)
     with pytest.raises(AttributeError):
-        s._value = "x"  # type: ignore[misc]
+        s._value = "x"
 
 
 @pytest.mark.parametrize(
@@ -54,7 +55,7 @@ def test_a_secret_shows_as_stars_and_refuses_records():
         ("https://example.org/a@b", "https://example.org/a@b"),  # '@' in the path: no credentials
     ],
 )
-def test_split_and_redact(url, public):
+def test_split_and_redact(url: str, public: str) -> None:
     got, secret = split_url(url)
     assert got == public
     assert (secret is None) == (url == public)
@@ -63,7 +64,7 @@ def test_split_and_redact(url, public):
     assert redact_argv(["qola", "--prebuilt", url]) == ["qola", "--prebuilt", redact(url)]
 
 
-def test_every_error_redacts_urls():
+def test_every_error_redacts_urls() -> None:
     exc = QolaError(f"cannot fetch https://u:{PASSWORD}@h/x", hint=f"try http://{PASSWORD}@h", where="x")
     assert PASSWORD not in exc.render()
     failed = FailedProcessError(
@@ -79,12 +80,22 @@ def _manifest(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("scheme", ["grpc", "grpcs", "http", "https"])
-def test_remote_credentials_in_the_url_are_refused_and_never_shown_or_written(tmp_path, scheme):
+def test_remote_credentials_in_the_url_are_refused_and_never_shown_or_written(tmp_path: Path, scheme: str) -> None:
     """``--remote grpc://user:PASSWORD@host``: the old build printed the password twice and wrote it
     into .qola-noop.json, .qola.lock and remote/config.json."""
     out = tmp_path / "out"
-    proc = run_qola("build", "-m", str(_manifest(tmp_path)), "--aiter-root", str(KERNELS), "-o", str(out),
-                    "--remote", f"{scheme}://user:{PASSWORD}@127.0.0.1:1", "--dry-run")  # fmt: skip
+    proc = run_qola(
+        "build",
+        "-m",
+        str(_manifest(tmp_path)),
+        "--aiter-root",
+        str(KERNELS),
+        "-o",
+        str(out),
+        "--remote",
+        f"{scheme}://user:{PASSWORD}@127.0.0.1:1",
+        "--dry-run",
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "credentials in the URL" in proc.stderr and "--remote-token" in proc.stderr, proc.stderr
     assert PASSWORD not in proc.stdout + proc.stderr
@@ -92,18 +103,18 @@ def test_remote_credentials_in_the_url_are_refused_and_never_shown_or_written(tm
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
-    seen: list[str | None] = []
+    seen: ClassVar[list[str | None]] = []
 
-    def do_GET(self):  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         type(self).seen.append(self.headers.get("Authorization"))
         self.send_response(404)
         self.end_headers()
 
-    def log_message(self, *args):
+    def log_message(self, *args: Any) -> None:
         pass
 
 
-def test_prebuilt_credentials_go_in_a_header_never_in_a_message(tmp_path):
+def test_prebuilt_credentials_go_in_a_header_never_in_a_message(tmp_path: Path) -> None:
     import base64
 
     from qola.store import download
@@ -121,7 +132,7 @@ def test_prebuilt_credentials_go_in_a_header_never_in_a_message(tmp_path):
     assert _Recorder.seen == ["Basic " + base64.b64encode(f"user:{PASSWORD}".encode()).decode()]
 
 
-def test_clone_credentials_go_to_git_through_its_environment_only(tmp_path):
+def test_clone_credentials_go_to_git_through_its_environment_only(tmp_path: Path) -> None:
     """``--aiter-url https://user:PASSWORD@host/…``: the clone runs on the URL without them (so neither
     .git/config nor a message holds them); git gets them as an Authorization header for that host,
     in its environment-only config. A password in an ssh URL is refused; an ssh user is kept."""
@@ -130,8 +141,14 @@ def test_clone_credentials_go_to_git_through_its_environment_only(tmp_path):
 
     public, creds = clone_url(f"https://user:{PASSWORD}@git.example.org/aiter.git")
     assert public == "https://git.example.org/aiter.git" and creds is not None
-    req = Request(root=tmp_path, commit="abcd", commit_from="x", url=public, credentials=creds,
-                  env={"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "a.b", "GIT_CONFIG_VALUE_0": "c"})  # fmt: skip
+    req = Request(
+        root=tmp_path,
+        commit="abcd",
+        commit_from="x",
+        url=public,
+        credentials=creds,
+        env={"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "a.b", "GIT_CONFIG_VALUE_0": "c"},
+    )
     env = req.network_env()
     assert env["GIT_CONFIG_COUNT"] == "2" and env["GIT_CONFIG_KEY_0"] == "a.b"
     assert env["GIT_CONFIG_KEY_1"] == "http.https://git.example.org/.extraHeader"
@@ -142,7 +159,14 @@ def test_clone_credentials_go_to_git_through_its_environment_only(tmp_path):
     assert PASSWORD not in info.value.render()
 
     root = tmp_path / "aiter"  # nothing listens on port 1: the clone fails, and says so without the password
-    proc = run_qola("checkout", "--aiter-root", str(root), "--aiter-commit", "0123456789abcdef",
-                    "--aiter-url", f"http://user:{PASSWORD}@127.0.0.1:1/aiter.git")  # fmt: skip
+    proc = run_qola(
+        "checkout",
+        "--aiter-root",
+        str(root),
+        "--aiter-commit",
+        "0123456789abcdef",
+        "--aiter-url",
+        f"http://user:{PASSWORD}@127.0.0.1:1/aiter.git",
+    )
     assert proc.returncode == 2 and "127.0.0.1:1" in proc.stderr, proc.stderr
     assert PASSWORD not in proc.stdout + proc.stderr and leaked(tmp_path) == []

@@ -10,8 +10,11 @@ import signal
 import sys
 import threading
 import time
+from ast import Call
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +30,7 @@ SUBPROCESS_ALLOWED = {"core/proc.py", "plan/variants.py"}
 # ---- process runs: one runner, one failure error ---------------------------------------------------
 
 
-def test_only_the_runner_imports_subprocess():
+def test_only_the_runner_imports_subprocess() -> None:
     users = sorted(
         str(p.relative_to(SRC))
         for p in SRC.rglob("*.py")
@@ -36,7 +39,7 @@ def test_only_the_runner_imports_subprocess():
     assert set(users) <= SUBPROCESS_ALLOWED, users
 
 
-def test_run_checked_one_error_for_every_failure(tmp_path):
+def test_run_checked_one_error_for_every_failure(tmp_path: Path) -> None:
     with pytest.raises(FailedProcessError) as info:
         proc.run_checked([sys.executable, "-c", "import sys; print('bad things'); sys.exit(3)"], hint="fix it")
     err = info.value
@@ -59,7 +62,7 @@ def test_run_checked_one_error_for_every_failure(tmp_path):
     assert done.returncode == 1
 
 
-def test_link_step_and_compiler_probe_fail_through_the_runner(tmp_path):
+def test_link_step_and_compiler_probe_fail_through_the_runner(tmp_path: Path) -> None:
     from qola.compile import link
     from qola.jit import key
 
@@ -87,7 +90,7 @@ def _generator(tmp_path: Path) -> Path:
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs the main thread")
-def test_ctrl_c_ends_generators_running_in_worker_threads(tmp_path):
+def test_ctrl_c_ends_generators_running_in_worker_threads(tmp_path: Path) -> None:
     from qola.compile.codegen import GenJob, run_generators
     from qola.plan.planner import Generator
 
@@ -101,15 +104,19 @@ def test_ctrl_c_ends_generators_running_in_worker_threads(tmp_path):
     # kill may land on the worker thread, where it would not interrupt the main thread's wait).
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            with pytest.raises(proc.Interrupted):
-                with proc.signals_end_children():
-                    future = pool.submit(run_generators, job, tmp_path / "gen", env={"PATH": os.environ["PATH"]})
-                    while not pids_file.exists() or len(pids_file.read_text().split()) < 2:
-                        assert time.monotonic() - start < 300, "the generator did not start"
-                        time.sleep(0.05)
-                    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-                    time.sleep(600)  # the handler raises Interrupted here
+        with (
+            ThreadPoolExecutor(max_workers=2) as pool,
+            pytest.raises(proc.Interrupted),
+            proc.signals_end_children(),
+        ):
+            future = pool.submit(run_generators, job, tmp_path / "gen", env={"PATH": os.environ["PATH"]})
+            while not pids_file.exists() or len(pids_file.read_text().split()) < 2:
+                assert time.monotonic() - start < 300, "the generator did not start"
+                time.sleep(0.05)
+            main = threading.main_thread().ident
+            assert main is not None
+            signal.pthread_kill(main, signal.SIGINT)
+            time.sleep(600)  # the handler raises Interrupted here
     finally:
         signal.signal(signal.SIGINT, previous)
         proc.reset_stop()  # this process goes on to run other tests (a qola process would exit)
@@ -122,7 +129,7 @@ def test_ctrl_c_ends_generators_running_in_worker_threads(tmp_path):
 # ---- file writes: one home (qola.core.fsutil) -----------------------------------------------------------
 
 
-def test_write_if_changed_keeps_mtime_takes_bytes_and_fixes_mode(tmp_path):
+def test_write_if_changed_keeps_mtime_takes_bytes_and_fixes_mode(tmp_path: Path) -> None:
     from qola.core.fsutil import write_if_changed
 
     path = write_if_changed(tmp_path / "d" / "f.cu", "int x;\n")
@@ -136,17 +143,17 @@ def test_write_if_changed_keeps_mtime_takes_bytes_and_fixes_mode(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["f.cu"]  # no temp file left
 
 
-def test_atomic_write_temp_prefix_commit_and_replace_dir(tmp_path, monkeypatch):
+def test_atomic_write_temp_prefix_commit_and_replace_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from qola.core import fsutil
 
     seen = []
     real = os.replace
 
-    def spy(src, dst):
+    def spy(src: Any, dst: Any) -> None:
         seen.append(Path(src).name)
         return real(src, dst)
 
-    monkeypatch.setattr(fsutil.os, "replace", spy)
+    monkeypatch.setattr("qola.core.fsutil.os.replace", spy)
     fsutil.atomic_write(tmp_path / "k.meta", b"x", temp_prefix=".tmp-k.meta-", sync_dir=True)
     assert seen[-1].startswith(".tmp-k.meta-") and (tmp_path / "k.meta").read_bytes() == b"x"
     assert (tmp_path / "k.meta").stat().st_mode & 0o777 == 0o644
@@ -166,7 +173,7 @@ def test_atomic_write_temp_prefix_commit_and_replace_dir(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blob", "k.meta", "k.so"]
 
 
-def test_atomic_writers_live_in_fsutil():
+def test_atomic_writers_live_in_fsutil() -> None:
     """No module renames its own temp files: they call qola.core.fsutil. Left out, each for a reason:
     outdir.py (the output switch: renames and exchanges of whole published dirs, its own
     roll-forward protocol, tested under SIGKILL at every step), jit/prebuild.py (the compiler's temp output
@@ -186,7 +193,7 @@ def test_atomic_writers_live_in_fsutil():
 
 
 @pytest.mark.parametrize("ns", ["class", "and", "co_await", "_Bool", "__x", "_X", "te ns", "9te"])
-def test_a_bad_namespace_is_refused_wherever_it_comes_from(ns):
+def test_a_bad_namespace_is_refused_wherever_it_comes_from(ns: str) -> None:
     from qola.compile.elf import ExportRule
     from qola.core.errors import QolaError
     from qola.hooks import embed
@@ -221,7 +228,7 @@ ARCHS = [
 ]
 
 
-def test_one_arch_syntax_for_manifest_toolchain_and_embed(tmp_path):
+def test_one_arch_syntax_for_manifest_toolchain_and_embed(tmp_path: Path) -> None:
     from qola.core import rules
     from qola.core.errors import QolaError
     from qola.hooks import embed
@@ -247,7 +254,7 @@ def test_one_arch_syntax_for_manifest_toolchain_and_embed(tmp_path):
             embed.collect(tmp_path, [arch], None)
 
 
-def test_arch_lists_one_rule(tmp_path):
+def test_arch_lists_one_rule(tmp_path: Path) -> None:
     from qola.core.errors import QolaError
     from qola.plan.manifest import parse
     from qola.toolchain.archs import validate_archs
@@ -262,7 +269,7 @@ def test_arch_lists_one_rule(tmp_path):
             parse("[build]\narchitectures = [" + ", ".join(f'"{a}"' for a in archs) + "]\n")
 
 
-def test_hip_version_is_probed_once_the_same_way(tmp_path):
+def test_hip_version_is_probed_once_the_same_way(tmp_path: Path) -> None:
     """Planning's torch.version.hip and the build's toolchain read the version with one probe."""
     from qola.pipeline.spec import hip_version
     from qola.plan.manifest import parse
@@ -283,7 +290,7 @@ def test_hip_version_is_probed_once_the_same_way(tmp_path):
     assert users == ["toolchain/versions.py"]
 
 
-def test_core_py_is_named_once():
+def test_core_py_is_named_once() -> None:
     import ast
 
     from support.common import KERNELS
@@ -315,7 +322,7 @@ def test_core_py_is_named_once():
 # ---- no dead or untrue code -------------------------------------------------------------------------
 
 
-def test_every_listed_command_exists():
+def test_every_listed_command_exists() -> None:
     import importlib
 
     from qola import cli
@@ -324,7 +331,9 @@ def test_every_listed_command_exists():
         assert hasattr(importlib.import_module(f"qola.commands.{name}"), "register"), name
 
 
-def test_doctor_reports_tools_and_fails_without_a_host_compiler(capsys, tmp_path):
+def test_doctor_reports_tools_and_fails_without_a_host_compiler(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     import argparse
 
     from qola.commands import doctor
@@ -343,7 +352,7 @@ def test_doctor_reports_tools_and_fails_without_a_host_compiler(capsys, tmp_path
 
 
 @pytest.mark.parametrize("name", ["child_environ", "is_c_keyword", "configs_dir"])
-def test_removed_dead_code_stays_removed(name):
+def test_removed_dead_code_stays_removed(name: str) -> None:
     users = [
         str(p.relative_to(SRC))
         for p in SRC.rglob("*.py")
@@ -355,7 +364,7 @@ def test_removed_dead_code_stays_removed(name):
 # ---- what qola ships: runtime/ (into libraries) and templates/ (added to modules) -------------------
 
 
-def test_shipped_files_live_where_their_role_says():
+def test_shipped_files_live_where_their_role_says() -> None:
     import tomllib
 
     from qola.jit.layout import runtime_dir, runtime_sources
@@ -374,7 +383,7 @@ def test_shipped_files_live_where_their_role_says():
 # ---- issue 33: one checked open, a deadline on every child, one secret type ---------------------------
 
 
-def _calls(path: Path, names: set[str]):
+def _calls(path: Path, names: set[str]) -> Iterator[tuple[Call, str]]:
     import ast
 
     for node in ast.walk(ast.parse(path.read_text())):
@@ -385,7 +394,7 @@ def _calls(path: Path, names: set[str]):
                 yield node, ast.unparse(f)
 
 
-def test_every_child_qola_runs_has_a_deadline():
+def test_every_child_qola_runs_has_a_deadline() -> None:
     """Every call of the runner (``proc.run``, ``proc.run_checked``) passes ``timeout=``; the one wait
     without it is ninja's (the build: ended by SIGTERM/SIGINT through signals_end_children, each
     compile under its own launcher). A new call without a deadline fails here."""
@@ -396,7 +405,7 @@ def test_every_child_qola_runs_has_a_deadline():
         if rel == "core/proc.py":
             continue
         for node, name in _calls(path, {"run", "run_checked", "started", "popen"}):
-            if not (name.startswith("proc.") or name in ("run_checked",) and "proc" in path.read_text()):
+            if not (name.startswith("proc.") or (name in ("run_checked",) and "proc" in path.read_text())):
                 continue
             if name in ("run_checked",) and rel.startswith("toolchain/"):
                 continue  # toolchain's own wrapper (host.run_checked): QOLA_PROBE_TIMEOUT inside
@@ -435,7 +444,7 @@ _RAW_OPEN = re.compile(
 )
 
 
-def test_input_is_opened_only_through_the_checked_open():
+def test_input_is_opened_only_through_the_checked_open() -> None:
     """(a) of issue 33: what qola reads from a tree, a service, a cache, an output dir or a patches
     dir is checked for type and size (owner where it matters) before it is opened, hashed or trusted,
     by one primitive, qola.core.inputs (os.open once, O_NONBLOCK, fstat on the descriptor). Every
@@ -454,7 +463,7 @@ def test_input_is_opened_only_through_the_checked_open():
     assert (SRC / "core" / "inputs.py").read_text().count("os.open(") == 1  # the one open
 
 
-def test_the_checked_open_refuses_before_reading(tmp_path):
+def test_the_checked_open_refuses_before_reading(tmp_path: Path) -> None:
     from qola.core import inputs
     from qola.core.errors import QolaError
 
@@ -471,10 +480,11 @@ def test_the_checked_open_refuses_before_reading(tmp_path):
         (tmp_path / "link", "symlink", {"follow": False}),
         (tmp_path / "d", "a directory", {}),
     ):
+        opts: dict[str, Any] = kw
         with pytest.raises(QolaError, match=needle):
-            inputs.read_checked(path, limit=1 << 20, what="input", **kw)
+            inputs.read_checked(path, limit=1 << 20, what="input", **opts)
         with pytest.raises(QolaError, match=needle):
-            inputs.sha256_checked(path, limit=1 << 20, what="input", **kw)
+            inputs.sha256_checked(path, limit=1 << 20, what="input", **opts)
     group_writable = tmp_path / "gw"
     group_writable.write_bytes(b"x")
     group_writable.chmod(0o664)

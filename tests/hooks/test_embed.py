@@ -7,13 +7,17 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from subprocess import CompletedProcess
+from typing import Any, cast
 
 import pytest
 from support.common import run_qola
 
 from qola.core.errors import QolaError
 from qola.hooks import embed
+from qola.hooks.embed import EmbedFiles, EmbedSources
 
 pytestmark = pytest.mark.skipif(not (shutil.which("cc") and shutil.which("g++")), reason="needs cc and g++")
 
@@ -62,13 +66,21 @@ int main(int argc, char** argv)
 """
 
 
-def _run(cmd, **kw):
+def _run(cmd: Sequence[object], **kw: Any) -> CompletedProcess[Any]:
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
     return proc
 
 
-def _build(tmp: Path, hsa: Path, archs, subdirs, ns="te", module="mod", align=embed.ALIGN):
+def _build(
+    tmp: Path,
+    hsa: Path,
+    archs: list[str],
+    subdirs: list[str] | None,
+    ns: str = "te",
+    module: str = "mod",
+    align: int = embed.ALIGN,
+) -> tuple[EmbedSources, EmbedFiles, Path]:
     """collect + render + write + assemble; returns (sources, files, object)."""
     sources = embed.render(embed.collect(hsa, archs, subdirs), ns, module, align)
     files = embed.write(sources, tmp / "out")
@@ -77,7 +89,7 @@ def _build(tmp: Path, hsa: Path, archs, subdirs, ns="te", module="mod", align=em
     return sources, files, obj
 
 
-def _round_trip(tmp: Path, sources, files, obj, align=embed.ALIGN) -> str:
+def _round_trip(tmp: Path, sources: EmbedSources, files: EmbedFiles, obj: Path, align: int = embed.ALIGN) -> str:
     (tmp / "check.cpp").write_text(CHECK_CPP)
     (tmp / "keys.tsv").write_text("".join(f"{e['key']}\t{e['source']}\n" for e in sources.index["entries"]))
     exe = tmp / "check"
@@ -100,7 +112,7 @@ def _round_trip(tmp: Path, sources, files, obj, align=embed.ALIGN) -> str:
     )
     out = _run([exe, tmp / "keys.tsv", str(align)]).stdout
     assert f"checked {len(sources.index['entries'])} bad 0" in out, out
-    return out
+    return cast("str", out)
 
 
 def _plant(root: Path, rel: str, data: bytes) -> Path:
@@ -126,7 +138,7 @@ def small_hsa(tmp_path: Path) -> Path:
     return tmp_path / "tree"
 
 
-def test_collect_keys_sorted_and_filtered(small_hsa: Path):
+def test_collect_keys_sorted_and_filtered(small_hsa: Path) -> None:
     blobs = embed.collect(small_hsa, ["gfx950", "gfx942"], ["fmha_v3_fwd"])
     assert [b.key for b in blobs] == [
         "hsa/gfx942/fmha_v3_fwd/MI300/a_copy.co",
@@ -142,8 +154,9 @@ def test_collect_keys_sorted_and_filtered(small_hsa: Path):
 
 
 @pytest.mark.parametrize("align", [256, 4096])
-def test_dedupe_alignment_and_round_trip(tmp_path: Path, small_hsa: Path, align: int):
+def test_dedupe_alignment_and_round_trip(tmp_path: Path, small_hsa: Path, align: int) -> None:
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     sources, files, obj = _build(tmp_path, small_hsa, ["gfx942", "gfx950"], ["fmha_v3_fwd", "pa"], align=align)
     entries = {e["key"]: e for e in sources.index["entries"]}
@@ -155,6 +168,7 @@ def test_dedupe_alignment_and_round_trip(tmp_path: Path, small_hsa: Path, align:
     with open(obj, "rb") as f:
         elf = ELFFile(f)
         sec = elf.get_section_by_name(".rodata.qola_embed")
+        assert sec is not None
         assert sec["sh_addralign"] == align and not sec["sh_flags"] & 0x1  # aligned, not writable
         # five unique blobs laid out with padding, nothing stored twice
         unique_sizes = [s for _, s in sizes]
@@ -163,7 +177,9 @@ def test_dedupe_alignment_and_round_trip(tmp_path: Path, small_hsa: Path, align:
         data = sec.data()
         for e in entries.values():
             assert data[e["offset"] : e["offset"] + e["size"]] == Path(e["source"]).read_bytes()
-        syms = {s.name: s for s in elf.get_section_by_name(".symtab").iter_symbols() if s.name.startswith("qola_embed")}
+        symtab = elf.get_section_by_name(".symtab")
+        assert isinstance(symtab, SymbolTableSection)
+        syms = {s.name: s for s in symtab.iter_symbols() if s.name.startswith("qola_embed")}
         assert set(syms) == {f"qola_embed_te_mod_{k}" for k in ("blobs", "index", "keys", "count")}
         assert all(s["st_other"]["visibility"] == "STV_HIDDEN" for s in syms.values())
     _round_trip(tmp_path, sources, files, obj, align)
@@ -174,7 +190,7 @@ def test_dedupe_alignment_and_round_trip(tmp_path: Path, small_hsa: Path, align:
     assert set(incbins) < set(sources.inputs)  # inputs: every file the generated text depends on
 
 
-def test_write_is_atomic_and_idempotent(tmp_path: Path, small_hsa: Path):
+def test_write_is_atomic_and_idempotent(tmp_path: Path, small_hsa: Path) -> None:
     sources = embed.render(embed.collect(small_hsa, ["gfx942"], ["pa"]), "te", "mod")
     files = embed.write(sources, tmp_path / "gen")
     mtimes = [p.stat().st_mtime_ns for p in (files.asm, files.header, files.index)]
@@ -186,8 +202,8 @@ def test_write_is_atomic_and_idempotent(tmp_path: Path, small_hsa: Path):
     assert json.loads(files.index.read_text()) == sources.index
 
 
-def test_header_compiles_as_c(tmp_path: Path, small_hsa: Path):
-    sources, files, obj = _build(tmp_path, small_hsa, ["gfx942"], ["pa"])
+def test_header_compiles_as_c(tmp_path: Path, small_hsa: Path) -> None:
+    _sources, files, obj = _build(tmp_path, small_hsa, ["gfx942"], ["pa"])
     src = tmp_path / "use.c"
     src.write_text(
         '#include "qola_embedded_mod.h"\n#include <stdio.h>\nint main(void){size_t n;'
@@ -200,10 +216,11 @@ def test_header_compiles_as_c(tmp_path: Path, small_hsa: Path):
     assert _run([tmp_path / "use"]).stdout == "13 hsa/gfx942/pa/c.co 0\n"
 
 
-def test_shared_library_exports_no_embed_symbol(tmp_path: Path, small_hsa: Path):
+def test_shared_library_exports_no_embed_symbol(tmp_path: Path, small_hsa: Path) -> None:
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
-    sources, files, obj = _build(tmp_path, small_hsa, ["gfx942", "gfx950"], ["fmha_v3_fwd"])
+    _sources, files, obj = _build(tmp_path, small_hsa, ["gfx942", "gfx950"], ["fmha_v3_fwd"])
     lib_src = tmp_path / "lib.cpp"
     lib_src.write_text(
         "#include AITER_EMBEDDED_HSA_HEADER\n"
@@ -234,13 +251,14 @@ def test_shared_library_exports_no_embed_symbol(tmp_path: Path, small_hsa: Path)
         )
         with open(lib, "rb") as f:
             dynsym = ELFFile(f).get_section_by_name(".dynsym")
+            assert isinstance(dynsym, SymbolTableSection)
             defined = {s.name for s in dynsym.iter_symbols() if s.name and s["st_shndx"] != "SHN_UNDEF"}
         assert not {s for s in defined if "embed" in s or "hsa_map" in s}, (name, defined)
         if name == "libversioned.so":
             assert defined == {"te_lookup"}, defined
 
 
-def test_empty_render_assembles(tmp_path: Path):
+def test_empty_render_assembles(tmp_path: Path) -> None:
     sources = embed.render([], "te", "none")
     files = embed.write(sources, tmp_path)
     _run(embed.assemble_command(files.asm, tmp_path / "none.o"))
@@ -261,18 +279,18 @@ def test_empty_render_assembles(tmp_path: Path):
         (lambda root: embed.render([], "te", "m", align=100), "bad alignment"),
     ],
 )
-def test_api_errors(small_hsa: Path, call, message):
+def test_api_errors(small_hsa: Path, call: Callable[[Path], object], message: str) -> None:
     with pytest.raises(QolaError, match=message):
         call(small_hsa)
 
 
-def test_bad_code_object_name(small_hsa: Path):
+def test_bad_code_object_name(small_hsa: Path) -> None:
     _plant(small_hsa / "aiter_meta" / "hsa", 'gfx942/pa/we"ird.co', b"x")
     with pytest.raises(QolaError, match="bad code object name"):
         embed.collect(small_hsa, ["gfx942"], ["pa"])
 
 
-def test_a_code_object_linked_out_of_the_tree_is_never_embedded(tmp_path: Path, small_hsa: Path):
+def test_a_code_object_linked_out_of_the_tree_is_never_embedded(tmp_path: Path, small_hsa: Path) -> None:
     """A .co that is a link to a file outside the hsa dir (a root-only secret) would be published in a
     library anyone can read: refused, naming both (issue 23). A link inside the hsa dir is fine."""
     secret = tmp_path / "secret"
@@ -285,7 +303,9 @@ def test_a_code_object_linked_out_of_the_tree_is_never_embedded(tmp_path: Path, 
     assert [b.size for b in embed.collect(small_hsa, ["gfx942"], ["pa"])] == [13, 13]
 
 
-def test_a_huge_sparse_code_object_is_refused_before_it_is_read(small_hsa: Path, monkeypatch):
+def test_a_huge_sparse_code_object_is_refused_before_it_is_read(
+    small_hsa: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     big = small_hsa / "aiter_meta" / "hsa" / "gfx942" / "pa" / "huge.co"
     with open(big, "wb") as fh:
         fh.truncate(64 << 30)  # 64 GiB of holes: reading it would take minutes
@@ -297,7 +317,7 @@ def test_a_huge_sparse_code_object_is_refused_before_it_is_read(small_hsa: Path,
         embed.collect(small_hsa, ["gfx942"], ["pa"])
 
 
-def test_cli_writes_files(tmp_path: Path, small_hsa: Path):
+def test_cli_writes_files(tmp_path: Path, small_hsa: Path) -> None:
     out = tmp_path / "gen"
     proc = run_qola(
         "embed",
@@ -340,7 +360,7 @@ def test_cli_writes_files(tmp_path: Path, small_hsa: Path):
         (["--hsa-dir", "{root}", "--arch", "gfx942", "--subdirs", "pa", "--align", "3"], "bad alignment"),
     ],
 )
-def test_cli_errors_exit_2(tmp_path: Path, small_hsa: Path, args, message):
+def test_cli_errors_exit_2(tmp_path: Path, small_hsa: Path, args: list[str], message: str) -> None:
     proc = run_qola("embed", *[a.format(root=small_hsa) for a in args], "--output-dir", str(tmp_path / "o"))
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "hint:" in proc.stderr
@@ -350,7 +370,7 @@ def test_cli_errors_exit_2(tmp_path: Path, small_hsa: Path, args, message):
 
 @pytest.mark.aiter
 @pytest.mark.slow
-def test_real_aiter_round_trip(tmp_path: Path, aiter_root: Path):
+def test_real_aiter_round_trip(tmp_path: Path, aiter_root: Path) -> None:
     """Every code object AITER ships for gfx942 and gfx950, byte-exact through both lookups."""
     sources, files, obj = _build(tmp_path, aiter_root, ["gfx942", "gfx950"], None, module="aiter_all")
     on_disk = sorted((aiter_root / "aiter_meta" / "hsa").glob("gfx9[45][20]/**/*.co"))
@@ -394,14 +414,14 @@ int main(int argc, char** argv)
 
 
 @pytest.mark.gpu
-def test_module_asm_on_gpu(tmp_path: Path, kernels_root: Path):
+def test_module_asm_on_gpu(tmp_path: Path, kernels_root: Path) -> None:
     csrc = kernels_root / "csrc"
     arch = "sm_" + _run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]).stdout.split()[0].replace(
         ".", ""
     )
     hsa = tmp_path / "hsa"  # the example tree's code objects, built as the tree builds them
     _run([sys.executable, kernels_root / "scripts" / "build_hsa.py", "--arch", arch, "--output", hsa])
-    sources, files, obj = _build(tmp_path, hsa, [arch], ["vec_add"], ns="qk", module="module_asm")
+    _sources, files, obj = _build(tmp_path, hsa, [arch], ["vec_add"], ns="qk", module="module_asm")
     (tmp_path / "main.cu").write_text(ASM_MAIN)
     exe = tmp_path / "asm_main"
     _run(

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from support.common import run_qola
@@ -36,7 +37,7 @@ KEYS_PY = (
 )
 
 
-def imported_keys(so: Path) -> subprocess.CompletedProcess:
+def imported_keys(so: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", KEYS_PY, str(so), MD_NAME], capture_output=True, text=True, timeout=120
     )
@@ -46,7 +47,7 @@ def elf_embedded(so: Path) -> tuple[dict[str, bytes], int]:
     return embedded_blobs(so, PREFIX, embed.ALIGN)
 
 
-def check_build(proc: subprocess.CompletedProcess, out: Path, tree: Path, arch: str, *, need_import: bool) -> None:
+def check_build(proc: subprocess.CompletedProcess[str], out: Path, tree: Path, arch: str, *, need_import: bool) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((out / "manifest.json").read_text())
     (mod,) = data["modules"]
@@ -83,21 +84,21 @@ def ninja_log(build_dir: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def cuda_build(tmp_path_factory):
+def cuda_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, CompletedProcess[str], Path]:
     tmp = tmp_path_factory.mktemp("embed_cuda")
     tree = tree_with_code_objects(tmp, "sm_90")
     proc, out = qola_build(tmp, tree, "sm_90")
     return tmp, tree, proc, out
 
 
-def test_cuda_build_embeds_code_objects(cuda_build):
+def test_cuda_build_embeds_code_objects(cuda_build: tuple[Path, Path, CompletedProcess[str], Path]) -> None:
     tmp, tree, proc, out = cuda_build
     check_build(proc, out, tree, "sm_90", need_import=True)
     graph = (tmp / "out.build" / "build.ninja").read_text()
     assert f"build obj/{MODULE}/qola_embedded_{MODULE}.o: asm " in graph
 
 
-def test_cuda_rebuild_reassembles_only_what_changed(cuda_build):
+def test_cuda_rebuild_reassembles_only_what_changed(cuda_build: tuple[Path, Path, CompletedProcess[str], Path]) -> None:
     """Runs last on the shared build: a touched or changed .co re-assembles and relinks, compiles nothing."""
     tmp, tree, proc, out = cuda_build
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -127,7 +128,7 @@ def test_cuda_rebuild_reassembles_only_what_changed(cuda_build):
 
 
 @pytest.mark.hip
-def test_hip_build_embeds_code_objects(tmp_path):
+def test_hip_build_embeds_code_objects(tmp_path: Path) -> None:
     tree = tree_with_code_objects(tmp_path, "gfx90a")  # build_hsa.py sets HIP_PLATFORM=amd for hipcc only
     proc, out = qola_build(tmp_path, tree, "gfx90a")
     data = json.loads((out / "manifest.json").read_text()) if proc.returncode == 0 else {}
@@ -136,7 +137,9 @@ def test_hip_build_embeds_code_objects(tmp_path):
     check_build(proc, out, tree, "gfx90a", need_import=False)
 
 
-def test_cuda_failed_assembly_fails_the_module(cuda_build, tmp_path):
+def test_cuda_failed_assembly_fails_the_module(
+    cuda_build: tuple[Path, Path, CompletedProcess[str], Path], tmp_path: Path
+) -> None:
     """A failing asm edge fails its module: the previous library is neither kept as built nor published."""
     tmp, tree, proc, out = cuda_build
     assert proc.returncode == 0, proc.stdout + proc.stderr

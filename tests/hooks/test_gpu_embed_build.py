@@ -8,6 +8,8 @@ import importlib.util
 import shutil
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 from support.embed_tree import MD_NAME, qola_build, tree_with_code_objects
@@ -16,7 +18,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def torch():
+def torch() -> Any:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch sees no CUDA device")
@@ -24,13 +26,13 @@ def torch():
 
 
 @pytest.fixture(scope="module")
-def arch(torch) -> str:
+def arch(torch: Any) -> str:
     major, minor = torch.cuda.get_device_capability()
     return f"sm_{major}{minor}"  # sm_90 on the H100
 
 
 @pytest.fixture(scope="module")
-def asm(tmp_path_factory, arch):
+def asm(tmp_path_factory: pytest.TempPathFactory, arch: str) -> ModuleType:
     tmp = tmp_path_factory.mktemp("gpu_embed")
     tree = tree_with_code_objects(tmp, arch)
     proc, out = qola_build(tmp, tree, arch)
@@ -38,6 +40,7 @@ def asm(tmp_path_factory, arch):
     shutil.rmtree(tree / "hsa")  # from here on the code objects exist only inside the module
     path = out / "lib" / f"{MD_NAME}.so"
     spec = importlib.util.spec_from_file_location(MD_NAME, path)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     sys.modules[MD_NAME] = mod
@@ -47,7 +50,7 @@ def asm(tmp_path_factory, arch):
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
-def test_embedded_set_and_arch(asm, arch):
+def test_embedded_set_and_arch(asm: ModuleType, arch: str) -> None:
     assert asm.device_arch() == arch
     assert asm.embedded_keys() == sorted(
         f"hsa/{arch}/{t}"
@@ -63,7 +66,7 @@ def test_embedded_set_and_arch(asm, arch):
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("n", [1, 1000003])
-def test_vec_add_matches_torch(asm, torch, dtype, n):
+def test_vec_add_matches_torch(asm: ModuleType, torch: Any, dtype: str, n: int) -> None:
     tdt = getattr(torch, DTYPES[dtype])
     a = torch.randn(n, device="cuda", dtype=tdt)
     b = torch.randn(n, device="cuda", dtype=tdt)
@@ -76,7 +79,7 @@ def test_vec_add_matches_torch(asm, torch, dtype, n):
 
 
 @pytest.mark.parametrize("offset", [0, 1])  # 0: 16-byte aligned -> the x4 code object; 1: the scalar one
-def test_vec_scale_matches_torch(asm, torch, offset):
+def test_vec_scale_matches_torch(asm: ModuleType, torch: Any, offset: int) -> None:
     n = 1000003
     x = torch.randn(n + 1, device="cuda")[offset : offset + n]
     out = torch.empty(n + 1, device="cuda")[offset : offset + n]
@@ -85,7 +88,7 @@ def test_vec_scale_matches_torch(asm, torch, offset):
     torch.testing.assert_close(out, x * -1.5, atol=0, rtol=0)
 
 
-def test_bad_dtype_and_embedded_first(asm, torch, tmp_path: Path):
+def test_bad_dtype_and_embedded_first(asm: ModuleType, torch: Any, tmp_path: Path) -> None:
     x = torch.zeros(4, device="cuda", dtype=torch.float64)
     with pytest.raises(ValueError):
         asm.vec_add(x.data_ptr(), x.data_ptr(), x.data_ptr(), 4, "fp64")

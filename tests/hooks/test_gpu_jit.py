@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from support.attn_abi import attn_manifest, child_call, child_preamble
@@ -39,7 +40,7 @@ print(r, f"{err:.5f}", f"{lerr:.6f}", lib.qg_qola_jit_last_error().decode())
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_deferred_variant_on_gpu_compiles_once_and_matches_torch(tmp_path):
+def test_deferred_variant_on_gpu_compiles_once_and_matches_torch(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     m = tmp_path / "q.toml"
     m.write_text(MANIFEST)
@@ -62,8 +63,13 @@ def test_deferred_variant_on_gpu_compiles_once_and_matches_torch(tmp_path):
     env = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT_COMPILER": str(cc)}
 
     def call(causal: int) -> list[str]:
-        p = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(out / "lib/qg_libattn_fwd.so"),
-                            str(causal)], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, str(tmp_path / "child.py"), str(out / "lib/qg_libattn_fwd.so"), str(causal)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
         assert p.returncode == 0, p.stdout + p.stderr
         return p.stdout.split()
 

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(not (shutil.which("g++") and shutil.which("ld"))
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[str, int, bool], list[Path]]]:
     """Objects per (ns, value, leak), compiled once per module, two at a time."""
     root = tmp_path_factory.mktemp("demo")
     keys = [("te", 7, False), ("te", 7, True), ("a", 1, False), ("b", 2, False)]
@@ -36,7 +36,7 @@ def built(tmp_path_factory):
     return root, dict(zip(keys, objs))
 
 
-def test_version_script_text():
+def test_version_script_text() -> None:
     text = link.version_script("te")
     assert 'extern "C++" {\n      qola::te::*;\n    };' in text
     assert '"qola::' not in text  # quoted = literal = exports nothing
@@ -47,7 +47,7 @@ def test_version_script_text():
         link.version_script("not ok")
 
 
-def test_argv_and_rsp(tmp_path):
+def test_argv_and_rsp(tmp_path: Path) -> None:
     argv = link.shared_link_argv(
         "g++", tmp_path / "o.rsp", tmp_path / "te_x.so", link.library_ldflags(tmp_path / "v.map", "te_x.so"), ["-lfoo"]
     )
@@ -60,7 +60,9 @@ def test_argv_and_rsp(tmp_path):
     assert link.rsp_text(["a b.o", 'c"d\\e.o']) == 'a\\ b.o\nc\\"d\\\\e.o\n'
 
 
-def test_shared_exports_only_allowed(built, tmp_path):
+def test_shared_exports_only_allowed(
+    built: tuple[Path, dict[tuple[str, int, bool], list[Path]]], tmp_path: Path
+) -> None:
     _, objs = built
     so = link_shared(objs["te", 7, False], tmp_path / "te_demo.so", "te")
     result = audit.audit_artifact(so, "te")
@@ -79,7 +81,7 @@ def test_shared_exports_only_allowed(built, tmp_path):
     assert all(s.binding in ("GLOBAL", "WEAK", "UNIQUE") for s in result.exports)
 
 
-def test_planted_leak(built, tmp_path):
+def test_planted_leak(built: tuple[Path, dict[tuple[str, int, bool], list[Path]]], tmp_path: Path) -> None:
     _, objs = built
     leaky = objs["te", 7, True]
     # with isolation the version script hides it ...
@@ -99,7 +101,9 @@ def test_planted_leak(built, tmp_path):
     assert any("te_demo.o" in line for line in res.problems())
 
 
-def test_quoted_pattern_exports_nothing(built, tmp_path):
+def test_quoted_pattern_exports_nothing(
+    built: tuple[Path, dict[tuple[str, int, bool], list[Path]]], tmp_path: Path
+) -> None:
     _, objs = built
     quoted = '{ global: extern "C++" { "qola::te::*"; }; local: *; };\n'
     so = link_shared(objs["te", 7, False], tmp_path / "te_demo.so", "te", script=quoted)
@@ -129,7 +133,9 @@ int main(void) { printf("%d %d %d %d\n", a_demo_get_value(), b_demo_get_value(),
 
 
 @pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "isolation-off"])
-def test_two_shared_copies_in_one_process(built, tmp_path, isolate):
+def test_two_shared_copies_in_one_process(
+    built: tuple[Path, dict[tuple[str, int, bool], list[Path]]], tmp_path: Path, isolate: bool
+) -> None:
     _, objs = built
     libs = [link_shared(objs[ns, v, False], tmp_path / f"{ns}_demo.so", ns, isolate) for ns, v in (("a", 1), ("b", 2))]
     (tmp_path / "main.c").write_text(DLOPEN_C)
@@ -142,7 +148,9 @@ def test_two_shared_copies_in_one_process(built, tmp_path, isolate):
 
 
 @pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "isolation-off"])
-def test_two_static_copies_in_one_program(built, tmp_path, isolate):
+def test_two_static_copies_in_one_program(
+    built: tuple[Path, dict[tuple[str, int, bool], list[Path]]], tmp_path: Path, isolate: bool
+) -> None:
     _, objs = built
     libs = [
         link.run_static(objs[ns, v, False], tmp_path / f"{ns}_demo.a", ns, tmp_path / f"w{ns}", isolate=isolate)
@@ -165,9 +173,9 @@ def test_two_static_copies_in_one_program(built, tmp_path, isolate):
         assert f"{ns}_demo_get_value" in {s.name for s in res.exports}
 
 
-def test_static_steps_shape(tmp_path):
+def test_static_steps_shape(tmp_path: Path) -> None:
     steps = link.static_archive_steps([tmp_path / "x.o"], tmp_path / "te_m.a", "te", tmp_path / "w")
-    assert [s[0] for s in steps][0] == "ld" and steps[0][1:3] == ["-r", "--force-group-allocation"]
+    assert next(s[0] for s in steps) == "ld" and steps[0][1:3] == ["-r", "--force-group-allocation"]
     assert steps[0][-1] == f"@{tmp_path / 'w' / 'te_m.objs.rsp'}"
     assert steps[1][1:4] == ["-m", "qola.compile.link", "localize-list"]
     assert steps[2][1].startswith("--localize-symbols=") and steps[3][:2] == ["ar", "rcsD"]
@@ -181,7 +189,7 @@ def test_static_steps_shape(tmp_path):
 MANY_C = "__attribute__((noinline)) int helper_XXXXXX(void) { return 7; }\nint te_obj_XXXXXX(void) { return helper_XXXXXX(); }\n"
 
 
-def test_static_thousands_of_objects(tmp_path):
+def test_static_thousands_of_objects(tmp_path: Path) -> None:
     n = 3000
     (tmp_path / "t.c").write_text(MANY_C)
     sh("cc", "-O1", "-fPIC", "-c", tmp_path / "t.c", "-o", tmp_path / "t.o")
@@ -209,7 +217,7 @@ def test_static_thousands_of_objects(tmp_path):
     print(f"{n} objects: made in {made - start:.2f}s, static steps {linked - made:.2f}s")
 
 
-def test_read_ar_long_names(built, tmp_path):
+def test_read_ar_long_names(built: tuple[Path, dict[tuple[str, int, bool], list[Path]]], tmp_path: Path) -> None:
     _, objs = built
     long_a = tmp_path / "a_very_long_member_name_over_16.o"
     shutil.copy(objs["te", 7, False][1], long_a)
@@ -224,7 +232,7 @@ def test_read_ar_long_names(built, tmp_path):
 # -- qola audit OUT ------------------------------------------------------------------------------
 
 
-def fake_output(built, out: Path, isolate: bool = True) -> Path:
+def fake_output(built: tuple[Path, dict[tuple[str, int, bool], list[Path]]], out: Path, isolate: bool = True) -> Path:
     _, objs = built
     so = link_shared(objs["te", 7, False], out / "lib" / "te_demo.so", "te", isolate)
     shutil.rmtree(out / "lib" / "te_demo.so.work")
@@ -249,7 +257,9 @@ def fake_output(built, out: Path, isolate: bool = True) -> Path:
     return out
 
 
-def test_qola_audit_clean_and_tampered(built, tmp_path):
+def test_qola_audit_clean_and_tampered(
+    built: tuple[Path, dict[tuple[str, int, bool], list[Path]]], tmp_path: Path
+) -> None:
     out = fake_output(built, tmp_path / "O")
     proc = run_qola("audit", str(out), "--allow-failed")
     assert proc.returncode == 0, proc.stderr
@@ -273,7 +283,9 @@ def test_qola_audit_clean_and_tampered(built, tmp_path):
     assert proc.returncode == 1 and "sha256" in proc.stderr and "size" not in proc.stderr, proc.stderr
 
 
-def test_qola_audit_leaky_artifact_and_missing_manifest(built, tmp_path):
+def test_qola_audit_leaky_artifact_and_missing_manifest(
+    built: tuple[Path, dict[tuple[str, int, bool], list[Path]]], tmp_path: Path
+) -> None:
     out = fake_output(built, tmp_path / "O", isolate=False)
     proc = run_qola("audit", str(out))
     assert proc.returncode == 1 and "leak: internal_helper()" in proc.stderr, proc.stderr

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.attn_abi import child_preamble
@@ -24,6 +25,7 @@ from qola.commands.common import prepare
 from qola.core.errors import QolaError
 from qola.hooks import jit as jitbuild
 from qola.output.publish import publish_tree
+from qola.pipeline.spec import Prepared
 from qola.plan.manifest import parse
 from qola.plan.model import JitSplit
 
@@ -71,7 +73,9 @@ def compiled_sources(build_dir: Path, module: str = "libattn_fwd") -> set[str]:
     return {Path(m).stem for m in re.findall(rf"^build obj/{module}/\S+: cc (\S+)", text, re.M)}
 
 
-def build(tmp: Path, jit: str, *flags: str, arch: str = "sm_90", out: Path | None = None, link: str = "shared"):
+def build(
+    tmp: Path, jit: str, *flags: str, arch: str = "sm_90", out: Path | None = None, link: str = "shared"
+) -> tuple[Path, Path]:
     m = manifest(tmp / "q.toml", jit, arch, link)
     out = out or tmp / "out"
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(out), "-j", "2", *flags)
@@ -82,25 +86,26 @@ def build(tmp: Path, jit: str, *flags: str, arch: str = "sm_90", out: Path | Non
 # --------------------------------------------------------------------------- fast
 
 
-def test_manifest_shape_and_errors():
+def test_manifest_shape_and_errors() -> None:
     m = parse(
         f'[jit]\nmodules = ["libattn_fwd"]\n{AOT_TWO.replace("[jit]", "")}\n'
         '[[jit.aot.mha_fwd_variants]]\ndtype = "bf16"\n'
     )
-    assert m.jit.enabled and m.jit.modules == ["libattn_fwd"]
+    assert m.jit is not None and m.jit.enabled and m.jit.modules == ["libattn_fwd"]
     assert m.jit.aot.variants[0].options["lse"] == [False, True] and m.jit.aot.mha_fwd_variants[0].dtype == "bf16"
-    assert parse("[jit]\n").jit.aot.variants == [] and parse("").jit is None
+    empty = parse("[jit]\n").jit
+    assert empty is not None and empty.aot.variants == [] and parse("").jit is None
     with pytest.raises(QolaError, match=r"jit\.aot\.variant: unknown key; did you mean 'variants'"):
         parse("[jit]\n[[jit.aot.variant]]\nmodule = 'x'\npattern = '*'\n")
 
 
-def _prepared(tmp: Path, jit: str):
+def _prepared(tmp: Path, jit: str) -> Prepared:
     m = manifest(tmp / "q.toml", jit)
     args = argparse.Namespace(manifest=str(m), aiter_root=str(KERNELS), archs=None, mode=None, allow_unpinned=True)
     return prepare(args, dict(os.environ))
 
 
-def test_plan_jit_selects_the_aot_instances(tmp_path):
+def test_plan_jit_selects_the_aot_instances(tmp_path: Path) -> None:
     prep = _prepared(tmp_path, AOT_TWO)
     (mod,) = jitbuild.plan_jit(prep.plan, prep.manifest, dict(os.environ)).modules
     assert mod.jit == JitSplit(tuple(sorted(TWO)), declared=True, style="example_attn")
@@ -117,7 +122,7 @@ def test_plan_jit_selects_the_aot_instances(tmp_path):
     "text, switch, deferred",
     [("", "on", True), (AOT_TWO, "on", True), ("[jit]\nenabled = false\n", "on", True), (AOT_TWO, "off", False)],
 )
-def test_jit_switch_of_the_command_line(tmp_path, text, switch, deferred):
+def test_jit_switch_of_the_command_line(tmp_path: Path, text: str, switch: str, deferred: bool) -> None:
     """``--jit on|off`` (TE's CK_JIT switch, cmake/QoLA.cmake ``QOLA_JIT``): on gives a manifest without
     [jit] an empty one (everything deferred) and keeps a manifest's own [jit.aot]; off builds all ahead."""
     m = manifest(tmp_path / "q.toml", text)
@@ -139,14 +144,14 @@ def test_jit_switch_of_the_command_line(tmp_path, text, switch, deferred):
         (AOT_TWO.replace('module = "libattn_fwd"', 'module = "other"'), "module 'other' is not built"),
     ],
 )
-def test_plan_jit_user_errors(tmp_path, jit, message):
+def test_plan_jit_user_errors(tmp_path: Path, jit: str, message: str) -> None:
     prep = _prepared(tmp_path, jit)
     with pytest.raises(QolaError) as exc:
         jitbuild.plan_jit(prep.plan, prep.manifest, dict(os.environ))
     assert message in exc.value.message
 
 
-def test_portable_flags_drop_build_machine_paths():
+def test_portable_flags_drop_build_machine_paths() -> None:
     flags = [
         "-O3",
         "-I/b/include",
@@ -164,7 +169,7 @@ def test_portable_flags_drop_build_machine_paths():
     assert jitbuild.portable_flags(flags) == ["-O3", "-DX=1", "-Xcompiler", "-fPIC"]
 
 
-def test_publish_tree_mirrors_and_removes(tmp_path):
+def test_publish_tree_mirrors_and_removes(tmp_path: Path) -> None:
     src, dst = tmp_path / "src", tmp_path / "out" / "jit" / "m"
     (src / "src").mkdir(parents=True)
     (src / "index.json").write_text("{}")
@@ -184,7 +189,7 @@ def test_publish_tree_mirrors_and_removes(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_build_defers_all_but_aot_and_runtime_compiles_once(tmp_path):
+def test_build_defers_all_but_aot_and_runtime_compiles_once(tmp_path: Path) -> None:
     out, bdir = build(tmp_path, AOT_TWO)
     everything = all_instances()
     assert len(everything) == 48
@@ -212,9 +217,14 @@ def test_build_defers_all_but_aot_and_runtime_compiles_once(tmp_path):
     env = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT_COMPILER": str(cc)}
 
     def call(dtype: str, hdim: int, nhead: int, causal: int = 0, **extra: str) -> str:
-        proc = subprocess.run([sys.executable, str(tmp_path / "call.py"), str(out / "lib/qj_libattn_fwd.so"), dtype,
-                               str(hdim), str(nhead), str(causal)], capture_output=True, text=True,
-                              env={**env, **extra}, timeout=600)  # fmt: skip
+        argv = [sys.executable, str(tmp_path / "call.py"), str(out / "lib/qj_libattn_fwd.so"), dtype, str(hdim)]
+        proc = subprocess.run(
+            [*argv, str(nhead), str(causal)],
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.strip()
 
@@ -239,11 +249,12 @@ def test_build_defers_all_but_aot_and_runtime_compiles_once(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_static_archive_keeps_the_runtime_local(tmp_path):
+def test_static_archive_keeps_the_runtime_local(tmp_path: Path) -> None:
     out, bdir = build(tmp_path, AOT_TWO, link="static")
     assert (out / "lib/qj_libattn_fwd.a").is_file() and (out / "jit/qj_libattn_fwd/index.json").is_file()
-    nm = subprocess.run(["nm", "--defined-only", str(out / "lib/qj_libattn_fwd.a")], capture_output=True,
-                        text=True, check=True).stdout  # fmt: skip
+    nm = subprocess.run(
+        ["nm", "--defined-only", str(out / "lib/qj_libattn_fwd.a")], capture_output=True, text=True, check=True
+    ).stdout
     glob = [ln.split()[-1] for ln in nm.splitlines() if re.match(r"^\S+ [A-TV-Z] ", ln)]
     assert glob and all(n.startswith(("qj_", "_ZN4qola2qj")) for n in glob), glob
     assert "qola_jit_table" in (bdir / "link/libattn_fwd/qj_libattn_fwd.objs.rsp").read_text()
@@ -252,7 +263,7 @@ def test_static_archive_keeps_the_runtime_local(tmp_path):
 @pytest.mark.slow
 @pytest.mark.hip
 @pytest.mark.skipif(HIPCC is None, reason="needs hipcc")
-def test_hip_gfx90a_build(tmp_path):
+def test_hip_gfx90a_build(tmp_path: Path) -> None:
     out, bdir = build(tmp_path, AOT_TWO, arch="gfx90a")
     index = json.loads((out / "jit/qj_libattn_fwd/index.json").read_text())
     assert index["lang"] == "hip" and index["arch"] == "gfx90a" and len(index["units"]) == 46
@@ -277,7 +288,7 @@ except RuntimeError as exc:
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_pybind_module_calls_a_deferred_variant(tmp_path):
+def test_pybind_module_calls_a_deferred_variant(tmp_path: Path) -> None:
     m = tmp_path / "q.toml"
     m.write_text(
         '[qola]\nnamespace = "qj"\n[build]\narchitectures = ["sm_90"]\n'
@@ -296,8 +307,13 @@ def test_pybind_module_calls_a_deferred_variant(tmp_path):
     env = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT_COMPILER": str(cc)}
 
     def call(dtype: str, hdim: int, nhead: int, **extra: str) -> str:
-        p = subprocess.run([sys.executable, str(tmp_path / "call.py"), str(out / "lib"), dtype, str(hdim), str(nhead)],
-                           capture_output=True, text=True, env={**env, **extra}, timeout=600)  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, str(tmp_path / "call.py"), str(out / "lib"), dtype, str(hdim), str(nhead)],
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+            timeout=600,
+        )
         assert p.returncode == 0, p.stderr
         return p.stdout.strip()
 
@@ -306,7 +322,7 @@ def test_pybind_module_calls_a_deferred_variant(tmp_path):
     assert call("bf16", 128, 0) == "bad_args" and len((tmp_path / "count").read_text().split()) == 1
 
 
-def test_split_defers_function_specialisations_only(tmp_path):
+def test_split_defers_function_specialisations_only(tmp_path: Path) -> None:
     """A generated file that specialises only class templates (AITER's asm v3 dispatch:
     ``template<> struct FmhaFwdV3Name<…>``) is no instance: it stays in the library, not in the JIT."""
     import dataclasses
@@ -323,7 +339,7 @@ def test_split_defers_function_specialisations_only(tmp_path):
     )
     api = tmp_path / "fmha_fwd_api.cpp"
     api.write_text("template <>\nfloat f_<int>(int) { return 0; }\n")
-    fields = {
+    fields: dict[str, Any] = {
         f.name: ()
         for f in dataclasses.fields(ModulePlan)
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING

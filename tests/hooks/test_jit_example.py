@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 from support.jit_lib import DATA, NVCC, build_runtime, fake_compiler, sh, write_config
@@ -15,7 +17,7 @@ from support.jit_lib import DATA, NVCC, build_runtime, fake_compiler, sh, write_
 from qola.jit import key as jkey
 from qola.jit import layout
 
-KERNELS = layout.Path(__file__).resolve().parents[2] / "examples/kernels/csrc"
+KERNELS = Path(__file__).resolve().parents[2] / "examples/kernels/csrc"
 
 CALLER = r"""#include <cstdio>
 #include <cstdlib>
@@ -38,24 +40,32 @@ int main(int argc, char** argv)
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_example_attn_fwd_all_deferred(tmp_path):
+def test_example_attn_fwd_all_deferred(tmp_path: Path) -> None:
     gen = tmp_path / "gen"
-    subprocess.run([sys.executable, str(KERNELS / "attn/generate.py"), "--receipt", "1", "--filter",
-                    "attn_fwd_d64_fp16_batch_*_nmask_nlse", "-o", str(gen)], check=True)  # fmt: skip
+    only = "attn_fwd_d64_fp16_batch_*_nmask_nlse"
+    subprocess.run(
+        [sys.executable, str(KERNELS / "attn/generate.py"), "--receipt", "1", "--filter", only, "-o", str(gen)],
+        check=True,
+    )
     units = [(p.stem, p) for p in sorted(gen.glob("attn_fwd_d*.cu"))]
     assert len(units) == 1
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache")}
+    assert NVCC is not None
     cc = fake_compiler(tmp_path, NVCC)
     spec = layout.JitModuleSpec(
-        module="attn_fwd", lang="cuda", arch="sm_90", compiler=jkey.probe_compiler(str(cc), env),
+        module="attn_fwd",
+        lang="cuda",
+        arch="sm_90",
+        compiler=jkey.probe_compiler(str(cc), env),
         flags=(*layout.shared_object_flags("cuda", ["sm_90"]), "-O1", "-std=c++17"),
-        include_dirs=(KERNELS / "include", KERNELS / "attn"), style="example_attn",
-    )  # fmt: skip
+        include_dirs=(KERNELS / "include", KERNELS / "attn"),
+        style="example_attn",
+    )
     out = layout.write_jit_module(spec, units, out_jit=tmp_path / "out/jit", stub_dir=tmp_path / "build", batch=8)
     assert len(out.stub_sources) == 1 and out.stub_sources[0].suffix == ".cu"
     write_config(tmp_path / "build/include")
-    incs = ["-I", tmp_path / "build/include", "-I", DATA, "-I", DATA / "jit", "-I", KERNELS / "include",
-            "-I", KERNELS / "attn"]  # fmt: skip
+    incs: list[object] = ["-I", tmp_path / "build/include", "-I", DATA, "-I", DATA / "jit"]
+    incs += ["-I", KERNELS / "include", "-I", KERNELS / "attn"]
     runtime = build_runtime(tmp_path / "rt")
     objs = []
     for src in (gen / "attn_fwd_api.cu", *out.stub_sources):
@@ -68,10 +78,10 @@ def test_example_attn_fwd_all_deferred(tmp_path):
     sh([NVCC, "-shared", "-o", lib, *objs, tmp_path / "build/table.o", *runtime, "-ldl"])
     (tmp_path / "caller.cu").write_text(CALLER)
     caller = tmp_path / "caller"
-    sh([NVCC, "-O1", "-I", KERNELS / "include", tmp_path / "caller.cu", "-L", lib.parent, "-lqt",
-        f"-Xlinker=-rpath,{lib.parent}", "-o", caller])  # fmt: skip
+    link_args = ["-L", lib.parent, "-lqt", f"-Xlinker=-rpath,{lib.parent}", "-o", caller]
+    sh([NVCC, "-O1", "-I", KERNELS / "include", tmp_path / "caller.cu", *link_args])
 
-    def call(hdim: int, extra: dict | None = None) -> str:
+    def call(hdim: int, extra: dict[str, Any] | None = None) -> str:
         proc = subprocess.run([str(caller), str(hdim)], capture_output=True, text=True, env={**env, **(extra or {})})
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.strip() + ("\n" + proc.stderr if proc.stderr else "")

@@ -3,50 +3,49 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from support.common import run_qola
-from support.jit_lib import build_runtime, expected, make_lib
+from support.jit_lib import TestLib, build_runtime, expected, make_lib
 
 
 @pytest.fixture(scope="session")
-def jit_runtime(tmp_path_factory):
+def jit_runtime(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return build_runtime(tmp_path_factory.mktemp("jit-runtime-cli"))
 
 
 @pytest.fixture
-def lib(tmp_path, jit_runtime):
+def lib(tmp_path: Path, jit_runtime: list[Path]) -> TestLib:
     return make_lib(tmp_path / "lib", jit_runtime)
 
 
-def qola(lib, *args, extra=None):
-    return run_qola("jit", *args, env={**lib.env, **(extra or {})})
-
-
-def ok_call(lib, n=1, x=5, extra=None):
+def ok_call(lib: TestLib, n: int = 1, x: int = 5, extra: dict[str, str] | None = None) -> None:
     proc = lib.run(n, x, extra=extra)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[1] == str(expected(n, x))
 
 
-def test_prebuild_fills_the_cache_the_runtime_uses(lib):
+def test_prebuild_fills_the_cache_the_runtime_uses(lib: TestLib) -> None:
     out = lib.root / "out"
-    proc = qola(lib, "prebuild", str(out), "-j", "2")
+    proc = run_qola("jit", "prebuild", str(out), "-j", "2", env=lib.env)
     assert proc.returncode == 0, proc.stderr
     assert "2 built" in proc.stdout
     assert lib.compiles() == 2
     ok_call(lib, 1)
     ok_call(lib, 2)
     assert lib.compiles() == 2  # the runtime found the prebuilt entries
-    again = qola(lib, "prebuild", str(out))
+    again = run_qola("jit", "prebuild", str(out), env=lib.env)
     assert "0 built, 2 already present" in again.stdout
-    ls = qola(lib, "ls", str(out))
+    ls = run_qola("jit", "ls", str(out), env=lib.env)
     assert "2 of 2 units ready" in ls.stdout, ls.stdout + ls.stderr
 
 
-def test_prebuild_filter_and_prebuilt_dir(lib, tmp_path):
+def test_prebuild_filter_and_prebuilt_dir(lib: TestLib, tmp_path: Path) -> None:
     prebuilt = tmp_path / "prebuilt"
-    proc = qola(lib, "prebuild", str(lib.root / "out"), "--filter", "unit_2", "--prebuilt-dir", str(prebuilt))
+    proc = run_qola(
+        "jit", "prebuild", str(lib.root / "out"), "--filter", "unit_2", "--prebuilt-dir", str(prebuilt), env=lib.env
+    )
     assert proc.returncode == 0, proc.stderr
     assert "1 built" in proc.stdout and lib.compiles() == 1
     ok_call(lib, 2, extra={"QOLA_JIT_PREBUILT_DIR": str(prebuilt)})
@@ -55,66 +54,66 @@ def test_prebuild_filter_and_prebuilt_dir(lib, tmp_path):
     assert lib.compiles() == 2  # unit_1 was not prebuilt: compiled into the cache
 
 
-def test_ls_verify_fix_clean(lib):
+def test_ls_verify_fix_clean(lib: TestLib) -> None:
     ok_call(lib, 1)
     ok_call(lib, 2)
-    ls = qola(lib, "ls")
+    ls = run_qola("jit", "ls", env=lib.env)
     assert ls.returncode == 0 and "2 entries" in ls.stdout and "tm/unit_1" in ls.stdout
-    assert qola(lib, "verify").returncode == 0
+    assert run_qola("jit", "verify", env=lib.env).returncode == 0
     so = next(p for p in lib.entries() if "unit unit_1\n" in p.with_suffix(".meta").read_text())
     data = bytearray(so.read_bytes())
     data[100] ^= 1
     so.write_bytes(data)
-    bad = qola(lib, "verify")
+    bad = run_qola("jit", "verify", env=lib.env)
     assert bad.returncode == 1 and f"BROKEN {so.stem}" in bad.stdout and "sha256" in bad.stdout
     assert "--fix" in bad.stderr
-    fixed = qola(lib, "verify", "--fix")
+    fixed = run_qola("jit", "verify", "--fix", env=lib.env)
     assert fixed.returncode == 0 and "removed" in fixed.stdout
     assert not so.exists() and len(lib.entries()) == 1
-    assert qola(lib, "verify").returncode == 0
+    assert run_qola("jit", "verify", env=lib.env).returncode == 0
     ok_call(lib, 1)  # rebuilt on next use
     assert lib.compiles() == 3
     (lib.cache / f".tmp-{so.stem}-junk.so").write_bytes(b"x")
-    clean = qola(lib, "clean")
+    clean = run_qola("jit", "clean", env=lib.env)
     assert clean.returncode == 0 and len(lib.entries()) == 2
     assert not list(lib.cache.glob(".tmp-*"))
-    clean_all = qola(lib, "clean", "--all")
+    clean_all = run_qola("jit", "clean", "--all", env=lib.env)
     assert clean_all.returncode == 0 and lib.entries() == []
 
 
-def test_refused_cache_dir_exits_2_with_hint(lib):
+def test_refused_cache_dir_exits_2_with_hint(lib: TestLib) -> None:
     lib.cache.mkdir(mode=0o700)
     os.chmod(lib.cache, 0o777)
     for args in (["ls"], ["verify"], ["prebuild", str(lib.root / "out")]):
-        proc = qola(lib, *args)
+        proc = run_qola("jit", *args, env=lib.env)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert "error: refusing JIT cache dir" in proc.stderr and "hint: run `chmod go-w" in proc.stderr
 
 
-def test_user_errors_exit_2(lib, tmp_path):
-    proc = qola(lib, "prebuild", str(tmp_path / "nothing"))
+def test_user_errors_exit_2(lib: TestLib, tmp_path: Path) -> None:
+    proc = run_qola("jit", "prebuild", str(tmp_path / "nothing"), env=lib.env)
     assert proc.returncode == 2 and "error: no JIT modules under" in proc.stderr and "hint:" in proc.stderr
-    proc = qola(lib, "prebuild", str(lib.root / "out"), "--filter", "nope*")
+    proc = run_qola("jit", "prebuild", str(lib.root / "out"), "--filter", "nope*", env=lib.env)
     assert proc.returncode == 2 and "no JIT unit matches" in proc.stderr
-    proc = qola(lib, "ls", extra={"QOLA_JIT_CACHE_DIR": str(tmp_path / "absent")})
+    proc = run_qola("jit", "ls", env={**lib.env, "QOLA_JIT_CACHE_DIR": str(tmp_path / "absent")})
     assert proc.returncode == 2 and "does not exist" in proc.stderr
 
 
-def test_prebuild_reports_compile_failures(lib):
+def test_prebuild_reports_compile_failures(lib: TestLib) -> None:
     (lib.root / "fail").write_text("")
-    proc = qola(lib, "prebuild", str(lib.root / "out"))
+    proc = run_qola("jit", "prebuild", str(lib.root / "out"), env=lib.env)
     assert proc.returncode == 1
     assert "2 failed" in proc.stdout and "boom" in proc.stderr
     assert lib.entries() == []
 
 
-def test_entries_are_0644_whatever_the_umask(lib):
+def test_entries_are_0644_whatever_the_umask(lib: TestLib) -> None:
     """Whatever mode the linker leaves on its output (it depends on the linker and the umask: 0711
     here before), the runtime and prebuild both publish entries with the format's 0644."""
     old = os.umask(0o002)
     try:
         ok_call(lib, 1)  # compiled by the runtime
-        proc = qola(lib, "prebuild", str(lib.root / "out"))  # unit_2 by qola jit prebuild
+        proc = run_qola("jit", "prebuild", str(lib.root / "out"), env=lib.env)  # unit_2 by qola jit prebuild
         assert proc.returncode == 0 and "1 built" in proc.stdout, proc.stdout + proc.stderr
         ok_call(lib, 2)
         ok_call(lib, 1)
@@ -122,10 +121,10 @@ def test_entries_are_0644_whatever_the_umask(lib):
         os.umask(old)
     assert lib.compiles() == 2
     assert sorted(p.stat().st_mode & 0o777 for p in lib.entries()) == [0o644, 0o644]
-    assert qola(lib, "verify").returncode == 0
+    assert run_qola("jit", "verify", env=lib.env).returncode == 0
 
 
-def test_verify_and_clean_on_a_fresh_machine_exit_0(tmp_path):
+def test_verify_and_clean_on_a_fresh_machine_exit_0(tmp_path: Path) -> None:
     """Issue 32 item 7: no cache dir yet is an empty cache (verify and clean say so, exit 0, create nothing)."""
     absent = tmp_path / "absent"
     for args in (["verify"], ["clean"]):
@@ -136,7 +135,7 @@ def test_verify_and_clean_on_a_fresh_machine_exit_0(tmp_path):
 
 
 @pytest.mark.parametrize("failure", ["source", "lock", "compiler", "headers"])
-def test_prebuild_exits_nonzero_on_every_failure(lib, failure):
+def test_prebuild_exits_nonzero_on_every_failure(lib: TestLib, failure: str) -> None:
     """A CI prebuild step must fail when prebuild does (a reviewer's point on ck-jit, issue 35): not
     only a failed compile (above) but a source that differs from the library's record, a lock another
     process holds past QOLA_LOCK_TIMEOUT, a compiler that is not there and a header bundle that does
@@ -166,7 +165,7 @@ def test_prebuild_exits_nonzero_on_every_failure(lib, failure):
         bundle = first.jit_dir / "headers.tar.gz"
         bundle.write_bytes(b"not a tar archive")
     try:
-        proc = qola(lib, "prebuild", str(out), extra=extra)
+        proc = run_qola("jit", "prebuild", str(out), env={**lib.env, **extra})
     finally:
         if held is not None:
             os.close(held)

@@ -85,7 +85,7 @@ def _header() -> str:
     return _strip_comments(HEADER.read_text())
 
 
-def test_every_constant_of_the_runtime_header_equals_the_python_one():
+def test_every_constant_of_the_runtime_header_equals_the_python_one() -> None:
     text = _header()
     strings = {m[1]: _c_string(m[2]) for m in re.finditer(r'constexpr char (k_\w+)\[\] = "((?:[^"\\]|\\.)*)";', text)}
     numbers = {
@@ -95,15 +95,15 @@ def test_every_constant_of_the_runtime_header_equals_the_python_one():
     assert set(numbers) - DERIVED == set(NUMBERS)
     assert {k: _c_number(v) for k, v in numbers.items() if k not in DERIVED} == NUMBERS
 
-    fields = re.search(r"k_meta_fields\[\] = \{([^}]*)\}", text, re.S)[1]
+    fields = group1(r"k_meta_fields\[\] = \{([^}]*)\}", text, re.S)
     assert tuple(re.findall(r'"(\w+)"', fields)) == fmt.META_FIELDS
-    subdirs = re.search(r"k_subdirs\[\] = \{([^}]*)\}", text)[1]
+    subdirs = group1(r"k_subdirs\[\] = \{([^}]*)\}", text)
     assert tuple(STRINGS[name.strip()] for name in subdirs.split(",")) == fmt.SUBDIRS
-    table = re.search(r"k_network_fs\[\] = \{(.*?)\};", text, re.S)[1]
+    table = group1(r"k_network_fs\[\] = \{(.*?)\};", text, re.S)
     assert {int(m, 16): name for m, name in re.findall(r'\{(0x[0-9A-Fa-f]+), "(\w+)"\}', table)} == fmt.NETWORK_FS
 
 
-def test_the_name_functions_agree_with_the_python_ones(tmp_path):
+def test_the_name_functions_agree_with_the_python_ones(tmp_path: Path) -> None:
     cxx = shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         pytest.skip("no C++ compiler")
@@ -154,7 +154,7 @@ def _runtime_sources() -> dict[str, str]:
     }
 
 
-def test_the_runtime_spells_no_format_string_inline():
+def test_the_runtime_spells_no_format_string_inline() -> None:
     env = {v for k, v in STRINGS.items() if k.startswith("k_env_")}  # messages may name a setting
     distinctive = {v for v in STRINGS.values() if len(v) >= 8 and not v.isalpha()} - env  # not a plain word
     exact = set(STRINGS.values()) - distinctive
@@ -165,25 +165,25 @@ def test_the_runtime_spells_no_format_string_inline():
             assert not any(v in lit for v in distinctive), f"{name} spells {lit!r}: use qola_jit_format.h"
 
 
-def test_meta_fields_the_runtime_reads_are_format_fields():
+def test_meta_fields_the_runtime_reads_are_format_fields() -> None:
     store = _runtime_sources()["qola_jit_store.cpp"]
     read = set(re.findall(r'f\["(\w+)"\]', store))
     assert read and read <= set(fmt.META_FIELDS)
     assert set(fmt.PROVENANCE) <= read
 
 
-def test_generated_table_follows_the_struct_declarations():
+def test_generated_table_follows_the_struct_declarations() -> None:
     header = _strip_comments((RUNTIME / "qola_jit.h").read_text())
 
     def fields(struct: str) -> tuple[str, ...]:
-        body = re.search(r"struct " + struct + r" \{(.*?)\};", header, re.S)[1]
+        body = group1(r"struct " + struct + r" \{(.*?)\};", header, re.S)
         return tuple(re.findall(r"(\w+);", body))
 
     assert fields("qola_jit_entry") == fmt.ENTRY_STRUCT
     assert fields("qola_jit_module") == fmt.MODULE_STRUCT
 
 
-def test_python_spells_the_format_only_in_qola_jit_format():
+def test_python_spells_the_format_only_in_qola_jit_format() -> None:
     """No other module writes a tag, a marker or a cache name as a literal (docstrings may describe them)."""
     contained = {
         fmt.TAG_HEADERS,
@@ -211,15 +211,26 @@ def test_python_spells_the_format_only_in_qola_jit_format():
             and isinstance(node.body[0].value, ast.Constant)
         }
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
-                if node.value in exact or any(w in node.value for w in contained):
-                    found.append(f"{path.relative_to(src)}:{node.lineno}: {node.value!r}")
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docs
+                and (node.value in exact or any(w in node.value for w in contained))
+            ):
+                found.append(f"{path.relative_to(src)}:{node.lineno}: {node.value!r}")
     assert found == []
 
 
-def test_the_spec_names_every_constant():
+def test_the_spec_names_every_constant() -> None:
     doc = DOC.read_text()
     for value in [*STRINGS.values(), *fmt.META_FIELDS, fmt.TAG_CONTENT, fmt.SECTION, fmt.RECORD_HEAD]:
         shown = value.replace("\n", "\\n")
         if value != "XXXXXX":
             assert shown in doc, f"docs/jit-cache.md does not mention {shown!r}"
+
+
+def group1(pattern: str, text: str, flags: int = 0) -> str:
+    """The first group of ``pattern``'s match in ``text`` (which must match)."""
+    found = re.search(pattern, text, flags)
+    assert found is not None, pattern
+    return found[1]

@@ -11,7 +11,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -29,12 +31,16 @@ out=""
 while [ $# -gt 0 ]; do if [ "$1" = "-o" ]; then out="$2"; shift; fi; shift; done
 printf '\\177ELF fake' > "$out"
 """
-FUZZ = settings(max_examples=30, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+FUZZ = settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[Any, Any]:
     root = tmp_path_factory.mktemp("jit-fuzz")
     lib = make_lib(root / "lib", build_runtime(root / "rt"))
     fastcc = root / "fastcc"
@@ -43,12 +49,21 @@ def world(tmp_path_factory):
     index = json.loads((lib.root / "out/jit/tm/index.json").read_text())
     runtime_id = jkey.probe_compiler(str(lib.compiler), lib.env).identity
     unit = index["units"][0]
-    keys = [jkey.entry_key(unit["content_key"], runtime_id),
-            jkey.entry_key(unit["content_key"], jkey.probe_compiler(str(fastcc), lib.env).identity)]  # fmt: skip
+    keys = [
+        jkey.entry_key(unit["content_key"], runtime_id),
+        jkey.entry_key(unit["content_key"], jkey.probe_compiler(str(fastcc), lib.env).identity),
+    ]
     scratch = root / "scratch"
     scratch.mkdir()
-    return {"lib": lib, "fastcc": fastcc, "index": index, "unit": unit, "keys": keys, "scratch": scratch,
-            "runtime_id": runtime_id}  # fmt: skip
+    return {
+        "lib": lib,
+        "fastcc": fastcc,
+        "index": index,
+        "unit": unit,
+        "keys": keys,
+        "scratch": scratch,
+        "runtime_id": runtime_id,
+    }
 
 
 def snapshot(top: Path, skip: tuple[Path, ...]) -> dict[str, tuple[int, int]]:
@@ -70,7 +85,7 @@ def run_cli(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
     return rc, err.getvalue()
 
 
-def exercise(world, index_bytes: bytes | None = None, meta: bytes | None = None) -> None:
+def exercise(world: dict[Any, Any], index_bytes: bytes | None = None, meta: bytes | None = None) -> None:
     """One hostile example: a fresh OUT copy and cache, every jit command, and (for .meta) the runtime."""
     lib = world["lib"]
     ex = Path(tempfile.mkdtemp(dir=world["scratch"]))
@@ -85,10 +100,21 @@ def exercise(world, index_bytes: bytes | None = None, meta: bytes | None = None)
             (cache / f"{k}.so").write_bytes(b"\x7fELF fake")
             (cache / f"{k}.meta").write_bytes(meta)
     before = snapshot(world["scratch"].parent, (out, cache))
-    env = {"QOLA_JIT_COMPILER": str(world["fastcc"]), "QOLA_JIT_CACHE_DIR": str(cache), "QOLA_JIT_PREBUILT_DIR": "",
-           "PATH": lib.env["PATH"]}  # fmt: skip
-    for argv in (["ls", str(out)], ["verify", str(out)], ["verify"], ["ls"], ["prebuild", str(out), "-j", "1"],
-                 ["ls"], ["clean"]):  # fmt: skip
+    env = {
+        "QOLA_JIT_COMPILER": str(world["fastcc"]),
+        "QOLA_JIT_CACHE_DIR": str(cache),
+        "QOLA_JIT_PREBUILT_DIR": "",
+        "PATH": lib.env["PATH"],
+    }
+    for argv in (
+        ["ls", str(out)],
+        ["verify", str(out)],
+        ["verify"],
+        ["ls"],
+        ["prebuild", str(out), "-j", "1"],
+        ["ls"],
+        ["clean"],
+    ):
         rc, err = run_cli(["jit", *argv], env)
         assert rc in (0, 1, 2), (argv, rc, err)
         assert "Traceback" not in err and "rerun with --debug" not in err, (argv, err)
@@ -99,8 +125,13 @@ def exercise(world, index_bytes: bytes | None = None, meta: bytes | None = None)
         memo = cache / "compilers" / (jkey.sha256_hex(str(lib.compiler).encode())[:32] + ".id")
         memo.parent.mkdir(mode=0o700, exist_ok=True)
         memo.write_bytes(meta)
-        proc = subprocess.run([str(lib.caller), "1", "5"], capture_output=True, text=True, timeout=30,
-                              env={**lib.env, "QOLA_JIT_CACHE_DIR": str(cache), "QOLA_JIT": "0"})  # fmt: skip
+        proc = subprocess.run(
+            [str(lib.caller), "1", "5"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**lib.env, "QOLA_JIT_CACHE_DIR": str(cache), "QOLA_JIT": "0"},
+        )
         assert proc.returncode in (0, 3), proc.stdout + proc.stderr  # a result, or QOLA_JIT=0's refusal
     assert snapshot(world["scratch"].parent, (out, cache)) == before
     shutil.rmtree(ex)
@@ -113,7 +144,7 @@ JSON = st.recursive(
 )
 
 
-def paths(value, prefix=()):
+def paths(value: Any, prefix: tuple[str | int, ...] = ()) -> Iterator[tuple[str | int, ...]]:
     yield prefix
     if isinstance(value, dict):
         for k, v in value.items():
@@ -124,7 +155,7 @@ def paths(value, prefix=()):
 
 
 @st.composite
-def hostile_index(draw, valid: dict) -> bytes:
+def hostile_index(draw: st.DrawFn, valid: dict[str, Any]) -> bytes:
     kind = draw(st.sampled_from(["mutate", "mutate", "mutate", "json", "bytes", "deep"]))
     if kind == "json":
         return json.dumps(draw(JSON)).encode()
@@ -150,22 +181,31 @@ def hostile_index(draw, valid: dict) -> bytes:
 
 @given(data=st.data())
 @FUZZ
-def test_hostile_index_json_never_tracebacks(world, data):
+def test_hostile_index_json_never_tracebacks(world: dict[Any, Any], data: st.DataObject) -> None:
     exercise(world, index_bytes=data.draw(hostile_index(world["index"])))
 
 
 @st.composite
-def hostile_meta(draw, world) -> bytes:
+def hostile_meta(draw: st.DrawFn, world: dict[Any, Any]) -> bytes:
     kind = draw(st.sampled_from(["mutate", "mutate", "bytes", "text"]))
     if kind == "bytes":
         return draw(st.binary(max_size=400))
     if kind == "text":
         return draw(st.text(max_size=400)).encode("utf-8", "surrogatepass")
     fake = b"\x7fELF fake"
-    fields = {"key": world["keys"][0], "size": str(len(fake)), "sha256": jkey.sha256_hex(fake), "unit": "unit_1",
-              "module": "tm", "compiler": "cc", "compiler_id": world["runtime_id"],
-              "content_key": world["unit"]["content_key"], "source_sha256": world["unit"]["source_sha256"],
-              "headers_sha256": world["index"]["headers"]["sha256"], "created": "0"}  # fmt: skip
+    fields = {
+        "key": world["keys"][0],
+        "size": str(len(fake)),
+        "sha256": jkey.sha256_hex(fake),
+        "unit": "unit_1",
+        "module": "tm",
+        "compiler": "cc",
+        "compiler_id": world["runtime_id"],
+        "content_key": world["unit"]["content_key"],
+        "source_sha256": world["unit"]["source_sha256"],
+        "headers_sha256": world["index"]["headers"]["sha256"],
+        "created": "0",
+    }
     for _ in range(draw(st.integers(1, 3))):
         name = draw(st.sampled_from(sorted(fields)))
         if draw(st.booleans()):
@@ -179,5 +219,5 @@ def hostile_meta(draw, world) -> bytes:
 
 @given(data=st.data())
 @FUZZ
-def test_hostile_cache_meta_never_tracebacks_or_hangs(world, data):
+def test_hostile_cache_meta_never_tracebacks_or_hangs(world: dict[Any, Any], data: st.DataObject) -> None:
     exercise(world, meta=data.draw(hostile_meta(world)))

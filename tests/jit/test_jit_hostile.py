@@ -10,10 +10,12 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from subprocess import CompletedProcess
+from typing import Any, cast
 
 import pytest
 from support.common import run_qola, wait_for
-from support.jit_lib import build_runtime, expected, make_lib, sh
+from support.jit_lib import TestLib, build_runtime, expected, make_lib, sh
 
 from qola.jit.cache import JitCache
 
@@ -23,43 +25,44 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid n
 
 
 @pytest.fixture(scope="session")
-def jit_runtime(tmp_path_factory):
+def jit_runtime(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return build_runtime(tmp_path_factory.mktemp("jit-runtime-harden"))
 
 
 @pytest.fixture
-def lib(tmp_path, jit_runtime):
+def lib(tmp_path: Path, jit_runtime: list[Path]) -> TestLib:
     return make_lib(tmp_path / "lib", jit_runtime)
 
 
-def index_of(lib) -> dict:
-    return json.loads((lib.root / "out/jit/tm/index.json").read_text())
+def index_of(lib: TestLib) -> dict[str, Any]:
+    return cast("dict[str, Any]", json.loads((lib.root / "out/jit/tm/index.json").read_text()))
 
 
-def qola(lib, *args, extra=None, timeout=60):
-    env = {**os.environ, **lib.env, **(extra or {})}
-    return subprocess.run([sys.executable, "-m", "qola", "jit", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout)  # fmt: skip
-
-
-def call(lib, n: int, x: int, extra: dict | None = None, timeout: float = 30):
+def call(
+    lib: TestLib, n: int, x: int, extra: dict[str, Any] | None = None, timeout: float = 30
+) -> CompletedProcess[str]:
     """The caller, with a short timeout (a hang fails the test instead of stalling it)."""
-    return subprocess.run([str(lib.caller), str(n), str(x)], capture_output=True, text=True,
-                          env={**lib.env, **(extra or {})}, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [str(lib.caller), str(n), str(x)],
+        capture_output=True,
+        text=True,
+        env={**lib.env, **(extra or {})},
+        timeout=timeout,
+    )
 
 
-def result(proc) -> tuple[int, int]:
+def result(proc: subprocess.CompletedProcess[str]) -> tuple[int, int]:
     """(value, status) printed by the caller."""
     words = proc.stdout.split()
     assert words[:1] == ["result"], proc.stdout + proc.stderr
     return int(words[1]), int(words[3])
 
 
-def no_traceback(proc) -> None:
+def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
     assert "Traceback" not in proc.stderr, proc.stderr
 
 
-def plant_headers(lib, *, const: int = 900, uid: int | None = None) -> Path:
+def plant_headers(lib: TestLib, *, const: int = 900, uid: int | None = None) -> Path:
     """A complete-looking unpacked bundle with another api.h at <cache>/headers/<bundle sha>."""
     dst = lib.cache / "headers" / index_of(lib)["headers"]["sha256"]
     (dst / "inc0").mkdir(parents=True)
@@ -69,10 +72,10 @@ def plant_headers(lib, *, const: int = 900, uid: int | None = None) -> Path:
     if uid is not None:
         for p in (dst, dst / "inc0", dst / "inc0" / "api.h", dst / ".qola-complete"):
             os.chown(p, uid, uid)
-    return dst
+    return cast("Path", dst)
 
 
-def cache_with_open_headers_dir(lib) -> None:
+def cache_with_open_headers_dir(lib: TestLib) -> None:
     JitCache(lib.cache)  # 0700 root and subdirs
     os.chmod(lib.cache, 0o755)
     os.chmod(lib.cache / "headers", 0o777)
@@ -82,7 +85,7 @@ def cache_with_open_headers_dir(lib) -> None:
 
 
 @root_only
-def test_runtime_refuses_a_group_writable_headers_dir_and_replaces_planted_headers(lib):
+def test_runtime_refuses_a_group_writable_headers_dir_and_replaces_planted_headers(lib: TestLib) -> None:
     cache_with_open_headers_dir(lib)
     planted = plant_headers(lib, uid=OTHER_UID)
     proc = lib.run(1, 5)
@@ -97,7 +100,7 @@ def test_runtime_refuses_a_group_writable_headers_dir_and_replaces_planted_heade
     assert planted.stat().st_uid == os.geteuid() and "HEADER_CONST 7" in (planted / "inc0/api.h").read_text()
 
 
-def test_runtime_unpacks_again_when_the_unpacked_headers_differ_from_the_library(lib):
+def test_runtime_unpacks_again_when_the_unpacked_headers_differ_from_the_library(lib: TestLib) -> None:
     JitCache(lib.cache)
     planted = plant_headers(lib, const=900)  # ours, private, complete-looking, but not the bundle's content
     proc = lib.run(2, 3)
@@ -105,7 +108,7 @@ def test_runtime_unpacks_again_when_the_unpacked_headers_differ_from_the_library
     assert "HEADER_CONST 7" in (planted / "inc0/api.h").read_text()
 
 
-def test_runtime_refuses_a_symlinked_header_in_the_unpacked_tree(lib, tmp_path):
+def test_runtime_refuses_a_symlinked_header_in_the_unpacked_tree(lib: TestLib, tmp_path: Path) -> None:
     JitCache(lib.cache)
     planted = plant_headers(lib, const=7)
     outside = tmp_path / "outside.h"
@@ -118,44 +121,44 @@ def test_runtime_refuses_a_symlinked_header_in_the_unpacked_tree(lib, tmp_path):
 
 
 @root_only
-def test_prebuild_refuses_open_headers_dir_and_never_compiles_planted_headers(lib):
+def test_prebuild_refuses_open_headers_dir_and_never_compiles_planted_headers(lib: TestLib) -> None:
     cache_with_open_headers_dir(lib)
     plant_headers(lib, uid=OTHER_UID)
-    proc = qola(lib, "prebuild", lib.root / "out")
+    proc = run_qola("jit", "prebuild", lib.root / "out", env=lib.env, timeout=60)
     no_traceback(proc)
     assert proc.returncode == 2 and "writable by group or others (mode 0777)" in proc.stderr
     assert lib.compiles() == 0
     os.chmod(lib.cache / "headers", 0o700)
-    proc = qola(lib, "prebuild", lib.root / "out")
+    proc = run_qola("jit", "prebuild", lib.root / "out", env=lib.env, timeout=60)
     assert proc.returncode == 0 and "2 built" in proc.stdout, proc.stdout + proc.stderr
     proc = lib.run(1, 5, extra={"QOLA_JIT": "0"})  # the prebuilt entry, built from the library's headers
     assert result(proc) == (expected(1, 5), 0), proc.stderr
     assert lib.compiles() == 2
 
 
-def test_prebuild_unpacks_again_when_the_unpacked_headers_differ(lib):
+def test_prebuild_unpacks_again_when_the_unpacked_headers_differ(lib: TestLib) -> None:
     JitCache(lib.cache)
     plant_headers(lib, const=900)
-    proc = qola(lib, "prebuild", lib.root / "out", "--filter", "unit_2")
+    proc = run_qola("jit", "prebuild", lib.root / "out", "--filter", "unit_2", env=lib.env, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert result(lib.run(2, 4, extra={"QOLA_JIT": "0"})) == (expected(2, 4), 0)
 
 
 @root_only
-def test_untrusted_entries_and_memos_are_not_used(lib):
+def test_untrusted_entries_and_memos_are_not_used(lib: TestLib) -> None:
     assert result(lib.run(1, 5))[1] == 0
     so = lib.entries()[0]
     os.chown(so, OTHER_UID, -1)  # same bytes, another owner
     proc = lib.run(1, 5, extra={"QOLA_JIT": "0"})
     assert result(proc)[1] == E_DISABLED, proc.stderr
-    bad = qola(lib, "verify")
+    bad = run_qola("jit", "verify", env=lib.env, timeout=60)
     assert bad.returncode == 1 and f"owned by uid {OTHER_UID}" in bad.stdout
 
 
 # ------------------------------------------------------------------ item 3: the library is the authority
 
 
-def tamper_source(lib, unit: str = "unit_1") -> Path:
+def tamper_source(lib: TestLib, unit: str = "unit_1") -> Path:
     src = lib.root / f"out/jit/tm/src/{unit}.cpp"
     text = src.read_text().replace("return x * 10 + HEADER_CONST", "return x * 10 + 5000 + HEADER_CONST")
     assert text != src.read_text()
@@ -163,54 +166,73 @@ def tamper_source(lib, unit: str = "unit_1") -> Path:
     return src
 
 
-def test_prebuild_from_a_tampered_out_jit_is_refused(lib):
+def test_prebuild_from_a_tampered_out_jit_is_refused(lib: TestLib) -> None:
     src = tamper_source(lib)
     index = index_of(lib)
     for u in index["units"]:
         if u["name"] == "unit_1":
             u["source_sha256"] = hashlib.sha256(src.read_bytes()).hexdigest()  # the index "agrees"
     (lib.root / "out/jit/tm/index.json").write_text(json.dumps(index))
-    proc = qola(lib, "prebuild", lib.root / "out")
+    proc = run_qola("jit", "prebuild", lib.root / "out", env=lib.env, timeout=60)
     no_traceback(proc)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "does not match the library" in proc.stderr and "unit_1: source_sha256" in proc.stderr
     assert lib.entries() == [] and lib.compiles() == 0
-    ls = qola(lib, "ls", lib.root / "out")
+    ls = run_qola("jit", "ls", lib.root / "out", env=lib.env, timeout=60)
     assert ls.returncode == 2 and "does not match the library" in ls.stderr
 
 
-def test_prebuild_never_compiles_a_source_the_library_did_not_record(lib):
+def test_prebuild_never_compiles_a_source_the_library_did_not_record(lib: TestLib) -> None:
     tamper_source(lib)  # index.json untouched: its hash disagrees with the file, as the library's does
-    proc = qola(lib, "prebuild", lib.root / "out")
+    proc = run_qola("jit", "prebuild", lib.root / "out", env=lib.env, timeout=60)
     assert proc.returncode == 1 and "1 built" in proc.stdout, proc.stdout + proc.stderr
     assert "unit_1" in proc.stderr and "does not match the library" in proc.stderr
     assert lib.compiles() == 1  # unit_2 only
 
 
-def _tampered_entry(lib) -> Path:
+def _tampered_entry(lib: TestLib) -> Path:
     """Replace unit_1's entry by one compiled from a tampered source, with a .meta whose size and
     sha256 fit the new .so and that truthfully records the tampered source's hash. OUT/jit is
     restored afterwards: only the cache is hostile."""
-    assert qola(lib, "prebuild", lib.root / "out", "--filter", "unit_1").returncode == 0
+    assert run_qola("jit", "prebuild", lib.root / "out", "--filter", "unit_1", env=lib.env, timeout=60).returncode == 0
     so = lib.entries()[0]
     original = (lib.root / "out/jit/tm/src/unit_1.cpp").read_bytes()
     src = tamper_source(lib)
-    sh(["g++", "-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-Wl,-Bsymbolic",
-        "-I", lib.root / "src/include", "-o", so, src])  # fmt: skip
+    sh(
+        [
+            "g++",
+            "-std=c++17",
+            "-O1",
+            "-fPIC",
+            "-shared",
+            "-fvisibility=hidden",
+            "-Wl,-Bsymbolic",
+            "-I",
+            lib.root / "src/include",
+            "-o",
+            so,
+            src,
+        ]
+    )
     meta = so.with_suffix(".meta")
     fields = dict(line.split(" ", 1) for line in meta.read_text().splitlines()[1:])
-    fields.update(size=str(so.stat().st_size), sha256=hashlib.sha256(so.read_bytes()).hexdigest(),
-                  source_sha256=hashlib.sha256(src.read_bytes()).hexdigest())  # fmt: skip
+    fields.update(
+        size=str(so.stat().st_size),
+        sha256=hashlib.sha256(so.read_bytes()).hexdigest(),
+        source_sha256=hashlib.sha256(src.read_bytes()).hexdigest(),
+    )
     meta.write_text("qola-jit-entry 1\n" + "".join(f"{k} {v}\n" for k, v in fields.items()))
     src.write_bytes(original)
     return so
 
 
-def test_an_entry_built_from_other_sources_is_not_loaded_and_verify_says_so(lib):
+def test_an_entry_built_from_other_sources_is_not_loaded_and_verify_says_so(lib: TestLib) -> None:
     so = _tampered_entry(lib)
-    good = qola(lib, "verify")  # by itself the entry is consistent...
+    good = run_qola("jit", "verify", env=lib.env, timeout=60)  # by itself the entry is consistent...
     assert good.returncode == 0, good.stdout + good.stderr
-    bad = qola(lib, "verify", lib.root / "out")  # ...but not with what the library recorded
+    bad = run_qola(
+        "jit", "verify", lib.root / "out", env=lib.env, timeout=60
+    )  # ...but not with what the library recorded
     assert bad.returncode == 1 and f"BROKEN {so.stem}" in bad.stdout, bad.stdout + bad.stderr
     assert "not built from the sources" in bad.stdout and "unit_1" in bad.stdout
     proc = lib.run(1, 5, extra={"QOLA_JIT": "0"})
@@ -219,18 +241,23 @@ def test_an_entry_built_from_other_sources_is_not_loaded_and_verify_says_so(lib)
     assert result(proc) == (expected(1, 5), 0), proc.stderr  # rebuilt from its own sources, not +5000
 
 
-def test_entries_without_a_record_of_their_sources_are_rebuilt(lib):
+def test_entries_without_a_record_of_their_sources_are_rebuilt(lib: TestLib) -> None:
     """What an older prebuild wrote from a tampered OUT/jit: a consistent entry, no provenance."""
     so = _tampered_entry(lib)
     meta = so.with_suffix(".meta")
-    meta.write_text("".join(ln + "\n" for ln in meta.read_text().splitlines()
-                            if ln.split(" ")[0] not in ("content_key", "source_sha256", "headers_sha256")))  # fmt: skip
-    bad = qola(lib, "verify")
+    meta.write_text(
+        "".join(
+            ln + "\n"
+            for ln in meta.read_text().splitlines()
+            if ln.split(" ")[0] not in ("content_key", "source_sha256", "headers_sha256")
+        )
+    )
+    bad = run_qola("jit", "verify", env=lib.env, timeout=60)
     assert bad.returncode == 1 and "no record of its sources" in bad.stdout
     assert result(lib.run(1, 5)) == (expected(1, 5), 0)
 
 
-def test_the_table_is_read_from_shared_objects_and_static_archives(lib, tmp_path):
+def test_the_table_is_read_from_shared_objects_and_static_archives(lib: TestLib, tmp_path: Path) -> None:
     from qola.jit import libtable  # new with the hardening: imported here so the other tests run on older trees
 
     [mod] = libtable.read_library(lib.root / "out/lib/libqt.so")
@@ -239,16 +266,31 @@ def test_the_table_is_read_from_shared_objects_and_static_archives(lib, tmp_path
     assert mod.module == "tm" and set(mod.units) == {"unit_1", "unit_2"} and mod.headers_digest
     table_src = lib.root / "build/qola_jit_table_tm.cpp"
     obj = tmp_path / "t.o"
-    sh(["g++", "-std=c++17", "-c", "-fPIC", "-I", lib.root / "build/include", "-I", libtable_data(), "-I",
-        libtable_data() / "jit", table_src, "-o", obj])  # fmt: skip
+    sh(
+        [
+            "g++",
+            "-std=c++17",
+            "-c",
+            "-fPIC",
+            "-I",
+            lib.root / "build/include",
+            "-I",
+            libtable_data(),
+            "-I",
+            libtable_data() / "jit",
+            table_src,
+            "-o",
+            obj,
+        ]
+    )
     ar = tmp_path / "libqt.a"
     sh(["ar", "rcs", ar, obj])
     [again] = libtable.read_library(ar)
     assert again.same_table(mod)
     # --library names it explicitly; a library that records nothing is an error, not a traceback
-    proc = qola(lib, "ls", lib.root / "out", "--library", ar)
+    proc = run_qola("jit", "ls", lib.root / "out", "--library", ar, env=lib.env, timeout=60)
     assert proc.returncode == 0 and "0 of 2 units ready" in proc.stdout, proc.stdout + proc.stderr
-    proc = qola(lib, "ls", lib.root / "out", "--library", lib.root / "out/bin/caller")
+    proc = run_qola("jit", "ls", lib.root / "out", "--library", lib.root / "out/bin/caller", env=lib.env, timeout=60)
     assert proc.returncode == 2 and "no library records the JIT module" in proc.stderr
 
 
@@ -261,7 +303,7 @@ def libtable_data() -> Path:
 # ------------------------------------------------------------------ item 3: FIFOs and /dev/zero never hang
 
 
-def _hostile(lib, what: str) -> Path:
+def _hostile(lib: TestLib, what: str) -> Path:
     assert result(lib.run(1, 5))[1] == 0
     so = lib.entries()[0]
     target = {"meta-fifo": so.with_suffix(".meta"), "so-zero": so, "meta-zero": so.with_suffix(".meta")}[what]
@@ -274,21 +316,21 @@ def _hostile(lib, what: str) -> Path:
 
 
 @pytest.mark.parametrize("what", ["meta-fifo", "so-zero", "meta-zero"])
-def test_fifos_and_device_links_in_the_cache_never_hang(lib, what):
+def test_fifos_and_device_links_in_the_cache_never_hang(lib: TestLib, what: str) -> None:
     so = _hostile(lib, what)
     proc = call(lib, 1, 5, extra={"QOLA_JIT": "0"})  # would block/read forever before
     assert result(proc)[1] == E_DISABLED, proc.stderr
     for args, rc in ((["verify"], 1), (["ls"], 0), (["ls", lib.root / "out"], 0)):
-        p = qola(lib, *args, timeout=30)
+        p = run_qola("jit", *args, env=lib.env, timeout=30)
         no_traceback(p)
         assert p.returncode == rc, p.stdout + p.stderr
-    v = qola(lib, "verify")
+    v = run_qola("jit", "verify", env=lib.env, timeout=60)
     assert f"BROKEN {so.stem}" in v.stdout and ("symbolic link" in v.stdout or "FIFO" in v.stdout), v.stdout
     assert result(lib.run(1, 5)) == (expected(1, 5), 0)  # replaced by a fresh compile
-    assert qola(lib, "verify").returncode == 0
+    assert run_qola("jit", "verify", env=lib.env, timeout=60).returncode == 0
 
 
-def test_fifo_inputs_in_out_jit_never_hang(lib):
+def test_fifo_inputs_in_out_jit_never_hang(lib: TestLib) -> None:
     src = lib.root / "out/jit/tm/src/unit_1.cpp"
     src.unlink()
     os.mkfifo(src)
@@ -297,14 +339,14 @@ def test_fifo_inputs_in_out_jit_never_hang(lib):
     index = lib.root / "out/jit/tm/index.json"
     index.unlink()
     os.mkfifo(index)
-    p = qola(lib, "ls", lib.root / "out", timeout=30)
+    p = run_qola("jit", "ls", lib.root / "out", env=lib.env, timeout=30)
     assert p.returncode == 2 and "FIFO" in p.stderr, p.stderr
 
 
 # ------------------------------------------------------------------ item 4: bad input, one clear error
 
 
-def _index_cases() -> dict:
+def _index_cases() -> dict[str, Any]:
     deep = "[" * 100_000 + "]" * 100_000
     return {
         "not-json": b"{nope",
@@ -318,30 +360,30 @@ def _index_cases() -> dict:
 
 
 @pytest.mark.parametrize("case", list(_index_cases()))
-def test_malformed_index_json_is_exit_2(lib, case):
+def test_malformed_index_json_is_exit_2(lib: TestLib, case: str) -> None:
     index = lib.root / "out/jit/tm/index.json"
     index.write_bytes(_index_cases()[case])
     for args in (["prebuild", lib.root / "out"], ["ls", lib.root / "out"], ["verify", lib.root / "out"]):
-        p = qola(lib, *args)
+        p = run_qola("jit", *map(str, args), env=lib.env, timeout=60)
         no_traceback(p)
         assert p.returncode == 2, (case, args, p.stdout, p.stderr)
         assert "index.json" in p.stderr and "hint:" in p.stderr, p.stderr
 
 
-def test_index_json_with_wrong_types_names_the_key(lib):
+def test_index_json_with_wrong_types_names_the_key(lib: TestLib) -> None:
     index = index_of(lib)
     index["units"][0]["content_key"] = 5
     (lib.root / "out/jit/tm/index.json").write_text(json.dumps(index))
-    p = qola(lib, "prebuild", lib.root / "out")
+    p = run_qola("jit", "prebuild", lib.root / "out", env=lib.env, timeout=60)
     assert p.returncode == 2 and "units[0].content_key" in p.stderr and "expected a lowercase sha256" in p.stderr
     index["units"][0] = {"name": "../../etc/x"}
     (lib.root / "out/jit/tm/index.json").write_text(json.dumps(index))
-    p = qola(lib, "ls", lib.root / "out")
+    p = run_qola("jit", "ls", lib.root / "out", env=lib.env, timeout=60)
     assert p.returncode == 2 and "units[0].name" in p.stderr
 
 
 @pytest.mark.parametrize("action", [["prebuild", "OUT"], ["ls"], ["ls", "OUT"], ["verify"], ["clean"]])
-def test_cache_dir_that_is_a_file_is_exit_2(lib, tmp_path, action):
+def test_cache_dir_that_is_a_file_is_exit_2(lib: TestLib, tmp_path: Path, action: list[str]) -> None:
     a_file = tmp_path / "passwd"
     a_file.write_text("root:x:0:0::/root:/bin/sh\n")
     args = [str(lib.root / "out") if a == "OUT" else a for a in action]
@@ -354,7 +396,7 @@ def test_cache_dir_that_is_a_file_is_exit_2(lib, tmp_path, action):
 # ------------------------------------------------------------------ item 5: stale temp files
 
 
-def test_killed_compile_leaves_a_temp_that_verify_reports_and_the_next_compile_removes(lib):
+def test_killed_compile_leaves_a_temp_that_verify_reports_and_the_next_compile_removes(lib: TestLib) -> None:
     (lib.root / "slow").write_text("30")
     victim = lib.spawn(1, 5)
     assert wait_for(lambda: lib.compiles() == 1), "the compiler never started"
@@ -365,15 +407,15 @@ def test_killed_compile_leaves_a_temp_that_verify_reports_and_the_next_compile_r
     (lib.root / "slow").unlink()
     temps = sorted(lib.cache.glob(".tmp-*"))
     assert temps, "the killed compile left no temp file"
-    v = qola(lib, "verify")
+    v = run_qola("jit", "verify", env=lib.env, timeout=60)
     assert v.returncode == 1, v.stdout + v.stderr
     assert all(f"STALE {t}" in v.stdout for t in temps) and "--fix" in v.stderr
     assert result(lib.run(2, 1)) == (expected(2, 1), 0)  # another key's compile sweeps them
     assert not list(lib.cache.glob(".tmp-*"))
-    assert qola(lib, "verify").returncode == 0
+    assert run_qola("jit", "verify", env=lib.env, timeout=60).returncode == 0
 
 
-def test_verify_fix_removes_stale_temps_but_not_those_of_a_running_compile(lib):
+def test_verify_fix_removes_stale_temps_but_not_those_of_a_running_compile(lib: TestLib) -> None:
     assert result(lib.run(1, 5))[1] == 0
     cache = JitCache(lib.cache)
     stale = lib.cache / f".tmp-{'a' * 64}-dead.so"
@@ -383,18 +425,27 @@ def test_verify_fix_removes_stale_temps_but_not_those_of_a_running_compile(lib):
         p.write_bytes(b"x")
     stale_dir.mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR|os.O_CREAT);"
-         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
-         str(cache.lock_dir() / f"{'b' * 64}.lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR|os.O_CREAT);"
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
+            str(cache.lock_dir() / f"{'b' * 64}.lock"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
     try:
         assert holder.stdout.readline().strip() == "held"
-        v = qola(lib, "verify")
+        v = run_qola("jit", "verify", env=lib.env, timeout=60)
         assert v.returncode == 1 and f"STALE {stale}" in v.stdout and f"STALE {stale_dir}" in v.stdout
         assert str(busy) not in v.stdout
-        fixed = qola(lib, "verify", "--fix")
+        fixed = run_qola("jit", "verify", "--fix", env=lib.env, timeout=60)
         assert fixed.returncode == 0 and not stale.exists() and not stale_dir.exists() and busy.exists()
     finally:
         holder.kill()
         holder.wait()
-    assert qola(lib, "verify").returncode == 1  # the holder is gone: now it is stale
-    assert qola(lib, "clean").returncode == 0 and not busy.exists()
+    assert run_qola("jit", "verify", env=lib.env, timeout=60).returncode == 1  # the holder is gone: now it is stale
+    assert run_qola("jit", "clean", env=lib.env, timeout=60).returncode == 0 and not busy.exists()

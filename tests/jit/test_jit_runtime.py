@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from support.common import wait_for
-from support.jit_lib import build_runtime, expected, fake_compiler, make_lib
+from support.jit_lib import TestLib, build_runtime, expected, fake_compiler, make_lib
 
 from qola.jit import key as jkey
 from qola.jit.cache import JitCache
@@ -21,25 +21,25 @@ E_DISABLED, E_CACHE, E_COMPILE, E_SOURCE = 1, 3, 4, 6
 
 
 @pytest.fixture(scope="session")
-def jit_runtime(tmp_path_factory):
+def jit_runtime(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return build_runtime(tmp_path_factory.mktemp("jit-runtime"))
 
 
 @pytest.fixture
-def lib(tmp_path, jit_runtime):
+def lib(tmp_path: Path, jit_runtime: list[Path]) -> TestLib:
     return make_lib(tmp_path / "lib", jit_runtime)
 
 
-def ok(proc, n=1, x=5):
+def ok(proc: subprocess.CompletedProcess[str], n: int = 1, x: int = 5) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["result", str(expected(n, x)), "status", "0"], proc.stdout + proc.stderr
 
 
-def status_of(proc) -> int:
+def status_of(proc: subprocess.CompletedProcess[str]) -> int:
     return int(proc.stdout.split()[3])
 
 
-def test_first_call_compiles_then_other_processes_hit_the_cache(lib):
+def test_first_call_compiles_then_other_processes_hit_the_cache(lib: TestLib) -> None:
     ok(lib.run(1, 5))
     assert lib.compiles() == 1
     ok(lib.run(1, 6, extra={"QOLA_JIT_VERBOSE": "1"}), 1, 6)
@@ -57,7 +57,7 @@ def test_first_call_compiles_then_other_processes_hit_the_cache(lib):
     assert all(JitCache(lib.cache).entry(p.stem).problem is None for p in lib.entries())
 
 
-def test_32_processes_one_compile(lib):
+def test_32_processes_one_compile(lib: TestLib) -> None:
     (lib.root / "slow").write_text("1")  # keep the compile running while all 32 start
     procs = [lib.spawn(1, i) for i in range(32)]
     outs = [(p.wait(timeout=300), *p.communicate()) for p in procs]
@@ -68,7 +68,7 @@ def test_32_processes_one_compile(lib):
     assert len(lib.entries()) == 1
 
 
-def test_sigkill_during_compile_recovers(lib):
+def test_sigkill_during_compile_recovers(lib: TestLib) -> None:
     (lib.root / "slow").write_text("3")
     victim = lib.spawn(1, 5)
     assert wait_for(lambda: lib.compiles() == 1), "the compiler never started"
@@ -88,7 +88,7 @@ def test_sigkill_during_compile_recovers(lib):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "bitflip", "no-meta", "wrong-key"])
-def test_damaged_entry_is_detected_and_rebuilt(lib, damage):
+def test_damaged_entry_is_detected_and_rebuilt(lib: TestLib, damage: str) -> None:
     ok(lib.run(1, 5))
     so = lib.entries()[0]
     meta = so.with_suffix(".meta")
@@ -107,7 +107,7 @@ def test_damaged_entry_is_detected_and_rebuilt(lib, damage):
     assert JitCache(lib.cache).entry(so.stem).problem is None
 
 
-def test_cache_dir_writable_by_others_is_refused(lib):
+def test_cache_dir_writable_by_others_is_refused(lib: TestLib) -> None:
     lib.cache.mkdir(mode=0o700)
     os.chmod(lib.cache, 0o777)
     proc = lib.run(1, 5)
@@ -119,7 +119,7 @@ def test_cache_dir_writable_by_others_is_refused(lib):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
-def test_cache_dir_of_another_user_is_refused(lib):
+def test_cache_dir_of_another_user_is_refused(lib: TestLib) -> None:
     import pwd
 
     lib.cache.mkdir(mode=0o700)
@@ -130,7 +130,7 @@ def test_cache_dir_of_another_user_is_refused(lib):
     assert lib.compiles() == 0
 
 
-def test_qola_jit_0_never_compiles_but_uses_the_cache(lib):
+def test_qola_jit_0_never_compiles_but_uses_the_cache(lib: TestLib) -> None:
     proc = lib.run(1, 5, extra={"QOLA_JIT": "0"})
     assert status_of(proc) == E_DISABLED and "QOLA_JIT=0" in proc.stderr
     assert lib.compiles() == 0
@@ -139,7 +139,7 @@ def test_qola_jit_0_never_compiles_but_uses_the_cache(lib):
     assert lib.compiles() == 1
 
 
-def test_compile_failure_reports_log_and_does_not_crash(lib):
+def test_compile_failure_reports_log_and_does_not_crash(lib: TestLib) -> None:
     (lib.root / "fail").write_text("")
     proc = lib.run(1, 5)
     assert proc.returncode == 3 and status_of(proc) == E_COMPILE
@@ -151,7 +151,7 @@ def test_compile_failure_reports_log_and_does_not_crash(lib):
     ok(lib.run(1, 5))
 
 
-def test_changed_compiler_gets_its_own_entry(lib):
+def test_changed_compiler_gets_its_own_entry(lib: TestLib) -> None:
     ok(lib.run(1, 5))
     # another compiler (path): a new key, one more compile
     other = lib.root / "other"
@@ -169,7 +169,7 @@ def test_changed_compiler_gets_its_own_entry(lib):
     assert lib.compiles() == 2
 
 
-def test_missing_or_modified_sources_are_reported(lib):
+def test_missing_or_modified_sources_are_reported(lib: TestLib) -> None:
     src = lib.root / "out/jit/tm/src/unit_1.cpp"
     src.write_text(src.read_text() + "\n// edited\n")
     proc = lib.run(1, 5)
@@ -180,7 +180,7 @@ def test_missing_or_modified_sources_are_reported(lib):
     assert lib.compiles() == 0
 
 
-def test_a_loaded_library_keeps_its_jit_sources_across_a_publish(lib, tmp_path):
+def test_a_loaded_library_keeps_its_jit_sources_across_a_publish(lib: TestLib, tmp_path: Path) -> None:
     """A publish swaps OUT/lib and OUT/jit as whole dirs (renameat2 exchange) and keeps the old
     ones in OUT/.qola/prev: a process that loaded the old library finds its own JIT sources there
     (the runtime follows its mapping, not the path it was loaded by, which now holds the next
@@ -201,6 +201,7 @@ def test_a_loaded_library_keeps_its_jit_sources_across_a_publish(lib, tmp_path):
         text=True,
         env=lib.env,
     )
+    assert proc.stdout is not None
     assert proc.stdout.readline().split() == ["first", str(expected(1, 5)), "status", "0"]  # loaded, unit 1 built
     for name in ("lib", "jit"):
         if not fsutil.exchange(nxt / name, out / name):
@@ -213,11 +214,11 @@ def test_a_loaded_library_keeps_its_jit_sources_across_a_publish(lib, tmp_path):
     # a new process loads the library now in OUT/lib and reads OUT/jit: there the edited source does
     # not match its table (so the process above did not read it)
     ok(lib.run(1, 5))
-    proc = lib.run(2, 5, extra={"QOLA_JIT_CACHE_DIR": str(tmp_path / "fresh")})
-    assert status_of(proc) == E_SOURCE and "does not match this library" in proc.stderr
+    done = lib.run(2, 5, extra={"QOLA_JIT_CACHE_DIR": str(tmp_path / "fresh")})
+    assert status_of(done) == E_SOURCE and "does not match this library" in done.stderr
 
 
-def test_prebuilt_dir_is_used_before_compiling(lib, tmp_path):
+def test_prebuilt_dir_is_used_before_compiling(lib: TestLib, tmp_path: Path) -> None:
     ok(lib.run(1, 5))
     prebuilt = tmp_path / "prebuilt"
     prebuilt.mkdir(mode=0o755)
@@ -230,7 +231,7 @@ def test_prebuilt_dir_is_used_before_compiling(lib, tmp_path):
     assert not list((tmp_path / "fresh").glob("*.so"))
 
 
-def test_threads_of_one_process_share_one_load(lib):
+def test_threads_of_one_process_share_one_load(lib: TestLib) -> None:
     (lib.root / "slow").write_text("1")
     proc = lib.run(0, 4, mode=("threads",))
     assert proc.returncode == 0, proc.stderr
@@ -238,7 +239,7 @@ def test_threads_of_one_process_share_one_load(lib):
     assert lib.compiles() == 2
 
 
-def test_prepare_compiles_ahead(lib):
+def test_prepare_compiles_ahead(lib: TestLib) -> None:
     proc = lib.run(0, 0, mode=("prepare", "unit_*"))
     assert proc.stdout.split() == ["failed", "0", "unknown", "-1"], proc.stderr
     assert lib.compiles() == 2
@@ -246,7 +247,7 @@ def test_prepare_compiles_ahead(lib):
     assert lib.compiles() == 2
 
 
-def test_killed_compiler_leaves_no_entry(lib):
+def test_killed_compiler_leaves_no_entry(lib: TestLib) -> None:
     (lib.root / "slow").write_text("5")
     victim = lib.spawn(1, 5)
     assert wait_for(lambda: lib.compiles() == 1)
@@ -259,7 +260,7 @@ def test_killed_compiler_leaves_no_entry(lib):
     assert lib.compiles() == 2
 
 
-def test_batched_stubs(tmp_path, jit_runtime):
+def test_batched_stubs(tmp_path: Path, jit_runtime: list[Path]) -> None:
     lib = make_lib(tmp_path / "lib", jit_runtime, batch=4)
     assert [p.name for p in (lib.root / "build").glob("qola_jit_stubs_*")] == ["qola_jit_stubs_tm_0.cpp"]
     ok(lib.run(2, 7), 2, 7)

@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ ATTN_GEN = REPO / "examples/kernels/csrc/attn/generate.py"
 
 
 # ----------------------------------------------------------------------------- the reader
-def test_reader_finds_specialisations_with_their_signature():
+def test_reader_finds_specialisations_with_their_signature() -> None:
     text = """
     // template <> float nope<int>(int) { }   (a comment)
     #include "x.h"
@@ -58,12 +59,12 @@ def test_reader_finds_specialisations_with_their_signature():
         ("unsigned int, std::vector<int>&& v, T* const p", [None, "v", "p"]),
     ],
 )
-def test_parameter_names(decl, names):
+def test_parameter_names(decl: str, names: list[str | None]) -> None:
     spec = cxx.find_specializations(f"template <> void f<1>({decl}) {{}}")[0]
     assert [p.name for p in spec.params] == names
 
 
-def test_unsupported_parameters_are_refused():
+def test_unsupported_parameters_are_refused() -> None:
     with pytest.raises(cxx.CxxError):
         cxx.find_specializations("template <> void f<1>(void (*cb)(int)) {}")
 
@@ -95,7 +96,9 @@ def aliases_of(text: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in re.finditer(r"^using\s+(\w+)\s*=\s*([^;]*);", text, re.M)}
 
 
-def check_stub(unit: str, text: str, style, decls, called: set) -> set:
+def check_stub(
+    unit: str, text: str, style: stubs.StubStyle, decls: Any, called: set[tuple[str, str]]
+) -> set[tuple[str, str]]:
     """Stub one instance file, check every specialisation against the declarations and
     return the (name, template args) keys it defines."""
     st = stubs.stub_unit(text, module="m", unit=unit, style=style)
@@ -117,7 +120,7 @@ def check_stub(unit: str, text: str, style, decls, called: set) -> set:
 
 # ----------------------------------------------------------------------------- example tree
 @pytest.fixture(scope="module")
-def attn_tree(tmp_path_factory):
+def attn_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not ATTN_GEN.is_file():
         pytest.skip("examples/kernels/csrc/attn/generate.py not present")
     out = tmp_path_factory.mktemp("attn")
@@ -125,7 +128,7 @@ def attn_tree(tmp_path_factory):
     return out
 
 
-def test_example_attn_stubs_match_the_dispatch(attn_tree):
+def test_example_attn_stubs_match_the_dispatch(attn_tree: Path) -> None:
     api = (attn_tree / "attn_fwd_api.cu").read_text()
     decls = declarations((ATTN_GEN.parent / "attn_fwd_kernel.h").read_text())
     called = {("attn_fwd_", canonical(t, {})) for t in re.findall(r"return attn_fwd_<(.*)>\(a, s\);", api)}
@@ -148,13 +151,13 @@ FMHA = "aiter_meta/3rdparty/composable_kernel/example/ck_tile/01_fmha"
 
 
 @pytest.fixture(scope="module")
-def ck_fmha(aiter_root, tmp_path_factory):
+def ck_fmha(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     gen = aiter_root / FMHA / "generate.py"
     out = tmp_path_factory.mktemp("fmha")
     procs = [
         subprocess.Popen(
             [sys.executable, str(gen), "-d", d, "--receipt", "600", "-o", str(out / d)], stdout=subprocess.DEVNULL
-        )  # fmt: skip
+        )
         for d in ("fwd", "bwd")
     ]
     assert all(p.wait() == 0 for p in procs)
@@ -163,7 +166,7 @@ def ck_fmha(aiter_root, tmp_path_factory):
 
 @pytest.mark.aiter
 @pytest.mark.slow
-def test_ck_fmha_fwd_stubs_match_the_dispatch(ck_fmha):
+def test_ck_fmha_fwd_stubs_match_the_dispatch(ck_fmha: tuple[Path, Path]) -> None:
     src, out = ck_fmha
     decls = declarations((src / "fmha_fwd.hpp").read_text())
     api = (out / "fwd/fmha_fwd_api.cpp").read_text()
@@ -171,7 +174,7 @@ def test_ck_fmha_fwd_stubs_match_the_dispatch(ck_fmha):
         (fn, canonical(f"{trait}, {arch}", {}))
         for trait, fn, arch in re.findall(
             r"using trait_ = ([^;]*);\s*return (fmha_fwd_)<trait_, ([\w:]+)>\(s, a\);", api
-        )  # fmt: skip
+        )
     }
     units = sorted((out / "fwd").glob("fmha_fwd_d*.cpp"))
     assert len(units) > 1000
@@ -184,14 +187,16 @@ def test_ck_fmha_fwd_stubs_match_the_dispatch(ck_fmha):
 
 @pytest.mark.aiter
 @pytest.mark.slow
-def test_ck_fmha_bwd_stubs_match_the_dispatch(ck_fmha):
+def test_ck_fmha_bwd_stubs_match_the_dispatch(ck_fmha: tuple[Path, Path]) -> None:
     src, out = ck_fmha
     decls = declarations((src / "fmha_bwd.hpp").read_text())
     api = (out / "bwd/fmha_bwd_api.cpp").read_text()
     called = set()
-    pattern = (r"using dot_do_o_trait_ = ([^;]*);\s*using dq_dk_dv_trait_ = ([^;]*);\s*using convert_dq_trait_ = "
-               r"([^;]*);\s*r = fmha_bwd_<dot_do_o_trait_, dq_dk_dv_trait_, std::conditional_t<(\w+), "
-               r"convert_dq_trait_, void>, ([\w:]+)>\(s, a\);")  # fmt: skip
+    pattern = (
+        r"using dot_do_o_trait_ = ([^;]*);\s*using dq_dk_dv_trait_ = ([^;]*);\s*using convert_dq_trait_ = "
+        r"([^;]*);\s*r = fmha_bwd_<dot_do_o_trait_, dq_dk_dv_trait_, std::conditional_t<(\w+), "
+        r"convert_dq_trait_, void>, ([\w:]+)>\(s, a\);"
+    )
     for dot, dq, conv, use_conv, arch in re.findall(pattern, api):
         kinds = [("dot_do_o", dot), ("dq_dk_dv", dq)] + ([("convert_dq", conv)] if use_conv == "true" else [])
         for kind, trait in kinds:
@@ -206,7 +211,7 @@ def test_ck_fmha_bwd_stubs_match_the_dispatch(ck_fmha):
     assert called <= defined
 
 
-def test_batch_stub_qualifies_an_alias_with_a_comment_in_its_head():
+def test_batch_stub_qualifies_an_alias_with_a_comment_in_its_head() -> None:
     """A comment between ``using`` and ``=`` (the alias was found with comments blanked, its name
     was read from the raw text: an AttributeError before)."""
     text = (
@@ -222,7 +227,7 @@ def test_batch_stub_qualifies_an_alias_with_a_comment_in_its_head():
 
 
 @pytest.mark.aiter
-def test_ck_fmha_batch_stub_qualifies_aliases(ck_fmha):
+def test_ck_fmha_batch_stub_qualifies_aliases(ck_fmha: tuple[Path, Path]) -> None:
     _, out = ck_fmha
     files = sorted((out / "fwd").glob("fmha_fwd_d*.cpp"))[:3]
     text = stubs.stub_batch([(p.stem, p.read_text()) for p in files], module="m", style=stubs.CK_FMHA)
@@ -236,7 +241,9 @@ def test_ck_fmha_batch_stub_qualifies_aliases(ck_fmha):
 @pytest.mark.aiter
 @pytest.mark.slow
 @pytest.mark.parametrize("direction", ["fwd_splitkv", "batch_prefill"])
-def test_ck_fmha_splitkv_and_batch_prefill_stubs_match_their_declarations(aiter_root, tmp_path, direction):
+def test_ck_fmha_splitkv_and_batch_prefill_stubs_match_their_declarations(
+    aiter_root: Path, tmp_path: Path, direction: str
+) -> None:
     src = aiter_root / FMHA
     subprocess.run(
         [sys.executable, str(src / "generate.py"), "-d", direction, "--receipt", "600", "-o", str(tmp_path)],

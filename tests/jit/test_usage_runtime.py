@@ -7,11 +7,13 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import threading
 from pathlib import Path
+from typing import cast
 
 import pytest
 from support.common import run_qola
-from support.jit_lib import build_runtime, expected, make_lib
+from support.jit_lib import TestLib, build_runtime, expected, make_lib
 
 from qola.jit import format as fmt
 from qola.store.usage import records
@@ -21,12 +23,12 @@ N_PROCS = 16
 
 
 @pytest.fixture(scope="module")
-def jit_runtime(tmp_path_factory):
+def jit_runtime(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return build_runtime(tmp_path_factory.mktemp("usage-runtime"))
 
 
 @pytest.fixture
-def lib(tmp_path, jit_runtime):
+def lib(tmp_path: Path, jit_runtime: list[Path]) -> TestLib:
     return make_lib(tmp_path / "lib", jit_runtime)
 
 
@@ -34,7 +36,7 @@ def read_dir(d: Path) -> records.ReadResult:
     return records.read(records.record_files([d]))
 
 
-def test_recording_writes_one_record_per_unit_and_process(lib, tmp_path):
+def test_recording_writes_one_record_per_unit_and_process(lib: TestLib, tmp_path: Path) -> None:
     rec = tmp_path / "rec"
     proc = lib.run(1, 5, mode=("threads",), extra={fmt.ENV_USAGE_DIR: str(rec)})  # 16 threads, units 1 and 2
     assert proc.returncode == 0, proc.stderr
@@ -53,12 +55,12 @@ def test_recording_writes_one_record_per_unit_and_process(lib, tmp_path):
     assert len(list(rec.iterdir())) == 2  # one file per process
 
 
-def test_without_the_setting_nothing_is_recorded(lib, tmp_path):
+def test_without_the_setting_nothing_is_recorded(lib: TestLib, tmp_path: Path) -> None:
     assert lib.run(1, 5).returncode == 0
     assert not any(p.name.startswith(fmt.USAGE_PREFIX) for p in tmp_path.rglob("*"))
 
 
-def test_strict_coverage_refuses_to_compile_and_names_the_manifest_line(lib, tmp_path):
+def test_strict_coverage_refuses_to_compile_and_names_the_manifest_line(lib: TestLib, tmp_path: Path) -> None:
     rec = tmp_path / "rec"
     proc = lib.run(1, 5, extra={fmt.ENV_COVERAGE: "strict", fmt.ENV_USAGE_DIR: str(rec)})
     assert proc.returncode == 3
@@ -75,14 +77,14 @@ def test_strict_coverage_refuses_to_compile_and_names_the_manifest_line(lib, tmp
     assert lib.compiles() == 1
 
 
-def test_an_unknown_coverage_value_fails_closed(lib):
+def test_an_unknown_coverage_value_fails_closed(lib: TestLib) -> None:
     proc = lib.run(1, 5, extra={fmt.ENV_COVERAGE: "stirct"})
     assert proc.returncode == 3 and int(proc.stdout.split()[3]) == E_COVERAGE
     assert "is not strict, report or off: taking it as strict" in proc.stderr
     assert lib.compiles() == 0
 
 
-def test_report_coverage_compiles_and_reports_each_miss_once(lib, tmp_path):
+def test_report_coverage_compiles_and_reports_each_miss_once(lib: TestLib, tmp_path: Path) -> None:
     rec = tmp_path / "rec"
     proc = lib.run(1, 5, mode=("threads",), extra={fmt.ENV_COVERAGE: "report", fmt.ENV_USAGE_DIR: str(rec)})
     assert proc.returncode == 0, proc.stderr
@@ -96,16 +98,16 @@ def test_report_coverage_compiles_and_reports_each_miss_once(lib, tmp_path):
     assert proc.returncode == 0 and "coverage:" not in proc.stderr
 
 
-def _worker(lib_path: str, env: dict, rec: str, barrier, i: int) -> int:
+def _worker(lib_path: str, env: dict[str, str], rec: str, barrier: threading.Barrier, i: int) -> int:
     os.environ.update(env)  # this child process only: the runtime reads its cache dir from the environment
     so = ctypes.CDLL(lib_path)
     so.qt_qola_usage_configure.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     assert so.qt_qola_usage_configure(rec.encode(), None) == 0  # the loader API, not the environment
     barrier.wait(timeout=120)  # all 16 resolve (and record) at once
-    return so.qt_call(1, i) * 1000 + so.qt_call(2, i)
+    return cast("int", so.qt_call(1, i) * 1000 + so.qt_call(2, i))
 
 
-def test_16_processes_record_concurrently_without_loss(lib, tmp_path):
+def test_16_processes_record_concurrently_without_loss(lib: TestLib, tmp_path: Path) -> None:
     assert lib.run(1, 5).returncode == 0 and lib.run(2, 5).returncode == 0  # both units in the cache
     rec = tmp_path / "shared-rec"
     ctx = multiprocessing.get_context("spawn")
@@ -124,14 +126,14 @@ def test_16_processes_record_concurrently_without_loss(lib, tmp_path):
     assert lib.compiles() == 2
 
 
-def test_configure_refuses_an_unknown_coverage_value(lib):
+def test_configure_refuses_an_unknown_coverage_value(lib: TestLib) -> None:
     so = ctypes.CDLL(str(lib.caller.parent.parent / "lib" / "libqt.so"))
     so.qt_qola_usage_configure.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     assert so.qt_qola_usage_configure(None, b"sometimes") == -1
     assert so.qt_qola_usage_configure(None, b"report") == 0
 
 
-def _fork_worker(lib_path: str, env: dict, rec: str) -> tuple[int, int]:
+def _fork_worker(lib_path: str, env: dict[str, str], rec: str) -> tuple[int, int]:
     os.environ.update(env)  # this child process only (see _worker)
     so = ctypes.CDLL(lib_path)
     so.qt_qola_usage_configure.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
@@ -144,7 +146,7 @@ def _fork_worker(lib_path: str, env: dict, rec: str) -> tuple[int, int]:
     return os.getpid(), child if status == 0 else -1
 
 
-def test_a_forked_child_records_into_its_own_file(lib, tmp_path):
+def test_a_forked_child_records_into_its_own_file(lib: TestLib, tmp_path: Path) -> None:
     assert lib.run(1, 5).returncode == 0 and lib.run(2, 5).returncode == 0
     rec = tmp_path / "rec"
     so = str(lib.caller.parent.parent / "lib" / "libqt.so")
@@ -156,7 +158,7 @@ def test_a_forked_child_records_into_its_own_file(lib, tmp_path):
     assert sorted((r.pid, r.unit) for r in res.records) == sorted([(parent, "unit_1"), (child, "unit_2")])
 
 
-def test_a_shipped_prebuilt_variant_is_recorded_once_and_passes_strict(lib, tmp_path):
+def test_a_shipped_prebuilt_variant_is_recorded_once_and_passes_strict(lib: TestLib, tmp_path: Path) -> None:
     """How an image records the variants it ships compiled (docs/usage.md, "What is recorded"):
     defer them and ship their entries in OUT/jit/prebuilt (``qola jit prebuild --prebuilt-dir``).
     Each resolves from there with event ``prebuilt``, one record per variant per process, whatever

@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.link_objects import build_objects, link_shared, sh, write_includes
@@ -38,7 +39,7 @@ target_link_libraries(consumer PRIVATE qola::te::demo)
 """
 
 
-def test_config_header():
+def test_config_header() -> None:
     text = consumers.render_config_header("te", "0.1.0")
     assert "#define QOLA_NAMESPACE te\n" in text and '#define QOLA_NAMESPACE_STR "te"' in text
     assert '#define QOLA_VERSION_STR "0.1.0"' in text
@@ -48,7 +49,7 @@ def test_config_header():
         consumers.render_config_header("te", '1"; evil')
 
 
-def test_render_cmake_and_pkgconfig():
+def test_render_cmake_and_pkgconfig() -> None:
     mods = [
         ConsumerModule("libmha_fwd", "te_libmha_fwd.so", "shared", ["amdhip64"], ["/opt/rocm/lib"]),
         ConsumerModule("libmha_bwd", "te_libmha_bwd.a", "static", ["amdhip64"], ["/opt/rocm/lib"]),
@@ -99,7 +100,7 @@ def make_output(root: Path, kind: str) -> Path:
 
 
 @pytest.fixture(scope="module", params=["shared", "static"])
-def output_dir(request, tmp_path_factory):
+def output_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
     root = tmp_path_factory.mktemp(f"consumer-{request.param}")
     built = make_output(root, request.param)
     moved = root / "moved elsewhere" / "qola-out"  # relocatable: nothing points back to `built`
@@ -109,8 +110,8 @@ def output_dir(request, tmp_path_factory):
 
 
 @pytest.mark.skipif(not shutil.which("cmake"), reason="needs cmake")
-def test_cmake_find_package(output_dir, tmp_path):
-    kind, out = output_dir
+def test_cmake_find_package(output_dir: tuple[Any, Path], tmp_path: Path) -> None:
+    _kind, out = output_dir
     for langs in ("C CXX", "C"):  # a C-only project still gets the C++ runtime of a static module
         src, build = tmp_path / f"src {langs}", tmp_path / f"build {langs}"
         src.mkdir()
@@ -133,20 +134,20 @@ def test_cmake_find_package(output_dir, tmp_path):
 
 
 @pytest.mark.skipif(not shutil.which("pkg-config"), reason="needs pkg-config")
-def test_pkg_config(output_dir, tmp_path):
+def test_pkg_config(output_dir: tuple[Any, Path], tmp_path: Path) -> None:
     kind, out = output_dir
     env = {**os.environ, "PKG_CONFIG_PATH": str(out / "lib" / "pkgconfig")}
-    flags = subprocess.run(
+    printed = subprocess.run(
         ["pkg-config", "--cflags", "--libs", "qola-te"], capture_output=True, text=True, env=env, check=True
     ).stdout
-    flags = shlex.split(flags)  # pkg-config escapes the space of "moved elsewhere" with a backslash
+    flags = shlex.split(printed)  # pkg-config escapes the space of "moved elsewhere" with a backslash
     assert f"-l:te_demo.{'so' if kind == 'shared' else 'a'}" in flags
     (tmp_path / "main.c").write_text(MAIN_C)
     sh("cc", tmp_path / "main.c", "-o", tmp_path / "consumer", *flags)
     assert sh(tmp_path / "consumer").split() == ["te", VERSION, "5"]  # rpath: no LD_LIBRARY_PATH needed
 
 
-def test_ctypes(output_dir):
+def test_ctypes(output_dir: tuple[Any, Path]) -> None:
     kind, out = output_dir
     if kind != "shared":
         pytest.skip("ctypes loads shared libraries")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from pathlib import Path
 
 import pytest
 from support.attn_abi import Params
@@ -13,7 +14,7 @@ from support.common import KERNELS, cmake_build, run_qola
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
-def test_ctypes_c_abi_matches_torch(tmp_path):
+def test_ctypes_c_abi_matches_torch(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     m = tmp_path / "q.toml"
     m.write_text(
@@ -103,7 +104,7 @@ int main() {
 """
 
 
-def test_cpp_api_from_cmake_consumer_on_gpu(tmp_path):
+def test_cpp_api_from_cmake_consumer_on_gpu(tmp_path: Path) -> None:
     import shutil
     import subprocess
 

@@ -8,6 +8,8 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from subprocess import CompletedProcess
+from typing import cast
 
 import pytest
 from support.common import KERNELS, cmake_build, run_qola
@@ -18,7 +20,9 @@ pytestmark = pytest.mark.slow
 ONE = 'blob_gen_cmd = ["csrc/attn/generate.py -d fwd --filter attn_fwd_d64_fp16_batch*_nmask_nlse --output_dir {}"]\n'
 
 
-def build(tmp: Path, ns: str, arch: str = "sm_90", link: str = "shared", extra: str = "", *flags: str):
+def build(
+    tmp: Path, ns: str, arch: str = "sm_90", link: str = "shared", extra: str = "", *flags: str
+) -> tuple[CompletedProcess[str], Path]:
     m = tmp / f"{ns}.toml"
     m.write_text(
         f'[qola]\nnamespace = "{ns}"\n[build]\narchitectures = ["{arch}"]\nlink = "{link}"\n'
@@ -30,10 +34,10 @@ def build(tmp: Path, ns: str, arch: str = "sm_90", link: str = "shared", extra: 
 
 def exports(out: Path) -> list[str]:
     data = json.loads((out / "manifest.json").read_text())
-    return next(m for m in data["modules"] if m["name"] == "libattn_fwd")["exports"]
+    return cast("list[str]", next(m for m in data["modules"] if m["name"] == "libattn_fwd")["exports"])
 
 
-def test_shared_exports_only_allowed_and_audit_passes(tmp_path):
+def test_shared_exports_only_allowed_and_audit_passes(tmp_path: Path) -> None:
     proc, out = build(tmp_path, "te")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = exports(out)
@@ -46,7 +50,7 @@ def test_shared_exports_only_allowed_and_audit_passes(tmp_path):
     assert run_qola("audit", str(out)).returncode == 0
 
 
-def test_planted_leak_fails_the_build_naming_it(tmp_path):
+def test_planted_leak_fails_the_build_naming_it(tmp_path: Path) -> None:
     leak = tmp_path / "leak.cu"
     leak.write_text('__attribute__((visibility("default"))) int planted_leaky_helper() { return 7; }\n')
     proc, out = build(tmp_path, "te", "sm_90", "shared", f'add_srcs = ["{leak}"]\n', "--no-isolation")
@@ -59,7 +63,7 @@ def test_planted_leak_fails_the_build_naming_it(tmp_path):
     assert "planted_leaky_helper" not in " ".join(exports(out))
 
 
-def test_static_archives_of_two_namespaces_link_into_one_program(tmp_path):
+def test_static_archives_of_two_namespaces_link_into_one_program(tmp_path: Path) -> None:
     for ns in ("a", "b"):
         proc, out = build(tmp_path, ns, link="static")
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -94,7 +98,7 @@ def test_static_archives_of_two_namespaces_link_into_one_program(tmp_path):
     assert run.returncode == 0 and run.stdout.split()[2:] == ["-2", "-2"], run.stdout + run.stderr
 
 
-def test_cmake_and_pkgconfig_consumers(tmp_path):
+def test_cmake_and_pkgconfig_consumers(tmp_path: Path) -> None:
     if not shutil.which("cmake") or not shutil.which("pkg-config"):
         pytest.skip("cmake / pkg-config not installed")
     proc, out = build(tmp_path, "te")
@@ -129,7 +133,7 @@ def test_cmake_and_pkgconfig_consumers(tmp_path):
 
 
 @pytest.mark.hip
-def test_hip_gfx90a_exports_only_allowed(tmp_path):
+def test_hip_gfx90a_exports_only_allowed(tmp_path: Path) -> None:
     proc, out = build(tmp_path, "te", arch="gfx90a")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = exports(out)

@@ -13,7 +13,9 @@ import stat
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.reports import publish_version, report
@@ -49,14 +51,14 @@ def published(out: Path) -> dict[str, tuple[str, str]]:
     return {k: v for k, v in snapshot(out).items() if k.split("/")[0] in ENTRIES}
 
 
-def entry(snap: dict, name: str) -> dict:
+def entry(snap: dict[str, Any], name: str) -> dict[str, Any]:
     return {k: v for k, v in snap.items() if k == name or k.startswith(name + "/")}
 
 
 # -- the layout ------------------------------------------------------------------------------------
 
 
-def test_entries_are_real_dirs_of_real_files_never_links(tmp_path):
+def test_entries_are_real_dirs_of_real_files_never_links(tmp_path: Path) -> None:
     out = tmp_path / "out"
     publish_version(tmp_path, out, "v1")
     publish_version(tmp_path, out, "v2")
@@ -76,7 +78,7 @@ def test_entries_are_real_dirs_of_real_files_never_links(tmp_path):
     assert check_files(out, data["files"]) == (len(data["files"]), [])
 
 
-def test_an_in_place_edit_of_a_published_file_changes_no_other_copy(tmp_path):
+def test_an_in_place_edit_of_a_published_file_changes_no_other_copy(tmp_path: Path) -> None:
     out = tmp_path / "out"
     publish_version(tmp_path, out, "v1")
     publish_version(tmp_path, out, "v1")  # same bytes: still copies
@@ -89,7 +91,7 @@ def test_an_in_place_edit_of_a_published_file_changes_no_other_copy(tmp_path):
 
 
 @pytest.mark.skipif(CMAKE is None, reason="needs cmake")
-def test_cmake_file_copy_and_glob_give_real_headers_and_libraries(tmp_path):
+def test_cmake_file_copy_and_glob_give_real_headers_and_libraries(tmp_path: Path) -> None:
     """What TE's CMake does with QoLA's output: file(COPY <out>/include …) and file(GLOB <out>/lib/*.so)."""
     out = tmp_path / "out"
     publish_version(tmp_path, out, "v1")
@@ -111,6 +113,7 @@ if(NOT EXISTS "{cache}/include/qola_mha_fwd.h" OR IS_SYMLINK "{cache}/include")
   message(FATAL_ERROR "Could not find QoLA public headers")
 endif()
 """)
+    assert CMAKE is not None
     proc = subprocess.run([CMAKE, "-P", str(script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "libs=2" in proc.stdout + proc.stderr
@@ -120,7 +123,7 @@ endif()
         assert not p.is_symlink() and p.read_bytes() == (out / "lib" / name).read_bytes()
 
 
-def test_cp_r_and_tar_round_trip_give_a_whole_output(tmp_path):
+def test_cp_r_and_tar_round_trip_give_a_whole_output(tmp_path: Path) -> None:
     out = tmp_path / "out"
     publish_version(tmp_path, out, "v1")
     publish_version(tmp_path, out, "v2")
@@ -140,7 +143,7 @@ def test_cp_r_and_tar_round_trip_give_a_whole_output(tmp_path):
     assert published(unpacked) == published(out) and check_files(unpacked, data["files"])[1] == []
 
 
-def test_a_failed_publish_leaves_the_output_byte_identical(tmp_path):
+def test_a_failed_publish_leaves_the_output_byte_identical(tmp_path: Path) -> None:
     out = tmp_path / "out"
     publish_version(tmp_path, out, "v1")
     publish_version(tmp_path, out, "v2")
@@ -156,7 +159,7 @@ def test_a_failed_publish_leaves_the_output_byte_identical(tmp_path):
     assert not [p for p in (out / ".qola").iterdir() if p.name.startswith(outdir.STAGE)]
 
 
-def test_symlink_layout_of_an_older_qola_is_converted(tmp_path):
+def test_symlink_layout_of_an_older_qola_is_converted(tmp_path: Path) -> None:
     out = tmp_path / "out"
     v1 = out / ".qola" / "v1"
     for d in outdir.DIRS:
@@ -175,7 +178,7 @@ def test_symlink_layout_of_an_older_qola_is_converted(tmp_path):
     assert sorted(p.name for p in (out / "lib").iterdir()) == ["pkgconfig", "qk_a.so", "qk_b.so"]
 
 
-def test_foreign_dirs_are_refused_and_other_entries_left_alone(tmp_path):
+def test_foreign_dirs_are_refused_and_other_entries_left_alone(tmp_path: Path) -> None:
     foreign = tmp_path / "foreign"
     (foreign / "lib").mkdir(parents=True)
     (foreign / "lib" / "mine.so").write_bytes(b"user data")
@@ -196,7 +199,7 @@ def test_foreign_dirs_are_refused_and_other_entries_left_alone(tmp_path):
     assert all(f"{os.sep}.qola{os.sep}" not in f for f in fastpath.published_files(out))
 
 
-def test_a_projects_own_manifest_json_is_not_taken_for_qolas(tmp_path):
+def test_a_projects_own_manifest_json_is_not_taken_for_qolas(tmp_path: Path) -> None:
     """Any project may have a manifest.json beside lib/ and include/: `qola build -o` there is refused
     before anything is written (issue 23: it used to exit 0 and delete the project's files)."""
     from support.common import KERNELS, run_qola
@@ -237,7 +240,7 @@ def test_a_projects_own_manifest_json_is_not_taken_for_qolas(tmp_path):
     assert not outdir.recognised(project)
 
 
-def test_tuned_configs_are_files_of_the_tree_never_links_out_fifos_or_devices(tmp_path):
+def test_tuned_configs_are_files_of_the_tree_never_links_out_fifos_or_devices(tmp_path: Path) -> None:
     """configs/*.csv are published for anyone to read: a link to a root-only file outside the tree, a
     FIFO (would block) or a link to /dev/zero (would fill the disk) is refused, the output unchanged
     (issue 23). A CSV linked to another file of the tree is published."""
@@ -253,7 +256,7 @@ def test_tuned_configs_are_files_of_the_tree_never_links_out_fifos_or_devices(tm
     secret = tmp_path / "secret.csv"
     secret.write_text("root:$6$hash\n")
     secret.chmod(0o600)
-    cases = {
+    cases: dict[str, Callable[[Path], object]] = {
         "leak.csv": lambda p: p.symlink_to(secret),
         "fifo.csv": lambda p: os.mkfifo(p),
         "zero.csv": lambda p: p.symlink_to("/dev/zero"),
@@ -268,7 +271,7 @@ def test_tuned_configs_are_files_of_the_tree_never_links_out_fifos_or_devices(tm
     assert "secret" not in json.dumps(published(out))
 
 
-def test_audit_reports_a_linked_or_replaced_entry(tmp_path):
+def test_audit_reports_a_linked_or_replaced_entry(tmp_path: Path) -> None:
     out = tmp_path / "out"
     publish_version(tmp_path, out, "v1")
     shutil.move(out / "include", tmp_path / "elsewhere")
@@ -282,7 +285,7 @@ def test_audit_reports_a_linked_or_replaced_entry(tmp_path):
 # -- manifest.json: QoLA's fields --------------------------------------------------------------------
 
 
-def test_manifest_has_qolas_fields(tmp_path):
+def test_manifest_has_qolas_fields(tmp_path: Path) -> None:
     out = tmp_path / "out"
     rep, headers, texts = report(tmp_path, "v1", {"a": b"A", "b": None}, archs=("gfx942", "gfx950"))
     publish(rep, out, Contents(headers=headers, texts=texts, source_date_epoch="1700000000"))
@@ -349,7 +352,7 @@ finally:
 
 
 @pytest.mark.parametrize("exchange", ["1", "0"], ids=["renameat2", "fallback"])
-def test_sigkill_at_every_step_of_a_publish_leaves_old_or_new(tmp_path, exchange):
+def test_sigkill_at_every_step_of_a_publish_leaves_old_or_new(tmp_path: Path, exchange: str) -> None:
     tests = Path(__file__).resolve().parents[1]  # tests/: the driver imports support.reports
     work = tmp_path / "w"
     out = tmp_path / "out"
@@ -407,7 +410,9 @@ def test_sigkill_at_every_step_of_a_publish_leaves_old_or_new(tmp_path, exchange
     assert sorted(p.name for p in (out / ".qola").iterdir()) == ["prev", "switch.lock"]
 
 
-def test_the_next_build_or_jit_command_completes_a_killed_switch(tmp_path, monkeypatch):
+def test_the_next_build_or_jit_command_completes_a_killed_switch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from qola.core import fsutil
     from qola.jit.prebuild import find_jit_dirs
     from qola.output.publish import prepare
@@ -416,9 +421,10 @@ def test_the_next_build_or_jit_command_completes_a_killed_switch(tmp_path, monke
         out = tmp_path / who
         publish_version(tmp_path, out, "v1")
         publish_version(tmp_path / "ref", tmp_path / f"{who}-ref", "v2")
-        real, calls = fsutil.exchange, []
+        real = fsutil.exchange
+        calls: list[Any] = []
 
-        def dies_after_two(a, b, real=real, calls=calls):
+        def dies_after_two(a: Any, b: Any, real: Any = real, calls: list[Any] = calls) -> Any:
             if len(calls) == 2:
                 raise KeyboardInterrupt  # as a SIGKILL would stop it: lib/ and include/ swapped
             calls.append(b)

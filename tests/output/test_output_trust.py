@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ extern "C" __attribute__((visibility("default"))) void* evil_malloc(unsigned lon
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-def test_a_record_cannot_whitelist_an_export(tmp_path):
+def test_a_record_cannot_whitelist_an_export(tmp_path: Path) -> None:
     src = tmp_path / "lib.cpp"
     src.write_text(LIB)
     so = tmp_path / "lib" / "te_libx.so"
@@ -52,8 +53,8 @@ def tree(tmp: Path) -> Path:
     return root
 
 
-def test_reproduce_sets_data_only_variables_and_names_the_rest(tmp_path):
-    settings = {
+def test_reproduce_sets_data_only_variables_and_names_the_rest(tmp_path: Path) -> None:
+    settings: dict[str, Any] = {
         "env_keys": [
             "LD_PRELOAD",
             "NVCC_PREPEND_FLAGS",

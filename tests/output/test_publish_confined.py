@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -43,7 +44,7 @@ def outside_files(tmp: Path, roots: list[Path]) -> list[Path]:
 # -- item 1: paths stay inside their root ---------------------------------------------------------
 
 
-def test_inside_refuses_escapes(tmp_path):
+def test_inside_refuses_escapes(tmp_path: Path) -> None:
     from qola.core.fsutil import inside
 
     root = tmp_path / "root"
@@ -58,7 +59,7 @@ def test_inside_refuses_escapes(tmp_path):
         inside(root, "link", "x")
 
 
-def test_publish_refuses_module_names_that_leave_out(tmp_path):
+def test_publish_refuses_module_names_that_leave_out(tmp_path: Path) -> None:
     """A module key with ../ made publish write its log outside OUT."""
     out = tmp_path / "deep" / "out"
     report = fake_report(tmp_path, [("../../../escape", "qk_ok", "failed", None)])
@@ -72,7 +73,7 @@ def test_publish_refuses_module_names_that_leave_out(tmp_path):
     assert not (tmp_path / "x.txt").exists() and not (tmp_path / "deep" / "x").exists()
 
 
-def test_codegen_refuses_a_module_key_that_leaves_the_build_dir(tmp_path):
+def test_codegen_refuses_a_module_key_that_leaves_the_build_dir(tmp_path: Path) -> None:
     gen_root = tmp_path / "build" / "gen"
     script = tmp_path / "gen.py"
     script.write_text("import sys, pathlib; pathlib.Path(sys.argv[2], 'a.cu').write_text('x')\n")
@@ -84,7 +85,7 @@ def test_codegen_refuses_a_module_key_that_leaves_the_build_dir(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_table_md_name_with_dotdot_writes_nothing_outside(tmp_path):
+def test_table_md_name_with_dotdot_writes_nothing_outside(tmp_path: Path) -> None:
     """A module table md_name of '../../../../evil' made the build write a linked .so, a log and a
     version file outside OUT and the build dir."""
     tree = tmp_path / "kernels"
@@ -119,7 +120,7 @@ def test_table_md_name_with_dotdot_writes_nothing_outside(tmp_path):
 # -- item 5: never glob with names from input -----------------------------------------------------
 
 
-def test_md_name_star_does_not_delete_a_sibling_library(tmp_path):
+def test_md_name_star_does_not_delete_a_sibling_library(tmp_path: Path) -> None:
     out = tmp_path / "out"
     publish(fake_report(tmp_path, [("a", "qk_a", "built", b"A1"), ("star", "*", "built", b"S1")]), out)
     report = fake_report(tmp_path, [("a", "qk_a", "built", b"A2"), ("star", "*", "failed", None)])
@@ -132,7 +133,7 @@ def test_md_name_star_does_not_delete_a_sibling_library(tmp_path):
     assert sorted(p.name for p in (out / "lib").iterdir()) == ["qk_a.so"]  # the failed module's is gone
 
 
-def test_failed_module_artifact_not_in_new_version_previous_kept(tmp_path):
+def test_failed_module_artifact_not_in_new_version_previous_kept(tmp_path: Path) -> None:
     out = tmp_path / "out"
     prev = out / ".qola" / "prev"
     publish(fake_report(tmp_path, [("a", "qk_a", "built", b"A1"), ("b", "qk_b", "built", b"B1")]), out)
@@ -145,7 +146,7 @@ def test_failed_module_artifact_not_in_new_version_previous_kept(tmp_path):
     assert sorted(p.name for p in (out / ".qola").iterdir()) == ["prev", "switch.lock"]
 
 
-def test_output_of_an_older_layout_is_replaced_and_foreign_dirs_refused(tmp_path):
+def test_output_of_an_older_layout_is_replaced_and_foreign_dirs_refused(tmp_path: Path) -> None:
     legacy = tmp_path / "legacy"  # real dirs and a manifest.json, as qola wrote before versions
     (legacy / "lib").mkdir(parents=True)
     (legacy / "lib" / "qk_old.so").write_bytes(b"old")
@@ -165,7 +166,7 @@ def test_output_of_an_older_layout_is_replaced_and_foreign_dirs_refused(tmp_path
 # -- item 5 (issue list): stale staging dirs and listings of killed runs --------------------------
 
 
-def test_stale_staging_and_listings_are_removed(tmp_path):
+def test_stale_staging_and_listings_are_removed(tmp_path: Path) -> None:
     from qola.output.publish import prepare
 
     dead, live = dead_pid(), os.getpid()
@@ -194,7 +195,7 @@ def test_stale_staging_and_listings_are_removed(tmp_path):
         shutil.rmtree(listing, ignore_errors=True)
 
 
-def test_publish_killed_mid_switch_is_completed_by_the_audit(tmp_path):
+def test_publish_killed_mid_switch_is_completed_by_the_audit(tmp_path: Path) -> None:
     """A switch killed after its commit (``.qola/next`` renamed in, lib/ swapped, the rest not): the
     next qola command, here the audit, completes it before reading; stray entries are noted."""
     from qola.core import fsutil
@@ -203,9 +204,9 @@ def test_publish_killed_mid_switch_is_completed_by_the_audit(tmp_path):
     out = tmp_path / "out"
     publish(fake_report(tmp_path, [("a", "qk_a", "failed", None)]), out)
     orig = fsutil.exchange
-    calls = []
+    calls: list[Any] = []
 
-    def killed(a, b):  # the process dies after swapping lib/
+    def killed(a: Any, b: Any) -> bool:  # the process dies after swapping lib/
         if len(calls) == 1:
             raise KeyboardInterrupt
         calls.append(b)
@@ -229,7 +230,7 @@ def test_publish_killed_mid_switch_is_completed_by_the_audit(tmp_path):
     assert any("stray.txt is not part of qola's output" in n for n in audit_output(out)[2])
 
 
-def test_listing_dir_carries_the_pid():
+def test_listing_dir_carries_the_pid() -> None:
     from qola.core.fsutil import pid_tempdir
 
     with pid_tempdir(codegen.LISTING_PREFIX) as d:
@@ -245,7 +246,7 @@ MANIFEST = (
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
     if NVCC is None:
         pytest.skip("needs nvcc")
     tmp = tmp_path_factory.mktemp("harden")
@@ -265,7 +266,7 @@ def copy_out(out: Path, dst: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_audit_checks_the_whole_output(built, tmp_path):
+def test_audit_checks_the_whole_output(built: tuple[Path, Path, Path, Path], tmp_path: Path) -> None:
     _, _, _, out = built
     proc = run_qola("audit", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -347,7 +348,7 @@ def consistent(out: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_sigkill_during_publish_leaves_old_or_new(built, tmp_path):
+def test_sigkill_during_publish_leaves_old_or_new(built: tuple[Path, Path, Path, Path], tmp_path: Path) -> None:
     tmp, tree, m, out = built
     old = consistent(out)
     dead = dead_pid()

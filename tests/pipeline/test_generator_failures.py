@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -69,7 +70,7 @@ def fake_hipconfig(bin_dir: Path, output: str) -> Path:
 # ---------------------------------------------------------------- rules, no build
 
 
-def test_asm_arch_only_under_the_trees_hsa_gfx_dirs(tmp_path):
+def test_asm_arch_only_under_the_trees_hsa_gfx_dirs(tmp_path: Path) -> None:
     hsa = tmp_path / "aiter_meta" / "hsa"
     assert asm_arch(f"{hsa}/gfx90a//fmha_v3_fwd/codegen.py", hsa) == "gfx90a"
     assert asm_arch(f"{hsa}/gfx942/fmha_v3_bwd/codegen.py", hsa) == "gfx942"
@@ -79,16 +80,16 @@ def test_asm_arch_only_under_the_trees_hsa_gfx_dirs(tmp_path):
     assert asm_arch(f"{hsa}/gfx90a/x/codegen.py", None) is None
 
 
-def test_missing_package_hint_names_interpreter_and_install():
+def test_missing_package_hint_names_interpreter_and_install() -> None:
     out = "Traceback (most recent call last):\n  ...\nModuleNotFoundError: No module named 'yaml'\n"
     hint = missing_package_hint(out, sys.executable)
-    assert sys.executable in hint and f"{sys.executable} -m pip install PyYAML" in hint
-    assert sys.version.split()[0] in hint and "pandas" in hint
-    assert "install jinja2" in missing_package_hint("ImportError: No module named 'jinja2.ext'", "/py")
+    assert sys.executable in (hint or "") and f"{sys.executable} -m pip install PyYAML" in (hint or "")
+    assert sys.version.split()[0] in (hint or "") and "pandas" in (hint or "")
+    assert "install jinja2" in (missing_package_hint("ImportError: No module named 'jinja2.ext'", "/py") or "")
     assert missing_package_hint("SyntaxError: bad", sys.executable) is None
 
 
-def test_absent_asm_generator_is_skipped_others_fail(tmp_path):
+def test_absent_asm_generator_is_skipped_others_fail(tmp_path: Path) -> None:
     hsa = tmp_path / "tree" / "hsa"
     ok = tmp_path / "tree" / "csrc" / "gen.py"
     ok.parent.mkdir(parents=True)
@@ -122,7 +123,7 @@ def test_absent_asm_generator_is_skipped_others_fail(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["a\\nb.cu", "tab\\tname.cu", "bad\\udcff.cu"])
-def test_a_generated_name_no_build_file_can_hold_fails_its_module(tmp_path, name):
+def test_a_generated_name_no_build_file_can_hold_fails_its_module(tmp_path: Path, name: str) -> None:
     """A generator writing a file whose name holds a newline used to trip an assertion in the ninja
     writer (a traceback): the module fails naming the file, nothing reaches its blob dir (issue 23)."""
     gen = tmp_path / "gen.py"
@@ -137,7 +138,7 @@ def test_a_generated_name_no_build_file_can_hold_fails_its_module(tmp_path, name
     assert not (tmp_path / "out" / "m" / "blob").exists()
 
 
-def test_failed_process_output_is_bounded_to_its_tail():
+def test_failed_process_output_is_bounded_to_its_tail() -> None:
     err = FailedProcessError(["gen.py"], 1, "".join(f"line {i}\n" for i in range(500)))
     assert "line 499" in err.message and "line 459" not in err.message and "line 460" in err.message
     assert "earlier line(s) cut" in err.message
@@ -146,7 +147,7 @@ def test_failed_process_output_is_bounded_to_its_tail():
 # ---------------------------------------------------------------- hipconfig
 
 
-def test_hipconfig_shim_when_hipconfig_prints_hipcc_style(tmp_path):
+def test_hipconfig_shim_when_hipconfig_prints_hipcc_style(tmp_path: Path) -> None:
     fake = fake_hipconfig(tmp_path / "fakebin", "HIP version: 6.4.43484-9999")
     assert not parses(subprocess.run([fake, "--version"], capture_output=True, text=True).stdout)
     env = {"PATH": f"{fake.parent}:/usr/bin:/bin"}
@@ -165,14 +166,14 @@ def test_hipconfig_shim_when_hipconfig_prints_hipcc_style(tmp_path):
     assert seen == "// '6.4.43484-9999' 6.4.43484+9999 6 4\n", seen
 
 
-def test_hipconfig_left_alone_when_it_parses_or_for_cuda(tmp_path):
+def test_hipconfig_left_alone_when_it_parses_or_for_cuda(tmp_path: Path) -> None:
     fake = fake_hipconfig(tmp_path / "fakebin", "6.4.43484-9999")
     env = {"PATH": f"{fake.parent}:/usr/bin:/bin"}
     assert generator_env(toolchain(), env, tmp_path / "tools") == (env, None)
     assert generator_env(toolchain("cuda", "Cuda compilation tools, release 13.0"), env, tmp_path / "t") == (env, None)
     assert not (tmp_path / "tools").exists() and not (tmp_path / "t").exists()
     # none on PATH: the shim answers --version and says so for anything else
-    gen_env, note = generator_env(toolchain(), {"PATH": str(tmp_path / "empty")}, tmp_path / "tools")
+    _gen_env, note = generator_env(toolchain(), {"PATH": str(tmp_path / "empty")}, tmp_path / "tools")
     assert note and "not on PATH" in note
     shim = tmp_path / "tools" / "hipconfig"
     assert subprocess.run([shim, "-v"], capture_output=True, text=True).stdout == "6.4.43484-9999"
@@ -181,7 +182,7 @@ def test_hipconfig_left_alone_when_it_parses_or_for_cuda(tmp_path):
 
 @pytest.mark.hip
 @pytest.mark.slow
-def test_hip_dry_run_generators_get_the_probed_version(tmp_path):
+def test_hip_dry_run_generators_get_the_probed_version(tmp_path: Path) -> None:
     """qola build (dry run, Debian's hipcc for gfx90a) with a hipconfig that prints the hipcc form."""
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa", "__pycache__"))
@@ -226,7 +227,7 @@ def broken_tree(tmp: Path) -> Path:
     return tree
 
 
-def build(tmp: Path, tree: Path, body: str) -> tuple[subprocess.CompletedProcess, Path, dict]:
+def build(tmp: Path, tree: Path, body: str) -> tuple[subprocess.CompletedProcess[str], Path, dict[str, Any]]:
     m = tmp / "q.toml"
     m.write_text(f'[qola]\nnamespace = "{NS}"\n[build]\narchitectures = ["sm_90"]\n' + body)
     out = tmp / "out"
@@ -236,7 +237,7 @@ def build(tmp: Path, tree: Path, body: str) -> tuple[subprocess.CompletedProcess
 
 
 @pytest.mark.slow
-def test_failing_generators_fail_their_modules_only(tmp_path):
+def test_failing_generators_fail_their_modules_only(tmp_path: Path) -> None:
     tree = broken_tree(tmp_path)
     body = (
         '\n[[modules]]\nname = "module_softmax"\n'
@@ -272,7 +273,7 @@ def test_failing_generators_fail_their_modules_only(tmp_path):
 
 
 @pytest.mark.slow
-def test_embed_module_whose_generator_fails_publishes_nothing(tmp_path):
+def test_embed_module_whose_generator_fails_publishes_nothing(tmp_path: Path) -> None:
     tree = broken_tree(tmp_path)
     (tree / "hsa").mkdir()
     subprocess.run(
@@ -297,7 +298,7 @@ def test_embed_module_whose_generator_fails_publishes_nothing(tmp_path):
 @pytest.mark.aiter
 @pytest.mark.hip
 @pytest.mark.slow
-def test_gfx90a_mha_fwd_dry_run_skips_the_v3_asm_generator(tmp_path, aiter_root):
+def test_gfx90a_mha_fwd_dry_run_skips_the_v3_asm_generator(tmp_path: Path, aiter_root: Path) -> None:
     """AITER has no hsa/gfx90a: libmha_fwd plans and builds (dry run) without fmha_v3_fwd, with warnings."""
     m = tmp_path / "te.toml"  # examples/te-manifest.toml's libmha_fwd
     m.write_text(
@@ -330,7 +331,7 @@ def test_gfx90a_mha_fwd_dry_run_skips_the_v3_asm_generator(tmp_path, aiter_root)
     assert "[qola" in proc.stdout and not out.exists()
 
 
-def test_generator_child_is_generator_env_from_the_toolchains_view(tmp_path):
+def test_generator_child_is_generator_env_from_the_toolchains_view(tmp_path: Path) -> None:
     """The build hands the generators' stage a ToolchainEnv (issue 24): the same environment as
     generator_env over the whole mapping, with the archs qola gives them set over it."""
     from qola.plan.variants import GeneratorEnv

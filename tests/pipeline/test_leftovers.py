@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from support.common import REPO, run_qola
 from support.fake_nvcc import fake_nvcc, make_tree
@@ -21,7 +22,7 @@ MANIFEST = (
 )
 
 
-def _setup(tmp_path: Path) -> tuple[Path, Path, dict]:
+def _setup(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
     tree = make_tree(tmp_path / "tree")
     m = tmp_path / "q.toml"
     m.write_text(MANIFEST)
@@ -32,7 +33,7 @@ def _listing(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")}
 
 
-def test_refused_build_leaves_nothing(tmp_path):
+def test_refused_build_leaves_nothing(tmp_path: Path) -> None:
     tree, _, env = _setup(tmp_path)
     work = tmp_path / "work"
     work.mkdir()
@@ -45,7 +46,7 @@ def test_refused_build_leaves_nothing(tmp_path):
     assert nested.returncode == 2 and _listing(tmp_path) == before  # nor the parents made for them
 
 
-def test_build_dir_is_invisible_to_git_status(tmp_path):
+def test_build_dir_is_invisible_to_git_status(tmp_path: Path) -> None:
     tree, m, env = _setup(tmp_path)
     repo = tmp_path / "checkout"
     repo.mkdir()
@@ -60,7 +61,7 @@ def test_build_dir_is_invisible_to_git_status(tmp_path):
     assert ignored.returncode == 0
 
 
-def test_output_dir_dot_keeps_the_build_dir_out_of_the_parent(tmp_path):
+def test_output_dir_dot_keeps_the_build_dir_out_of_the_parent(tmp_path: Path) -> None:
     tree, m, env = _setup(tmp_path)
     here = tmp_path / "here"
     here.mkdir()
@@ -75,7 +76,7 @@ def test_output_dir_dot_keeps_the_build_dir_out_of_the_parent(tmp_path):
     assert (here / "manifest.json").is_file() and not (tmp_path / "here.build").exists()
 
 
-def test_undo_removes_only_what_acquire_made(tmp_path):
+def test_undo_removes_only_what_acquire_made(tmp_path: Path) -> None:
     keep = tmp_path / "kept"
     keep.mkdir()
     (keep / ".qola.lock").write_text("{}")

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -24,7 +25,7 @@ from qola.pipeline import run as pipeline
 from qola.pipeline.run import BuildSpec, Reporter
 from qola.pipeline.spec import settings
 from qola.plan import variants
-from qola.plan.model import Generator, Plan
+from qola.plan.model import Generator, ModulePlan, Plan
 
 HAS_NVCC = shutil.which("nvcc") is not None
 
@@ -44,7 +45,7 @@ def whole_manifest(path: Path) -> Path:
 # --------------------------------------------------------------------------- the plan
 
 
-def test_plan_json_shows_filters_and_the_jit_split(tmp_path):
+def test_plan_json_shows_filters_and_the_jit_split(tmp_path: Path) -> None:
     m = whole_manifest(tmp_path / "q.toml")
     proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(KERNELS), "--json", check=True)
     data = json.loads(proc.stdout)
@@ -70,7 +71,7 @@ def test_plan_json_shows_filters_and_the_jit_split(tmp_path):
     assert f"filter    {gen['filter']}" in text and "2 instance(s) ahead" in text
 
 
-def test_ck_filters_run_under_the_any_of_wrapper(tmp_path):
+def test_ck_filters_run_under_the_any_of_wrapper(tmp_path: Path) -> None:
     ck = tmp_path / "ck"
     (ck / "codegen" / "ops").mkdir(parents=True)
     (ck / "generate.py").write_text("")
@@ -83,7 +84,7 @@ def test_ck_filters_run_under_the_any_of_wrapper(tmp_path):
     assert two.wrapper is None and two.run_argv == [*gen.argv, "--filter", "*_lse_*"]
 
 
-def _module(name: str, gens=(), **kw):
+def _module(name: str, gens: tuple[Any, ...] = (), **kw: Any) -> ModulePlan:
     from qola.plan.model import ModulePlan
 
     base = {
@@ -104,7 +105,7 @@ def _module(name: str, gens=(), **kw):
     return ModulePlan(**{**base, **kw})
 
 
-def test_mode_default_is_decided_once(tmp_path):
+def test_mode_default_is_decided_once(tmp_path: Path) -> None:
     m = tmp_path / "q.toml"
     m.write_text(
         '[build]\narchitectures = ["sm_90"]\nmode = "cpp_itfs"\n[[modules]]\nname = "libattn_fwd"\n'
@@ -119,7 +120,7 @@ def test_mode_default_is_decided_once(tmp_path):
     assert pipeline.plan(spec).plan.mode == "pybind"  # the default
 
 
-def test_settings_precedence(tmp_path):
+def test_settings_precedence(tmp_path: Path) -> None:
     from qola.plan import manifest as mf
 
     m = mf.parse('[build]\narchitectures = ["sm_90"]\njobs = 3\nlauncher = "true"\n', str(tmp_path / "q.toml"))
@@ -138,7 +139,7 @@ def test_settings_precedence(tmp_path):
         settings(dataclasses.replace(spec, jobs=2), m, lay, {**env, "MAX_JOBS": "-1"})
 
 
-def test_plan_json_prints_the_settings_as_resolved(tmp_path):
+def test_plan_json_prints_the_settings_as_resolved(tmp_path: Path) -> None:
     """``qola plan --json`` shows the build's settings by the same chains the build resolves them
     (manifest > environment > default here: plan takes no -j), nothing on the machine asked: a
     launcher that is not installed is shown as named, not refused."""
@@ -171,7 +172,7 @@ def test_plan_json_prints_the_settings_as_resolved(tmp_path):
 # --------------------------------------------------------------------------- layout and hooks
 
 
-def test_layout_spells_every_build_path(tmp_path):
+def test_layout_spells_every_build_path(tmp_path: Path) -> None:
     lay = BuildLayout(tmp_path / "b", tmp_path / "o")
     b = tmp_path / "b"
     assert lay.graph == b / "build.ninja" and lay.blob("m") == b / "gen" / "m" / "blob"
@@ -185,7 +186,7 @@ def test_layout_spells_every_build_path(tmp_path):
         lay.blob("../x")
 
 
-def test_hooks_compute_and_write_nothing(tmp_path):
+def test_hooks_compute_and_write_nothing(tmp_path: Path) -> None:
     hsa = tmp_path / "meta" / "hsa" / "sm_90" / "vec"
     hsa.mkdir(parents=True)
     (hsa / "k.co").write_bytes(b"\x7fELF")
@@ -211,29 +212,29 @@ def test_hooks_compute_and_write_nothing(tmp_path):
     assert all(w.path.read_text() == w.text for w in more.writes)
     assert (lay.include / "qola_config.h").is_file() and lay.version_script("qk").is_file()
     # the JIT's extra of a module without [jit] is empty
-    assert jitbuild.extra(mod, (), plan, None, lay, lambda: None) == extras.ModuleExtra()
+    assert jitbuild.extra(mod, (), plan, cast(Any, None), lay, lambda: cast(Any, None)) == extras.ModuleExtra()
 
 
 # --------------------------------------------------------------------------- build() itself
 
 
 class Recorder(Reporter):
-    def __init__(self):
+    def __init__(self) -> None:
         self.seen: list[tuple[str, str]] = []
 
-    def warning(self, text):
+    def warning(self, text: str) -> None:
         self.seen.append(("warning", text))
 
-    def info(self, text):
+    def info(self, text: str) -> None:
         self.seen.append(("info", text))
 
-    def status(self, done, total, text):
+    def status(self, done: int, total: int, text: str) -> None:
         self.seen.append(("status", text))
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
-def test_build_runs_the_stages_and_reports(tmp_path):
+def test_build_runs_the_stages_and_reports(tmp_path: Path) -> None:
     m = whole_manifest(tmp_path / "q.toml")
     spec = BuildSpec(
         manifest=str(m), aiter_root=str(KERNELS), output_dir=str(tmp_path / "out"), jobs=2, argv=("build", "test")
@@ -261,7 +262,7 @@ def test_build_runs_the_stages_and_reports(tmp_path):
     assert again.up_to_date and again.ok and again.compiled is None
 
 
-def test_build_user_errors_raise(tmp_path):
+def test_build_user_errors_raise(tmp_path: Path) -> None:
     m = whole_manifest(tmp_path / "q.toml")
     spec = BuildSpec(manifest=str(m), aiter_root=str(KERNELS), output_dir=str(tmp_path / "out"))
     with pytest.raises(QolaError, match="inside"):

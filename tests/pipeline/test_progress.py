@@ -11,6 +11,9 @@ from __future__ import annotations
 import io
 import os
 import subprocess
+from pathlib import Path
+from subprocess import CompletedProcess
+from typing import cast
 
 from support.common import run_qola
 from support.fake_nvcc import fake_nvcc, make_tree
@@ -27,8 +30,8 @@ class Clock:
         return self.now
 
 
-def test_plain_lines_every_30_s_and_at_each_module_end():
-    clock, lines = Clock(), []
+def test_plain_lines_every_30_s_and_at_each_module_end() -> None:
+    clock, lines = Clock(), cast(list[str], [])
     running = [("fmha_fwd_d128-0123.o", 25.0), ("tiny-4567.o", 3.0)]
     p = PlainProgress(lines.append, clock=clock, running=lambda: running)
     p.phase("compiling")
@@ -50,7 +53,7 @@ def test_plain_lines_every_30_s_and_at_each_module_end():
     assert lines[-1].startswith("qola: [8/40] compiling, 2 running")
 
 
-def test_running_units_reads_the_compiles_of_this_process_children(tmp_path):
+def test_running_units_reads_the_compiles_of_this_process_children(tmp_path: Path) -> None:
     obj = tmp_path / "unit-abc.o"
     # a child that waits on its stdin with `-o <obj>` on its command line (Popen returns after its exec)
     child = subprocess.Popen(["sh", "-c", "read x", "sh", "-o", str(obj)], stdin=subprocess.PIPE)
@@ -58,12 +61,13 @@ def test_running_units_reads_the_compiles_of_this_process_children(tmp_path):
         names = dict(running_units())
         assert "unit-abc.o" in names and names["unit-abc.o"] >= 0
     finally:
+        assert child.stdin is not None
         child.stdin.close()
         child.wait()
     assert "unit-abc.o" not in dict(running_units())
 
 
-def test_terminal_bar_names_the_phase_not_generating():
+def test_terminal_bar_names_the_phase_not_generating() -> None:
     from rich.console import Console
 
     console = Console(file=io.StringIO(), force_terminal=True)
@@ -74,7 +78,7 @@ def test_terminal_bar_names_the_phase_not_generating():
         assert r.progress.tasks[0].description == "compiling"
 
 
-def _build(tmp_path, *extra):
+def _build(tmp_path: Path, *extra: str) -> CompletedProcess[str]:
     tree = make_tree(tmp_path / "tree")
     m = tmp_path / "q.toml"
     m.write_text(
@@ -86,7 +90,7 @@ def _build(tmp_path, *extra):
     return run_qola(*args, env=env, cwd=tmp_path)
 
 
-def test_piped_build_prints_plain_progress_lines(tmp_path):
+def test_piped_build_prints_plain_progress_lines(tmp_path: Path) -> None:
     proc = _build(tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "qola: compiling, " in proc.stderr  # the phase, said when it starts
@@ -94,7 +98,7 @@ def test_piped_build_prints_plain_progress_lines(tmp_path):
     assert "generating" not in proc.stderr  # no generator: never said
 
 
-def test_quiet_silences_progress(tmp_path):
+def test_quiet_silences_progress(tmp_path: Path) -> None:
     proc = _build(tmp_path, "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert "module_tiny done" not in proc.stderr and "qola: compiling" not in proc.stderr

@@ -12,23 +12,22 @@ import errno
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
-from support.common import run_qola
+from support.common import qola_command, run_qola
 from support.fake_nvcc import TINY, fake_nvcc, make_tree
+from support.procs import alive_after, descendants
 
 from qola import cli
 from qola.core.errors import QolaError
 from qola.store import fastpath
-from qola.toolchain import cuda, hip
-from qola.toolchain.versions import check_accepted
 
 # what this slice added is imported in the tests (each then fails on its own on the base commit)
 STAMP = "toolchain.id"
@@ -40,14 +39,16 @@ MANIFEST = (
 
 
 @pytest.fixture
-def setup(tmp_path):
+def setup(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]]:
     """(tmp, tree, manifest, env, build(*extra, env=…) -> CompletedProcess) for `-o tmp/out`."""
     tree = make_tree(tmp_path / "tree")
     m = tmp_path / "q.toml"
     m.write_text(MANIFEST % "")
     env = {"CUDACXX": str(fake_nvcc(tmp_path / "nvcc"))}
 
-    def build(*extra: str, env_extra: dict | None = None, out: str = "out", root: str | None = None):
+    def build(
+        *extra: str, env_extra: dict[str, str] | None = None, out: str = "out", root: str | None = None
+    ) -> CompletedProcess[str]:
         args = ["build", "--manifest", str(m), "--aiter-root", root or str(tree), "-o", str(tmp_path / out), *extra]
         return run_qola(*args, env={**env, **(env_extra or {})}, cwd=tmp_path)
 
@@ -70,7 +71,7 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
 
 
-def one_error(proc_: subprocess.CompletedProcess, *needles: str) -> None:
+def one_error(proc_: subprocess.CompletedProcess[str], *needles: str) -> None:
     assert proc_.returncode == 2, proc_.stdout + proc_.stderr
     assert "Traceback" not in proc_.stderr, proc_.stderr
     assert "error:" in proc_.stderr and all(n in proc_.stderr for n in needles), proc_.stderr
@@ -90,8 +91,14 @@ def one_error(proc_: subprocess.CompletedProcess, *needles: str) -> None:
         ((), {}, "jobs = 10000000\n", "[build].jobs"),
     ],
 )
-def test_bad_job_counts_refused_before_anything_runs(setup, extra, env_extra, manifest_extra, needle):
-    tmp, tree, m, env, build = setup
+def test_bad_job_counts_refused_before_anything_runs(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+    extra: tuple[str, ...],
+    env_extra: dict[str, str],
+    manifest_extra: str,
+    needle: str,
+) -> None:
+    tmp, _tree, m, _env, build = setup
     assert build("-j", "2").returncode == 0
     lib = tmp / "out" / "lib" / "qk_module_tiny.so"
     before = sha(lib)
@@ -106,8 +113,10 @@ def test_bad_job_counts_refused_before_anything_runs(setup, extra, env_extra, ma
 # ---- item 7: the no-op fast path and the graph notice what changes the compilers' output ------------
 
 
-def test_compiler_replaced_in_place_recompiles(setup):
-    tmp, tree, m, env, build = setup
+def test_compiler_replaced_in_place_recompiles(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+) -> None:
+    tmp, _tree, _m, env, build = setup
     assert build().returncode == 0 and "up to date" in build().stderr
     n = len(objects_built(tmp / "out.build"))
     old_id = json.loads((tmp / "out" / "manifest.json").read_text())["toolchain"]["identity"]
@@ -134,8 +143,10 @@ def test_compiler_replaced_in_place_recompiles(setup):
         "LIBRARY_PATH",
     ],
 )
-def test_compiler_environment_change_rebuilds(setup, var):
-    tmp, tree, m, env, build = setup
+def test_compiler_environment_change_rebuilds(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]], var: str
+) -> None:
+    tmp, _tree, _m, _env, build = setup
     assert build().returncode == 0 and "up to date" in build().stderr
     n = len(objects_built(tmp / "out.build"))
     res = build(env_extra={var: "-DQOLA_TEST_FLAG=1" if "FLAGS" in var or "OPTIONS" in var else str(tmp)})
@@ -145,7 +156,9 @@ def test_compiler_environment_change_rebuilds(setup, var):
     assert var in stamp["env"]
 
 
-def test_one_list_of_compiler_variables_feeds_fast_path_and_graph(setup):
+def test_one_list_of_compiler_variables_feeds_fast_path_and_graph(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+) -> None:
     from qola.toolchain import identity
 
     assert set(identity.COMPILER_ENV) <= set(fastpath.ENV_KEYS)
@@ -165,14 +178,16 @@ def test_one_list_of_compiler_variables_feeds_fast_path_and_graph(setup):
         "PTXAS_FLAGS",
         "INCLUDES",
     } <= set(identity.COMPILER_ENV)
-    tmp, tree, m, env, build = setup
+    tmp, _tree, _m, _env, build = setup
     assert build().returncode == 0
     graph = (tmp / "out.build" / "build.ninja").read_text()
     edges = [ln for ln in graph.splitlines() if ln.startswith("build ") and " phony " not in ln]
     assert edges and all(f"| {identity.STAMP}" in ln for ln in edges), edges
 
 
-def test_repointed_tree_and_manifest_symlinks_rebuild(setup):
+def test_repointed_tree_and_manifest_symlinks_rebuild(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+) -> None:
     tmp, tree, m, env, build = setup
     other = tmp / "tree2"
     shutil.copytree(tree, other, copy_function=shutil.copy2)  # same sizes and mtimes …
@@ -202,8 +217,10 @@ def test_repointed_tree_and_manifest_symlinks_rebuild(setup):
     assert (tmp / "o2" / "lib" / "qz_module_tiny.so").is_file()
 
 
-def test_tuned_configs_are_inputs_of_the_fast_path(setup):
-    tmp, tree, m, env, build = setup
+def test_tuned_configs_are_inputs_of_the_fast_path(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+) -> None:
+    tmp, tree, _m, _env, build = setup
     assert build().returncode == 0 and "up to date" in build().stderr
     csv = tree / "aiter" / "configs" / "softmax_tuned.csv"
     st = csv.stat()
@@ -225,11 +242,13 @@ def test_tuned_configs_are_inputs_of_the_fast_path(setup):
 # ---- item 8: one build per build dir and output dir --------------------------------------------------
 
 
-def test_concurrent_builds_of_one_output_dir_are_refused_naming_the_holder(setup):
+def test_concurrent_builds_of_one_output_dir_are_refused_naming_the_holder(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+) -> None:
     tmp, tree, m, env, build = setup
     args = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(tmp / "out")]
     first = subprocess.Popen(
-        [sys.executable, "-m", "qola", *args],
+        qola_command(*args),
         env={**os.environ, **env, "FAKE_NVCC_SLEEP": "600"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -271,8 +290,13 @@ def test_concurrent_builds_of_one_output_dir_are_refused_naming_the_holder(setup
         ("{tmp}/q.toml", None, "exists and is not a directory"),
     ],
 )
-def test_output_and_build_dirs_are_checked_before_any_work(setup, out, build_dir, needle):
-    tmp, tree, m, env, build = setup
+def test_output_and_build_dirs_are_checked_before_any_work(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+    out: str,
+    build_dir: str | None,
+    needle: str,
+) -> None:
+    tmp, tree, m, env, _build = setup
     before = snapshot(tree)
     fill = {"tmp": tmp, "tree": tree}
     extra = ["--build-dir", build_dir.format(**fill)] if build_dir else []
@@ -300,8 +324,10 @@ def _mount_tmpfs(at: Path, options: str) -> bool:
     "options, needle",
     [("ro,size=1m", "is not writable (a read-only file system"), ("size=1m", "not enough free space")],
 )
-def test_read_only_or_full_output_fs_refused_before_compiling(setup, options, needle):
-    tmp, tree, m, env, build = setup
+def test_read_only_or_full_output_fs_refused_before_compiling(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]], options: str, needle: str
+) -> None:
+    tmp, tree, m, env, _build = setup
     mnt = tmp / "mnt"
     if not _mount_tmpfs(mnt, options):
         pytest.skip("cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN)")
@@ -325,7 +351,7 @@ def test_read_only_or_full_output_fs_refused_before_compiling(setup, options, ne
         subprocess.run(["umount", str(mnt)], check=False)
 
 
-def test_room_counts_the_previous_output(tmp_path, monkeypatch):
+def test_room_counts_the_previous_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from qola.pipeline import preflight
 
     out = tmp_path / "out"
@@ -337,7 +363,7 @@ def test_room_counts_the_previous_output(tmp_path, monkeypatch):
     real = os.statvfs
 
     class Small:
-        def __init__(self, st):
+        def __init__(self, st: os.statvfs_result) -> None:
             self.f_bavail, self.f_frsize, self.f_favail, self.f_files, self.f_flag = 4, 1024 * 1024, 1000, 1000, 0
 
     monkeypatch.setattr(os, "statvfs", lambda p: Small(real(p)))
@@ -349,46 +375,16 @@ def test_room_counts_the_previous_output(tmp_path, monkeypatch):
 # ---- item 5: children in their own process groups, ended with qola ----------------------------------
 
 
-def _descendants(pid: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(d))
-    found, todo = [], [pid]
-    while todo:
-        todo += kids.get(todo.pop(), [])
-        found += [k for k in todo if k not in found]
-    return found
-
-
-def _alive(pids: list[int], timeout: float) -> list[int]:
-    """Those of ``pids`` still running (not zombies) after up to ``timeout`` seconds."""
-    deadline = time.time() + timeout
-    while True:
-        alive = []
-        for p in pids:
-            try:
-                if Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX":
-                    alive.append(p)
-            except (OSError, IndexError):
-                pass
-        if not alive or time.time() >= deadline:
-            return alive
-        time.sleep(0.1)
-
-
 @pytest.mark.parametrize("sig, code", [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_killed_build_leaves_no_children(setup, sig, code):
-    tmp, tree, m, env, build = setup
+def test_killed_build_leaves_no_children(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]], sig: signal.Signals, code: int
+) -> None:
+    tmp, tree, m, env, _build = setup
     args = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(tmp / "out")]
     # a shell's background job inherits SIGINT ignored (and qola rightly keeps it so): give the child
     # the disposition a terminal user's qola has
     qola = subprocess.Popen(
-        [sys.executable, "-m", "qola", *args],
+        qola_command(*args),
         env={**os.environ, **env, "FAKE_NVCC_SLEEP": "600"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -400,7 +396,7 @@ def test_killed_build_leaves_no_children(setup, sig, code):
     try:
         deadline = time.time() + 60
         while time.time() < deadline:
-            ours = _descendants(qola.pid)
+            ours = descendants(qola.pid)
             names = [Path(f"/proc/{p}/comm").read_text().strip() for p in ours if Path(f"/proc/{p}/comm").exists()]
             if "sleep" in names and "ninja" in names:
                 break
@@ -409,113 +405,23 @@ def test_killed_build_leaves_no_children(setup, sig, code):
             pytest.fail("the build never reached its compile")
         qola.send_signal(sig)
         assert qola.wait(timeout=30) == code
-        alive = _alive(ours, 15)
+        alive = alive_after(ours, 15)
         assert not alive, f"still running after qola died: {alive}"
         if sig != signal.SIGKILL:
-            assert "Traceback" not in qola.stderr.read()
+            assert qola.stderr is not None and "Traceback" not in qola.stderr.read()
     finally:
         qola.kill()
-        for pid in _alive(ours, 0):  # only the processes this test started
+        for pid in alive_after(ours, 0):  # only the processes this test started
             os.kill(pid, signal.SIGKILL)
-
-
-def test_runner_group_death_signal_and_timeout(tmp_path):
-    from qola.core import proc
-
-    probe = (
-        "import ctypes, os; buf = ctypes.c_int(); "
-        "ctypes.CDLL(None).prctl(2, ctypes.byref(buf), 0, 0, 0); print(os.getpgid(0), buf.value)"
-    )
-    done = proc.run([sys.executable, "-c", probe])
-    pgid, deathsig = map(int, done.stdout.split())
-    assert pgid != os.getpgid(0) and deathsig == signal.SIGTERM
-    marker = tmp_path / "grandchild"
-    with pytest.raises(proc.TimeoutExpired):
-        proc.run(["sh", "-c", f"sleep 600 & echo $! > {marker}; wait"], timeout=10)
-    assert not _alive([int(marker.read_text())], 60), "a timed-out child's group survived"
-
-
-def test_runner_new_group_without_popen_process_group(monkeypatch):
-    """Python 3.10 (requires-python) has no Popen(process_group=): there the child still leads a
-    group of its own and gets the death signal, through its preexec function (3.10's Popen faked)."""
-    from qola.core import proc
-
-    real = subprocess.Popen
-
-    def popen_310(*args, **kwargs):
-        if "process_group" in kwargs:
-            raise TypeError("__init__() got an unexpected keyword argument 'process_group'")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(proc, "_POPEN_PROCESS_GROUP", False)
-    monkeypatch.setattr(proc.subprocess, "Popen", popen_310)
-    probe = (
-        "import ctypes, os; buf = ctypes.c_int(); "
-        "ctypes.CDLL(None).prctl(2, ctypes.byref(buf), 0, 0, 0); print(os.getpid(), os.getpgid(0), buf.value)"
-    )
-    done = proc.run([sys.executable, "-c", probe])
-    pid, pgid, deathsig = map(int, done.stdout.split())
-    assert pgid == pid != os.getpgid(0) and deathsig == signal.SIGTERM
-
-
-def test_runner_files_start_no_process_of_their_own():
-    import qola
-
-    src = Path(qola.__file__).parent
-    own = [
-        "commands/build.py",
-        "commands/common.py",
-        "cli.py",
-        "store/fastpath.py",
-        "compile/ninja.py",
-        "compile/steps.py",
-        "plan/genrules.py",
-        "hooks/isolation.py",
-        "hooks/jit.py",
-        "pipeline/run.py",
-        "pipeline/spec.py",
-        "compile/extras.py",
-        "compile/layout.py",
-        *(f"toolchain/{p.name}" for p in (src / "toolchain").glob("*.py")),
-    ]
-    for rel in own:
-        text = (src / rel).read_text()
-        assert not re.search(r"subprocess\.(run|Popen|call|check_output|check_call)\(|os\.system\(", text), rel
 
 
 # ---- item 6: toolchain hints name only what `qola build` accepts ------------------------------------
 
 
-def _build_options() -> set[str]:
-    parser = cli._parser(("build",))
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return {o for a in sub.choices["build"]._actions for o in a.option_strings}
-
-
-def test_toolchain_hints_name_only_options_qola_build_takes(tmp_path):
-    hints = [cuda.INSTALL_HINT, hip.INSTALL_HINT]
-    for kind in ("cuda", "hip"):
-        with pytest.raises(QolaError) as info:
-            check_accepted(kind, "/opt/x/bin/cc", ["12.4"], ["13.0"])
-        hints.append(info.value.hint)
-    with pytest.raises(QolaError) as info:  # the compiler cannot target the arch
-        cuda.find_cuda(
-            ["sm_120"],
-            env={"PATH": os.environ["PATH"]},
-            accepted_versions=None,
-            cache_dir=tmp_path,
-            compiler=str(fake_nvcc(tmp_path / "nvcc")),
-        )
-    hints.append(info.value.hint)
-    accepted = _build_options()
-    for hint in hints:
-        for opt in re.findall(r"(?<![\w-])--?[a-z][a-z-]*", hint):
-            assert opt in accepted, f"hint suggests {opt}, which qola build does not take: {hint}"
-    assert "CUDACXX" in cuda.INSTALL_HINT and "HIPCC" in hip.INSTALL_HINT
-
-
-def test_followed_version_hint_works(setup):
-    tmp, tree, m, env, build = setup
+def test_followed_version_hint_works(
+    setup: tuple[Path, Path, Path, dict[str, str], Callable[..., CompletedProcess[str]]],
+) -> None:
+    tmp, _tree, m, _env, build = setup
     m.write_text(m.read_text().replace("[build]", 'cuda_versions = ["12.4"]\n[build]'))
     old = fake_nvcc(tmp / "nvcc13")
     one_error(build(env_extra={"CUDACXX": str(old)}), "CUDACXX", "cuda_versions")
@@ -540,10 +446,12 @@ def test_followed_version_hint_works(setup):
         (MemoryError(), ("out of memory",)),
     ],
 )
-def test_cli_last_resort_is_one_line_and_debug_shows_traceback(monkeypatch, capsys, exc, needles):
+def test_cli_last_resort_is_one_line_and_debug_shows_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], exc: BaseException, needles: tuple[str, ...]
+) -> None:
     import qola.commands.build as build_cmd
 
-    def boom(args):
+    def boom(args: argparse.Namespace) -> None:
         raise exc
 
     monkeypatch.setattr(build_cmd, "run", boom)
@@ -555,10 +463,12 @@ def test_cli_last_resort_is_one_line_and_debug_shows_traceback(monkeypatch, caps
     assert "Traceback" in capsys.readouterr().err
 
 
-def test_cli_interrupt_is_130_without_traceback(monkeypatch, capsys):
+def test_cli_interrupt_is_130_without_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import qola.commands.build as build_cmd
 
-    def interrupted(args):
+    def interrupted(args: argparse.Namespace) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(build_cmd, "run", interrupted)

@@ -7,12 +7,14 @@ import importlib.util
 import os
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
+from typing import cast
 
 import pytest
 
 from qola.core.proc import ChildEnv
 from qola.pipeline.spec import only, tree_env, views
+from qola.plan.tree.aiter import AiterTree
 from qola.plan.variants import GeneratorEnv
 from qola.toolchain.env import ToolchainEnv
 from qola.toolchain.host import default_jobs, run_capture, which
@@ -20,7 +22,7 @@ from qola.toolchain.host import default_jobs, run_capture, which
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_toolchain_env_holds_only_what_the_toolchain_reads():
+def test_toolchain_env_holds_only_what_the_toolchain_reads() -> None:
     env = {"PATH": "/nowhere", "CUDA_HOME": "/cuda", "SECRET_TOKEN": "s3", "MAX_JOBS": "3"}
     tenv = ToolchainEnv.of(env)
     assert dict(tenv.values) == {"PATH": "/nowhere", "CUDA_HOME": "/cuda", "MAX_JOBS": "3"}
@@ -31,7 +33,7 @@ def test_toolchain_env_holds_only_what_the_toolchain_reads():
     assert ToolchainEnv.of(tenv) is tenv  # resolved once: passing it on does not resolve again
 
 
-def test_probe_children_run_under_the_whole_environment(tmp_path):
+def test_probe_children_run_under_the_whole_environment(tmp_path: Path) -> None:
     tool = tmp_path / "show-it"
     tool.write_text('#!/bin/sh\necho "$QOLA_TEST_CHILD_VAR"\n')
     tool.chmod(0o755)
@@ -42,14 +44,14 @@ def test_probe_children_run_under_the_whole_environment(tmp_path):
     assert run_capture([str(tool)], tenv.with_child({"QOLA_TEST_CHILD_VAR": "over"})).stdout.strip() == "over"
 
 
-def test_child_env_is_opaque_and_built_once():
+def test_child_env_is_opaque_and_built_once() -> None:
     child = ChildEnv.of({"PATH": "/p", "A": "1"})
     assert not hasattr(child, "get") and not hasattr(child, "__getitem__")  # no setting is read from it
     assert child.plus({"A": "2"}).as_dict() == {"PATH": "/p", "A": "2"} and child.as_dict()["A"] == "1"
     assert ChildEnv.of(child) is child
 
 
-def test_views_resolve_every_stage_once():
+def test_views_resolve_every_stage_once() -> None:
     env = {"PATH": "/p", "HOME": "/h", "CUDACXX": "/nvcc", "QOLA_GENERATOR_TIMEOUT": "7", "X": "y"}
     child, tenv, genv = views(env)
     assert child.as_dict() == env
@@ -59,7 +61,7 @@ def test_views_resolve_every_stage_once():
     assert only(env, ("HOME", "UNSET")) == {"HOME": "/h"}
 
 
-def test_tree_env_is_what_the_tree_names(tmp_path):
+def test_tree_env_is_what_the_tree_names(tmp_path: Path) -> None:
     table, core = tmp_path / "optCompilerConfig.json", tmp_path / "core.py"
     table.write_text(
         r"""{"module_x": {"flags_extra_cc": ["os.environ.get('TABLE_FLAG', '0')", "f'-DE={os.environ.get(\"ESCAPED\", 1)}'"]}}"""
@@ -77,7 +79,7 @@ def test_tree_env_is_what_the_tree_names(tmp_path):
         "UNNAMED": "z",
         "ESCAPED": "e",
     }
-    assert tree_env(env, tree) == {
+    assert tree_env(env, cast(AiterTree, tree)) == {
         "TABLE_FLAG": "1",
         "ESCAPED": "e",  # inside a JSON string: \"ESCAPED\"
         "CORE_VAR": "a",  # os.environ[...] is read too, not only .get
@@ -88,7 +90,7 @@ def test_tree_env_is_what_the_tree_names(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="the measure builds for sm_90: needs nvcc on PATH")
-def test_settings_travel_through_few_files():
+def test_settings_travel_through_few_files() -> None:
     bench = _bench()
     import tempfile
 
@@ -112,7 +114,7 @@ def test_settings_travel_through_few_files():
         assert name not in {n for _, n in calls}, calls
 
 
-def _bench():
+def _bench() -> ModuleType:
     spec = importlib.util.spec_from_file_location("settings_path", REPO / "bench" / "settings_path.py")
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
@@ -120,7 +122,7 @@ def _bench():
     return bench
 
 
-def test_the_measure_counts_every_settings_carrier(tmp_path):
+def test_the_measure_counts_every_settings_carrier(tmp_path: Path) -> None:
     """What holds the settings is counted, however it is wrapped; the typed views are not."""
     from qola.checkout.git import GitEnv
     from qola.compile.layout import BuildLayout
@@ -136,7 +138,7 @@ def test_the_measure_counts_every_settings_carrier(tmp_path):
         assert not carries(view), view
 
 
-def test_recorded_env_reads_only_what_it_was_resolved_for(tmp_path):
+def test_recorded_env_reads_only_what_it_was_resolved_for(tmp_path: Path) -> None:
     from qola.pipeline.spec import recorded
     from qola.store import fastpath
 
@@ -161,7 +163,7 @@ def test_recorded_env_reads_only_what_it_was_resolved_for(tmp_path):
     assert fastpath.unchanged(last, build, out, recorded({**env, "SECRET": "t"}, ["PATH", "SECRET"])) is None
 
 
-def test_git_runs_under_its_view(tmp_path):
+def test_git_runs_under_its_view(tmp_path: Path) -> None:
     from qola.checkout import git
     from qola.core.errors import QolaError
     from qola.pipeline.spec import git_view

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ def csv(path: Path, *lines: str) -> str:
     return str(path)
 
 
-def make_tree(root: Path, table: dict, core: str = "") -> Path:
+def make_tree(root: Path, table: dict[str, Any], core: str = "") -> Path:
     (root / "aiter/jit").mkdir(parents=True)
     (root / "csrc").mkdir()
     (root / "aiter/jit/optCompilerConfig.json").write_text(json.dumps(table))
@@ -37,7 +38,14 @@ def make_tree(root: Path, table: dict, core: str = "") -> Path:
 # --- get_config_file --------------------------------------------------------------------------------
 
 
-def test_config_file_env_default_and_model_configs(tmp_path):
+def merged(*args: Any, **kw: Any) -> MergedConfig:
+    """``config_file`` where it names a merge of several files."""
+    got = config_file(*args, **kw)
+    assert isinstance(got, MergedConfig), got
+    return got
+
+
+def test_config_file_env_default_and_model_configs(tmp_path: Path) -> None:
     model = tmp_path / "aiter/configs/model_configs"
     assert config_file("E", "/d.csv", "x_tuned_gemm", env={}, root=tmp_path) == "/d.csv"
     assert config_file("E", "/d.csv", "x_tuned_gemm", env={"E": "/mine.csv"}, root=tmp_path) == "/mine.csv"
@@ -50,17 +58,17 @@ def test_config_file_env_default_and_model_configs(tmp_path):
     csv(model / "aa_x_tuned_gemm.csv", HEAD)
     csv(model / "aa_x_untuned_gemm.csv", "M,N,K")  # "untuned" in the path: never merged
     (model / "dir_x_tuned_gemm").mkdir()  # not a file
-    got = config_file("E", "/d.csv", "x_tuned_gemm", env={}, root=tmp_path)
+    got = merged("E", "/d.csv", "x_tuned_gemm", env={}, root=tmp_path)
     assert got.sources == ("/d.csv", str(model / "aa_x_tuned_gemm.csv"), str(model / "zz_x_tuned_gemm_m2.csv"))
-    assert config_file("E", "/d.csv", "x_tuned_gemm", env={"E": ""}, root=tmp_path).sources == got.sources
+    assert merged("E", "/d.csv", "x_tuned_gemm", env={"E": ""}, root=tmp_path).sources == got.sources
 
 
-def test_merge_dedups_by_untuned_columns_cu_num_and_tag(tmp_path):
+def test_merge_dedups_by_untuned_columns_cu_num_and_tag(tmp_path: Path) -> None:
     csv(tmp_path / "aiter/configs/x_untuned_gemm.csv", "M,N,K")
     a = csv(tmp_path / "a.csv", HEAD, "80,1,2,3,9.5,slow", "256,1,2,3,7,other_cu", "80,5,5,5,1e1,ten")
     b = csv(tmp_path / "b.csv", HEAD + ",_tag", "80,1,2,3,2.25,fast,", "80,1,2,3,3,tagged,t1", "80,9,9,9,,no_us,")
     empty = csv(tmp_path / "e.csv", "cu_num,M,N,K,us,kernel,_tag")
-    cfg = config_file("E", "", "x_tuned_gemm", env={"E": f"{a}:{empty}:{b}"}, root=tmp_path)
+    cfg = merged("E", "", "x_tuned_gemm", env={"E": f"{a}:{empty}:{b}"}, root=tmp_path)
     assert render(merge(cfg)).splitlines() == [
         HEAD + ",_tag",
         "80,1,2,3,2.25,fast,",
@@ -71,33 +79,33 @@ def test_merge_dedups_by_untuned_columns_cu_num_and_tag(tmp_path):
     ]
 
 
-def test_merge_without_untuned_file_concatenates(tmp_path):
+def test_merge_without_untuned_file_concatenates(tmp_path: Path) -> None:
     a = csv(tmp_path / "a.csv", HEAD, "80,1,2,3,9,x")
     b = csv(tmp_path / "b.csv", HEAD, "80,1,2,3,1,y")
-    cfg = config_file("E", "", "y_tuned_gemm", env={"E": f"{a}:{b}"}, root=tmp_path)
+    cfg = merged("E", "", "y_tuned_gemm", env={"E": f"{a}:{b}"}, root=tmp_path)
     assert render(merge(cfg)) == f"{HEAD}\n80,1,2,3,9,x\n80,1,2,3,1,y\n"
 
 
-def test_merge_errors_name_the_files(tmp_path):
+def test_merge_errors_name_the_files(tmp_path: Path) -> None:
     a = csv(tmp_path / "a.csv", HEAD, "80,1,2,3,9,x")
     b = csv(tmp_path / "b.csv", "cu_num,M,N,us,kernel", "80,1,2,1,y")
     with pytest.raises(QolaError, match="have different columns") as info:
-        merge(config_file("E", "", "y_tuned_gemm", env={"E": f"{a}:{b}"}, root=tmp_path))
+        merge(merged("E", "", "y_tuned_gemm", env={"E": f"{a}:{b}"}, root=tmp_path))
     assert a in info.value.message and b in info.value.message
     with pytest.raises(QolaError, match="cannot read tuned config"):
-        merge(config_file("E", "", "y_tuned_gemm", env={"E": f"{tmp_path}/none.csv:{a}"}, root=tmp_path))
-    missing = merge(config_file("E", "", "y_tuned_gemm", env={"E": f"{a}:{tmp_path}/none.csv"}, root=tmp_path))
+        merge(merged("E", "", "y_tuned_gemm", env={"E": f"{tmp_path}/none.csv:{a}"}, root=tmp_path))
+    missing = merge(merged("E", "", "y_tuned_gemm", env={"E": f"{a}:{tmp_path}/none.csv"}, root=tmp_path))
     assert missing.rows == (("80", "1", "2", "3", "9", "x"),) and "none.csv does not exist" in missing.notes[0]
     # AITER's untuned-name rule raises re.error for a stem ending in "tuned": an error when merged, not before
-    odd = config_file("E", "", "x_tuned", env={"E": f"{a}:{a}"}, root=tmp_path)
+    odd = merged("E", "", "x_tuned", env={"E": f"{a}:{a}"}, root=tmp_path)
     with pytest.raises(QolaError, match="ends in 'tuned'"):
         merge(odd)
 
 
-def test_write_merged_is_atomic_and_keeps_unchanged_files(tmp_path):
+def test_write_merged_is_atomic_and_keeps_unchanged_files(tmp_path: Path) -> None:
     a = csv(tmp_path / "a.csv", HEAD, "80,1,2,3,9,x")
     b = csv(tmp_path / "b.csv", HEAD, "80,1,2,4,1,y")
-    cfg = config_file("E", "", "y_tuned_gemm", env={"E": f"{a}:{b}"}, root=tmp_path)
+    cfg = merged("E", "", "y_tuned_gemm", env={"E": f"{a}:{b}"}, root=tmp_path)
     out = tmp_path / "gen/configs"
     digest = write_merged(cfg, out)
     target = out / "y_tuned_gemm.csv"
@@ -134,7 +142,7 @@ CFG = Configs()
 '''
 
 
-def test_core_names_are_read_not_run(tmp_path):
+def test_core_names_are_read_not_run(tmp_path: Path) -> None:
     root = make_tree(tmp_path, {}, CORE)
     core = read_core(root / "aiter/jit/core.py")
     assert [e.name for e in core.env_names] == ["X_DEFAULT", "BAD"]
@@ -154,7 +162,7 @@ def test_core_names_are_read_not_run(tmp_path):
 
 # --- table keys ----------------------------------------------------------------------------------------
 
-TABLE = {
+TABLE: dict[str, Any] = {
     "module_new": {
         "srcs": ["f'{AITER_CSRC_DIR}/a.cu'"],
         "flags_extra_hip": ["'-DX'"],
@@ -168,7 +176,7 @@ TABLE = {
 }
 
 
-def test_unknown_keys_pass_through_with_warnings(tmp_path):
+def test_unknown_keys_pass_through_with_warnings(tmp_path: Path) -> None:
     tree = open_tree(make_tree(tmp_path, TABLE))
     names = namespace(tree, archs=("gfx942",), env={}, hip_version="7.2.0").names
     notes: list[str] = []
@@ -189,13 +197,17 @@ def test_unknown_keys_pass_through_with_warnings(tmp_path):
         resolve_entry("module_bad", {"flags_extra_hip": ["-DFOO"]}, names)  # a known key stays strict
 
 
-def test_per_source_flags_keep_the_tables_order_in_the_plan(tmp_path):
+def test_per_source_flags_keep_the_tables_order_in_the_plan(tmp_path: Path) -> None:
     """AITER tries the patterns in the table's order (first match wins): the plan keeps that order
     (the old plan sorted the patterns, so "*.cu" came before "*norm.cu" and won), through JSON too."""
     from qola.plan.model import Plan
 
-    table = {"module_new": {"srcs": ["f'{AITER_CSRC_DIR}/rmsnorm.cu'"],
-                            "flags_extra_hip_per_source": {"*norm.cu": ["-DA"], "*.cu": ["-DB"]}}}  # fmt: skip
+    table = {
+        "module_new": {
+            "srcs": ["f'{AITER_CSRC_DIR}/rmsnorm.cu'"],
+            "flags_extra_hip_per_source": {"*norm.cu": ["-DA"], "*.cu": ["-DB"]},
+        }
+    }
     tree = open_tree(make_tree(tmp_path, table))
     plan = make_plan(
         parse('[[modules]]\nname = "module_new"\n', "m.toml"),
@@ -208,9 +220,9 @@ def test_per_source_flags_keep_the_tables_order_in_the_plan(tmp_path):
         assert mod.flags_for(f"{tree.csrc}/softmax.cu") == ("-DB",)
 
 
-def test_all_modules_leave_out_experimental_ones(tmp_path):
+def test_all_modules_leave_out_experimental_ones(tmp_path: Path) -> None:
     tree = open_tree(make_tree(tmp_path, TABLE))
-    kw = {"archs": ("gfx942",), "hip_version": "7.2.0"}
+    kw: dict[str, Any] = {"archs": ("gfx942",), "hip_version": "7.2.0"}
     plan = make_plan(parse("", "m.toml"), tree, PlanInputs(env={}, **kw))
     assert [m.name for m in plan.modules] == ["module_new", "module_plain"]
     assert any("module_exp is experimental" in w for w in plan.warnings)
@@ -228,7 +240,7 @@ shutil.copy(tune, out + "/seen.cu")
 """
 
 
-def test_codegen_writes_merged_configs_into_the_build_dir(tmp_path):
+def test_codegen_writes_merged_configs_into_the_build_dir(tmp_path: Path) -> None:
     root = tmp_path / "tree"
     table = {
         "module_g": {
@@ -262,7 +274,7 @@ def test_codegen_writes_merged_configs_into_the_build_dir(tmp_path):
     assert not again.skipped and "z" in Path(again.sources[0]).read_text()
 
 
-def test_merge_keys_follow_the_trees_core_py(tmp_path):
+def test_merge_keys_follow_the_trees_core_py(tmp_path: Path) -> None:
     """Issue 32 item 6 (found by the parity tests on the amd-aiter sdist): a core.py whose merge does not
     name cu_num (the 0.1.7 sdist) keeps one row per untuned key across cu_nums; AITER 33f2e6af's one row
     per cu_num."""

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from support.common import run_qola
@@ -42,7 +43,8 @@ HIP = "7.2.0"
 # where core.py writes merged configs (AITER 33f2e6af and later; the sdist's older core.py)
 AITER_TMP = ('"/tmp/aiter_configs/"', 'f"/tmp/{merge_name}.csv"')
 LIST_KEYS = ("srcs", "flags_extra_cc", "flags_extra_hip", "extra_include", "blob_gen_cmd")
-KEYS = LIST_KEYS + (
+KEYS = (
+    *LIST_KEYS,
     "md_name",
     "torch_exclude",
     "is_python_module",
@@ -59,7 +61,8 @@ def _copy(sdist: Path, dest: Path) -> Path:
     shutil.copytree(sdist, root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"), symlinks=True)
     core = root / "aiter/jit/core.py"
     text = core.read_text()
-    (found,) = [t for t in AITER_TMP if text.count(t) == 1] or [None]
+    once: list[str | None] = [t for t in AITER_TMP if text.count(t) == 1]
+    (found,) = once or [None]
     assert found, "core.py no longer writes merged configs where the test expects"
     configs = dest / "aiter_configs"
     target = repr(str(configs) + "/") if "aiter_configs" in found else 'f"' + str(configs) + '/{merge_name}.csv"'
@@ -68,11 +71,11 @@ def _copy(sdist: Path, dest: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tree(aiter_root, tmp_path_factory) -> Path:
+def tree(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _copy(aiter_root, tmp_path_factory.mktemp("aiter"))
 
 
-def config_value(space, name: str):
+def config_value(space: Any, name: str) -> Any:
     """A config path as qola resolved it: ``AITER_CONFIGS.<prop>`` or a module-level name."""
     owner, _, prop = name.rpartition(".")
     if owner:
@@ -80,13 +83,13 @@ def config_value(space, name: str):
     return space.names.get(prop)
 
 
-def merged_by_aiter(oracle: dict, root: Path) -> set[str]:
+def merged_by_aiter(oracle: dict[str, Any], root: Path) -> set[str]:
     """The configs AITER merged (written into the test's configs dir), by property."""
     at = str(root.parent / "aiter_configs")
     return {k for k, v in oracle["configs"].items() if isinstance(v, str) and v.startswith(at)}
 
 
-def run_oracle(root: Path, env_extra: dict[str, str] | None = None) -> dict:
+def run_oracle(root: Path, env_extra: dict[str, str] | None = None) -> dict[str, Any]:
     """AITER's evaluation of ``root`` (merged configs land in ``root.parent / "aiter_configs"``)."""
     shutil.rmtree(root.parent / "aiter_configs", ignore_errors=True)
     (root.parent / "aiter_configs").mkdir()
@@ -97,10 +100,10 @@ def run_oracle(root: Path, env_extra: dict[str, str] | None = None) -> dict:
         [sys.executable, str(ORACLE), str(root), str(out), HIP], capture_output=True, text=True, env=env, timeout=600
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    return cast("dict[str, Any]", json.loads(out.read_text()))
 
 
-def _aiter_form(field: str, value, configs_dir: Path):
+def _aiter_form(field: str, value: Any, configs_dir: Path) -> Any:
     """qola's value as AITER writes it: its merged-config dir, and "" / a string for one-item lists."""
     if isinstance(value, str):
         return value.replace(CONFIGS_TOKEN, str(configs_dir))
@@ -109,11 +112,11 @@ def _aiter_form(field: str, value, configs_dir: Path):
     return value
 
 
-def _as_list(value):
+def _as_list(value: Any) -> list[Any]:
     return [] if value in (None, "") else [value] if isinstance(value, str) else list(value)
 
 
-def entry_diffs(root: Path, oracle: dict, env: dict[str, str]) -> list[str]:
+def entry_diffs(root: Path, oracle: dict[str, Any], env: dict[str, str]) -> list[str]:
     tree = open_tree(root)
     names = namespace(tree, archs=ARCHS, env=env, hip_version=HIP).names
     diffs = []
@@ -128,7 +131,7 @@ def entry_diffs(root: Path, oracle: dict, env: dict[str, str]) -> list[str]:
     return diffs
 
 
-def _rows(text_or_path) -> tuple[list[str], list[str]]:
+def _rows(text_or_path: str | Path) -> tuple[list[str], list[str]]:
     df = pd.read_csv(io.StringIO(text_or_path) if isinstance(text_or_path, str) else text_or_path)
     return list(df.columns), sorted(map(repr, df.astype(str).itertuples(index=False, name=None)))
 
@@ -147,19 +150,22 @@ def _same_but_ties(cfg: MergedConfig, cols: list[str], rows_a: list[str], rows_b
         except ValueError:
             return v
 
-    def tuples(rows: list[str]) -> list[tuple]:
+    def tuples(rows: list[str]) -> list[tuple[Any, ...]]:
         return [tuple(cell(v) for v in ast.literal_eval(r)) for r in rows]  # reprs of tuples of str (_rows)
 
     a, b = tuples(rows_a), tuples(rows_b)
-    inputs: set[tuple] = set()
+    inputs: set[tuple[Any, ...]] = set()
     for src in cfg.sources:
         if os.path.exists(src):
             inputs |= set(tuples(_rows(Path(src))[1]))
-    project = lambda rows: sorted(tuple(r[i] for i in at) for r in rows)  # noqa: E731
+
+    def project(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        return sorted(tuple(r[i] for i in at) for r in rows)
+
     return project(a) == project(b) and set(a) <= inputs
 
 
-def config_diffs(root: Path, oracle: dict, env: dict[str, str]) -> tuple[list[str], int]:
+def config_diffs(root: Path, oracle: dict[str, Any], env: dict[str, str]) -> tuple[list[str], int]:
     """Every AITER_CONFIGS property: the same path, and for merged files the same rows."""
     space = namespace(open_tree(root), archs=ARCHS, env=env, hip_version=HIP)
     configs_dir = root.parent / "aiter_configs"
@@ -189,7 +195,7 @@ def config_diffs(root: Path, oracle: dict, env: dict[str, str]) -> tuple[list[st
     return diffs, merged
 
 
-def test_every_module_resolves_as_aiter_does(tree):
+def test_every_module_resolves_as_aiter_does(tree: Path) -> None:
     oracle = run_oracle(tree)
     assert len(oracle["modules"]) == len(load_table(open_tree(tree))) > 0
     assert entry_diffs(tree, oracle, {}) == []
@@ -198,7 +204,7 @@ def test_every_module_resolves_as_aiter_does(tree):
     assert merged == len(merged_by_aiter(oracle, tree)) > 0  # model_configs/ gives some configs per-model rows
 
 
-def test_plan_of_every_module_matches_aiters_build_args(tree):
+def test_plan_of_every_module_matches_aiters_build_args(tree: Path) -> None:
     """The plan (what the build uses) of every module: sources as AITER expands them, flags,
     generator commands, md_name and the link kinds."""
     oracle = run_oracle(tree)
@@ -265,7 +271,7 @@ def _write_csv(path: Path, rows: list[str]) -> str:
     return str(path)
 
 
-def test_env_override_merges_two_files(tree, tmp_path):
+def test_env_override_merges_two_files(tree: Path, tmp_path: Path) -> None:
     """AITER_CONFIG_GEMM_A8W8=a.csv:b.csv merges the two (the fastest row of each shape wins) as AITER
     does; a path that does not exist is skipped (qola warns)."""
     head = "cu_num,M,N,K,q_dtype_w,kernelId,splitK,us,kernelName,tflops,bw,errRatio"
@@ -306,7 +312,7 @@ def test_env_override_merges_two_files(tree, tmp_path):
     assert not any(",20.5," in r or ",99.0," in r for r in rows)  # the slower row of each shape is gone
 
 
-def test_single_env_path_is_used_as_is(tree):
+def test_single_env_path_is_used_as_is(tree: Path) -> None:
     env = {"AITER_CONFIG_GEMM_A8W8_BLOCKSCALE": "/somewhere/mine.csv"}
     space = namespace(open_tree(tree), archs=ARCHS, env=env, hip_version=HIP)
     oracle = run_oracle(tree)
@@ -349,7 +355,7 @@ def _add_probe_config(core: Path) -> str:
     return "AITER_CONFIG_QOLA_PROBE_FILE"
 
 
-def test_a_new_config_name_needs_no_qola_change(aiter_root, tmp_path):
+def test_a_new_config_name_needs_no_qola_change(aiter_root: Path, tmp_path: Path) -> None:
     """A config added to core.py (new env default + new config path + per-model file) resolves,
     merges and plans like AITER, with no name known to qola in advance."""
     root = _copy(aiter_root, tmp_path)
@@ -386,7 +392,7 @@ def test_a_new_config_name_needs_no_qola_change(aiter_root, tmp_path):
     assert "4.0,c" in render(merge(cfg))  # the per-model file's faster row
 
 
-def test_cli_plans_the_whole_table(tree, tmp_path):
+def test_cli_plans_the_whole_table(tree: Path, tmp_path: Path) -> None:
     """`qola plan --json` of every module (every key, and AITER's "all": no [[modules]]) exits 0;
     the sdist is no git checkout, so a pinned commit is a warning, not an error."""
     keys = list(load_table(open_tree(tree)))

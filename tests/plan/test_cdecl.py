@@ -11,6 +11,7 @@ import pytest
 from qola.core.errors import QolaError
 from qola.plan import cdecl, itfs, registry
 from qola.plan.cdecl import Decl, DeclError, Param
+from qola.plan.registry import RegistryEntry
 
 OLD = """#pragma once
 #include "fmha_fwd.hpp"
@@ -50,7 +51,7 @@ def one(text: str, name: str) -> Decl:
     return d
 
 
-def test_old_generation_twelve_parameters_with_defaults():
+def test_old_generation_twelve_parameters_with_defaults() -> None:
     d = one(OLD, "mha_fwd")
     assert (d.scope, d.returns, d.linkage, d.conditions) == (("aiter",), "float", "C++", ())
     assert len(d.params) == 12
@@ -62,7 +63,7 @@ def test_old_generation_twelve_parameters_with_defaults():
     assert d.qualified == "::aiter::mha_fwd"
 
 
-def test_new_generation_unnamed_parameters_and_include_conditions():
+def test_new_generation_unnamed_parameters_and_include_conditions() -> None:
     h = cdecl.parse(NEW)
     (d,) = h.named("mha_bwd")
     assert d.params == (Param("mha_bwd_args"), Param("const ck_tile::stream_config&"))
@@ -73,7 +74,7 @@ def test_new_generation_unnamed_parameters_and_include_conditions():
     assert [x.name for x in h.decls] == ["mha_bwd", "fmha_v3_bwd"]  # not the struct member, not the comment
 
 
-def test_conditions_else_elif_ifdef_guard_and_if0():
+def test_conditions_else_elif_ifdef_guard_and_if0() -> None:
     text = """#ifndef GUARD_H
 #define GUARD_H
 #if 0
@@ -101,7 +102,7 @@ extern "C" int g(void);
     assert (g.linkage, g.params, g.conditions) == ("C", (), ("!X",))
 
 
-def test_shapes_the_reader_understands():
+def test_shapes_the_reader_understands() -> None:
     text = """#define AITER_API __attribute__((visibility("default")))
 namespace a::b { inline namespace v4 {
 enum class mode { plain, fast };
@@ -139,18 +140,18 @@ int c_entry(void* p, struct desc* d);
     (c,) = h.named("c_entry")
     assert (c.scope, c.linkage, [p.type for p in c.params]) == ((), "C", ["void*", "struct desc*"])
     assert not h.named("hidden") and not h.named("var")  # internal linkage; a variable
-    with pytest.raises(DeclError, match="tmpl.*function template"):
+    with pytest.raises(DeclError, match=r"tmpl.*function template"):
         cdecl.read_header(text, ["tmpl"])
 
 
-def test_what_cannot_be_read_is_an_error_naming_the_function():
+def test_what_cannot_be_read_is_an_error_naming_the_function() -> None:
     with pytest.raises(DeclError, match="variadic"):
         cdecl.read_header("namespace aiter { int logf(const char* fmt, ...); }", ["logf"])
     with pytest.raises(DeclError, match="no declaration of a function 'mha_fwd'"):
         cdecl.read_header(NEW, ["mha_fwd"])
 
 
-def test_struct_members_found_for_requires():
+def test_struct_members_found_for_requires() -> None:
     text = """struct fmha_bwd_launcher {
     std::function<float(fmha_bwd_args, const ck_tile::stream_config&)> run{[](fmha_bwd_args, const ck_tile::stream_config&) { return -1.0f; }};
     size_t workspace_size = 0;
@@ -165,7 +166,7 @@ struct older_launcher { ck_tile::index_t dq_acc_splits{0}; };
     assert "workspace_size" not in m["older_launcher"]
 
 
-def test_decl_json_round_trip():
+def test_decl_json_round_trip() -> None:
     d = one(OLD, "mha_fwd")
     assert Decl.from_json(json.loads(json.dumps(d.to_json()))) == d
 
@@ -184,20 +185,28 @@ def tree(tmp: Path, mha_bwd_h: str, fmha_bwd_hpp: str | None) -> Path:
     return meta
 
 
+def entry(module: str) -> RegistryEntry:
+    """The registry's entry of ``module`` (every module asked for here has one)."""
+    found = registry.entry(module)
+    assert found is not None, module
+    return found
+
+
 def resolve_bwd(meta: Path, notes: list[str]) -> itfs.Api:
-    r = registry.entry("libmha_bwd")
+    r = entry("libmha_bwd")
+    assert r.api_header is not None and r.public_header is not None
     spec = itfs.ApiSpec("libmha_bwd", r.api_header, r.exports, r.public_header, r.provides, r.api_includes)
     return itfs.resolve(spec, meta, [str(meta / "csrc" / "include"), str(meta / "ck")], notes)
 
 
-def test_registry_names_the_api_by_tree_header():
+def test_registry_names_the_api_by_tree_header() -> None:
     for name, header in (("libmha_fwd", "csrc/include/mha_fwd.h"), ("libmha_bwd", "csrc/include/mha_bwd.h")):
-        r = registry.entry(name)
+        r = entry(name)
         assert r.api_header == header and r.exports == (name[3:],) and not r.add_srcs
-    assert [p.name for p in registry.entry("libmha_bwd").provides] == ["mha_bwd_workspace_size"]
+    assert [p.name for p in entry("libmha_bwd").provides] == ["mha_bwd_workspace_size"]
 
 
-def test_workspace_size_provided_where_ck_has_it(tmp_path):
+def test_workspace_size_provided_where_ck_has_it(tmp_path: Path) -> None:
     launcher = "struct fmha_bwd_launcher { size_t workspace_size = 0; fmha_bwd_launcher(const fmha_bwd_traits&); };\n"
     notes: list[str] = []
     api = resolve_bwd(tree(tmp_path / "a", NEW, launcher), notes)
@@ -217,7 +226,7 @@ def test_workspace_size_provided_where_ck_has_it(tmp_path):
     assert not api.provided and "declares no fmha_bwd_launcher::workspace_size" in notes[-1]
 
 
-def test_unreadable_api_is_an_error_naming_header_and_function(tmp_path):
+def test_unreadable_api_is_an_error_naming_header_and_function(tmp_path: Path) -> None:
     meta = tree(tmp_path / "a", "namespace aiter { float mha_bwd(mha_bwd_args, ...); }\n", None)
     with pytest.raises(QolaError, match=r"mha_bwd\.h: mha_bwd: .*variadic"):
         resolve_bwd(meta, [])
@@ -231,7 +240,7 @@ def test_unreadable_api_is_an_error_naming_header_and_function(tmp_path):
         resolve_bwd(meta, [])
 
 
-def test_generated_names_keep_the_tree_lookup_scope():
+def test_generated_names_keep_the_tree_lookup_scope() -> None:
     api = itfs.Api("csrc/include/x.h", "x.h", "qola_x.h", (one(OLD, "mha_fwd"),))
     header = itfs.render_header(api, "te", "libx", api.header)
     assert "namespace aiter { namespace qola_api_te {" in header
@@ -240,7 +249,7 @@ def test_generated_names_keep_the_tree_lookup_scope():
     assert itfs.Api.from_json(json.loads(json.dumps(api.to_json()))) == api
 
 
-def test_a_class_by_value_is_exported_by_const_reference():
+def test_a_class_by_value_is_exported_by_const_reference() -> None:
     """QoLA's entry points take structs by const reference (issue 31): a parameter that may be a class
     by value gets an alias that the compiler makes ``const T&`` for a class; builtin scalars,
     pointers, references and function pointers keep the tree's own alias."""
@@ -264,7 +273,7 @@ def test_a_class_by_value_is_exported_by_const_reference():
     assert "static_cast<::aiter::qola_api_te::mha_fwd_0_c0&&>(a0)" in wrapper
 
 
-def test_entry_point_defined_by_a_macro():
+def test_entry_point_defined_by_a_macro() -> None:
     text = """#include "aiter_tensor.h"
 AITER_CTYPES_ERROR_DEF
 
@@ -286,7 +295,7 @@ AITER_CTYPES_DEFINE_ENTRYPOINT_VOID(
         cdecl.read_header(text, ["gemm_x"])
 
 
-def test_torch_api_is_refused_naming_the_declaration(tmp_path):
+def test_torch_api_is_refused_naming_the_declaration(tmp_path: Path) -> None:
     meta = tmp_path / "meta"
     (meta / "inc").mkdir(parents=True)
     (meta / "inc" / "g.h").write_text("torch::Tensor gemm(torch::Tensor& A, int splitK);\n")
@@ -298,8 +307,8 @@ def test_torch_api_is_refused_naming_the_declaration(tmp_path):
         itfs.resolve(itfs.ApiSpec("m", "inc/g.h", ["gemm"], "qola_g.h"), meta, [])
 
 
-def test_registry_gemm_entries():
-    asm = registry.entry("module_gemm_a4w4_asm")
+def test_registry_gemm_entries() -> None:
+    asm = entry("module_gemm_a4w4_asm")
     assert asm.api_header == "csrc/py_itfs_cu/asm_gemm_a4w4.cu" and asm.exports == ("gemm_a4w4_asm",)
     assert dict(asm.entry_macros)["AITER_CTYPES_DEFINE_ENTRYPOINT_VOID"] == "int"
-    assert registry.entry("module_gemm_a4w4_blockscale").exports == ("gemm_a4w4_blockscale",)
+    assert entry("module_gemm_a4w4_blockscale").exports == ("gemm_a4w4_blockscale",)

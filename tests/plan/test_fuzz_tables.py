@@ -10,6 +10,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -65,7 +66,7 @@ class Deep:
     n: int
 
 
-def dump(value) -> str:
+def dump(value: Any) -> str:
     if isinstance(value, Deep):
         return "[" * value.n + "]" * value.n
     if isinstance(value, list):
@@ -94,7 +95,7 @@ keys = st.one_of(st.sampled_from(sorted(BASE)), st.sampled_from(ODD_KEYS), st.te
 
 
 @st.composite
-def tables(draw) -> tuple[str, str | None]:
+def tables(draw: st.DrawFn) -> tuple[str, str | None]:
     """(table JSON text, a module to ask for or None for AITER's "all")."""
     if draw(st.integers(0, 19)) == 0:
         return draw(st.sampled_from(["[]", "{", "null", '{"a": 1}', '{"a": []}', "\x00", ""])), None
@@ -117,7 +118,7 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
 
 
 @pytest.fixture(scope="module")
-def fuzz_root(tmp_path_factory) -> Path:
+def fuzz_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("fuzz")
     shutil.copytree(KERNELS, base / "tree", ignore=shutil.ignore_patterns("__pycache__", "*.co"))
     (base / "out").mkdir()
@@ -133,7 +134,9 @@ def fuzz_root(tmp_path_factory) -> Path:
 @given(
     case=tables(), arch=st.sampled_from([("sm_90",), ("gfx942", "gfx950")]), mode=st.sampled_from([None, "cpp_itfs"])
 )
-def test_hostile_tables_plan_or_refuse(fuzz_root, case, arch, mode):
+def test_hostile_tables_plan_or_refuse(
+    fuzz_root: Path, case: tuple[str, str | None], arch: tuple[str, ...], mode: str | None
+) -> None:
     text, ask = case
     root = fuzz_root / "tree"
     (root / TABLE).write_text(text, errors="surrogatepass")

@@ -29,7 +29,7 @@ def _env(arch: str) -> dict[str, str]:
     return {**os.environ, "HIP_PLATFORM": "amd"} if arch.startswith("gfx") else dict(os.environ)
 
 
-def build(tmp: Path, shape: str, arch: str, ns: str = "te"):
+def build(tmp: Path, shape: str, arch: str, ns: str = "te") -> tuple[Path, Path]:
     tree = fx.write_tree(tmp / shape, shape)
     out = tmp / f"out_{shape}"
     proc = run_qola(
@@ -87,7 +87,7 @@ def exports(out: Path) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_new_two_argument_api_with_workspace_size(tmp_path, arch):
+def test_new_two_argument_api_with_workspace_size(tmp_path: Path, arch: str) -> None:
     tree, out = build(tmp_path, "new", arch)
     header = (out / "include" / "qola_mha_fwd.h").read_text()
     assert (
@@ -160,7 +160,7 @@ int main() {
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("ns", ["te", "te_v3"])
-def test_exports_are_qolas_symbols_and_hand_written_prototypes_link(tmp_path, arch, ns):
+def test_exports_are_qolas_symbols_and_hand_written_prototypes_link(tmp_path: Path, arch: str, ns: str) -> None:
     """Issue 31: the libraries export QoLA's symbols (a struct the tree takes by value is taken by
     const reference), and a consumer that declares them by hand, as TE's gfx1250 code does for
     ``te_v3``, links with --no-undefined and computes through them."""
@@ -177,7 +177,7 @@ def test_exports_are_qolas_symbols_and_hand_written_prototypes_link(tmp_path, ar
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("shape", ["old", "future"])
-def test_old_and_an_invented_api_follow_the_tree(tmp_path, arch, shape):
+def test_old_and_an_invented_api_follow_the_tree(tmp_path: Path, arch: str, shape: str) -> None:
     tree, out = build(tmp_path, shape, arch)
     (name,) = [n for n in exports(out)["libmha_fwd"] if n.startswith("_ZN")]
     assert name.startswith("_ZN4qola2te7mha_fwdE")
@@ -190,7 +190,7 @@ def test_old_and_an_invented_api_follow_the_tree(tmp_path, arch, shape):
 
 
 @pytest.mark.skipif(not shutil.which("nvcc") and not os.path.exists("/usr/local/cuda/bin/nvcc"), reason="needs nvcc")
-def test_module_whose_api_cannot_be_read_fails_naming_header_and_function(tmp_path):
+def test_module_whose_api_cannot_be_read_fails_naming_header_and_function(tmp_path: Path) -> None:
     tree = fx.write_tree(tmp_path / "t", "new")
     m = fx.manifest(tmp_path / "m.toml", "new", "sm_90")
     (tree / "csrc" / "include" / "mha_bwd.h").write_text("namespace aiter { float mha_bwd(int, ...); }\n")
@@ -208,7 +208,7 @@ GEMM_ARCHS = [pytest.param("sm_90", id="cuda"), pytest.param("gfx950", id="hip",
 
 
 @pytest.mark.parametrize("arch", GEMM_ARCHS)
-def test_gemm_entry_point_defined_by_a_macro_in_the_source(tmp_path, arch):
+def test_gemm_entry_point_defined_by_a_macro_in_the_source(tmp_path: Path, arch: str) -> None:
     """module_gemm_a4w4_asm's torch-free entry point is a ctypes one AITER defines in its .cu with a
     macro: qola reads it there, the wrapper declares it, the public header needs aiter_tensor.h only."""
     tree = fx.write_gemm_tree(tmp_path / "t", arch)
@@ -257,7 +257,9 @@ def test_gemm_entry_point_defined_by_a_macro_in_the_source(tmp_path, arch):
     "name,header",
     [("module_gemm_a4w4_asm", "asm_gemm_a4w4.cu"), ("module_gemm_a4w4_blockscale", "gemm_a4w4_blockscale.h")],
 )
-def test_sdist_gemm_modules_are_not_torch_free_and_say_so(aiter_root, tmp_path, name, header):
+def test_sdist_gemm_modules_are_not_torch_free_and_say_so(
+    aiter_root: Path, tmp_path: Path, name: str, header: str
+) -> None:
     """The amd-aiter 0.1.7 sdist has both GEMM modules, but their entry points take torch::Tensor:
     a cpp_itfs plan refuses them naming the declaration, instead of a build failing in torch headers."""
     m = tmp_path / "g.toml"
@@ -271,7 +273,7 @@ def test_sdist_gemm_modules_are_not_torch_free_and_say_so(aiter_root, tmp_path, 
 
 
 @pytest.mark.skipif(not shutil.which("nvcc") and not os.path.exists("/usr/local/cuda/bin/nvcc"), reason="needs nvcc")
-def test_a_changed_tree_header_changes_the_api_on_rebuild(tmp_path):
+def test_a_changed_tree_header_changes_the_api_on_rebuild(tmp_path: Path) -> None:
     tree, out = build(tmp_path, "new", "sm_90")
     header = tree / "csrc" / "include" / "mha_fwd.h"
     header.write_text(

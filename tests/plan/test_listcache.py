@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from support.ck_tree import CK_DIR, ck_tree, module
 from support.common import run_qola
@@ -21,7 +22,7 @@ def setup(tmp: Path) -> tuple[Path, Path, dict[str, str]]:
     return tree, m, {"XDG_CACHE_HOME": str(tmp / "cache"), "CK_GEN_CALLS": str(tmp / "calls")}
 
 
-def plan(tmp: Path, tree: Path, m: Path, env: dict[str, str]) -> tuple[dict, int]:
+def plan(tmp: Path, tree: Path, m: Path, env: dict[str, str]) -> tuple[dict[str, Any], int]:
     """``qola plan --json``: its generators' file listings, and how many listing runs it took."""
     before = listings(tmp)
     proc = run_qola("plan", "--json", "-m", str(m), "-a", str(tree), env=env)
@@ -40,7 +41,7 @@ def entries(tmp: Path) -> list[Path]:
     return sorted((tmp / "cache" / "qola" / "listings").glob("*.json"))
 
 
-def test_a_second_plan_runs_no_generator_and_a_changed_generator_runs_again(tmp_path):
+def test_a_second_plan_runs_no_generator_and_a_changed_generator_runs_again(tmp_path: Path) -> None:
     tree, m, env = setup(tmp_path)
     first, ran = plan(tmp_path, tree, m, env)
     assert ran == 3 and len(entries(tmp_path)) == 3  # one listing per direction, each cached
@@ -59,7 +60,7 @@ def test_a_second_plan_runs_no_generator_and_a_changed_generator_runs_again(tmp_
     assert ran == 3
 
 
-def test_an_entry_that_could_have_been_tampered_with_is_not_trusted(tmp_path):
+def test_an_entry_that_could_have_been_tampered_with_is_not_trusted(tmp_path: Path) -> None:
     tree, m, env = setup(tmp_path)
     first, _ = plan(tmp_path, tree, m, env)
     a, b, c = entries(tmp_path)

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from support.common import run_qola
@@ -105,16 +106,16 @@ def manifest(tmp: Path, arch: str = "gfx942", name: str = "libmha_fwd", extra: s
     return m
 
 
-def plan_json(tmp: Path, root: Path, *args: str) -> dict:
+def plan_json(tmp: Path, root: Path, *args: str) -> dict[str, Any]:
     proc = run_qola("plan", "--json", "-m", str(manifest(tmp)), "--aiter-root", str(root), *args)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)["modules"][0]
+    return cast("dict[str, Any]", json.loads(proc.stdout)["modules"][0])
 
 
 # ---- the plan: the registry's switches and generators where the sources ask -------------------
 
 
-def test_plan_adds_fav3_fav2_and_the_v3_generator_where_mha_fwd_gates_on_them(tmp_path):
+def test_plan_adds_fav3_fav2_and_the_v3_generator_where_mha_fwd_gates_on_them(tmp_path: Path) -> None:
     mod = plan_json(tmp_path, tree(tmp_path))
     assert mod["flags_extra_hip"][-2:] == ["-DFAV3_ON=1", "-DFAV2_ON=1"]
     assert [Path(s).name for s, _ in mod["gates"]] == ["mha_fwd.cu"] and mod["gates"][0][1] == ["FAV3_ON", "FAV2_ON"]
@@ -123,7 +124,7 @@ def test_plan_adds_fav3_fav2_and_the_v3_generator_where_mha_fwd_gates_on_them(tm
     assert v3[0]["targets"] == ["gfx942"]  # it reads AITER_GPU_ARCHS: it writes for the plan's archs
 
 
-def test_the_text_plan_says_what_the_registry_added_and_each_generators_archs(tmp_path):
+def test_the_text_plan_says_what_the_registry_added_and_each_generators_archs(tmp_path: Path) -> None:
     proc = run_qola("plan", "-m", str(manifest(tmp_path)), "--aiter-root", str(tree(tmp_path)))
     assert proc.returncode == 0, proc.stderr
     assert "hsa/codegen.py -m fmha_v3_fwd --output_dir {}  (qola's registry)" in proc.stdout
@@ -132,7 +133,7 @@ def test_the_text_plan_says_what_the_registry_added_and_each_generators_archs(tm
     assert "-DFAV3_ON=1 -DFAV2_ON=1" in proc.stdout and "qola's registry adds -DFAV3_ON=1 -DFAV2_ON=1" in proc.stderr
 
 
-def test_a_slim_tree_carrying_them_gets_nothing_twice(tmp_path):
+def test_a_slim_tree_carrying_them_gets_nothing_twice(tmp_path: Path) -> None:
     mod = plan_json(tmp_path, tree(tmp_path, slim=True))
     assert not any("FAV" in f for f in mod["flags_extra_hip"])
     assert mod["flags_extra_cc"] == ["-DFAV3_ON=1", "-DFAV2_ON=1"]
@@ -140,7 +141,7 @@ def test_a_slim_tree_carrying_them_gets_nothing_twice(tmp_path):
     assert mod["gates"]  # still checked at build time: cc flags reach HIP compiles, as in AITER
 
 
-def test_a_tree_whose_sources_do_not_gate_gets_nothing(tmp_path):
+def test_a_tree_whose_sources_do_not_gate_gets_nothing(tmp_path: Path) -> None:
     root = tree(tmp_path)
     (root / "csrc" / "cpp_itfs" / "mha_fwd.cu").write_text('extern "C" float te_test_mha_fwd(int) { return 1; }\n')
     mod = plan_json(tmp_path, root)
@@ -160,7 +161,7 @@ def build_module(flags_extra_cc, flags_cc):
 """
 
 
-def test_build_wide_switches_come_from_the_trees_core_py(tmp_path):
+def test_build_wide_switches_come_from_the_trees_core_py(tmp_path: Path) -> None:
     root = tree(tmp_path)
     assert not any("ENABLE_CK" in f for f in plan_json(tmp_path, root)["flags_extra_cc"])  # no core.py: none
     (root / "aiter" / "jit" / "core.py").write_text(CORE_WITH_SWITCHES)
@@ -187,7 +188,7 @@ def test_build_wide_switches_come_from_the_trees_core_py(tmp_path):
     assert bad.returncode == 2 and "ENABLE_CK='yes'" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_conditionals_and_defines_are_read_as_the_preprocessor_would():
+def test_conditionals_and_defines_are_read_as_the_preprocessor_would() -> None:
     text = b"#if 0\n#  ifdef FAV3_ON\n#endif\n# elif defined(FAV2_ON) && X\nint FAV9_ON;\n"
     assert needs.tested(text, ("FAV3_ON", "FAV2_ON", "FAV9_ON")) == ("FAV3_ON", "FAV2_ON")
     assert needs.defines(["-DA=0 -DB", "-D C=2", "-UB"]) == {"A": "0", "C": "2"}
@@ -208,7 +209,7 @@ TEST_ENTRY = RegistryEntry(
 )
 
 
-def qola_in_process(monkeypatch, *argv: str) -> int:
+def qola_in_process(monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
     """qola's CLI in this process, with a registry entry for the fixture's torch-free module (the
     real libmha_fwd entry adds AITER's API wrapper, which needs AITER's headers)."""
     from qola import cli
@@ -220,7 +221,9 @@ def qola_in_process(monkeypatch, *argv: str) -> int:
 
 @pytest.mark.hip
 @pytest.mark.slow
-def test_build_records_the_switches_and_the_audit_rejects_a_library_without_them(tmp_path, monkeypatch, capsys):
+def test_build_records_the_switches_and_the_audit_rejects_a_library_without_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tree(tmp_path, name="libtest_fwd")
     out = tmp_path / "out"
     argv = ("build", "-m", str(manifest(tmp_path, "gfx90a", "libtest_fwd")), "--aiter-root", str(root), "-o")
@@ -252,12 +255,12 @@ def test_build_records_the_switches_and_the_audit_rejects_a_library_without_them
 # ---- generator environment and its stamp --------------------------------------------------------
 
 
-def test_generators_get_aiter_gpu_archs_and_an_arch_change_reruns_them(tmp_path):
+def test_generators_get_aiter_gpu_archs_and_an_arch_change_reruns_them(tmp_path: Path) -> None:
     root = tree(tmp_path)
     gen = Generator(f"{root}/hsa/codegen.py -m fmha_v3_fwd --output_dir {{}}")
     base = {"PATH": os.environ["PATH"]}
 
-    def run(archs):
+    def run(archs: tuple[str, ...]) -> Any:
         given = genrules.aiter_env(archs, root)
         job = GenJob("libmha_fwd", (gen,), env=tuple(sorted(given.items())))
         res = run_generators(job, tmp_path / "gen", env={**base, **given}, python=sys.executable)
@@ -276,7 +279,7 @@ def test_generators_get_aiter_gpu_archs_and_an_arch_change_reruns_them(tmp_path)
 # ---- CK --targets --------------------------------------------------------------------------------
 
 
-def test_targets_only_where_the_generator_declares_them(tmp_path):
+def test_targets_only_where_the_generator_declares_them(tmp_path: Path) -> None:
     ck = tmp_path / "ck" / "example" / "ck_tile" / "01_fmha"
     (ck / "codegen" / "ops").mkdir(parents=True)
     script = ck / "generate.py"
@@ -299,7 +302,7 @@ def test_targets_only_where_the_generator_declares_them(tmp_path):
 
 
 @pytest.mark.aiter
-def test_ck_generate_lists_no_gfx950_file_for_a_gfx942_build(tmp_path, aiter_root):
+def test_ck_generate_lists_no_gfx950_file_for_a_gfx942_build(tmp_path: Path, aiter_root: Path) -> None:
     """The sdist's CK generate.py, through qola's plan: a gfx942-only build lists (and so writes and
     compiles) no ``_gfx950`` file; a two-arch build lists both twins."""
     root = aiter_root
@@ -321,7 +324,7 @@ def test_ck_generate_lists_no_gfx950_file_for_a_gfx942_build(tmp_path, aiter_roo
     assert all(both["files"][n + "_gfx950"] == ["gfx950"] for n in twins)
 
 
-def test_every_code_object_a_v3_table_names_must_be_embedded():
+def test_every_code_object_a_v3_table_names_must_be_embedded() -> None:
     """The rows hsa/codegen.py writes (ADD_CFG(..., arch, path, knl_name, co_name)) against the embed
     keys; gfx942 keys carry AITER's MI300/MI308 subdir, which the runtime adds."""
     text = (

@@ -14,6 +14,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -22,10 +23,12 @@ from support.common import run_qola
 
 from qola.core.errors import QolaError
 from qola.plan import registry
+from qola.plan.itfs import Api
 from qola.plan.manifest import parse
+from qola.plan.model import ModulePlan, Plan
 from qola.plan.planner import PlanInputs, make_plan
 from qola.plan.tree import overrides
-from qola.plan.tree.aiter import open_tree
+from qola.plan.tree.aiter import AiterTree, open_tree
 
 CK_GEN = "f'{CK_DIR}/example/ck_tile/01_fmha/generate.py -d %s --receipt 600 --output_dir {{}}'"
 TABLE = {
@@ -133,11 +136,11 @@ def write_tree(root: Path) -> Path:
 
 
 @pytest.fixture()
-def tree(tmp_path):
+def tree(tmp_path: Path) -> AiterTree:
     return open_tree(write_tree(tmp_path / "aiter"))
 
 
-def plan_of(text: str, tree, env=None):
+def plan_of(text: str, tree: AiterTree, env: dict[str, str] | None = None) -> Plan:
     return make_plan(parse(text, "te.toml"), tree, PlanInputs(archs=("gfx1250",), env=env or {}, hip_version="7.2.0"))
 
 
@@ -178,7 +181,7 @@ def expected(meta: str) -> dict[str, dict[str, list[str]]]:
     }
 
 
-def test_te_gfx1250_manifest_plans_as_qola_evaluates_it(tree):
+def test_te_gfx1250_manifest_plans_as_qola_evaluates_it(tree: AiterTree) -> None:
     plan = plan_of(TE_GFX1250, tree)
     assert [m.md_name for m in plan.modules] == ["te_v3_libmha_fwd", "te_v3_libmha_bwd"]
     got = {
@@ -193,7 +196,7 @@ def test_te_gfx1250_manifest_plans_as_qola_evaluates_it(tree):
     }
     assert got == expected(str(tree.meta_dir))
     # the C++ API the wrappers forward to, read from the tree's headers (qola::te_v3::mha_fwd(args, s))
-    assert [(d.name, [p.type for p in d.params]) for m in plan.modules for d in m.api.decls] == [
+    assert [(d.name, [p.type for p in d.params]) for m in plan.modules for d in api_of(m).decls] == [
         ("mha_fwd", ["mha_fwd_args", "const int&"]),
         ("mha_bwd", ["mha_bwd_args", "const int&"]),
     ]
@@ -203,7 +206,7 @@ def test_te_gfx1250_manifest_plans_as_qola_evaluates_it(tree):
     )
 
 
-def test_dropped_ck_direction_keeps_its_dispatch_unless_ck_free(tree):
+def test_dropped_ck_direction_keeps_its_dispatch_unless_ck_free(tree: AiterTree) -> None:
     """Without ENABLE_CK=0 the API still calls CK's dispatch: the dropped direction writes it alone."""
     text = '[qola]\nnamespace = "te"\n[[modules]]\nname = "libmha_bwd"\nmode = "cpp_itfs"\ndrop_directions = ["bwd"]\n'
     ck = plan_of(text, tree).modules[0].generators
@@ -211,7 +214,7 @@ def test_dropped_ck_direction_keeps_its_dispatch_unless_ck_free(tree):
     assert [g.direction for g in plan_of(text, tree, env={"ENABLE_CK": "0"}).modules[0].generators] == [None]
 
 
-def test_plain_and_expression_overrides_agree(tree):
+def test_plain_and_expression_overrides_agree(tree: AiterTree) -> None:
     expr = TE_GFX1250
     plain = (
         TE_GFX1250.replace("\"'-D", '"-D')
@@ -228,7 +231,7 @@ def test_plain_and_expression_overrides_agree(tree):
     assert plan_of(plain, tree).to_json()["modules"] == plan_of(expr, tree).to_json()["modules"]
 
 
-def test_qola_plan_json_shows_evaluated_overrides(tree, tmp_path):
+def test_qola_plan_json_shows_evaluated_overrides(tree: AiterTree, tmp_path: Path) -> None:
     m = tmp_path / "te.toml"
     m.write_text(TE_GFX1250)
     proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(tree.root), "--json")
@@ -292,7 +295,7 @@ BAD = [  # (module body, key named, words of the message)
 
 
 @pytest.mark.parametrize("body,key,words", BAD, ids=[b[1] + ":" + b[2][:20] for b in BAD])
-def test_bad_override_exits_2_naming_the_key(tree, tmp_path, body, key, words):
+def test_bad_override_exits_2_naming_the_key(tree: AiterTree, tmp_path: Path, body: str, key: str, words: str) -> None:
     m = tmp_path / "m.toml"
     m.write_text(_module(body))
     proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(tree.root))
@@ -303,13 +306,13 @@ def test_bad_override_exits_2_naming_the_key(tree, tmp_path, body, key, words):
     assert "hint:" in proc.stderr
 
 
-def test_hsa_subdirs_empty_embeds_nothing(tree):
+def test_hsa_subdirs_empty_embeds_nothing(tree: AiterTree) -> None:
     mod = plan_of(_module("hsa_subdirs = []"), tree).modules[1]
     assert mod.embed == ()
     assert plan_of(_module(""), tree).modules[1].embed == tuple(registry.load()["libmha_fwd"].embed)
 
 
-def test_non_source_listed_is_a_note(tree):
+def test_non_source_listed_is_a_note(tree: AiterTree) -> None:
     (tree.csrc / "cpp_itfs/mha_fwd.h").write_text("// fixture\n")
     plan = plan_of(_module('srcs = ["csrc/cpp_itfs/mha_fwd.cu", "csrc/cpp_itfs/mha_fwd.h"]'), tree)
     assert any("are not .cu or .cpp files" in w and "mha_fwd.h" in w for w in plan.warnings)
@@ -321,19 +324,19 @@ NAMES = {"AITER_CSRC_DIR": "/t/csrc", "AITER_META_DIR": "/t", "CK_DIR": "/t/ck",
 SCOPE = overrides.Scope(
     {"AITER_CSRC_DIR": "/t/csrc", "AITER_META_DIR": "/t", "CK_DIR": "/ck"}, Path("/t"), ("/t", "/ck")
 )
-_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(["", "f", "r", "F", "rf", "u", "b"]), st.sampled_from(["'", '"']), _text)
-def test_a_string_literal_is_always_an_expression(prefix, quote, rest):
+def test_a_string_literal_is_always_an_expression(prefix: str, quote: str, rest: str) -> None:
     assert overrides.classify(f"{prefix}{quote}{rest}", NAMES) == overrides.EXPRESSION
     assert overrides.classify(f"  {prefix}{quote}{rest}", NAMES) == overrides.EXPRESSION
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(sorted(NAMES)), st.sampled_from(["", ".x", "()", "[0]", " + 'a'", "/a"]))
-def test_a_value_starting_with_a_name_in_scope_is_an_expression(name, tail):
+def test_a_value_starting_with_a_name_in_scope_is_an_expression(name: str, tail: str) -> None:
     assert overrides.classify(name + tail, NAMES) == overrides.EXPRESSION
 
 
@@ -342,7 +345,7 @@ _plain_path = st.from_regex(r"[A-Za-z0-9_.+-]{1,8}(/[A-Za-z0-9_.+-]{1,8}){0,3}",
 
 @settings(max_examples=300, deadline=None)
 @given(_plain_path)
-def test_plain_paths_stay_literal_or_fail_loudly(path):
+def test_plain_paths_stay_literal_or_fail_loudly(path: str) -> None:
     """A plain relative path is either taken as itself (under the meta dir) or refused: never
     something else (it may start with a name in scope: then it is an expression, and evaluating
     it either gives a string or fails by name)."""
@@ -360,7 +363,7 @@ def test_plain_paths_stay_literal_or_fail_loudly(path):
 
 @settings(max_examples=300, deadline=None)
 @given(_text, st.sampled_from(list(overrides.KINDS.values())))
-def test_any_value_is_resolved_or_refused_by_key(value, kind):
+def test_any_value_is_resolved_or_refused_by_key(value: str, kind: Any) -> None:
     """Every string gives a string or a QolaError naming the key; a refused plain value is never
     returned; a returned plain value carries no quote or brace (commands: balanced quotes, {} only)."""
     try:
@@ -377,7 +380,7 @@ def test_any_value_is_resolved_or_refused_by_key(value, kind):
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from(["..", "a", "b", "."]), min_size=1, max_size=8))
-def test_expression_paths_under_the_tree_stay_under_it(parts):
+def test_expression_paths_under_the_tree_stay_under_it(parts: list[str]) -> None:
     rel = "/".join(parts)
     expr = f"f'{{AITER_CSRC_DIR}}/{rel}'"
     try:
@@ -385,10 +388,11 @@ def test_expression_paths_under_the_tree_stay_under_it(parts):
     except QolaError as exc:
         assert "climbs out of /t" in exc.message
         return
+    assert got is not None
     assert os.path.normpath(got) == "/t" or os.path.normpath(got).startswith("/t/")
 
 
-def test_cc_flags_reach_the_compile_before_the_hip_flags(tree):
+def test_cc_flags_reach_the_compile_before_the_hip_flags(tree: AiterTree) -> None:
     """AITER compiles .cu files with its cflags (flags_extra_cc among them) ahead of the HIP flags:
     TE's -DENABLE_CK=0 / -DFAV3_ON=1 must reach the compiler, after the HIP flags split as AITER does."""
     from qola.compile.steps import module_flags
@@ -401,3 +405,9 @@ def test_cc_flags_reach_the_compile_before_the_hip_flags(tree):
     cc = [flags.index(f) for f in ("-DFAV3_ON=1", "-DENABLE_CK=0", "-DFAV1250_ON=1")]
     assert cc == sorted(cc) and max(cc) < flags.index("-DCK_TILE_FMHA_FWD_FAST_EXP2=1")
     assert not any("'" in f for f in flags)
+
+
+def api_of(module: ModulePlan) -> Api:
+    """The module's resolved API (every module asked for here has one)."""
+    assert module.api is not None, module.name
+    return module.api

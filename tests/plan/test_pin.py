@@ -54,7 +54,7 @@ def refusing_git(tmp: Path) -> dict[str, str]:
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
-def test_a_pin_git_cannot_verify_is_refused_unless_the_tree_was_chosen(tmp_path):
+def test_a_pin_git_cannot_verify_is_refused_unless_the_tree_was_chosen(tmp_path: Path) -> None:
     tree, head = git_tree(tmp_path)
     m = manifest(tmp_path, head)
     ok = run_qola("plan", "-m", str(m), "-a", str(tree))
@@ -72,7 +72,7 @@ def test_a_pin_git_cannot_verify_is_refused_unless_the_tree_was_chosen(tmp_path)
     assert proc.returncode == 2 and "git is not installed" in proc.stderr, proc.stderr
 
 
-def test_an_sdist_without_git_is_only_noted(tmp_path):
+def test_an_sdist_without_git_is_only_noted(tmp_path: Path) -> None:
     tree = tmp_path / "sdist"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa", "__pycache__", ".git"))
     proc = run_qola("plan", "-m", str(manifest(tmp_path, "abcdef1")), "-a", str(tree))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import receipt_tree as rt
@@ -16,14 +17,14 @@ from support.common import run_qola
 NOTE = "does not know receipt 700"
 
 
-def plan(tmp: Path, tree: Path, receipt: int | None, extra: str = "") -> tuple[dict, str]:
+def plan(tmp: Path, tree: Path, receipt: int | None, extra: str = "") -> tuple[dict[str, Any], str]:
     m = rt.manifest(tmp / f"m{receipt}.toml", receipt, extra)
     proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(tree), "--json")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout), proc.stderr
 
 
-def files(data: dict) -> dict[tuple[str, str], set[str]]:
+def files(data: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
     """(module, direction) -> the file names its generator writes under the plan's filter."""
     return {
         (m["name"], g["direction"]): {Path(f).name for f in g["files"]}
@@ -32,7 +33,7 @@ def files(data: dict) -> dict[tuple[str, str], set[str]]:
     }
 
 
-def test_a_generator_ignoring_700_gets_qolas_selection_and_the_plan_says_so(tmp_path):
+def test_a_generator_ignoring_700_gets_qolas_selection_and_the_plan_says_so(tmp_path: Path) -> None:
     old = rt.write_tree(tmp_path / "old", ())
     new = rt.write_tree(tmp_path / "new", (600, 700))
     got, err = plan(tmp_path, old, 700)
@@ -55,7 +56,7 @@ def test_a_generator_ignoring_700_gets_qolas_selection_and_the_plan_says_so(tmp_
     assert all(g["filter"] is None and g["qola_receipt"] is None for m in want["modules"] for g in m["generators"])
 
 
-def test_declared_variants_are_narrowed_by_qolas_receipt(tmp_path):
+def test_declared_variants_are_narrowed_by_qolas_receipt(tmp_path: Path) -> None:
     old = rt.write_tree(tmp_path / "old", ())
     new = rt.write_tree(tmp_path / "new", (700,))
     variants = '[[mha_fwd_variants]]\ndtype = "bf16"\n[[mha_bwd_variants]]\ndeterministic = false\n'
@@ -67,7 +68,7 @@ def test_declared_variants_are_narrowed_by_qolas_receipt(tmp_path):
     assert not any("storerandval" in f or "_deterministic" in f for f in files(got)[("libmha_bwd", "bwd")])
 
 
-def test_another_unknown_receipt_is_an_error_naming_it_and_the_generator(tmp_path):
+def test_another_unknown_receipt_is_an_error_naming_it_and_the_generator(tmp_path: Path) -> None:
     old = rt.write_tree(tmp_path / "old", ())
     m = rt.manifest(tmp_path / "m.toml", 123)
     proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(old))
@@ -84,7 +85,7 @@ def test_another_unknown_receipt_is_an_error_naming_it_and_the_generator(tmp_pat
     )
 
 
-def _count(data: dict) -> int:
+def _count(data: dict[str, Any]) -> int:
     return sum(
         len([f for f in g["files"] if not Path(f).stem.endswith("_api")])
         for m in data["modules"]
@@ -95,7 +96,7 @@ def _count(data: dict) -> int:
 
 @pytest.mark.aiter
 @pytest.mark.slow
-def test_te_manifest_on_the_sdist_plans_receipt_700(aiter_root, tmp_path):
+def test_te_manifest_on_the_sdist_plans_receipt_700(aiter_root: Path, tmp_path: Path) -> None:
     """TE's manifest shape (two archs, receipt 700, the split/prefill directions dropped) on the
     amd-aiter sdist, whose CK predates receipt 700: qola applies it, and the CK kernel files planned
     fall far below the table's own receipt (600). docs/benchmarks.md records the counts."""

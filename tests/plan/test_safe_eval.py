@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -16,12 +19,12 @@ from qola.plan.tree.safe_eval import evaluate
 
 
 @pytest.fixture()
-def names(tmp_path):
+def names(tmp_path: Path) -> dict[str, Any]:
     tree = AiterTree(tmp_path, tmp_path / "aiter_meta", "installed")
     return expression_names(tree, archs=("gfx942", "gfx950"), env={"CK_TILE_X": "7"}, hip_version="7.2.1")
 
 
-def test_aiter_forms(names, tmp_path):
+def test_aiter_forms(names: dict[str, Any], tmp_path: Path) -> None:
     meta = tmp_path / "aiter_meta"
     assert evaluate("f'{AITER_CSRC_DIR}/kernels/a.cu'", names) == f"{meta}/csrc/kernels/a.cu"
     assert evaluate("f'{CK_DIR}/example'", names) == f"{meta}/3rdparty/composable_kernel/example"
@@ -47,7 +50,7 @@ def test_aiter_forms(names, tmp_path):
     assert evaluate("[1, 'a'][1:]", names) == ["a"]
 
 
-def test_old_hip_takes_other_branch(tmp_path):
+def test_old_hip_takes_other_branch(tmp_path: Path) -> None:
     tree = AiterTree(tmp_path, tmp_path, "develop")
     names = expression_names(tree, archs=("gfx90a",), env={}, hip_version="5.2.3")
     expr = "'new' if int(torch.version.hip.split('.')[0]) >= 7 else 'old'"
@@ -86,13 +89,20 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize("template", HOSTILE)
-def test_hostile_expressions_refused_and_nothing_ran(template, names, tmp_path, monkeypatch):
+def test_hostile_expressions_refused_and_nothing_ran(
+    template: str, names: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     marker = tmp_path / "ran"
     calls = []
-    monkeypatch.setattr(os, "system", lambda *a: calls.append(a) or 0)
+
+    def system(*a: object) -> int:
+        calls.append(a)
+        return 0
+
+    monkeypatch.setattr(os, "system", system)
     real_import = builtins.__import__
 
-    def spy_import(name, *a, **k):
+    def spy_import(name: str, *a: Any, **k: Any) -> ModuleType:
         if name in ("os", "subprocess", "sys", "shutil", "posix"):
             calls.append(("import", name))
         return real_import(name, *a, **k)
@@ -111,12 +121,12 @@ def test_hostile_expressions_refused_and_nothing_ran(template, names, tmp_path, 
     assert ("refused" in text) or ("cannot parse" in text)
 
 
-def test_unknown_name_named(names):
+def test_unknown_name_named(names: dict[str, Any]) -> None:
     with pytest.raises(QolaError, match="unknown name 'NOPE'"):
         evaluate("f'{NOPE}/x'", names)
 
 
-def _fuzz_names():
+def _fuzz_names() -> dict[str, Any]:
     tree = AiterTree(Path("/nonexistent"), Path("/nonexistent"), "develop")
     return expression_names(tree, archs=("gfx942",), env={"A": "1"}, hip_version="6.4.0")
 
@@ -148,17 +158,13 @@ expr_ops = st.sampled_from(
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.one_of(expr_atoms, expr_ops), min_size=1, max_size=10))
-def test_fuzz_evaluator_only_qolaerror(parts):
-    try:
+def test_fuzz_evaluator_only_qolaerror(parts: list[str]) -> None:
+    with contextlib.suppress(QolaError):
         evaluate("".join(parts), _fuzz_names())
-    except QolaError:
-        pass
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=60))
-def test_fuzz_evaluator_raw_text(text):
-    try:
+def test_fuzz_evaluator_raw_text(text: str) -> None:
+    with contextlib.suppress(QolaError):
         evaluate(text, _fuzz_names())
-    except QolaError:
-        pass

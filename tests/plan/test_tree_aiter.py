@@ -17,14 +17,14 @@ from qola.plan.tree.aiter import expression_names, load_table, open_tree, resolv
 pytestmark = pytest.mark.aiter
 
 
-def test_installed_layout_detected(aiter_root):
+def test_installed_layout_detected(aiter_root: Path) -> None:
     tree = open_tree(aiter_root)
     assert tree.layout == "installed"
     assert tree.meta_dir == aiter_root / "aiter_meta"
     assert (tree.csrc / "include").is_dir()
 
 
-def test_every_module_resolves_without_importing_aiter(aiter_root):
+def test_every_module_resolves_without_importing_aiter(aiter_root: Path) -> None:
     tree = open_tree(aiter_root)
     table = load_table(tree)
     names = expression_names(tree, archs=("gfx942", "gfx950"), env={}, hip_version="7.2.0")
@@ -38,7 +38,7 @@ def test_every_module_resolves_without_importing_aiter(aiter_root):
     assert names["AITER_CONFIG_GEMM_A8W8_FILE"].endswith("/aiter/configs/a8w8_tuned_gemm.csv")
 
 
-def test_libmha_fwd_matches_table(aiter_root):
+def test_libmha_fwd_matches_table(aiter_root: Path) -> None:
     tree = open_tree(aiter_root)
     raw = json.loads((aiter_root / "aiter/jit/optCompilerConfig.json").read_text())["libmha_fwd"]
     manifest = parse('[qola]\nnamespace = "te"\n[[modules]]\nname = "libmha_fwd"\n', "m.toml")
@@ -65,7 +65,7 @@ def test_libmha_fwd_matches_table(aiter_root):
     assert mod.torch_exclude is True and mod.is_python_module is False
 
 
-def test_te_manifest_plan_receipt_and_directions(aiter_root, tmp_path):
+def test_te_manifest_plan_receipt_and_directions(aiter_root: Path, tmp_path: Path) -> None:
     m = tmp_path / "te.toml"
     m.write_text(
         '[qola]\nnamespace = "te"\n[build]\narchitectures = ["gfx950"]\nmode = "cpp_itfs"\n'
@@ -87,7 +87,7 @@ def test_te_manifest_plan_receipt_and_directions(aiter_root, tmp_path):
     assert "--receipt 5" in api["command"]  # only direction-taking (kernel) generators are rewritten
 
 
-def test_dropped_direction_generates_a_dispatch_that_finds_no_kernel(aiter_root, tmp_path):
+def test_dropped_direction_generates_a_dispatch_that_finds_no_kernel(aiter_root: Path, tmp_path: Path) -> None:
     """The dispatch-only run of a dropped direction: CK writes fmha_fwd_splitkv_api.cpp and no kernel file,
     and its fmha_fwd_splitkv() returns -1 ("no kernel"), so AITER's mha_fwd_splitkv links and says so."""
     from qola.compile.codegen import GenJob, run_generators
@@ -114,7 +114,7 @@ def test_dropped_direction_generates_a_dispatch_that_finds_no_kernel(aiter_root,
     assert "float r = -1;" in body and "fmha_fwd_splitkv_<" not in body
 
 
-def test_unknown_module_names_nearest(aiter_root, tmp_path):
+def test_unknown_module_names_nearest(aiter_root: Path, tmp_path: Path) -> None:
     m = tmp_path / "m.toml"
     m.write_text('[build]\narchitectures = ["gfx950"]\n[[modules]]\nname = "libmha_fwdd"\n')
     proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(aiter_root))
@@ -124,7 +124,7 @@ def test_unknown_module_names_nearest(aiter_root, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_dry_run_te_manifest_writes_graph_with_aiters_flags(aiter_root, tmp_path):
+def test_dry_run_te_manifest_writes_graph_with_aiters_flags(aiter_root: Path, tmp_path: Path) -> None:
     """`qola build --dry-run` plans the TE build (gfx950, ROCm 7.2) even where that toolchain is absent."""
     repo = REPO
     out = tmp_path / "out"
@@ -161,7 +161,7 @@ def test_dry_run_te_manifest_writes_graph_with_aiters_flags(aiter_root, tmp_path
 
 
 @pytest.mark.parametrize("name,kind", [("libmha_fwd", "fmha_v3_fwd"), ("libmha_bwd", "fmha_v3_bwd")])
-def test_asm_generators_run_once_per_target_arch(aiter_root, name, kind):
+def test_asm_generators_run_once_per_target_arch(aiter_root: Path, name: str, kind: str) -> None:
     """AITER's API generators dispatch to <gfx>::fmha_*_v3 for every arch of GPU_ARCHS, while its table
     names one arch's asm generator (get_asm_dir(): the last): a two-arch build needs both, or the
     library references gfx942::fmha_*_v3 and never defines it."""

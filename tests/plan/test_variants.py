@@ -8,18 +8,25 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import EXAMPLES, KERNELS, run_qola
 from support.example_variants import EXAMPLE_VARIANTS, expected_example, list_example
 
 from qola.commands.common import prepare
+from qola.core.errors import QolaError
 from qola.plan import manifest as mf
 from qola.plan import receipts
 from qola.plan import variants as V
+from qola.plan.cknames import parse_options
+from qola.plan.manifest import parse
+from qola.plan.model import Generator
 
 
-def example_manifest(path: Path, variants: str = EXAMPLE_VARIANTS, modules=("module_attn_fwd",)) -> Path:
+def example_manifest(
+    path: Path, variants: str = EXAMPLE_VARIANTS, modules: tuple[str, ...] = ("module_attn_fwd",)
+) -> Path:
     mods = "".join(f'\n[[modules]]\nname = "{m}"\n' for m in modules)
     path.write_text(
         f'[qola]\nnamespace = "qk"\n\n[build]\narchitectures = ["sm_90"]\nmode = "pybind"\n{mods}' + variants
@@ -27,7 +34,7 @@ def example_manifest(path: Path, variants: str = EXAMPLE_VARIANTS, modules=("mod
     return path
 
 
-def test_expand_is_a_deduplicated_product():
+def test_expand_is_a_deduplicated_product() -> None:
     got = V.expand({"dtype": ["bf16", "fp16", "bf16"], "has_lse": True, "has_mask": None, "x": [1, True]})
     assert got == [
         {"dtype": "bf16", "has_lse": True, "x": 1},
@@ -38,7 +45,7 @@ def test_expand_is_a_deduplicated_product():
     assert V.expand({}) == [{}]
 
 
-def test_example_filters_select_exactly_the_declared_set(tmp_path):
+def test_example_filters_select_exactly_the_declared_set(tmp_path: Path) -> None:
     m = example_manifest(tmp_path / "q.toml")
     proc = run_qola("variants", "-m", str(m), "--aiter-root", str(KERNELS), "--json", check=True)
     data = json.loads(proc.stdout)
@@ -69,7 +76,7 @@ def test_example_filters_select_exactly_the_declared_set(tmp_path):
     assert mf.load(m).variants[0].options["hdim"] == 128
 
 
-def test_table_output(tmp_path):
+def test_table_output(tmp_path: Path) -> None:
     proc = run_qola(
         "variants",
         "-m",
@@ -102,7 +109,7 @@ def test_table_output(tmp_path):
         ('[[mha_fwd_variants]]\ndtype = "fp16"\n', "runs CK's fMHA fwd generator"),
     ],
 )
-def test_user_errors_exit_2_without_traceback(tmp_path, variants, message):
+def test_user_errors_exit_2_without_traceback(tmp_path: Path, variants: str, message: str) -> None:
     proc = run_qola(
         "variants", "-m", str(example_manifest(tmp_path / "q.toml", variants)), "--aiter-root", str(KERNELS)
     )
@@ -112,7 +119,7 @@ def test_user_errors_exit_2_without_traceback(tmp_path, variants, message):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
-def test_build_compiles_only_the_declared_instances(tmp_path):
+def test_build_compiles_only_the_declared_instances(tmp_path: Path) -> None:
     tree = tmp_path / "kernels"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     # the same two variants for the pybind module and for the torch-free cpp_itfs library
@@ -153,26 +160,23 @@ def te_manifest(path: Path, sections: str | None = None) -> Path:
 
 
 @pytest.fixture(scope="module")
-def te_report(aiter_root, tmp_path_factory):
+def te_report(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     m = te_manifest(tmp_path_factory.mktemp("te") / "te.toml")
     proc = run_qola("variants", "-m", str(m), "--aiter-root", str(aiter_root), "--allow-unpinned", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout)
 
 
-def _declared(fam: str) -> list[dict]:
+def _declared(fam: str) -> list[dict[str, Any]]:
     man = mf.load(EXAMPLES / "te-manifest.toml")
     secs = man.mha_fwd_variants if fam == "fwd" else man.mha_bwd_variants
     return [v for s in secs for v in V.expand(s.model_dump(exclude={"module"}))]
 
 
-def _ok(name: str, fam: str, variants: list[dict]) -> bool:
+def _ok(name: str, fam: str, variants: list[dict[str, Any]]) -> bool:
     """Parse a kernel name back into the options it states; an option it does not state is 'absent'."""
-    stated = V.parse_options(V.kernel_name(name, "ck"), fam)
-    for v in variants:
-        if all(stated.get(k, False if k != "dtype" else want) == want for k, want in v.items()):
-            return True
-    return False
+    stated = parse_options(V.kernel_name(name, "ck"), fam)
+    return any(all(stated.get(k, False if k != "dtype" else want) == want for k, want in v.items()) for v in variants)
 
 
 def _in_700(name: str, fam: str) -> bool:
@@ -183,13 +187,13 @@ def _in_700(name: str, fam: str) -> bool:
 
 
 @pytest.mark.aiter
-def test_te_manifest_counts_and_exact_selection(te_report, aiter_root):
+def test_te_manifest_counts_and_exact_selection(te_report: Any, aiter_root: Path) -> None:
     tot = te_report["totals"]
     fwd, bwd = tot["libmha_fwd"]["fwd"], tot["libmha_bwd"]["bwd"]
     assert 0 < fwd["selected"] < fwd["unfiltered"] and 0 < bwd["selected"] < bwd["unfiltered"]
     full = {}
     for mod, fam in (("libmha_fwd", "fwd"), ("libmha_bwd", "bwd")):
-        gen = V.Generator(tot[mod][fam]["command"], fam)
+        gen = Generator(tot[mod][fam]["command"], fam)
         full[fam] = [n for n in V.list_blobs(gen, dict(os.environ)) if not V.is_api(n)]
         rows = [r for r in te_report["variants"] if r["module"] == mod]
         selected = set(itertools.chain.from_iterable(r["instances"] for r in rows))
@@ -211,15 +215,38 @@ def test_te_manifest_counts_and_exact_selection(te_report, aiter_root):
         ('[[mha_bwd_variants]]\nmodule = "libmha_fwd"\n', "no module libmha_fwd in the plan runs CK's fMHA bwd"),
     ],
 )
-def test_ck_user_errors(tmp_path, aiter_root, section, message):
+def test_ck_user_errors(tmp_path: Path, aiter_root: Path, section: str, message: str) -> None:
     m = te_manifest(tmp_path / "te.toml", section)
     proc = run_qola("variants", "-m", str(m), "--aiter-root", str(aiter_root), "--allow-unpinned")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_no_variants_says_so_plainly():
+def test_no_variants_says_so_plainly() -> None:
     """Issue 32 item 7: a manifest without variants gets one plain sentence, not an empty table."""
     proc = run_qola("variants", "-m", str(EXAMPLES / "quickstart.toml"), "-a", str(KERNELS))
     assert proc.returncode == 0, proc.stderr
     assert "declares no variants" in proc.stdout and "━" not in proc.stdout and "─" not in proc.stdout
+
+
+# ---- bounds on the variant matrices (issue 23 item 5, moved from test_hostile_inputs.py) ----
+
+
+def test_mha_variant_and_total_bounds() -> None:
+    hdims = ", ".join(str(h) for h in range(1, 41))
+    dts = ", ".join(f'"t{i}"' for i in range(40))
+    with pytest.raises(QolaError, match="expands to 1,600 variants"):
+        parse(f"[[mha_fwd_variants]]\nhdim = [{hdims}]\ndtype = [{dts}]\n", "m.toml")
+    many = "".join(f"[[mha_bwd_variants]]\nhdim = [{', '.join(str(h) for h in range(1, 1001))}]\n" for _ in range(5))
+    with pytest.raises(QolaError, match="5,000 variants together; at most 4,096"):
+        parse(many, "m.toml")
+    ok = parse("[[mha_fwd_variants]]\nhas_lse = [true, false]\nname = [" + ", ".join(['"a*"'] * 2000) + "]\n", "m")
+    assert ok.mha_fwd_variants[0].count() == 2  # name globs are any-of, not a product
+
+
+def test_expand_computes_the_product_before_expanding() -> None:
+    from qola.plan.variants import expand
+
+    with pytest.raises(QolaError, match="3,125 variants"):
+        expand({f"o{i}": list(range(5)) for i in range(5)})
+    assert len(expand({"a": [1, 2], "b": [True, False, True]})) == 4

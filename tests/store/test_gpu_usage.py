@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from support.attn_abi import attn_manifest, child_call, child_preamble
@@ -43,27 +44,18 @@ def _build(tmp_path: Path, name: str, *extra: str) -> Path:
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_recorded_usage_round_trip_on_gpu(tmp_path):
+def test_recorded_usage_round_trip_on_gpu(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     (tmp_path / "q.toml").write_text(MANIFEST)
     (tmp_path / "child.py").write_text(child_preamble() + CHILD)
-    count = tmp_path / "count"
-    cc = tmp_path / "countcc"
-    cc.write_text(
-        f'#!/bin/sh\nif [ "$1" = "--version" ]; then exec {NVCC} --version; fi\n'
-        f'echo "$$" >> {count}\nexec {NVCC} "$@"\n'
-    )
-    cc.chmod(0o755)
+    cc, count = counting_nvcc(tmp_path)
 
     def compiles() -> int:
         return len(count.read_text().split()) if count.exists() else 0
 
-    def call(out: Path, causal: int, cache: str, **env: str) -> dict:
-        full = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / cache), "QOLA_JIT_COMPILER": str(cc), **env}
-        p = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(out / "lib/qu_libattn_fwd.so"),
-                            str(causal)], capture_output=True, text=True, env=full, timeout=600)  # fmt: skip
-        assert p.returncode == 0, p.stdout + p.stderr
-        return json.loads(p.stdout.strip().splitlines()[-1])
+    def call(out: Path, causal: int, cache: str, **env: str) -> dict[str, Any]:
+        jit = {"QOLA_JIT_CACHE_DIR": str(tmp_path / cache), "QOLA_JIT_COMPILER": str(cc)}
+        return child_json(tmp_path, out, causal, {**jit, **env})
 
     # 1. everything deferred; a real run records what it resolves
     first = _build(tmp_path, "out1")
@@ -83,17 +75,7 @@ def test_recorded_usage_round_trip_on_gpu(tmp_path):
 
     # 2. merge, 3. build exactly that set ahead (the rest stays deferred)
     frag = tmp_path / "usage.toml"
-    proc = run_qola(
-        "usage",
-        "merge",
-        str(rec),
-        "--manifest",
-        str(tmp_path / "q.toml"),
-        "--aiter-root",
-        str(KERNELS),
-        "-o",
-        str(frag),
-    )
+    proc = merge_usage(tmp_path, rec, frag)
     assert proc.returncode == 0, proc.stderr
     assert sorted(v.name for v in fragment.load(frag).variants) == units
     second = _build(tmp_path, "out2", "--usage", str(frag))
@@ -121,7 +103,7 @@ def test_recorded_usage_round_trip_on_gpu(tmp_path):
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_ahead_variants_record_their_first_call_on_gpu(tmp_path):
+def test_ahead_variants_record_their_first_call_on_gpu(tmp_path: Path) -> None:
     """Without [jit] and with --record-ahead (docs/usage.md, "Recording variants built ahead"): every
     variant is built ahead as a recorded copy; a real call computes what torch does and records its
     variant once (event ``ahead``), nothing else; the record merges into a fragment that builds."""
@@ -132,12 +114,10 @@ def test_ahead_variants_record_their_first_call_on_gpu(tmp_path):
     data = json.loads((out / "manifest.json").read_text())
     assert "jit" not in data["modules"][0] and not (out / "jit" / "qu_libattn_fwd").exists()
 
-    def call(lib: Path, causal: int, **env: str) -> dict:
-        full = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT": "0", **env}
-        p = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(lib / "lib/qu_libattn_fwd.so"),
-                            str(causal)], capture_output=True, text=True, env=full, timeout=600)  # fmt: skip
-        assert p.returncode == 0, p.stdout + p.stderr
-        return json.loads(p.stdout.strip().splitlines()[-1])
+    def call(lib: Path, causal: int, **env: str) -> dict[str, Any]:
+        return child_json(
+            tmp_path, lib, causal, {"QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT": "0", **env}
+        )
 
     rec = tmp_path / "rec"
     got = call(out, 0, QOLA_USAGE_DIR=str(rec), QOLA_JIT_COVERAGE="strict")
@@ -157,8 +137,7 @@ def test_ahead_variants_record_their_first_call_on_gpu(tmp_path):
     assert run_qola("usage", "cover", str(rec), "--out", str(out), "--strict").returncode == 0
 
     frag = tmp_path / "usage.toml"
-    proc = run_qola("usage", "merge", str(rec), "--manifest", str(tmp_path / "q.toml"), "--aiter-root", str(KERNELS),
-                    "-o", str(frag))  # fmt: skip
+    proc = merge_usage(tmp_path, rec, frag)
     assert proc.returncode == 0, proc.stderr
     assert sorted(v.name for v in fragment.load(frag).variants) == units
     used = _build(tmp_path, "out2", "--usage", str(frag), "--record-ahead")
@@ -167,3 +146,44 @@ def test_ahead_variants_record_their_first_call_on_gpu(tmp_path):
     for causal in (0, 1):
         got = call(used, causal, QOLA_JIT_COVERAGE="strict")
         assert got["r"] == 0 and got["err"] < 5e-2 and got["status"] == 0, got
+
+
+def counting_nvcc(tmp_path: Path) -> tuple[Path, Path]:
+    """(a wrapper of nvcc that logs one line per compile to the count file, that count file)."""
+    count = tmp_path / "count"
+    cc = tmp_path / "countcc"
+    cc.write_text(
+        f'#!/bin/sh\nif [ "$1" = "--version" ]; then exec {NVCC} --version; fi\n'
+        f'echo "$$" >> {count}\nexec {NVCC} "$@"\n'
+    )
+    cc.chmod(0o755)
+    return cc, count
+
+
+def child_json(tmp_path: Path, out: Path, causal: int, env: dict[str, str]) -> dict[str, Any]:
+    """What child.py prints last (JSON) for one call through OUT's qu_libattn_fwd.so, under this
+    environment plus ``env``."""
+    p = subprocess.run(
+        [sys.executable, str(tmp_path / "child.py"), str(out / "lib/qu_libattn_fwd.so"), str(causal)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    return cast("dict[str, Any]", json.loads(p.stdout.strip().splitlines()[-1]))
+
+
+def merge_usage(tmp_path: Path, rec: Path, frag: Path) -> subprocess.CompletedProcess[str]:
+    """``qola usage merge REC`` for tmp/q.toml into the fragment ``frag``."""
+    return run_qola(
+        "usage",
+        "merge",
+        str(rec),
+        "--manifest",
+        str(tmp_path / "q.toml"),
+        "--aiter-root",
+        str(KERNELS),
+        "-o",
+        str(frag),
+    )

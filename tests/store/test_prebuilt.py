@@ -1,4 +1,4 @@
-"""Prebuilt libraries by build key (issue 13): the key (no compile), ``qola package``, and
+"""Prebuilt libraries by build key (issue 13; the key itself: test_build_key.py): ``qola package``, and
 ``qola build --prebuilt DIR|URL`` / ``--publish DIR`` round trips and refusals on one small module
 (module_softmax, sm_90 nvcc), built once for the whole file."""
 
@@ -13,233 +13,20 @@ import os
 import shutil
 import tarfile
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import KERNELS, run_qola
+from support.softmax_manifest import write_manifest
 
 from qola.core.errors import QolaError
 from qola.output.outdir import ENTRIES, published
 from qola.pipeline import run as pipeline
+from qola.pipeline.report import BuildReport
 from qola.pipeline.run import BuildSpec, Reporter
-from qola.store import download, prebuilt
-from qola.toolchain import Toolchain
-
-MANIFEST = """# the example tree, one module
-[qola]
-namespace = "qk"   # library prefix
-
-[build]
-architectures = ["sm_90"]
-{build_extra}
-[[modules]]
-name = "module_softmax"
-{module_extra}"""
-
-REFORMATTED = """[[modules]]
-name    =    'module_softmax'
-
-[build]
-# a comment, and the keys in another order
-architectures = [ 'sm_90' ]
-jobs = 3
-launcher = "sccache"
-
-[qola]
-namespace='qk'
-"""
-
-
-def write_manifest(path: Path, build_extra: str = "", module_extra: str = "") -> Path:
-    path.write_text(MANIFEST.format(build_extra=build_extra, module_extra=module_extra))
-    return path
-
-
-def fake_toolchain(version: str = "13.0", compiler: str = "/usr/bin/true") -> Toolchain:
-    return Toolchain(
-        "cuda",
-        compiler,
-        version,
-        f"Cuda compilation tools, release {version}",
-        "ab" * 32,
-        ("sm_90",),
-        "/usr/bin/true",
-        {},
-        base_flags=("-O3", "-gencode", "arch=compute_90,code=sm_90"),
-        lang_args=("-x", "cu"),
-    )
-
-
-@pytest.fixture
-def key_of(monkeypatch):
-    """The build key of a manifest and tree through the pipeline (toolchain faked: no compiler needed)."""
-    tcs = {"tc": fake_toolchain()}
-    monkeypatch.setattr(pipeline, "_toolchain", lambda *a, **k: tcs["tc"])
-
-    def key(m: Path, tree: Path, **kw):
-        return pipeline.build_key(BuildSpec(manifest=str(m), aiter_root=str(tree), env={"PATH": "/usr/bin:/bin"}, **kw))
-
-    key.tcs = tcs
-    return key
-
-
-@pytest.fixture
-def tree(tmp_path) -> Path:
-    dst = tmp_path / "kernels"
-    shutil.copytree(KERNELS, dst, ignore=shutil.ignore_patterns("hsa", "__pycache__"))
-    return dst
-
-
-# ---- the key: cheap, no compile ---------------------------------------------------------------------
-
-
-def test_key_ignores_formatting_paths_jobs_and_launcher(tmp_path, tree, key_of):
-    base = key_of(write_manifest(tmp_path / "a.toml"), tree)
-    (tmp_path / "sub").mkdir()
-    other = tmp_path / "sub" / "b.toml"
-    other.write_text(REFORMATTED)
-    moved = tmp_path / "elsewhere" / "tree"
-    shutil.copytree(tree, moved)
-    again = key_of(other, moved)
-    assert again.key == base.key, {k: v for k, v in again.digests.items() if base.digests[k] != v}
-    text = json.dumps(base.explain())
-    for path in (str(tmp_path), str(tree), str(moved)):
-        assert path not in text  # no absolute path of the tree (or the manifest) in the inputs
-    assert "<tree>/csrc/kernels/softmax.cu" in base.parts["tree"]["files"]
-
-
-@pytest.mark.parametrize(
-    "change, part",
-    [
-        ("arch", "plan"),
-        ("mode", "plan"),
-        ("flag", "plan"),
-        ("source", "tree"),
-        ("header", "tree"),
-        ("table", "tree"),
-        ("compiler", "toolchain"),
-        ("isolation", "build"),
-    ],
-)
-def test_key_changes_with_what_changes_the_output(tmp_path, tree, key_of, change, part):
-    m = write_manifest(tmp_path / "q.toml", module_extra='mode = "pybind"\n')  # beats --mode: a valid mode change
-    base = key_of(m, tree)
-    kw = {}
-    if change == "arch":
-        write_manifest(m).write_text(m.read_text().replace('"sm_90"', '"sm_80"'))
-    elif change == "mode":
-        kw["mode"] = "cpp_itfs"  # the default mode (manifest.json's "mode")
-    elif change == "flag":
-        write_manifest(m, module_extra='mode = "pybind"\nflags_extra_hip = ["-DQK_SOFTMAX_FAST_EXP=1"]\n')
-    elif change == "source":
-        with open(tree / "csrc/kernels/softmax.cu", "a") as fh:
-            fh.write("// edited\n")
-    elif change == "header":
-        with open(tree / "csrc/include/softmax.h", "a") as fh:
-            fh.write("// edited\n")
-    elif change == "table":
-        table = tree / "aiter/jit/optCompilerConfig.json"
-        table.write_text(table.read_text() + "\n")
-    elif change == "compiler":
-        key_of.tcs["tc"] = fake_toolchain(version="12.8")
-    elif change == "isolation":
-        kw["isolate"] = False
-    changed = key_of(m, tree, **kw)
-    assert changed.key != base.key
-    assert changed.digests[part] != base.digests[part]
-
-
-def test_key_material_round_trips_and_rehashes_the_tree(tmp_path, tree, monkeypatch):
-    """The incremental path keeps the material in its record and rehashes only the tree's files."""
-    from qola.store import key as buildkey
-
-    monkeypatch.setattr(pipeline, "_toolchain", lambda *a, **k: fake_toolchain())
-    spec = BuildSpec(
-        manifest=str(write_manifest(tmp_path / "q.toml")), aiter_root=str(tree), env={"PATH": "/usr/bin:/bin"}
-    )
-    prepared = pipeline.plan(spec)
-    material = pipeline._material(prepared, prepared.plan, fake_toolchain(), True, spec.environ())
-    again = buildkey.Material.of(json.loads(json.dumps(material.to_json())))
-    before = material.key()
-    assert again.key().key == before.key == pipeline.build_key(spec).key
-    with open(tree / "csrc/include/softmax.h", "a") as fh:
-        fh.write("// edited\n")
-    after = again.key()
-    assert after.key == pipeline.build_key(spec).key != before.key
-    assert [k for k in after.digests if after.digests[k] != before.digests[k]] == ["tree"]
-
-
-def test_publish_into_the_output_dir_is_refused_before_anything_runs(tmp_path, tree):
-    spec = BuildSpec(
-        manifest=str(write_manifest(tmp_path / "q.toml")),
-        aiter_root=str(tree),
-        output_dir=str(tmp_path / "out"),
-        publish_to=str(tmp_path / "out" / "store"),
-    )
-    with pytest.raises(QolaError, match="prebuilt store"):
-        pipeline.build(spec)
-    assert not (tmp_path / "out").exists()
-
-
-def test_plan_key_cli_prints_the_key_and_its_inputs(tmp_path, tree):
-    if not shutil.which("nvcc"):
-        pytest.skip("needs nvcc")
-    m = write_manifest(tmp_path / "q.toml")
-    key = run_qola("plan", "-m", str(m), "--aiter-root", str(tree), "--key", check=True).stdout.strip()
-    explained = json.loads(
-        run_qola("plan", "-m", str(m), "--aiter-root", str(tree), "--key", "--json", check=True).stdout
-    )
-    assert len(key) == 64 and explained["build_key"] == key
-    assert set(explained["parts"]) == {"build", "env", "manifest", "plan", "python", "qola", "toolchain", "tree"}
-
-
-def test_a_huge_sparse_file_under_a_source_dir_is_keyed_by_its_size_not_hashed(tmp_path, tree):
-    """A 2 TB sparse file under a source dir: the old key hashed all of it (past 300 s); its size
-    is checked before hashing now, and the file still keys the build (its stat does)."""
-    if not shutil.which("nvcc"):
-        pytest.skip("needs nvcc")
-    import subprocess
-    import sys
-
-    huge = tree / "csrc" / "kernels" / "huge.bin"
-    with open(huge, "wb") as f:
-        f.truncate(2 << 40)
-    m = write_manifest(tmp_path / "q.toml")
-    try:  # no memory cap here (support.limited's would change nvcc's probes, which are cached)
-        proc = subprocess.run([sys.executable, "-m", "qola", "plan", "-m", str(m), "--aiter-root", str(tree), "--key"],
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        pytest.fail("qola plan --key hashed the sparse file (no end in 300 s)")
-    assert proc.returncode == 0 and len(proc.stdout.strip()) == 64, proc.stderr
-    from qola.store.key import MAX_TREE_FILE, hash_files
-
-    first = hash_files([(str(tree / "csrc" / "kernels"), True)], [str(tree)])
-    label = next(k for k in first if k.endswith("huge.bin"))
-    assert first[label].startswith("unhashed:2199023255552:") and MAX_TREE_FILE < 2 << 40
-    with open(huge, "r+b") as f:
-        f.truncate((2 << 40) + 1)
-    assert hash_files([(str(tree / "csrc" / "kernels"), True)], [str(tree)])[label] != first[label]
-
-
-def test_sha256_lines_and_member_names_are_checked():
-    good = "a" * 64
-    assert download.expected_sha256(f"{good}  x.tar.gz\n".encode(), "x.tar.gz", "w") == good
-    assert download.expected_sha256(f"{good.upper()}\n".encode(), "x.tar.gz", "w") == good
-    for bad in (b"", b"nothex  x.tar.gz", f"{good}  y.tar.gz".encode(), b"\xff" * 70):
-        with pytest.raises(QolaError):
-            download.expected_sha256(bad, "x.tar.gz", "w")
-
-
-def test_missing_archive_and_unsupported_source(tmp_path):
-    (tmp_path / "store").mkdir()
-    with pytest.raises(prebuilt.Missing):
-        prebuilt.install(str(tmp_path / "store"), "qk", "0" * 64, tmp_path / "out", tmp_path / "work")
-    with pytest.raises(prebuilt.Missing):
-        prebuilt.install("http://127.0.0.1:9/store", "qk", "0" * 64, tmp_path / "out", tmp_path / "work", timeout=5)
-    with pytest.raises(QolaError, match="only a directory or an http"):
-        prebuilt.install("ftp://example.invalid/store", "qk", "0" * 64, tmp_path / "out", tmp_path / "work")
-    assert not (tmp_path / "out").exists()
-
+from qola.store import prebuilt
 
 # ---- round trips: one real build ----------------------------------------------------------------------
 
@@ -253,7 +40,7 @@ class Notes(Reporter):
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path, Path, BuildReport]:
     """module_softmax for sm_90, built once with --publish into a store."""
     if not shutil.which("nvcc"):
         pytest.skip("needs nvcc")
@@ -270,18 +57,18 @@ def built(tmp_path_factory):
 
 
 @pytest.fixture
-def server():
+def server() -> Iterator[Callable[..., str]]:
     """An HTTP server on 127.0.0.1 serving a dir; ``truncate`` makes it send half of each .tar.gz."""
-    state = {"dir": None, "truncate": False}
+    state: dict[str, Any] = {"dir": None, "truncate": False}
 
     class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *a, **k):
+        def __init__(self, *a: Any, **k: Any) -> None:
             super().__init__(*a, directory=state["dir"], **k)
 
-        def log_message(self, *a):
+        def log_message(self, *a: Any) -> None:
             pass
 
-        def do_GET(self):
+        def do_GET(self) -> None:
             if state["truncate"] and self.path.endswith(".tar.gz"):
                 data = Path(state["dir"], self.path.lstrip("/")).read_bytes()
                 self.send_response(200)
@@ -317,7 +104,9 @@ def files_of(out: Path) -> dict[str, bytes]:
     return found
 
 
-def install_from(built, source: str, name: str) -> pipeline.BuildReport:
+def install_from(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport], source: str, name: str
+) -> pipeline.BuildReport:
     tmp, src, m, _, _, _ = built
     return pipeline.build(
         BuildSpec(manifest=str(m), aiter_root=str(src), output_dir=str(tmp / name), jobs=2, prebuilt=source)
@@ -325,8 +114,11 @@ def install_from(built, source: str, name: str) -> pipeline.BuildReport:
 
 
 @pytest.mark.slow
-def test_publish_writes_a_deterministic_archive_named_by_the_key(built, tmp_path):
-    tmp, _, _, out, store, report = built
+def test_publish_writes_a_deterministic_archive_named_by_the_key(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport], tmp_path: Path
+) -> None:
+    _tmp, _, _, out, store, report = built
+    assert report.key is not None and report.packaged is not None
     data = json.loads((out / "manifest.json").read_text())
     assert data["build_key"] == report.key == report.packaged.key
     assert set(data["build_key_parts"]) >= {"manifest", "plan", "tree", "toolchain"}
@@ -349,8 +141,11 @@ def test_publish_writes_a_deterministic_archive_named_by_the_key(built, tmp_path
 
 
 @pytest.mark.slow
-def test_prebuilt_from_a_dir_installs_without_compiling(built):
+def test_prebuilt_from_a_dir_installs_without_compiling(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport],
+) -> None:
     tmp, _, _, out, store, report = built
+    assert report.key is not None and report.packaged is not None
     got = install_from(built, str(store), "from-dir")
     assert got.prebuilt is not None and got.compiled is None and not got.up_to_date
     assert got.key == report.key
@@ -365,8 +160,10 @@ def test_prebuilt_from_a_dir_installs_without_compiling(built):
 
 
 @pytest.mark.slow
-def test_prebuilt_over_http_installs_without_compiling(built, server):
-    tmp, _, _, out, store, report = built
+def test_prebuilt_over_http_installs_without_compiling(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport], server: Callable[..., str]
+) -> None:
+    tmp, _, _, out, store, _report = built
     got = install_from(built, server(store), "from-http")
     assert got.prebuilt is not None and got.prebuilt.origin.startswith("http://127.0.0.1:")
     assert not (tmp / "from-http.build" / "build.ninja").exists()
@@ -374,8 +171,11 @@ def test_prebuilt_over_http_installs_without_compiling(built, server):
 
 
 @pytest.mark.slow
-def test_missing_archive_falls_back_to_building_with_a_note(built):
-    tmp, src, m, out, _, report = built
+def test_missing_archive_falls_back_to_building_with_a_note(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport],
+) -> None:
+    tmp, src, m, _out, _, report = built
+    assert report.key is not None and report.packaged is not None
     empty = tmp / "empty-store"
     empty.mkdir(exist_ok=True)
     notes = Notes()
@@ -400,10 +200,12 @@ def test_missing_archive_falls_back_to_building_with_a_note(built):
 
 def members_of(archive: Path) -> list[tuple[tarfile.TarInfo, bytes]]:
     with tarfile.open(archive) as tar:
-        return [(m, tar.extractfile(m).read() if m.isfile() else b"") for m in tar.getmembers()]
+        return [(m, _read(tar, m)) for m in tar.getmembers()]
 
 
-def write_store(store: Path, name: str, members, *, sha: str | None = None) -> Path:
+def write_store(
+    store: Path, name: str, members: list[tuple[tarfile.TarInfo, bytes]], *, sha: str | None = None
+) -> Path:
     """An archive of ``members`` ((TarInfo, bytes)) as ``store/name``, with a matching .sha256 (a writer of
     the shared store can write both) unless ``sha`` is given."""
     store.mkdir(parents=True, exist_ok=True)
@@ -420,7 +222,7 @@ def write_store(store: Path, name: str, members, *, sha: str | None = None) -> P
     return store / name
 
 
-def info(name: str, data: bytes = b"", **kw) -> tarfile.TarInfo:
+def info(name: str, data: bytes = b"", **kw: Any) -> tarfile.TarInfo:
     ti = tarfile.TarInfo(name)
     ti.size = len(data)
     for k, v in kw.items():
@@ -428,9 +230,10 @@ def info(name: str, data: bytes = b"", **kw) -> tarfile.TarInfo:
     return ti
 
 
-def tampered(built, store: Path, how: str) -> str:
+def tampered(built: tuple[Path, Path, Path, Path, Path, BuildReport], store: Path, how: str) -> str:
     """A copy of the good store, damaged ``how``."""
     _, _, _, _, good, report = built
+    assert report.key is not None and report.packaged is not None
     name = prebuilt.archive_name("qk", report.key)
     shutil.copytree(good, store)
     archive = store / name
@@ -490,8 +293,11 @@ CASES = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", sorted(CASES))
-def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(built, tmp_path, how):
-    tmp, _, _, _, good, report = built
+def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport], tmp_path: Path, how: str
+) -> None:
+    _tmp, _, _, _, good, report = built
+    assert report.key is not None and report.packaged is not None
     out = tmp_path / "out"
     first = prebuilt.install(str(good), "qk", report.key, out, tmp_path / "work")
     before = files_of(out)
@@ -506,17 +312,22 @@ def test_a_damaged_or_hostile_archive_is_refused_and_out_keeps_its_version(built
 
 
 @pytest.mark.slow
-def test_a_truncated_http_download_is_refused(built, tmp_path, server):
+def test_a_truncated_http_download_is_refused(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport], tmp_path: Path, server: Callable[..., str]
+) -> None:
     _, _, _, _, good, report = built
+    assert report.key is not None and report.packaged is not None
     out = tmp_path / "out"
-    with pytest.raises(QolaError, match="truncated|broke off"):
+    with pytest.raises(QolaError, match=r"truncated|broke off"):
         prebuilt.install(server(good, truncate=True), "qk", report.key, out, tmp_path / "work")
     assert not published(out)
 
 
 @pytest.mark.slow
-def test_the_build_command_refuses_a_hostile_store_and_installs_nothing(built, tmp_path):
-    tmp, src, m, _, _, _ = built
+def test_the_build_command_refuses_a_hostile_store_and_installs_nothing(
+    built: tuple[Path, Path, Path, Path, Path, BuildReport], tmp_path: Path
+) -> None:
+    _tmp, src, m, _, _, _ = built
     bad = tmp_path / "bad-store"
     tampered(built, bad, "symlink")
     out = tmp_path / "out"
@@ -524,3 +335,12 @@ def test_the_build_command_refuses_a_hostile_store_and_installs_nothing(built, t
     assert done.returncode == 2, done.stderr
     assert "a symlink: refused" in done.stderr and "hint:" in done.stderr and "Traceback" not in done.stderr
     assert not published(out) and not (out / "lib").exists()
+
+
+def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """A member's bytes (nothing for what is not a regular file)."""
+    if not member.isfile():
+        return b""
+    data = tar.extractfile(member)
+    assert data is not None
+    return data.read()

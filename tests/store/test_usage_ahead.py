@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.common import KERNELS, run_qola
@@ -88,7 +89,7 @@ print(json.dumps(out))
 # --------------------------------------------------------------------------- the rewrite
 
 
-def test_the_example_copy_keeps_the_body_static_and_forwards_the_specialisation():
+def test_the_example_copy_keeps_the_body_static_and_forwards_the_specialisation() -> None:
     copy, n = stubs.record_ahead(EXAMPLE, module="qa_libattn_fwd", unit="attn_fwd_d128_bf16_batch_b64x32_mask_lse")
     assert n == 1
     assert copy.splitlines()[0].startswith(f"// {stubs.RECORDED_MARK} attn_fwd_d128_bf16_batch_b64x32_mask_lse")
@@ -113,7 +114,7 @@ def test_the_example_copy_keeps_the_body_static_and_forwards_the_specialisation(
         stubs.record_ahead(copy, module="qa_libattn_fwd", unit="u")
 
 
-def test_the_ck_copy_handles_strings_voids_namespaces_and_unnamed_parameters():
+def test_the_ck_copy_handles_strings_voids_namespaces_and_unnamed_parameters() -> None:
     copy, n = stubs.record_ahead(CK, module="m", unit="fmha_bwd_d128")
     assert n == 3
     assert "static float qola_aot_0(const ck_tile::stream_config& s, fmha_bwd_args a)" in copy
@@ -133,17 +134,19 @@ def test_the_ck_copy_handles_strings_voids_namespaces_and_unnamed_parameters():
     assert "using trait_0 = fmha_bwd_dq_dk_dv_traits_<128, fmha_dtype_0, false>;" in copy  # the rest as it is
 
 
-def test_files_without_a_function_specialisation_are_refused_or_left_alone(tmp_path):
+def test_files_without_a_function_specialisation_are_refused_or_left_alone(tmp_path: Path) -> None:
     with pytest.raises(CxxError, match="no `template <>` function specialisation"):
-        stubs.record_ahead('template<> struct FmhaFwdV3Name<sel<1>> { static constexpr int n = 1; };\n',
-                           module="m", unit="asm")  # fmt: skip
+        stubs.record_ahead(
+            "template<> struct FmhaFwdV3Name<sel<1>> { static constexpr int n = 1; };\n", module="m", unit="asm"
+        )
     with pytest.raises(CxxError, match="device function"):
         stubs.record_ahead("template <>\n__global__ void k_<int>(int x) { }\n", module="m", unit="dev")
     asm = tmp_path / "asm_v3.cpp"
     asm.write_text("template<> struct FmhaFwdV3Name<sel<1>> { static constexpr int n = 1; };\n")
     spec = layout.JitModuleSpec(module="m", lang="cxx", arch="host", compiler=JitCompiler("g++", "", ""), flags=())
-    files = layout.render_jit_module(spec, [], out_jit=tmp_path / "jit", stub_dir=tmp_path / "b",
-                                     ahead=layout.Ahead([("asm_v3", asm)]))  # fmt: skip
+    files = layout.render_jit_module(
+        spec, [], out_jit=tmp_path / "jit", stub_dir=tmp_path / "b", ahead=layout.Ahead([("asm_v3", asm)])
+    )
     assert files.output.ahead == ()  # compiled as it is
     assert "k_ahead" not in dict(files.sources)[files.output.table_source]
 
@@ -151,7 +154,9 @@ def test_files_without_a_function_specialisation_are_refused_or_left_alone(tmp_p
 # --------------------------------------------------------------------------- a host library
 
 
-def _host_lib(root: Path, runtime: list[Path], *, deferred=(), ahead=(1, 2)) -> tuple[Path, dict]:
+def _host_lib(
+    root: Path, runtime: list[Path], *, deferred: tuple[int, ...] = (), ahead: tuple[int, ...] = (1, 2)
+) -> tuple[Path, dict[str, Any]]:
     """lib/libqt.so of support/jit_lib.py's units: ``ahead`` ones compiled as recorded copies, ``deferred``
     ones to the JIT (a real g++ compiles them at run time); OUT/jit only when something is deferred."""
     src = root / "src"
@@ -164,13 +169,22 @@ def _host_lib(root: Path, runtime: list[Path], *, deferred=(), ahead=(1, 2)) -> 
     env = {"PATH": "/usr/bin:/bin", "HOME": str(root / "home"), "QOLA_JIT_CACHE_DIR": str(root / "cache")}
     jc = jkey.probe_compiler(str(fake_compiler(root)), env) if deferred else JitCompiler("g++", "", "")
     spec = layout.JitModuleSpec(
-        module="tm", lang="cxx", arch="host", compiler=jc, flags=(*layout.shared_object_flags("cxx", ()), "-O1"),
-        include_dirs=(src / "include",), manifest_name="libtm", build_key="a" * 64,
-    )  # fmt: skip
+        module="tm",
+        lang="cxx",
+        arch="host",
+        compiler=jc,
+        flags=(*layout.shared_object_flags("cxx", ()), "-O1"),
+        include_dirs=(src / "include",),
+        manifest_name="libtm",
+        build_key="a" * 64,
+    )
     got = layout.render_jit_module(
-        spec, [(f"unit_{n}", files[n]) for n in deferred], out_jit=root / "out" / "jit", stub_dir=root / "build",
+        spec,
+        [(f"unit_{n}", files[n]) for n in deferred],
+        out_jit=root / "out" / "jit",
+        stub_dir=root / "build",
         ahead=layout.Ahead([(f"unit_{n}", files[n]) for n in ahead], root / "build" / "ahead"),
-    )  # fmt: skip
+    )
     for path, text in got.sources:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -183,25 +197,30 @@ def _host_lib(root: Path, runtime: list[Path], *, deferred=(), ahead=(1, 2)) -> 
     lib.parent.mkdir(parents=True)
     incs = ["-I", root / "build" / "include", "-I", DATA, "-I", DATA / "jit", "-I", src / "include"]
     copies = [copy for _, copy in got.output.ahead]
-    sh(["g++", *CXXFLAGS, "-Wall", "-Werror", "-shared", *incs, "-x", "c++", *got.output.stub_sources, *copies,
-        got.output.table_source, root / "build" / "dispatch.cpp", "-x", "none", *runtime, "-o", lib, "-ldl",
-        "-pthread"])  # fmt: skip
+    argv: list[object] = ["g++", *CXXFLAGS, "-Wall", "-Werror", "-shared", *incs, "-x", "c++", *got.output.stub_sources]
+    argv += [*copies, got.output.table_source, root / "build" / "dispatch.cpp", "-x", "none", *runtime]
+    sh([*argv, "-o", lib, "-ldl", "-pthread"])
     return lib, env
 
 
-def _call(lib: Path, env: dict, *units: int, **extra: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(lib), *map(str, units)], capture_output=True, text=True,
-                          env={**env, **extra}, timeout=120)  # fmt: skip
+def _call(lib: Path, env: dict[str, str], *units: int, **extra: str) -> dict[int, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(lib), *map(str, units)],
+        capture_output=True,
+        text=True,
+        env={**env, **extra},
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return {int(k): v for k, v in json.loads(proc.stdout).items()}
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory):
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return build_runtime(tmp_path_factory.mktemp("ahead-runtime"))
 
 
-def test_an_ahead_unit_runs_its_own_code_and_records_once_per_process(tmp_path, runtime):
+def test_an_ahead_unit_runs_its_own_code_and_records_once_per_process(tmp_path: Path, runtime: list[Path]) -> None:
     lib, env = _host_lib(tmp_path, runtime)
     assert not (tmp_path / "out" / "jit").exists()
     rec = tmp_path / "rec"
@@ -225,7 +244,7 @@ def test_an_ahead_unit_runs_its_own_code_and_records_once_per_process(tmp_path, 
     assert not (tmp_path / "cache").exists()  # nothing compiled, no cache made
 
 
-def test_ahead_and_deferred_units_in_one_library(tmp_path, runtime):
+def test_ahead_and_deferred_units_in_one_library(tmp_path: Path, runtime: list[Path]) -> None:
     lib, env = _host_lib(tmp_path, runtime, deferred=(1,), ahead=(2,))
     rec = tmp_path / "rec"
     got = _call(lib, env, 1, 2, **{fmt.ENV_USAGE_DIR: str(rec)})
@@ -266,8 +285,9 @@ for causal in map(int, sys.argv[3:]):
 def _build(tmp: Path, usage: str, *flags: str, arch: str = "sm_90", out: str = "out") -> Path:
     m = tmp / "q.toml"
     m.write_text(MANIFEST.format(ns="qr", arch=arch, usage=usage))
-    proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(tmp / out), "-j", "2",
-                    *flags)  # fmt: skip
+    proc = run_qola(
+        "build", "--manifest", str(m), "--aiter-root", str(KERNELS), "-o", str(tmp / out), "-j", "2", *flags
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return tmp / out
 
@@ -277,7 +297,7 @@ def _compiled(out: Path) -> set[str]:
     return set(re.findall(r"^build obj/libattn_fwd/\S+: cc (\S+)", text, re.M))
 
 
-def test_plan_json_and_the_key_carry_the_switch(tmp_path):
+def test_plan_json_and_the_key_carry_the_switch(tmp_path: Path) -> None:
     m = tmp_path / "q.toml"
     m.write_text(MANIFEST.format(ns="qr", arch="sm_90", usage=""))
     got = {}
@@ -298,7 +318,7 @@ def test_plan_json_and_the_key_carry_the_switch(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_build_records_ahead_variants_without_jit(tmp_path):
+def test_build_records_ahead_variants_without_jit(tmp_path: Path) -> None:
     plain = _build(tmp_path, "", out="plain")
     out = _build(tmp_path, "", "--record-ahead")
     data = json.loads((out / "manifest.json").read_text())
@@ -315,8 +335,13 @@ def test_build_records_ahead_variants_without_jit(tmp_path):
     script.write_text(CALL)
 
     def call(lib: Path, *causal: int, **extra: str) -> list[str]:
-        p = subprocess.run([sys.executable, str(script), str(lib), str(Path(__file__).parents[1] / "support"), *map(str, causal)],
-                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", **extra}, timeout=300)  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, str(script), str(lib), str(Path(__file__).parents[1] / "support"), *map(str, causal)],
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", **extra},
+            timeout=300,
+        )
         assert p.returncode == 0, p.stderr
         return p.stdout.split()
 
@@ -335,7 +360,7 @@ def test_build_records_ahead_variants_without_jit(tmp_path):
 @pytest.mark.slow
 @pytest.mark.hip
 @pytest.mark.skipif(HIPCC is None, reason="needs hipcc")
-def test_hip_build_records_ahead_variants(tmp_path):
+def test_hip_build_records_ahead_variants(tmp_path: Path) -> None:
     out = _build(tmp_path, "[usage]\nrecord_ahead = true\n", arch="gfx90a")
     assert {Path(c).stem for c in _compiled(out) if "/ahead/" in c} == TWO
     lib = out / "lib/qr_libattn_fwd.so"
@@ -366,7 +391,7 @@ except ValueError:
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_a_pybind_module_records_its_ahead_variants(tmp_path):
+def test_a_pybind_module_records_its_ahead_variants(tmp_path: Path) -> None:
     m = tmp_path / "q.toml"
     m.write_text(PY_MANIFEST.format(ns="qr", arch="sm_90", usage="[usage]\nrecord_ahead = true\n"))
     out = tmp_path / "out"
@@ -375,8 +400,13 @@ def test_a_pybind_module_records_its_ahead_variants(tmp_path):
     data = json.loads((out / "manifest.json").read_text())
     assert data["modules"][0]["exports"] == ["PyInit_qr_module_attn_fwd"]  # the runtime stays inside
     rec = tmp_path / "rec"
-    p = subprocess.run([sys.executable, "-c", PY_CALL, str(out / "lib")], capture_output=True, text=True,
-                       env={"PATH": "/usr/bin:/bin", fmt.ENV_USAGE_DIR: str(rec)}, timeout=300)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-c", PY_CALL, str(out / "lib")],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", fmt.ENV_USAGE_DIR: str(rec)},
+        timeout=300,
+    )
     assert p.returncode == 0 and p.stdout.strip() == "bad_args", p.stdout + p.stderr
     got = records.read(records.record_files([rec])).records
     assert [(r.event, r.module, r.unit, r.build_key) for r in got] == [
@@ -386,11 +416,14 @@ def test_a_pybind_module_records_its_ahead_variants(tmp_path):
 
 @pytest.mark.aiter
 @pytest.mark.slow
-def test_every_real_ck_fmha_instance_has_a_recorded_copy_that_parses(aiter_root, tmp_path):
+def test_every_real_ck_fmha_instance_has_a_recorded_copy_that_parses(aiter_root: Path, tmp_path: Path) -> None:
     gen = aiter_root / "aiter_meta/3rdparty/composable_kernel/example/ck_tile/01_fmha/generate.py"
     for d in ("fwd", "bwd"):
-        subprocess.run([sys.executable, str(gen), "-d", d, "--receipt", "600", "-o", str(tmp_path / d)], check=True,
-                       stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [sys.executable, str(gen), "-d", d, "--receipt", "600", "-o", str(tmp_path / d)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     files = [p for p in sorted(tmp_path.rglob("*.cpp")) if not p.stem.endswith("_api")]
     assert len(files) > 20
     rets = set()
@@ -413,7 +446,7 @@ def test_every_real_ck_fmha_instance_has_a_recorded_copy_that_parses(aiter_root,
 @pytest.mark.aiter
 @pytest.mark.ck
 @pytest.mark.slow
-def test_a_real_ck_forward_kernel_compiles_as_a_recorded_copy(aiter_root, tmp_path):
+def test_a_real_ck_forward_kernel_compiles_as_a_recorded_copy(aiter_root: Path, tmp_path: Path) -> None:
     """One CK fMHA forward kernel of TE's libmha_fwd for gfx942 (test_rocm_aiter's slice), without
     [jit], built with --record-ahead by hipcc: the copy compiles, the dispatch links against its
     forwarder (defined once), the asm v3 dispatch file (class specialisations) stays as it is."""
@@ -421,8 +454,9 @@ def test_a_real_ck_forward_kernel_compiles_as_a_recorded_copy(aiter_root, tmp_pa
     from support.rocm_aiter import build as te_build
     from support.rocm_aiter import manifest as te_manifest
 
-    proc, out = te_build(tmp_path, aiter_root, te_manifest(tmp_path / "one.toml", TE_NS, ("gfx942",)), "out",
-                         "--record-ahead")  # fmt: skip
+    proc, out = te_build(
+        tmp_path, aiter_root, te_manifest(tmp_path / "one.toml", TE_NS, ("gfx942",)), "out", "--record-ahead"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
     text = re.sub(r"\$\n\s*", "", (tmp_path / "out.build" / "build.ninja").read_text())
     compiled = re.findall(r"^build obj/libmha_fwd/\S+: cc (\S+)", text, re.M)

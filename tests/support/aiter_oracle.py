@@ -15,24 +15,25 @@ import importlib.util
 import json
 import sys
 import types
+from typing import Any
 
 TORCH_ATTRS = ("float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn_x2")
 
 
 def _stubs(hip_version: str) -> None:
-    torch = types.ModuleType("torch")
+    torch: Any = types.ModuleType("torch")
     torch.version = types.SimpleNamespace(hip=hip_version, cuda=None)
     for attr in TORCH_ATTRS:
         setattr(torch, attr, object())
     sys.modules["torch"] = torch
 
-    def unavailable(*args, **kwargs):
+    def unavailable(*args: object, **kwargs: object) -> None:
         raise RuntimeError("the oracle resolves the table; it never compiles")
 
-    cpp = types.ModuleType("cpp_extension")
+    cpp: Any = types.ModuleType("cpp_extension")
     cpp._jit_compile = cpp.get_hip_version = cpp.executable_path = unavailable
     sys.modules["cpp_extension"] = cpp
-    guard = types.ModuleType("torch_guard")
+    guard: Any = types.ModuleType("torch_guard")
     guard.torch_compile_guard = lambda *a, **k: lambda fn: fn
     sys.modules["torch_guard"] = guard
 
@@ -41,6 +42,7 @@ def main(root: str, out: str, hip_version: str) -> None:
     _stubs(hip_version)
     sys.path.insert(0, root)  # core.py asks importlib.util.find_spec("aiter") where the meta dir is
     spec = importlib.util.spec_from_file_location("aiter_jit_core_oracle", f"{root}/aiter/jit/core.py")
+    assert spec is not None and spec.loader is not None
     core = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(core)
     with open(f"{root}/aiter/jit/optCompilerConfig.json") as f:

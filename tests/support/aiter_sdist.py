@@ -16,6 +16,7 @@ import tarfile
 import tempfile
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 PROJECT = "amd-aiter"
 
@@ -45,7 +46,7 @@ def _index_url() -> str:
     return PyPI.simple_url
 
 
-def _newest_sdist() -> dict:
+def _newest_sdist() -> dict[str, Any]:
     url = _index_url().rstrip("/") + f"/{PROJECT}/"
     req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     with urllib.request.urlopen(req, timeout=120) as resp:
@@ -53,7 +54,8 @@ def _newest_sdist() -> dict:
     sdists = [f for f in data["files"] if f["filename"].endswith(".tar.gz") and not f.get("yanked")]
     if not sdists:
         raise RuntimeError(f"no sdist of {PROJECT} on {url}")
-    return sdists[-1]
+    newest: dict[str, Any] = sdists[-1]
+    return newest
 
 
 def aiter_root() -> Path:
@@ -66,12 +68,14 @@ def aiter_root() -> Path:
     info = _newest_sdist()
     tarball = root / info["filename"]
     if not tarball.exists():
-        with tempfile.NamedTemporaryFile(dir=root, delete=False) as tmp:
-            with urllib.request.urlopen(info["url"], timeout=600) as resp:
-                digest = hashlib.sha256()
-                while chunk := resp.read(1 << 20):
-                    digest.update(chunk)
-                    tmp.write(chunk)
+        with (
+            tempfile.NamedTemporaryFile(dir=root, delete=False) as tmp,
+            urllib.request.urlopen(info["url"], timeout=600) as resp,
+        ):
+            digest = hashlib.sha256()
+            while chunk := resp.read(1 << 20):
+                digest.update(chunk)
+                tmp.write(chunk)
         want = info.get("hashes", {}).get("sha256")
         if want and digest.hexdigest() != want:
             os.unlink(tmp.name)

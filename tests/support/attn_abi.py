@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import ctypes
 from pathlib import Path
+from typing import Any
+
+_FIELDS: list[tuple[str, Any]] = (
+    [(n, ctypes.c_void_p) for n in ("q", "k", "v", "out", "lse", "cu_seqlens_q", "cu_seqlens_k")]
+    + [(n, ctypes.c_int) for n in ("batch", "seqlen_q", "seqlen_k", "nhead_q", "nhead_k", "hdim")]
+    + [("scale", ctypes.c_float), ("dtype", ctypes.c_char_p), ("causal", ctypes.c_int), ("stream", ctypes.c_void_p)]
+)
 
 
 class Params(ctypes.Structure):
-    _fields_ = (
-        [(n, ctypes.c_void_p) for n in ("q", "k", "v", "out", "lse", "cu_seqlens_q", "cu_seqlens_k")]
-        + [(n, ctypes.c_int) for n in ("batch", "seqlen_q", "seqlen_k", "nhead_q", "nhead_k", "hdim")]
-        + [("scale", ctypes.c_float), ("dtype", ctypes.c_char_p), ("causal", ctypes.c_int), ("stream", ctypes.c_void_p)]
-    )
+    _fields_ = _FIELDS
 
 
 def child_preamble() -> str:

@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 SUPPORT = Path(__file__).resolve().parent
 
@@ -173,6 +174,6 @@ def fake_rocm(where: Path, real_hipcc: str, real_cxx: str) -> tuple[Path, dict[s
     return fake, env
 
 
-def records(tmp: Path, name: str) -> list[dict]:
+def records(tmp: Path, name: str) -> list[dict[str, Any]]:
     path = tmp / name
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

@@ -87,7 +87,7 @@ class Call:
     output: str | None = None
 
 
-def classify(argv: Sequence[str], cwd: str | os.PathLike) -> Call:
+def classify(argv: Sequence[str], cwd: str | os.PathLike[str]) -> Call:
     if len(argv) == 2 and argv[1] in INFO_FLAGS:
         return Call("info")
     source, output = compile_parts(argv)
@@ -104,7 +104,7 @@ def classify(argv: Sequence[str], cwd: str | os.PathLike) -> Call:
     return Call("compile", src, output)
 
 
-def link_tokens(argv: Sequence[str], cwd: str | os.PathLike) -> Iterator[str]:
+def link_tokens(argv: Sequence[str], cwd: str | os.PathLike[str]) -> Iterator[str]:
     """The link's arguments with each ``@file`` replaced by its whitespace-separated tokens."""
     for a in argv:
         rsp = Path(cwd, a[1:])
@@ -114,7 +114,7 @@ def link_tokens(argv: Sequence[str], cwd: str | os.PathLike) -> Iterator[str]:
             yield a
 
 
-def link_objects(argv: Sequence[str], cwd: str | os.PathLike) -> list[str]:
+def link_objects(argv: Sequence[str], cwd: str | os.PathLike[str]) -> list[str]:
     """The objects the post-build links: every ``.o`` token naming an existing, non-empty file."""
     out = []
     for tok in link_tokens(argv, cwd):

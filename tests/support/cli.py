@@ -1,14 +1,14 @@
-"""Helpers shared by test files (moved out of test_cli_compat.py by scripts/restructure_tests.py)."""
+"""Helpers shared by test files (first written in test_cli_compat.py)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+from subprocess import CompletedProcess
+from typing import Any
 
-from support.common import REPO
+from support.common import REPO, run_qola
 
 MODULE = '[[modules]]\nname = "module_tiny"\nsrcs = ["csrc/tiny/tiny.cu"]\nis_python_module = false\n'
 
@@ -22,15 +22,17 @@ def copy_checkout(dest: Path, version: str = "0.1.0+copy") -> Path:
     return dest
 
 
-def no_pythonpath(**extra: str) -> dict:
+def no_pythonpath(**extra: str) -> dict[str, Any]:
     return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, **extra}
 
 
-def qola_cli(*args: str, cwd: Path | None = None, env: dict | None = None, pythonpath: Path | None = REPO):
+def qola_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, pythonpath: Path | None = REPO
+) -> CompletedProcess[str]:
     """``python -m qola.cli …`` as TE's CMake (PYTHONPATH=<checkout>) or ck-jit (cwd, pythonpath None) runs it."""
     from support.gitrepo import GIT_ENV
 
     full = no_pythonpath(**GIT_ENV, **(env or {}))
     if pythonpath is not None:
         full["PYTHONPATH"] = str(pythonpath)
-    return subprocess.run([sys.executable, "-m", "qola.cli", *args], cwd=cwd, env=full, capture_output=True, text=True)
+    return run_qola(*args, entry="qola.cli", cwd=cwd, env=full, whole_env=True)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import CompletedProcess
 
 from support.common import REPO
 
@@ -23,7 +24,7 @@ GIT_ID = {
 }
 
 
-def sh(*argv, cwd: Path | None = None, env: dict | None = None) -> str:
+def sh(*argv: object, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
     proc = subprocess.run(
         [str(a) for a in argv], cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True
     )
@@ -35,7 +36,7 @@ def sh(*argv, cwd: Path | None = None, env: dict | None = None) -> str:
 class Mirror:
     bare: Path  # the bare repository
     commit: str  # its one commit: the tree
-    env: dict  # git url rewriting: the upstream URLs fetch from `bare`
+    env: dict[str, str]  # git url rewriting: the upstream URLs fetch from `bare`
 
 
 def mirror_tree(tree: Path, where: Path, *, skip: tuple[str, ...] = ()) -> Mirror:
@@ -169,7 +170,9 @@ endif()
 """
 
 
-def cmake(src: Path, bld: Path, defs: dict[str, str], env: dict | None = None, *, build: bool = True):
+def cmake(
+    src: Path, bld: Path, defs: dict[str, str], env: dict[str, str] | None = None, *, build: bool = True
+) -> CompletedProcess[str]:
     """Configure (and build) ``src`` into ``bld``; the configure's CompletedProcess."""
     defs = {"Python_EXECUTABLE": sys.executable, **defs}  # the interpreter running the tests runs qola
     argv = ["cmake", "-S", str(src), "-B", str(bld), *(f"-D{k}={v}" for k, v in defs.items())]

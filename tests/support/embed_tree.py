@@ -1,4 +1,4 @@
-"""Helpers shared by test files (moved out of test_embed_build.py by scripts/restructure_tests.py)."""
+"""Helpers shared by test files (first written in test_embed_build.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from support.common import KERNELS, run_qola
 
@@ -16,7 +18,7 @@ TYPES = ("vec_add", "vec_scale")
 NS, MODULE, MD_NAME = "qk", "module_asm", "qk_module_asm"
 
 
-def _run(cmd, **kw) -> subprocess.CompletedProcess:
+def _run(cmd: Sequence[object], **kw: Any) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
     return proc
@@ -31,7 +33,7 @@ def tree_with_code_objects(tmp: Path, arch: str) -> Path:
     return tree
 
 
-def qola_build(tmp: Path, tree: Path, arch: str) -> tuple[subprocess.CompletedProcess, Path]:
+def qola_build(tmp: Path, tree: Path, arch: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     m = tmp / "q.toml"
     m.write_text(
         f'[qola]\nnamespace = "{NS}"\n[build]\narchitectures = ["{arch}"]\n\n'

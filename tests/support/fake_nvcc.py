@@ -1,4 +1,4 @@
-"""Helpers shared by test files (moved out of test_refused_before_work.py by scripts/restructure_tests.py)."""
+"""Helpers shared by test files (first written in test_refused_before_work.py)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,10 @@ TINY = 'extern "C" __attribute__((visibility("default"))) int tiny_answer() { re
 
 pytestmark = pytest.mark.skipif(
     not shutil.which("g++")
-    or not os.path.exists("/usr/local/cuda/lib64/libcudart_static.a")
-    and not Path("/usr/local/cuda/targets/x86_64-linux/lib/libcudart_static.a").exists(),
+    or (
+        not os.path.exists("/usr/local/cuda/lib64/libcudart_static.a")
+        and not Path("/usr/local/cuda/targets/x86_64-linux/lib/libcudart_static.a").exists()
+    ),
     reason="needs g++ and a CUDA toolkit's libcudart_static.a (the fake nvcc links it)",
 )
 

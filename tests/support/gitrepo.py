@@ -1,4 +1,4 @@
-"""Helpers shared by test files (moved out of test_checkout.py by scripts/restructure_tests.py)."""
+"""Helpers shared by test files (first written in test_checkout.py)."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 STREAM = """#pragma once
 namespace ck_tile {
@@ -181,7 +182,7 @@ mha_fwd_result mha_fwd(const mha_fwd_args& args, const ck_tile::stream_config& s
 }
 
 
-def _entry(src: str, flags: list[str]) -> dict:
+def _entry(src: str, flags: list[str]) -> dict[str, Any]:
     return {
         "srcs": [f"f'{{AITER_CSRC_DIR}}/cpp_itfs/{src}'"],
         "flags_extra_cc": [],

@@ -6,8 +6,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import CompletedProcess
+from typing import Any
 
 import qola
 from qola.jit import key as jkey
@@ -117,7 +120,7 @@ exec {real} "$@"
 CXXFLAGS = ["-std=c++17", "-O1", "-fPIC"]
 
 
-def sh(argv, **kw) -> subprocess.CompletedProcess:
+def sh(argv: Sequence[object], **kw: Any) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, **kw)
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, argv))} failed:\n{proc.stdout}\n{proc.stderr}")
@@ -137,8 +140,24 @@ def build_runtime(objdir: Path) -> list[Path]:
     objs = []
     for src in layout.runtime_sources():
         obj = objdir / (src.stem + ".o")
-        sh(["g++", *CXXFLAGS, "-Wall", "-Werror", "-I", objdir / "include", "-I", DATA, "-I", DATA / "jit",
-            "-c", src, "-o", obj])  # fmt: skip
+        sh(
+            [
+                "g++",
+                *CXXFLAGS,
+                "-Wall",
+                "-Werror",
+                "-I",
+                objdir / "include",
+                "-I",
+                DATA,
+                "-I",
+                DATA / "jit",
+                "-c",
+                src,
+                "-o",
+                obj,
+            ]
+        )
         objs.append(obj)
     return objs
 
@@ -153,7 +172,7 @@ def fake_compiler(root: Path, real: str = "g++") -> Path:
 @dataclass
 class TestLib:
     root: Path
-    env: dict
+    env: dict[str, str]
     compiler: Path
     caller: Path
 
@@ -169,14 +188,27 @@ class TestLib:
         except FileNotFoundError:
             return 0
 
-    def run(self, n: int = 1, x: int = 5, *, extra: dict | None = None, store: bool = False, mode: tuple = ()):
+    def run(
+        self,
+        n: int = 1,
+        x: int = 5,
+        *,
+        extra: dict[str, Any] | None = None,
+        store: bool = False,
+        mode: tuple[Any, ...] = (),
+    ) -> CompletedProcess[str]:
         env = {**self.env, **(extra or {})}
         argv = [str(self.caller), str(n), str(x)] + (["store"] if store else []) + list(mode)
         return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
 
-    def spawn(self, n: int = 1, x: int = 5, extra: dict | None = None) -> subprocess.Popen:
-        return subprocess.Popen([str(self.caller), str(n), str(x)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env={**self.env, **(extra or {})})  # fmt: skip
+    def spawn(self, n: int = 1, x: int = 5, extra: dict[str, Any] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [str(self.caller), str(n), str(x)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**self.env, **(extra or {})},
+        )
 
     def entries(self) -> list[Path]:
         if not self.cache.exists():
@@ -188,9 +220,18 @@ def expected(n: int, x: int) -> int:
     return x * 10 + 7 + n
 
 
-def make_lib(root: Path, runtime: list[Path], *, lang: str = "cxx", real: str = "g++",
-             archs=(), flags=("-O1",), child_env: dict | None = None, units=(1, 2),
-             batch: int = 1) -> TestLib:  # fmt: skip
+def make_lib(
+    root: Path,
+    runtime: list[Path],
+    *,
+    lang: str = "cxx",
+    real: str = "g++",
+    archs: tuple[str, ...] = (),
+    flags: tuple[str, ...] = ("-O1",),
+    child_env: dict[str, str] | None = None,
+    units: tuple[int, ...] = (1, 2),
+    batch: int = 1,
+) -> TestLib:
     """Sources -> OUT/jit + stubs + table -> lib/libqt.so + bin/caller. The JIT compiler is a
     wrapper around ``real`` that counts compiles (and sleeps/fails on request)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -212,23 +253,64 @@ def make_lib(root: Path, runtime: list[Path], *, lang: str = "cxx", real: str = 
     cc = fake_compiler(root, real)
     jc = jkey.probe_compiler(str(cc), env)
     spec = layout.JitModuleSpec(
-        module="tm", lang=lang, arch=";".join(archs) or "host", compiler=jc,
-        flags=(*layout.shared_object_flags(lang, archs), *flags), include_dirs=(src / "include",), style="generic",
-    )  # fmt: skip
+        module="tm",
+        lang=lang,
+        arch=";".join(archs) or "host",
+        compiler=jc,
+        flags=(*layout.shared_object_flags(lang, archs), *flags),
+        include_dirs=(src / "include",),
+        style="generic",
+    )
     out = layout.write_jit_module(spec, unit_files, out_jit=root / "out" / "jit", stub_dir=root / "build", batch=batch)
+    caller = _link(root, src, out, runtime)
+    return TestLib(root=root, env=env, compiler=cc, caller=caller)
+
+
+def _link(root: Path, src: Path, out: layout.JitModuleOutput, runtime: list[Path]) -> Path:
+    """lib/libqt.so from the stubs, the table and the dispatcher; bin/caller linked against it."""
     write_config(root / "build" / "include")
     (root / "build" / "dispatch.cpp").write_text(DISPATCH)
     (root / "out" / "lib").mkdir(parents=True, exist_ok=True)
     (root / "out" / "bin").mkdir(parents=True, exist_ok=True)
     lib = root / "out" / "lib" / f"lib{NS}.so"
     incs = ["-I", root / "build" / "include", "-I", DATA, "-I", DATA / "jit", "-I", src / "include"]
-    sh(["g++", *CXXFLAGS, "-shared", *incs, "-x", "c++", *out.stub_sources, out.table_source,
-        root / "build" / "dispatch.cpp", "-x", "none", *runtime, "-o", lib, "-ldl", "-pthread"])  # fmt: skip
+    sh(
+        [
+            "g++",
+            *CXXFLAGS,
+            "-shared",
+            *incs,
+            "-x",
+            "c++",
+            *out.stub_sources,
+            out.table_source,
+            root / "build" / "dispatch.cpp",
+            "-x",
+            "none",
+            *runtime,
+            "-o",
+            lib,
+            "-ldl",
+            "-pthread",
+        ]
+    )
     caller = root / "out" / "bin" / "caller"
     (root / "build" / "caller.cpp").write_text(CALLER)
-    sh(["g++", "-O1", root / "build" / "caller.cpp", "-L", lib.parent, f"-l{NS}", f"-Wl,-rpath,{lib.parent}",
-        "-pthread", "-o", caller])  # fmt: skip
-    return TestLib(root=root, env=env, compiler=cc, caller=caller)
+    sh(
+        [
+            "g++",
+            "-O1",
+            root / "build" / "caller.cpp",
+            "-L",
+            lib.parent,
+            f"-l{NS}",
+            f"-Wl,-rpath,{lib.parent}",
+            "-pthread",
+            "-o",
+            caller,
+        ]
+    )
+    return caller
 
 
 def remove(path: Path) -> None:

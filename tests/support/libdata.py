@@ -22,10 +22,13 @@ EM_AMDGPU = 224
 def embedded_blobs(so: Path, prefix: str, align: int) -> tuple[dict[str, bytes], int]:
     """{key: bytes} decoded from the linked library's index, key table and blobs; and the blobs' size."""
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     with open(so, "rb") as f:
         elf = ELFFile(f)
-        syms = {s.name: s for s in elf.get_section_by_name(".symtab").iter_symbols() if s.name.startswith(prefix)}
+        symtab = elf.get_section_by_name(".symtab")
+        assert isinstance(symtab, SymbolTableSection)
+        syms = {s.name: s for s in symtab.iter_symbols() if s.name.startswith(prefix)}
         assert set(syms) == {f"{prefix}_{k}" for k in ("blobs", "index", "keys", "count")}, sorted(syms)
 
         def read(name: str) -> bytes:
@@ -77,6 +80,7 @@ def fatbin_section(lib: Path) -> bytes:
 def kernels_by_arch(lib: Path) -> dict[str, set[str]]:
     """{gfx arch: kernel symbol names} over every device code object in the library."""
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     found: dict[str, set[str]] = defaultdict(set)
     for bundle in bundles(fatbin_section(lib)):
@@ -89,6 +93,6 @@ def kernels_by_arch(lib: Path) -> dict[str, set[str]]:
             found.setdefault(arch, set())
             for name in (".symtab", ".dynsym"):
                 sec = elf.get_section_by_name(name)
-                if sec is not None:
+                if isinstance(sec, SymbolTableSection):
                     found[arch] |= {s.name[:-3] for s in sec.iter_symbols() if s.name.endswith(".kd")}
     return dict(found)

@@ -3,36 +3,17 @@ must fail its test (a user error expected, a hang or a blow-up reported), not ex
 
 from __future__ import annotations
 
-import resource
 import subprocess
-import sys
-from pathlib import Path
+from functools import partial
 
-import pytest
+from support.common import run_qola
 
-
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
-
-
-def qola(*args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    """``python -m qola ARGS``; past ``timeout`` seconds (a hang guard, never a speed check) the test
-    fails naming the command."""
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "qola", *args],
-            capture_output=True,
-            text=True,
-            cwd=cwd,
-            check=False,
-            timeout=timeout,
-            preexec_fn=_limits,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"qola {' '.join(args)} hung (no end in {timeout} s)")
+HANG_GUARD = 300  # seconds: past it a run is a hang (the test fails naming the command), never a speed check
+# support.common.run_qola under a 3 GiB address-space cap and the hang guard
+qola = partial(run_qola, memory_cap=True, timeout=HANG_GUARD)
 
 
-def user_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
+def user_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
     """``proc`` ended as a user mistake (exit 2, no traceback) saying each of ``needles``."""
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr, proc.stderr

@@ -1,4 +1,4 @@
-"""Helpers shared by test files (moved out of test_isolation.py by scripts/restructure_tests.py)."""
+"""Helpers shared by test files (first written in test_isolation.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import qola
 from qola.compile import link
+from qola.core.fsutil import write_if_changed
 from qola.output import consumers
 
 RUNTIME = Path(qola.__file__).parent / "runtime"  # the package's data, wherever link.py lies
@@ -54,7 +55,7 @@ QOLA_C_API int QOLA_C_NAME(demo_get_inline)(void);
 """
 
 
-def sh(*cmd, cwd=None) -> str:
+def sh(*cmd: object, cwd: Path | None = None) -> str:
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=cwd)
     assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
@@ -96,10 +97,10 @@ def build_objects(root: Path, ns: str, value: int, leak: bool = False) -> list[P
 
 def link_shared(objs: list[Path], out: Path, ns: str, isolate: bool = True, script: str | None = None) -> Path:
     work = out.parent / (out.name + ".work")
-    rsp = link.write_if_changed(work / "objs.rsp", link.rsp_text(objs))
+    rsp = write_if_changed(work / "objs.rsp", link.rsp_text(objs))
     vs = None
     if isolate:
-        vs = link.write_if_changed(work / "exports.map", script or link.version_script(ns))
+        vs = write_if_changed(work / "exports.map", script or link.version_script(ns))
     out.parent.mkdir(parents=True, exist_ok=True)
     link.run_step(link.shared_link_argv("g++", rsp, out, link.library_ldflags(vs, out.name)))
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 CK = "3rdparty/composable_kernel/example/ck_tile/01_fmha"
 
@@ -82,7 +83,7 @@ def _cmd(direction: str) -> str:
     return f"f'{{CK_DIR}}/example/ck_tile/01_fmha/generate.py -d {direction} --receipt 600 --output_dir {{{{}}}}'"
 
 
-def _entry(src: str, dirs: list[str]) -> dict:
+def _entry(src: str, dirs: list[str]) -> dict[str, Any]:
     return {
         "srcs": [f"f'{{AITER_CSRC_DIR}}/cpp_itfs/{src}'"],
         "flags_extra_cc": [],

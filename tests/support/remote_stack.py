@@ -20,9 +20,10 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 BGD = "/opt/qola-bgd-venv/bin/bgd"
 CHROOT = Path(os.environ.get("QOLA_ROCM7_ROOT") or Path.home() / ".cache" / "qola-rocm7" / "sid")
@@ -70,7 +71,8 @@ def missing() -> str | None:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 CONFIG = """server:
@@ -117,8 +119,8 @@ class Stack:
     root: Path
     port: int
     instance: str = ""
-    procs: list[subprocess.Popen] = field(default_factory=list)
-    workers: dict[str, subprocess.Popen] = field(default_factory=dict)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     pg: Path | None = None
     startup: float = 0.0
 
@@ -126,14 +128,14 @@ class Stack:
     def url(self) -> str:
         return f"grpc://127.0.0.1:{self.port}"
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         log = open(self.root / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
         p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.procs.append(p)
         return p
 
-    def worker(self, name: str, toolchain: str, jobs: int = 2, tools: Path | None = None) -> subprocess.Popen:
+    def worker(self, name: str, toolchain: str, jobs: int = 2, tools: Path | None = None) -> subprocess.Popen[bytes]:
         """A buildbox worker (with its own casd) offering ``qola-toolchain=<toolchain>`` (``tools``:
         where buildbox's programs are, else PATH)."""
 
@@ -177,7 +179,7 @@ class Stack:
         return (self.root / f"{name}.log").read_text(errors="replace")
 
 
-def wait_for(ready, what: str, root: Path, timeout: float = 60.0) -> None:
+def wait_for(ready: Callable[[], bool], what: str, root: Path, timeout: float = 60.0) -> None:
     end = time.monotonic() + timeout
     while not ready():
         if time.monotonic() > end:
@@ -194,7 +196,7 @@ def _listening(port: int) -> bool:
         return False
 
 
-def _end(p: subprocess.Popen, grace: float = 5.0) -> None:
+def _end(p: subprocess.Popen[Any], grace: float = 5.0) -> None:
     if p.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, 15)

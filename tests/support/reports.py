@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, cast
 
-from qola.compile.steps import CompileReport, ModuleResult
+from qola.compile.steps import CompileReport, ModuleResult, Status
 from qola.output.publish import Contents, publish
+from qola.plan.model import Plan
+from qola.toolchain.base import Toolchain
 
 
 def fake_report(tmp: Path, modules: list[tuple[str, str, str, bytes | None]]) -> CompileReport:
@@ -19,8 +22,12 @@ def fake_report(tmp: Path, modules: list[tuple[str, str, str, bytes | None]]) ->
         if blob is not None:
             art = lib / f"{md}.so"
             art.write_bytes(blob)
-        results.append(ModuleResult(name, md, "cpp_itfs", "shared", status=status, artifact=art, log=[f"{name} log"]))
-    return CompileReport(fake_plan(tmp, "q.toml", ("sm_90",)), FAKE_TOOLCHAIN, results, tmp / "b", 1.0)
+        results.append(
+            ModuleResult(name, md, "cpp_itfs", "shared", status=Status(status), artifact=art, log=[f"{name} log"])
+        )
+    return CompileReport(
+        cast(Plan, fake_plan(tmp, "q.toml", ("sm_90",))), cast(Toolchain, FAKE_TOOLCHAIN), results, tmp / "b", 1.0
+    )
 
 
 def fake_plan(tmp: Path, manifest_path: str, archs: tuple[str, ...]) -> SimpleNamespace:
@@ -60,7 +67,7 @@ def report(
                 f"qk_{name}",
                 "cpp_itfs",
                 "shared",
-                status="built" if blob else "failed",
+                status=Status.BUILT if blob else Status.FAILED,
                 artifact=art,
                 log=[f"{name} log {tag}"],
                 error=None if blob else "boom",
@@ -69,10 +76,14 @@ def report(
     header = b / "include" / "qola_mha_fwd.h"
     header.write_text(f"#pragma once\n// {tag}\n")
     texts = {"share/cmake/qola-qk/qola-qk-config.cmake": f"# {tag}\n", "lib/pkgconfig/qola-qk.pc": f"# {tag}\n"}
-    return CompileReport(fake_plan(tmp, "/m/q.toml", archs), FAKE_TOOLCHAIN, results, b, 1.0), [header], texts
+    return (
+        CompileReport(cast(Plan, fake_plan(tmp, "/m/q.toml", archs)), cast(Toolchain, FAKE_TOOLCHAIN), results, b, 1.0),
+        [header],
+        texts,
+    )
 
 
-def publish_version(tmp: Path, out: Path, tag: str, **kw) -> Path:
+def publish_version(tmp: Path, out: Path, tag: str, **kw: Any) -> Path:
     """Publish version ``tag`` (built in ``tmp``) into ``out``; the same ``tmp`` and ``tag`` give the
     same bytes, manifest.json included."""
     rep, headers, texts = report(tmp, tag, {"a": f"A-{tag}".encode() * 100, "b": f"B-{tag}".encode() * 100})

@@ -1,9 +1,10 @@
-"""Helpers shared by test files (moved out of test_rocm_aiter.py by scripts/restructure_tests.py)."""
+"""Helpers shared by test files (first written in test_rocm_aiter.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from subprocess import CompletedProcess
 
 from support.common import run_qola
 
@@ -41,7 +42,7 @@ BWD_ONE = 'name = "*_b32x128x32x32x32x32x64x32x32_*_npad_*"\n'
 def manifest(
     path: Path,
     ns: str,
-    archs=ARCHS,
+    archs: tuple[str, ...] = ARCHS,
     *,
     fwd: bool = True,
     bwd: bool = False,
@@ -86,7 +87,7 @@ def manifest(
 NS = "te"
 
 
-def build(tmp: Path, tree: Path, m: Path, name: str = "out", *more: str):
+def build(tmp: Path, tree: Path, m: Path, name: str = "out", *more: str) -> tuple[CompletedProcess[str], Path]:
     out = tmp / name
     proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2", *more)
     return proc, out

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import shutil
 import subprocess
 from pathlib import Path
+from subprocess import CompletedProcess
+from typing import Any
 
 import pytest
 
@@ -77,7 +80,7 @@ def build_library(tc: Toolchain, tmp: Path, name: str = "qola_tc") -> Path:
     obj, dep, rsp, out = tmp / f"{name}.o", tmp / f"{name}.o.d", tmp / f"{name}.rsp", tmp / f"lib{name}.so"
     child = {**ENV, **tc.child_env}
     for argv in (
-        tc.compile_argv(src, obj, dep, tc.device_flags() + [f"-I{src_dir}"]),
+        tc.compile_argv(src, obj, dep, [*tc.device_flags(), f"-I{src_dir}"]),
         tc.shared_link_argv(rsp, out, []),
     ):
         rsp.write_text(f"{obj}\n")
@@ -89,14 +92,14 @@ def build_library(tc: Toolchain, tmp: Path, name: str = "qola_tc") -> Path:
     return out
 
 
-def forbid_probes(monkeypatch):
+def forbid_probes(monkeypatch: pytest.MonkeyPatch) -> list[Any] | CompletedProcess[Any]:
     """Let only `--version` through qola's process runner (every child it starts); anything else fails."""
     from qola.core import proc
 
     real = proc.run
     seen = []
 
-    def guarded(argv, *args, **kwargs):
+    def guarded(argv: Any, *args: Any, **kwargs: Any) -> CompletedProcess[Any]:
         if list(argv)[1:] != ["--version"]:
             raise AssertionError(f"unexpected child process on a warm probe cache: {argv}")
         seen.append(argv)
@@ -110,22 +113,22 @@ def forbid_probes(monkeypatch):
 
 
 @pytest.mark.parametrize("arch", ["gfx90a", "gfx940", "gfx941", "gfx942", "gfx950", "gfx1100", "gfx90a:xnack-"])
-def test_vendor_of_hip(arch):
+def test_vendor_of_hip(arch: str) -> None:
     assert vendor_of(arch) == "hip"
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_90a", "sm_100a", "sm_120"])
-def test_vendor_of_cuda(arch):
+def test_vendor_of_cuda(arch: str) -> None:
     assert vendor_of(arch) == "cuda"
 
 
 @pytest.mark.parametrize("arch", ["native", "sm90", "gfx", "compute_90", "gfx90a:xnack", "GFX90A", ""])
-def test_vendor_of_rejects(arch):
+def test_vendor_of_rejects(arch: str) -> None:
     with pytest.raises(QolaError, match="unknown GPU architecture"):
         vendor_of(arch)
 
 
-def test_vendor_mixing_is_an_error(tmp_path):
+def test_vendor_mixing_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(QolaError) as info:
         find_toolchain(["gfx942", "sm_90"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
     text = str(info.value)
@@ -133,7 +136,7 @@ def test_vendor_mixing_is_an_error(tmp_path):
     assert "hint:" in text
 
 
-def test_validate_archs_dedups_and_keeps_order():
+def test_validate_archs_dedups_and_keeps_order() -> None:
     assert validate_archs(["gfx942", "gfx90a", "gfx942"]) == ("hip", ("gfx942", "gfx90a"))
     with pytest.raises(QolaError, match="no GPU architectures"):
         validate_archs([])
@@ -141,7 +144,7 @@ def test_validate_archs_dedups_and_keeps_order():
         validate_archs(["gfx90a:xnack-", "gfx90a:xnack+"])
 
 
-def test_parse_versions():
+def test_parse_versions() -> None:
     assert parse_hip_version("HIP version: 5.2.21153-0\nDebian clang version 15.0.6\n") == ("5.2.21153", "-0")
     assert parse_hip_version("6.3.42131-fa1d09cfd") == ("6.3.42131", "-fa1d09cfd")
     assert parse_nvcc_version("Cuda compilation tools, release 13.0, V13.0.88") == "13.0"
@@ -152,7 +155,7 @@ def test_parse_versions():
     assert hip_version_key("6.3.42132", "-abc") > hip_version_key("6.3.42132") > hip_version_key("6.3.42131", "-x")
 
 
-def test_aiter_version_dependent_flags():
+def test_aiter_version_dependent_flags() -> None:
     old = hip_mod.hip_flag_set(hip_version_key("5.2.21153", "-0"), ["gfx90a"], {})
     assert "-mllvm --amdgpu-enable-max-ilp-scheduling-strategy=1" in old
     assert "-mllvm --lsr-drop-solution=1" not in old and "-fno-offload-uniform-block" not in old
@@ -174,7 +177,7 @@ def test_aiter_version_dependent_flags():
     assert "-D__Float4_e2m1fn_x2" not in hip_mod.hip_flag_set((7, 2, 0, 0), ["gfx950"], {"AITER_FP4x2": "0"})
 
 
-def test_drop_hip_flags_removes_named_entries_and_refuses_unknown_ones():
+def test_drop_hip_flags_removes_named_entries_and_refuses_unknown_ones() -> None:
     new = hip_mod.hip_flag_set(hip_version_key("7.2.53211", "-e5be8a"), ["gfx942"], {})
     kept = hip_mod.without(new, ["-mllvm -amdgpu-early-inline-all=true"], "HIP 7.2")
     assert "-mllvm -amdgpu-early-inline-all=true" not in kept and "-mllvm -amdgpu-function-calls=false" in kept
@@ -187,7 +190,7 @@ def test_drop_hip_flags_removes_named_entries_and_refuses_unknown_ones():
 
 
 @pytest.mark.hip
-def test_drop_hip_flags_reach_the_compile_flags(tmp_path):
+def test_drop_hip_flags_reach_the_compile_flags(tmp_path: Path) -> None:
     tc = find_toolchain(
         ["gfx90a"],
         env=ENV,
@@ -207,7 +210,7 @@ def test_drop_hip_flags_reach_the_compile_flags(tmp_path):
         )
 
 
-def test_default_jobs():
+def test_default_jobs() -> None:
     assert default_jobs({"MAX_JOBS": "3"}, cpus=64, free_gb=1.0) == 3
     assert default_jobs({}, cpus=16, free_gb=100.0) == 12  # int(0.8 * 16)
     assert default_jobs({}, cpus=16, free_gb=2.2) == 4  # int(2.2 / 0.5)
@@ -219,20 +222,24 @@ def test_default_jobs():
             default_jobs({"MAX_JOBS": bad})
 
 
-def test_toolchain_dict_round_trip():
+def test_toolchain_dict_round_trip() -> None:
     tc = Toolchain("cuda", "/x/nvcc", "13.0", "out", "ab" * 32, ("sm_90",), "/usr/bin/c++", {}, base_flags=("-O3",))
     assert Toolchain.from_dict(tc.to_dict()) == tc
     argv = tc.compile_argv("a.cu", "a.o", "a.o.d", ["-O3"])
     assert argv[:2] == ["/x/nvcc", "-O3"] and argv[argv.index("-MF") + 1] == "a.o.d" and argv[-2:] == ["-o", "a.o"]
     assert tc.shared_link_argv("objs.rsp", "x.so", ["-Wl,-z,defs"])[:5] == [
-        "/usr/bin/c++", "-shared", "@objs.rsp", "-o", "x.so"
-    ]  # fmt: skip
+        "/usr/bin/c++",
+        "-shared",
+        "@objs.rsp",
+        "-o",
+        "x.so",
+    ]
 
 
 # ---- missing compilers ----------------------------------------------------------------
 
 
-def test_missing_compiler_path(tmp_path):
+def test_missing_compiler_path(tmp_path: Path) -> None:
     with pytest.raises(QolaError) as info:
         find_toolchain(
             ["sm_90"],
@@ -241,7 +248,7 @@ def test_missing_compiler_path(tmp_path):
             cache_dir=tmp_path,
             choice=ToolchainChoice(compiler="/nonexistent/nvcc"),
         )
-    assert "/nonexistent/nvcc" in str(info.value) and "install the CUDA toolkit (nvcc)" in info.value.hint
+    assert "/nonexistent/nvcc" in str(info.value) and "install the CUDA toolkit (nvcc)" in (info.value.hint or "")
     with pytest.raises(QolaError) as info:
         find_toolchain(
             ["gfx90a"],
@@ -250,32 +257,32 @@ def test_missing_compiler_path(tmp_path):
             cache_dir=tmp_path,
             choice=ToolchainChoice(compiler="/nonexistent/hipcc"),
         )
-    assert "apt-get install hipcc" in info.value.hint
+    assert "apt-get install hipcc" in (info.value.hint or "")
 
 
-def test_missing_compiler_empty_path(tmp_path, monkeypatch):
+def test_missing_compiler_empty_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cuda_mod, "FALLBACKS", ())
     monkeypatch.setattr(hip_mod, "HIPCC_FALLBACKS", ())
     monkeypatch.setattr(hip_mod, "CLANG_FALLBACKS", ())
     with pytest.raises(QolaError, match="no CUDA compiler found") as info:
         find_toolchain(["sm_90"], env={"PATH": ""}, accepted_versions=None, cache_dir=tmp_path)
-    assert "nvcc" in info.value.hint
+    assert "nvcc" in (info.value.hint or "")
     with pytest.raises(QolaError, match="no HIP compiler found") as info:
         find_toolchain(["gfx942"], env={"PATH": ""}, accepted_versions=None, cache_dir=tmp_path)
-    assert "apt-get install hipcc" in info.value.hint
+    assert "apt-get install hipcc" in (info.value.hint or "")
 
 
 # ---- CUDA (nvcc) --------------------------------------------------------------------
 
 
 @needs_nvcc
-def test_cuda_found_and_flags(tmp_path):
+def test_cuda_found_and_flags(tmp_path: Path) -> None:
     tc = find_toolchain(["sm_90", "sm_90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
     assert tc.kind == "cuda" and os.path.isabs(tc.compiler) and tc.archs == ("sm_90", "sm_90a")
     assert tc.version == parse_nvcc_version(tc.version_output) and tc.version.count(".") == 1
     assert len(tc.identity) == 64 and tc.child_env == {}
     flags = tc.device_flags()
-    pairs = list(zip(flags, flags[1:]))
+    pairs = list(itertools.pairwise(flags))
     assert ("-gencode", "arch=compute_90,code=sm_90") in pairs
     assert ("-gencode", "arch=compute_90a,code=sm_90a") in pairs
     assert ("-Xcompiler", "-fPIC") in pairs and "--expt-relaxed-constexpr" in flags and "-std=c++17" in flags
@@ -285,22 +292,22 @@ def test_cuda_found_and_flags(tmp_path):
 
 
 @needs_nvcc
-def test_cuda_version_mismatch(tmp_path):
+def test_cuda_version_mismatch(tmp_path: Path) -> None:
     with pytest.raises(QolaError) as info:
         find_toolchain(["sm_90"], env=ENV, accepted_versions=["12.4", "12.8"], cache_dir=tmp_path)
     text = str(info.value)
     assert "found CUDA" in text and "manifest accepts only ['12.4', '12.8']" in text and "cuda_versions" in text
-    assert "CUDA_HOME" in info.value.hint
+    assert "CUDA_HOME" in (info.value.hint or "")
 
 
 @needs_nvcc
-def test_cuda_unknown_arch(tmp_path):
+def test_cuda_unknown_arch(tmp_path: Path) -> None:
     with pytest.raises(QolaError, match="cannot compile for sm_10"):
         find_toolchain(["sm_10"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
 
 
 @needs_nvcc
-def test_cuda_probe_cache_hit(tmp_path, monkeypatch):
+def test_cuda_probe_cache_hit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first = find_toolchain(["sm_90"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
     seen = forbid_probes(monkeypatch)
     second = find_toolchain(["sm_90"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
@@ -310,7 +317,7 @@ def test_cuda_probe_cache_hit(tmp_path, monkeypatch):
 
 @needs_nvcc
 @pytest.mark.slow
-def test_cuda_compile_and_link(tmp_path):
+def test_cuda_compile_and_link(tmp_path: Path) -> None:
     tc = find_toolchain(["sm_90"], env=ENV, accepted_versions=["13", "12"], cache_dir=tmp_path)
     lib = build_library(tc, tmp_path)
     assert ctypes.CDLL(str(lib)).qola_tc_probe() == 42  # loads with no GPU and no libcudart.so
@@ -318,7 +325,7 @@ def test_cuda_compile_and_link(tmp_path):
 
 @needs_nvcc
 @pytest.mark.gpu
-def test_cuda_kernel_runs(tmp_path):
+def test_cuda_kernel_runs(tmp_path: Path) -> None:
     tc = find_toolchain(["sm_90"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
     assert ctypes.CDLL(str(build_library(tc, tmp_path))).qola_tc_selftest() == 0
 
@@ -327,13 +334,23 @@ def test_cuda_kernel_runs(tmp_path):
 
 
 @pytest.mark.hip
-def test_hip_found_flags_and_probe_cache(tmp_path, monkeypatch):
+def test_hip_found_flags_and_probe_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tc = find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
     assert tc.kind == "hip" and tc.child_env == {"HIP_PLATFORM": "amd"}
-    assert tc.version == parse_hip_version(tc.version_output)[0]
+    parsed = parse_hip_version(tc.version_output)
+    assert parsed is not None and tc.version == parsed[0]
     flags = tc.device_flags()
-    for flag in ("-fPIC", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2", "--offload-arch=gfx90a",
-                 "-fno-gpu-rdc", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-std=c++20"):  # fmt: skip
+    for flag in (
+        "-fPIC",
+        "-D__HIP_PLATFORM_AMD__=1",
+        "-DUSE_ROCM=1",
+        "-DHIPBLAS_V2",
+        "--offload-arch=gfx90a",
+        "-fno-gpu-rdc",
+        "-fvisibility=hidden",
+        "-fvisibility-inlines-hidden",
+        "-std=c++20",
+    ):
         assert flag in flags
     assert flags[-1] == "-fno-gpu-rdc"
     for dropped in tc.dropped_flags:  # whatever the probes refused stays out
@@ -345,17 +362,19 @@ def test_hip_found_flags_and_probe_cache(tmp_path, monkeypatch):
 
 
 @pytest.mark.hip
-def test_hip_version_mismatch(tmp_path):
+def test_hip_version_mismatch(tmp_path: Path) -> None:
     """rocm_versions is recorded, not enforced (issue 21: QoLA never enforces it; TE's manifests say 7.2
     and TE builds with ROCm 7.0 and 7.1)."""
     tc = find_toolchain(["gfx90a"], env=ENV, accepted_versions=["7.2"], cache_dir=tmp_path)
-    text = tc.version_check["message"]
-    assert tc.version_check["status"] == "mismatch" and tc.version_check["accepted"] == ["7.2"]
+    check = tc.version_check
+    assert check is not None
+    text = check["message"]
+    assert check["status"] == "mismatch" and check["accepted"] == ["7.2"]
     assert "found HIP" in text and "manifest accepts only ['7.2']" in text and "rocm_versions" in text
 
 
 @pytest.mark.hip
-def test_hip_unsupported_arch(tmp_path):
+def test_hip_unsupported_arch(tmp_path: Path) -> None:
     tc = find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
     if hip_version_key(tc.version) >= (6, 0, 0, 0):
         pytest.skip("this ROCm knows gfx942")
@@ -365,14 +384,14 @@ def test_hip_unsupported_arch(tmp_path):
 
 @pytest.mark.hip
 @pytest.mark.slow
-def test_hip_compile_and_link(tmp_path):
+def test_hip_compile_and_link(tmp_path: Path) -> None:
     tc = find_toolchain(["gfx90a"], env=ENV, accepted_versions=None, cache_dir=tmp_path)
     lib = build_library(tc, tmp_path)
     assert ctypes.CDLL(str(lib)).qola_tc_probe() == 42
     assert "amdhip64" in tc.runtime_link_libs()
 
 
-def test_probe_cache_is_per_compiler_environment(tmp_path):
+def test_probe_cache_is_per_compiler_environment(tmp_path: Path) -> None:
     """A probe answered under one compiler environment is not reused under another: hipcc under
     ck-jit's fake ROCM_PATH fails every --offload-arch probe until HIP_DEVICE_LIB_PATH names the
     device libraries, and a cached 'no' from before must not outlive the fix (issue 31)."""
@@ -392,14 +411,14 @@ def test_probe_cache_is_per_compiler_environment(tmp_path):
     assert unrelated.supported(["--offload-arch=gfx942"], lambda f: ["true"])["--offload-arch=gfx942"] is False
 
 
-def test_default_jobs_uses_both_cpus_of_a_two_cpu_machine():
+def test_default_jobs_uses_both_cpus_of_a_two_cpu_machine() -> None:
     """Issue 32 item 7: AITER's 0.8 x CPUs gives 1 job on 2 CPUs (half the machine idle)."""
     assert default_jobs({}, cpus=2, free_gb=100.0) == 2
     assert default_jobs({}, cpus=2, free_gb=0.6) == 1  # memory still bounds it
     assert default_jobs({}, cpus=3, free_gb=100.0) == 2
 
 
-def test_dry_run_refuses_the_arch_the_build_refuses(tmp_path):
+def test_dry_run_refuses_the_arch_the_build_refuses(tmp_path: Path) -> None:
     """Issue 32 item 7: one validator for the dry run (no compiler probed) and the build."""
     from support.common import KERNELS, run_qola
 
