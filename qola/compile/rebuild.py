@@ -22,14 +22,14 @@ Its dirty edges take the full path.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from qola.compile.extras import ModuleExtra
-    from qola.compile.steps import CompileReport, ModuleResult
+    from qola.compile.results import CompileReport, ModuleResult
     from qola.plan.model import Plan
     from qola.toolchain import Toolchain
 
@@ -115,15 +115,19 @@ class Recipe:
 
     def results(self, run: Run) -> list[ModuleResult]:
         """Each module's result as it stood before ninja ran (status pending, exports as last audited)."""
-        from qola.compile.steps import ModuleResult  # lazy: paid only by the callers that need it
+        from qola.compile.results import ModuleResult  # lazy: paid only by the callers that need it
 
-        out = []
-        for m in self.modules:
-            r = ModuleResult(**{k: m[k] for k in _FIELDS})
-            r.warnings, r.instances, r.log = list(m["warnings"]), tuple(m["instances"]), list(m["log"])
-            r.artifact, r.exports = Path(m["artifact"]), list(run.state[m["name"]]["exports"])
-            out.append(r)
-        return out
+        return [
+            ModuleResult(
+                **{k: m[k] for k in _FIELDS},
+                warnings=tuple(m["warnings"]),
+                instances=tuple(m["instances"]),
+                log=tuple(m["log"]),
+                artifact=Path(m["artifact"]),
+                exports=tuple(run.state[m["name"]]["exports"]),
+            )
+            for m in self.modules
+        ]
 
     def typed(self) -> tuple[Plan, Toolchain]:
         from qola.plan.model import Plan  # lazy: paid only by the callers that need it
@@ -140,15 +144,14 @@ def eligible(extras: Mapping[str, ModuleExtra]) -> bool:
 
 def of(
     report: CompileReport,
-    plan: Plan,
-    tc: Toolchain,
     jobs: int,
-    logs: Mapping[str, list[str]],
+    logs: Mapping[str, Sequence[str]],
     root: Path,
     launcher: str | None = None,
 ) -> tuple[Recipe, Run]:
-    """The recipe and run of a build whose every module built and was published; ``logs``: each
-    module's log before ninja ran."""
+    """The recipe and run of a build whose every module built and was published (its plan and
+    toolchain: ``report``'s); ``logs``: each module's log before ninja ran."""
+    plan, tc = report.plan, report.toolchain
     mods, artifacts = [], {}
     for r in report.modules:
         assert r.artifact is not None

@@ -8,16 +8,18 @@ those name; :func:`shared_files` are the files every module's compiles and links
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from qola import __version__
+from qola.compile import ninja
 from qola.compile.elf import MAX_SHOWN, audit_artifact, demangle
-from qola.compile.extras import Edge, FileWrite, ModuleExtra
+from qola.compile.extras import FileWrite, ModuleExtra
 from qola.compile.layout import BuildLayout, object_path
 from qola.compile.link import archive_steps, library_ldflags, python_module_ldflags, version_script
-from qola.compile.steps import CompileReport, fail
+from qola.compile.results import CompileReport, ModuleResult, Status
 from qola.compile.unresolved import unresolved
 from qola.core import inputs
 from qola.core.errors import BuildFailed, QolaError
@@ -74,7 +76,7 @@ def extra(
     objects too, and ``inner.localize_hidden`` makes the archive's hidden symbols local;
     ``discard_locals`` (:attr:`qola.toolchain.Toolchain.discard_locals`) drops its local symbols."""
     ns = plan.namespace
-    edges: list[Edge] = []
+    edges: list[ninja.Edge] = []
     inputs: list[str] = []
     cflags: list[str] = []
     writes: list[FileWrite] = []
@@ -85,7 +87,7 @@ def extra(
             mod, Path(plan.meta_dir) / "hsa", plan.archs, layout.embed_dir(mod.name), ns, layout.blob(mod.name)
         )
         obj = layout.embed_object(mod.name)
-        edges.append(Edge("asm", obj, (str(files.asm),), (("module", mod.name),)))
+        edges.append(ninja.Edge("asm", obj, (str(files.asm),), (("module", mod.name),)))
         inputs.append(obj)
         cflags += [f"-I{files.header.parent}", embed.aiter_define(mod.name)]
         writes += [FileWrite(p, t) for p, t in texts]
@@ -190,28 +192,32 @@ def _objects(mod: ModulePlan, compiled: Sequence[str], inputs: Sequence[str]) ->
     return objs + [o for o in dict.fromkeys(inputs) if o not in objs]
 
 
-def audit(report: CompileReport, plan: Plan, only: Collection[str] | None = None) -> None:
-    """Audit every built library (``only``: of these modules; the others keep their exports); a leak
-    fails its module (and keeps it out of OUT)."""
+def audit(report: CompileReport, plan: Plan, only: Collection[str] | None = None) -> CompileReport:
+    """``report`` with every built library audited (``only``: of these modules; the others keep
+    their exports): each gets its exports; a leak fails its module (and keeps it out of OUT)."""
     mods = {m.name: m for m in plan.modules}
-    for r in report.modules:
-        if r.status != "built" or r.artifact is None or (only is not None and r.name not in only):
-            continue
-        mod = mods[r.name]
-        extra = (f"PyInit_{mod.md_name}",) if mod.is_python_module else ()
-        try:
-            result = audit_artifact(
-                r.artifact, plan.namespace, extra=extra, check=isolated(mod) or mod.is_python_module
-            )
-            off = kernels.switch_problems(r.artifact, mod.name) if mod.gates else []
-            if off:
-                raise BuildFailed("\n".join(off), hint="a library that cannot compute is not published")
-            if not mod.is_python_module and r.artifact.suffix != ".a":
-                _check_resolved(r.artifact, report.toolchain.lib_dirs)
-        except QolaError as exc:
-            fail(r, exc)
-            continue
-        r.exports = sorted(s.name for s in result.exports)
+    audited = {
+        r.name: _audited(r, mods[r.name], plan.namespace, report.toolchain.lib_dirs)
+        for r in report.modules
+        if r.status == Status.BUILT and r.artifact is not None and (only is None or r.name in only)
+    }
+    return report.with_modules(audited)
+
+
+def _audited(r: ModuleResult, mod: ModulePlan, namespace: str, lib_dirs: Sequence[str]) -> ModuleResult:
+    """``r`` (a built library) with its exports, or failed by what its audit found."""
+    assert r.artifact is not None
+    extra = (f"PyInit_{mod.md_name}",) if mod.is_python_module else ()
+    try:
+        result = audit_artifact(r.artifact, namespace, extra=extra, check=isolated(mod) or mod.is_python_module)
+        off = kernels.switch_problems(r.artifact, mod.name) if mod.gates else []
+        if off:
+            raise BuildFailed("\n".join(off), hint="a library that cannot compute is not published")
+        if not mod.is_python_module and r.artifact.suffix != ".a":
+            _check_resolved(r.artifact, lib_dirs)
+    except QolaError as exc:
+        return r.failed(exc)
+    return dataclasses.replace(r, exports=tuple(sorted(s.name for s in result.exports)))
 
 
 def _check_resolved(artifact: Path, lib_dirs: Sequence[str]) -> None:
@@ -241,7 +247,7 @@ def module_headers(report: CompileReport, plan: Plan, layout: BuildLayout) -> tu
             own.append(layout.itfs_dir(mod.name) / mod.api.public_header)
         if mod.embed:
             own.append(embed.files_in(layout.embed_dir(mod.name), mod.name).header)
-        (built if status.get(mod.name) == "built" else failed).extend(own)
+        (built if status.get(mod.name) == Status.BUILT else failed).extend(own)
     keep = {h.name for h in built}
     return built, sorted({h.name for h in failed} - keep)
 
@@ -259,11 +265,11 @@ def consumers(report: CompileReport, plan: Plan, tc: Toolchain) -> dict[str, str
             tuple(tc.lib_dirs),
         )
         for r in report.modules
-        if r.status == "built" and r.artifact is not None and not mods[r.name].is_python_module
+        if r.status == Status.BUILT and r.artifact is not None and not mods[r.name].is_python_module
     ]
     if entries:
         return dict(consumer_files(plan.namespace, entries, __version__))
-    if any(r.status != "built" and not mods[r.name].is_python_module for r in report.modules):
+    if any(r.status != Status.BUILT and not mods[r.name].is_python_module for r in report.modules):
         # every library failed: the consumer files of an earlier build would name them
         return {rel: None for rel in consumer_files(plan.namespace, [], __version__) if not rel.startswith("include/")}
     return {}

@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qola.compile import ninja
-from qola.compile.extras import Edge, FileWrite, ModuleExtra, TreeWrite
+from qola.compile.extras import FileWrite, ModuleExtra, TreeWrite
 from qola.compile.layout import BuildLayout, object_path
-from qola.compile.steps import CompileReport, module_flags
+from qola.compile.results import CompileReport, Status
+from qola.compile.steps import module_flags
 from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.plan.model import JitSplit, ModulePlan, Plan
@@ -259,7 +260,9 @@ def extra(
     edges, objs = [], []
     for src in (out.table_source, *out.runtime_sources):
         obj = object_path(mod.name, str(src))
-        edges.append(Edge("jit_cxx", obj, (str(src),), (("module", mod.name), ("flags", ninja.escape_flags(incs)))))
+        edges.append(
+            ninja.Edge("jit_cxx", obj, (str(src),), (("module", mod.name), ("flags", ninja.escape_flags(incs))))
+        )
         objs.append(obj)
     record = None
     if deferred:
@@ -316,7 +319,7 @@ def publish_items(
     for r in report.modules:
         ex = extras.get(r.name)
         rec = ex.jit if ex is not None else None
-        if r.status == "built" and rec is not None:
+        if r.status == Status.BUILT and rec is not None:
             trees[layout.jit_rel(r.md_name)] = rec.jit_dir
             records[r.name] = {"jit": rec.to_json()}
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from qola.compile.steps import CompileReport, ModuleResult
+from qola.compile.results import CompileReport, ModuleResult
 from qola.output.publish import publish
 
 
@@ -19,8 +19,8 @@ def fake_report(tmp: Path, modules: list[tuple[str, str, str, bytes | None]]) ->
         if blob is not None:
             art = lib / f"{md}.so"
             art.write_bytes(blob)
-        results.append(ModuleResult(name, md, "cpp_itfs", "shared", status=status, artifact=art, log=[f"{name} log"]))
-    return CompileReport(fake_plan(tmp, "q.toml", ("sm_90",)), FAKE_TOOLCHAIN, results, tmp / "b", 1.0)
+        results.append(ModuleResult(name, md, "cpp_itfs", "shared", status=status, artifact=art, log=(f"{name} log",)))
+    return CompileReport(fake_plan(tmp, "q.toml", ("sm_90",)), FAKE_TOOLCHAIN, tuple(results), tmp / "b", 1.0)
 
 
 def fake_plan(tmp: Path, manifest_path: str, archs: tuple[str, ...]) -> SimpleNamespace:
@@ -62,14 +62,14 @@ def report(
                 "shared",
                 status="built" if blob else "failed",
                 artifact=art,
-                log=[f"{name} log {tag}"],
+                log=(f"{name} log {tag}",),
                 error=None if blob else "boom",
             )
         )
     header = b / "include" / "qola_mha_fwd.h"
     header.write_text(f"#pragma once\n// {tag}\n")
     texts = {"share/cmake/qola-qk/qola-qk-config.cmake": f"# {tag}\n", "lib/pkgconfig/qola-qk.pc": f"# {tag}\n"}
-    return CompileReport(fake_plan(tmp, "/m/q.toml", archs), FAKE_TOOLCHAIN, results, b, 1.0), [header], texts
+    return CompileReport(fake_plan(tmp, "/m/q.toml", archs), FAKE_TOOLCHAIN, tuple(results), b, 1.0), [header], texts
 
 
 def publish_version(tmp: Path, out: Path, tag: str, **kw) -> Path:
