@@ -21,17 +21,21 @@ Its dirty edges take the full path.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qola.compile.results import CompileReport, ModuleResult
+from qola.core import inputs
+from qola.core.fsutil import atomic_write
+from qola.plan.model import Plan
+from qola.toolchain import Toolchain
+
 if TYPE_CHECKING:
     from qola.compile.extras import ModuleExtra
-    from qola.compile.results import CompileReport, ModuleResult
-    from qola.plan.model import Plan
-    from qola.toolchain import Toolchain
 
 RECIPE = ".qola-rebuild.json"
 FORMAT = 2
@@ -115,8 +119,6 @@ class Recipe:
 
     def results(self, run: Run) -> list[ModuleResult]:
         """Each module's result as it stood before ninja ran (status pending, exports as last audited)."""
-        from qola.compile.results import ModuleResult  # lazy: paid only by the callers that need it
-
         return [
             ModuleResult(
                 **{k: m[k] for k in _FIELDS},
@@ -130,9 +132,6 @@ class Recipe:
         ]
 
     def typed(self) -> tuple[Plan, Toolchain]:
-        from qola.plan.model import Plan  # lazy: paid only by the callers that need it
-        from qola.toolchain import Toolchain  # lazy: paid only by the callers that need it
-
         return Plan.from_json(self.plan), Toolchain.from_dict(self.toolchain)
 
 
@@ -176,19 +175,11 @@ def save(root: Path, recipe: Recipe | None) -> Path:
     if recipe is None:
         path.unlink(missing_ok=True)
         return path
-    import json  # lazy: paid only by the callers that need it
-
-    from qola.core.fsutil import atomic_write  # lazy: paid only by the callers that need it
-
     return atomic_write(path, json.dumps(recipe.to_json(), separators=(",", ":")).encode())
 
 
 def load(root: Path) -> Recipe | None:
     """The recipe in the build dir, or None (absent, or not one this qola wrote)."""
-    import json  # lazy: paid only by the callers that need it
-
-    from qola.core import inputs  # lazy: the no-op path imports this module
-
     try:
         data = json.loads(inputs.read_record(root / RECIPE))
         if data.get("format") != FORMAT:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from qola import __version__
@@ -61,76 +62,35 @@ def headers(plan: Plan, layout: BuildLayout) -> list[Path]:
     return [w.path for w in shared_files(plan, layout)[:2]]
 
 
+@dataclass(frozen=True)
+class Linking:
+    """How a library is linked: ``isolate`` (the isolation contract, :func:`isolated`) and
+    ``discard_locals`` (:attr:`qola.toolchain.Toolchain.discard_locals`: a static archive drops its
+    local symbols)."""
+
+    isolate: bool = True
+    discard_locals: bool = False
+
+
 def extra(
     mod: ModulePlan,
     sources: Sequence[str],
     inner: ModuleExtra,
     plan: Plan,
     layout: BuildLayout,
-    *,
-    isolate: bool = True,
-    discard_locals: bool = False,
+    how: Linking = Linking(),
 ) -> ModuleExtra:
     """What isolation and embedding add to ``mod``, whose ``sources`` (table and generated) are
     compiled as ``inner`` (the JIT's extra) changes them; its static archive holds ``inner``'s
-    objects too, and ``inner.localize_hidden`` makes the archive's hidden symbols local;
-    ``discard_locals`` (:attr:`qola.toolchain.Toolchain.discard_locals`) drops its local symbols."""
-    ns = plan.namespace
-    edges: list[ninja.Edge] = []
-    inputs: list[str] = []
-    cflags: list[str] = []
-    writes: list[FileWrite] = []
-    ldflags: list[str] = []
-    warnings: tuple[str, ...] = ()
-    if mod.embed:
-        warnings, files, texts = _embed(
-            mod, Path(plan.meta_dir) / "hsa", plan.archs, layout.embed_dir(mod.name), ns, layout.blob(mod.name)
-        )
-        obj = layout.embed_object(mod.name)
-        edges.append(ninja.Edge("asm", obj, (str(files.asm),), (("module", mod.name),)))
-        inputs.append(obj)
-        cflags += [f"-I{files.header.parent}", embed.aiter_define(mod.name)]
-        writes += [FileWrite(p, t) for p, t in texts]
-        ldflags += embed.keep_ldflags(ns, mod.name)  # in the library even where no code looks them up
-    added: tuple[str, ...] = ()
-    if mod.api is not None and mod.mode == "cpp_itfs":
-        api_dir = layout.itfs_dir(mod.name)
-        wrapper = api_dir / itfs.wrapper_name(mod.name)
-        writes += [
-            FileWrite(api_dir / mod.api.public_header, itfs.render_header(mod.api, ns, mod.name, mod.api.header)),
-            FileWrite(wrapper, itfs.render_wrapper(mod.api, ns, mod.name)),
-        ]
-        cflags.append(f"-I{api_dir}")
-        added = (str(wrapper),)
-    own = ModuleExtra(
-        cflags=tuple(cflags),
-        ldflags=tuple(ldflags),
-        edges=tuple(edges),
-        extra_inputs=tuple(inputs),
-        writes=tuple(writes),
-        warnings=warnings,
-        add_sources=added,
-    )
+    objects too, and ``inner.localize_hidden`` makes the archive's hidden symbols local."""
+    own = _embedded(mod, plan, layout).then(_api(mod, plan, layout))
     if mod.link == "static" and not mod.is_python_module:
-        objs = [
-            layout.root / o for o in _objects(mod, (*inner.sources(sources), *added), (*inputs, *inner.extra_inputs))
-        ]
-        steps, rsp, text = archive_steps(
-            objs,
-            layout.artifact(mod.artifact_name),
-            ns,
-            layout.archive_work(mod.name),
-            isolate=isolate and isolated(mod),
-            localize_hidden=inner.localize_hidden and isolate and isolated(mod),
-            discard_locals=discard_locals,
-        )
-        link = ModuleExtra(
-            rule="archive",
-            variables=(("archive_cmd", " && ".join(shlex.join(s) for s in steps)),),
-            writes=(FileWrite(rsp, text),),
-        )
-    elif isolate and isolated(mod):
-        vscript = layout.version_script(ns)
+        compiled = (*inner.sources(sources), *own.add_sources)
+        objs = [layout.root / o for o in _objects(mod, compiled, (*own.extra_inputs, *inner.extra_inputs))]
+        return own.then(_archive(mod, objs, layout, plan.namespace, inner.localize_hidden, how))
+    isolate = how.isolate
+    if isolate and isolated(mod):
+        vscript = layout.version_script(plan.namespace)
         link = ModuleExtra(ldflags=tuple(library_ldflags(vscript, f"{mod.md_name}.so")), implicit=(str(vscript),))
     elif isolate and mod.is_python_module:  # a Python module needs nothing but its init function
         pyscript = layout.python_version_script(mod.md_name)
@@ -143,6 +103,64 @@ def extra(
     else:
         link = ModuleExtra()
     return own.then(link)
+
+
+def _embedded(mod: ModulePlan, plan: Plan, layout: BuildLayout) -> ModuleExtra:
+    """``mod``'s embedded code objects (``embed = [...]``): their assembly's edge and object, the
+    header's include dir, the files, the linker flags that keep them."""
+    if not mod.embed:
+        return ModuleExtra()
+    ns = plan.namespace
+    warnings, files, texts = _embed(
+        mod, Path(plan.meta_dir) / "hsa", plan.archs, layout.embed_dir(mod.name), ns, layout.blob(mod.name)
+    )
+    obj = layout.embed_object(mod.name)
+    return ModuleExtra(
+        cflags=(f"-I{files.header.parent}", embed.aiter_define(mod.name)),
+        ldflags=tuple(embed.keep_ldflags(ns, mod.name)),  # in the library even where no code looks them up
+        edges=(ninja.Edge("asm", obj, (str(files.asm),), (("module", mod.name),)),),
+        extra_inputs=(obj,),
+        writes=tuple(FileWrite(p, t) for p, t in texts),
+        warnings=warnings,
+    )
+
+
+def _api(mod: ModulePlan, plan: Plan, layout: BuildLayout) -> ModuleExtra:
+    """A cpp_itfs module's public header and the wrapper compiled into it (its API, when it has one)."""
+    if mod.api is None or mod.mode != "cpp_itfs":
+        return ModuleExtra()
+    ns, api_dir = plan.namespace, layout.itfs_dir(mod.name)
+    wrapper = api_dir / itfs.wrapper_name(mod.name)
+    return ModuleExtra(
+        cflags=(f"-I{api_dir}",),
+        writes=(
+            FileWrite(api_dir / mod.api.public_header, itfs.render_header(mod.api, ns, mod.name, mod.api.header)),
+            FileWrite(wrapper, itfs.render_wrapper(mod.api, ns, mod.name)),
+        ),
+        add_sources=(str(wrapper),),
+    )
+
+
+def _archive(
+    mod: ModulePlan, objs: list[Path], layout: BuildLayout, ns: str, localize_hidden: bool, how: Linking
+) -> ModuleExtra:
+    """A static library's link: the archive steps over ``objs``, made local as the isolation
+    contract says (``localize_hidden``: the JIT runtime's hidden symbols too)."""
+    isolate = how.isolate and isolated(mod)
+    steps, rsp, text = archive_steps(
+        objs,
+        layout.artifact(mod.artifact_name),
+        ns,
+        layout.archive_work(mod.name),
+        isolate=isolate,
+        localize_hidden=localize_hidden and isolate,
+        discard_locals=how.discard_locals,
+    )
+    return ModuleExtra(
+        rule="archive",
+        variables=(("archive_cmd", " && ".join(shlex.join(s) for s in steps)),),
+        writes=(FileWrite(rsp, text),),
+    )
 
 
 def _check_tables(mod: ModulePlan, blob_dir: Path, keys: list[str], archs: tuple[str, ...]) -> None:

@@ -71,8 +71,7 @@ if TYPE_CHECKING:
     from qola.compile.extras import ModuleExtra
     from qola.compile.ninja import NinjaRun
     from qola.compile.rebuild import Recipe, Run
-    from qola.compile.results import CompileReport, ModuleResult, Results
-    from qola.compile.steps import ModuleSources, Stage
+    from qola.compile.results import CompileReport
     from qola.core.proc import ChildEnv
     from qola.plan.model import Plan
     from qola.plan.variants import GenEnv
@@ -369,6 +368,7 @@ def _compiled(ready: Ready, rx: Remote | None, ui: Reporter) -> Built:
     from qola.compile import extras as extras_mod  # lazy: start-up of the CLI and of the no-op path
     from qola.compile import steps as stages  # lazy: start-up of the CLI and of the no-op path
     from qola.compile.results import new_results  # lazy: start-up of the CLI and of the no-op path
+    from qola.hooks import apply as hooks  # lazy: start-up of the CLI and of the no-op path
     from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
     from qola.hooks import jit as jitbuild  # lazy: start-up of the CLI and of the no-op path
     from qola.toolchain.identity import COMPILER_ENV  # lazy: start-up of the CLI and of the no-op path
@@ -388,7 +388,7 @@ def _compiled(ready: Ready, rx: Remote | None, ui: Reporter) -> Built:
             stage, new_results(plan_), jobs=s.jobs, env=tenv, timeout=s.generator_env, on_event=ui.event
         )
         srcs, results = stages.sources(stage, gen.files, gen.results)
-        extras, results = _hooks(stage, srcs, results, tenv, s.isolate, key.key if key else "")  # 7. hooks
+        extras, results = hooks.extras(stage, srcs, results, tenv, s.isolate, key.key if key else "")  # 7. hooks
         extras_mod.write(extras, isolation.shared_files(plan_, layout))  # 8. write
         srcs = {name: src for name, src in srcs.items() if name in extras}
         logs = {name: res.log for name, res in results.items()}  # before ninja: the incremental path's start
@@ -484,41 +484,3 @@ def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
         assume_version=assume,
         drop_hip_flags=manifest.build.drop_hip_flags if hip else (),
     )
-
-
-def _hooks(
-    stage: Stage,
-    srcs: Mapping[str, ModuleSources],
-    results: Results,
-    env: ToolchainEnv,
-    isolate: bool,
-    build_key: str = "",
-) -> tuple[dict[str, ModuleExtra], dict[str, ModuleResult]]:
-    """(each buildable module's extra: the JIT's (deferred instances), then isolation's and
-    embedding's; every module's result). A hook's QolaError fails its module only. ``build_key``
-    goes into JIT tables (usage records name it)."""
-    from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
-    from qola.hooks import jit as jitbuild  # lazy: start-up of the CLI and of the no-op path
-    from qola.output import kernels  # lazy: start-up of the CLI and of the no-op path
-
-    plan_, tc, layout = stage.plan, stage.tc, stage.layout
-    compiler = jitbuild.compiler_of(plan_, tc, env)
-    out: dict[str, ModuleExtra] = {}
-    done = dict(results)
-    for mod in plan_.modules:
-        if mod.name not in srcs:
-            continue
-        try:
-            jit = jitbuild.extra(mod, srcs[mod.name].generated, plan_, tc, layout, compiler, build_key)
-            more = jit.then(
-                isolation.extra(
-                    mod, srcs[mod.name].all, jit, plan_, layout, isolate=isolate, discard_locals=tc.discard_locals
-                )
-            )
-            more = more.then(kernels.extra(mod, layout.obj_dir(mod.name)))  # the switch record (qola.output.kernels)
-        except QolaError as exc:
-            done[mod.name] = done[mod.name].failed(exc)
-            continue
-        done[mod.name] = done[mod.name].noted(more.warnings)
-        out[mod.name] = more
-    return out, done

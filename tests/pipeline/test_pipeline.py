@@ -17,6 +17,7 @@ from support.jit_manifests import AOT_TWO, TWO
 
 from qola.compile import extras
 from qola.compile.layout import BuildLayout, object_path
+from qola.compile.steps import Stage
 from qola.core.errors import QolaError
 from qola.hooks import isolation
 from qola.hooks import jit as jitbuild
@@ -211,7 +212,7 @@ def test_hooks_compute_and_write_nothing(tmp_path):
     assert all(w.path.read_text() == w.text for w in more.writes)
     assert (lay.include / "qola_config.h").is_file() and lay.version_script("qk").is_file()
     # the JIT's extra of a module without [jit] is empty
-    assert jitbuild.extra(mod, (), plan, None, lay, lambda: None) == extras.ModuleExtra()
+    assert jitbuild.extra(mod, (), Stage(plan, None, lay), lambda: None) == extras.ModuleExtra()
 
 
 # --------------------------------------------------------------------------- build() itself
