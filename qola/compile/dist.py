@@ -23,7 +23,7 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 from qola.core import proc
 from qola.core.errors import QolaError
@@ -52,7 +52,7 @@ def is_sccache(launcher: str | None) -> TypeGuard[str]:
 
 def _query(sccache: str, args: list[str], env: Mapping[str, str] | ChildEnv) -> str:
     hint = f"check that {sccache} runs (sccache --show-stats); its log: SCCACHE_ERROR_LOG=FILE SCCACHE_LOG=info"
-    return proc.run_checked([sccache, *args], env=env, timeout=TIMEOUT, stderr=proc.PIPE, hint=hint).stdout
+    return str(proc.run_checked([sccache, *args], env=env, timeout=TIMEOUT, stderr=proc.PIPE, hint=hint).stdout)
 
 
 def _status(sccache: str, env: Mapping[str, str] | ChildEnv) -> tuple[object, str]:
@@ -65,7 +65,7 @@ def _status(sccache: str, env: Mapping[str, str] | ChildEnv) -> tuple[object, st
 
 
 def _disabled(status: object) -> bool:
-    return status == {"Disabled": "disabled"} or status == "Disabled"
+    return status in ({"Disabled": "disabled"}, "Disabled")
 
 
 def farm(sccache: str, env: Mapping[str, str] | ChildEnv) -> tuple[Farm | None, str | None]:
@@ -175,7 +175,7 @@ class Stats:
     dist_errors: int = 0
 
     @classmethod
-    def of(cls, data: Mapping) -> Stats:
+    def of(cls, data: Mapping[str, Any]) -> Stats:
         s = data.get("stats", {}) if isinstance(data, Mapping) else {}
         remote = s.get("dist_compiles") if isinstance(s.get("dist_compiles"), dict) else {}
         return cls(

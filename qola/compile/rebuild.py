@@ -42,7 +42,7 @@ FORMAT = 2
 _FIELDS = ("name", "md_name", "mode", "link", "sources", "generated")
 
 
-def artifact_key(path: str | os.PathLike) -> list | None:
+def artifact_key(path: str | os.PathLike[str]) -> list[int] | None:
     """What tells a relinked artifact from the one recorded (None: absent)."""
     try:
         st = os.stat(path)

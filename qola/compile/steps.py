@@ -274,7 +274,7 @@ def graph_for(
         var = f"flags_{mod.name}"
         variables[var] = ninja.escape_flags(_module_var(mod, stage, more) + tc.prefix_map_flags(paths.compiler_maps))
         edges += more.edges
-        targets.append(_target(mod, stage, srcs[mod.name], more, var, paths))
+        targets.append(_target(mod, stage, srcs[mod.name], more, var=var, paths=paths))
     return ninja.Graph(
         rules={**_rules(tc, launcher), **(rules or {})},
         variables=variables,
@@ -319,7 +319,7 @@ def _module_var(mod: ModulePlan, stage: Stage, more: ModuleExtra) -> list[str]:
 
 
 def _target(
-    mod: ModulePlan, stage: Stage, src: ModuleSources, more: ModuleExtra, var: str, paths: PathMap
+    mod: ModulePlan, stage: Stage, src: ModuleSources, more: ModuleExtra, *, var: str, paths: PathMap
 ) -> ninja.Target:
     """``mod``'s compile edges (each with its own flags and device passes) and its link."""
     tc, every = stage.tc, _every(stage.tc)
@@ -346,7 +346,7 @@ def _target(
     )
 
 
-def _priorities(plan: Plan, targets: list, build_dir: Path) -> dict[str, float]:
+def _priorities(plan: Plan, targets: list[ninja.Target], build_dir: Path) -> dict[str, float]:
     """Expected compile seconds per object: the last build's time when known, else a guess — a module's
     own sources (entry points including pybind11 or torch) before generated instances."""
     last = ninja.compile_times(build_dir)

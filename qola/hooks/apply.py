@@ -21,6 +21,7 @@ def extras(
     srcs: Mapping[str, ModuleSources],
     results: Results,
     env: ToolchainEnv,
+    *,
     isolate: bool,
     build_key: str = "",
 ) -> tuple[dict[str, ModuleExtra], dict[str, ModuleResult]]:
@@ -37,7 +38,7 @@ def extras(
             continue
         try:
             jit = jitbuild.extra(mod, srcs[mod.name].generated, stage, compiler, build_key)
-            more = jit.then(isolation.extra(mod, srcs[mod.name].all, jit, plan_, layout, linking))
+            more = jit.then(isolation.extra(mod, srcs[mod.name].all, jit, plan_, layout, how=linking))
             more = more.then(kernels.extra(mod, layout.obj_dir(mod.name)))  # the switch record (qola.output.kernels)
         except QolaError as exc:
             done[mod.name] = done[mod.name].failed(exc)

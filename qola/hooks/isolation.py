@@ -19,7 +19,7 @@ from qola.compile import ninja
 from qola.compile.elf import MAX_SHOWN, audit_artifact, demangle
 from qola.compile.extras import FileWrite, ModuleExtra
 from qola.compile.layout import BuildLayout, object_path
-from qola.compile.link import archive_steps, library_ldflags, python_module_ldflags, version_script
+from qola.compile.link import Archiving, archive_steps, library_ldflags, python_module_ldflags, version_script
 from qola.compile.results import CompileReport, ModuleResult, Status
 from qola.compile.unresolved import unresolved
 from qola.core import inputs
@@ -78,6 +78,7 @@ def extra(
     inner: ModuleExtra,
     plan: Plan,
     layout: BuildLayout,
+    *,
     how: Linking = Linking(),
 ) -> ModuleExtra:
     """What isolation and embedding add to ``mod``, whose ``sources`` (table and generated) are
@@ -87,7 +88,7 @@ def extra(
     if mod.link == "static" and not mod.is_python_module:
         compiled = (*inner.sources(sources), *own.add_sources)
         objs = [layout.root / o for o in _objects(mod, compiled, (*own.extra_inputs, *inner.extra_inputs))]
-        return own.then(_archive(mod, objs, layout, plan.namespace, inner.localize_hidden, how))
+        return own.then(_archive(mod, objs, layout, plan.namespace, localize_hidden=inner.localize_hidden, how=how))
     isolate = how.isolate
     if isolate and isolated(mod):
         vscript = layout.version_script(plan.namespace)
@@ -111,9 +112,7 @@ def _embedded(mod: ModulePlan, plan: Plan, layout: BuildLayout) -> ModuleExtra:
     if not mod.embed:
         return ModuleExtra()
     ns = plan.namespace
-    warnings, files, texts = _embed(
-        mod, Path(plan.meta_dir) / "hsa", plan.archs, layout.embed_dir(mod.name), ns, layout.blob(mod.name)
-    )
+    warnings, files, texts = _embed(mod, plan, layout)
     obj = layout.embed_object(mod.name)
     return ModuleExtra(
         cflags=(f"-I{files.header.parent}", embed.aiter_define(mod.name)),
@@ -142,7 +141,7 @@ def _api(mod: ModulePlan, plan: Plan, layout: BuildLayout) -> ModuleExtra:
 
 
 def _archive(
-    mod: ModulePlan, objs: list[Path], layout: BuildLayout, ns: str, localize_hidden: bool, how: Linking
+    mod: ModulePlan, objs: list[Path], layout: BuildLayout, ns: str, *, localize_hidden: bool, how: Linking
 ) -> ModuleExtra:
     """A static library's link: the archive steps over ``objs``, made local as the isolation
     contract says (``localize_hidden``: the JIT runtime's hidden symbols too)."""
@@ -152,9 +151,7 @@ def _archive(
         layout.artifact(mod.artifact_name),
         ns,
         layout.archive_work(mod.name),
-        isolate=isolate,
-        localize_hidden=localize_hidden and isolate,
-        discard_locals=how.discard_locals,
+        how=Archiving(isolate=isolate, localize_hidden=localize_hidden and isolate, discard_locals=how.discard_locals),
     )
     return ModuleExtra(
         rule="archive",
@@ -185,12 +182,13 @@ def _check_tables(mod: ModulePlan, blob_dir: Path, keys: list[str], archs: tuple
 
 
 def _embed(
-    mod: ModulePlan, hsa: Path, archs: tuple[str, ...], out: Path, ns: str, blob_dir: Path
+    mod: ModulePlan, plan: Plan, layout: BuildLayout
 ) -> tuple[tuple[str, ...], embed.EmbedFiles, list[tuple[Path, str]]]:
     """(warnings, the module's embed files, their texts). An arch the tree has no ``hsa/<arch>/``
     for (AITER ships no assembly kernels for it, and skips their generators) contributes nothing,
     with a warning; with no arch left the module embeds an empty set (its header and lookup still
     exist)."""
+    hsa, archs, ns = Path(plan.meta_dir) / "hsa", plan.archs, plan.namespace
     present = [a for a in archs if (hsa / a).is_dir()]
     warnings = tuple(
         f"module {mod.name}: {hsa / arch} does not exist: nothing of {', '.join(mod.embed)} embedded for {arch}"
@@ -199,8 +197,8 @@ def _embed(
     )
     embed.check_names(ns, mod.name)
     blobs = embed.collect(hsa, present, list(mod.embed)) if present else []
-    _check_tables(mod, blob_dir, [b.key for b in blobs], archs)
-    files, texts = embed.texts(embed.render(blobs, ns, mod.name), out)
+    _check_tables(mod, layout.blob(mod.name), [b.key for b in blobs], archs)
+    files, texts = embed.texts(embed.render(blobs, ns, mod.name), layout.embed_dir(mod.name))
     return warnings, files, texts
 
 

@@ -325,11 +325,11 @@ def compiler_of(plan: Plan, tc: Toolchain, env: ToolchainEnv) -> Callable[[], jk
 
 def publish_items(
     report: CompileReport, extras: Mapping[str, ModuleExtra], layout: BuildLayout
-) -> tuple[dict[str, Path | None], dict[str, dict]]:
+) -> tuple[dict[str, Path | None], dict[str, dict[str, Any]]]:
     """(trees, per-module records) for :func:`qola.output.publish.publish`: ``jit/<md_name>`` of every built
     module with deferred units comes from the build dir; every other module's is removed from OUT."""
     trees: dict[str, Path | None] = {}
-    records: dict[str, dict] = {}
+    records: dict[str, dict[str, Any]] = {}
     for r in report.modules:
         ex = extras.get(r.name)
         rec = ex.jit if ex is not None else None

@@ -5,8 +5,8 @@
 * **no-op** (:func:`_nothing_to_do`): nothing stages 1-8 read changed and ninja has no dirty edge;
 * **incremental** (:func:`_incremental`): nothing stages 1-8 read changed: ninja on the recorded
   graph, then 10-12 for what it relinked (None: no usable recipe, the full path runs);
-* **--prebuilt** (:func:`qola.pipeline.finish.install_prebuilt`, after :func:`_prepare`'s stages 1-5): an archive of the build
-  key installed instead of stages 6-11 (None: no such archive, the full path runs);
+* **--prebuilt** (:func:`qola.pipeline.finish.install_prebuilt`, after :func:`_prepare`'s stages
+  1-5): an archive of the build key installed instead of stages 6-11 (None: no such archive, the full path runs);
 * **full** (:func:`_full`, after :func:`_prepare`): stages 6-12.
 
 Each stage takes data and returns data:
@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from qola.compile.rebuild import Recipe, Run
     from qola.compile.results import CompileReport
     from qola.core.proc import ChildEnv
+    from qola.plan.manifest import Manifest
     from qola.plan.model import Plan
     from qola.plan.variants import GenEnv
     from qola.store.key import BuildKey, Material
@@ -221,7 +222,7 @@ def _incremental(again: Again, ui: Reporter) -> BuildReport | None:
     recipe = rebuild.load(layout.root)
     if recipe is None:
         return None
-    compiled = _settled_again(recipe, run, outcome, layout.root, mark, start).noted(notes)
+    compiled = _settled_again(recipe, run, outcome, layout.root, mark=mark, start=start).noted(notes)
     compiled = isolation.audit(compiled, compiled.plan, only=run.changed(layout.root))  # 10. audit what ninja relinked
     key = material.key()  # the tree's files rehashed: ninja rebuilt what some of them changed
     published = finish.publish_out(compiled, layout, {}, key, again.asked)  # 11. publish
@@ -256,7 +257,9 @@ def _ninja_again(again: Again, run: Run, start: float, ui: Reporter) -> tuple[Ni
         return outcome, dist.notes_of(watched)
 
 
-def _settled_again(recipe: Recipe, run: Run, outcome: NinjaRun, root: Path, mark: int, start: float) -> CompileReport:
+def _settled_again(
+    recipe: Recipe, run: Run, outcome: NinjaRun, root: Path, *, mark: int, start: float
+) -> CompileReport:
     """The incremental build's report: the recipe's results (as they stood before ninja) settled by
     ``outcome`` (``mark``: where this run's entries of ``.ninja_log`` begin)."""
     from qola.compile import ninja  # lazy: light
@@ -302,7 +305,7 @@ def _prepare(r: Resolved, ui: Reporter) -> Ready:
     tc = _toolchain(plan_, manifest, s)  # 5. toolchain
     if tc.version_check and tc.version_check.get("message"):
         ui.warning(tc.version_check["message"])
-    material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, r.inputs, r.table)
+    material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, r.inputs, table=r.table)
     key = None if material is None else material.key()
     return Ready(r, plan_, tc, material, key)
 
@@ -388,7 +391,9 @@ def _compiled(ready: Ready, rx: Remote | None, ui: Reporter) -> Built:
             stage, new_results(plan_), jobs=s.jobs, env=tenv, timeout=s.generator_env, on_event=ui.event
         )
         srcs, results = stages.sources(stage, gen.files, gen.results)
-        extras, results = hooks.extras(stage, srcs, results, tenv, s.isolate, key.key if key else "")  # 7. hooks
+        extras, results = hooks.extras(
+            stage, srcs, results, tenv, isolate=s.isolate, build_key=key.key if key else ""
+        )  # 7. hooks
         extras_mod.write(extras, isolation.shared_files(plan_, layout))  # 8. write
         srcs = {name: src for name, src in srcs.items() if name in extras}
         logs = {name: res.log for name, res in results.items()}  # before ninja: the incremental path's start
@@ -448,6 +453,7 @@ def _material(
     tc: Toolchain,
     isolate: bool,
     env: RecordedEnv | Mapping[str, str],
+    *,
     table: tuple[list[str], list[str]] | None = None,
 ) -> Material:
     from qola.store import key as buildkey  # lazy: start-up of the CLI and of the no-op path
@@ -464,7 +470,7 @@ def _layout(s: Settings) -> BuildLayout:
     return s.layout
 
 
-def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
+def _toolchain(plan_: Plan, manifest: Manifest, s: Settings) -> Toolchain:
     """The compilers for the plan's archs, probed (their flag probes cached in the build dir). A dry
     run with HIP plans with AITER's flags for the manifest's ROCm version, unprobed."""
     from qola.toolchain import find_toolchain  # lazy: start-up of the CLI and of the no-op path
@@ -475,7 +481,7 @@ def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
     assume = None
     tenv = s.toolchain_env or ToolchainEnv.of(s.env)  # only what the toolchain reads, and its children's environment
     if s.dry_run and hip:
-        assume = (versions or [None])[0] or hip_version(tenv, manifest) or "7.0"
+        assume = (versions[0] if versions else None) or hip_version(tenv, manifest) or "7.0"
     return find_toolchain(
         plan_.archs,
         env=tenv,
