@@ -117,7 +117,7 @@ def summary(report: CompileReport, console: Any, layout: BuildLayout | None = No
             f"[{style}]{m.status}[/]",
             str(m.sources),
             str(m.generated),
-            m.artifact.name if m.artifact and m.status == "built" else "-",
+            m.artifact.name if m.artifact and m.built else "-",
             f"{m.seconds:.1f} s",
         )
     console.print(table)
@@ -127,13 +127,15 @@ def summary(report: CompileReport, console: Any, layout: BuildLayout | None = No
 def problems(report: CompileReport, console: Any, layout: BuildLayout | None = None) -> None:
     """Notes, warnings and every failed module's error (the command and the tail of its output),
     printed as plain text (no markup, no wrapping: commands stay copyable)."""
+    from qola.compile.results import Status  # lazy: the no-op path loads no compile stage
+
     for note in report.notes:
         console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     for m in report.modules:
         for w in m.warnings:
             console.print(f"warning: {w}", markup=False, highlight=False, soft_wrap=True)
     for m in report.modules:
-        if m.status != "failed":
+        if m.status != Status.FAILED:
             continue
         text = m.detail or f"error: {m.error}"
         head, _, rest = text.partition("\n")

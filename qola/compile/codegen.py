@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -135,7 +136,7 @@ def run_generators(
     env: GenEnv,
     python: str = sys.executable,
     force: bool = False,
-    hsa_dir: str | os.PathLike | None = None,
+    hsa_dir: str | os.PathLike[str] | None = None,
 ) -> GenResult:
     """Generate ``job`` into ``gen_root/<module>/blob``. Raises FailedProcessError on a failing generator,
     QolaError on an absent one — except an absent script under ``hsa_dir/<gfx…>/`` (a per-arch asm
@@ -146,68 +147,19 @@ def run_generators(
     stamp_file = mod_dir / STAMP
     stamp = stamp_of(job, python)
     start = time.perf_counter()
-    if not force and blob.is_dir() and stamp_file.is_file():
-        try:
-            done = json.loads(inputs.read_record(stamp_file))
-            if done.get("stamp") == stamp:
-                sources = generated_sources(blob, job.module)
-                return GenResult(
-                    job.module,
-                    blob,
-                    sources,
-                    True,
-                    0.0,
-                    warnings=tuple(done.get("warnings", ())),
-                    groups=_groups(blob, done.get("groups"), sources),
-                )
-        except (OSError, ValueError):
-            pass
+    if not force and (kept := _up_to_date(job, blob, stamp_file, stamp)) is not None:
+        return kept
     mod_dir.mkdir(parents=True, exist_ok=True)
     staging = mod_dir / f".staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    commands, warnings, output, groups = [], [], [], []
-    genv = GeneratorEnv.of(env)  # the environment they run under, QOLA_GENERATOR_TIMEOUT
-    limit = genv.timeout()
     try:
-        for argv in job.argvs(str(staging), python):
-            script = argv[1] if len(argv) > 1 else ""
-            arch = asm_arch(script, hsa_dir)
-            if arch and not Path(script).exists():
-                warnings.append(skip_warning(job.module, script, arch))
-                continue
-            if not Path(script).exists():
-                raise QolaError(
-                    f"module {job.module}: generator script {script} does not exist",
-                    hint="check blob_gen_cmd in the module table or the manifest",
-                )
-            commands.append(" ".join(argv))
-            before = _names(staging)
-            try:  # its own process group, ended with qola (Ctrl-C, SIGTERM, qola killed) or past its deadline;
-                # what it prints is kept for the log, cut in the middle past proc.LOG_KEEP bytes: qola.core.proc
-                done = proc.run_checked(argv, cwd=staging, env=genv.child, timeout=limit, out=proc.FOR_LOG)
-            except FailedProcessError as exc:
-                exc.hint = missing_package_hint(
-                    exc.output, python
-                ) or f"module {job.module}: its generator failed; fix the command or the generator" + (
-                    ""
-                    if exc.returncode != 124
-                    else f" (or raise {deadlines.GENERATOR.variable}, now {deadlines.shown(limit)})"
-                )
-                raise
-            printed = (done.stdout or "").rstrip("\n")
-            shown = f"{printed}\n" if printed else ""
-            output.append(f"$ {shlex.join(argv)}\n{shown}(exit code {done.returncode})")
-            groups.append(sorted(_names(staging) - before))  # what this generator wrote: its files' archs
+        ran = _generate(job, staging, python, GeneratorEnv.of(env), hsa_dir)
         generated_sources(staging, job.module)  # refused before anything reaches the blob dir
         stamp_file.unlink(missing_ok=True)  # a sync cut short leaves no stamp: the next run redoes it
         sync_dir(staging, blob)
-        atomic_write(
-            stamp_file,
-            json.dumps(
-                {"stamp": stamp, "commands": commands, "warnings": warnings, "groups": groups}, indent=1
-            ).encode(),
-        )
+        record = {"stamp": stamp, "commands": ran.commands, "warnings": ran.warnings, "groups": ran.groups}
+        atomic_write(stamp_file, json.dumps(record, indent=1).encode())
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     sources = generated_sources(blob, job.module)
@@ -217,11 +169,85 @@ def run_generators(
         sources,
         False,
         time.perf_counter() - start,
-        tuple(commands),
-        tuple(warnings),
-        "\n".join(output),
-        _groups(blob, groups, sources),
+        tuple(ran.commands),
+        tuple(ran.warnings),
+        "\n".join(ran.output),
+        _groups(blob, ran.groups, sources),
     )
+
+
+def _up_to_date(job: GenJob, blob: Path, stamp_file: Path, stamp: str) -> GenResult | None:
+    """``job``'s result when its blob dir's stamp says it was generated as ``stamp`` (None: run it)."""
+    if not (blob.is_dir() and stamp_file.is_file()):
+        return None
+    try:
+        done = json.loads(inputs.read_record(stamp_file))
+        if done.get("stamp") != stamp:
+            return None
+        sources = generated_sources(blob, job.module)
+        warnings = tuple(done.get("warnings", ()))
+        return GenResult(
+            job.module, blob, sources, True, 0.0, warnings=warnings, groups=_groups(blob, done.get("groups"), sources)
+        )
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class _Ran:
+    """What ``job``'s generators did in the staging dir: each command, each skip's warning, what each
+    printed, the files each wrote (relative to the staging dir)."""
+
+    commands: list[str]
+    warnings: list[str]
+    output: list[str]
+    groups: list[list[str]]
+
+
+def _generate(
+    job: GenJob, staging: Path, python: str, genv: GeneratorEnv, hsa_dir: str | os.PathLike[str] | None
+) -> _Ran:
+    """Run ``job``'s generators in ``staging``, in order (``genv``: the environment they run under,
+    ``QOLA_GENERATOR_TIMEOUT``); an absent per-arch asm generator is skipped with a warning."""
+    ran = _Ran([], [], [], [])
+    limit = genv.timeout()
+    for argv in job.argvs(str(staging), python):
+        script = argv[1] if len(argv) > 1 else ""
+        arch = asm_arch(script, hsa_dir)
+        if arch and not Path(script).exists():
+            ran.warnings.append(skip_warning(job.module, script, arch))
+            continue
+        if not Path(script).exists():
+            raise QolaError(
+                f"module {job.module}: generator script {script} does not exist",
+                hint="check blob_gen_cmd in the module table or the manifest",
+            )
+        ran.commands.append(" ".join(argv))
+        before = _names(staging)
+        done = _run_one(job.module, argv, staging, genv, limit)
+        printed = (done.stdout or "").rstrip("\n")
+        shown = f"{printed}\n" if printed else ""
+        ran.output.append(f"$ {shlex.join(argv)}\n{shown}(exit code {done.returncode})")
+        ran.groups.append(sorted(_names(staging) - before))  # what this generator wrote: its files' archs
+    return ran
+
+
+def _run_one(
+    module: str, argv: list[str], staging: Path, genv: GeneratorEnv, limit: float | None
+) -> subprocess.CompletedProcess[str]:
+    """Run one generator (``argv``: the interpreter first) in ``staging``. Its own process group, ended with qola
+    (Ctrl-C, SIGTERM, qola killed) or past its deadline; what it prints is kept for the log, cut in the
+    middle past proc.LOG_KEEP bytes (:mod:`qola.core.proc`)."""
+    try:
+        done = proc.run_checked(argv, cwd=staging, env=genv.child, timeout=limit, out=proc.FOR_LOG)
+    except FailedProcessError as exc:
+        timed_out = exc.returncode == 124
+        more = f" (or raise {deadlines.GENERATOR.variable}, now {deadlines.shown(limit)})" if timed_out else ""
+        exc.hint = missing_package_hint(exc.output, argv[0]) or (
+            f"module {module}: its generator failed; fix the command or the generator{more}"
+        )
+        raise
+    return done
 
 
 def _names(directory: Path) -> set[str]:

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 from qola.core import proc
 from qola.core.errors import QolaError
@@ -53,7 +52,7 @@ def is_sccache(launcher: str | None) -> TypeGuard[str]:
 
 def _query(sccache: str, args: list[str], env: Mapping[str, str] | ChildEnv) -> str:
     hint = f"check that {sccache} runs (sccache --show-stats); its log: SCCACHE_ERROR_LOG=FILE SCCACHE_LOG=info"
-    return proc.run_checked([sccache, *args], env=env, timeout=TIMEOUT, out=proc.SEPARATE, hint=hint).stdout
+    return str(proc.run_checked([sccache, *args], env=env, timeout=TIMEOUT, out=proc.SEPARATE, hint=hint).stdout)
 
 
 def _status(sccache: str, env: Mapping[str, str] | ChildEnv) -> tuple[object, str]:
@@ -66,7 +65,7 @@ def _status(sccache: str, env: Mapping[str, str] | ChildEnv) -> tuple[object, st
 
 
 def _disabled(status: object) -> bool:
-    return status == {"Disabled": "disabled"} or status == "Disabled"
+    return status in ({"Disabled": "disabled"}, "Disabled")
 
 
 def farm(sccache: str, env: Mapping[str, str] | ChildEnv) -> tuple[Farm | None, str | None]:
@@ -176,7 +175,7 @@ class Stats:
     dist_errors: int = 0
 
     @classmethod
-    def of(cls, data: Mapping) -> Stats:
+    def of(cls, data: Mapping[str, Any]) -> Stats:
         s = data.get("stats", {}) if isinstance(data, Mapping) else {}
         remote = s.get("dist_compiles") if isinstance(s.get("dist_compiles"), dict) else {}
         return cls(
@@ -221,31 +220,41 @@ def stats(sccache: str, env: Mapping[str, str] | ChildEnv) -> Stats | None:
         return None
 
 
-@contextmanager
-def watched(
-    launcher: str | None,
-    env: Mapping[str, str] | ChildEnv,
-    notes: list[str],
-    *,
-    farm_: Farm | None = None,
-    enabled: bool = True,
-) -> Iterator[None]:
-    """Around a ninja run: when the launcher is sccache, one note with what sccache did in between
-    (and, for a farm build, a warning-like note when nothing ran on the farm)."""
-    if not (enabled and is_sccache(launcher)):
-        yield
-        return
-    before = stats(launcher, env)
-    yield
-    after = stats(launcher, env)
-    if before is None or after is None:
-        notes.append("sccache: its statistics could not be read (sccache --show-stats --stats-format json)")
-        return
-    delta = after.minus(before)
-    notes.append(delta.describe())
-    if farm_ is not None and delta.misses and not delta.remote_total:
-        notes.append(
-            f"--dist: no compile ran on the farm at {farm_.scheduler} (are its servers up and does "
+@dataclass(frozen=True)
+class Watch:
+    """sccache's counters before a ninja run (:func:`watch`); :meth:`notes` says what it did since."""
+
+    launcher: str
+    env: Mapping[str, str] | ChildEnv
+    before: Stats | None
+    farm: Farm | None = None
+
+    def notes(self) -> tuple[str, ...]:
+        """One note with what sccache did since :func:`watch` (and, for a farm build, a warning-like
+        note when nothing ran on the farm)."""
+        after = stats(self.launcher, self.env)
+        if self.before is None or after is None:
+            return ("sccache: its statistics could not be read (sccache --show-stats --stats-format json)",)
+        delta = after.minus(self.before)
+        if self.farm is None or not delta.misses or delta.remote_total:
+            return (delta.describe(),)
+        return (
+            delta.describe(),
+            f"--dist: no compile ran on the farm at {self.farm.scheduler} (are its servers up and does "
             "sccache's [dist.auth] token match the scheduler's client_auth? its log: "
-            "SCCACHE_ERROR_LOG=FILE SCCACHE_LOG=info)"
+            "SCCACHE_ERROR_LOG=FILE SCCACHE_LOG=info)",
         )
+
+
+def watch(
+    launcher: str | None, env: Mapping[str, str] | ChildEnv, *, farm_: Farm | None = None, enabled: bool = True
+) -> Watch | None:
+    """Before a ninja run: sccache's counters when it is the launcher (None: it is not, or not ``enabled``)."""
+    if not (enabled and is_sccache(launcher)):
+        return None
+    return Watch(launcher, env, stats(launcher, env), farm_)
+
+
+def notes_of(watched: Watch | None) -> tuple[str, ...]:
+    """After the ninja run: what sccache did (nothing when it was not watched)."""
+    return () if watched is None else watched.notes()

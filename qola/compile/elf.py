@@ -27,6 +27,7 @@ import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from qola.core import proc, rules
 from qola.core.errors import BuildFailed, QolaError
@@ -163,7 +164,7 @@ def demangle(names: Sequence[str], cxxfilt: str = "c++filt") -> list[str]:
         done = proc.run([exe], input="\n".join(names) + "\n", out=proc.SEPARATE, timeout=300)
     except (OSError, proc.TimeoutExpired):
         return list(names)
-    out = done.stdout.split("\n")
+    out: list[str] = done.stdout.split("\n")
     if done.returncode != 0 or len(out) < len(names):
         return list(names)
     return out[: len(names)]
@@ -201,7 +202,7 @@ def read_ar(data: bytes) -> Iterator[tuple[str, bytes]]:
         yield name, body
 
 
-def _elf_symbols(stream, member: str, where: Path) -> Iterator[tuple[str, str, str, str]]:
+def _elf_symbols(stream: BinaryIO, member: str, where: Path) -> Iterator[tuple[str, str, str, str]]:
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
@@ -245,7 +246,7 @@ def exported_symbols(path: str | Path) -> list[Sym]:
         raise QolaError(f"cannot read {path}: {exc.strerror or exc}") from exc
     raw = sorted(set(raw), key=lambda r: (r[3], r[0]))
     names = demangle([r[0] for r in raw])
-    return [Sym(r[0], d, r[1], r[2], r[3]) for r, d in zip(raw, names)]
+    return [Sym(r[0], d, r[1], r[2], r[3]) for r, d in zip(raw, names, strict=False)]
 
 
 def allowed(sym: Sym, namespace: str, *, c_prefix: str | None = None, extra: Iterable[str] = ()) -> bool:

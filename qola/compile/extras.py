@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from qola.compile.ninja import Edge
 from qola.core.fsutil import replace_tree, write_if_changed
 
 
@@ -26,16 +27,6 @@ class HookRecord(Protocol):
     def jit_dir(self) -> Path: ...
 
     def to_json(self) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True)
-class Edge:
-    """One ninja edge outside the compile/link pattern (assemble, host C++ compile)."""
-
-    rule: str
-    out: str  # relative to the build dir
-    inputs: tuple[str, ...]
-    variables: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,7 +52,7 @@ class ModuleExtra:
     cflags: tuple[str, ...] = ()
     source_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (source path, flags for it alone)
     ldflags: tuple[str, ...] = ()
-    edges: tuple[Edge, ...] = ()
+    edges: tuple[Edge, ...] = ()  # ninja edges of their own (qola.compile.ninja.Edge)
     extra_inputs: tuple[str, ...] = ()  # objects of those edges, linked into the module
     implicit: tuple[str, ...] = ()  # files the link depends on (version scripts)
     rule: str | None = None  # the link rule; None = "link"

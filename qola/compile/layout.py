@@ -45,7 +45,8 @@ PROBES, TOOLS_BIN = "probes", "tools/bin"
 LOGS = "logs"
 
 NOOP_RECORD = ".qola-noop.json"
-GIT_IGNORE = "# qola's build dir: generated sources and objects, never source; git ignores all of it\n*\n"  # what the no-op fast path (qola.store.fastpath) records
+# what the no-op fast path (qola.store.fastpath) records
+GIT_IGNORE = "# qola's build dir: generated sources and objects, never source; git ignores all of it\n*\n"
 
 
 def gen_module_dir(gen_root: Path, module: str) -> Path:

@@ -62,7 +62,7 @@ def version_script(namespace: str, c_prefix: str | None = None, extra: Iterable[
     )
 
 
-def rsp_text(paths: Iterable[str | os.PathLike]) -> str:
+def rsp_text(paths: Iterable[str | os.PathLike[str]]) -> str:
     """A response file (``@file``) for GNU ld / gcc / ar: one argument a line, special characters
     backslash-escaped (libiberty's rules)."""
 
@@ -79,8 +79,8 @@ GC_SECTIONS = "-Wl,--gc-sections"  # sections no export reaches are dropped (AIT
 
 def shared_link_argv(
     linker: str,
-    objs_rsp: str | os.PathLike,
-    out: str | os.PathLike,
+    objs_rsp: str | os.PathLike[str],
+    out: str | os.PathLike[str],
     ldflags: Sequence[str],
     runtime_libs: Sequence[str] = (),
 ) -> list[str]:
@@ -101,7 +101,7 @@ def shared_link_argv(
     ]
 
 
-def library_ldflags(version_script: str | os.PathLike | None, soname: str) -> list[str]:
+def library_ldflags(version_script: str | os.PathLike[str] | None, soname: str) -> list[str]:
     """Link flags of a torch-free shared library (a cpp_itfs module): ``--no-undefined`` — every
     symbol is defined in its objects or comes from a library it names (the GPU runtime, ``-ldl``),
     so it carries DT_NEEDED for it and a missing symbol fails this link, not the consumer's dlopen —
@@ -115,7 +115,7 @@ def library_ldflags(version_script: str | os.PathLike | None, soname: str) -> li
     return flags
 
 
-def python_module_ldflags(version_script: str | os.PathLike | None) -> list[str]:
+def python_module_ldflags(version_script: str | os.PathLike[str] | None) -> list[str]:
     """Link flags of a Python extension module: no ``--no-undefined`` (libpython's symbols are
     the interpreter's, resolved at import); isolated, a version script exporting PyInit_* only."""
     return [] if version_script is None else [f"-Wl,--version-script={os.fspath(version_script)}"]
@@ -140,22 +140,33 @@ def _stem(out: Path) -> str:
     return name
 
 
+@dataclass(frozen=True)
+class Archiving:
+    """How a static archive is made: ``isolate`` (steps 2-3 and the group dissolution; False:
+    debugging), the export rule's ``c_prefix`` and ``extra`` names, ``localize_hidden`` (with
+    ``isolate``: every hidden symbol made local too, objcopy ``--localize-hidden``) and
+    ``discard_locals`` (the objects' local symbols dropped in the partial link, ``ld -r
+    --discard-all``: relocations keep section symbols, as the toolchain's shared link does)."""
+
+    isolate: bool = True
+    c_prefix: str | None = None
+    extra: tuple[str, ...] = ()
+    localize_hidden: bool = False
+    discard_locals: bool = False
+
+
 def static_archive_steps(
     objs: Sequence[Path],
     out: Path,
     namespace: str,
     work_dir: Path,
-    tools: BinTools | None = None,
     *,
-    isolate: bool = True,
-    c_prefix: str | None = None,
-    extra: Iterable[str] = (),
+    tools: BinTools | None = None,
+    how: Archiving = Archiving(),
 ) -> list[list[str]]:
     """The commands that turn ``objs`` into the isolated archive ``out`` (run them in order); the
     object list ``work_dir/<stem>.objs.rsp`` they read is written now (only when it changes)."""
-    steps, rsp, text = archive_steps(
-        objs, out, namespace, work_dir, tools, isolate=isolate, c_prefix=c_prefix, extra=extra
-    )
+    steps, rsp, text = archive_steps(objs, out, namespace, work_dir, tools=tools, how=how)
     write_if_changed(rsp, text)
     return steps
 
@@ -165,24 +176,17 @@ def archive_steps(
     out: Path,
     namespace: str,
     work_dir: Path,
-    tools: BinTools | None = None,
     *,
-    isolate: bool = True,
-    c_prefix: str | None = None,
-    extra: Iterable[str] = (),
-    localize_hidden: bool = False,
-    discard_locals: bool = False,
+    tools: BinTools | None = None,
+    how: Archiving = Archiving(),
 ) -> tuple[list[list[str]], Path, str]:
     """(commands, path of the object list they read, its text): nothing is written.
 
     The commands write every other file: ``<stem>.r.o`` (partial link), ``<stem>.localize`` (symbol
     list), ``<stem>.o`` (the archive's one member). ``ar r`` replaces that member in an existing
-    ``out``; remove ``out`` first if it may hold anything else. ``localize_hidden`` (with
-    ``isolate``) also makes every hidden symbol local (objcopy ``--localize-hidden``);
-    ``discard_locals`` drops the objects' local symbols in the partial link (``ld -r
-    --discard-all``: relocations keep section symbols), as the toolchain's shared link does."""
+    ``out``; remove ``out`` first if it may hold anything else."""
     tools = tools or BinTools()
-    rule = ExportRule(namespace, c_prefix, tuple(extra))
+    rule = ExportRule(namespace, how.c_prefix, how.extra)
     if not objs:
         raise QolaError(f"no objects to archive into {out}")
     work = Path(work_dir)
@@ -191,19 +195,19 @@ def archive_steps(
     partial, member = inside(work, f"{stem}.r.o"), inside(work, f"{stem}.o")
     relink = (
         [tools.ld, "-r"]
-        + (["--force-group-allocation"] if isolate else [])
-        + (["--discard-all"] if discard_locals else [])
+        + (["--force-group-allocation"] if how.isolate else [])
+        + (["--discard-all"] if how.discard_locals else [])
     )
-    steps = [relink + ["-o", os.fspath(partial if isolate else member), f"@{rsp}"]]
-    if isolate:
+    steps = [[*relink, "-o", os.fspath(partial if how.isolate else member), f"@{rsp}"]]
+    if how.isolate:
         symlist = inside(work, f"{stem}.localize")
         ask = [tools.python, "-m", "qola.compile.link", "localize-list", "--namespace", rule.namespace]
-        if c_prefix is not None:
-            ask += ["--c-prefix", c_prefix]
+        if how.c_prefix is not None:
+            ask += ["--c-prefix", how.c_prefix]
         for name in rule.extra:
             ask += ["--extra", name]
-        steps.append(ask + [os.fspath(partial), os.fspath(symlist)])
-        hidden = ["--localize-hidden"] if localize_hidden else []
+        steps.append([*ask, os.fspath(partial), os.fspath(symlist)])
+        hidden = ["--localize-hidden"] if how.localize_hidden else []
         steps.append([tools.objcopy, *hidden, f"--localize-symbols={symlist}", os.fspath(partial), os.fspath(member)])
     steps.append([tools.ar, "rcsD", os.fspath(out), os.fspath(member)])
     return steps, rsp, rsp_text(objs)
@@ -234,7 +238,9 @@ def localize_list(
             ):
                 found.append((i, sym.name, bind))
         names = demangle([name for _, name, _ in found])
-        hide = [(i, name, bind) for (i, name, bind), dem in zip(found, names) if not rule.allows(name, dem)]
+        hide = [
+            (i, name, bind) for (i, name, bind), dem in zip(found, names, strict=False) if not rule.allows(name, dem)
+        ]
         if table is not None:
             base, size = table["sh_offset"], table["sh_entsize"]
             info_at = 4 if elf.elfclass == 64 else 12  # st_info within Elf64_Sym / Elf32_Sym
@@ -251,7 +257,7 @@ def localize_list(
 
 def run_step(cmd: Sequence[str], cwd: Path | None = None) -> str:
     """Run one step, output captured; FailedProcessError when it fails (:func:`qola.core.proc.run_checked`)."""
-    return proc.run_checked(cmd, cwd=cwd, timeout=deadlines.COMPILE).stdout
+    return str(proc.run_checked(cmd, cwd=cwd, timeout=deadlines.COMPILE).stdout)
 
 
 def run_static(
@@ -259,15 +265,13 @@ def run_static(
     out: Path,
     namespace: str,
     work_dir: Path,
-    tools: BinTools | None = None,
     *,
-    isolate: bool = True,
-    c_prefix: str | None = None,
-    extra: Iterable[str] = (),
+    tools: BinTools | None = None,
+    how: Archiving = Archiving(),
 ) -> Path:
     """Run :func:`static_archive_steps` (a fresh ``out``); returns ``out``."""
     out = Path(out)
-    steps = static_archive_steps(objs, out, namespace, work_dir, tools, isolate=isolate, c_prefix=c_prefix, extra=extra)
+    steps = static_archive_steps(objs, out, namespace, work_dir, tools=tools, how=how)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
     for cmd in steps:

@@ -53,13 +53,34 @@ class Target:
 
 
 @dataclass(frozen=True)
+class Edge:
+    """One edge outside the compile/link pattern (a hook's: assemble, host C++ compile)."""
+
+    rule: str
+    out: str  # relative to the build dir
+    inputs: tuple[str, ...]
+    variables: tuple[tuple[str, str], ...] = ()  # its bindings; ("module", name) names its module
+
+    @property
+    def module(self) -> str | None:
+        return dict(self.variables).get("module")
+
+
+@dataclass(frozen=True)
 class Graph:
     rules: Mapping[str, Mapping[str, str]]  # name -> {command, description, depfile, rspfile …}
     variables: Mapping[str, str]
     targets: tuple[Target, ...]
-    extra_edges: tuple[tuple, ...] = field(default=())  # (rule, out, inputs[, variables])
+    extra_edges: tuple[Edge, ...] = ()
     priority: Mapping[str, float] = field(default_factory=dict)  # object -> expected seconds (bigger first)
     stamp: str | None = None  # a file every compile, link and extra edge depends on (the toolchain's identity)
+
+    def owners(self) -> dict[str, str | None]:
+        """Output (artifact, object, extra edge's output) -> the module it belongs to."""
+        owners: dict[str, str | None] = {t.artifact: t.module for t in self.targets}
+        owners.update({c.obj: t.module for t in self.targets for c in t.compiles})
+        owners.update({e.out: e.module for e in self.extra_edges if e.module})
+        return owners
 
 
 def command_template(argv: Sequence[str]) -> str:
@@ -89,8 +110,8 @@ def write(graph: Graph, path: Path) -> None:
             w.rule(name, **settings)
             w.newline()
         stamp = [graph.stamp] if graph.stamp else []
-        for rule, out, inputs, *more in graph.extra_edges:
-            w.build(out, rule, list(inputs), implicit=stamp, variables=more[0] if more else None)
+        for e in graph.extra_edges:
+            w.build([e.out], e.rule, list(e.inputs), implicit=stamp, variables=dict(e.variables) or None)
         # ninja starts ready edges in file order: the expected-slowest compiles go first, across modules,
         # so a heavy source of the last module does not become the build's tail
         compiles = [(t, c) for t in graph.targets for c in t.compiles]
@@ -127,7 +148,7 @@ def ninja_binary() -> str:
     return str(exe)
 
 
-@dataclass
+@dataclass(frozen=True)
 class NinjaRun:
     returncode: int
     failed_outputs: list[str]
@@ -138,26 +159,32 @@ class NinjaRun:
 _DESC_RE = re.compile(r"^(?:CC|LINK|AR|AS|GEN) (\S+) ")
 
 
-def run(
-    build_dir: Path,
-    *,
-    jobs: int,
-    env: Mapping[str, str] | proc.ChildEnv,
-    owner: Callable[[str], str | None],
-    targets: Sequence[str] = (),
-    dry_run: bool = False,
-    verbose: bool = False,
-    on_status: Callable[[int, int, str], None] | None = None,
-) -> NinjaRun:
+@dataclass(frozen=True)
+class RunOptions:
+    """How :func:`run` runs ninja: ``jobs``, the children's ``env``, ``owner`` (an output's module),
+    the ``targets`` (none: nothing runs), ``dry_run`` (``-n``), ``verbose`` (``-v``), ``on_status``
+    (ninja's progress: done, total, the edge started)."""
+
+    jobs: int
+    env: Mapping[str, str] | proc.ChildEnv
+    owner: Callable[[str], str | None]
+    targets: Sequence[str] = ()
+    dry_run: bool = False
+    verbose: bool = False
+    on_status: Callable[[int, int, str], None] | None = None
+
+
+def run(build_dir: Path, how: RunOptions) -> NinjaRun:
     """Run ninja (-k 0); report progress; attribute compiler output to modules.
 
     Rule descriptions start with ``<VERB> <module> `` so the lines ninja prints after
-    a status line belong to that module; ``FAILED: <out>`` is mapped with ``owner``.
+    a status line belong to that module; ``FAILED: <out>`` is mapped with ``how.owner``.
     """
+    jobs, env, owner, targets, on_status = how.jobs, how.env, how.owner, how.targets, how.on_status
     argv = [ninja_binary(), "-C", str(build_dir), "-k", "0", "-j", str(jobs)]
-    if dry_run:
+    if how.dry_run:
         argv.append("-n")
-    if verbose:
+    if how.verbose:
         argv.append("-v")
     argv += list(targets)
     if not targets:

@@ -36,7 +36,7 @@ class PathMap:
     maps: tuple[tuple[str, str], ...]
 
     @classmethod
-    def of(cls, tree_root: str | os.PathLike, build_root: str | os.PathLike) -> PathMap:
+    def of(cls, tree_root: str | os.PathLike[str], build_root: str | os.PathLike[str]) -> PathMap:
         """The tree and the build dir, each as given and (if it differs) resolved."""
         pairs: list[tuple[str, str]] = []
         for root, name in ((tree_root, TREE), (build_root, BUILD)):
@@ -49,7 +49,7 @@ class PathMap:
         """The pairs given to the compilers as prefix maps: the tree's only (see the module's doc)."""
         return tuple((old, new) for old, new in self.maps if new == TREE)
 
-    def name(self, path: str | os.PathLike) -> str:
+    def name(self, path: str | os.PathLike[str]) -> str:
         """``path`` with its root replaced by the stable name (unchanged outside both roots)."""
         text = os.path.abspath(path)
         for old, new in self.maps:

@@ -21,24 +21,28 @@ Its dirty edges take the full path.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qola.compile.results import CompileReport, ModuleResult
+from qola.core import inputs
+from qola.core.fsutil import atomic_write
+from qola.plan.model import Plan
+from qola.toolchain import Toolchain
+
 if TYPE_CHECKING:
     from qola.compile.extras import ModuleExtra
-    from qola.compile.steps import CompileReport, ModuleResult
-    from qola.plan.model import Plan
-    from qola.toolchain import Toolchain
 
 RECIPE = ".qola-rebuild.json"
 FORMAT = 2
 _FIELDS = ("name", "md_name", "mode", "link", "sources", "generated")
 
 
-def artifact_key(path: str | os.PathLike) -> list | None:
+def artifact_key(path: str | os.PathLike[str]) -> list[int] | None:
     """What tells a relinked artifact from the one recorded (None: absent)."""
     try:
         st = os.stat(path)
@@ -115,20 +119,19 @@ class Recipe:
 
     def results(self, run: Run) -> list[ModuleResult]:
         """Each module's result as it stood before ninja ran (status pending, exports as last audited)."""
-        from qola.compile.steps import ModuleResult  # lazy: paid only by the callers that need it
-
-        out = []
-        for m in self.modules:
-            r = ModuleResult(**{k: m[k] for k in _FIELDS})
-            r.warnings, r.instances, r.log = list(m["warnings"]), tuple(m["instances"]), list(m["log"])
-            r.artifact, r.exports = Path(m["artifact"]), list(run.state[m["name"]]["exports"])
-            out.append(r)
-        return out
+        return [
+            ModuleResult(
+                **{k: m[k] for k in _FIELDS},
+                warnings=tuple(m["warnings"]),
+                instances=tuple(m["instances"]),
+                log=tuple(m["log"]),
+                artifact=Path(m["artifact"]),
+                exports=tuple(run.state[m["name"]]["exports"]),
+            )
+            for m in self.modules
+        ]
 
     def typed(self) -> tuple[Plan, Toolchain]:
-        from qola.plan.model import Plan  # lazy: paid only by the callers that need it
-        from qola.toolchain import Toolchain  # lazy: paid only by the callers that need it
-
         return Plan.from_json(self.plan), Toolchain.from_dict(self.toolchain)
 
 
@@ -140,15 +143,14 @@ def eligible(extras: Mapping[str, ModuleExtra]) -> bool:
 
 def of(
     report: CompileReport,
-    plan: Plan,
-    tc: Toolchain,
     jobs: int,
-    logs: Mapping[str, list[str]],
+    logs: Mapping[str, Sequence[str]],
     root: Path,
     launcher: str | None = None,
 ) -> tuple[Recipe, Run]:
-    """The recipe and run of a build whose every module built and was published; ``logs``: each
-    module's log before ninja ran."""
+    """The recipe and run of a build whose every module built and was published (its plan and
+    toolchain: ``report``'s); ``logs``: each module's log before ninja ran."""
+    plan, tc = report.plan, report.toolchain
     mods, artifacts = [], {}
     for r in report.modules:
         assert r.artifact is not None
@@ -173,19 +175,11 @@ def save(root: Path, recipe: Recipe | None) -> Path:
     if recipe is None:
         path.unlink(missing_ok=True)
         return path
-    import json  # lazy: paid only by the callers that need it
-
-    from qola.core.fsutil import atomic_write  # lazy: paid only by the callers that need it
-
     return atomic_write(path, json.dumps(recipe.to_json(), separators=(",", ":")).encode())
 
 
 def load(root: Path) -> Recipe | None:
     """The recipe in the build dir, or None (absent, or not one this qola wrote)."""
-    import json  # lazy: paid only by the callers that need it
-
-    from qola.core import inputs  # lazy: the no-op path imports this module
-
     try:
         data = json.loads(inputs.read_record(root / RECIPE))
         if data.get("format") != FORMAT:

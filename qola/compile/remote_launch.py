@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from qola.core import fsutil, inputs, proc
 from qola.core.errors import QolaError
@@ -184,7 +185,9 @@ def record(build_dir: str, where: str, obj: str, why: str = "") -> None:
         os.close(fd)
 
 
-def action(cfg: Mapping, argv: Sequence[str], cwd: str, map_build: bool = False) -> tuple[list[str], list[str], Mapper]:
+def action(
+    cfg: Mapping[str, Any], argv: Sequence[str], cwd: str, map_build: bool = False
+) -> tuple[list[str], list[str], Mapper]:
     """(trexe's arguments before ``--``, the remote command, the mapper) for compile ``argv``;
     ``map_build``: the worker's staging dir is mapped back to the client's build dir (see
     :data:`NAMES_BUILD_DIR`), else the command fails with that code if the object holds it."""
@@ -195,18 +198,10 @@ def action(cfg: Mapping, argv: Sequence[str], cwd: str, map_build: bool = False)
     obj, dep = _option(argv, "-o"), _option(argv, "-MF")
     if obj is None:
         raise Infra("no -o in the compile command")
-    with tempfile.TemporaryDirectory(prefix="qola-deps-", dir=os.path.join(build, "remote")) as tmp:
-        listing = os.path.join(tmp, "d")
-        try:
-            got = proc.run(deps_argv(argv, listing), cwd=cwd, out=proc.SEPARATE, timeout=cfg["timeout"])
-        except proc.TimeoutExpired as exc:
-            raise _LocalError(f"the dependency scan {proc.why_ended(exc)}\n") from None
-        if got.returncode != 0:  # the compile itself is broken: let the compiler say why, locally
-            raise _LocalError(got.stderr)
-        deps = _split_depfile(_read(listing, MAX_META, "the dependency listing").decode("utf-8", "surrogateescape"))
+    deps = _deps(cfg, argv, cwd)
     anchor = os.path.join(build, "remote", "anchor")  # empty: the working dir b/ exists in every input root
     if not os.path.exists(anchor):
-        open(anchor, "ab").close()
+        fsutil.write_if_changed(anchor, b"")
     inputs: list[str] = [f"--input-path={anchor}:b/.qola-remote"]
     for d in dict.fromkeys(os.path.normpath(os.path.join(cwd, p)) for p in deps):
         slot = m.slot(d)
@@ -246,6 +241,19 @@ def action(cfg: Mapping, argv: Sequence[str], cwd: str, map_build: bool = False)
     return args, command, m
 
 
+def _deps(cfg: Mapping[str, Any], argv: Sequence[str], cwd: str) -> list[str]:
+    """The files compile ``argv`` reads (the compiler's own dependency scan, run locally)."""
+    with tempfile.TemporaryDirectory(prefix="qola-deps-", dir=os.path.join(cfg["build_dir"], "remote")) as tmp:
+        listing = os.path.join(tmp, "d")
+        try:
+            got = proc.run(deps_argv(argv, listing), cwd=cwd, out=proc.SEPARATE, timeout=cfg["timeout"])
+        except proc.TimeoutExpired as exc:
+            raise _LocalError(f"the dependency scan {proc.why_ended(exc)}\n") from None
+        if got.returncode != 0:  # the compile itself is broken: let the compiler say why, locally
+            raise _LocalError(got.stderr)
+        return _split_depfile(_read(listing, MAX_META, "the dependency listing").decode("utf-8", "surrogateescape"))
+
+
 def _canonical_outputs(argv: Sequence[str]) -> list[str]:
     """``argv`` writing its object and depfile to fixed names: the object's name in the build dir
     (which qola derives from the source's path) then stays out of the action, and a second
@@ -263,7 +271,7 @@ class _LocalError(Exception):
     pass
 
 
-def _seconds(meta: Mapping, a: str, b: str) -> float | None:
+def _seconds(meta: Mapping[str, Any], a: str, b: str) -> float | None:
     from datetime import datetime
 
     try:
@@ -273,7 +281,7 @@ def _seconds(meta: Mapping, a: str, b: str) -> float | None:
     return round((t[1] - t[0]).total_seconds(), 3)
 
 
-def timings(data: Mapping) -> dict[str, float | None]:
+def timings(data: Mapping[str, Any]) -> dict[str, float | None]:
     """The service's timestamps of one action as durations: queued, inputs fetched by the worker,
     executed, outputs uploaded by the worker."""
     meta = data.get("executionMetadata") or {}
@@ -285,7 +293,9 @@ def timings(data: Mapping) -> dict[str, float | None]:
     }
 
 
-def remote(cfg: Mapping, argv: Sequence[str], cwd: str, times: dict | None = None) -> tuple[int, str]:
+def remote(
+    cfg: Mapping[str, Any], argv: Sequence[str], cwd: str, times: dict[str, Any] | None = None
+) -> tuple[int, str]:
     """Run ``argv`` as an action: (its exit code, "remote" | "cached"); ``times`` gets where the
     time went (client dependency scan, the whole trexe call, the service's own durations)."""
     code, where = _remote(cfg, argv, cwd, times, map_build=False)
@@ -294,7 +304,9 @@ def remote(cfg: Mapping, argv: Sequence[str], cwd: str, times: dict | None = Non
     return code, where
 
 
-def _remote(cfg: Mapping, argv: Sequence[str], cwd: str, times: dict | None, *, map_build: bool) -> tuple[int, str]:
+def _remote(
+    cfg: Mapping[str, Any], argv: Sequence[str], cwd: str, times: dict[str, Any] | None, *, map_build: bool
+) -> tuple[int, str]:
     build = cfg["build_dir"]
     t0 = time.monotonic()
     args, command, m = action(cfg, argv, cwd, map_build)
@@ -402,7 +414,7 @@ def main(argv: Sequence[str]) -> int:
         return 2
     compile_argv, cwd = list(argv[2:]), os.getcwd()
     obj = _option(compile_argv, "-o") or "?"
-    times: dict = {}
+    times: dict[str, Any] = {}
     try:
         code, where = remote(cfg, compile_argv, cwd, times)
     except _LocalError as exc:

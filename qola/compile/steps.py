@@ -7,13 +7,13 @@ Publishing into the output dir is :mod:`qola.output.publish`'s job; nothing here
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from pathlib import Path
 
 from qola.compile import ninja
@@ -21,7 +21,8 @@ from qola.compile.extras import ModuleExtra
 from qola.compile.layout import BuildLayout, object_path
 from qola.compile.pathmap import PathMap, unit_id
 from qola.compile.pyext import pybind11_flags, torch_flags
-from qola.core.errors import FailedProcessError, QolaError, tail
+from qola.compile.results import CompileReport, ModuleResult, Ran, Results, Status, settle
+from qola.core.errors import QolaError
 from qola.core.proc import ChildEnv
 from qola.plan import genrules, needs
 from qola.plan.model import ModulePlan, Plan
@@ -46,60 +47,12 @@ class ModuleSources:
         return self.own + self.generated
 
 
-class Status(str, Enum):
-    """A module's state in a build. A ``str``: the JSON and manifest.json spell it as before."""
-
-    PENDING = "pending"  # not settled yet
-    PLANNED = "planned"  # a dry run: it would build
-    BUILT = "built"
-    FAILED = "failed"
-
-    def __str__(self) -> str:
-        return self.value
-
-
 @dataclass(frozen=True)
 class Generated:
     """What a module's generators wrote: every file, and each generator's files (() = not known)."""
 
     files: tuple[str, ...]
     groups: tuple[tuple[str, ...], ...] = ()
-
-
-@dataclass
-class ModuleResult:
-    name: str
-    md_name: str
-    mode: str
-    link: str
-    status: Status = Status.PENDING
-    sources: int = 0
-    generated: int = 0
-    instances: tuple[str, ...] = ()
-    artifact: Path | None = None  # in the build dir
-    seconds: float = 0.0
-    codegen_seconds: float = 0.0
-    error: str | None = None
-    detail: str | None = None  # the error as the summary shows it (command, rc, output tail, hint)
-    log: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    exports: list[str] = field(default_factory=list)
-    headers: tuple[Path, ...] = ()
-
-
-@dataclass
-class CompileReport:
-    plan: Plan
-    toolchain: Toolchain
-    modules: list[ModuleResult]
-    build_dir: Path
-    seconds: float
-    ninja_log: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # build-wide, one line each (e.g. the hipconfig shim)
-
-    @property
-    def ok(self) -> bool:
-        return all(m.status == Status.BUILT for m in self.modules)
 
 
 def _split(flags: tuple[str, ...] | list[str]) -> list[str]:
@@ -137,123 +90,130 @@ def module_ldflags(mod: ModulePlan, tc: Toolchain) -> list[str]:
     return flags
 
 
-def fail(r: ModuleResult, exc: QolaError) -> None:
-    """Mark ``r`` failed by ``exc``: the summary shows its rendering, the log gets the whole output."""
-    r.status, r.error, r.detail = Status.FAILED, exc.message, exc.render()
-    if isinstance(exc, FailedProcessError):
-        r.log += [f"$ {shlex.join(exc.cmd)}", exc.output.rstrip(), f"(exit code {exc.returncode})"]
-    r.log.append(exc.render())
+@dataclass(frozen=True)
+class Stage:
+    """What every stage after planning works on: the plan, its toolchain and the build dir."""
+
+    plan: Plan
+    tc: Toolchain
+    layout: BuildLayout
 
 
-def new_results(plan: Plan) -> dict[str, ModuleResult]:
-    return {m.name: ModuleResult(m.name, m.md_name, m.mode, m.link) for m in plan.modules}
+@dataclass(frozen=True)
+class Generation:
+    """What :func:`generate` returns: module -> its generated files (and each generator's), every
+    module's result (those whose generators ran or failed updated), the build-wide notes."""
+
+    files: dict[str, Generated]
+    results: dict[str, ModuleResult]
+    notes: tuple[str, ...] = ()
 
 
 def generate(
-    plan: Plan,
-    tc: Toolchain,
-    layout: BuildLayout,
+    stage: Stage,
+    results: Results,
     *,
     jobs: int,
     env: Mapping[str, str] | ToolchainEnv,
     timeout: GeneratorEnv | None = None,
-    results: dict[str, ModuleResult],
-    notes: list[str],
     on_event: Callable[[str], None] = lambda s: None,
-) -> dict[str, Generated]:
-    """Run every module's generators (with the plan's filters) in parallel; module -> its generated
-    files (and each generator's). A failure marks its module failed. ``env``: the toolchain's view
-    (they run under its children's environment, hipconfig found on its PATH); ``timeout``: the generators' view, for
-    ``QOLA_GENERATOR_TIMEOUT`` (both resolved from ``env`` when it is a mapping)."""
-    from qola.compile.codegen import GenJob, run_generators  # lazy: the incremental path needs none of it
+) -> Generation:
+    """Run every module's generators (with the plan's filters) in parallel. A failure fails its
+    module. ``env``: the toolchain's view (they run under its children's environment, hipconfig
+    found on its PATH); ``timeout``: the generators' view, for ``QOLA_GENERATOR_TIMEOUT`` (both
+    resolved from ``env`` when it is a mapping)."""
+    from qola.compile.codegen import GenJob, GenResult, run_generators  # lazy: the incremental path needs none of it
 
+    plan, layout = stage.plan, stage.layout
     given = genrules.aiter_env(plan.archs, plan.meta_dir)  # what AITER's build exports; in each stamp
     gen_jobs = [
         GenJob(m.name, m.generators, (), m.configs, env=tuple(sorted(given.items())))
         for m in plan.modules
         if m.generators
     ]
-    generated: dict[str, Generated] = {}
     if not gen_jobs:
-        return generated
+        return Generation({}, dict(results))
     hsa_dir = Path(plan.meta_dir) / "hsa"
-    tenv = ToolchainEnv.of(env)
     raw = (timeout or GeneratorEnv.of({} if isinstance(env, ToolchainEnv) else env)).timeout_raw
-    child, note = generator_child(tc, tenv, given, layout.tools_bin)
+    child, note = generator_child(stage.tc, ToolchainEnv.of(env), given, layout.tools_bin)
     gen_env = GeneratorEnv(child, raw)
-    notes += [note] if note else []
 
-    def one(job: GenJob):
+    def one(job: GenJob) -> tuple[str, GenResult | QolaError]:
         try:
-            return (
-                job.module,
-                run_generators(job, layout.gen_root, env=gen_env, python=sys.executable, hsa_dir=hsa_dir),
-                None,
-            )
+            return job.module, run_generators(job, layout.gen_root, env=gen_env, python=sys.executable, hsa_dir=hsa_dir)
         except QolaError as exc:
-            return job.module, None, exc
+            return job.module, exc
         except OSError as exc:  # the interpreter or the build dir: still this module's failure
-            return job.module, None, QolaError(f"module {job.module}: cannot run its generators: {exc}")
+            return job.module, QolaError(f"module {job.module}: cannot run its generators: {exc}")
 
+    files: dict[str, Generated] = {}
+    out = dict(results)
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(gen_jobs)))) as pool:
-        for name, res, exc in pool.map(one, gen_jobs):
-            r = results[name]
-            if exc is not None:
-                fail(r, exc)
+        for name, res in pool.map(one, gen_jobs):
+            if isinstance(res, QolaError):
+                out[name] = out[name].failed(res)
                 on_event(f"generator failed for {name}")
                 continue
-            r.warnings += res.warnings
-            r.log += [f"warning: {w}" for w in res.warnings]
-            r.log += res.output.splitlines()  # what its generators printed (head and tail past proc.LOG_KEEP)
-            generated[name] = Generated(res.sources, res.groups)
-            r.codegen_seconds = res.seconds
+            # what its generators printed (head and tail past proc.LOG_KEEP)
+            r = out[name].noted(res.warnings, res.output.splitlines())
+            out[name] = dataclasses.replace(r, codegen_seconds=res.seconds)
+            files[name] = Generated(res.sources, res.groups)
             on_event(f"{'generated' if not res.skipped else 'up to date'}: {name} ({len(res.sources)} sources)")
-    return generated
+    return Generation(files, out, (note,) if note else ())
 
 
 def sources(
-    plan: Plan, generated: Mapping[str, Generated], results: dict[str, ModuleResult], layout: BuildLayout
-) -> dict[str, ModuleSources]:
-    """Each buildable module's source list; its result gets the counts, instances and artifact path.
-    A module without a source fails."""
+    stage: Stage, generated: Mapping[str, Generated], results: Results
+) -> tuple[dict[str, ModuleSources], dict[str, ModuleResult]]:
+    """(each buildable module's source list, every module's result: with the counts, instances and
+    artifact path). A module without a source fails."""
     out: dict[str, ModuleSources] = {}
-    for mod in plan.modules:
-        r = results[mod.name]
-        if r.status == Status.FAILED:
+    done = dict(results)
+    for mod in stage.plan.modules:
+        if results[mod.name].status == Status.FAILED:
             continue
-        made = generated.get(mod.name) or Generated(())
-        gen, groups = made.files, made.groups
-        if unused := _unused_dispatch(mod, gen):
-            gen = tuple(s for s in gen if s not in unused)
-            groups = tuple(tuple(s for s in g if s not in unused) for g in groups)
-            r.log += [f"not compiled: {Path(s).name} (a dropped direction's dispatch no source calls)" for s in unused]
-        r.sources, r.generated = len(mod.sources), len(gen)
-        r.instances = tuple(sorted(Path(s).stem for s in gen))
-        if not mod.sources and not gen:
-            r.status, r.error = Status.FAILED, "the module has no sources (table srcs empty and no generated files)"
-            continue
-        if mod.gates:  # a source gating its kernels on a registry switch left off (qola.plan.needs)
-            flags = [*(mod.flags_extra_cc if plan.vendor == "hip" else ()), *mod.flags_extra_hip]
-            off = needs.off_switches(mod.gates, flags, {s: mod.flags_for(s) for s, _ in mod.gates})
-            if off:
-                every = all(len(names) == len(dict(mod.gates)[src]) for src, names in off)
-                fail(
-                    r,
-                    QolaError(
-                        needs.off_message(mod.name, off, every),
-                        hint="define them to 1 (qola's registry adds -D<NAME>=1 unless the table or the "
-                        "manifest defines the switch; remove the manifest's -D<NAME>=0)",
-                    ),
+        src, done[mod.name] = _sources_of(mod, stage, generated.get(mod.name) or Generated(()), results[mod.name])
+        if src is not None:
+            out[mod.name] = src
+    return out, done
+
+
+def _sources_of(
+    mod: ModulePlan, stage: Stage, made: Generated, r: ModuleResult
+) -> tuple[ModuleSources | None, ModuleResult]:
+    """(``mod``'s source list, or None: it fails; its result)."""
+    gen, groups = made.files, made.groups
+    if unused := _unused_dispatch(mod, gen):
+        gen = tuple(s for s in gen if s not in unused)
+        groups = tuple(tuple(s for s in g if s not in unused) for g in groups)
+        r = r.noted(
+            log=[f"not compiled: {Path(s).name} (a dropped direction's dispatch no source calls)" for s in unused]
+        )
+    r = dataclasses.replace(
+        r, sources=len(mod.sources), generated=len(gen), instances=tuple(sorted(Path(s).stem for s in gen))
+    )
+    if not mod.sources and not gen:
+        return None, dataclasses.replace(
+            r, status=Status.FAILED, error="the module has no sources (table srcs empty and no generated files)"
+        )
+    if mod.gates:  # a source gating its kernels on a registry switch left off (qola.plan.needs)
+        flags = [*(mod.flags_extra_cc if stage.plan.vendor == "hip" else ()), *mod.flags_extra_hip]
+        off = needs.off_switches(mod.gates, flags, {s: mod.flags_for(s) for s, _ in mod.gates})
+        if off:
+            every = all(len(names) == len(dict(mod.gates)[src]) for src, names in off)
+            return None, r.failed(
+                QolaError(
+                    needs.off_message(mod.name, off, every),
+                    hint="define them to 1 (qola's registry adds -D<NAME>=1 unless the table or the "
+                    "manifest defines the switch; remove the manifest's -D<NAME>=0)",
                 )
-                continue
-        try:  # names from the table never leave the build dir (checked at plan time too)
-            r.artifact = layout.artifact(mod.artifact_name)
-            layout.obj_dir(mod.name)
-        except QolaError as exc:
-            fail(r, exc)
-            continue
-        out[mod.name] = ModuleSources(tuple(mod.sources), gen, groups)
-    return out
+            )
+    try:  # names from the table never leave the build dir (checked at plan time too)
+        r = dataclasses.replace(r, artifact=stage.layout.artifact(mod.artifact_name))
+        stage.layout.obj_dir(mod.name)
+    except QolaError as exc:
+        return None, r.failed(exc)
+    return ModuleSources(tuple(mod.sources), gen, groups), r
 
 
 MAX_SCANNED = 64 << 20  # a source read to see whether it calls a dropped direction's dispatch
@@ -289,9 +249,7 @@ def _source_archs(src: ModuleSources, archs: tuple[str, ...]) -> dict[str, tuple
 
 
 def graph_for(
-    plan: Plan,
-    tc: Toolchain,
-    layout: BuildLayout,
+    stage: Stage,
     srcs: Mapping[str, ModuleSources],
     extras: Mapping[str, ModuleExtra],
     *,
@@ -304,13 +262,40 @@ def graph_for(
     HIP: each compile edge names its own device passes (``$archs``, after ``$flags``): a generated file
     the archs it holds device code for (:func:`qola.plan.genrules.source_archs`: CK's ``…_gfx9`` file no
     gfx950 pass), every other source all the build's archs; the module's flags name none."""
-    per_file = tc.kind == "hip"
-    every = tuple(arch_flags(tc.archs)) if per_file else ()
-    cc = ([launcher] if launcher else []) + tc.compile_argv(
-        "$in", "$out", "$out.d", ["$flags", "$archs"] if per_file else ["$flags"]
+    plan, tc, layout = stage.plan, stage.tc, stage.layout
+    variables: dict[str, str] = {}
+    targets: list[ninja.Target] = []
+    edges: list[ninja.Edge] = []
+    paths = PathMap.of(plan.tree_root, layout.root)
+    for mod in plan.modules:
+        if mod.name not in srcs:
+            continue
+        more = extras.get(mod.name) or ModuleExtra()
+        var = f"flags_{mod.name}"
+        variables[var] = ninja.escape_flags(_module_var(mod, stage, more) + tc.prefix_map_flags(paths.compiler_maps))
+        edges += more.edges
+        targets.append(_target(mod, stage, srcs[mod.name], more, var=var, paths=paths))
+    return ninja.Graph(
+        rules={**_rules(tc, launcher), **(rules or {})},
+        variables=variables,
+        targets=tuple(targets),
+        extra_edges=tuple(edges),
+        priority=_priorities(plan, targets, layout.root),
+        stamp=identity.STAMP,
     )
+
+
+def _every(tc: Toolchain) -> tuple[str, ...]:
+    """HIP: the device passes of every arch of the build (each compile edge names its own); else none."""
+    return tuple(arch_flags(tc.archs)) if tc.kind == "hip" else ()
+
+
+def _rules(tc: Toolchain, launcher: str | None) -> dict[str, Mapping[str, str]]:
+    """The compile and link rules of every module (``launcher``: in front of each compile)."""
+    extra = ["$flags", "$archs"] if tc.kind == "hip" else ["$flags"]
+    cc = ([launcher] if launcher else []) + tc.compile_argv("$in", "$out", "$out.d", extra)
     link = tc.shared_link_argv("$out.rsp", "$out", ["$ldflags"])
-    all_rules: dict[str, Mapping[str, str]] = {
+    return {
         "cc": {
             "command": ninja.command_template(cc),
             "description": "CC $module $in",
@@ -323,55 +308,45 @@ def graph_for(
             "rspfile": "$out.rsp",
             "rspfile_content": "$in_newline",
         },
-        **(rules or {}),
     }
-    variables: dict[str, str] = {}
-    targets = []
-    edges: list[tuple] = []
-    paths = PathMap.of(plan.tree_root, layout.root)
-    for mod in plan.modules:
-        if mod.name not in srcs:
-            continue
-        more = extras.get(mod.name) or ModuleExtra()
-        var = f"flags_{mod.name}"
-        flags = module_flags(mod, tc, layout.blob(mod.name), layout.include) + list(more.cflags)
-        flags = [f for f in flags if f not in every]  # each edge names its own ($archs)
-        variables[var] = ninja.escape_flags(flags + tc.prefix_map_flags(paths.compiler_maps))
-        served = _source_archs(srcs[mod.name], tc.archs) if per_file else {}
-        compiles = tuple(
-            ninja.Compile(
-                s,
-                object_path(mod.name, s),
-                var,
-                tuple(_split(mod.flags_for(s)) + list(more.flags_for(s)) + unit_flags(tc, paths, mod.name, s)),
-                tuple(arch_flags(served[s])) if s in served else every,
-            )
-            for s in more.sources(srcs[mod.name].all)
+
+
+def _module_var(mod: ModulePlan, stage: Stage, more: ModuleExtra) -> list[str]:
+    """The flags every compile of ``mod`` shares (its ``flags_<module>`` variable), less the device passes."""
+    every = _every(stage.tc)
+    flags = module_flags(mod, stage.tc, stage.layout.blob(mod.name), stage.layout.include) + list(more.cflags)
+    return [f for f in flags if f not in every]  # each edge names its own ($archs)
+
+
+def _target(
+    mod: ModulePlan, stage: Stage, src: ModuleSources, more: ModuleExtra, *, var: str, paths: PathMap
+) -> ninja.Target:
+    """``mod``'s compile edges (each with its own flags and device passes) and its link."""
+    tc, every = stage.tc, _every(stage.tc)
+    served = _source_archs(src, tc.archs) if tc.kind == "hip" else {}
+    compiles = tuple(
+        ninja.Compile(
+            s,
+            object_path(mod.name, s),
+            var,
+            tuple(_split(mod.flags_for(s)) + list(more.flags_for(s)) + unit_flags(tc, paths, mod.name, s)),
+            tuple(arch_flags(served[s])) if s in served else every,
         )
-        edges += [(e.rule, e.out, e.inputs, dict(e.variables)) for e in more.edges]
-        targets.append(
-            ninja.Target(
-                module=mod.name,
-                artifact=layout.artifact_rel(mod.artifact_name),
-                compiles=compiles,
-                rule=more.rule or "link",
-                ldflags=tuple(module_ldflags(mod, tc)) + more.ldflags,
-                extra_inputs=more.extra_inputs,
-                implicit=more.implicit,
-                variables=more.variables,
-            )
-        )
-    return ninja.Graph(
-        rules=all_rules,
-        variables=variables,
-        targets=tuple(targets),
-        extra_edges=tuple(edges),
-        priority=_priorities(plan, targets, layout.root),
-        stamp=identity.STAMP,
+        for s in more.sources(src.all)
+    )
+    return ninja.Target(
+        module=mod.name,
+        artifact=stage.layout.artifact_rel(mod.artifact_name),
+        compiles=compiles,
+        rule=more.rule or "link",
+        ldflags=tuple(module_ldflags(mod, tc)) + more.ldflags,
+        extra_inputs=more.extra_inputs,
+        implicit=more.implicit,
+        variables=more.variables,
     )
 
 
-def _priorities(plan: Plan, targets: list, build_dir: Path) -> dict[str, float]:
+def _priorities(plan: Plan, targets: list[ninja.Target], build_dir: Path) -> dict[str, float]:
     """Expected compile seconds per object: the last build's time when known, else a guess — a module's
     own sources (entry points including pybind11 or torch) before generated instances."""
     last = ninja.compile_times(build_dir)
@@ -386,101 +361,60 @@ def _priorities(plan: Plan, targets: list, build_dir: Path) -> dict[str, float]:
     return prio
 
 
-def compile_graph(
-    plan: Plan,
-    tc: Toolchain,
-    layout: BuildLayout,
-    graph: ninja.Graph,
-    results: dict[str, ModuleResult],
-    *,
-    jobs: int,
-    env: Mapping[str, str] | ChildEnv,
-    stamp_env: Mapping[str, str] | None = None,
-    dry_run: bool = False,
-    verbose: bool = False,
-    on_status: Callable[[int, int, str], None] | None = None,
-    notes: list[str] | None = None,
-    start: float | None = None,
-) -> CompileReport:
-    """Write the toolchain stamp and ``build.ninja``, run ninja (``-k 0``) under ``env`` (the
-    children's environment) and sort its outcome into the modules' results (``dry_run``: ``ninja
-    -n``, every module "planned"). ``stamp_env``: what the stamp reads (PATH and
-    :data:`qola.toolchain.identity.COMPILER_ENV`; default: ``env``, a mapping)."""
-    start = time.perf_counter() if start is None else start
+@dataclass(frozen=True)
+class CompileRun:
+    """How :func:`compile_graph` runs ninja. ``env``: the children's environment; ``stamp_env``: what
+    the toolchain stamp reads (PATH and :data:`qola.toolchain.identity.COMPILER_ENV`; default:
+    ``env``, a mapping); ``dry_run``: ``ninja -n``, every module "planned"; ``notes``: the build's
+    notes so far (the report carries them); ``start``: when the build began (default: now)."""
+
+    jobs: int
+    env: Mapping[str, str] | ChildEnv
+    stamp_env: Mapping[str, str] | None = None
+    dry_run: bool = False
+    verbose: bool = False
+    on_status: Callable[[int, int, str], None] | None = None
+    notes: tuple[str, ...] = ()
+    start: float | None = None
+
+
+def compile_graph(stage: Stage, graph: ninja.Graph, results: Results, how: CompileRun) -> CompileReport:
+    """Write the toolchain stamp and ``build.ninja``, run ninja (``-k 0``) as ``how`` says and sort
+    its outcome into the modules' results (:func:`qola.compile.results.settle`)."""
+    tc, layout = stage.tc, stage.layout
+    start = time.perf_counter() if how.start is None else how.start
     # the compilers' identity and environment: a replaced compiler or a changed NVCC_APPEND_FLAGS
     # rebuilds every edge, though no command line changed
-    read = stamp_env if stamp_env is not None else env if isinstance(env, Mapping) else {}
+    env = how.env
+    read = how.stamp_env if how.stamp_env is not None else env if isinstance(env, Mapping) else {}
     identity.write_stamp(layout.root, identity.stamp_text(tc, {**read, **tc.child_env}))
     ninja.write(graph, layout.graph)
-    owners = {t.artifact: t.module for t in graph.targets}
-    owners.update({c.obj: t.module for t in graph.targets for c in t.compiles})
-    owners.update({e[1]: e[3].get("module") for e in graph.extra_edges if len(e) > 3 and e[3]})
+    owners = graph.owners()
     log_mark = ninja.log_length(layout.root)
     outcome = ninja.run(
         layout.root,
-        jobs=jobs,
-        env=ChildEnv.of(env).plus(tc.child_env),
-        owner=owners.get,
-        targets=[f"module_{t.module}" for t in graph.targets],
-        dry_run=dry_run,
-        verbose=verbose,
-        on_status=on_status,
+        ninja.RunOptions(
+            jobs=how.jobs,
+            env=ChildEnv.of(env).plus(tc.child_env),
+            owner=owners.get,
+            targets=tuple(f"module_{t.module}" for t in graph.targets),
+            dry_run=how.dry_run,
+            verbose=how.verbose,
+            on_status=how.on_status,
+        ),
     )
     times = ninja.compile_times(layout.root, log_mark)
     seconds = {
         t.module: sum(times.get(c.obj, 0.0) for c in t.compiles) + times.get(t.artifact, 0.0) for t in graph.targets
     }
-    settle(
-        results,
-        outcome,
-        {t.module: t.artifact for t in graph.targets},
-        seconds,
-        layout.root,
-        owner=owners.get,
-        dry_run=dry_run,
-    )
+    artifacts = {t.module: t.artifact for t in graph.targets}
+    settled = settle(results, Ran(outcome, artifacts, seconds, layout.root, owners.get, how.dry_run))
     return CompileReport(
-        plan, tc, list(results.values()), layout.root, time.perf_counter() - start, outcome.log, list(notes or [])
+        stage.plan,
+        tc,
+        tuple(settled.values()),
+        layout.root,
+        time.perf_counter() - start,
+        tuple(outcome.log),
+        how.notes,
     )
-
-
-def settle(
-    results: Mapping[str, ModuleResult],
-    outcome: ninja.NinjaRun,
-    artifacts: Mapping[str, str],
-    seconds: Mapping[str, float],
-    root: Path,
-    *,
-    owner: Callable[[str], str | None],
-    dry_run: bool = False,
-) -> None:
-    """Sort ninja's outcome into the results of the modules it built (``artifacts``: module -> its
-    artifact, relative to ``root``): each gets its output lines and seconds, and is built, failed
-    (a failed edge of its own, or no artifact) or, in a dry run, planned."""
-    failed_mods = {owner(o) for o in outcome.failed_outputs}
-    for name, artifact in artifacts.items():
-        r = results[name]
-        r.log += outcome.lines_by_module.get(name, [])
-        r.seconds = r.codegen_seconds + seconds.get(name, 0.0)
-        if dry_run:
-            r.status = Status.PLANNED
-        elif name in failed_mods or not (root / artifact).is_file():
-            r.status = Status.FAILED
-            first = next((ln for ln in r.log if "error" in ln.lower()), None) or (r.log[0] if r.log else "")
-            r.error = r.error or (first.strip()[:300] or f"ninja exited {outcome.returncode}")
-            r.detail = r.detail or _failed_excerpt(r.log)
-        else:
-            r.status = Status.BUILT
-    if (
-        outcome.returncode != 0
-        and not failed_mods
-        and not dry_run
-        and all(r.status == Status.BUILT for r in results.values())
-    ):
-        raise QolaError("ninja failed without naming a failed edge:\n" + "\n".join(outcome.log[-20:]))
-
-
-def _failed_excerpt(log: list[str]) -> str | None:
-    """From ninja's first ``FAILED:`` line of a module on (the command and the compiler's output), bounded."""
-    at = next((i for i, ln in enumerate(log) if ln.startswith("FAILED: ")), None)
-    return None if at is None else "error: " + tail("\n".join(log[at:]))

@@ -84,7 +84,7 @@ def _find(name: str, dirs: Iterable[str]) -> Path | None:
     return None
 
 
-def unresolved(path: str | os.PathLike, lib_dirs: Sequence[str] = ()) -> list[str] | None:
+def unresolved(path: str | os.PathLike[str], lib_dirs: Sequence[str] = ()) -> list[str] | None:
     """The undefined, non-weak dynamic symbols of the shared library ``path`` that no library of its
     ``DT_NEEDED`` closure defines (mangled, sorted); None when a needed library cannot be found."""
     path = Path(path)

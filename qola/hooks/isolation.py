@@ -8,16 +8,19 @@ those name; :func:`shared_files` are the files every module's compiles and links
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from qola import __version__
+from qola.compile import ninja
 from qola.compile.elf import MAX_SHOWN, audit_artifact, demangle
-from qola.compile.extras import Edge, FileWrite, ModuleExtra
+from qola.compile.extras import FileWrite, ModuleExtra
 from qola.compile.layout import BuildLayout, object_path
-from qola.compile.link import archive_steps, library_ldflags, python_module_ldflags, version_script
-from qola.compile.steps import CompileReport, fail
+from qola.compile.link import Archiving, archive_steps, library_ldflags, python_module_ldflags, version_script
+from qola.compile.results import CompileReport, ModuleResult, Status
 from qola.compile.unresolved import unresolved
 from qola.core import inputs
 from qola.core.errors import BuildFailed, QolaError
@@ -59,6 +62,16 @@ def headers(plan: Plan, layout: BuildLayout) -> list[Path]:
     return [w.path for w in shared_files(plan, layout)[:2]]
 
 
+@dataclass(frozen=True)
+class Linking:
+    """How a library is linked: ``isolate`` (the isolation contract, :func:`isolated`) and
+    ``discard_locals`` (:attr:`qola.toolchain.Toolchain.discard_locals`: a static archive drops its
+    local symbols)."""
+
+    isolate: bool = True
+    discard_locals: bool = False
+
+
 def extra(
     mod: ModulePlan,
     sources: Sequence[str],
@@ -66,69 +79,19 @@ def extra(
     plan: Plan,
     layout: BuildLayout,
     *,
-    isolate: bool = True,
-    discard_locals: bool = False,
+    how: Linking = Linking(),
 ) -> ModuleExtra:
     """What isolation and embedding add to ``mod``, whose ``sources`` (table and generated) are
     compiled as ``inner`` (the JIT's extra) changes them; its static archive holds ``inner``'s
-    objects too, and ``inner.localize_hidden`` makes the archive's hidden symbols local;
-    ``discard_locals`` (:attr:`qola.toolchain.Toolchain.discard_locals`) drops its local symbols."""
-    ns = plan.namespace
-    edges: list[Edge] = []
-    inputs: list[str] = []
-    cflags: list[str] = []
-    writes: list[FileWrite] = []
-    ldflags: list[str] = []
-    warnings: tuple[str, ...] = ()
-    if mod.embed:
-        warnings, files, texts = _embed(
-            mod, Path(plan.meta_dir) / "hsa", plan.archs, layout.embed_dir(mod.name), ns, layout.blob(mod.name)
-        )
-        obj = layout.embed_object(mod.name)
-        edges.append(Edge("asm", obj, (str(files.asm),), (("module", mod.name),)))
-        inputs.append(obj)
-        cflags += [f"-I{files.header.parent}", embed.aiter_define(mod.name)]
-        writes += [FileWrite(p, t) for p, t in texts]
-        ldflags += embed.keep_ldflags(ns, mod.name)  # in the library even where no code looks them up
-    added: tuple[str, ...] = ()
-    if mod.api is not None and mod.mode == "cpp_itfs":
-        api_dir = layout.itfs_dir(mod.name)
-        wrapper = api_dir / itfs.wrapper_name(mod.name)
-        writes += [
-            FileWrite(api_dir / mod.api.public_header, itfs.render_header(mod.api, ns, mod.name, mod.api.header)),
-            FileWrite(wrapper, itfs.render_wrapper(mod.api, ns, mod.name)),
-        ]
-        cflags.append(f"-I{api_dir}")
-        added = (str(wrapper),)
-    own = ModuleExtra(
-        cflags=tuple(cflags),
-        ldflags=tuple(ldflags),
-        edges=tuple(edges),
-        extra_inputs=tuple(inputs),
-        writes=tuple(writes),
-        warnings=warnings,
-        add_sources=added,
-    )
+    objects too, and ``inner.localize_hidden`` makes the archive's hidden symbols local."""
+    own = _embedded(mod, plan, layout).then(_api(mod, plan, layout))
     if mod.link == "static" and not mod.is_python_module:
-        objs = [
-            layout.root / o for o in _objects(mod, (*inner.sources(sources), *added), (*inputs, *inner.extra_inputs))
-        ]
-        steps, rsp, text = archive_steps(
-            objs,
-            layout.artifact(mod.artifact_name),
-            ns,
-            layout.archive_work(mod.name),
-            isolate=isolate and isolated(mod),
-            localize_hidden=inner.localize_hidden and isolate and isolated(mod),
-            discard_locals=discard_locals,
-        )
-        link = ModuleExtra(
-            rule="archive",
-            variables=(("archive_cmd", " && ".join(shlex.join(s) for s in steps)),),
-            writes=(FileWrite(rsp, text),),
-        )
-    elif isolate and isolated(mod):
-        vscript = layout.version_script(ns)
+        compiled = (*inner.sources(sources), *own.add_sources)
+        objs = [layout.root / o for o in _objects(mod, compiled, (*own.extra_inputs, *inner.extra_inputs))]
+        return own.then(_archive(mod, objs, layout, plan.namespace, localize_hidden=inner.localize_hidden, how=how))
+    isolate = how.isolate
+    if isolate and isolated(mod):
+        vscript = layout.version_script(plan.namespace)
         link = ModuleExtra(ldflags=tuple(library_ldflags(vscript, f"{mod.md_name}.so")), implicit=(str(vscript),))
     elif isolate and mod.is_python_module:  # a Python module needs nothing but its init function
         pyscript = layout.python_version_script(mod.md_name)
@@ -141,6 +104,60 @@ def extra(
     else:
         link = ModuleExtra()
     return own.then(link)
+
+
+def _embedded(mod: ModulePlan, plan: Plan, layout: BuildLayout) -> ModuleExtra:
+    """``mod``'s embedded code objects (``embed = [...]``): their assembly's edge and object, the
+    header's include dir, the files, the linker flags that keep them."""
+    if not mod.embed:
+        return ModuleExtra()
+    ns = plan.namespace
+    warnings, files, texts = _embed(mod, plan, layout)
+    obj = layout.embed_object(mod.name)
+    return ModuleExtra(
+        cflags=(f"-I{files.header.parent}", embed.aiter_define(mod.name)),
+        ldflags=tuple(embed.keep_ldflags(ns, mod.name)),  # in the library even where no code looks them up
+        edges=(ninja.Edge("asm", obj, (str(files.asm),), (("module", mod.name),)),),
+        extra_inputs=(obj,),
+        writes=tuple(FileWrite(p, t) for p, t in texts),
+        warnings=warnings,
+    )
+
+
+def _api(mod: ModulePlan, plan: Plan, layout: BuildLayout) -> ModuleExtra:
+    """A cpp_itfs module's public header and the wrapper compiled into it (its API, when it has one)."""
+    if mod.api is None or mod.mode != "cpp_itfs":
+        return ModuleExtra()
+    ns, api_dir = plan.namespace, layout.itfs_dir(mod.name)
+    wrapper = api_dir / itfs.wrapper_name(mod.name)
+    return ModuleExtra(
+        cflags=(f"-I{api_dir}",),
+        writes=(
+            FileWrite(api_dir / mod.api.public_header, itfs.render_header(mod.api, ns, mod.name, mod.api.header)),
+            FileWrite(wrapper, itfs.render_wrapper(mod.api, ns, mod.name)),
+        ),
+        add_sources=(str(wrapper),),
+    )
+
+
+def _archive(
+    mod: ModulePlan, objs: list[Path], layout: BuildLayout, ns: str, *, localize_hidden: bool, how: Linking
+) -> ModuleExtra:
+    """A static library's link: the archive steps over ``objs``, made local as the isolation
+    contract says (``localize_hidden``: the JIT runtime's hidden symbols too)."""
+    isolate = how.isolate and isolated(mod)
+    steps, rsp, text = archive_steps(
+        objs,
+        layout.artifact(mod.artifact_name),
+        ns,
+        layout.archive_work(mod.name),
+        how=Archiving(isolate=isolate, localize_hidden=localize_hidden and isolate, discard_locals=how.discard_locals),
+    )
+    return ModuleExtra(
+        rule="archive",
+        variables=(("archive_cmd", " && ".join(shlex.join(s) for s in steps)),),
+        writes=(FileWrite(rsp, text),),
+    )
 
 
 def _check_tables(mod: ModulePlan, blob_dir: Path, keys: list[str], archs: tuple[str, ...]) -> None:
@@ -165,12 +182,13 @@ def _check_tables(mod: ModulePlan, blob_dir: Path, keys: list[str], archs: tuple
 
 
 def _embed(
-    mod: ModulePlan, hsa: Path, archs: tuple[str, ...], out: Path, ns: str, blob_dir: Path
+    mod: ModulePlan, plan: Plan, layout: BuildLayout
 ) -> tuple[tuple[str, ...], embed.EmbedFiles, list[tuple[Path, str]]]:
     """(warnings, the module's embed files, their texts). An arch the tree has no ``hsa/<arch>/``
     for (AITER ships no assembly kernels for it, and skips their generators) contributes nothing,
     with a warning; with no arch left the module embeds an empty set (its header and lookup still
     exist)."""
+    hsa, archs, ns = Path(plan.meta_dir) / "hsa", plan.archs, plan.namespace
     present = [a for a in archs if (hsa / a).is_dir()]
     warnings = tuple(
         f"module {mod.name}: {hsa / arch} does not exist: nothing of {', '.join(mod.embed)} embedded for {arch}"
@@ -179,8 +197,8 @@ def _embed(
     )
     embed.check_names(ns, mod.name)
     blobs = embed.collect(hsa, present, list(mod.embed)) if present else []
-    _check_tables(mod, blob_dir, [b.key for b in blobs], archs)
-    files, texts = embed.texts(embed.render(blobs, ns, mod.name), out)
+    _check_tables(mod, layout.blob(mod.name), [b.key for b in blobs], archs)
+    files, texts = embed.texts(embed.render(blobs, ns, mod.name), layout.embed_dir(mod.name))
     return warnings, files, texts
 
 
@@ -190,28 +208,32 @@ def _objects(mod: ModulePlan, compiled: Sequence[str], inputs: Sequence[str]) ->
     return objs + [o for o in dict.fromkeys(inputs) if o not in objs]
 
 
-def audit(report: CompileReport, plan: Plan, only: Collection[str] | None = None) -> None:
-    """Audit every built library (``only``: of these modules; the others keep their exports); a leak
-    fails its module (and keeps it out of OUT)."""
+def audit(report: CompileReport, plan: Plan, only: Collection[str] | None = None) -> CompileReport:
+    """``report`` with every built library audited (``only``: of these modules; the others keep
+    their exports): each gets its exports; a leak fails its module (and keeps it out of OUT)."""
     mods = {m.name: m for m in plan.modules}
-    for r in report.modules:
-        if r.status != "built" or r.artifact is None or (only is not None and r.name not in only):
-            continue
-        mod = mods[r.name]
-        extra = (f"PyInit_{mod.md_name}",) if mod.is_python_module else ()
-        try:
-            result = audit_artifact(
-                r.artifact, plan.namespace, extra=extra, check=isolated(mod) or mod.is_python_module
-            )
-            off = kernels.switch_problems(r.artifact, mod.name) if mod.gates else []
-            if off:
-                raise BuildFailed("\n".join(off), hint="a library that cannot compute is not published")
-            if not mod.is_python_module and r.artifact.suffix != ".a":
-                _check_resolved(r.artifact, report.toolchain.lib_dirs)
-        except QolaError as exc:
-            fail(r, exc)
-            continue
-        r.exports = sorted(s.name for s in result.exports)
+    audited = {
+        r.name: _audited(r, mods[r.name], plan.namespace, report.toolchain.lib_dirs)
+        for r in report.modules
+        if r.status == Status.BUILT and r.artifact is not None and (only is None or r.name in only)
+    }
+    return report.with_modules(audited)
+
+
+def _audited(r: ModuleResult, mod: ModulePlan, namespace: str, lib_dirs: Sequence[str]) -> ModuleResult:
+    """``r`` (a built library) with its exports, or failed by what its audit found."""
+    assert r.artifact is not None
+    extra = (f"PyInit_{mod.md_name}",) if mod.is_python_module else ()
+    try:
+        result = audit_artifact(r.artifact, namespace, extra=extra, check=isolated(mod) or mod.is_python_module)
+        off = kernels.switch_problems(r.artifact, mod.name) if mod.gates else []
+        if off:
+            raise BuildFailed("\n".join(off), hint="a library that cannot compute is not published")
+        if not mod.is_python_module and r.artifact.suffix != ".a":
+            _check_resolved(r.artifact, lib_dirs)
+    except QolaError as exc:
+        return r.failed(exc)
+    return dataclasses.replace(r, exports=tuple(sorted(s.name for s in result.exports)))
 
 
 def _check_resolved(artifact: Path, lib_dirs: Sequence[str]) -> None:
@@ -241,7 +263,7 @@ def module_headers(report: CompileReport, plan: Plan, layout: BuildLayout) -> tu
             own.append(layout.itfs_dir(mod.name) / mod.api.public_header)
         if mod.embed:
             own.append(embed.files_in(layout.embed_dir(mod.name), mod.name).header)
-        (built if status.get(mod.name) == "built" else failed).extend(own)
+        (built if status.get(mod.name) == Status.BUILT else failed).extend(own)
     keep = {h.name for h in built}
     return built, sorted({h.name for h in failed} - keep)
 
@@ -259,11 +281,11 @@ def consumers(report: CompileReport, plan: Plan, tc: Toolchain) -> dict[str, str
             tuple(tc.lib_dirs),
         )
         for r in report.modules
-        if r.status == "built" and r.artifact is not None and not mods[r.name].is_python_module
+        if r.status == Status.BUILT and r.artifact is not None and not mods[r.name].is_python_module
     ]
     if entries:
         return dict(consumer_files(plan.namespace, entries, __version__))
-    if any(r.status != "built" and not mods[r.name].is_python_module for r in report.modules):
+    if any(r.status != Status.BUILT and not mods[r.name].is_python_module for r in report.modules):
         # every library failed: the consumer files of an earlier build would name them
         return {rel: None for rel in consumer_files(plan.namespace, [], __version__) if not rel.startswith("include/")}
     return {}

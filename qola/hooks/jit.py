@@ -34,16 +34,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qola.compile import ninja
-from qola.compile.extras import Edge, FileWrite, ModuleExtra, TreeWrite
+from qola.compile.extras import FileWrite, ModuleExtra, TreeWrite
 from qola.compile.layout import BuildLayout, object_path
-from qola.compile.steps import CompileReport, module_flags
+from qola.compile.results import CompileReport, Status
+from qola.compile.steps import Stage, module_flags
 from qola.core import inputs
 from qola.core.errors import QolaError
+from qola.jit import key as jkey
+from qola.jit import layout as jlayout
 from qola.plan.model import JitSplit, ModulePlan, Plan
 from qola.toolchain import Toolchain
 
 if TYPE_CHECKING:
-    from qola.jit.key import JitCompiler
     from qola.plan.manifest import Manifest
     from qola.plan.variants import GenEnv
     from qola.toolchain.env import ToolchainEnv
@@ -122,7 +124,7 @@ def plan_jit(plan: Plan, manifest: Manifest, env: GenEnv) -> Plan:
 
 def _style(mod: ModulePlan) -> str:
     """The stub style (what a stub returns when the JIT cannot give it its function)."""
-    from qola.plan import variants  # lazy: paid only by the callers that need it
+    from qola.plan import variants  # lazy: the incremental path publishes without the planner (pydantic)
 
     if any(variants.flavor_of(g) == "ck" for g in mod.generators):
         return "ck_fmha"
@@ -181,7 +183,7 @@ def rules(tc: Toolchain) -> dict[str, dict[str, str]]:
 
 def split(mod: ModulePlan, generated: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(stems built ahead, deferred files) of ``mod``'s generated files under its JIT split."""
-    from qola.plan import variants  # lazy: paid only by the callers that need it
+    from qola.plan import variants  # lazy: the incremental path publishes without the planner (pydantic)
 
     assert mod.jit is not None
     ahead = set(mod.jit.ahead)
@@ -194,10 +196,8 @@ def split(mod: ModulePlan, generated: Sequence[str]) -> tuple[tuple[str, ...], t
 def extra(
     mod: ModulePlan,
     generated: Sequence[str],
-    plan: Plan,
-    tc: Toolchain,
-    layout: BuildLayout,
-    compiler: Callable[[], JitCompiler],
+    stage: Stage,
+    compiler: Callable[[], jkey.JitCompiler],
     build_key: str = "",
 ) -> ModuleExtra:
     """What deferring ``mod``'s non-AOT instances and recording its ahead ones (``record_ahead``) add
@@ -206,27 +206,71 @@ def extra(
     on first need); ``build_key``: the output's, for usage records (docs/usage.md)."""
     if mod.jit is None and not mod.record_ahead:
         return ModuleExtra()
-    from qola.jit import key as jkey  # lazy: paid only by the callers that need it
-    from qola.jit import layout as jlayout  # lazy: paid only by the callers that need it
-
-    if mod.jit is not None:
-        aot, deferred = split(mod, generated)
-        if mod.jit.declared and not set(mod.jit.ahead) & {Path(f).stem for f in generated}:
-            raise QolaError(
-                f"[jit.aot] selects no instance that module {mod.name}'s generators write",
-                hint="check the [jit.aot] tables against the top-level variants / receipt",
-            )
-    else:  # record_ahead without [jit]: every instance is ahead, nothing deferred
-        aot, deferred = (), ()
+    aot, deferred = _deferred(mod, generated)
     recorded = _recorded(generated, deferred) if mod.record_ahead else ()
     if not deferred and not recorded:
         return ModuleExtra()
+    spec = _spec(mod, stage, deferred, compiler, build_key)
+    layout = stage.layout
+    files = jlayout.render_jit_module(
+        spec,
+        [(Path(f).stem, Path(f)) for f in deferred],
+        out_jit=layout.jit_out,
+        stub_dir=layout.jit_stubs(mod.md_name),
+        batch=STUB_BATCH,
+        ahead=jlayout.Ahead([(Path(f).stem, Path(f)) for f in recorded], layout.jit_ahead(mod.md_name)),
+    )
+    out = files.output
+    edges = _runtime_edges(mod.name, out, layout.include)
+    record = None
+    if deferred:
+        deferred_names = tuple(sorted(Path(f).stem for f in deferred))
+        record = JitRecord(mod.md_name, out.jit_dir, aot, deferred_names, spec.style, spec.compiler.path)
+    # a copy's quoted includes resolve from its original's dir, as the original's did
+    originals = tuple((str(copy), (_quote_dir(stage.tc.kind, orig.parent),)) for orig, copy in out.ahead)
+    as_given = {Path(f): f for f in recorded}
+    return ModuleExtra(
+        drop_sources=(*deferred, *(as_given[orig] for orig, _ in out.ahead)),
+        add_sources=(*(str(p) for p in out.stub_sources), *(str(copy) for _, copy in out.ahead)),
+        cflags=(f"-I{out.include_dir}",),
+        source_flags=originals,
+        edges=edges,
+        extra_inputs=tuple(e.out for e in edges),
+        ldflags=("-ldl",),
+        localize_hidden=True,
+        writes=tuple(FileWrite(p, t) for p, t in files.sources),
+        trees=(TreeWrite(out.jit_dir, files.tree),) if deferred else (),
+        jit=record,
+    )
+
+
+def _deferred(mod: ModulePlan, generated: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(stems built ahead, deferred files) of ``mod`` (nothing deferred without ``[jit]``:
+    ``record_ahead`` alone builds every instance ahead). Refused: a ``[jit.aot]`` that selects none
+    of the generated instances."""
+    if mod.jit is None:
+        return (), ()
+    aot, deferred = split(mod, generated)
+    if mod.jit.declared and not set(mod.jit.ahead) & {Path(f).stem for f in generated}:
+        raise QolaError(
+            f"[jit.aot] selects no instance that module {mod.name}'s generators write",
+            hint="check the [jit.aot] tables against the top-level variants / receipt",
+        )
+    return aot, deferred
+
+
+def _spec(
+    mod: ModulePlan, stage: Stage, deferred: Sequence[str], compiler: Callable[[], jkey.JitCompiler], build_key: str
+) -> jlayout.JitModuleSpec:
+    """The JIT module of ``mod``: its deferred instances' compiler and flags (one set: instances
+    with different per-source flags are refused); a table of recorded units only when none is deferred."""
     per_source = {tuple(shlex.split(" ".join(mod.flags_for(f)))) for f in deferred}
     if len(per_source) > 1:
         raise QolaError(
             f"module {mod.name}: its deferred instances take different per-source flags",
             hint="build those instances ahead ([jit.aot]) or give them the same flags",
         )
+    plan, tc, layout = stage.plan, stage.tc, stage.layout
     blob, include_dir = layout.blob(mod.name), layout.include
     if deferred:
         flags = portable_flags(module_flags(mod, tc, blob, include_dir))
@@ -234,7 +278,7 @@ def extra(
         jc = compiler()
     else:  # nothing deferred: the table only names the recorded units (no compiler is ever run)
         jit_flags, jc = (), jkey.JitCompiler(tc.compiler, "", "")
-    spec = jlayout.JitModuleSpec(
+    return jlayout.JitModuleSpec(
         module=mod.md_name,
         lang=tc.kind,
         arch=";".join(plan.archs),
@@ -245,47 +289,22 @@ def extra(
         manifest_name=mod.name,
         build_key=build_key,
     )
-    files = jlayout.render_jit_module(
-        spec,
-        [(Path(f).stem, Path(f)) for f in deferred],
-        out_jit=layout.jit_out,
-        stub_dir=layout.jit_stubs(mod.md_name),
-        batch=STUB_BATCH,
-        ahead=jlayout.Ahead([(Path(f).stem, Path(f)) for f in recorded], layout.jit_ahead(mod.md_name)),
-    )
-    out = files.output
+
+
+def _runtime_edges(module: str, out: jlayout.JitModuleOutput, include_dir: Path) -> tuple[ninja.Edge, ...]:
+    """The host C++ edges of the JIT's table and runtime (linked into the module)."""
     incs = [f"-I{include_dir}", f"-I{out.include_dir}"]  # qola_config.h + qola_common.h, qola_jit.h
-    edges, objs = [], []
-    for src in (out.table_source, *out.runtime_sources):
-        obj = object_path(mod.name, str(src))
-        edges.append(Edge("jit_cxx", obj, (str(src),), (("module", mod.name), ("flags", ninja.escape_flags(incs)))))
-        objs.append(obj)
-    record = None
-    if deferred:
-        deferred_names = tuple(sorted(Path(f).stem for f in deferred))
-        record = JitRecord(mod.md_name, out.jit_dir, aot, deferred_names, spec.style, spec.compiler.path)
-    # a copy's quoted includes resolve from its original's dir, as the original's did
-    originals = tuple((str(copy), (_quote_dir(tc.kind, orig.parent),)) for orig, copy in out.ahead)
-    as_given = {Path(f): f for f in recorded}
-    return ModuleExtra(
-        drop_sources=(*deferred, *(as_given[orig] for orig, _ in out.ahead)),
-        add_sources=(*(str(p) for p in out.stub_sources), *(str(copy) for _, copy in out.ahead)),
-        cflags=(f"-I{out.include_dir}",),
-        source_flags=originals,
-        edges=tuple(edges),
-        extra_inputs=tuple(objs),
-        ldflags=("-ldl",),
-        localize_hidden=True,
-        writes=tuple(FileWrite(p, t) for p, t in files.sources),
-        trees=(TreeWrite(out.jit_dir, files.tree),) if deferred else (),
-        jit=record,
+    bound = (("module", module), ("flags", ninja.escape_flags(incs)))
+    return tuple(
+        ninja.Edge("jit_cxx", object_path(module, str(src)), (str(src),), bound)
+        for src in (out.table_source, *out.runtime_sources)
     )
 
 
 def _recorded(generated: Sequence[str], deferred: Sequence[str]) -> tuple[str, ...]:
     """The generated instances built ahead whose recorded copies are compiled instead ([usage]
     record_ahead): those that specialise a function (a dispatch, a class specialisation: as they are)."""
-    from qola.plan import variants  # lazy: paid only by the callers that need it
+    from qola.plan import variants  # lazy: the incremental path publishes without the planner (pydantic)
 
     gone = set(deferred)
     return tuple(f for f in generated if f not in gone and not variants.is_api(Path(f).stem) and _specialises(f))
@@ -296,26 +315,24 @@ def _quote_dir(kind: str, path: Path) -> str:
     return f"-I{path}" if kind == "cuda" else f"-iquote{path}"
 
 
-def compiler_of(plan: Plan, tc: Toolchain, env: ToolchainEnv) -> Callable[[], JitCompiler]:
+def compiler_of(plan: Plan, tc: Toolchain, env: ToolchainEnv) -> Callable[[], jkey.JitCompiler]:
     """The JIT compiler's identity, probed once on first call (``[jit] compiler``, else the build's);
     ``env``: the toolchain's view (PATH, the probe's timeout, the environment children run under)."""
-    from qola.jit import key as jkey  # lazy: paid only by the callers that need it
-
     name = next((m.jit.compiler for m in plan.modules if m.jit is not None and m.jit.compiler), None)
     return functools.cache(lambda: jkey.probe_compiler(name or tc.compiler, env.with_child(tc.child_env)))
 
 
 def publish_items(
     report: CompileReport, extras: Mapping[str, ModuleExtra], layout: BuildLayout
-) -> tuple[dict[str, Path | None], dict[str, dict]]:
+) -> tuple[dict[str, Path | None], dict[str, dict[str, Any]]]:
     """(trees, per-module records) for :func:`qola.output.publish.publish`: ``jit/<md_name>`` of every built
     module with deferred units comes from the build dir; every other module's is removed from OUT."""
     trees: dict[str, Path | None] = {}
-    records: dict[str, dict] = {}
+    records: dict[str, dict[str, Any]] = {}
     for r in report.modules:
         ex = extras.get(r.name)
         rec = ex.jit if ex is not None else None
-        if r.status == "built" and rec is not None:
+        if r.status == Status.BUILT and rec is not None:
             trees[layout.jit_rel(r.md_name)] = rec.jit_dir
             records[r.name] = {"jit": rec.to_json()}
         else:

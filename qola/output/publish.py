@@ -34,7 +34,7 @@ from typing import Any
 from qola import __version__
 from qola.compile import codegen
 from qola.compile.layout import BuildLayout
-from qola.compile.steps import CompileReport, ModuleResult
+from qola.compile.results import CompileReport, ModuleResult, Status
 from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import (
@@ -199,7 +199,7 @@ def module_record(r: ModuleResult, files: Mapping[str, Mapping[str, Any]]) -> di
         "warnings": list(r.warnings),
     }
     art = f"lib/{r.artifact.name}" if r.artifact is not None else None
-    if r.status == "built" and art is not None and art in files:
+    if r.status == Status.BUILT and art is not None and art in files:
         rec.update(
             {
                 "artifact": art,
@@ -326,7 +326,7 @@ def _fill(stage: _Stage, report: CompileReport, contents: Contents) -> None:
     for r in report.modules:
         # private: compilers and generators quote what they read (paths, environment, file lines)
         stage.write(BuildLayout.log_rel(r.name), ("\n".join(r.log) + "\n").encode(), mode=LOG_MODE)
-        if r.status == "built" and r.artifact is not None:
+        if r.status == Status.BUILT and r.artifact is not None:
             stage.copy(r.artifact, f"lib/{r.artifact.name}")
     for h in contents.headers:
         stage.copy(h, f"include/{Path(h).name}")

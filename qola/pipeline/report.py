@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from qola.compile.layout import BuildLayout
 
 if TYPE_CHECKING:
-    from qola.compile.steps import CompileReport, ModuleResult
+    from qola.compile.results import CompileReport, ModuleResult
     from qola.store.prebuilt import Installed, Packaged
 
 
@@ -62,8 +62,8 @@ class BuildReport:
         return self.compiled is None and self.prebuilt is None
 
     @property
-    def modules(self) -> list[ModuleResult]:
-        return [] if self.compiled is None else self.compiled.modules
+    def modules(self) -> tuple[ModuleResult, ...]:
+        return () if self.compiled is None else self.compiled.modules
 
     @property
     def ok(self) -> bool:
@@ -71,7 +71,9 @@ class BuildReport:
         if self.compiled is None:
             return True
         if self.dry_run:
-            return all(m.status != "failed" for m in self.compiled.modules)
+            from qola.compile.results import Status  # lazy: the no-op path loads no compile stage
+
+            return all(m.status != Status.FAILED for m in self.compiled.modules)
         return self.compiled.ok
 
     @property

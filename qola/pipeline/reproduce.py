@@ -244,7 +244,7 @@ def reproduce(
         result = Reproduction([])
         result.notes += env_notes
         result.notes.append(f"rebuilt in {tmp} (removed)")
-        result.problems += [f"{r.name}: failed to rebuild: {r.error}" for r in report.modules if r.status != "built"]
+        result.problems += [f"{r.name}: failed to rebuild: {r.error}" for r in report.modules if not r.built]
         rebuilt = tmp / "out"
         new = _load(rebuilt / "manifest.json")
         for what, keys in (

@@ -5,8 +5,8 @@
 * **no-op** (:func:`_nothing_to_do`): nothing stages 1-8 read changed and ninja has no dirty edge;
 * **incremental** (:func:`_incremental`): nothing stages 1-8 read changed: ninja on the recorded
   graph, then 10-12 for what it relinked (None: no usable recipe, the full path runs);
-* **--prebuilt** (:func:`_prebuilt`, after :func:`_prepare`'s stages 1-5): an archive of the build
-  key installed instead of stages 6-11 (None: no such archive, the full path runs);
+* **--prebuilt** (:func:`qola.pipeline.finish.install_prebuilt`, after :func:`_prepare`'s stages
+  1-5): an archive of the build key installed instead of stages 6-11 (None: no such archive, the full path runs);
 * **full** (:func:`_full`, after :func:`_prepare`): stages 6-12.
 
 Each stage takes data and returns data:
@@ -70,11 +70,15 @@ from qola.store.fastpath import RecordedEnv
 
 if TYPE_CHECKING:
     from qola.compile.extras import ModuleExtra
-    from qola.compile.steps import ModuleResult, ModuleSources
+    from qola.compile.ninja import NinjaRun
+    from qola.compile.rebuild import Recipe, Run
+    from qola.compile.results import CompileReport
     from qola.core.proc import ChildEnv
+    from qola.plan.manifest import Manifest
     from qola.plan.model import Plan
     from qola.plan.variants import GenEnv
     from qola.store.key import BuildKey, Material
+    from qola.store.remote import Remote
     from qola.toolchain import Toolchain
     from qola.toolchain.env import ToolchainEnv
 
@@ -137,7 +141,8 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
             if record is not None and seen is not None and record.get("rebuild"):  # the incremental path
                 preflight.room(layout.out, layout.root)
                 asked = settings_record(begun.asked, seen, record["env_keys"])
-                done = _incremental(layout, record, seen, begun.child, asked, spec.verbose, spec.publish_to, ui)
+                again = Again(layout, record, seen, begun.child, asked, spec.verbose, spec.publish_to)
+                done = _incremental(again, ui)
                 if done is not None:  # None: no usable recipe
                     return done
             elif record is not None and _nothing_to_do(layout):  # the no-op path
@@ -180,82 +185,92 @@ def _checkout(spec: BuildSpec, begun: Start) -> list[str]:
     return result.notes if result.changed else []
 
 
-def _incremental(
-    layout: BuildLayout,
-    record: Mapping,
-    env: RecordedEnv,
-    child: ChildEnv,
-    asked: Mapping[str, Any],
-    verbose: bool,
-    publish_to: str | None,
-    ui: Reporter,
-) -> BuildReport | None:
-    """Nothing stages 1-8 read changed since the last successful build (``record``; ``env``: the
-    variables it names): run ninja on its graph under ``child`` (up to date when ninja has nothing to
-    do), audit the libraries it relinked, publish (``asked``: manifest.json's ``build``), record.
-    None: no usable recipe (the full path then runs)."""
-    from qola.compile import (
-        dist,  # lazy: light
-        ninja,  # lazy: light
-        rebuild,  # lazy: light
-    )
+@dataclass(frozen=True)
+class Again:
+    """What the incremental path gets: the last successful build's ``record`` (``env``: the variables
+    it names), the children's environment, manifest.json's ``build`` (``asked``), -v and --publish."""
+
+    layout: BuildLayout
+    record: Mapping[str, Any]
+    env: RecordedEnv
+    child: ChildEnv
+    asked: Mapping[str, Any]
+    verbose: bool
+    publish_to: str | None
+
+
+def _incremental(again: Again, ui: Reporter) -> BuildReport | None:
+    """Nothing stages 1-8 read changed since the last successful build (``again.record``): run ninja
+    on its graph (up to date when ninja has nothing to do), audit the libraries it relinked, publish,
+    record. None: no usable recipe (the full path then runs)."""
+    from qola.compile import ninja, rebuild  # lazy: light
+    from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
     from qola.store.key import Material  # lazy: start-up of the CLI and of the no-op path
 
-    start = time.perf_counter()
+    start, layout = time.perf_counter(), again.layout
     try:
-        run = rebuild.Run.of(record["rebuild"])
-        material = Material.of(record["key"])
+        run = rebuild.Run.of(again.record["rebuild"])
+        material = Material.of(again.record["key"])
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     mark = ninja.log_length(layout.root)
-    with contextlib.ExitStack() as shown:
-
-        def status(done: int, total: int, text: str) -> None:
-            # a progress display only for work that lasts (a one-edge rebuild needs none)
-            if not shown_yet and time.perf_counter() - start > SHOW_PROGRESS_AFTER:
-                shown_yet.append(shown.enter_context(ui.running(False)))
-            ui.status(done, total, text)
-
-        shown_yet: list = []
-        notes: list[str] = []
-        with dist.watched(run.launcher, child.plus(run.env), notes):
-            outcome = ninja.run(
-                layout.root,
-                jobs=run.jobs,
-                env=child.plus(run.env),
-                owner=run.owner,
-                targets=run.targets,
-                verbose=verbose,
-                on_status=status,
-            )
+    outcome, notes = _ninja_again(again, run, start, ui)
     if outcome.returncode == 0 and any(line.startswith("ninja: no work to do") for line in outcome.log):
         return BuildReport(layout)
     recipe = rebuild.load(layout.root)
     if recipe is None:
         return None
-    from qola.compile.steps import CompileReport, settle  # lazy: start-up of the CLI and of the no-op path
-    from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
-
-    plan_, tc = recipe.typed()
-    results = {r.name: r for r in recipe.results(run)}
-    seconds: dict[str, float] = {}
-    for out, secs in ninja.compile_times(layout.root, mark).items():
-        if (mod := run.owner(out)) is not None:
-            seconds[mod] = seconds.get(mod, 0.0) + secs
-    settle(results, outcome, {m: a for a, m in run.artifacts.items()}, seconds, layout.root, owner=run.owner)
-    compiled = CompileReport(
-        plan_, tc, list(results.values()), layout.root, time.perf_counter() - start, outcome.log, notes
-    )
-    isolation.audit(compiled, plan_, only=run.changed(layout.root))  # 10. audit what ninja relinked
+    compiled = _settled_again(recipe, run, outcome, layout.root, mark=mark, start=start).noted(notes)
+    compiled = isolation.audit(compiled, compiled.plan, only=run.changed(layout.root))  # 10. audit what ninja relinked
     key = material.key()  # the tree's files rehashed: ninja rebuilt what some of them changed
-    published = finish.publish_out(compiled, plan_, tc, layout, {}, key, asked)  # 11. publish
+    published = finish.publish_out(compiled, layout, {}, key, again.asked)  # 11. publish
     if compiled.ok:  # 12. record (the recipe stays: nothing it holds changed)
-        fastpath.rerecord(
-            layout.root, layout.out, {**record, "rebuild": run.after(compiled, layout.root).to_json()}, env
-        )
+        after = {**again.record, "rebuild": run.after(compiled, layout.root).to_json()}
+        fastpath.rerecord(layout.root, layout.out, after, again.env)
     else:
         fastpath.forget(layout.root)
-    return BuildReport(layout, compiled, published, key=key.key, packaged=finish.store(publish_to, layout, compiled))
+    packaged = finish.store(again.publish_to, layout, compiled)
+    return BuildReport(layout, compiled, published, key=key.key, packaged=packaged)
+
+
+def _ninja_again(again: Again, run: Run, start: float, ui: Reporter) -> tuple[NinjaRun, tuple[str, ...]]:
+    """(ninja's outcome on the recorded graph, what sccache did meanwhile); a progress display only
+    for work that lasts (a one-edge rebuild needs none)."""
+    from qola.compile import dist, ninja  # lazy: light
+
+    env = again.child.plus(run.env)
+    with contextlib.ExitStack() as shown:
+
+        def status(done: int, total: int, text: str) -> None:
+            if not shown_yet and time.perf_counter() - start > SHOW_PROGRESS_AFTER:
+                shown_yet.append(shown.enter_context(ui.running(False)))
+            ui.status(done, total, text)
+
+        shown_yet: list[None] = []
+        watched = dist.watch(run.launcher, env)
+        how = ninja.RunOptions(
+            jobs=run.jobs, env=env, owner=run.owner, targets=run.targets, verbose=again.verbose, on_status=status
+        )
+        outcome = ninja.run(again.layout.root, how)
+        return outcome, dist.notes_of(watched)
+
+
+def _settled_again(
+    recipe: Recipe, run: Run, outcome: NinjaRun, root: Path, *, mark: int, start: float
+) -> CompileReport:
+    """The incremental build's report: the recipe's results (as they stood before ninja) settled by
+    ``outcome`` (``mark``: where this run's entries of ``.ninja_log`` begin)."""
+    from qola.compile import ninja  # lazy: light
+    from qola.compile.results import CompileReport, Ran, settle  # lazy: start-up of the CLI and of the no-op path
+
+    plan_, tc = recipe.typed()
+    seconds: dict[str, float] = {}
+    for out, secs in ninja.compile_times(root, mark).items():
+        if (mod := run.owner(out)) is not None:
+            seconds[mod] = seconds.get(mod, 0.0) + secs
+    artifacts = {m: a for a, m in run.artifacts.items()}
+    results = settle({r.name: r for r in recipe.results(run)}, Ran(outcome, artifacts, seconds, root, run.owner))
+    return CompileReport(plan_, tc, tuple(results.values()), root, time.perf_counter() - start, tuple(outcome.log))
 
 
 @dataclass(frozen=True)
@@ -288,117 +303,115 @@ def _prepare(r: Resolved, ui: Reporter) -> Ready:
     tc = _toolchain(plan_, manifest, s)  # 5. toolchain
     if tc.version_check and tc.version_check.get("message"):
         ui.warning(tc.version_check["message"])
-    material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, r.inputs, r.table)
+    material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, r.inputs, table=r.table)
     key = None if material is None else material.key()
     return Ready(r, plan_, tc, material, key)
 
 
 def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
     """Stages 6-12: generate, hooks, write, ninja, audit, publish, record."""
-    from qola.compile import (
-        dist,  # lazy: start-up of the CLI and of the no-op path
-        rebuild,  # lazy: start-up of the CLI and of the no-op path
+    from qola.compile import rebuild  # lazy: start-up of the CLI and of the no-op path
+    from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
+
+    r, plan_, tc, key = ready.resolved, ready.plan, ready.toolchain, ready.key
+    s, layout = r.settings, _layout(r.settings)
+    rx = _remote(spec, ready)
+    farm = f" (farm: {s.farm.servers} server(s), {s.farm.cpus} CPUs at {s.farm.scheduler})" if s.farm else ""
+    ui.info(
+        f"qola: {len(plan_.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
+        f"archs {', '.join(plan_.archs)}, -j {s.jobs}{rx.header() if rx else farm}, build dir {layout.root}"
     )
+    built = _compiled(ready, rx, ui)  # stages 6-9
+    if s.dry_run:
+        return BuildReport(layout, built.compiled, dry_run=True)
+    assert key is not None  # computed for every build that is not a dry run
+    compiled = isolation.audit(built.compiled, plan_)  # 10. audit
+    published = finish.publish_out(compiled, layout, built.extras, key, r.record)  # 11. publish
+    if compiled.ok and spec.argv:  # 12. record
+        eligible = rebuild.eligible(built.extras)
+        recipe = rebuild.of(compiled, s.jobs, built.logs, layout.root, s.launcher) if eligible else None
+        finish.remember(
+            finish.Derived(spec.argv, spec.manifest, spec.usage_files, r, plan_, tc, built.extras, ready.material),
+            *(recipe or (None, None)),
+        )
+    packaged = finish.store(spec.publish_to, layout, compiled)
+    return BuildReport(layout, compiled, published, key=key.key, packaged=packaged)
+
+
+def _remote(spec: BuildSpec, ready: Ready) -> Remote | None:
+    """The remote service (``--remote``), probed: it answers and has this compiler before anything
+    is generated (None: no --remote)."""
+    s = ready.resolved.settings
+    if s.remote is None:
+        return None
+    from qola.store import remote  # lazy: start-up of the CLI and of the no-op path
+    from qola.toolchain.identity import COMPILER_ENV  # lazy: start-up of the CLI and of the no-op path
+
+    remote_env = ready.resolved.inputs.only(("PATH", *COMPILER_ENV))  # trexe on PATH, the compilers' variables
+    root, tree = _layout(s).root, ready.plan.tree_root
+    use = remote.RemoteUse(fallback=spec.remote_fallback, dry_run=s.dry_run)
+    return remote.prepare(s.remote, ready.toolchain, root, tree, remote_env, use)
+
+
+@dataclass(frozen=True)
+class Built:
+    """What stages 6-9 made: the compile's report, each module's extra, each module's log before ninja."""
+
+    compiled: CompileReport
+    extras: dict[str, ModuleExtra]
+    logs: dict[str, tuple[str, ...]]
+
+
+def _compiled(ready: Ready, rx: Remote | None, ui: Reporter) -> Built:
+    """Stages 6-9: generate, hooks, write, ninja (through ``rx``, the remote service, when given)."""
+    from qola.compile import dist  # lazy: start-up of the CLI and of the no-op path
     from qola.compile import extras as extras_mod  # lazy: start-up of the CLI and of the no-op path
     from qola.compile import steps as stages  # lazy: start-up of the CLI and of the no-op path
+    from qola.compile.results import new_results  # lazy: start-up of the CLI and of the no-op path
+    from qola.hooks import apply as hooks  # lazy: start-up of the CLI and of the no-op path
     from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
     from qola.hooks import jit as jitbuild  # lazy: start-up of the CLI and of the no-op path
     from qola.toolchain.identity import COMPILER_ENV  # lazy: start-up of the CLI and of the no-op path
 
-    r, plan_, tc, material, key = ready.resolved, ready.plan, ready.toolchain, ready.material, ready.key
-    s, layout = r.settings, _layout(r.settings)
+    r, plan_, tc, key = ready.resolved, ready.plan, ready.toolchain, ready.key
+    s = r.settings
     tenv, child = _views(s)
-    farm = f" (farm: {s.farm.servers} server(s), {s.farm.cpus} CPUs at {s.farm.scheduler})" if s.farm else ""
-    rx = None
-    if s.remote is not None:  # the service answers and has this compiler before anything is generated
-        from qola.store import remote  # lazy: start-up of the CLI and of the no-op path
-
-        remote_env = r.inputs.only(("PATH", *COMPILER_ENV))  # what it reads: trexe on PATH, the compilers' variables
-        use = remote.RemoteUse(fallback=spec.remote_fallback, dry_run=s.dry_run)
-        rx = remote.prepare(s.remote, tc, layout.root, plan_.tree_root, remote_env, use)
-        farm = rx.header()
-    ui.info(
-        f"qola: {len(plan_.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
-        f"archs {', '.join(plan_.archs)}, -j {s.jobs}{farm}, build dir {layout.root}"
-    )
+    stage = stages.Stage(plan_, tc, _layout(s))
+    layout = stage.layout
     with ui.running(s.dry_run):
         start = time.perf_counter()
         layout.root.mkdir(parents=True, exist_ok=True)
         write_if_changed(layout.git_ignore, GIT_IGNORE)  # git status of the checkout around it never shows it
-        results = stages.new_results(plan_)
-        notes: list[str] = []
         if any(m.generators for m in plan_.modules):
             ui.phase("generating")
-        generated = stages.generate(
-            plan_,
-            tc,
-            layout,
-            jobs=s.jobs,
-            env=tenv,
-            timeout=s.generator_env,
-            results=results,
-            notes=notes,
-            on_event=ui.event,
-        )  # 6. generate
-        srcs = stages.sources(plan_, generated, results, layout)
-        extras = _hooks(plan_, tc, layout, srcs, results, tenv, s.isolate, key.key if key else "")  # 7. hooks
+        gen = stages.generate(  # 6. generate
+            stage, new_results(plan_), jobs=s.jobs, env=tenv, timeout=s.generator_env, on_event=ui.event
+        )
+        srcs, results = stages.sources(stage, gen.files, gen.results)
+        extras, results = hooks.extras(
+            stage, srcs, results, tenv, isolate=s.isolate, build_key=key.key if key else ""
+        )  # 7. hooks
         extras_mod.write(extras, isolation.shared_files(plan_, layout))  # 8. write
         srcs = {name: src for name, src in srcs.items() if name in extras}
-        logs = {name: list(r.log) for name, r in results.items()}  # before ninja: the incremental path's start
-        graph = stages.graph_for(
-            plan_,
-            tc,
-            layout,
-            srcs,
-            extras,
-            launcher=rx.launcher if rx else s.launcher,
-            rules={**isolation.RULES, **jitbuild.rules(tc)},
-        )
-        seen: list[str] = []  # what sccache did, when it is the launcher
+        logs = {name: res.log for name, res in results.items()}  # before ninja: the incremental path's start
+        rules = {**isolation.RULES, **jitbuild.rules(tc)}
+        graph = stages.graph_for(stage, srcs, extras, launcher=rx.launcher if rx else s.launcher, rules=rules)
         ui.phase("compiling")
-        status = ui.status if rx is None else rx.tally.status(ui.status)
-        with dist.watched(s.launcher, child.plus(tc.child_env), seen, farm_=s.farm, enabled=not s.dry_run):
-            compiled = stages.compile_graph(
-                plan_,
-                tc,
-                layout,
-                graph,
-                results,
-                jobs=s.jobs,
-                env=child,
-                stamp_env=r.inputs.only(("PATH", *COMPILER_ENV)),
-                dry_run=s.dry_run,
-                verbose=s.verbose,
-                on_status=status,
-                notes=notes,
-                start=start,
-            )  # 9. run_build
-        compiled.notes += seen
+        watched = dist.watch(s.launcher, child.plus(tc.child_env), farm_=s.farm, enabled=not s.dry_run)
+        how = stages.CompileRun(
+            jobs=s.jobs,
+            env=child,
+            stamp_env=r.inputs.only(("PATH", *COMPILER_ENV)),
+            dry_run=s.dry_run,
+            verbose=s.verbose,
+            on_status=ui.status if rx is None else rx.tally.status(ui.status),
+            notes=gen.notes,
+            start=start,
+        )
+        compiled = stages.compile_graph(stage, graph, results, how).noted(dist.notes_of(watched))  # 9. run_build
         if rx is not None and not s.dry_run:
-            compiled.notes.append(rx.tally.update().describe(rx.endpoint.url))
-    if s.dry_run:
-        return BuildReport(layout, compiled, dry_run=True)
-    assert key is not None  # computed for every build that is not a dry run
-    isolation.audit(compiled, plan_)  # 10. audit
-    published = finish.publish_out(compiled, plan_, tc, layout, extras, key, r.record)  # 11. publish
-    if compiled.ok and spec.argv:  # 12. record
-        recipe = (
-            rebuild.of(compiled, plan_, tc, s.jobs, logs, layout.root, s.launcher) if rebuild.eligible(extras) else None
-        )
-        finish.remember(
-            spec.argv,
-            spec.manifest,
-            spec.usage_files,
-            r,
-            plan_,
-            tc,
-            extras,
-            *(recipe or (None, None)),
-            material=material,
-        )
-    return BuildReport(
-        layout, compiled, published, key=key.key, packaged=finish.store(spec.publish_to, layout, compiled)
-    )
+            compiled = compiled.noted([rx.tally.update().describe(rx.endpoint.url)])
+    return Built(compiled, extras, logs)
 
 
 def _views(s: Settings) -> tuple[ToolchainEnv, ChildEnv]:
@@ -437,6 +450,7 @@ def _material(
     tc: Toolchain,
     isolate: bool,
     env: RecordedEnv | Mapping[str, str],
+    *,
     table: tuple[list[str], list[str]] | None = None,
 ) -> Material:
     from qola.store import key as buildkey  # lazy: start-up of the CLI and of the no-op path
@@ -453,7 +467,7 @@ def _layout(s: Settings) -> BuildLayout:
     return s.layout
 
 
-def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
+def _toolchain(plan_: Plan, manifest: Manifest, s: Settings) -> Toolchain:
     """The compilers for the plan's archs, probed (their flag probes cached in the build dir). A dry
     run with HIP plans with AITER's flags for the manifest's ROCm version, unprobed."""
     from qola.toolchain import ToolchainChoice, find_toolchain  # lazy: start-up of the CLI and of the no-op path
@@ -463,7 +477,7 @@ def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
     assume = None
     tenv = s.toolchain_env  # only what the toolchain reads, and its children's environment
     if s.dry_run and hip:
-        assume = (versions or [None])[0] or hip_version(tenv, manifest) or "7.0"
+        assume = (versions[0] if versions else None) or hip_version(tenv, manifest) or "7.0"
     return find_toolchain(
         plan_.archs,
         env=tenv,
@@ -471,45 +485,3 @@ def _toolchain(plan_: Plan, manifest, s: Settings) -> Toolchain:
         cache_dir=_layout(s).probes,
         choice=ToolchainChoice(assume_version=assume, drop_hip_flags=manifest.build.drop_hip_flags if hip else ()),
     )
-
-
-def _hooks(
-    plan_: Plan,
-    tc: Toolchain,
-    layout: BuildLayout,
-    srcs: Mapping[str, ModuleSources],
-    results: dict[str, ModuleResult],
-    env: ToolchainEnv,
-    isolate: bool,
-    build_key: str = "",
-) -> dict[str, ModuleExtra]:
-    """Each buildable module's extra: the JIT's (deferred instances), then isolation's and
-    embedding's. A hook's QolaError fails its module only. ``build_key`` goes into JIT tables
-    (usage records name it)."""
-    from qola.compile.steps import fail  # lazy: start-up of the CLI and of the no-op path
-    from qola.core.errors import QolaError  # lazy: start-up of the CLI and of the no-op path
-    from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
-    from qola.hooks import jit as jitbuild  # lazy: start-up of the CLI and of the no-op path
-    from qola.output import kernels  # lazy: start-up of the CLI and of the no-op path
-
-    compiler = jitbuild.compiler_of(plan_, tc, env)
-    out: dict[str, ModuleExtra] = {}
-    for mod in plan_.modules:
-        if mod.name not in srcs:
-            continue
-        r = results[mod.name]
-        try:
-            jit = jitbuild.extra(mod, srcs[mod.name].generated, plan_, tc, layout, compiler, build_key)
-            more = jit.then(
-                isolation.extra(
-                    mod, srcs[mod.name].all, jit, plan_, layout, isolate=isolate, discard_locals=tc.discard_locals
-                )
-            )
-            more = more.then(kernels.extra(mod, layout.obj_dir(mod.name)))  # the switch record (qola.output.kernels)
-        except QolaError as exc:
-            fail(r, exc)
-            continue
-        r.warnings += more.warnings
-        r.log += [f"warning: {w}" for w in more.warnings]
-        out[mod.name] = more
-    return out

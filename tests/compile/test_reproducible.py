@@ -19,7 +19,7 @@ import pytest
 from support.common import run_qola
 from support.repro import ATTN, SOFTMAX, TINY_MODULE, libraries, manifest, tree_copy
 
-from qola.compile.link import archive_steps
+from qola.compile.link import Archiving, archive_steps
 from qola.compile.pathmap import BUILD, TREE, PathMap, unit_id
 from qola.pipeline import run as pipeline
 from qola.pipeline.run import BuildSpec
@@ -74,7 +74,9 @@ def test_each_compiler_gets_its_spelling() -> None:
     assert hip.unit_flags_for("/qola/tree/a.cu", "0f") == ["-cuid=0f"]
     assert "-Wl,--discard-all" in cuda.shared_link_argv("o.rsp", "x.so", [])
     assert "-Wl,--discard-all" not in hip.shared_link_argv("o.rsp", "x.so", [])
-    steps, _, _ = archive_steps([Path("/b/a.o")], Path("/b/lib/x.a"), "qk", Path("/b/w"), discard_locals=True)
+    steps, _, _ = archive_steps(
+        [Path("/b/a.o")], Path("/b/lib/x.a"), "qk", Path("/b/w"), how=Archiving(discard_locals=True)
+    )
     assert steps[0][:2] == ["ld", "-r"] and "--discard-all" in steps[0]
 
 

@@ -402,7 +402,7 @@ def test_ninja_output_of_a_loud_compile_is_kept_bounded_per_module(tmp_path: Pat
     (tmp_path / "build.ninja").write_text(
         f"rule cc\n  command = {sys.executable} {loud} $out\n  description = CC m $out\nbuild x.o: cc\n"
     )
-    done = ninja.run(tmp_path, jobs=1, env=dict(os.environ), owner=lambda o: "m", targets=["x.o"])
+    done = ninja.run(tmp_path, ninja.RunOptions(jobs=1, env=dict(os.environ), owner=lambda o: "m", targets=["x.o"]))
     assert done.returncode != 0 and done.failed_outputs == ["x.o"]
     lines = done.lines_by_module["m"]
     assert sum(len(x) + 1 for x in lines) < proc.LOG_KEEP + 4096

@@ -95,7 +95,9 @@ def test_planted_leak(built: tuple[Path, dict[tuple[str, int, bool], list[Path]]
     assert "QOLA_NS_BEGIN" in str(err.value)
     assert "std::" in str(err.value) and "standard-library template instantiation" in str(err.value)
     # same for a static archive made without localisation: the member is named
-    lib = link.run_static(leaky, tmp_path / "st" / "te_demo.a", "te", tmp_path / "st" / "w", isolate=False)
+    lib = link.run_static(
+        leaky, tmp_path / "st" / "te_demo.a", "te", tmp_path / "st" / "w", how=link.Archiving(isolate=False)
+    )
     res = audit.audit_artifact(lib, "te", check=False)
     assert {"leaky_helper()", "internal_helper()"} <= {s.demangled for s in res.leaks}
     assert any("te_demo.o" in line for line in res.problems())
@@ -153,7 +155,9 @@ def test_two_static_copies_in_one_program(
 ) -> None:
     _, objs = built
     libs = [
-        link.run_static(objs[ns, v, False], tmp_path / f"{ns}_demo.a", ns, tmp_path / f"w{ns}", isolate=isolate)
+        link.run_static(
+            objs[ns, v, False], tmp_path / f"{ns}_demo.a", ns, tmp_path / f"w{ns}", how=link.Archiving(isolate=isolate)
+        )
         for ns, v in (("a", 1), ("b", 2))
     ]
     (tmp_path / "main.c").write_text(STATIC_C)
@@ -181,7 +185,11 @@ def test_static_steps_shape(tmp_path: Path) -> None:
     assert steps[2][1].startswith("--localize-symbols=") and steps[3][:2] == ["ar", "rcsD"]
     assert (tmp_path / "w" / "te_m.objs.rsp").read_text() == f"{tmp_path / 'x.o'}\n"
     assert (
-        len(link.static_archive_steps([tmp_path / "x.o"], tmp_path / "te_m.a", "te", tmp_path / "w", isolate=False))
+        len(
+            link.static_archive_steps(
+                [tmp_path / "x.o"], tmp_path / "te_m.a", "te", tmp_path / "w", how=link.Archiving(isolate=False)
+            )
+        )
         == 2
     )
 

@@ -18,6 +18,7 @@ from support.jit_manifests import AOT_TWO, TWO
 
 from qola.compile import extras
 from qola.compile.layout import BuildLayout, object_path
+from qola.compile.steps import Stage
 from qola.core.errors import QolaError
 from qola.hooks import isolation
 from qola.hooks import jit as jitbuild
@@ -212,7 +213,7 @@ def test_hooks_compute_and_write_nothing(tmp_path: Path) -> None:
     assert all(w.path.read_text() == w.text for w in more.writes)
     assert (lay.include / "qola_config.h").is_file() and lay.version_script("qk").is_file()
     # the JIT's extra of a module without [jit] is empty
-    assert jitbuild.extra(mod, (), plan, cast(Any, None), lay, lambda: cast(Any, None)) == extras.ModuleExtra()
+    assert jitbuild.extra(mod, (), Stage(plan, cast(Any, None), lay), lambda: cast(Any, None)) == extras.ModuleExtra()
 
 
 # --------------------------------------------------------------------------- build() itself

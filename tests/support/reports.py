@@ -6,7 +6,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-from qola.compile.steps import CompileReport, ModuleResult, Status
+from qola.compile.results import CompileReport, ModuleResult, Status
 from qola.output.publish import Contents, publish
 from qola.plan.model import Plan
 from qola.toolchain.base import Toolchain
@@ -23,10 +23,14 @@ def fake_report(tmp: Path, modules: list[tuple[str, str, str, bytes | None]]) ->
             art = lib / f"{md}.so"
             art.write_bytes(blob)
         results.append(
-            ModuleResult(name, md, "cpp_itfs", "shared", status=Status(status), artifact=art, log=[f"{name} log"])
+            ModuleResult(name, md, "cpp_itfs", "shared", status=Status(status), artifact=art, log=(f"{name} log",))
         )
     return CompileReport(
-        cast(Plan, fake_plan(tmp, "q.toml", ("sm_90",))), cast(Toolchain, FAKE_TOOLCHAIN), results, tmp / "b", 1.0
+        cast(Plan, fake_plan(tmp, "q.toml", ("sm_90",))),
+        cast(Toolchain, FAKE_TOOLCHAIN),
+        tuple(results),
+        tmp / "b",
+        1.0,
     )
 
 
@@ -69,7 +73,7 @@ def report(
                 "shared",
                 status=Status.BUILT if blob else Status.FAILED,
                 artifact=art,
-                log=[f"{name} log {tag}"],
+                log=(f"{name} log {tag}",),
                 error=None if blob else "boom",
             )
         )
@@ -77,7 +81,9 @@ def report(
     header.write_text(f"#pragma once\n// {tag}\n")
     texts = {"share/cmake/qola-qk/qola-qk-config.cmake": f"# {tag}\n", "lib/pkgconfig/qola-qk.pc": f"# {tag}\n"}
     return (
-        CompileReport(cast(Plan, fake_plan(tmp, "/m/q.toml", archs)), cast(Toolchain, FAKE_TOOLCHAIN), results, b, 1.0),
+        CompileReport(
+            cast(Plan, fake_plan(tmp, "/m/q.toml", archs)), cast(Toolchain, FAKE_TOOLCHAIN), tuple(results), b, 1.0
+        ),
         [header],
         texts,
     )
