@@ -125,7 +125,7 @@ def aiter_compile(src: Path, obj: Path, includes: list[Path], flags_hip: list[st
     cflags = [f"-I{shlex.quote(str(i))}" for i in includes] + ["-fPIC", "-std=c++20", "-O3", "-std=c++20"]
     hipcc = ["-DWITH_HIP", *cflags, *COMMON_HIP, *COMMON_HIPCC]
     hipcc += [] if visible else ["-fvisibility=hidden", "-fvisibility-inlines-hidden"]
-    hipcc += flags_hip + ["-fno-gpu-rdc"]
+    hipcc += [*flags_hip, "-fno-gpu-rdc"]
     return f"{rocm / 'bin' / 'hipcc'} {' '.join(hipcc)} -c {shlex.quote(str(src))} -o {shlex.quote(str(obj))}"
 
 

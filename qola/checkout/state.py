@@ -12,6 +12,7 @@ text: what a failed checkout needs to put the tree back) and the digest after th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -133,7 +134,5 @@ def write_stamp(root: Path, env: Mapping[str, str], data: Mapping[str, Any]) -> 
 
 
 def clear_stamp(root: Path, env: Mapping[str, str]) -> None:
-    try:
+    with contextlib.suppress(OSError, git.GitError):
         (git_dir(root, env) / STAMP).unlink()
-    except (OSError, git.GitError):
-        pass

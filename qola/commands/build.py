@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from qola.compile.layout import BuildLayout
-    from qola.compile.steps import CompileReport
+    from qola.compile.results import CompileReport
 
 # light imports only: the pipeline loads the rest after the no-op fast path had its chance
 

@@ -17,7 +17,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -234,7 +233,7 @@ def _generate(
 
 def _run_one(
     module: str, argv: list[str], staging: Path, genv: GeneratorEnv, limit: float | None
-) -> subprocess.CompletedProcess[str]:
+) -> proc.CompletedProcess[str]:
     """Run one generator (``argv``: the interpreter first) in ``staging``. Its own process group, ended with qola
     (Ctrl-C, SIGTERM, qola killed) or past its deadline; what it prints is kept for the log, cut in the
     middle past proc.LOG_KEEP bytes (:mod:`qola.core.proc`)."""

@@ -113,19 +113,23 @@ class Choice:
     notes: tuple[str, ...] = ()
 
 
-def choose(
-    *,
-    dist: bool,
-    vendor: str | None,
-    launcher: str | None,
-    jobs: int,
-    jobs_given: bool,
-    find_sccache: Callable[[], str],
-    env: Mapping[str, str] | ChildEnv,
-) -> Choice:
+@dataclass(frozen=True)
+class Asked:
+    """What a build asks of its compiles: ``dist`` (``--dist``), the plan's ``vendor`` ("cuda" or
+    "hip"), the ``launcher`` found, ``-j`` and whether it was given (``jobs_given``)."""
+
+    dist: bool
+    vendor: str | None
+    launcher: str | None
+    jobs: int
+    jobs_given: bool
+
+
+def choose(asked: Asked, *, find_sccache: Callable[[], str], env: Mapping[str, str] | ChildEnv) -> Choice:
     """The launcher, ``-j`` and farm of a build: ``dist`` (``--dist``) compiles CUDA through sccache on
     its farm (``-j``: the farm's CPUs unless ``jobs_given``), HIP locally with a note; a HIP build
     through an sccache configured for a farm is warned. ``find_sccache``: sccache's path, or a QolaError."""
+    dist, vendor, launcher, jobs = asked.dist, asked.vendor, asked.launcher, asked.jobs
     notes: list[str] = []
     farm_ = None
     if dist and vendor == "hip":
@@ -140,7 +144,7 @@ def choose(
         farm_, why = farm(launcher, env)
         if why:
             notes.append(f"--dist: {why}; sccache compiles locally")
-        elif not jobs_given:
+        elif not asked.jobs_given:
             jobs = jobs_for(jobs, farm_)
     if vendor == "hip" and is_sccache(launcher):
         warning = hip_warning(launcher, env)

@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING, Any
 from qola.compile.results import CompileReport, ModuleResult
 from qola.core import inputs
 from qola.core.fsutil import atomic_write
-from qola.plan.model import Plan
-from qola.toolchain import Toolchain
+
+if TYPE_CHECKING:  # Recipe.typed imports them: the no-op path loads this module, not the plan's
+    from qola.plan.model import Plan
+    from qola.toolchain import Toolchain
 
 if TYPE_CHECKING:
     from qola.compile.extras import ModuleExtra
@@ -132,6 +134,9 @@ class Recipe:
         ]
 
     def typed(self) -> tuple[Plan, Toolchain]:
+        from qola.plan.model import Plan  # lazy: the no-op path reads records, not plans
+        from qola.toolchain import Toolchain  # lazy: as Plan
+
         return Plan.from_json(self.plan), Toolchain.from_dict(self.toolchain)
 
 

@@ -12,11 +12,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qola.compile import ninja
 from qola.core.errors import FailedProcessError, QolaError, tail
-from qola.plan.model import Plan
-from qola.toolchain import Toolchain
+
+if (
+    TYPE_CHECKING
+):  # annotations only: the no-op path loads this module, not the plan's (tests/pipeline/test_noop_imports.py)
+    from qola.plan.model import Plan
+    from qola.toolchain import Toolchain
 
 
 class Status(str, Enum):

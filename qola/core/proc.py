@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -201,10 +201,8 @@ def finish(proc: subprocess.Popen[Any], *, ended: bool = False) -> None:
             _live.pop(proc.pid, None)
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
-                try:
+                with suppress(OSError):
                     stream.close()
-                except OSError:
-                    pass
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
@@ -219,16 +217,12 @@ def end_group(proc: subprocess.Popen[Any], grace: float = GRACE) -> None:
     """SIGTERM to ``proc``'s group, up to ``grace`` seconds for its leader, then SIGKILL to the group."""
     if proc.returncode is None:
         _signal_group(proc.pid, signal.SIGTERM)
-        try:
+        with suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
     # the leader is reaped only here or by its waiter: its pid (= the group id) is not reused before
     _signal_group(proc.pid, signal.SIGKILL)
-    try:
+    with suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def terminate_all(grace: float = GRACE) -> None:

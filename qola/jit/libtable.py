@@ -139,17 +139,16 @@ def _sections(stream: BinaryIO) -> bytes | None:
 def read_library(path: Path) -> list[LibModule]:
     """The JIT tables recorded in a shared object or static archive (``[]`` if none)."""
     blobs: list[bytes] = []
-    with safeio.open_regular(path, max_size=fmt.MAX_OBJECT, follow=True) as (fd, st):
-        with os.fdopen(os.dup(fd), "rb") as f:
-            magic = f.read(8)
-            if magic.startswith(b"\x7fELF"):
-                f.seek(0)
-                blobs.append(_sections(f) or b"")
-            elif magic == b"!<arch>\n":
-                for start, size in _ar_members(f, st.st_size):
-                    f.seek(start)
-                    if f.read(4) == b"\x7fELF":
-                        blobs.append(_sections(_Slice(f, start, size)) or b"")  # type: ignore[arg-type]
+    with safeio.open_regular(path, max_size=fmt.MAX_OBJECT, follow=True) as (fd, st), os.fdopen(os.dup(fd), "rb") as f:
+        magic = f.read(8)
+        if magic.startswith(b"\x7fELF"):
+            f.seek(0)
+            blobs.append(_sections(f) or b"")
+        elif magic == b"!<arch>\n":
+            for start, size in _ar_members(f, st.st_size):
+                f.seek(start)
+                if f.read(4) == b"\x7fELF":
+                    blobs.append(_sections(_Slice(f, start, size)) or b"")  # type: ignore[arg-type]
     mods = []
     for blob in blobs:
         for chunk in blob.split(b"\0"):

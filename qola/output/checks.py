@@ -185,7 +185,7 @@ def check_module(root: Path, module: dict[str, Any], namespace: str, files: dict
     try:
         result = audit.audit_artifact(path, namespace, extra=_extra(module, path), check=False)
     except QolaError as exc:
-        return problems + [f"{name}: {rel}: {exc.message}"]
+        return [*problems, f"{name}: {rel}: {exc.message}"]
     problems += [f"{name}: {rel}: leak: {line}" for line in result.problems()]
     try:  # from the binary: a source compiled with a kernel switch off (qola.output.kernels)
         problems += [f"{name}: {rel}: cannot compute: {line}" for line in kernels.switch_problems(path, name)]

@@ -141,7 +141,7 @@ class _Stage:
             rec = {"sha256": known["sha256"], "size": st.st_size}
         else:
             h, size = hashlib.sha256(), 0
-            source = open(src, "rb") if fd is None else os.fdopen(os.dup(fd), "rb")
+            source = open(src, "rb") if fd is None else os.fdopen(os.dup(fd), "rb")  # noqa: SIM115 (closed by the with below)
             with source as inp, open(dst, "xb") as out:
                 while chunk := inp.read(1 << 20):
                     h.update(chunk)

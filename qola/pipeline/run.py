@@ -48,6 +48,7 @@ from qola.core.fsutil import write_if_changed
 from qola.output import outdir
 from qola.output.outdir import OUT_NAMES, OUT_PREFIXES
 from qola.pipeline import finish, preflight
+from qola.pipeline.record import settings_record
 from qola.pipeline.report import BuildReport, Reporter
 from qola.pipeline.spec import (
     BuildSpec,
@@ -60,7 +61,6 @@ from qola.pipeline.spec import (
     recorded_env,
     requested,
     resolve_build,
-    settings_record,
     start,
     table_texts,
     views,
@@ -204,7 +204,6 @@ def _incremental(again: Again, ui: Reporter) -> BuildReport | None:
     on its graph (up to date when ninja has nothing to do), audit the libraries it relinked, publish,
     record. None: no usable recipe (the full path then runs)."""
     from qola.compile import ninja, rebuild  # lazy: light
-    from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
     from qola.store.key import Material  # lazy: start-up of the CLI and of the no-op path
 
     start, layout = time.perf_counter(), again.layout
@@ -217,6 +216,8 @@ def _incremental(again: Again, ui: Reporter) -> BuildReport | None:
     outcome, notes = _ninja_again(again, run, start, ui)
     if outcome.returncode == 0 and any(line.startswith("ninja: no work to do") for line in outcome.log):
         return BuildReport(layout)
+    from qola.hooks import isolation  # lazy: only when ninja relinked something (not on the no-op path)
+
     recipe = rebuild.load(layout.root)
     if recipe is None:
         return None

@@ -437,11 +437,7 @@ def settings(
             )
         return dataclasses.replace(asked, launcher=None, remote=ep)
     how = dist.choose(
-        dist=spec.dist,
-        vendor=vendor,
-        launcher=launcher(asked.launcher, env),
-        jobs=asked.jobs,
-        jobs_given=bool(spec.jobs),
+        dist.Asked(spec.dist, vendor, launcher(asked.launcher, env), asked.jobs, jobs_given=bool(spec.jobs)),
         find_sccache=sccache,
         env=asked.child,
     )

@@ -27,6 +27,8 @@ compiled again by the consumer under its own defines (``#if ENABLE_CK``). Standa
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -371,7 +373,14 @@ def _params(inner: list[str], fname: str) -> tuple[Param, ...]:
         if raw == ["..."] or raw[-1] == "...":
             raise DeclError(f"{fname}: a variadic parameter list")
         pieces = split_top(raw, "=")
-        decl, default = pieces[0], (render(sum(([*p, "="] for p in pieces[1:]), [])[:-1]) if len(pieces) > 1 else None)
+        decl, default = (
+            pieces[0],
+            (
+                render(functools.reduce(operator.iadd, ([*p, "="] for p in pieces[1:]), [])[:-1])
+                if len(pieces) > 1
+                else None
+            ),
+        )
         ptype, pname = _declarator(decl, fname)
         out.append(Param(ptype, pname, default))
     return tuple(out)

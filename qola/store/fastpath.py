@@ -20,6 +20,7 @@ change nothing, and a dirty edge is ninja's work alone (:func:`rerecord` then no
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -202,10 +203,8 @@ def rerecord(build_dir: Path, out: Path, data: Mapping[str, Any], env: Mapping[s
 
 
 def forget(build_dir: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):
         (build_dir / RECORD).unlink()
-    except OSError:
-        pass
 
 
 def load(build_dir: Path, argv: Sequence[str]) -> dict[str, Any] | None:

@@ -144,7 +144,7 @@ def action_env(tc: Toolchain, env: Mapping[str, str]) -> dict[str, str]:
     """The environment every action carries: a fixed PATH (the compiler's dir first), the compiler
     variables the build sets. Nothing of the client's own (home, venv, user) enters the key."""
 
-    dirs = [os.path.dirname(tc.compiler), os.path.dirname(tc.host_cxx or "")] + ACTION_PATH.split(":")
+    dirs = [os.path.dirname(tc.compiler), os.path.dirname(tc.host_cxx or ""), *ACTION_PATH.split(":")]
     path = ":".join(dict.fromkeys(d for d in dirs if d))
     return {"PATH": path, "LANG": "C.UTF-8", **compiler_env({**env, **tc.child_env})}
 

@@ -8,6 +8,8 @@ import shlex
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -19,7 +21,7 @@ def bench() -> ModuleType:
     return mod
 
 
-def test_hip_flags_follow_the_version_gates_and_name_every_arch():
+def test_hip_flags_follow_the_version_gates_and_name_every_arch() -> None:
     v = bench()
     assert v.hip_version("6.4.43484-9999\n") == (6, 4, 43484)
     new = v.aiter_hip_flags((6, 4, 43484), ("gfx942", "gfx950"), ["-DX=1", "-DX=1"])
@@ -32,7 +34,9 @@ def test_hip_flags_follow_the_version_gates_and_name_every_arch():
     assert "-mllvm -amdgpu-function-calls=false" not in old and "--offload-arch=gfx950" not in old
 
 
-def test_compile_line_has_aiters_order_and_each_flag_as_one_shell_word(tmp_path, monkeypatch):
+def test_compile_line_has_aiters_order_and_each_flag_as_one_shell_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     v = bench()
     monkeypatch.delenv("AITER_SYMBOL_VISIBLE", raising=False)
     flags = v.aiter_hip_flags((6, 4, 43484), ("gfx942",), [])
@@ -45,7 +49,7 @@ def test_compile_line_has_aiters_order_and_each_flag_as_one_shell_word(tmp_path,
     assert words[words.index("--amdgpu-kernarg-preload-count=16") - 1] == "-mllvm"
 
 
-def test_module_config_evaluates_the_sdists_own_expressions(tmp_path, monkeypatch):
+def test_module_config_evaluates_the_sdists_own_expressions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     v = bench()
     cfg = {
         "libmha_fwd": {

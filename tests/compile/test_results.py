@@ -4,6 +4,7 @@ it was given as they were; a hook's extra edge is a typed ninja edge, written by
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,7 @@ def _result(name: str, **kw: object) -> ModuleResult:
     return ModuleResult(name, f"qk_{name}", "cpp_itfs", "shared", **kw)  # type: ignore[arg-type]
 
 
-def test_settle_returns_new_results_and_leaves_the_given_ones(tmp_path):
+def test_settle_returns_new_results_and_leaves_the_given_ones(tmp_path: Path) -> None:
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "qk_a.so").write_bytes(b"\x7fELF")
     given = {"a": _result("a", log=("generated",), codegen_seconds=0.5), "b": _result("b"), "c": _result("c")}
@@ -42,7 +43,7 @@ def test_settle_returns_new_results_and_leaves_the_given_ones(tmp_path):
         given["a"].status = Status.BUILT  # type: ignore[misc]
 
 
-def test_a_failed_result_is_a_new_one_with_the_output_in_its_log():
+def test_a_failed_result_is_a_new_one_with_the_output_in_its_log() -> None:
     r = _result("m", log=("generated",))
     exc = FailedProcessError(["gen.py", "--x"], 3, "line one\nline two\n")
     failed = r.failed(exc)
@@ -53,7 +54,7 @@ def test_a_failed_result_is_a_new_one_with_the_output_in_its_log():
     assert noted.warnings == ("careful",) and noted.log == ("generated", "warning: careful", "printed")
 
 
-def test_an_extra_edge_is_typed_and_written_by_ninja_syntax(tmp_path):
+def test_an_extra_edge_is_typed_and_written_by_ninja_syntax(tmp_path: Path) -> None:
     edge = ninja.Edge("asm", "obj/m/embed.o", ("/e b/m.S",), (("module", "m"),))
     graph = ninja.Graph(rules={"asm": {"command": "cc -c $in -o $out"}}, variables={}, targets=(), extra_edges=(edge,))
     ninja.write(graph, tmp_path / "build.ninja")

@@ -12,7 +12,7 @@ from qola.core.errors import QolaError
 from qola.core.settings import ARCHS, JOBS, resolve
 
 
-def test_one_chain_keeps_the_precedence_and_names_the_source():
+def test_one_chain_keeps_the_precedence_and_names_the_source() -> None:
     env = {"MAX_JOBS": "5"}
     assert (resolve(JOBS, 7, 3, env).value, resolve(JOBS, 7, 3, env).where) == (7, "-j/--jobs")
     assert (resolve(JOBS, None, 3, env).value, resolve(JOBS, None, 3, env).where) == (3, "[build].jobs")
@@ -24,7 +24,7 @@ def test_one_chain_keeps_the_precedence_and_names_the_source():
     assert resolve(ARCHS, ["sm_90;sm_80"], ["gfx942"], {}).value == ("sm_90", "sm_80")
 
 
-def test_a_wrong_value_names_its_source_even_where_a_higher_one_decides():
+def test_a_wrong_value_names_its_source_even_where_a_higher_one_decides() -> None:
     with pytest.raises(QolaError, match="environment variable MAX_JOBS: must be between 1 and 4096") as err:
         resolve(JOBS, 2, None, {"MAX_JOBS": "-1"})
     assert err.value.hint == "set MAX_JOBS=8, or unset it"
@@ -33,7 +33,7 @@ def test_a_wrong_value_names_its_source_even_where_a_higher_one_decides():
     assert err.value.hint == "fix [build].jobs in the manifest, or remove it"
 
 
-def test_one_duplicate_rule_for_every_arch_source():
+def test_one_duplicate_rule_for_every_arch_source() -> None:
     """A repeated architecture is refused the same way from --arch, the manifest and GPU_ARCHS."""
     from qola.plan.manifest import parse
 
@@ -47,7 +47,7 @@ def test_one_duplicate_rule_for_every_arch_source():
     assert len(said) == 1 and said.pop() in err.value.message
 
 
-def test_no_gpu_architectures_is_said_once():
+def test_no_gpu_architectures_is_said_once() -> None:
     """Planning (choose_archs) and the toolchain (validate_archs) say the same thing, with one hint."""
     from qola.plan.manifest import parse
     from qola.plan.planner import choose_archs
@@ -70,7 +70,7 @@ def test_no_gpu_architectures_is_said_once():
         ["audit", "out", "--reproduce", "-j", "0"],
     ],
 )
-def test_every_command_checks_jobs_by_the_one_rule(argv, capsys):
+def test_every_command_checks_jobs_by_the_one_rule(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         cli.main(argv)
     assert exit_.value.code == 2
@@ -78,7 +78,7 @@ def test_every_command_checks_jobs_by_the_one_rule(argv, capsys):
     assert "argument -j/--jobs: must be between 1 and 4096" in err, err
 
 
-def test_declarations_agree_with_the_build_key():
+def test_declarations_agree_with_the_build_key() -> None:
     """A manifest key a setting declares out of the build key is one the key leaves out, and one in
     it is hashed (qola.store.key.MANIFEST_IGNORED)."""
     from qola.store.key import MANIFEST_IGNORED

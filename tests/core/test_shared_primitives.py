@@ -426,7 +426,7 @@ OTHER_OPENS = {
     "core/proc.py": 1,  # /proc/<pid>/stat
     "compile/ninja.py": 1,  # .ninja_log (the pipeline work of issues 31/34 owns ninja.py)
     "compile/unresolved.py": 1,  # os.fdopen of an fd from the checked open (pyelftools reads it)
-    "compile/remote_launch.py": 2,  # the tally (append) and the empty anchor file (create)
+    "compile/remote_launch.py": 1,  # the tally (append; the anchor file goes through fsutil)
     "jit/cache.py": 1,  # the lock file beside an entry (O_NOFOLLOW, created)
     "jit/headers.py": 6,  # the bundle (written, extracted O_EXCL|O_NOFOLLOW) and the dir walk (fstat per fd)
     "jit/libtable.py": 1,  # os.fdopen of an fd from the checked open (qola.jit.safeio)

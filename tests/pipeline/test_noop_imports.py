@@ -33,7 +33,10 @@ NOOP_QOLA_MODULES = frozenset(
         "qola.compile.layout",
         "qola.compile.ninja",
         "qola.compile.rebuild",
+        "qola.compile.results",  # the result types the incremental recipe reads (issue 36 item 2)
         "qola.core",
+        "qola.core.capture",  # split out of qola.core.proc (issue 36 item 4)
+        "qola.core.childenv",  # split out of qola.core.proc (issue 36 item 4)
         "qola.core.deadlines",
         "qola.core.errors",
         "qola.core.fsutil",
@@ -43,11 +46,13 @@ NOOP_QOLA_MODULES = frozenset(
         "qola.core.proc",
         "qola.core.rules",
         "qola.core.secret",
+        "qola.core.settings",  # every setting declared once: the build command's flags (issue 36 item 1)
         "qola.output",
         "qola.output.outdir",
         "qola.pipeline",
         "qola.pipeline.finish",
         "qola.pipeline.preflight",
+        "qola.pipeline.record",  # manifest.json's build record, split out of qola.pipeline.spec
         "qola.pipeline.report",
         "qola.pipeline.run",
         "qola.pipeline.spec",

@@ -5,13 +5,15 @@ else none: refused at once."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from support.common import KERNELS, run_qola
 
 from qola.compile.layout import BuildLayout
 from qola.core import lock
 
 
-def test_qola_wait_waits_for_the_build_holding_the_dirs(tmp_path):
+def test_qola_wait_waits_for_the_build_holding_the_dirs(tmp_path: Path) -> None:
     m = tmp_path / "q.toml"
     m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n[[modules]]\nname = "module_rmsnorm"\n')
     layout = BuildLayout(tmp_path / "out.build", tmp_path / "out")

@@ -12,7 +12,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +193,8 @@ def git_head(tree: AiterTree, env: proc.TimedEnv | None = None) -> tuple[str | N
 class Namespace:
     names: dict[str, Any]  # the globals AITER's expressions see
     merges: dict[str, MergedConfig]  # merged tuned-config path ("{qola_configs}/<stem>.csv") -> recipe
-    core: CoreNames = CoreNames()  # what core.py defines (its build-wide compile switches among it)
+    # what core.py defines (its build-wide compile switches among it)
+    core: CoreNames = field(default_factory=CoreNames)
 
 
 def expression_names(
@@ -295,31 +296,31 @@ def resolve_entry(
             "(the rule for [[modules]].name); fix the tree's table",
         )
     out = {k: copy.copy(v) for k, v in DEFAULTS.items()}
-    for field, value in raw.items():
-        where = f"{TABLE}: module {key!r}, key {field!r}"
+    for key_, value in raw.items():
+        where = f"{TABLE}: module {key!r}, key {key_!r}"
         if _depth(value, MAX_VALUE_DEPTH) > MAX_VALUE_DEPTH:
             raise QolaError(
                 f"{where}: value nested more than {MAX_VALUE_DEPTH} levels deep",
                 hint="AITER's table values are strings, lists of strings or a table of lists",
             )
-        lenient = field not in DEFAULTS and field not in KNOWN_KEYS
+        lenient = key_ not in DEFAULTS and key_ not in KNOWN_KEYS
         if isinstance(value, list):
-            out[field] = [
+            out[key_] = [
                 _evaluate(item, names, f"{where}[{i}]", lenient, notes) if isinstance(item, str) else item
                 for i, item in enumerate(value)
             ]
         elif isinstance(value, str):
-            out[field] = _evaluate(value, names, where, lenient, notes)
+            out[key_] = _evaluate(value, names, where, lenient, notes)
         else:
-            out[field] = value
-    for field in LIST_KEYS:
-        value = out.get(field)
+            out[key_] = value
+    for key_ in LIST_KEYS:
+        value = out.get(key_)
         if value is None or value == "":
-            out[field] = []
+            out[key_] = []
         elif isinstance(value, str):
-            out[field] = [value]
+            out[key_] = [value]
         elif not isinstance(value, list):
-            raise QolaError(f"{TABLE}: module {key!r}, key {field!r} must be a list, got {_show(value)}")
+            raise QolaError(f"{TABLE}: module {key!r}, key {key_!r} must be a list, got {_show(value)}")
     _check_types(key, out)
     return out
 
@@ -345,9 +346,9 @@ def _check_types(key: str, out: dict[str, Any]) -> None:
         if any(c in value for c in "\x00\n\r"):
             raise bad(field, "a NUL or line break in a string", value)
 
-    for field in LIST_KEYS:
-        for item in out[field]:
-            text(field, item)
+    for field_ in LIST_KEYS:
+        for item in out[field_]:
+            text(field_, item)
     if out.get("md_name") is None:
         out["md_name"] = ""
     md = out["md_name"]
@@ -371,9 +372,9 @@ def _check_types(key: str, out: dict[str, Any]) -> None:
             text("flags_extra_hip_per_source", glob)
             for flag in flags if isinstance(flags, list) else [flags]:
                 text("flags_extra_hip_per_source", flag)
-    for field in BOOL_KEYS:
-        if not isinstance(out.get(field), (bool, int, type(None))):
-            raise bad(field, "expected true or false", out.get(field))
+    for field_ in BOOL_KEYS:
+        if not isinstance(out.get(field_), (bool, int, type(None))):
+            raise bad(field_, "expected true or false", out.get(field_))
 
 
 def _evaluate(expr: str, names: Mapping[str, Any], where: str, lenient: bool, notes: list[str] | None) -> Any:

@@ -224,7 +224,7 @@ def merge(cfg: MergedConfig) -> Merged:
         if cfg.per_cu_num and "cu_num" not in keys:
             keys.append("cu_num")
         keys += ["_tag"] if has_tag else []
-        missing = [k for k in dict.fromkeys(keys + ["us"]) if k not in columns]
+        missing = [k for k in dict.fromkeys([*keys, "us"]) if k not in columns]
         if missing:
             raise QolaError(
                 f"merged tuned config {cfg.name} lacks column(s) {missing} (keys from {cfg.untuned}, and 'us')",

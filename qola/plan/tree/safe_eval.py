@@ -123,9 +123,13 @@ def _bounded_str_method(s: str, name: str) -> Callable[..., Any]:
     def call(*args: Any) -> Any:
         if not all(isinstance(a, (str, int, list, tuple)) and not isinstance(a, bool) for a in args):
             raise _Refused(f"str.{name}() takes strings or integers here")
-        if name == "replace" and len(args) >= 2 and isinstance(args[1], str):
-            if (len(s) + 1) * (len(args[1]) + 1) > MAX_STR:
-                raise _Refused(f"str.replace() result could exceed {MAX_STR} characters")
+        if (
+            name == "replace"
+            and len(args) >= 2
+            and isinstance(args[1], str)
+            and (len(s) + 1) * (len(args[1]) + 1) > MAX_STR
+        ):
+            raise _Refused(f"str.replace() result could exceed {MAX_STR} characters")
         if name == "join" and args:
             items = list(args[0]) if isinstance(args[0], (list, tuple)) else None
             if items is None or not all(isinstance(i, str) for i in items):
@@ -282,15 +286,14 @@ class _Evaluator:
         for v in (left, right):
             if not isinstance(v, (int, float, str, list, tuple)) or isinstance(v, bool):
                 raise _Refused(f"arithmetic on {type(v).__name__} is not allowed")
-        if isinstance(node.op, ast.Pow):
-            if not all(isinstance(v, int) for v in (left, right)) or not (0 <= right <= 64) or abs(left) > 2**16:
-                raise _Refused("only small integer powers are allowed")
-        if isinstance(node.op, ast.Mult):
-            if any(isinstance(v, (str, list, tuple)) for v in (left, right)):
-                n = right if isinstance(right, int) else left
-                seq = left if isinstance(left, (str, list, tuple)) else right
-                if not isinstance(n, int) or n * size_of(seq) > MAX_STR:
-                    raise _Refused(f"repetition longer than {MAX_STR} characters/items")
+        small = all(isinstance(v, int) for v in (left, right)) and 0 <= right <= 64 and abs(left) <= 2**16
+        if isinstance(node.op, ast.Pow) and not small:
+            raise _Refused("only small integer powers are allowed")
+        if isinstance(node.op, ast.Mult) and any(isinstance(v, (str, list, tuple)) for v in (left, right)):
+            n = right if isinstance(right, int) else left
+            seq = left if isinstance(left, (str, list, tuple)) else right
+            if not isinstance(n, int) or n * size_of(seq) > MAX_STR:
+                raise _Refused(f"repetition longer than {MAX_STR} characters/items")
         if isinstance(node.op, ast.Mod) and isinstance(left, str):
             raise _Refused("%-formatting is not allowed")
         try:
