@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from support.attn_abi import attn_manifest, child_call, child_preamble
 from support.common import KERNELS, run_qola
-from support.jit_lib import NVCC
+from support.jit_lib import NVCC, counting_nvcc
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -52,13 +52,7 @@ def test_deferred_variant_on_gpu_compiles_once_and_matches_torch(tmp_path: Path)
     assert all("_mask_" in n for n in rec["jit"]["deferred"]["names"])
     assert run_qola("audit", str(out)).returncode == 0
 
-    count = tmp_path / "count"
-    cc = tmp_path / "countcc"
-    cc.write_text(
-        f'#!/bin/sh\nif [ "$1" = "--version" ]; then exec {NVCC} --version; fi\n'
-        f'echo "$$" >> {count}\nexec {NVCC} "$@"\n'
-    )
-    cc.chmod(0o755)
+    cc, count = counting_nvcc(tmp_path)
     (tmp_path / "child.py").write_text(child_preamble() + CHILD)
     env = {**os.environ, "QOLA_JIT_CACHE_DIR": str(tmp_path / "cache"), "QOLA_JIT_COMPILER": str(cc)}
 

@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 from support.attn_abi import attn_manifest, child_call, child_preamble
 from support.common import KERNELS, run_qola
-from support.jit_lib import NVCC
+from support.jit_lib import NVCC, counting_nvcc
 
 from qola.store.usage import fragment, records
 
@@ -146,18 +146,6 @@ def test_ahead_variants_record_their_first_call_on_gpu(tmp_path: Path) -> None:
     for causal in (0, 1):
         got = call(used, causal, QOLA_JIT_COVERAGE="strict")
         assert got["r"] == 0 and got["err"] < 5e-2 and got["status"] == 0, got
-
-
-def counting_nvcc(tmp_path: Path) -> tuple[Path, Path]:
-    """(a wrapper of nvcc that logs one line per compile to the count file, that count file)."""
-    count = tmp_path / "count"
-    cc = tmp_path / "countcc"
-    cc.write_text(
-        f'#!/bin/sh\nif [ "$1" = "--version" ]; then exec {NVCC} --version; fi\n'
-        f'echo "$$" >> {count}\nexec {NVCC} "$@"\n'
-    )
-    cc.chmod(0o755)
-    return cc, count
 
 
 def child_json(tmp_path: Path, out: Path, causal: int, env: dict[str, str]) -> dict[str, Any]:

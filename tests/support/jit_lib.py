@@ -315,3 +315,15 @@ def _link(root: Path, src: Path, out: layout.JitModuleOutput, runtime: list[Path
 
 def remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def counting_nvcc(tmp_path: Path) -> tuple[Path, Path]:
+    """(a wrapper of nvcc that logs one line per compile to the count file, that count file)."""
+    count = tmp_path / "count"
+    cc = tmp_path / "countcc"
+    cc.write_text(
+        f'#!/bin/sh\nif [ "$1" = "--version" ]; then exec {NVCC} --version; fi\n'
+        f'echo "$$" >> {count}\nexec {NVCC} "$@"\n'
+    )
+    cc.chmod(0o755)
+    return cc, count
