@@ -377,9 +377,11 @@ def test_an_ambiguous_short_pin_is_reported_as_ambiguous(tmp_path: Path, mirror:
     git(tmp_path, "clone", "-q", str(bare), str(work))
     tree = git(work, "rev-parse", "HEAD^{tree}")
     stream = "".join(
-        f"commit refs/heads/c{i}\ncommitter t <t@t> 0 +0000\ndata {len(str(i))}\n{i}\nM 040000 {tree} x\n\n"
+        f"commit refs/heads/z{i}\ncommitter t <t@t> 0 +0000\ndata {len(str(i))}\n{i}\nM 040000 {tree} x\n\n"
         for i in range(2000)
-    )  # fixed dates and messages: the same commits (and the same shared prefix) every run
+    )  # fixed dates and messages: the same commits (and the same shared prefix) every run.
+    # Branch names start with "z" (not a hex digit): a 4-digit pin such as "c502" must never also
+    # name a branch, or git resolves the name instead of the prefix (CI failed on that once).
     subprocess.run(
         ["git", "-C", str(work), "fast-import", "--quiet"],
         input=stream,
