@@ -25,8 +25,9 @@ PIP_PKGS=("ninja>=1.11" "pyelftools>=0.30" "rich>=13" "pydantic>=2.5" "pybind11>
 # issue 26's loopback REAPI service (tests/support/remote_stack.py): buildbox (trexe, casd, worker, runners),
 # PostgreSQL for BuildGrid's scheduler, and BuildGrid itself in its own venv (its pins are not
 # qola's). Added to an existing chroot by `setup` (and `run`) without rebuilding it; own marker.
-REMOTE_RECIPE=1
-REMOTE_APT=(buildbox postgresql)
+# Also `patch`: ROCm/ck-jit's `full` build runs it to put its codegen hints on CK's generator.
+REMOTE_RECIPE=2
+REMOTE_APT=(buildbox postgresql patch)
 REMOTE_PIP=("buildgrid==0.9.1")
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -98,7 +99,7 @@ chroot_pip() {
 remote_extras() {
   remote_ready && return 0
   local start=$SECONDS
-  log "adding buildbox, postgresql and BuildGrid (issue 26's loopback REAPI service)"
+  log "adding buildbox, postgresql and BuildGrid (issue 26's loopback REAPI service) and patch (ck-jit)"
   quietly chroot_apt "$ROOT" REMOTE_APT_LIST || die "apt-get of the remote-execution packages failed"
   quietly chroot_pip "$ROOT" /opt/qola-bgd-venv "${REMOTE_PIP[@]}" || die "pip install buildgrid failed"
   echo "$REMOTE_RECIPE" >"$ROOT/.qola-remote-recipe"

@@ -73,3 +73,18 @@ def test_a_fake_rocm_home_built_from_the_environments_rocm_compiles(tmp_path: Pa
         env=env,
     )
     assert link.returncode == 0, link.stderr[-3000:]
+
+
+def test_the_tools_ck_jit_runs_are_there(tmp_path: Path) -> None:
+    """ck-jit's `full` build applies its codegen-hint patch with `patch -p1 --forward` (a dry run
+    first) before anything else: without the tool it stops with a traceback."""
+    old = tmp_path / "a" / "f.py"
+    old.parent.mkdir()
+    old.write_text("x = 1\n")
+    diff = "--- a/f.py\n+++ b/f.py\n@@ -1 +1,2 @@\n x = 1\n+y = 2\n"
+    for extra in (["--dry-run"], []):
+        done = subprocess.run(
+            ["patch", "-p1", "--forward", *extra], cwd=old.parent, input=diff, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert old.read_text() == "x = 1\ny = 2\n"
