@@ -23,6 +23,7 @@ from qola.jit import libtable, safeio
 from qola.jit import prebuild as pb
 from qola.jit.cache import JitCache
 from qola.jit.format import default_cache_dir
+from qola.pipeline.spec import only
 
 EXIT_BROKEN = 1
 
@@ -78,9 +79,8 @@ def _prebuild_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add_flag(
         b,
         settings.JOBS,
-        default=max(1, (os.cpu_count() or 2) // 2),
         metavar="N",
-        help="parallel compiles (default: half the CPUs)",
+        help="parallel compiles (-j > MAX_JOBS > half the CPUs)",
     )
     b.add_argument(
         "--prebuilt-dir",
@@ -127,6 +127,12 @@ def _tables(args: argparse.Namespace) -> list[libtable.LibModule]:
 
 def run_prebuild(args: argparse.Namespace) -> int:
     env = _env()
+    jobs = settings.resolve(
+        settings.JOBS,
+        args.jobs,
+        env=only(env, settings.JOBS.env),
+        default=lambda: max(1, (os.cpu_count() or 2) // 2),
+    ).value
     units = pb.select_units(pb.find_jit_dirs(args.out), env, args.filter, args.library)
     if not units:
         raise QolaError(f"no JIT unit matches {args.filter!r}", hint="`qola jit ls OUT` lists them")
@@ -135,7 +141,7 @@ def run_prebuild(args: argparse.Namespace) -> int:
     def progress(status: str, msg: str) -> None:
         print(f"{status:8} {msg}", file=sys.stderr if status == "failed" else sys.stdout)
 
-    res = pb.prebuild(units, cache, env, args.jobs, progress)
+    res = pb.prebuild(units, cache, env, jobs, progress)
     print(f"{len(res.built)} built, {len(res.present)} already present, {len(res.failed)} failed -> {cache.path}")
     return EXIT_BROKEN if res.failed else 0
 

@@ -4,6 +4,8 @@ command or source gives them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from qola import cli
@@ -76,6 +78,18 @@ def test_every_command_checks_jobs_by_the_one_rule(argv: list[str], capsys: pyte
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "argument -j/--jobs: must be between 1 and 4096" in err, err
+
+
+def test_jit_prebuild_reads_max_jobs_as_a_build_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`qola jit prebuild` had its own default (half the CPUs) and never read MAX_JOBS; it resolves
+    -j through the one rule, before it looks at OUT."""
+    monkeypatch.setenv("MAX_JOBS", "-1")
+    code = cli.main(["jit", "prebuild", str(tmp_path / "absent")])
+    err = capsys.readouterr().err
+    assert code == 2 and "environment variable MAX_JOBS: must be between 1 and 4096" in err, err
+    assert "set MAX_JOBS=8, or unset it" in err
 
 
 def test_declarations_agree_with_the_build_key() -> None:
