@@ -10,10 +10,10 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from qola import __version__
-from qola.core import inputs
+from qola.core import fsutil, inputs
 from qola.core.errors import QolaError
 from qola.core.secret import Secret, basic_authorization, split_url
 
@@ -149,17 +149,21 @@ def fetch(
     want = expected_sha256(bytes(side), name, where)
     local = into / name
     h = hashlib.sha256()
-    with open(local, "xb") as fh:
+    got: list[str] = []
 
+    def fill(fh: BinaryIO) -> None:
         def sink(chunk: bytes) -> None:
             h.update(chunk)
             fh.write(chunk)
 
-        origin = get(source, name, sink, limit, timeout)
-    if h.hexdigest() != want:
-        raise QolaError(
-            f"{origin} has sha256 {h.hexdigest()}, but {where} says {want}: refused (a damaged, "
-            "truncated or replaced archive); nothing was installed",
-            hint=HINT_STORE,
-        )
+        got.append(get(source, name, sink, limit, timeout))
+        if h.hexdigest() != want:  # checked before the file takes its name: a bad one never does
+            raise QolaError(
+                f"{got[0]} has sha256 {h.hexdigest()}, but {where} says {want}: refused (a damaged, "
+                "truncated or replaced archive); nothing was installed",
+                hint=HINT_STORE,
+            )
+
+    fsutil.atomic_stream(local, fill)  # the one file-write primitive (qola.core.fsutil)
+    origin = got[0]
     return local, origin
