@@ -49,6 +49,7 @@ class TreeWrite:
 class ModuleExtra:
     drop_sources: tuple[str, ...] = ()  # sources not compiled (deferred to the JIT)
     add_sources: tuple[str, ...] = ()  # compiled with the module's flags too (JIT stubs)
+    host_only: tuple[str, ...] = ()  # qola's own sources with no device code: HIP, no device passes
     cflags: tuple[str, ...] = ()
     source_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (source path, flags for it alone)
     ldflags: tuple[str, ...] = ()
@@ -69,6 +70,7 @@ class ModuleExtra:
         return ModuleExtra(
             drop_sources=self.drop_sources + other.drop_sources,
             add_sources=self.add_sources + other.add_sources,
+            host_only=self.host_only + other.host_only,
             cflags=self.cflags + other.cflags,
             source_flags=self.source_flags + other.source_flags,
             ldflags=self.ldflags + other.ldflags,

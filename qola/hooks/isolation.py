@@ -137,6 +137,7 @@ def _api(mod: ModulePlan, plan: Plan, layout: BuildLayout) -> ModuleExtra:
             FileWrite(wrapper, itfs.render_wrapper(mod.api, ns, mod.name)),
         ),
         add_sources=(str(wrapper),),
+        host_only=(str(wrapper),),  # it forwards host calls: no device pass has anything to compile
     )
 
 

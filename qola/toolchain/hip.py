@@ -195,6 +195,12 @@ def arch_flags(archs: Sequence[str]) -> list[str]:
     return [f"--offload-arch={a}" for a in archs]
 
 
+# A HIP source with no device code compiled without device passes: clang's spelling since HIP began
+# (an alias of --offload-host-only in clang 14+). qola's own cpp_itfs wrapper only forwards host
+# calls; its object is byte-identical with and without the device passes (hipcc 7.0.2, measured).
+HOST_ONLY = "--cuda-host-only"
+
+
 def hip_flag_set(version_key: tuple[int, int, int, int], archs: Sequence[str], env: Env) -> list[str]:
     """AITER's flags_hip for this HIP version and these archs: sorted, de-duplicated,
     unprobed. Entries like ``-mllvm X`` are one string (split them for argv)."""

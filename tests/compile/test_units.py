@@ -11,6 +11,7 @@ from pathlib import Path
 
 from support.ck_tree import ck_tree, module
 from support.fake_hipcc import fake_hipcc
+from support import itfs_fixture as fx
 from support.fake_nvcc import fake_nvcc
 from support.fake_nvcc import pytestmark as needs_fake_nvcc  # g++ and CUDA's static runtime
 from support.libdata import embedded_blobs
@@ -90,6 +91,30 @@ def test_a_files_archs_are_judged_among_its_own_generators_files(tmp_path: Path)
     # generators skipped (same stamp): the groups come from the stamp
     again = dry_run(tmp_path, ["gfx942", "gfx950"], module(asm=True), tree=tmp_path / "tree")
     assert again == g
+
+
+def test_qolas_wrapper_compiles_without_device_passes(tmp_path: Path) -> None:
+    """The cpp_itfs wrapper qola writes (``qola_<module>_itfs.cu``) only forwards host calls: its edge
+    has no device pass (``--cuda-host-only``: the same object, a third of the CPU with CK's headers,
+    docs/benchmarks.md), while the module's own sources keep every arch's pass."""
+    tree = fx.write_tree(tmp_path / "new", "new")
+    m = fx.manifest(tmp_path / "q.toml", "new", "gfx942")
+    m.write_text(m.read_text().replace('["gfx942"]', '["gfx942", "gfx950"]'))
+    spec = BuildSpec(
+        manifest=str(m),
+        aiter_root=str(tree),
+        output_dir=str(tmp_path / "out"),
+        jobs=1,
+        dry_run=True,
+        env={**os.environ, "HIPCC": str(fake_hipcc(tmp_path / "bin" / "hipcc"))},
+    )
+    assert pipeline.build(spec).ok
+    g = edges((tmp_path / "out.build" / "build.ninja").read_text())
+    wrappers = {k: v for k, v in g.items() if k.endswith("_itfs.cu")}
+    assert sorted(wrappers) == ["qola_libmha_bwd_itfs.cu", "qola_libmha_fwd_itfs.cu"]
+    assert {v["archs"] for v in wrappers.values()} == {"--cuda-host-only"}
+    own = {k: v for k, v in g.items() if "archs" in v and k not in wrappers}
+    assert own and {v["archs"] for v in own.values()} == {"--offload-arch=gfx942 --offload-arch=gfx950"}
 
 
 def test_a_single_arch_build_compiles_every_file_for_it(tmp_path: Path) -> None:
