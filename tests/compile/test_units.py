@@ -9,9 +9,9 @@ import json
 import os
 from pathlib import Path
 
+from support import itfs_fixture as fx
 from support.ck_tree import ck_tree, module
 from support.fake_hipcc import fake_hipcc
-from support import itfs_fixture as fx
 from support.fake_nvcc import fake_nvcc
 from support.fake_nvcc import pytestmark as needs_fake_nvcc  # g++ and CUDA's static runtime
 from support.libdata import embedded_blobs
