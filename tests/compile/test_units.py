@@ -26,10 +26,15 @@ def dry_run(tmp: Path, archs: list[str], body: str, tree: Path | None = None) ->
     """``qola build --dry-run`` of ``body``'s modules on the CK-style tree; each compile edge of
     build.ninja: source file name -> its bindings (flags, archs, module)."""
     tree = tree or ck_tree(tmp / "tree")
-    hipcc = fake_hipcc(tmp / "bin" / "hipcc")
     m = tmp / "q.toml"
     m.write_text(f'[qola]\nnamespace = "qk"\n[build]\narchitectures = {archs!r}\nmode = "cpp_itfs"\n'.replace("'", '"'))
     m.write_text(m.read_text() + body)
+    return graph_of(tmp, m, tree)
+
+
+def graph_of(tmp: Path, m: Path, tree: Path) -> dict[str, dict[str, str]]:
+    """The compile edges of ``qola build --dry-run`` of manifest ``m`` on ``tree`` (a fake hipcc)."""
+    hipcc = fake_hipcc(tmp / "bin" / "hipcc")
     spec = BuildSpec(
         manifest=str(m),
         aiter_root=str(tree),
@@ -100,16 +105,7 @@ def test_qolas_wrapper_compiles_without_device_passes(tmp_path: Path) -> None:
     tree = fx.write_tree(tmp_path / "new", "new")
     m = fx.manifest(tmp_path / "q.toml", "new", "gfx942")
     m.write_text(m.read_text().replace('["gfx942"]', '["gfx942", "gfx950"]'))
-    spec = BuildSpec(
-        manifest=str(m),
-        aiter_root=str(tree),
-        output_dir=str(tmp_path / "out"),
-        jobs=1,
-        dry_run=True,
-        env={**os.environ, "HIPCC": str(fake_hipcc(tmp_path / "bin" / "hipcc"))},
-    )
-    assert pipeline.build(spec).ok
-    g = edges((tmp_path / "out.build" / "build.ninja").read_text())
+    g = graph_of(tmp_path, m, tree)
     wrappers = {k: v for k, v in g.items() if k.endswith("_itfs.cu")}
     assert sorted(wrappers) == ["qola_libmha_bwd_itfs.cu", "qola_libmha_fwd_itfs.cu"]
     assert {v["archs"] for v in wrappers.values()} == {"--cuda-host-only"}
