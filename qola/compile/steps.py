@@ -41,6 +41,7 @@ class ModuleSources:
     own: tuple[str, ...]
     generated: tuple[str, ...]
     groups: tuple[tuple[str, ...], ...] = ()  # the generated files by the generator that wrote them (() = one group)
+    kernel_free: tuple[str, ...] = ()  # dropped directions' dispatch files (no kernel): no device pass
 
     @property
     def all(self) -> tuple[str, ...]:
@@ -183,7 +184,8 @@ def _sources_of(
 ) -> tuple[ModuleSources | None, ModuleResult]:
     """(``mod``'s source list, or None: it fails; its result)."""
     gen, groups = made.files, made.groups
-    if unused := _unused_dispatch(mod, gen):
+    candidates = _dispatch_only(mod, gen)
+    if unused := _unused_dispatch(mod, gen, candidates):
         gen = tuple(s for s in gen if s not in unused)
         groups = tuple(tuple(s for s in g if s not in unused) for g in groups)
         r = r.noted(
@@ -213,20 +215,25 @@ def _sources_of(
         stage.layout.obj_dir(mod.name)
     except QolaError as exc:
         return None, r.failed(exc)
-    return ModuleSources(tuple(mod.sources), gen, groups), r
+    kept = tuple(s for s in candidates if s not in unused)  # they dispatch to no kernel: host code only
+    return ModuleSources(tuple(mod.sources), gen, groups, kept), r
 
 
 MAX_SCANNED = 64 << 20  # a source read to see whether it calls a dropped direction's dispatch
 
 
-def _unused_dispatch(mod: ModulePlan, generated: tuple[str, ...]) -> set[str]:
-    """The dispatch files of ``mod``'s dropped directions (CK writes them alone: ``drop_directions``)
-    that no other source of the library calls (:func:`qola.plan.genrules.unused_dispatch`): not
-    compiled. Read: the module's own sources and the generated files without an arch suffix (API and
-    dispatch files; a CK kernel file calls no dispatch)."""
+def _dispatch_only(mod: ModulePlan, generated: tuple[str, ...]) -> dict[str, str]:
+    """The dispatch files of ``mod``'s dropped directions (CK writes them alone, with no kernel:
+    ``drop_directions``) -> their direction."""
     dropped = {g.direction for g in mod.generators if g.dispatch_only and g.direction}
     stems = {genrules.dispatch_stem(d): d for d in dropped}
-    candidates = {s: stems[Path(s).stem] for s in generated if Path(s).stem in stems}
+    return {s: stems[Path(s).stem] for s in generated if Path(s).stem in stems}
+
+
+def _unused_dispatch(mod: ModulePlan, generated: tuple[str, ...], candidates: dict[str, str]) -> set[str]:
+    """Which of ``candidates`` (:func:`_dispatch_only`) no other source of the library calls
+    (:func:`qola.plan.genrules.unused_dispatch`): not compiled. Read: the module's own sources and the
+    generated files without an arch suffix (API and dispatch files; a CK kernel file calls no dispatch)."""
     if not candidates:
         return set()
     texts: dict[str, str | None] = {}
@@ -320,12 +327,13 @@ def _module_var(mod: ModulePlan, stage: Stage, more: ModuleExtra) -> list[str]:
 
 def _device_passes(tc: Toolchain, src: ModuleSources, more: ModuleExtra) -> dict[str, tuple[str, ...]]:
     """What each source of the module compiles, in order -> its device passes (HIP; else none): a
-    generated file the archs it holds code for, qola's own host-only sources none (``--cuda-host-only``:
-    the wrapper, three times faster, the same object), every other source all the build's archs."""
+    generated file the archs it holds code for; none (``--cuda-host-only``: a third of the CPU, the same
+    object) for qola's own wrapper and a dropped direction's dispatch (no kernel in either: host code
+    only); every other source all the build's archs."""
     sources = more.sources(src.all)
     if tc.kind != "hip":
         return dict.fromkeys(sources, ())
-    served, host = _source_archs(src, tc.archs), set(more.host_only)
+    served, host = _source_archs(src, tc.archs), {*more.host_only, *src.kernel_free}
     return {
         s: (HOST_ONLY,) if s in host else tuple(arch_flags(served[s])) if s in served else _every(tc) for s in sources
     }
