@@ -67,6 +67,30 @@ def aiter_root() -> Path:
     return fetch()
 
 
+CK_FMHA = "aiter_meta/3rdparty/composable_kernel/example/ck_tile/01_fmha"  # CK's fMHA example in the sdist
+
+
+@pytest.fixture(scope="session")
+def ck_fmha_600(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every CK fMHA fwd and bwd instance of the sdist as its generate.py writes them for receipt 600
+    (``fwd/``, ``bwd/``: thousands of files, half a minute of generating), written once per session for
+    the tests that read them (tests/jit/test_jit_stubs.py, tests/store/test_usage_ahead.py). Read-only
+    (mode 0444): a test that would change a file copies it."""
+    gen = aiter_root / CK_FMHA / "generate.py"
+    out = tmp_path_factory.mktemp("ck_fmha_600")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(gen), "-d", d, "--receipt", "600", "-o", str(out / d)], stdout=subprocess.DEVNULL
+        )
+        for d in ("fwd", "bwd")
+    ]
+    assert all(p.wait() == 0 for p in procs)
+    for f in out.rglob("*"):
+        if f.is_file():
+            f.chmod(0o444)
+    return out
+
+
 @pytest.fixture(scope="session")
 def kernels_root() -> Path:
     return KERNELS

@@ -6,8 +6,8 @@ The key (:func:`key_of`) is a sha256 of: the command as run (interpreter, wrappe
 arguments, the filter; the temp paths left out), the interpreter's file (path, size, mtime), the
 generator's sources (:func:`sources_digest`: every ``*.py`` under each script's directory, CK's
 ``codegen/`` package included, and the wrapper), the files its arguments name
-(:func:`argument_files_digest`) and its environment (every variable but the shell's bookkeeping:
-:data:`VOLATILE`). A changed generator, argument, file or variable is another key: the listing runs.
+(:func:`argument_files_digest`) and its environment (every variable but the shell's and pytest's
+bookkeeping: :data:`VOLATILE`). A changed generator, argument, file or variable is another key: the listing runs.
 
 The cache is a directory of qola's own (``$XDG_CACHE_HOME/qola/listings``, else
 ``~/.cache/qola/listings``, :func:`cache_dir`), one JSON file per key, written atomically
@@ -36,7 +36,10 @@ from qola.plan.tree.files import MAX_CSV, read_small
 
 SUBDIR = ("qola", "listings")  # under $XDG_CACHE_HOME, else ~/.cache
 MAX_ENTRY = 16 << 20  # bytes of one cached listing (CK's largest, bwd: ~15,000 names, under 2 MiB)
-VOLATILE = frozenset({"_", "OLDPWD", "SHLVL"})  # the shell's bookkeeping: not the generator's input
+# the caller's bookkeeping, not the generator's input: the shell's (``_``, ``OLDPWD``, ``SHLVL``) and
+# pytest's (``PYTEST_CURRENT_TEST``: the running test's id and phase, another in every test, so a suite
+# that plans the same tree in many tests, or a test's setup and call, would never share a listing)
+VOLATILE = frozenset({"_", "OLDPWD", "SHLVL", "PYTEST_CURRENT_TEST"})
 FORMAT = 1
 
 

@@ -151,17 +151,9 @@ FMHA = "aiter_meta/3rdparty/composable_kernel/example/ck_tile/01_fmha"
 
 
 @pytest.fixture(scope="module")
-def ck_fmha(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    gen = aiter_root / FMHA / "generate.py"
-    out = tmp_path_factory.mktemp("fmha")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(gen), "-d", d, "--receipt", "600", "-o", str(out / d)], stdout=subprocess.DEVNULL
-        )
-        for d in ("fwd", "bwd")
-    ]
-    assert all(p.wait() == 0 for p in procs)
-    return aiter_root / FMHA, out
+def ck_fmha(aiter_root: Path, ck_fmha_600: Path) -> tuple[Path, Path]:
+    """CK's fMHA sources and every fwd/bwd instance generated for receipt 600 (conftest, once a session)."""
+    return aiter_root / FMHA, ck_fmha_600
 
 
 @pytest.mark.aiter

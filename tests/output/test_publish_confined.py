@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -313,25 +312,27 @@ def test_audit_checks_the_whole_output(built: tuple[Path, Path, Path, Path], tmp
 
 
 DRIVER = r"""
-import os, sys, time
-out, events, delay = os.path.realpath(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+import os, signal, sys
+out, events, kill_at = os.path.realpath(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 real = {"replace": os.replace, "rename": os.rename}
 
-def slowed(name):
+def killing(name):
     def op(src, dst, *a, **k):
         result = real[name](src, dst, *a, **k)
         d = os.path.abspath(os.fspath(dst))
         if d == out or d.startswith(out + os.sep):
             with open(events, "a") as f:
                 f.write(d + "\n")
-            time.sleep(delay)
+            with open(events) as f:
+                if len(f.read().splitlines()) >= kill_at:  # the kill_at-th step into OUT is done: SIGKILL
+                    os.killpg(os.getpgid(0), signal.SIGKILL)  # the whole group, as a user's kill -9 would
         return result
     return op
 
-os.replace, os.rename = slowed("replace"), slowed("rename")
+os.replace, os.rename = killing("replace"), killing("rename")
 from qola.core import fsutil
 real["exchange"] = fsutil.exchange
-fsutil.exchange = slowed("exchange")  # the publish's per-directory swaps are kill points too
+fsutil.exchange = killing("exchange")  # the publish's per-directory swaps are kill points too
 from qola.cli import main
 sys.exit(main(sys.argv[4:]))
 """
@@ -360,28 +361,26 @@ def test_sigkill_during_publish_leaves_old_or_new(built: tuple[Path, Path, Path,
     argv = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2"]
     env = {**os.environ, "QK_RMSNORM_USE_RSQRT": "0"}  # rebuilds rmsnorm with other code
     seen, new, logs = [], None, []
-    for k in range(1, 40):
+    for k in range(1, 40):  # the k-th rename/exchange into OUT is followed by a SIGKILL of the build
         events.write_text("")
         log = tmp_path / f"run{k}.log"
         logs.append(log)
         with open(log, "w") as fh:
             proc = subprocess.Popen(
-                [sys.executable, str(driver), str(out), str(events), "1.0", *argv],
+                [sys.executable, str(driver), str(out), str(events), str(k), *argv],
                 env=env,
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-            deadline = time.time() + 300
-            while proc.poll() is None and len(events.read_text().splitlines()) < k and time.time() < deadline:
-                time.sleep(0.05)
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                libs = consistent(out)  # after every kill: the whole old or the whole new version
-                seen.append(libs)
-                continue
+            proc.wait(timeout=300)  # a hang guard, never a speed check
+        if proc.returncode == -signal.SIGKILL:
+            assert len(events.read_text().splitlines()) == k, log.read_text()
+            libs = consistent(out)  # after every kill: the whole old or the whole new version
+            seen.append(libs)
+            continue
         assert proc.returncode == 0, log.read_text()
+        assert len(events.read_text().splitlines()) < k  # finished before its k-th step: every step was a kill point
         new = consistent(out)
         break
     assert new is not None and new["qk_module_rmsnorm.so"] != old["qk_module_rmsnorm.so"]
