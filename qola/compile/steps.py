@@ -327,15 +327,18 @@ def _module_var(mod: ModulePlan, stage: Stage, more: ModuleExtra) -> list[str]:
 
 def _device_passes(tc: Toolchain, src: ModuleSources, more: ModuleExtra) -> dict[str, tuple[str, ...]]:
     """What each source of the module compiles, in order -> its device passes (HIP; else none): a
-    generated file the archs it holds code for; none (``--cuda-host-only``: a third of the CPU, the same
-    object) for qola's own wrapper and a dropped direction's dispatch (no kernel in either: host code
-    only); every other source all the build's archs."""
+    generated file the archs it holds code for; every other source all the build's archs. qola's own
+    wrapper and a dropped direction's dispatch (no kernel in either: host code only) add
+    ``--cuda-host-only``: no device pass runs (a third of the CPU, the same object), and the line still
+    names the archs, as tools that read them from compile lines expect (ck-jit's post-build takes the
+    first recorded line's)."""
     sources = more.sources(src.all)
     if tc.kind != "hip":
         return dict.fromkeys(sources, ())
     served, host = _source_archs(src, tc.archs), {*more.host_only, *src.kernel_free}
+    every = _every(tc)
     return {
-        s: (HOST_ONLY,) if s in host else tuple(arch_flags(served[s])) if s in served else _every(tc) for s in sources
+        s: (*every, HOST_ONLY) if s in host else tuple(arch_flags(served[s])) if s in served else every for s in sources
     }
 
 

@@ -197,7 +197,8 @@ def arch_flags(archs: Sequence[str]) -> list[str]:
 
 # A HIP source with no device code compiled without device passes: clang's spelling since HIP began
 # (an alias of --offload-host-only in clang 14+). qola's own cpp_itfs wrapper only forwards host
-# calls; its object is byte-identical with and without the device passes (hipcc 7.0.2, measured).
+# calls; its object is byte-identical with and without the device passes (hipcc 7.0.2, measured),
+# and with the ``--offload-arch`` flags kept before this one.
 HOST_ONLY = "--cuda-host-only"
 
 

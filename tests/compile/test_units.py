@@ -100,15 +100,16 @@ def test_a_files_archs_are_judged_among_its_own_generators_files(tmp_path: Path)
 
 def test_qolas_wrapper_compiles_without_device_passes(tmp_path: Path) -> None:
     """The cpp_itfs wrapper qola writes (``qola_<module>_itfs.cu``) only forwards host calls: its edge
-    has no device pass (``--cuda-host-only``: the same object, a third of the CPU with CK's headers,
-    docs/benchmarks.md), while the module's own sources keep every arch's pass."""
+    runs no device pass (``--cuda-host-only``: the same object, a third of the CPU with CK's headers,
+    docs/benchmarks.md) yet still names the archs (ck-jit reads them from compile lines), while the
+    module's own sources keep every arch's pass."""
     tree = fx.write_tree(tmp_path / "new", "new")
     m = fx.manifest(tmp_path / "q.toml", "new", "gfx942")
     m.write_text(m.read_text().replace('["gfx942"]', '["gfx942", "gfx950"]'))
     g = graph_of(tmp_path, m, tree)
     wrappers = {k: v for k, v in g.items() if k.endswith("_itfs.cu")}
     assert sorted(wrappers) == ["qola_libmha_bwd_itfs.cu", "qola_libmha_fwd_itfs.cu"]
-    assert {v["archs"] for v in wrappers.values()} == {"--cuda-host-only"}
+    assert {v["archs"] for v in wrappers.values()} == {"--offload-arch=gfx942 --offload-arch=gfx950 --cuda-host-only"}
     own = {k: v for k, v in g.items() if "archs" in v and k not in wrappers}
     assert own and {v["archs"] for v in own.values()} == {"--offload-arch=gfx942 --offload-arch=gfx950"}
 
@@ -146,7 +147,7 @@ def test_a_dropped_direction_brings_no_dispatch_unit_unless_code_that_stays_call
     assert not [u for u in units if u.startswith(("fmha_fwd_splitkv_d", "fmha_batch_prefill_d"))]  # no kernel
     # the kept one dispatches to no kernel: host code only, no device pass (the same object, a third
     # of the CPU: docs/benchmarks.md); the kept direction's dispatch keeps its pass
-    assert g["fmha_batch_prefill_api.cpp"]["archs"] == "--cuda-host-only"
+    assert g["fmha_batch_prefill_api.cpp"]["archs"] == "--offload-arch=gfx942 --cuda-host-only"
     assert g["fmha_fwd_api.cpp"]["archs"] == "--offload-arch=gfx942"
     tree2 = ck_tree(tmp_path / "t2" / "tree", calls=("fwd",))
     g2 = dry_run(tmp_path / "t2", ["gfx942"], module(drop), tree=tree2)
