@@ -436,7 +436,7 @@ OTHER_OPENS = {
     "output/publish.py": 4,  # the stage's files (O_EXCL writes) and a copy from an fd the checked open returned
     "plan/registry.py": 1,  # registry.toml shipped with qola
     "store/prebuilt.py": 7,  # the archive written (O_EXCL), packed from OUT (O_NOFOLLOW), and the download verified
-    "store/download.py": 2,  # the download written (O_EXCL, in its own temp dir) and a file of a local store (checked fd)
+    "store/download.py": 1,  # a file of a local store (checked fd); the download is written by fsutil.atomic_stream
     "toolchain/host.py": 1,  # /proc/meminfo
 }
 _RAW_OPEN = re.compile(
