@@ -41,7 +41,7 @@ class ModuleSources:
     own: tuple[str, ...]
     generated: tuple[str, ...]
     groups: tuple[tuple[str, ...], ...] = ()  # the generated files by the generator that wrote them (() = one group)
-    kernel_free: tuple[str, ...] = ()  # dropped directions' dispatch files (no kernel): no device pass
+    host_only: tuple[str, ...] = ()  # dropped directions' dispatch files (no kernel): no device pass
 
     @property
     def all(self) -> tuple[str, ...]:
@@ -335,7 +335,7 @@ def _device_passes(tc: Toolchain, src: ModuleSources, more: ModuleExtra) -> dict
     sources = more.sources(src.all)
     if tc.kind != "hip":
         return dict.fromkeys(sources, ())
-    served, host = _source_archs(src, tc.archs), {*more.host_only, *src.kernel_free}
+    served, host = _source_archs(src, tc.archs), {*more.host_only, *src.host_only}
     every = _every(tc)
     return {
         s: (*every, HOST_ONLY) if s in host else tuple(arch_flags(served[s])) if s in served else every for s in sources

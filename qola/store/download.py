@@ -149,21 +149,22 @@ def fetch(
     want = expected_sha256(bytes(side), name, where)
     local = into / name
     h = hashlib.sha256()
-    got: list[str] = []
+    origin = ""
 
     def fill(fh: BinaryIO) -> None:
+        nonlocal origin
+
         def sink(chunk: bytes) -> None:
             h.update(chunk)
             fh.write(chunk)
 
-        got.append(get(source, name, sink, limit, timeout))
+        origin = get(source, name, sink, limit, timeout)
         if h.hexdigest() != want:  # checked before the file takes its name: a bad one never does
             raise QolaError(
-                f"{got[0]} has sha256 {h.hexdigest()}, but {where} says {want}: refused (a damaged, "
+                f"{origin} has sha256 {h.hexdigest()}, but {where} says {want}: refused (a damaged, "
                 "truncated or replaced archive); nothing was installed",
                 hint=HINT_STORE,
             )
 
     fsutil.atomic_stream(local, fill)  # the one file-write primitive (qola.core.fsutil)
-    origin = got[0]
     return local, origin
