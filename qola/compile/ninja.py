@@ -1,8 +1,10 @@
 """Write one ``build.ninja`` for every module (with ``ninja_syntax``) and run it.
 
-Object names are unique per source path; every compile writes a depfile; link
-lines go through response files; ninja runs with ``-k 0`` so one broken module
-does not stop the others, and its status lines drive a progress callback.
+Object names are unique per source path; every compile writes a depfile (``-MD``: the one the
+compiler names after ``-o``, bound per edge as ``$dep``); link lines go through response files;
+ninja runs with ``-k 0`` so one broken module does not stop the others, and its status lines drive a
+progress callback. Every compile line passes :mod:`qola.toolchain.portable`'s rule here, before the
+file exists: its rule's command, the flag variables its edges use and their own flags.
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ from ninja import ninja_syntax
 from qola.core import proc
 from qola.core.errors import QolaError
 from qola.core.fsutil import write_if_changed
+from qola.toolchain import portable
 
 STATUS = "[qola %f/%t] "
 UNWRAPPED = 1 << 62  # ninja_syntax.Writer width: never wrap (see write)
 NINJA_LOG_KEEP = 32 << 20  # bytes of ninja's whole output kept (head and tail); each module's lines: proc.LOG_KEEP
 _STATUS_RE = re.compile(r"^\[qola (\d+)/(\d+)\] (.*)$")
-_VARS = ("$in", "$out", "$out.d", "$out.rsp", "$flags", "$ldflags", "$launcher", "@$out.rsp")
+_VARS = ("$in", "$out", "$out.rsp", "$flags", "$ldflags", "$launcher", "@$out.rsp")
+DEPFILE = "$dep"  # a compile rule's depfile: each edge binds it to portable.depfile_of(its output)
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Edge:
     out: str  # relative to the build dir
     inputs: tuple[str, ...]
     variables: tuple[tuple[str, str], ...] = ()  # its bindings; ("module", name) names its module
+    implicit: tuple[str, ...] = ()  # files it reads that are not on its command line (an .S's .incbin files)
 
     @property
     def module(self) -> str | None:
@@ -93,10 +98,44 @@ def escape_flags(flags: Sequence[str]) -> str:
     return ninja_syntax.escape(" ".join(shlex.quote(f) for f in flags))
 
 
+def _flags(value: str) -> list[str]:
+    """A variable's value (:func:`escape_flags`) as its flag list again."""
+    return shlex.split(value.replace("$$", "$"))
+
+
+def check_portable(graph: Graph, build_dir: Path) -> None:
+    """Refuse a graph with a compile line that would not replay from another directory once
+    ``build_dir`` is gone (:mod:`qola.toolchain.portable`): every rule with a depfile (a compile),
+    each flag variable and each edge's own flags, naming the flag, the rule or module, and why."""
+    where = str(build_dir)
+    found: list[str] = []
+    compile_rules = {n for n, r in graph.rules.items() if "depfile" in r}
+    for name in sorted(compile_rules):
+        found += [f"rule {name}: {v}" for v in portable.violations(shlex.split(graph.rules[name]["command"]), where)]
+    used = {c.flags_var for t in graph.targets for c in t.compiles}
+    for var in sorted(used & set(graph.variables)):
+        found += [f"{var}: {v}" for v in portable.violations(_flags(graph.variables[var]), where)]
+    for extra in sorted({c.extra_flags for t in graph.targets for c in t.compiles if c.extra_flags}):
+        found += [f"per-source flags: {v}" for v in portable.violations(extra, where)]
+    for e in graph.extra_edges:
+        if e.rule in compile_rules:
+            flags = dict(e.variables).get("flags", "")
+            found += [f"{e.out}: {v}" for v in portable.violations(_flags(flags), where)]
+    if found:
+        raise QolaError(
+            "a compile line would not replay from another directory once the build dir is gone "
+            "(a client such as ck-jit records the flags and runs them later, elsewhere: docs/design-notes.md, "
+            '"Portable compile lines"):\n  ' + "\n  ".join(found) + "\nName such files by absolute paths outside "
+            f"{where}, or drop the flag."
+        )
+
+
 def write(graph: Graph, path: Path) -> None:
     """Write ``build.ninja`` (:func:`qola.core.fsutil.write_if_changed`: atomically, and an unchanged
-    file keeps its mtime). Lines are not wrapped: ninja_syntax's wrapping re-slices a long line at
-    every break, quadratic in a link edge's thousands of objects."""
+    file keeps its mtime) once :func:`check_portable` passes. Lines are not wrapped: ninja_syntax's
+    wrapping re-slices a long line at every break, quadratic in a link edge's thousands of objects."""
+    check_portable(graph, path.parent)
+    dep_rules = {n for n, r in graph.rules.items() if r.get("depfile") == DEPFILE}
     with io.StringIO() as fh:
         # ninja's stub types the output as a str; Writer writes to the text stream it is given
         w = ninja_syntax.Writer(fh, width=UNWRAPPED)  # type: ignore[arg-type]
@@ -111,7 +150,8 @@ def write(graph: Graph, path: Path) -> None:
             w.newline()
         stamp = [graph.stamp] if graph.stamp else []
         for e in graph.extra_edges:
-            w.build([e.out], e.rule, list(e.inputs), implicit=stamp, variables=dict(e.variables) or None)
+            bound = {**dict(e.variables), **({"dep": portable.depfile_of(e.out)} if e.rule in dep_rules else {})}
+            w.build([e.out], e.rule, list(e.inputs), implicit=list(e.implicit) + stamp, variables=bound or None)
         # ninja starts ready edges in file order: the expected-slowest compiles go first, across modules,
         # so a heavy source of the last module does not become the build's tail
         compiles = [(t, c) for t in graph.targets for c in t.compiles]
@@ -124,6 +164,7 @@ def write(graph: Graph, path: Path) -> None:
             if c.archs:
                 bindings["archs"] = passes[c.archs]
             bindings["module"] = t.module
+            bindings["dep"] = portable.depfile_of(c.obj)
             w.build([c.obj], "cc", [c.src], implicit=stamp, variables=bindings)
         for t in graph.targets:
             objs = [c.obj for c in t.compiles]

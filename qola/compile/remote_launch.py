@@ -22,7 +22,7 @@ endpoint, unless the build allows a local fallback (``--remote-fallback``): the 
 here and is counted ``local`` with the reason. A compile that fails on the worker fails the build
 as a local one would (its diagnostics are printed); it is never retried locally.
 
-Standard library and :mod:`qola.core` only (it runs once per compile); what the service returns is
+Standard library, :mod:`qola.core` and :mod:`qola.toolchain.portable` only (it runs once per compile); what the service returns is
 read through the one checked open (:mod:`qola.core.inputs`) and refused unless a regular file.
 """
 
@@ -38,6 +38,7 @@ from typing import Any
 
 from qola.core import fsutil, inputs, proc
 from qola.core.errors import QolaError
+from qola.toolchain.portable import depfile_of
 
 STAGE = "@S@"
 DEP_ROOT = "/qola-remote"
@@ -100,6 +101,17 @@ def _option(argv: Sequence[str], name: str) -> str | None:
         if a == name:
             return argv[i + 1]
     return None
+
+
+def _depfile(argv: Sequence[str]) -> str | None:
+    """Where compile ``argv`` writes its depfile: ``-MF``'s value, else the one ``-MD``/``-MMD`` names
+    after ``-o`` (qola's lines: :func:`qola.toolchain.portable.depfile_of`); None without either. In
+    the action the object is :data:`OUT_OBJ`, whose derived depfile is :data:`OUT_DEP`."""
+    named = _option(argv, "-MF")
+    if named is not None or not ({"-MD", "-MMD"} & set(argv)):
+        return named
+    obj = _option(argv, "-o")
+    return depfile_of(obj) if obj is not None else None
 
 
 def deps_argv(argv: Sequence[str], depfile: str) -> list[str]:
@@ -195,7 +207,7 @@ def action(
     roots = {"t": cfg["tree"], "b": build}
     roots.update(extra_roots(argv, cwd, roots, cfg["system"]))
     m = Mapper(roots, cfg["system"])
-    obj, dep = _option(argv, "-o"), _option(argv, "-MF")
+    obj, dep = _option(argv, "-o"), _depfile(argv)
     if obj is None:
         raise Infra("no -o in the compile command")
     deps = _deps(cfg, argv, cwd)
@@ -311,7 +323,7 @@ def _remote(
     t0 = time.monotonic()
     args, command, m = action(cfg, argv, cwd, map_build)
     t1 = time.monotonic()
-    obj, dep = _option(argv, "-o") or "", _option(argv, "-MF")
+    obj, dep = _option(argv, "-o") or "", _depfile(argv)
     with tempfile.TemporaryDirectory(prefix="qola-dl-", dir=os.path.join(build, "remote")) as tmp:
         meta = os.path.join(tmp, "meta.json")
         dl = os.path.join(tmp, "out")

@@ -21,7 +21,7 @@ from qola.compile.extras import ModuleExtra
 from qola.compile.layout import BuildLayout, object_path
 from qola.compile.pathmap import PathMap, unit_id
 from qola.compile.pyext import pybind11_flags, torch_flags
-from qola.compile.results import CompileReport, ModuleResult, Ran, Results, Status, settle
+from qola.compile.results import CompileReport, ModuleResult, Ran, Results, Status, empty_objects, settle, stub_notes
 from qola.core.errors import QolaError
 from qola.core.proc import ChildEnv
 from qola.plan import genrules, needs
@@ -300,13 +300,13 @@ def _every(tc: Toolchain) -> tuple[str, ...]:
 def _rules(tc: Toolchain, launcher: str | None) -> dict[str, Mapping[str, str]]:
     """The compile and link rules of every module (``launcher``: in front of each compile)."""
     extra = ["$flags", "$archs"] if tc.kind == "hip" else ["$flags"]
-    cc = ([launcher] if launcher else []) + tc.compile_argv("$in", "$out", "$out.d", extra)
+    cc = ([launcher] if launcher else []) + tc.compile_argv("$in", "$out", extra)
     link = tc.shared_link_argv("$out.rsp", "$out", ["$ldflags"])
     return {
         "cc": {
             "command": ninja.command_template(cc),
             "description": "CC $module $in",
-            "depfile": "$out.d",
+            "depfile": ninja.DEPFILE,
             "deps": "gcc",
         },
         "link": {
@@ -432,6 +432,8 @@ def compile_graph(stage: Stage, graph: ninja.Graph, results: Results, how: Compi
     }
     artifacts = {t.module: t.artifact for t in graph.targets}
     settled = settle(results, Ran(outcome, artifacts, seconds, layout.root, owners.get, how.dry_run))
+    objects = {t.module: [c.obj for c in t.compiles] for t in graph.targets}
+    empty = {} if how.dry_run else empty_objects(objects, layout.root)
     return CompileReport(
         stage.plan,
         tc,
@@ -439,5 +441,5 @@ def compile_graph(stage: Stage, graph: ninja.Graph, results: Results, how: Compi
         layout.root,
         time.perf_counter() - start,
         tuple(outcome.log),
-        how.notes,
+        (*how.notes, *stub_notes(empty, tc.compiler, layout.log)),
     )

@@ -31,12 +31,8 @@ from qola.plan import itfs
 from qola.plan.model import ModulePlan, Plan
 from qola.toolchain import Toolchain
 
-ASM_RULE = {
-    "command": "cc -c -x assembler $in -o $out -Wa,--MD,$out.d",
-    "depfile": "$out.d",
-    "deps": "gcc",
-    "description": "AS $module $out",
-}
+# no depfile: the edge names the .S's every .incbin file as an implicit input (qola wrote the .S)
+ASM_RULE = {"command": "cc -c -x assembler $in -o $out", "description": "AS $module $out"}
 ARCHIVE_RULE = {"command": "rm -f $out && $archive_cmd", "description": "AR $module $out"}
 RULES = {"asm": ASM_RULE, "archive": ARCHIVE_RULE}
 
@@ -112,12 +108,12 @@ def _embedded(mod: ModulePlan, plan: Plan, layout: BuildLayout) -> ModuleExtra:
     if not mod.embed:
         return ModuleExtra()
     ns = plan.namespace
-    warnings, files, texts = _embed(mod, plan, layout)
+    warnings, files, texts, incbins = _embed(mod, plan, layout)
     obj = layout.embed_object(mod.name)
     return ModuleExtra(
         cflags=(f"-I{files.header.parent}", embed.aiter_define(mod.name)),
         ldflags=tuple(embed.keep_ldflags(ns, mod.name)),  # in the library even where no code looks them up
-        edges=(ninja.Edge("asm", obj, (str(files.asm),), (("module", mod.name),)),),
+        edges=(ninja.Edge("asm", obj, (str(files.asm),), (("module", mod.name),), implicit=incbins),),
         extra_inputs=(obj,),
         writes=tuple(FileWrite(p, t) for p, t in texts),
         warnings=warnings,
@@ -184,8 +180,8 @@ def _check_tables(mod: ModulePlan, blob_dir: Path, keys: list[str], archs: tuple
 
 def _embed(
     mod: ModulePlan, plan: Plan, layout: BuildLayout
-) -> tuple[tuple[str, ...], embed.EmbedFiles, list[tuple[Path, str]]]:
-    """(warnings, the module's embed files, their texts). An arch the tree has no ``hsa/<arch>/``
+) -> tuple[tuple[str, ...], embed.EmbedFiles, list[tuple[Path, str]], tuple[str, ...]]:
+    """(warnings, the module's embed files, their texts, the code objects the .S includes). An arch the tree has no ``hsa/<arch>/``
     for (AITER ships no assembly kernels for it, and skips their generators) contributes nothing,
     with a warning; with no arch left the module embeds an empty set (its header and lookup still
     exist)."""
@@ -199,8 +195,9 @@ def _embed(
     embed.check_names(ns, mod.name)
     blobs = embed.collect(hsa, present, list(mod.embed)) if present else []
     _check_tables(mod, layout.blob(mod.name), [b.key for b in blobs], archs)
-    files, texts = embed.texts(embed.render(blobs, ns, mod.name), layout.embed_dir(mod.name))
-    return warnings, files, texts
+    sources = embed.render(blobs, ns, mod.name)
+    files, texts = embed.texts(sources, layout.embed_dir(mod.name))
+    return warnings, files, texts, sources.inputs
 
 
 def _objects(mod: ModulePlan, compiled: Sequence[str], inputs: Sequence[str]) -> list[str]:

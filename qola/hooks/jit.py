@@ -176,9 +176,8 @@ def _specialises(path: str) -> bool:
 def rules(tc: Toolchain) -> dict[str, dict[str, str]]:
     """The ninja rule of the JIT runtime and table: host C++17, hidden visibility."""
     cxx = ninja.command_template([tc.host_cxx, "-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden",
-                                  "-fvisibility-inlines-hidden", "$flags", "-MD", "-MF", "$out.d", "-c", "$in",
-                                  "-o", "$out"])  # fmt: skip
-    return {"jit_cxx": {"command": cxx, "description": "CC $module $in", "depfile": "$out.d", "deps": "gcc"}}
+                                  "-fvisibility-inlines-hidden", "$flags", "-MD", "-c", "$in", "-o", "$out"])  # fmt: skip
+    return {"jit_cxx": {"command": cxx, "description": "CC $module $in", "depfile": ninja.DEPFILE, "deps": "gcc"}}
 
 
 def split(mod: ModulePlan, generated: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -78,14 +78,18 @@ class Toolchain:
         self,
         src: str | os.PathLike[str],
         obj: str | os.PathLike[str],
-        depfile: str | os.PathLike[str],
         flags: list[str],
     ) -> list[str]:
-        """Compile one source to ``obj`` and write a Makefile depfile.
+        """Compile one source to ``obj`` and write a Makefile depfile beside it.
 
         ``flags`` is the whole flag list, normally ``device_flags()`` + include
-        flags + the module's own flags; nothing is added except the depfile
-        options and the language switch that makes .cpp compile as device code.
+        flags + the module's own flags; nothing is added except ``-MD`` and the
+        language switch that makes .cpp compile as device code.
+
+        ``-MD`` alone: the compiler names the depfile after ``-o``
+        (:func:`qola.toolchain.portable.depfile_of`), so the line names no file of the build dir
+        but its source and object and replays from anywhere (a client such as ck-jit records its
+        flags and runs them later, after the build dir is gone: :mod:`qola.toolchain.portable`).
 
         The line keeps the shape of AITER's own (torch's cpp_extension): no option whose value a
         compiler wrapper could take for the source. ck-jit's interceptor takes the first argument
@@ -99,8 +103,6 @@ class Toolchain:
             self.compiler,
             *flags,
             "-MD",
-            "-MF",
-            os.fspath(depfile),
             *self.lang_args,
             "-c",
             os.fspath(src),

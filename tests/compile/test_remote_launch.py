@@ -14,6 +14,7 @@ from qola.compile.remote_launch import (
     STAGE,
     Mapper,
     _canonical_outputs,
+    _depfile,
     _split_depfile,
     deps_argv,
     errors,
@@ -30,10 +31,6 @@ ARGV = [
     "-ffile-prefix-map=/src/tree=/qola/tree",
     "-cuid=ab",
     "-MD",
-    "-MF",
-    "obj/m/a-1.o.d",
-    "-MT",
-    "obj/m/a-1.o",
     "-x",
     "hip",
     "-c",
@@ -52,8 +49,12 @@ def test_the_action_spells_roots_by_slot_and_outputs_by_fixed_names() -> None:
     assert spelled[1] == f"-I{STAGE}/t/include" and spelled[3] == f"{STAGE}/x0"
     assert f"-ffile-prefix-map={STAGE}/t=/qola/tree" in spelled
     assert f"{STAGE}/t/csrc/a.cu" in spelled
-    assert spelled[spelled.index("-o") + 1] == OUT_OBJ and spelled[spelled.index("-MT") + 1] == OUT_OBJ
-    assert spelled[spelled.index("-MF") + 1] == OUT_DEP
+    assert spelled[spelled.index("-o") + 1] == OUT_OBJ and "-MD" in spelled and "-MF" not in spelled
+    # qola's line names no depfile (-MD alone): the compiler writes it after -o, here and in the action
+    assert _depfile(ARGV) == "obj/m/a-1.d" and _depfile(_canonical_outputs(ARGV)) == OUT_DEP
+    assert (
+        _depfile([*ARGV[:-2], "-MF", "x.d", "-o", "o"]) == "x.d" and _depfile(["cc", "-c", "a.c", "-o", "a.o"]) is None
+    )
     assert not any("/src/tree" in a or "/work/build" in a or "a-1.o" in a for a in spelled)
     # a root's name inside another path is left alone
     assert m.spell("-I/x/src/tree") == "-I/x/src/tree" and m.spell("/src/treetop") == "/src/treetop"

@@ -25,6 +25,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ -n "$FAKE_NVCC_SLEEP" ]; then sleep "$FAKE_NVCC_SLEEP"; fi
+# nvcc's -MD without -MF: the depfile is -o's path with its suffix replaced by .d
+[ -n "$dep" ] || dep=${out%.*}.d
 exec g++ -x c++ -fPIC -fvisibility=hidden -c "$src" -o "$out" -MD -MF "$dep" -MT "${mt:-$out}"
 """
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from qola.core.errors import QolaError
-from qola.toolchain import Toolchain, ToolchainChoice, default_jobs, find_toolchain, validate_archs, vendor_of
+from qola.toolchain import Toolchain, ToolchainChoice, default_jobs, find_toolchain, portable, validate_archs, vendor_of
 from qola.toolchain import cuda as cuda_mod
 from qola.toolchain import hip as hip_mod
 from qola.toolchain.env import ToolchainEnv
@@ -77,10 +77,11 @@ def build_library(tc: Toolchain, tmp: Path, name: str = "qola_tc") -> Path:
     (src_dir / "qola_tc.h").write_text(HEADER)
     src = src_dir / f"{name}.cpp"  # .cpp on purpose: it must still compile as device code
     src.write_text(SOURCE)
-    obj, dep, rsp, out = tmp / f"{name}.o", tmp / f"{name}.o.d", tmp / f"{name}.rsp", tmp / f"lib{name}.so"
+    obj, rsp, out = tmp / f"{name}.o", tmp / f"{name}.rsp", tmp / f"lib{name}.so"
+    dep = Path(portable.depfile_of(str(obj)))  # where the compiler writes it (-MD alone)
     child = {**ENV, **tc.child_env}
     for argv in (
-        tc.compile_argv(src, obj, dep, [*tc.device_flags(), f"-I{src_dir}"]),
+        tc.compile_argv(src, obj, [*tc.device_flags(), f"-I{src_dir}"]),
         tc.shared_link_argv(rsp, out, []),
     ):
         rsp.write_text(f"{obj}\n")
@@ -225,8 +226,8 @@ def test_default_jobs() -> None:
 def test_toolchain_dict_round_trip() -> None:
     tc = Toolchain("cuda", "/x/nvcc", "13.0", "out", "ab" * 32, ("sm_90",), "/usr/bin/c++", {}, base_flags=("-O3",))
     assert Toolchain.from_dict(tc.to_dict()) == tc
-    argv = tc.compile_argv("a.cu", "a.o", "a.o.d", ["-O3"])
-    assert argv[:2] == ["/x/nvcc", "-O3"] and argv[argv.index("-MF") + 1] == "a.o.d" and argv[-2:] == ["-o", "a.o"]
+    argv = tc.compile_argv("a.cu", "a.o", ["-O3"])
+    assert argv[:2] == ["/x/nvcc", "-O3"] and "-MD" in argv and "-MF" not in argv and argv[-2:] == ["-o", "a.o"]
     assert tc.shared_link_argv("objs.rsp", "x.so", ["-Wl,-z,defs"])[:5] == [
         "/usr/bin/c++",
         "-shared",
