@@ -94,3 +94,17 @@ def ck_fmha_600(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 @pytest.fixture(scope="session")
 def kernels_root() -> Path:
     return KERNELS
+
+
+@pytest.fixture(scope="session")
+def te(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Transformer Engine's manifest narrowed to one forward and one backward kernel family
+    (tests/support/rocm_aiter.py), built for real for gfx942 and gfx950 once a session: its OUT (the
+    build dir beside it), read by the ROCm tests that need real CK objects. Tests only read it (one that
+    hides the build dir for a while puts it back)."""
+    from support.rocm_aiter import NS, build, manifest
+
+    tmp = tmp_path_factory.mktemp("te")
+    proc, out = build(tmp, aiter_root, manifest(tmp / "te.toml", NS, bwd=True))
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    return out

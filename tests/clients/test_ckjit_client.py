@@ -23,15 +23,22 @@ from subprocess import CompletedProcess
 import pytest
 from support import itfs_fixture as fx
 from support.ckjit_fake import fake_rocm, records
+from support.ckjit_replay import archs_named, defined_functions, install, replay_all
+from support.ckjit_rule import SYMBOL_PREFIX
 from support.cmake_clients import plain_checkout
 from support.common import run_qola
+from support.libdata import kernels_by_arch
 
 pytestmark = [pytest.mark.hip, pytest.mark.slow]
 
 ARCH = "gfx90a"  # what Debian 12's hipcc (CI's host) compiles for
 
 # CK's fMHA generator in small: instances and a dispatch calling them; HINTS (prepended by the test)
-# writes the line ck-jit's codegen patch adds before each dispatch call (``//jit_kernel: <file>``)
+# writes the line ck-jit's codegen patch adds before each dispatch call (``//jit_kernel: <file>``).
+# Each instance is shaped as CK's: a device kernel and an explicit specialisation of ``fmha_fwd_<>``
+# (the symbol ck-jit's runtime resolves: ``_Z9fmha_fwd_I…``), declared in a header of the tree's
+# include dir (which ck-jit's install copies beside the blobs, as it does CK's)
+INSTANCE_HEADER = "template <typename Traits> float fmha_fwd_(int x);\n"
 GENERATOR = """import argparse, pathlib
 p = argparse.ArgumentParser()
 p.add_argument("--output_dir", required=True)
@@ -40,7 +47,12 @@ out.mkdir(parents=True, exist_ok=True)
 kernels = ["fmha_fwd_d64_bf16_batch_b128_gfx9", "fmha_fwd_d128_bf16_batch_b128_gfx9"]
 lines = []
 for i, k in enumerate(kernels):
-    (out / (k + ".cpp")).write_text("float %s_run(int x) { return float(x * %d); }\\n" % (k, i + 2))
+    (out / (k + ".cpp")).write_text(
+        '#include <hip/hip_runtime.h>\\n#include "fmha_fwd_instance.hpp"\\n'
+        "struct %s_traits {};\\n" % k
+        + "__global__ void %s_kernel(float* o, int x) { *o = float(x * %d); }\\n" % (k, i + 2)
+        + "template <> float fmha_fwd_<%s_traits>(int x) { return float(x * %d); }\\n" % (k, i + 2)
+        + "float %s_run(int x) { return fmha_fwd_<%s_traits>(x); }\\n" % (k, k))
     lines.append("float %s_run(int);" % k)
 lines.append("float fmha_fwd_dispatch(int d, int x) {")
 for d, k in zip((64, 128), kernels):
@@ -67,11 +79,12 @@ blob_gen_cmd = ["csrc/cpp_itfs/gen_fwd.py --output_dir {{}}"]
 def _build_under_ckjit(tmp_path: Path, hints: bool) -> tuple[CompletedProcess[str], Path, Path, Path]:
     tree = fx.write_tree(tmp_path / "aiter", "new")
     (tree / "csrc" / "cpp_itfs" / "gen_fwd.py").write_text(f"HINTS = {int(hints)}\n" + GENERATOR)
+    (tree / "csrc" / "include" / "fmha_fwd_instance.hpp").write_text(INSTANCE_HEADER)
     m = tmp_path / "qola_manifest.toml"
     m.write_text(MANIFEST)
     qola_dir = plain_checkout(tmp_path)
     hipcc = shutil.which("hipcc") or "/usr/bin/hipcc"
-    rocm, ck = fake_rocm(tmp_path, hipcc, "c++")
+    rocm, ck = fake_rocm(tmp_path, hipcc, "c++", tree)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HIPCC", "HIP_PATH")}
     env.update(ck, HIP_PLATFORM="amd")
     out = tmp_path / "jit" / "qola"
@@ -107,6 +120,10 @@ def test_ckjit_takes_every_blob_the_api_and_the_link(tmp_path: Path) -> None:
     assert not any(o.startswith("fmha_fwd_d") for o in objs)  # the stubs stay out
     assert any("--version-script" in f for f in post[0]["ld_flags"]) and post[0]["arch"] == [f"--offload-arch={ARCH}"]
 
+    # TE's build log says what the wrapper did (issue 39): the stubs it left and where its words are
+    said = proc.stdout + proc.stderr
+    assert "libmha_fwd: 2 of " in said and "objects are empty (0 bytes)" in said, said[-3000:]
+    assert str(out / "logs" / "libmha_fwd.log") in said and "$CK_JIT_TMP_DIR/manifest.json.ndjson" in said
     data = json.loads((out / "manifest.json").read_text())
     assert [x["status"] for x in data["modules"]] == ["built"]
     assert str(rocm / "bin" / "hipcc") in json.dumps(data["toolchain"])  # recorded as the compiler used
@@ -128,3 +145,36 @@ def test_a_library_that_cannot_reach_its_kernels_fails(tmp_path: Path) -> None:
     assert "defined by nothing it loads" in text, text[-3000:]
     assert "fmha_fwd_d64_bf16_batch_b128_gfx9_run(int)" in text, text[-3000:]
     assert not (out / "lib" / "te_libmha_fwd.so").exists()
+
+
+def test_every_recorded_kernel_compiles_later_elsewhere_with_the_build_dir_gone(tmp_path: Path) -> None:
+    """The rest of ck-jit's life (issue 39): what its interceptor recorded is installed as its build
+    installs it, then, with qola's output, build dir and the AITER tree moved away, each kernel is
+    compiled as its runtime does at first use (``ck_jit_compile.sh``, from the install's root, the
+    flags word-split from one string) and as TE's CI prebuild does (``ck_jit_prebuild.py build``,
+    started in an empty directory). Each library must export the function ck-jit's runtime resolves
+    (``_Z9fmha_fwd_I…``) and hold device code for every arch its flags name. qola's old compile lines
+    (``-MD -MF obj/<module>/<file>.o.d``) failed every replay: "error opening 'obj/libmha_fwd/…'"."""
+    proc, out, _, tmp = _build_under_ckjit(tmp_path, hints=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    tree = tmp_path / "aiter"
+    kernels = install(tmp / "manifest.json.ndjson", tree, tmp_path / "install" / "ck_jit")
+    assert sorted(k.name for k in kernels) == [
+        "fmha_fwd_d128_bf16_batch_b128_gfx9.cpp",
+        "fmha_fwd_d64_bf16_batch_b128_gfx9.cpp",
+    ]
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    for p in (out, Path(str(out) + ".build"), tree):
+        p.rename(gone / p.name)
+    hipcc = os.path.realpath(shutil.which("hipcc") or "/usr/bin/hipcc")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CK_JIT", "ROCM_"))} | {"HIP_PLATFORM": "amd"}
+    done = replay_all(kernels, tmp_path / "install" / "ck_jit", tmp_path / "replay", hipcc, env)
+    for k in kernels:
+        assert archs_named(k) == [ARCH], k.argv
+        for how in ("runtime", "prebuild"):
+            lib = done[k.name][how]
+            assert isinstance(lib, Path), f"{k.name} ({how}) did not compile:\n{lib}\nflags: {k.argv}"
+            assert [s for s in defined_functions(lib) if s.startswith(SYMBOL_PREFIX["fwd"])], (how, lib)
+            stem = k.name.split(".")[0]
+            assert f"_Z{len(stem) + 7}{stem}_kernelPfi" in kernels_by_arch(lib).get(ARCH, set()), (how, lib)

@@ -37,14 +37,6 @@ def record(out: Path) -> dict[str, Any]:
     return cast("dict[str, Any]", json.loads((out / "manifest.json").read_text()))
 
 
-@pytest.fixture(scope="module")
-def te(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    tmp = tmp_path_factory.mktemp("te")
-    proc, out = build(tmp, aiter_root, manifest(tmp / "te.toml", NS, bwd=True))
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
-    return out
-
-
 @ck
 def test_te_libraries_built_from_ck_instances(te: Any) -> None:
     data = record(te)

@@ -27,7 +27,7 @@ SUPPORT = Path(__file__).resolve().parent
 SCRIPT = r"""#!{python}
 import fcntl, json, os, re, subprocess, sys
 sys.path.insert(0, {support!r})
-from ckjit_rule import arch_flags, classify, ld_flags, link_objects
+from ckjit_rule import arch_flags, classify, compile_parts, extract_flags, ld_flags, link_objects
 
 TMP = os.environ["CK_JIT_TMP_DIR"]
 SOURCES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".hip", ".s", ".S")
@@ -46,18 +46,10 @@ def real(argv):
     return subprocess.run([compiler, *argv[1:]]).returncode
 
 
-def flags(argv, call):
-    skip = {{"-c", "-fvisibility=hidden", "-fvisibility-inlines-hidden"}}
-    out, i = [], 1
-    while i < len(argv):
-        a = argv[i]
-        if a == "-o":
-            i += 2
-            continue
-        if a not in skip and os.path.abspath(a) not in (call.source, os.path.abspath(call.output)):
-            out.append(a)
-        i += 1
-    return out
+def flags(argv, call, source=None):
+    # as ck-jit's _extract_flags: everything but the source, -o, -c and visibility, verbatim
+    written = source or compile_parts(argv)[0]
+    return extract_flags(argv, written, call.output, os.getcwd(), os.environ.get("CK_JIT_AITER_DIR", ""))
 
 
 HINT = "//jit_kernel: "
@@ -131,7 +123,7 @@ def main():
         new = [src if os.path.abspath(a) == call.source else a for a in argv]
         rc = real([os.environ["CK_JIT_HIPCC"], *new[1:]])
         if rc == 0:
-            append("manifest.json.ndjson", {{"source": src, "cwd": os.getcwd(), "argv": flags(argv, call),
+            append("manifest.json.ndjson", {{"source": src, "cwd": os.getcwd(), "argv": flags(new, call, src),
                                              "kind": "api", "rewritten": n}})
         return rc
     if call.kind == "post_build":
@@ -143,10 +135,11 @@ sys.exit(main())
 """
 
 
-def fake_rocm(where: Path, real_hipcc: str, real_cxx: str) -> tuple[Path, dict[str, str]]:
+def fake_rocm(where: Path, real_hipcc: str, real_cxx: str, aiter_dir: Path) -> tuple[Path, dict[str, str]]:
     """ck-jit's fake ROCm home under ``where`` (bin/hipcc and bin/cxx_interceptor run the double;
     every other entry of the real ROCm is a link, as ck-jit makes it) and the variables ck-jit
-    sets for the build (``ROCM_PATH``, ``ROCM_HOME=""``, ``CXX``, ``CK_JIT_*``)."""
+    sets for the build (``ROCM_PATH``, ``ROCM_HOME=""``, ``CXX``, ``CK_JIT_*`` with the AITER dir
+    its recorded include dirs are made relative to)."""
     hipcc = Path(os.path.realpath(real_hipcc))
     real = hipcc.parent.parent
     tmp = where / "ck_jit_tmp"
@@ -170,6 +163,7 @@ def fake_rocm(where: Path, real_hipcc: str, real_cxx: str) -> tuple[Path, dict[s
         "CK_JIT_HIPCC": str(hipcc),
         "CK_JIT_CXX": shutil.which(real_cxx) or real_cxx,
         "CK_JIT_TMP_DIR": str(tmp),
+        "CK_JIT_AITER_DIR": str(aiter_dir),
     }
     return fake, env
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,3 +142,89 @@ def ld_flags(argv: Sequence[str]) -> list[str]:
 
 def arch_flags(argv: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(a for a in argv if a.startswith("--offload-arch")))
+
+
+# ---- what it records, and how it is replayed later ------------------------------------------------
+# The interceptor records each blob compile's flags (``_extract_flags``): argv[1:] less every argument
+# equal (as a string) to the source or the output as written or made absolute, ``-o`` and its value,
+# ``-c``, ``-fvisibility=hidden`` and ``-fvisibility-inlines-hidden``; ``-I<p>`` / ``-isystem<p>`` (joined
+# forms only) with ``p`` made relative to ``CK_JIT_AITER_DIR`` when it starts with it. Every other flag
+# is kept verbatim. Its install (``_install_artifacts``) copies each blob source flat to
+# ``ck_jit/blobs/<basename>`` and each relative ``-I`` dir from the AITER dir into ``ck_jit/``, and keeps
+# of a blob's ``--offload-arch`` flags those of the arch family its file name ends with
+# (``filter_offload_arch_flags``). Later, elsewhere, with qola's build dir gone:
+# * the runtime (``ck_jit_compile.sh --blob-source <name> --blob-flags "<flags joined by spaces>"``)
+#   runs ``cd <root> && hipcc -shared -fPIC $FLAGS <root>/blobs/<name> -L<rocm>/lib -lamdhip64
+#   -Wl,--allow-shlib-undefined -Wl,-soname,<out name> -o <tmp beside out>``, the flags word-split;
+# * TE's CI prebuild (``ck_jit_prebuild.py build``) runs, from wherever it was started, ``hipcc -shared
+#   -fPIC <flags but the first (it skips argv[0], the compiler the entry no longer has), each -I/-isystem
+#   made absolute against --root> <root>/blobs/<name> [-L<rocm>/lib]
+#   -lamdhip64 -Wl,--allow-shlib-undefined -Wl,-soname,<stem>.so -o <cache>/tmpXXXX.so.tmp``.
+# The runtime then resolves the first defined function whose name starts with the prefix of its kind.
+DROP_FLAGS = frozenset({"-c", "-fvisibility=hidden", "-fvisibility-inlines-hidden"})
+SYMBOL_PREFIX = {"fwd": "_Z9fmha_fwd_I", "bwd_dq_dk_dv": "_Z18fmha_bwd_dq_dk_dv_I", "bwd_dot": "_Z18fmha_bwd_dot_do_o_I",
+                 "bwd_convert": "_Z20fmha_bwd_convert_dq_I"}  # fmt: skip
+
+
+def _gfx950(arch: str) -> bool:
+    return arch.startswith("gfx950")
+
+
+def _gfx9(arch: str) -> bool:
+    return arch.startswith("gfx9") and not arch.startswith("gfx950")
+
+
+# the arch families of CK's file-name suffixes qola's tests meet (ck-jit's _family_matches knows more)
+FAMILIES: dict[str, Callable[[str], bool]] = {"gfx950": _gfx950, "gfx9": _gfx9}
+
+
+def _rel(path: str, aiter_dir: str) -> str:
+    return os.path.relpath(path, aiter_dir) if aiter_dir and path.startswith(aiter_dir) else path
+
+
+def extract_flags(argv: Sequence[str], source: str, output: str, cwd: str, aiter_dir: str) -> list[str]:
+    """The flags the interceptor records for a compile line (the rule above)."""
+    gone = {source, os.path.abspath(os.path.join(cwd, source)), output, os.path.abspath(os.path.join(cwd, output))}
+    out: list[str] = []
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a == "-o" and i + 1 < len(argv):
+            i += 2
+            continue
+        if a in gone or a in DROP_FLAGS:
+            pass
+        elif a.startswith("-isystem"):
+            out.append("-isystem" + _rel(a[len("-isystem") :], aiter_dir))
+        elif a.startswith("-I"):
+            out.append("-I" + _rel(a[2:], aiter_dir))
+        else:
+            out.append(a)
+        i += 1
+    return out
+
+
+def family_flags(argv: Sequence[str], name: str) -> list[str]:
+    """``argv`` with its ``--offload-arch`` flags (``=x`` or two-token) kept to the family the blob's
+    name ends with (all of them when it names no known family or none match), as the install writes
+    each entry."""
+    suffix = Path(name).stem.rsplit("_", 1)[-1]
+    match = FAMILIES.get(suffix)
+    if match is None:
+        return list(argv)
+    out: list[str] = []
+    kept = False
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        two = a == "--offload-arch" and i + 1 < len(argv)
+        if two or a.startswith("--offload-arch="):
+            arch = argv[i + 1] if two else a.split("=", 1)[1]
+            if match(arch):
+                out += [a, argv[i + 1]] if two else [a]
+                kept = True
+            i += 2 if two else 1
+            continue
+        out.append(a)
+        i += 1
+    return out if kept else list(argv)
