@@ -192,6 +192,36 @@ def _up_to_date(job: GenJob, blob: Path, stamp_file: Path, stamp: str) -> GenRes
         return None
 
 
+LEFTOVERS = (".rej", ".orig")  # what `patch` leaves beside a file it could not patch or revert cleanly
+LEFTOVER_SCAN = 5000  # entries looked at under a generator's directory at most
+
+
+def patch_leftovers(script: Path) -> list[str]:
+    """Files under ``script``'s directory that a patch left behind (``*.rej``, ``*.orig``), relative to it."""
+    top, found, seen = script.parent, [], 0
+    for here, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        seen += len(files) + len(dirs)
+        found += [os.path.relpath(os.path.join(here, f), top) for f in sorted(files) if f.endswith(LEFTOVERS)]
+        if seen > LEFTOVER_SCAN:
+            break
+    return found
+
+
+def leftover_warning(module: str, script: Path) -> list[str]:
+    """A warning when ``script``'s directory holds a patch's leftovers: the generator may run code a
+    patch changed in part (ck-jit's ``full`` applies its codegen hints to CK's generator and leaves
+    ``.rej``/``.orig`` files when a hunk does not apply or revert)."""
+    left = patch_leftovers(script)
+    if not left:
+        return []
+    shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+    return [
+        f"module {module}: beside generator {script} a patch left {shown}: the generator may run half-patched "
+        f"code (see `git -C {script.parent} status`; restore the files and remove these, or apply the patch whole)"
+    ]
+
+
 @dataclass(frozen=True)
 class _Ran:
     """What ``job``'s generators did in the staging dir: each command, each skip's warning, what each
@@ -221,6 +251,7 @@ def _generate(
                 f"module {job.module}: generator script {script} does not exist",
                 hint="check blob_gen_cmd in the module table or the manifest",
             )
+        ran.warnings.extend(leftover_warning(job.module, Path(script)))
         ran.commands.append(" ".join(argv))
         before = _names(staging)
         done = _run_one(job.module, argv, staging, genv, limit)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -161,3 +161,27 @@ def _failed_excerpt(log: tuple[str, ...]) -> str | None:
     """From ninja's first ``FAILED:`` line of a module on (the command and the compiler's output), bounded."""
     at = next((i for i, ln in enumerate(log) if ln.startswith("FAILED: ")), None)
     return None if at is None else "error: " + tail("\n".join(log[at:]))
+
+
+def empty_objects(graph_objects: Mapping[str, Sequence[str]], root: Path) -> dict[str, tuple[int, int]]:
+    """{module: (objects of zero bytes, objects)} for each module whose compiler left any object empty:
+    a compiler wrapper's stub in place of compiled code (ck-jit's interceptor writes one for every CK
+    kernel it defers to first use, and records how to compile it). Read from the files after ninja ran."""
+    out: dict[str, tuple[int, int]] = {}
+    for module, objs in graph_objects.items():
+        sizes = [(root / o).stat().st_size for o in objs if (root / o).is_file()]
+        empty = sum(1 for s in sizes if s == 0)
+        if empty:
+            out[module] = (empty, len(objs))
+    return out
+
+
+def stub_notes(empty: Mapping[str, tuple[int, int]], compiler: str, log_of: Callable[[str], Path]) -> tuple[str, ...]:
+    """What the build's summary says of :func:`empty_objects`: per module, how many objects the compiler
+    wrapper left empty and where its own words about them are."""
+    return tuple(
+        f"{module}: {n} of {total} objects are empty (0 bytes): the compiler {compiler} (a wrapper) left stubs "
+        f"in place of compiled code, to be compiled later from its own records (ck-jit: "
+        f"$CK_JIT_TMP_DIR/manifest.json.ndjson; its [CK-JIT] lines are in {log_of(module)})"
+        for module, (n, total) in sorted(empty.items())
+    )

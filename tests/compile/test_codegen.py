@@ -142,3 +142,21 @@ def test_a_special_file_named_py_beside_a_generator_is_refused_not_waited_on(tmp
     assert proc.returncode == 2, proc.stdout + proc.stderr
     shown = {"fifo": "a FIFO", "dir": "a directory", "socket": "a socket"}[special]
     assert "odd.py" in proc.stdout and shown in proc.stdout, proc.stdout
+
+
+def test_a_patch_left_half_applied_beside_a_generator_is_said(tmp_path: Path) -> None:
+    """ck-jit's ``full`` patches CK's generator with its codegen hints and reverts it afterwards; a hunk
+    that does not apply or revert leaves ``*.rej``/``*.orig`` beside the file (issue 39). qola names
+    them when it runs that generator, and says nothing for a clean tree."""
+    gen_dir = tmp_path / "01_fmha"
+    (gen_dir / "codegen" / "ops").mkdir(parents=True)
+    script = gen_dir / "generate.py"
+    script.write_text("import sys, pathlib\n(pathlib.Path(sys.argv[1]) / 'k.cpp').write_text('int k;\\n')\n")
+    env = {"PATH": "/usr/bin:/bin"}
+    clean = run_generators(GenJob("m", (Generator(f"{script} {{}}"),)), tmp_path / "gen", env=env)
+    assert clean.warnings == ()
+    (gen_dir / "codegen" / "ops" / "fmha_fwd.py.rej").write_text("@@ -1 +1 @@\n")
+    (gen_dir / "codegen" / "ops" / "fmha_fwd.py.orig").write_text("x = 1\n")
+    left = run_generators(GenJob("m", (Generator(f"{script} {{}}"),)), tmp_path / "gen", env=env, force=True)
+    (w,) = left.warnings
+    assert "codegen/ops/fmha_fwd.py.orig, codegen/ops/fmha_fwd.py.rej" in w and str(script) in w, w
