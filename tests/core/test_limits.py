@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from support.common import KERNELS, qola_command, run_qola
+from support.procs import default_dispositions
 
 from qola.compile.codegen import GenJob
 from qola.core import deadlines, lock, proc
@@ -290,6 +291,7 @@ class Waiter:
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, **env},
+            preexec_fn=default_dispositions,  # the signal it is sent is not one the test run ignores
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []

@@ -23,7 +23,7 @@ from subprocess import CompletedProcess
 import pytest
 from support.common import qola_command, run_qola
 from support.fake_nvcc import TINY, fake_nvcc, make_tree
-from support.procs import alive_after, descendants
+from support.procs import alive_after, default_dispositions, descendants
 
 from qola import cli
 from qola.core.errors import QolaError
@@ -253,6 +253,7 @@ def test_concurrent_builds_of_one_output_dir_are_refused_naming_the_holder(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=tmp,
+        preexec_fn=default_dispositions,
     )
     try:
         deadline = time.time() + 60
@@ -390,7 +391,7 @@ def test_killed_build_leaves_no_children(
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=default_dispositions,
     )
     ours: list[int] = []
     try:

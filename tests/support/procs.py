@@ -1,9 +1,11 @@
 """Processes seen through /proc: a process's descendants, and which of some pids still run (the
-tests that a killed build or a timed-out runner leaves no children)."""
+tests that a killed build or a timed-out runner leaves no children); the signal dispositions a child
+that a test signals starts with."""
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -39,3 +41,15 @@ def alive_after(pids: list[int], timeout: float) -> list[int]:
         if not alive or time.time() >= deadline:
             return alive
         time.sleep(0.1)
+
+
+SIGNALLED = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+def default_dispositions() -> None:
+    """``preexec_fn`` of a child a test will signal: SIGTERM, SIGHUP and SIGINT at their defaults. A
+    test run under ``nohup`` (SIGHUP ignored) or from a shell's background job (SIGINT ignored) passes
+    that ``SIG_IGN`` on to its children, and qola rightly keeps an inherited ``SIG_IGN``: a test that
+    then signals the child would wait for an end that never comes."""
+    for sig in SIGNALLED:
+        signal.signal(sig, signal.SIG_DFL)
