@@ -61,6 +61,7 @@ NOOP_QOLA_MODULES = frozenset(
         "qola.store.key",
         "qola.toolchain",
         "qola.toolchain.identity",
+        "qola.toolchain.portable",  # the portable-line rule ninja's writer checks (standard library only)
     }
 )
 HEAVY = ("pydantic", "rich")  # the manifest schema and the report table: a no-op build needs neither
