@@ -98,7 +98,29 @@ def missing_dependencies() -> str | None:
     )
 
 
+STREAMS = ((0, "stdin", os.O_RDONLY), (1, "stdout", os.O_WRONLY), (2, "stderr", os.O_WRONLY))
+
+
+def standard_streams() -> None:
+    """Each of fds 0-2 that the caller closed (``qola plan >&-``, a service manager's job) is opened on
+    /dev/null and its ``sys`` stream made again, before anything runs: Python leaves ``sys.stdout``
+    None for a closed fd (a ``.flush()`` or ``.write()`` on it was a traceback), and a file qola or a
+    child opens next would take the free number and receive what is printed. The one place every
+    command passes; nothing else in qola checks for a missing stream."""
+    for fd, name, mode in STREAMS:
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, mode)
+            if null != fd:  # the lowest free number is fd itself unless a lower one is closed too
+                os.dup2(null, fd)
+                os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False, encoding="utf-8", errors="replace"))  # noqa: SIM115
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    standard_streams()
     words = sys.argv[1:] if argv is None else argv
     if next((a for a in words if not a.startswith("-")), None) in COMMANDS:  # a command will run: check first
         line = missing_dependencies()
