@@ -15,7 +15,15 @@ python3 -m pip install -q -e '.[test]'
 bash scripts/rocm7.sh setup
 # lint (ruff check, ruff format --check, mypy): seconds, and a failure says where
 bash scripts/lint.sh
-python3 -m pytest -m "not gpu and not rocm" --durations=20 "$@"
+# both sets run whatever the first one gives (a failure of the host set must not hide the ROCm set's
+# outcome); the script fails at the end when either did
+host=0
+python3 -m pytest -m "not gpu and not rocm" --durations=20 "$@" || host=$?
 # the `rocm` tests, `ck` ones included (real CK fMHA kernels compiled for gfx942 and gfx950: about
 # 8 minutes on 2 cores, docs/benchmarks.md)
-bash scripts/rocm7.sh run python -m pytest -m rocm --durations=20 "$@"
+rocm=0
+bash scripts/rocm7.sh run python -m pytest -m rocm --durations=20 "$@" || rocm=$?
+if [ "$host" -ne 0 ] || [ "$rocm" -ne 0 ]; then
+  echo "scripts/test.sh: host tests exit $host, ROCm tests exit $rocm" >&2
+  exit 1
+fi
