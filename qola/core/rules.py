@@ -22,6 +22,7 @@ import os
 import re
 
 from qola.core.errors import QolaError
+from qola.core.secret import split_url
 
 C_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # AMD target IDs: a processor and the target features LLVM allows in them (xnack, sramecc)
@@ -313,6 +314,10 @@ def url_problem(url: object) -> str | None:
         return "starts with '-' (git would read it as an option)"
     if url.lower().startswith("ext::") or "::" in url.split("/", 1)[0]:
         return "uses a remote-helper transport (<transport>::…); give an https, ssh, git, file URL or a path"
+    try:
+        split_url(url)
+    except QolaError as exc:
+        return f"is refused: {exc.message}; {exc.hint}"
     return None
 
 

@@ -67,11 +67,29 @@ class Secret:
         raise TypeError("a Secret is never pickled (nor written into a record)")
 
 
+# scheme://<authority, no '@'>:<not a port>…@ — a password with a raw '/' (RFC 3986 ends the authority
+# there): ``https://u:ab/PW@host/store`` is no URL whose host is ``u`` on port ``ab``; it is credentials
+# that cannot be told from the path. ``host:8080/pkg@1.0`` (a numeric port) is a path with an '@'.
+_UNSPLITTABLE = re.compile(
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s:]*:(?![0-9]*(?:[/?#\s]|$))[^?#@\s]*(?:@[^?#@\s]*)*)@"
+)
+
+
 def split_url(url: str) -> tuple[str, Secret | None]:
     """``url`` without the credentials of its authority (``scheme://user:pw@host`` → ``scheme://host``),
-    and those credentials (``user:pw``, or a bare token) as a :class:`Secret` (None: it had none)."""
+    and those credentials (``user:pw``, or a bare token) as a :class:`Secret` (None: it had none).
+    A URL whose user-info holds a raw ``/`` (so its end cannot be found) is refused with a
+    :class:`~qola.core.errors.QolaError` that names no part of it."""
     m = _USERINFO.match(url)
     if not m:
+        if _UNSPLITTABLE.match(url):
+            from qola.core.errors import QolaError  # lazy: qola.core.errors imports this module
+
+            raise QolaError(
+                "a URL's credentials cannot be told from its host and path (a raw '/', '@' or ':' in the "
+                "user name or password); the URL is not shown",
+                hint="percent-encode them in the URL: '/' as %2F, '@' as %40, ':' as %3A",
+            )
         return url, None
     return m.group("scheme") + url[m.end() :], Secret(m.group("userinfo"))
 
@@ -91,6 +109,7 @@ def redact(text: str) -> str:
     """``text`` with every URL's credentials replaced by ``***`` (``https://***@host/…``)."""
     if "://" not in text or "@" not in text:
         return text
+    text = _UNSPLITTABLE.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
     return _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
 
 

@@ -256,8 +256,7 @@ def git_view(env: Mapping[str, str]) -> GitEnv:
 
 def recorded(env: Mapping[str, str], keys: Iterable[str]) -> RecordedEnv:
     """The variables of ``keys`` and every ``AITER_CONFIG_*`` (:class:`qola.store.fastpath.RecordedEnv`)."""
-    names = frozenset(keys)
-    return RecordedEnv(names, tuple(sorted((k, v) for k, v in env.items() if k in names or k.startswith(ENV_PREFIXES))))
+    return RecordedEnv.of(env, keys)
 
 
 def only(env: Mapping[str, str], keys: Iterable[str]) -> dict[str, str]:

@@ -114,7 +114,10 @@ def get(source: str, name: str, sink: Callable[[bytes], None], limit: int, timeo
     if is_url(source):
         import urllib.parse  # lazy: paid only by the callers that need it
 
-        public, credentials = split_url(source)  # user:password never shown, recorded or logged
+        try:
+            public, credentials = split_url(source)  # user:password never shown, recorded or logged
+        except QolaError as exc:
+            raise QolaError(f"--prebuilt: {exc.message}", hint=exc.hint) from None
         if urllib.parse.urlsplit(public).scheme.lower() not in ("http", "https"):
             raise QolaError(f"--prebuilt {public}: only a directory or an http(s):// URL is supported")
         url = public.rstrip("/") + "/" + urllib.parse.quote(name)

@@ -33,7 +33,7 @@ from typing import Any
 import qola
 from qola.compile.layout import NOOP_RECORD
 from qola.core import inputs, proc
-from qola.core.secret import redact_argv
+from qola.core.secret import redact, redact_argv
 from qola.toolchain.identity import COMPILER_ENV, TOOLCHAIN_ENV
 
 RECORD = NOOP_RECORD
@@ -78,7 +78,9 @@ class RecordedEnv:
     """What the no-op record, the build key and manifest.json's ``build`` entry read of the build's
     environment, resolved once (:func:`qola.pipeline.spec.resolve`): the variables of ``names`` that
     are set, and every ``AITER_CONFIG_*``. Reading a variable ``names`` does not hold raises (a
-    digest over a variable the view was not resolved for would compare an unset one)."""
+    digest over a variable the view was not resolved for would compare an unset one). A URL's
+    credentials in a value (``QOLA_AITER_URL=https://user:pw@host/…``) are masked here, the one place
+    the view is made: they change nothing that is built, and no record, key or digest holds them."""
 
     names: frozenset[str]
     values: tuple[tuple[str, str], ...]
@@ -86,7 +88,7 @@ class RecordedEnv:
     @classmethod
     def of(cls, env: Mapping[str, str], names: Iterable[str]) -> RecordedEnv:
         keys = frozenset(names)
-        held = {k: v for k, v in env.items() if k in keys or k.startswith(ENV_PREFIXES)}
+        held = {k: redact(v) for k, v in env.items() if k in keys or k.startswith(ENV_PREFIXES)}
         return cls(keys, tuple(sorted(held.items())))
 
     def covers(self, keys: Iterable[str]) -> bool:

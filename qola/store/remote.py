@@ -86,7 +86,10 @@ def endpoint(
     """The service ``url`` names (None: no remote build), its options checked."""
     if not url:
         return None
-    public, credentials = split_url(url)
+    try:
+        public, credentials = split_url(url)
+    except QolaError as exc:
+        raise QolaError(f"--remote: {exc.message}", hint=exc.hint) from None
     if credentials is not None:  # REAPI clients take no user:password; shown, they would be leaked
         raise QolaError(
             f"--remote: {public} is given with credentials in the URL ({redact(url)}); they are never sent, "

@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from support.cli import MODULE
 from support.common import KERNELS, run_qola
+from support.fake_nvcc import fake_nvcc, make_tree
+from support.fake_nvcc import pytestmark as needs_fake_nvcc  # g++ and a CUDA toolkit's cudart
 
 from qola.core.errors import FailedProcessError, QolaError
 from qola.core.secret import MASK, Secret, redact, redact_argv, split_url
@@ -170,3 +173,44 @@ def test_clone_credentials_go_to_git_through_its_environment_only(tmp_path: Path
     )
     assert proc.returncode == 2 and "127.0.0.1:1" in proc.stderr, proc.stderr
     assert PASSWORD not in proc.stdout + proc.stderr and leaked(tmp_path) == []
+
+
+def test_url_credentials_that_cannot_be_split_are_refused_unshown(tmp_path: Path) -> None:
+    """A raw '/' in a password (``https://u:ab/PW@host``) ended the authority early: the split found no
+    credentials, so the old qola printed the URL whole and wrote it into .qola.lock and
+    .qola-noop.json (issue 41). It is refused where it is given, naming where and how to fix it, and
+    showing no part of the secret; a numeric port before a path '@' is no credential."""
+    raw = f"https://user:ab/{PASSWORD}@127.0.0.1:1/aiter.git"
+    with pytest.raises(QolaError) as info:
+        split_url(raw)
+    assert PASSWORD not in info.value.render() and "%2F" in info.value.render()
+    assert redact(f"see {raw} now") == "see https://***@127.0.0.1:1/aiter.git now"
+    assert split_url("https://host:8080/pkg@1.0/x") == ("https://host:8080/pkg@1.0/x", None)
+    for argv, where in (
+        (["build", "-m", str(_manifest(tmp_path)), "-a", str(KERNELS), "-o", str(tmp_path / "o"), "--remote", raw], "--remote"),
+        (["checkout", "-m", str(_manifest(tmp_path)), "-a", str(tmp_path / "tree"), "--aiter-url", raw], "--aiter-url"),
+    ):  # fmt: skip
+        proc = run_qola(*argv, cwd=tmp_path)
+        said = proc.stdout + proc.stderr
+        assert proc.returncode == 2 and "Traceback" not in said and where in said and "%2F" in said, said
+        assert PASSWORD not in said
+    assert leaked(tmp_path) == []
+
+
+@needs_fake_nvcc  # type: ignore[untyped-decorator]
+def test_an_environment_url_password_reaches_no_record(tmp_path: Path) -> None:
+    """``QOLA_AITER_URL=https://user:PW@host/…`` set while building: the old build published it in
+    OUT/manifest.json's recorded environment (and the no-op record's). The recorded view masks it, and
+    a second build with another password is still a no-op (the password changes nothing built)."""
+    tree = make_tree(tmp_path / "tree")
+    m = tmp_path / "q.toml"
+    m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n' + MODULE)
+    args = ("build", "--manifest", m, "--aiter-root", tree, "-o", tmp_path / "out", "-j", "2")
+    env = {"CUDACXX": str(fake_nvcc(tmp_path / "nvcc")), "QOLA_AITER_URL": f"https://user:{PASSWORD}@h.invalid/a.git"}
+    first = run_qola(*args, env=env, cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    recorded = json.loads((tmp_path / "out" / "manifest.json").read_text())["build"]["env"]
+    assert recorded["QOLA_AITER_URL"] == "https://***@h.invalid/a.git"
+    again = run_qola(*args, env={**env, "QOLA_AITER_URL": "https://user:other@h.invalid/a.git"}, cwd=tmp_path)
+    assert again.returncode == 0 and "is up to date" in again.stderr, again.stderr
+    assert PASSWORD not in first.stdout + first.stderr and leaked(tmp_path) == []
