@@ -95,6 +95,7 @@ class CompileReport:
     seconds: float
     ninja_log: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # build-wide, one line each (e.g. the hipconfig shim)
+    stubs: tuple[str, ...] = ()  # objects the compiler left empty (a wrapper's stubs: :func:`empty_objects`)
 
     @property
     def ok(self) -> bool:
@@ -163,25 +164,35 @@ def _failed_excerpt(log: tuple[str, ...]) -> str | None:
     return None if at is None else "error: " + tail("\n".join(log[at:]))
 
 
-def empty_objects(graph_objects: Mapping[str, Sequence[str]], root: Path) -> dict[str, tuple[int, int]]:
-    """{module: (objects of zero bytes, objects)} for each module whose compiler left any object empty:
-    a compiler wrapper's stub in place of compiled code (ck-jit's interceptor writes one for every CK
+def empty_objects(graph_objects: Mapping[str, Sequence[str]], root: Path) -> dict[str, tuple[str, ...]]:
+    """{module: its objects of zero bytes} for each module whose compiler left any object empty: a
+    compiler wrapper's stub in place of compiled code (ck-jit's interceptor writes one for every CK
     kernel it defers to first use, and records how to compile it). Read from the files after ninja ran."""
-    out: dict[str, tuple[int, int]] = {}
+    out: dict[str, tuple[str, ...]] = {}
     for module, objs in graph_objects.items():
-        sizes = [(root / o).stat().st_size for o in objs if (root / o).is_file()]
-        empty = sum(1 for s in sizes if s == 0)
+        empty = tuple(o for o in objs if (root / o).is_file() and (root / o).stat().st_size == 0)
         if empty:
-            out[module] = (empty, len(objs))
+            out[module] = empty
     return out
 
 
-def stub_notes(empty: Mapping[str, tuple[int, int]], compiler: str, log_of: Callable[[str], Path]) -> tuple[str, ...]:
+def forget_stubs(stubs: Iterable[str], root: Path) -> None:
+    """Remove the empty objects once linked: an empty object is no compiled code, so no later build may
+    take it as up to date. The next build compiles those units again through the wrapper, which
+    records them anew (ck-jit clears its records before every build and links from what it saw)."""
+    for rel in stubs:
+        (root / rel).unlink(missing_ok=True)
+
+
+def stub_notes(
+    empty: Mapping[str, Sequence[str]], totals: Mapping[str, int], compiler: str, log_of: Callable[[str], Path]
+) -> tuple[str, ...]:
     """What the build's summary says of :func:`empty_objects`: per module, how many objects the compiler
     wrapper left empty and where its own words about them are."""
     return tuple(
-        f"{module}: {n} of {total} objects are empty (0 bytes): the compiler {compiler} (a wrapper) left stubs "
-        f"in place of compiled code, to be compiled later from its own records (ck-jit: "
-        f"$CK_JIT_TMP_DIR/manifest.json.ndjson; its [CK-JIT] lines are in {log_of(module)})"
-        for module, (n, total) in sorted(empty.items())
+        f"{module}: {len(objs)} of {totals[module]} objects are empty (0 bytes): the compiler {compiler} (a "
+        f"wrapper) left stubs in place of compiled code, to be compiled later from its own records (ck-jit: "
+        f"$CK_JIT_TMP_DIR/manifest.json.ndjson; its [CK-JIT] lines are in {log_of(module)}); the next build "
+        "hands them to it again"
+        for module, objs in sorted(empty.items())
     )

@@ -21,7 +21,17 @@ from qola.compile.extras import ModuleExtra
 from qola.compile.layout import BuildLayout, object_path
 from qola.compile.pathmap import PathMap, unit_id
 from qola.compile.pyext import pybind11_flags, torch_flags
-from qola.compile.results import CompileReport, ModuleResult, Ran, Results, Status, empty_objects, settle, stub_notes
+from qola.compile.results import (
+    CompileReport,
+    ModuleResult,
+    Ran,
+    Results,
+    Status,
+    empty_objects,
+    forget_stubs,
+    settle,
+    stub_notes,
+)
 from qola.core.errors import QolaError
 from qola.core.proc import ChildEnv
 from qola.plan import genrules, needs
@@ -434,6 +444,9 @@ def compile_graph(stage: Stage, graph: ninja.Graph, results: Results, how: Compi
     settled = settle(results, Ran(outcome, artifacts, seconds, layout.root, owners.get, how.dry_run))
     objects = {t.module: [c.obj for c in t.compiles] for t in graph.targets}
     empty = {} if how.dry_run else empty_objects(objects, layout.root)
+    stubs = tuple(o for objs in empty.values() for o in objs)
+    forget_stubs(stubs, layout.root)
+    totals = {m: len(objs) for m, objs in objects.items()}
     return CompileReport(
         stage.plan,
         tc,
@@ -441,5 +454,6 @@ def compile_graph(stage: Stage, graph: ninja.Graph, results: Results, how: Compi
         layout.root,
         time.perf_counter() - start,
         tuple(outcome.log),
-        (*how.notes, *stub_notes(empty, tc.compiler, layout.log)),
+        (*how.notes, *stub_notes(empty, totals, tc.compiler, layout.log)),
+        stubs,
     )

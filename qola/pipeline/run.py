@@ -328,7 +328,7 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
     assert key is not None  # computed for every build that is not a dry run
     compiled = isolation.audit(built.compiled, plan_)  # 10. audit
     published = finish.publish_out(compiled, layout, built.extras, key, r.record)  # 11. publish
-    if compiled.ok and spec.argv:  # 12. record
+    if compiled.ok and spec.argv and not compiled.stubs:  # 12. record (never over a wrapper's stubs: no no-op)
         eligible = rebuild.eligible(built.extras)
         recipe = rebuild.of(compiled, s.jobs, built.logs, layout.root, s.launcher) if eligible else None
         finish.remember(

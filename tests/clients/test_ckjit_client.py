@@ -80,9 +80,16 @@ def _build_under_ckjit(tmp_path: Path, hints: bool) -> tuple[CompletedProcess[st
     tree = fx.write_tree(tmp_path / "aiter", "new")
     (tree / "csrc" / "cpp_itfs" / "gen_fwd.py").write_text(f"HINTS = {int(hints)}\n" + GENERATOR)
     (tree / "csrc" / "include" / "fmha_fwd_instance.hpp").write_text(INSTANCE_HEADER)
-    m = tmp_path / "qola_manifest.toml"
-    m.write_text(MANIFEST)
-    qola_dir = plain_checkout(tmp_path)
+    (tmp_path / "qola_manifest.toml").write_text(MANIFEST)
+    plain_checkout(tmp_path)
+    return _run_under_ckjit(tmp_path)
+
+
+def _run_under_ckjit(tmp_path: Path) -> tuple[CompletedProcess[str], Path, Path, Path]:
+    """ck-jit's ``full --with-qola`` on the tree, manifest and qola checkout under ``tmp_path``: its
+    scratch dir cleared and its fake ROCm made anew (as every ``full`` does), qola run as it runs it."""
+    tree, m, qola_dir = tmp_path / "aiter", tmp_path / "qola_manifest.toml", tmp_path / "3rdparty" / "QoLA"
+    shutil.rmtree(tmp_path / "ck_jit_tmp", ignore_errors=True)
     hipcc = shutil.which("hipcc") or "/usr/bin/hipcc"
     rocm, ck = fake_rocm(tmp_path, hipcc, "c++", tree)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HIPCC", "HIP_PATH")}
@@ -102,8 +109,8 @@ def test_ckjit_takes_every_blob_the_api_and_the_link(tmp_path: Path) -> None:
     blobs = {Path(c["source"]).name: c for c in calls if c["kind"] == "blob"}
     assert set(blobs) == {"fmha_fwd_d64_bf16_batch_b128_gfx9.cpp", "fmha_fwd_d128_bf16_batch_b128_gfx9.cpp"}
     build = Path(str(out) + ".build")
-    for c in blobs.values():  # stubbed: ck-jit writes zero bytes where the object would be
-        assert (build / c["output"]).stat().st_size == 0
+    for c in blobs.values():  # stubbed: ck-jit wrote zero bytes where the object would be, which qola
+        assert not (build / c["output"]).exists()  # removed once linked (never up to date: see below)
     recorded = records(tmp, "manifest.json.ndjson")
     assert sorted(Path(e["source"]).name for e in recorded if e["kind"] == "blob") == sorted(blobs)
     for e in recorded:  # what ck-jit compiles later: the instance's flags, without source and object
@@ -178,3 +185,25 @@ def test_every_recorded_kernel_compiles_later_elsewhere_with_the_build_dir_gone(
             assert [s for s in defined_functions(lib) if s.startswith(SYMBOL_PREFIX["fwd"])], (how, lib)
             stem = k.name.split(".")[0]
             assert f"_Z{len(stem) + 7}{stem}_kernelPfi" in kernels_by_arch(lib).get(ARCH, set()), (how, lib)
+
+
+def test_a_rebuild_hands_every_stub_to_ck_jit_again(tmp_path: Path) -> None:
+    """ck-jit's ``full`` clears its scratch dir (its records) before every run and links each library
+    from what its interceptor saw in that run. A second ``full`` with the same qola output (a second
+    ``cmake --build``) found qola's stubs up to date: nothing was recorded, ck-jit's runtime was built
+    over an empty kernel table and the build failed (measured with ck-jit 617a89b, issue 39). An empty
+    object is no compiled code: qola removes it once linked and never takes it as up to date, and a
+    build over a wrapper's stubs leaves no no-op record, so every stub reaches the wrapper again."""
+    first, out, _, _ = _build_under_ckjit(tmp_path, hints=True)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-6000:]
+    before = (out / "lib" / "te_libmha_fwd.so").read_bytes()
+    again, out2, _, tmp2 = _run_under_ckjit(tmp_path)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-6000:]
+    assert out2 == out and "is up to date" not in again.stderr
+    recorded = records(tmp2, "manifest.json.ndjson")
+    assert sorted(Path(e["source"]).name for e in recorded if e["kind"] == "blob") == [
+        "fmha_fwd_d128_bf16_batch_b128_gfx9.cpp",
+        "fmha_fwd_d64_bf16_batch_b128_gfx9.cpp",
+    ]
+    assert [c for c in records(tmp2, "calls.ndjson") if c["kind"] == "post_build" and "objects" in c]
+    assert (out / "lib" / "te_libmha_fwd.so").read_bytes() == before  # the same library, linked anew

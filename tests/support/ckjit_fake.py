@@ -136,19 +136,24 @@ sys.exit(main())
 
 
 def fake_rocm(where: Path, real_hipcc: str, real_cxx: str, aiter_dir: Path) -> tuple[Path, dict[str, str]]:
-    """ck-jit's fake ROCm home under ``where`` (bin/hipcc and bin/cxx_interceptor run the double;
-    every other entry of the real ROCm is a link, as ck-jit makes it) and the variables ck-jit
-    sets for the build (``ROCM_PATH``, ``ROCM_HOME=""``, ``CXX``, ``CK_JIT_*`` with the AITER dir
-    its recorded include dirs are made relative to)."""
+    """ck-jit's fake ROCm home under ``where/ck_jit_tmp`` (bin/hipcc and bin/cxx_interceptor are links
+    to the double's one script, written once at ``where/ck_jit/``, as ck-jit links them to its
+    interceptor; every other entry of the real ROCm is a link, as ck-jit makes it) and the variables
+    ck-jit sets for the build (``ROCM_PATH``, ``ROCM_HOME=""``, ``CXX``, ``CK_JIT_*`` with the AITER
+    dir its recorded include dirs are made relative to). Called again after the scratch dir is
+    removed, it makes the same home anew, as every ``full`` does."""
     hipcc = Path(os.path.realpath(real_hipcc))
     real = hipcc.parent.parent
     tmp = where / "ck_jit_tmp"
     fake = tmp / "rocm"
     (fake / "bin").mkdir(parents=True)
-    text = SCRIPT.format(python=sys.executable, support=str(SUPPORT))
+    interceptor = where / "ck_jit" / "ck_build_interceptor.py"
+    if not interceptor.exists():  # ck-jit's own file: the same one for every build
+        interceptor.parent.mkdir(parents=True)
+        interceptor.write_text(SCRIPT.format(python=sys.executable, support=str(SUPPORT)))
+        interceptor.chmod(0o755)
     for name in ("hipcc", "cxx_interceptor"):
-        (fake / "bin" / name).write_text(text)
-        (fake / "bin" / name).chmod(0o755)
+        (fake / "bin" / name).symlink_to(interceptor)
     for entry in real.iterdir():
         if entry.name == "bin":
             for tool in entry.iterdir():
