@@ -52,6 +52,9 @@ class ModuleExtra:
     host_only: tuple[str, ...] = ()  # qola's own sources with no device code: HIP, no device passes
     cflags: tuple[str, ...] = ()
     source_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (source path, flags for it alone)
+    # build-dir files those flags force-include into a library's entry-point sources (the switch probes
+    # of qola.output.kernels): the one build-dir read a compile line may name (qola.toolchain.portable)
+    entry_reads: tuple[str, ...] = ()
     ldflags: tuple[str, ...] = ()
     edges: tuple[Edge, ...] = ()  # ninja edges of their own (qola.compile.ninja.Edge)
     extra_inputs: tuple[str, ...] = ()  # objects of those edges, linked into the module
@@ -73,6 +76,7 @@ class ModuleExtra:
             host_only=self.host_only + other.host_only,
             cflags=self.cflags + other.cflags,
             source_flags=self.source_flags + other.source_flags,
+            entry_reads=self.entry_reads + other.entry_reads,
             ldflags=self.ldflags + other.ldflags,
             edges=self.edges + other.edges,
             extra_inputs=self.extra_inputs + other.extra_inputs,

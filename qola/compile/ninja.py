@@ -54,6 +54,7 @@ class Target:
     extra_inputs: tuple[str, ...] = ()  # objects not compiled here (embedded data …)
     implicit: tuple[str, ...] = ()  # files the link depends on (version script …)
     variables: tuple[tuple[str, str], ...] = ()  # extra bindings for the link edge
+    entry_reads: tuple[str, ...] = ()  # build-dir files its entry-point sources force-include (portable.violations)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ def check_portable(graph: Graph, build_dir: Path) -> None:
     each flag variable and each edge's own flags, naming the flag, the rule or module, and why."""
     where = str(build_dir)
     found: list[str] = []
+    entry = frozenset(r for t in graph.targets for r in t.entry_reads)
     compile_rules = {n for n, r in graph.rules.items() if "depfile" in r}
     for name in sorted(compile_rules):
         found += [f"rule {name}: {v}" for v in portable.violations(shlex.split(graph.rules[name]["command"]), where)]
@@ -116,7 +118,7 @@ def check_portable(graph: Graph, build_dir: Path) -> None:
     for var in sorted(used & set(graph.variables)):
         found += [f"{var}: {v}" for v in portable.violations(_flags(graph.variables[var]), where)]
     for extra in sorted({c.extra_flags for t in graph.targets for c in t.compiles if c.extra_flags}):
-        found += [f"per-source flags: {v}" for v in portable.violations(extra, where)]
+        found += [f"per-source flags: {v}" for v in portable.violations(extra, where, entry)]
     for e in graph.extra_edges:
         if e.rule in compile_rules:
             flags = dict(e.variables).get("flags", "")

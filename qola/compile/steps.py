@@ -376,6 +376,7 @@ def _target(
         extra_inputs=more.extra_inputs,
         implicit=more.implicit,
         variables=more.variables,
+        entry_reads=more.entry_reads,
     )
 
 

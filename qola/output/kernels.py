@@ -248,4 +248,5 @@ def extra(mod: Any, probe_dir: Path) -> Any:
         header = probe_dir / f"qola_switches_{i}.h"
         writes.append(FileWrite(header, probe_header(mod.name, os.path.basename(src), names)))
         flags.append((src, ("-include", str(header))))
-    return ModuleExtra(writes=tuple(writes), source_flags=tuple(flags))
+    reads = tuple(str(probe_dir / f"qola_switches_{i}.h") for i in range(len(writes)))
+    return ModuleExtra(writes=tuple(writes), source_flags=tuple(flags), entry_reads=reads)

@@ -14,13 +14,20 @@ A search dir (``-I``, ``-isystem``, …) is a place to look, not a file: a missi
 absolute one inside the build dir leaves the line replayable as long as what the unit includes is
 found elsewhere (tests/clients/test_ckjit_replay.py compiles kernels that way with the build dir moved
 away). A relative one is refused: it names a different place from every other directory.
+
+One build-dir read is allowed by name: qola's switch probe (``-include <build>/obj/<module>/
+qola_switches_<i>.h``, :mod:`qola.output.kernels`), force-included only into a source that gates a
+library's kernel paths on a registry switch — AITER's ``mha_fwd``/``mha_bwd``, the library's entry
+point. A client that deferred that unit would leave the library without its entry point, which qola's
+unresolved-symbol check refuses (the module fails), so no successful build hands such a line to a
+replay. The graph names these files (``Target.entry_reads``); any other build-dir read is refused.
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 # flags whose value (the next argument, or joined: ``-MFx``, ``-MF=x``) is a file the compiler writes
@@ -95,9 +102,11 @@ def _passed_through(a: str) -> list[str]:
     return []
 
 
-def violations(argv: Sequence[str], build_dir: str) -> list[Violation]:
+def violations(argv: Sequence[str], build_dir: str, entry_reads: Collection[str] = ()) -> list[Violation]:
     """What in the compile line ``argv`` (a command template or a flag list) would not replay from
-    another directory once ``build_dir`` is gone; [] when it is portable."""
+    another directory once ``build_dir`` is gone; [] when it is portable. ``entry_reads``: build-dir
+    files the line may read all the same (qola's switch probe, force-included only into a library's
+    entry-point source: no client can defer that unit and still link, see the module's text)."""
     out: list[Violation] = []
     for a in argv:
         if a in NEVER or any(a.startswith(n) and a != n for n in NEVER):
@@ -119,7 +128,7 @@ def violations(argv: Sequence[str], build_dir: str) -> list[Violation]:
             out.append(Violation(flag, f"a file the compiler writes that {why}"))
     eq = [(a, a.split("=", 1)[1]) for a in argv if a.startswith(READS_EQ)]
     for flag, value in [*_valued(argv, READS), *eq]:
-        why = _in(value, build_dir)
+        why = None if value in entry_reads else _in(value, build_dir)
         if why:
             out.append(Violation(flag, f"a file the compiler reads that {why}"))
     for flag, value in _valued(argv, SEARCH):

@@ -83,3 +83,18 @@ def test_every_compile_line_of_a_real_graph_is_portable(tmp_path: Path) -> None:
         assert "-MF" not in argv and "-MT" not in argv, u["command"]
     text = (build / "build.ninja").read_text()
     assert "depfile = $dep" in text and "$out.d" not in text
+
+
+def test_the_switch_probe_is_the_one_build_dir_read_a_line_may_name(tmp_path: Path) -> None:
+    """qola's switch probe (qola/output/kernels.py) is force-included from the build dir into a library's
+    entry-point source only; the graph names it (``Target.entry_reads``) and the writer lets that exact
+    file pass. The same flag naming any other build-dir file is refused."""
+    probe = f"{tmp_path}/obj/m/qola_switches_0.h"
+    rule = {"command": "hipcc $flags -MD -c $in -o $out", "depfile": ninja.DEPFILE, "deps": "gcc"}
+    compiles = (ninja.Compile("/t/mha_fwd.cu", "obj/m/mha_fwd.o", "flags_m", ("-include", probe)),)
+    variables = {"flags_m": ninja.escape_flags(["-O3"])}
+    named = ninja.Target("m", "lib/m.so", compiles, "link", entry_reads=(probe,))
+    ninja.write(ninja.Graph({"cc": rule}, variables, (named,)), tmp_path / "build.ninja")
+    unnamed = ninja.Target("m", "lib/m.so", compiles, "link")
+    with pytest.raises(QolaError, match=r"qola_switches_0\.h"):
+        ninja.write(ninja.Graph({"cc": rule}, variables, (unnamed,)), tmp_path / "other.ninja")
