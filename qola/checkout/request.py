@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from qola.checkout.choice import DEFAULT_URL, forced, qola_checkout
 from qola.core import rules, settings
 from qola.core.errors import QolaError
-from qola.core.secret import Secret, split_url
+from qola.core.secret import Secret, UnsplittableURL, split_url
 
 if TYPE_CHECKING:
     from qola.checkout.git import Env
@@ -56,7 +56,10 @@ def url_of(cli: str | None, manifest: Manifest | None, env: Mapping[str, str]) -
 def clone_url(url: str) -> tuple[str, Secret | None]:
     """(the URL without credentials, the credentials as a :class:`Secret`) for an http(s) URL; another
     scheme keeps its user (``ssh://git@host``: a login, no secret) but a password in it is refused."""
-    public, credentials = split_url(url)
+    try:
+        public, credentials = split_url(url)
+    except UnsplittableURL as exc:  # the URL rule refuses it where it is given; a caller that skipped it
+        raise QolaError(f"the clone URL: {exc}", hint=exc.hint) from None
     if credentials is None:
         return url, None
     if public.split("://", 1)[0].lower() in ("http", "https"):

@@ -22,7 +22,7 @@ import os
 import re
 
 from qola.core.errors import QolaError
-from qola.core.secret import split_url
+from qola.core.secret import UnsplittableURL, split_url
 
 C_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # AMD target IDs: a processor and the target features LLVM allows in them (xnack, sramecc)
@@ -316,8 +316,8 @@ def url_problem(url: object) -> str | None:
         return "uses a remote-helper transport (<transport>::…); give an https, ssh, git, file URL or a path"
     try:
         split_url(url)
-    except QolaError as exc:
-        return f"is refused: {exc.message}; {exc.hint}"
+    except UnsplittableURL as exc:
+        return f"is refused: {exc}; {exc.hint}"
     return None
 
 

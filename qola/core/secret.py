@@ -75,21 +75,29 @@ _UNSPLITTABLE = re.compile(
 )
 
 
+class UnsplittableURL(ValueError):
+    """A URL whose credentials cannot be told from its host and path. Its text names no part of the
+    URL; :attr:`hint` says how to fix it. Where a URL is given, it becomes a
+    :class:`~qola.core.errors.QolaError` naming where (this module imports nothing of qola's)."""
+
+    hint = "percent-encode them in the URL: '/' as %2F, '@' as %40, ':' as %3A"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "a URL's credentials cannot be told from its host and path (a raw '/', '@' or ':' in the user "
+            "name or password); the URL is not shown"
+        )
+
+
 def split_url(url: str) -> tuple[str, Secret | None]:
     """``url`` without the credentials of its authority (``scheme://user:pw@host`` → ``scheme://host``),
     and those credentials (``user:pw``, or a bare token) as a :class:`Secret` (None: it had none).
-    A URL whose user-info holds a raw ``/`` (so its end cannot be found) is refused with a
-    :class:`~qola.core.errors.QolaError` that names no part of it."""
+    A URL whose user-info holds a raw ``/`` (so its end cannot be found) raises
+    :class:`UnsplittableURL`, which names no part of it."""
     m = _USERINFO.match(url)
     if not m:
         if _UNSPLITTABLE.match(url):
-            from qola.core.errors import QolaError  # lazy: qola.core.errors imports this module
-
-            raise QolaError(
-                "a URL's credentials cannot be told from its host and path (a raw '/', '@' or ':' in the "
-                "user name or password); the URL is not shown",
-                hint="percent-encode them in the URL: '/' as %2F, '@' as %40, ':' as %3A",
-            )
+            raise UnsplittableURL
         return url, None
     return m.group("scheme") + url[m.end() :], Secret(m.group("userinfo"))
 

@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 from qola import __version__
 from qola.core import fsutil, inputs
 from qola.core.errors import QolaError
-from qola.core.secret import Secret, basic_authorization, split_url
+from qola.core.secret import Secret, UnsplittableURL, basic_authorization, split_url
 
 MAX_ARCHIVE = 16 << 30  # bytes fetched for one archive
 MAX_SIDECAR = 64 << 10  # <archive>.sha256
@@ -116,8 +116,8 @@ def get(source: str, name: str, sink: Callable[[bytes], None], limit: int, timeo
 
         try:
             public, credentials = split_url(source)  # user:password never shown, recorded or logged
-        except QolaError as exc:
-            raise QolaError(f"--prebuilt: {exc.message}", hint=exc.hint) from None
+        except UnsplittableURL as exc:
+            raise QolaError(f"--prebuilt: {exc}", hint=exc.hint) from None
         if urllib.parse.urlsplit(public).scheme.lower() not in ("http", "https"):
             raise QolaError(f"--prebuilt {public}: only a directory or an http(s):// URL is supported")
         url = public.rstrip("/") + "/" + urllib.parse.quote(name)

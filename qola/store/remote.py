@@ -33,7 +33,7 @@ from qola.compile.remote_launch import errors
 from qola.core import inputs, proc
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_write
-from qola.core.secret import redact, split_url
+from qola.core.secret import UnsplittableURL, redact, split_url
 from qola.store.key import binary_sha256, digest
 from qola.toolchain import find_toolchain
 from qola.toolchain.identity import compiler_env
@@ -88,8 +88,8 @@ def endpoint(
         return None
     try:
         public, credentials = split_url(url)
-    except QolaError as exc:
-        raise QolaError(f"--remote: {exc.message}", hint=exc.hint) from None
+    except UnsplittableURL as exc:
+        raise QolaError(f"--remote: {exc}", hint=exc.hint) from None
     if credentials is not None:  # REAPI clients take no user:password; shown, they would be leaked
         raise QolaError(
             f"--remote: {public} is given with credentials in the URL ({redact(url)}); they are never sent, "
