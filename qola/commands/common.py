@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -96,6 +97,23 @@ _SPELLED: dict[str, Callable[[dict[str, Any]], object]] = {
 }
 
 
+# the arguments that change how a build is shown or waited for, never what it builds
+PRESENTATION = frozenset({"verbose", "quiet", "wait", "debug", "func", "argv"})
+
+
+def build_key_args(given: Mapping[str, Any]) -> tuple[str, ...]:
+    """The no-op fast path's key of a command line: every parsed argument but :data:`PRESENTATION`, as
+    ``dest=value`` (JSON) in name order, a URL's credentials masked. Two spellings of one build (``-v``
+    or not, ``-j2`` or ``-j 2``, options in another order, an abbreviated option) share it."""
+    from qola.core.secret import redact  # lazy: paid only by the build command
+
+    return tuple(
+        f"{k}={redact(json.dumps(v, sort_keys=True, default=str))}"
+        for k, v in sorted(given.items())
+        if k not in PRESENTATION
+    )
+
+
 def spec_of(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> BuildSpec:
     """The command line's arguments as a :class:`BuildSpec`: the one place a command's Namespace is
     read (the pipeline, and every stage after it, never sees it). A field the command has no flag
@@ -108,6 +126,8 @@ def spec_of(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> B
         elif f.name != "env" and given.get(f.name) is not None:
             value = given[f.name]
             values[f.name] = tuple(value) if isinstance(value, list) else value
+    if given.get("argv"):
+        values["key_args"] = build_key_args(given)
     return BuildSpec(**values, env=dict(os.environ if env is None else env))
 
 

@@ -135,7 +135,8 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
             if begun.checkout:  # the tree first: the no-op fast path then sees its files
                 for note in _checkout(spec, begun):
                     ui.note(note)
-            last = fastpath.load(layout.root, spec.argv) if spec.argv and not spec.dry_run else None
+            noop_key = spec.key_args or spec.argv  # the build, not its spelling
+            last = fastpath.load(layout.root, noop_key) if noop_key and not spec.dry_run else None
             seen = None if last is None else recorded_env(begun, last["env_keys"])  # what its digest reads
             record = None if last is None or seen is None else fastpath.unchanged(last, layout.root, layout.out, seen)
             if record is not None and seen is not None and record.get("rebuild"):  # the incremental path
@@ -332,7 +333,9 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
         eligible = rebuild.eligible(built.extras)
         recipe = rebuild.of(compiled, s.jobs, built.logs, layout.root, s.launcher) if eligible else None
         finish.remember(
-            finish.Derived(spec.argv, spec.manifest, spec.usage_files, r, plan_, tc, built.extras, ready.material),
+            finish.Derived(
+                spec.key_args or spec.argv, spec.manifest, spec.usage_files, r, plan_, tc, built.extras, ready.material
+            ),
             *(recipe or (None, None)),
         )
     packaged = finish.store(spec.publish_to, layout, compiled)

@@ -77,7 +77,10 @@ class BuildSpec:
     wait: float | None = None  # --wait: for another build holding the same dirs
     prebuilt: str | None = None  # --prebuilt DIR|URL: install the archive of the build key when there is one
     publish_to: str | None = None  # --publish DIR: package the finished output into DIR by its build key
-    argv: tuple[str, ...] = ()  # the command line as given: the no-op fast path keys on it (() = none)
+    argv: tuple[str, ...] = ()  # the command line as given (the lock shows it; () = none: no fast path)
+    # what the no-op fast path keys on: the parsed arguments less how the build is shown or waited for
+    # (commands.common.build_key_args); () = the command line as given
+    key_args: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()  # --group (each ;-separated) > QOLA_BUILD_GROUPS > every module (qola.plan.groups)
     skip_checkout: bool = False  # --skip-checkout: the tree is built as it is; a pin mismatch is a warning
     aiter_commit: str | None = None  # --aiter-commit > [qola].aiter_commit: what the checkout checks out
