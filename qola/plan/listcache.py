@@ -67,10 +67,12 @@ def sources_digest(scripts: Sequence[str]) -> str:
         for f in files:
             if "__pycache__" in f.parts:
                 continue
-            h.update(str(f).encode() + b"\0")
             # the one checked open: a FIFO (or a device) named *.py is refused, never waited on
-            digest, _ = inputs.sha256_checked(f, limit=MAX_GENERATOR_FILE, what="generator file", hint=_HINT_GEN)
-            h.update(digest.encode())
+            try:
+                digest, _ = inputs.sha256_checked(f, limit=MAX_GENERATOR_FILE, what="generator file", hint=_HINT_GEN)
+            except FileNotFoundError:  # a dangling link (an editor's lock file, .#x.py) or a file gone since
+                continue  # the listing: nothing can import it; a file that appears later changes the digest
+            h.update(str(f).encode() + b"\0" + digest.encode())
     return h.hexdigest()
 
 

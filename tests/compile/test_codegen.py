@@ -160,3 +160,21 @@ def test_a_patch_left_half_applied_beside_a_generator_is_said(tmp_path: Path) ->
     left = run_generators(GenJob("m", (Generator(f"{script} {{}}"),)), tmp_path / "gen", env=env, force=True)
     (w,) = left.warnings
     assert "codegen/ops/fmha_fwd.py.orig, codegen/ops/fmha_fwd.py.rej" in w and str(script) in w, w
+
+
+def test_an_editors_dangling_lock_file_beside_a_generator_is_ignored(tmp_path: Path) -> None:
+    """An editor leaves ``.#generate.py`` (a dangling link) beside the file being edited: every ``*.py``
+    beside a generator is hashed, and the old hash failed the module ("cannot run its generators:
+    No such file or directory", issue 41). Nothing can import a dangling link: it is skipped, and the
+    file a later link names changes the digest."""
+    gen_dir = tmp_path / "gen_dir"
+    gen_dir.mkdir()
+    script = gen_dir / "generate.py"
+    script.write_text("import sys, pathlib\n(pathlib.Path(sys.argv[1]) / 'k.cpp').write_text('int k;\\n')\n")
+    (gen_dir / ".#generate.py").symlink_to("user@host.4242:1700000000")
+    env = {"PATH": "/usr/bin:/bin"}
+    done = run_generators(GenJob("m", (Generator(f"{script} {{}}"),)), tmp_path / "gen", env=env)
+    assert [Path(s).name for s in done.sources] == ["k.cpp"]
+    (gen_dir / "user@host.4242:1700000000").write_text("x = 1\n")  # the link now names a module
+    again = run_generators(GenJob("m", (Generator(f"{script} {{}}"),)), tmp_path / "gen", env=env)
+    assert not again.skipped  # a file the generator could import appeared: it runs again
