@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import sys
 from collections.abc import Mapping
 from itertools import combinations
 from pathlib import Path
@@ -126,7 +127,10 @@ def early_tree_root(aiter_root: str | None, manifest: str) -> Path | None:
         st = path.stat()
         if not path.is_file() or st.st_size > 1024 * 1024:
             return None
-        import tomllib  # lazy: only without --aiter-root
+        if sys.version_info >= (3, 11):
+            import tomllib  # lazy: only without --aiter-root
+        else:
+            import tomli as tomllib  # lazy: only without --aiter-root (Python 3.10: the tomli backport)
 
         value = (
             tomllib.loads(inputs.read_record(path, limit=1024 * 1024, what="manifest"))
