@@ -17,6 +17,7 @@ from qola.core.errors import QolaError
 from qola.toolchain import portable
 
 BUILD = "/w/out.build"
+CC = {"command": "hipcc $flags -MD -c $in -o $out", "depfile": ninja.DEPFILE, "deps": "gcc"}  # a compile rule
 
 
 @pytest.mark.parametrize(
@@ -54,14 +55,13 @@ def test_what_replays_anywhere_passes() -> None:
 
 
 def test_the_graph_writer_refuses_a_line_that_would_not_replay(tmp_path: Path) -> None:
-    rule = {"command": "hipcc $flags -MD -c $in -o $out", "depfile": ninja.DEPFILE, "deps": "gcc"}
     target = ninja.Target("m", "lib/m.so", (ninja.Compile("/t/a.cu", "obj/m/a.o", "flags_m"),), "link")
-    bad = ninja.Graph({"cc": rule}, {"flags_m": ninja.escape_flags(["-O3", "-include", "gen/m/pre.h"])}, (target,))
+    bad = ninja.Graph({"cc": CC}, {"flags_m": ninja.escape_flags(["-O3", "-include", "gen/m/pre.h"])}, (target,))
     with pytest.raises(QolaError) as info:
         ninja.write(bad, tmp_path / "build.ninja")
     assert "flags_m: '-include gen/m/pre.h'" in str(info.value) and "docs/design-notes.md" in str(info.value)
     assert not (tmp_path / "build.ninja").exists()
-    good = ninja.Graph({"cc": rule}, {"flags_m": ninja.escape_flags(["-O3", "-I/t/include"])}, (target,))
+    good = ninja.Graph({"cc": CC}, {"flags_m": ninja.escape_flags(["-O3", "-I/t/include"])}, (target,))
     ninja.write(good, tmp_path / "build.ninja")
     assert "dep = obj/m/a.d" in (tmp_path / "build.ninja").read_text()
 
@@ -90,11 +90,10 @@ def test_the_switch_probe_is_the_one_build_dir_read_a_line_may_name(tmp_path: Pa
     entry-point source only; the graph names it (``Target.entry_reads``) and the writer lets that exact
     file pass. The same flag naming any other build-dir file is refused."""
     probe = f"{tmp_path}/obj/m/qola_switches_0.h"
-    rule = {"command": "hipcc $flags -MD -c $in -o $out", "depfile": ninja.DEPFILE, "deps": "gcc"}
     compiles = (ninja.Compile("/t/mha_fwd.cu", "obj/m/mha_fwd.o", "flags_m", ("-include", probe)),)
     variables = {"flags_m": ninja.escape_flags(["-O3"])}
     named = ninja.Target("m", "lib/m.so", compiles, "link", entry_reads=(probe,))
-    ninja.write(ninja.Graph({"cc": rule}, variables, (named,)), tmp_path / "build.ninja")
+    ninja.write(ninja.Graph({"cc": CC}, variables, (named,)), tmp_path / "build.ninja")
     unnamed = ninja.Target("m", "lib/m.so", compiles, "link")
     with pytest.raises(QolaError, match=r"qola_switches_0\.h"):
-        ninja.write(ninja.Graph({"cc": rule}, variables, (unnamed,)), tmp_path / "other.ninja")
+        ninja.write(ninja.Graph({"cc": CC}, variables, (unnamed,)), tmp_path / "other.ninja")
