@@ -108,10 +108,22 @@ def build_key_args(given: Mapping[str, Any]) -> tuple[str, ...]:
     from qola.core.secret import redact  # lazy: paid only by the build command
 
     return tuple(
-        f"{k}={redact(json.dumps(v, sort_keys=True, default=str))}"
+        f"{k}={redact(json.dumps(_as_parsed(k, v), sort_keys=True, default=str))}"
         for k, v in sorted(given.items())
         if k not in PRESENTATION
     )
+
+
+def _as_parsed(dest: str, value: object) -> object:
+    """A declared setting's value as its one parser reads it (``--arch a --arch b`` and ``--arch "a;b"``
+    are one list); a value it refuses is kept as given (the build refuses it before any record)."""
+    setting = next((s for s in settings.ALL if s.name == dest), None)
+    if setting is None or value is None:
+        return value
+    try:
+        return setting.parse(value)
+    except ValueError:
+        return value
 
 
 def spec_of(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> BuildSpec:
