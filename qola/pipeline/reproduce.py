@@ -7,8 +7,9 @@ and the environment variables that decide the plan or the compilers' output. :fu
 builds that again in a fresh temporary directory — so with another build dir and output dir than
 the original's — with no compiler launcher (a cache would hand back the original objects), the
 compiler found as for any build in the auditor's environment (a different one is noted: the
-toolchain identity differs) and of the recorded environment only its data-only variables
-(:func:`rebuild_env`: nothing recorded in an output is run or passed to what runs), then compares
+toolchain identity differs) and of the recorded environment only the variables qola declares as
+build inputs that are data, each checked as a build checks it (:func:`rebuild_env`: nothing recorded
+in an output is run or passed to what runs; a loader, injection or search-path variable never is), then compares
 every library the manifest records
 (sha256) with the rebuilt one and with the file in OUT. The temporary directory is removed.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qola.core import inputs
+from qola.core import inputs, settings
 from qola.core.errors import QolaError
 from qola.pipeline import run as pipeline
 from qola.plan.tree.aiter import TABLE
@@ -115,9 +117,15 @@ def libraries(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     return libs
 
 
-def _inputs(data: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
+def _inside(path: str, root: Path) -> bool:
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    return real == top or real.startswith(top.rstrip("/") + "/")
+
+
+def _inputs(data: Mapping[str, Any], root: Path) -> tuple[str, str, dict[str, Any]]:
     """(manifest path, tree path, build settings), each checked: what the rebuild reads must be
-    what the build read."""
+    what the build read, and neither the manifest nor the tree may lie inside OUT (whoever can
+    write OUT could have put them there, with flags or generators of their own)."""
     settings = data.get("build")
     if not isinstance(settings, Mapping):
         raise QolaError(
@@ -129,6 +137,13 @@ def _inputs(data: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
         raise QolaError(
             "manifest.json does not record the manifest's path and sha256 and the tree's path", hint=HINT_REBUILD
         )
+    for what, where in (("manifest", manifest), ("kernel tree", tree)):
+        if _inside(where, root):
+            raise QolaError(
+                f"manifest.json names a {what} inside the output itself ({where}): not rebuilt, an output's "
+                "own files are never run or compiled",
+                hint="audit --reproduce rebuilds from the manifest and tree the build read, outside OUT",
+            )
     got = _sha256(Path(manifest))
     if got is None:
         raise QolaError(
@@ -161,18 +176,49 @@ def _tree_env_keys(tree: str) -> set[str]:
     return set(referenced_env(texts))
 
 
-def _data_only(key: str, value: str, tree_keys: set[str]) -> bool:
-    """Whether a recorded variable may be set again for the rebuild: only data a build reads (the
-    time that fixes __DATE__/__TIME__, AITER's tuned-config paths, what the tree's own table reads),
-    never what makes a program run something (a compiler, a loader, flags prepended to every compile)."""
+# never applied from a record: what makes a program load, run or look up something (a loader, an
+# interpreter's startup, flags prepended or appended to every compile, a search path, where programs
+# are found), whatever its name says it is
+_RUNNER_PREFIXES = ("LD_", "DYLD_", "PYTHON", "PERL", "RUBY", "NODE_", "BASH_", "GCONV_", "MALLOC_")
+_RUNNER_SUFFIXES = ("FLAGS", "OPTIONS", "PATH", "_DIR", "_HOME", "_ROOT", "_PREFIX", "_ENV")
+_RUNNER_NAMES = frozenset({"ENV", "SHELLOPTS", "IFS", "HOME", "TMPDIR"})
+# the settings whose variables are data, each applied only with a value its own check accepts
+_DATA_SETTINGS = (settings.JOBS, settings.ARCHS, settings.GROUPS)
+_PLAIN = re.compile(r"(?:[A-Za-z0-9_.,:+=][A-Za-z0-9_.,:+=-]{0,255})?")
 
+
+def _runner(key: str) -> bool:
+    """Whether ``key`` is a loader, injection or search-path variable (or one that picks a program)."""
+    return (
+        key in COMPILER_ENV
+        or key in TOOLCHAIN_ENV
+        or key in _RUNNER_NAMES
+        or key.startswith(_RUNNER_PREFIXES)
+        or key.endswith(_RUNNER_SUFFIXES)
+    )
+
+
+def _refusal(key: str, value: str, tree_keys: set[str]) -> str | None:
+    """Why a recorded variable is not set again for the rebuild (None: it is). Only what qola
+    declares as a build input and is data (:data:`qola.store.fastpath.ENV_KEYS`' data settings,
+    AITER's tuned-config paths, what the tree's own table reads, the time that fixes __DATE__),
+    each checked as a build checks it; never a :func:`_runner` variable."""
     if key == "SOURCE_DATE_EPOCH":
-        return value.isdigit() and len(value) <= 12
-    if key in COMPILER_ENV or key in TOOLCHAIN_ENV or key.startswith(("LD_", "PYTHON")):
-        return False
-    if key.endswith(("_DIR", "_PATH", "_HOME", "_ROOT")):  # where programs are found (CK_DIR's generate.py)
-        return False
-    return key.startswith(ENV_PREFIXES) or key in tree_keys
+        return None if value.isdigit() and len(value) <= 12 else "not a plain number of seconds"
+    if _runner(key):
+        return "it makes a program load, run or look up something"
+    for setting in _DATA_SETTINGS:
+        if key in setting.env:
+            try:
+                setting.check(value, key)
+            except QolaError as exc:
+                return f"a build refuses it ({exc.message})"
+            return None
+    if key.startswith(ENV_PREFIXES):
+        return None if "\0" not in value else "not a path"
+    if key in tree_keys:
+        return None if _PLAIN.fullmatch(value) else "the tree's table reads it, but the value is not a plain word"
+    return "qola does not declare it as a build input"
 
 
 def rebuild_env(
@@ -180,7 +226,7 @@ def rebuild_env(
 ) -> tuple[dict[str, str], list[str]]:
     """(the rebuild's environment, notes). Nothing an output records is ever run or given to what
     runs: the compiler is found as for any build, in the auditor's own environment, and of the
-    recorded variables only data-only ones (:func:`_data_only`) are set again as they were (set or
+    recorded variables only declared data (:func:`_refusal` gives no reason) are set again as they were (set or
     unset); every other recorded value that differs from the auditor's is named in a note, for the
     auditor to set by hand if they trust it."""
     tree_keys = _tree_env_keys(tree) if tree else set()
@@ -188,14 +234,15 @@ def rebuild_env(
     out, notes = dict(env), []
     for key in sorted({str(k) for k in settings.get("env_keys") or []} | set(recorded)):
         value = recorded.get(key)
-        if value is not None and not _data_only(key, value, tree_keys):
+        why = _refusal(key, value, tree_keys) if value is not None else None
+        if value is not None and why is not None:
             if env.get(key) != value:
                 notes.append(
-                    f"manifest.json records {key}={value!r} (here {env.get(key)!r}); not applied: qola never "
-                    "runs or passes on what an output records. Set it yourself if you trust it"
+                    f"manifest.json records {key}={value!r} (here {env.get(key)!r}); not applied: {why}, and "
+                    "qola never runs or passes on what an output records. Set it yourself if you trust it"
                 )
             continue
-        if value is None and key in env and _data_only(key, env[key], tree_keys):
+        if value is None and key in env and _refusal(key, env[key], tree_keys) is None:
             out.pop(key)  # unset at the build, as recorded
         elif value is not None:
             out[key] = value
@@ -218,7 +265,7 @@ def reproduce(
     ``on_start`` hears the directory once the inputs are checked and the rebuild starts."""
 
     libs = libraries(data)
-    manifest, tree, settings = _inputs(data)
+    manifest, tree, settings = _inputs(data, root)
     archs = data.get("archs")
     rebuild_env_, env_notes = rebuild_env(data, settings, os.environ if env is None else env, tree)
     tmp = Path(tempfile.mkdtemp(prefix="qola-reproduce-", dir=work_dir))
