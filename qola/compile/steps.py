@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from qola.compile import ninja
+from qola.compile import devicecode, ninja
+from qola.compile.devicecode import Writer
 from qola.compile.extras import ModuleExtra
 from qola.compile.layout import BuildLayout, object_path
 from qola.compile.pathmap import PathMap, unit_id
@@ -51,7 +52,8 @@ class ModuleSources:
     own: tuple[str, ...]
     generated: tuple[str, ...]
     groups: tuple[tuple[str, ...], ...] = ()  # the generated files by the generator that wrote them (() = one group)
-    host_only: tuple[str, ...] = ()  # dropped directions' dispatch files (no kernel): no device pass
+    host_only: tuple[str, ...] = ()  # generated files with no kernel (qola.compile.devicecode): no device pass
+    writers: tuple[Writer, ...] = ()  # the generator of each group (() = not known: every file every arch)
 
     @property
     def all(self) -> tuple[str, ...]:
@@ -60,10 +62,12 @@ class ModuleSources:
 
 @dataclass(frozen=True)
 class Generated:
-    """What a module's generators wrote: every file, and each generator's files (() = not known)."""
+    """What a module's generators wrote: every file, each generator's files and who wrote each
+    group (() = not known)."""
 
     files: tuple[str, ...]
     groups: tuple[tuple[str, ...], ...] = ()
+    writers: tuple[Writer, ...] = ()
 
 
 def _split(flags: tuple[str, ...] | list[str]) -> list[str]:
@@ -158,6 +162,7 @@ def generate(
             return job.module, QolaError(f"module {job.module}: cannot run its generators: {exc}")
 
     files: dict[str, Generated] = {}
+    gens = {job.module: job.generators for job in gen_jobs}
     out = dict(results)
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(gen_jobs)))) as pool:
         for name, res in pool.map(one, gen_jobs):
@@ -168,7 +173,8 @@ def generate(
             # what its generators printed (head and tail past proc.LOG_KEEP)
             r = out[name].noted(res.warnings, res.output.splitlines())
             out[name] = dataclasses.replace(r, codegen_seconds=res.seconds)
-            files[name] = Generated(res.sources, res.groups)
+            writers = devicecode.writers(gens[name], res.groups, plan.meta_dir)  # who wrote each group
+            files[name] = Generated(res.sources, res.groups, writers)
             on_event(f"{'generated' if not res.skipped else 'up to date'}: {name} ({len(res.sources)} sources)")
     return Generation(files, out, (note,) if note else ())
 
@@ -193,7 +199,7 @@ def _sources_of(
     mod: ModulePlan, stage: Stage, made: Generated, r: ModuleResult
 ) -> tuple[ModuleSources | None, ModuleResult]:
     """(``mod``'s source list, or None: it fails; its result)."""
-    gen, groups = made.files, made.groups
+    gen, groups, writers = made.files, made.groups, made.writers
     candidates = _dispatch_only(mod, gen)
     if unused := _unused_dispatch(mod, gen, candidates):
         gen = tuple(s for s in gen if s not in unused)
@@ -226,7 +232,7 @@ def _sources_of(
     except QolaError as exc:
         return None, r.failed(exc)
     kept = tuple(s for s in candidates if s not in unused)  # they dispatch to no kernel: host code only
-    return ModuleSources(tuple(mod.sources), gen, groups, kept), r
+    return ModuleSources(tuple(mod.sources), gen, groups, kept, writers), r
 
 
 MAX_SCANNED = 64 << 20  # a source read to see whether it calls a dropped direction's dispatch
@@ -256,13 +262,9 @@ def _unused_dispatch(mod: ModulePlan, generated: tuple[str, ...], candidates: di
 
 
 def _source_archs(src: ModuleSources, archs: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
-    """Each generated file's archs, judged among the files of the generator that wrote it (CK's
-    ``_gfx9`` files beside an asm generator's ``_gfx942`` one still serve gfx942); all of them as
-    one listing when the groups are not known."""
-    out: dict[str, tuple[str, ...]] = {}
-    for group in src.groups or (src.generated,):
-        out.update(genrules.source_archs(group, archs))
-    return out
+    """The archs of each file CK's generator wrote, judged among that generator's files
+    (:func:`qola.compile.devicecode.source_archs`); every other file (absent) gets every arch."""
+    return devicecode.source_archs(src.groups, src.writers, archs)
 
 
 def graph_for(
@@ -277,8 +279,8 @@ def graph_for(
     extra says (sources dropped / added, flags, edges, link rule); ``rules`` adds the rules those name.
 
     HIP: each compile edge names its own device passes (``$archs``, after ``$flags``): a generated file
-    the archs it holds device code for (:func:`qola.plan.genrules.source_archs`: CK's ``…_gfx9`` file no
-    gfx950 pass), every other source all the build's archs; the module's flags name none."""
+    the archs it holds device code for (:func:`qola.compile.devicecode.source_archs`: CK's ``…_gfx9`` file
+    no gfx950 pass), every other source all the build's archs; the module's flags name none."""
     plan, tc, layout = stage.plan, stage.tc, stage.layout
     variables: dict[str, str] = {}
     targets: list[ninja.Target] = []

@@ -182,11 +182,13 @@ def aiter_env(archs: tuple[str, ...], meta_dir: str | os.PathLike[str]) -> dict[
 
 
 _FILE_ARCH = re.compile(r"_(gfx[0-9a-z]+)$")
+_ARCHS = re.compile(r"_gfx[0-9a-z]+_gfx[0-9a-z]+$")  # a name naming several archs: serves each
 
 
 def arch_suffix(stem: str) -> str | None:
-    """The arch family a generated file is named for (``gfx9`` of ``fmha_fwd_d64_fp16_gfx9``), or None."""
-    return m.group(1) if (m := _FILE_ARCH.search(stem)) else None
+    """The arch family a generated file is named for (``gfx9`` of ``fmha_fwd_d64_fp16_gfx9``), or None
+    (no suffix, or several archs named: ``…_gfx90a_gfx942`` serves every arch)."""
+    return None if _ARCHS.search(stem) else m.group(1) if (m := _FILE_ARCH.search(stem)) else None
 
 
 def file_archs(stems: list[str], archs: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
@@ -194,14 +196,14 @@ def file_archs(stems: list[str], archs: tuple[str, ...]) -> dict[str, tuple[str,
     file for its arch family (``…_gfx9``, ``…_gfx950``) and guards its body with that family's
     check, the more specific family excluded (``gfx9`` is ``__gfx9__ && !__gfx950__``): a file
     serves an arch its suffix prefixes unless a longer suffix of the same listing does too. A
-    file without a suffix (the dispatch ``fmha_fwd_api``) serves every arch."""
+    file without a suffix (the dispatch ``fmha_fwd_api``), or one naming several archs, serves every arch."""
     procs = processors(archs)
-    suffixes = {m.group(1) for s in stems if (m := _FILE_ARCH.search(s))}
+    suffixes = {x for s in stems if (x := arch_suffix(s))}
     best = {a: max((x for x in suffixes if a.startswith(x)), key=len, default=None) for a in procs}
     out = {}
     for stem in stems:
-        m = _FILE_ARCH.search(stem)
-        out[stem] = procs if m is None else tuple(a for a in procs if best[a] == m.group(1))
+        x = arch_suffix(stem)
+        out[stem] = procs if x is None else tuple(a for a in procs if best[a] == x)
     return out
 
 

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from support import itfs_fixture as fx
-from support.ck_tree import ck_tree, module
+from support.ck_tree import ASM_GEN, CK_DIR, ck_tree, module
 from support.fake_hipcc import fake_hipcc
 from support.fake_nvcc import fake_nvcc
 from support.fake_nvcc import pytestmark as needs_fake_nvcc  # g++ and CUDA's static runtime
@@ -83,12 +83,13 @@ def test_each_generated_file_compiles_for_its_archs(tmp_path: Path) -> None:
 
 
 def test_a_files_archs_are_judged_among_its_own_generators_files(tmp_path: Path) -> None:
-    """An asm generator's ``_gfx942`` file beside CK's ``_gfx9`` ones (AITER's libmha_fwd): each file's
-    archs come from its own generator's listing, so CK's ``_gfx9`` file still serves gfx942 (judged
-    over the module's whole listing, ``gfx942`` would be the more specific family and ``_gfx9`` would
-    serve no arch: every pass), and the asm file gets gfx942 alone."""
+    """Another generator's ``_gfx942`` file beside CK's ``_gfx9`` ones (AITER's libmha_fwd): CK's files'
+    archs come from CK's own listing, so its ``_gfx9`` file still serves gfx942 (judged over the
+    module's whole listing, ``gfx942`` would be the more specific family and ``_gfx9`` would serve no
+    arch: every pass); the other generator is not CK, so its file's name decides nothing: every arch
+    (issue 41)."""
     g = dry_run(tmp_path, ["gfx942", "gfx950"], module(asm=True))
-    assert g["asm_fmha_fwd_v3_gfx942.cpp"]["archs"] == "--offload-arch=gfx942"
+    assert g["asm_fmha_fwd_v3_gfx942.cpp"]["archs"] == "--offload-arch=gfx942 --offload-arch=gfx950"
     assert g["fmha_fwd_d64_fp16_gfx9.cpp"]["archs"] == "--offload-arch=gfx942"
     assert g["fmha_fwd_d64_fp16_gfx950.cpp"]["archs"] == "--offload-arch=gfx950"
     stamp = json.loads((tmp_path / "out.build" / "gen" / "libmha_ck" / "stamp.json").read_text())
@@ -184,3 +185,80 @@ def test_the_library_links_without_them_and_drops_dead_code(tmp_path: Path) -> N
         tmp_path / "out" / "lib" / "qk_libmha_ck.so", embed.symbol_prefix("qk", "libmha_ck"), embed.ALIGN
     )
     assert found == {"hsa/sm_90/fmha_v3_fwd/fwd_d128.co": co.read_bytes()}
+
+
+# a generator that is not CK's: names ending in arch tokens that mean nothing to qola
+PLAIN_GEN = r"""
+import argparse, pathlib
+p = argparse.ArgumentParser()
+p.add_argument("--output_dir")
+out = pathlib.Path(p.parse_args().output_dir)
+out.mkdir(parents=True, exist_ok=True)
+(out / "k_gfx9.cpp").write_text("float k_gfx9(int x) { return (float)x; }\n")
+(out / "kern_gfx90a_gfx942.cpp").write_text("float kern_gfx90a_gfx942(int x) { return (float)x; }\n")
+"""
+# AITER's C++ API generator (csrc/cpp_itfs/mha_fwd_generate.py): one file calling CK's dispatch
+ITFS_GEN = r"""
+import argparse, pathlib
+p = argparse.ArgumentParser()
+p.add_argument("--output_dir")
+p.add_argument("--receipt")
+out = pathlib.Path(p.parse_args().output_dir)
+out.mkdir(parents=True, exist_ok=True)
+(out / "mha_fwd.cpp").write_text("float fmha_fwd(int);\nfloat mha_fwd(int x) { return fmha_fwd(x); }\n")
+"""
+
+
+def _writers_tree(root: Path) -> Path:
+    """The CK-style tree with a plain generator, AITER's per-arch asm generator under ``hsa/gfx942/``
+    (none under ``hsa/gfx950/``) and its C++ API generator under ``csrc/cpp_itfs/``."""
+    tree = ck_tree(root)
+    (tree / "csrc" / "plain_gen.py").write_text(PLAIN_GEN)
+    asm = tree / "hsa" / "gfx942" / "fmha_v3_fwd" / "codegen.py"
+    asm.parent.mkdir(parents=True)
+    asm.write_text(ASM_GEN)
+    (tree / "csrc" / "cpp_itfs").mkdir()
+    (tree / "csrc" / "cpp_itfs" / "mha_fwd_generate.py").write_text(ITFS_GEN)
+    return tree
+
+
+def _writers_module(*cmds: str) -> str:
+    """``libmha_ck`` with CK's fwd generator then ``cmds``."""
+    listed = ", ".join(json.dumps(c) for c in (f"{CK_DIR}/generate.py -d fwd --output_dir {{}}", *cmds))
+    return module(directions=()).replace("blob_gen_cmd = []", f"blob_gen_cmd = [{listed}]")
+
+
+def test_the_ck_naming_rule_reads_only_ck_files(tmp_path: Path) -> None:
+    """Issue 41: CK's ``_gfx9``/``_gfx950`` rule applies to the files CK's generator wrote, never to a
+    plain generator's: its ``k_gfx9.cpp`` keeps every arch's pass in a three-arch build (it got
+    gfx90a and gfx950 only), ``kern_gfx90a_gfx942.cpp`` keeps gfx90a and gfx950 (it got gfx942
+    alone); CK's own files beside them still get their family's archs."""
+    tree = _writers_tree(tmp_path / "tree")
+    body = _writers_module("csrc/plain_gen.py --output_dir {}")
+    g = dry_run(tmp_path, ["gfx90a", "gfx942", "gfx950"], body, tree=tree)
+    every = "--offload-arch=gfx90a --offload-arch=gfx942 --offload-arch=gfx950"
+    assert g["k_gfx9.cpp"]["archs"] == every
+    assert g["kern_gfx90a_gfx942.cpp"]["archs"] == every
+    assert g["fmha_fwd_d64_fp16_gfx9.cpp"]["archs"] == "--offload-arch=gfx90a --offload-arch=gfx942"
+    assert g["fmha_fwd_d64_fp16_gfx950.cpp"]["archs"] == "--offload-arch=gfx950"
+
+
+def test_a_name_naming_several_archs_keeps_all_of_them() -> None:
+    """A CK file whose name ends in several arch tokens serves each (it got the last one alone), and
+    does not make the others' families more specific."""
+    srcs = ["/g/fmha_fwd_d64_gfx90a_gfx942.cpp", "/g/fmha_fwd_d128_gfx9.cpp"]
+    assert genrules.source_archs(srcs, ("gfx90a", "gfx942")) == {
+        "/g/fmha_fwd_d64_gfx90a_gfx942.cpp": ("gfx90a", "gfx942"),
+        "/g/fmha_fwd_d128_gfx9.cpp": ("gfx90a", "gfx942"),
+    }
+
+
+def test_ck_files_keep_their_archs_when_an_absent_asm_generator_was_skipped(tmp_path: Path) -> None:
+    """AITER's asm command runs once per build arch (``hsa/<gfx>/…/codegen.py``); the gfx950 one is
+    absent and skipped (no files, no group): CK's files are still told apart from the others'."""
+    tree = _writers_tree(tmp_path / "tree")
+    body = _writers_module("hsa/gfx942/fmha_v3_fwd/codegen.py --output_dir {}", "csrc/plain_gen.py --output_dir {}")
+    g = dry_run(tmp_path, ["gfx942", "gfx950"], body, tree=tree)
+    assert g["fmha_fwd_d64_fp16_gfx9.cpp"]["archs"] == "--offload-arch=gfx942"
+    assert g["fmha_fwd_d64_fp16_gfx950.cpp"]["archs"] == "--offload-arch=gfx950"
+    assert g["k_gfx9.cpp"]["archs"] == "--offload-arch=gfx942 --offload-arch=gfx950"
