@@ -1,21 +1,34 @@
-"""qola against AITER's own compile commands, on the same files, in one run (issue 34, item 4).
+"""qola against AITER's own build commands, on the same kernel instances, alternating (issue 34 item 4, issue 42 item 2).
 
-Two slices of Transformer Engine's manifest shape (``tests/support/rocm_aiter.py`` ``manifest()``:
-libmha_fwd + libmha_bwd, cpp_itfs, narrowed by variants to a few CK fMHA instances: forward d32 bf16
-batch lse, and one backward dq_dk_dv tile with the dot_do_o / convert_dq kernels CK pairs with it):
-slice A for gfx942, slice B for gfx942 + gfx950. For each slice:
+Two slices of TE's manifest shape (``tests/support/rocm_aiter.py`` ``manifest()``: libmha_fwd +
+libmha_bwd, cpp_itfs, narrowed by variants to forward d32 bf16 batch lse and one backward dq_dk_dv
+tile with its dot_do_o / convert_dq kernels): slice A gfx942, slice B gfx942 + gfx950 (``GPU_ARCHS``
+in that order). ``--tiny``: the forward module and one kernel (a check of the script, no measurement).
 
-1. **qola**: ``python -m qola build -j J`` into a fresh build dir, with a fresh ``XDG_CACHE_HOME`` (the
-   generator-listing cache is cold too). Its CPU includes the plan and the generators; a separate
-   ``--dry-run`` (own fresh dirs) gives that part alone.
-2. **AITER (reference)**: every file qola's generators wrote for the slice (``gen/<module>/blob``,
-   the same generator commands and filters, so the same kernel instances, dispatch and API units,
-   including the dispatch-only units of the directions TE drops; both modules list no ``srcs`` in
-   this sdist's ``aiter/jit/optCompilerConfig.json``), copied to ``<module>/blob`` and compiled one
-   hipcc per file, J in parallel, module after module (``build_module`` builds one module per ninja
-   graph), then linked. The generators are not run or timed on this side (AITER's build runs them
-   too: leaving them out favours AITER). qola's own wrapper unit (``qola_<module>_itfs.cu``) and its
-   embed assembly have no AITER twin: counted on qola's side only.
+Per slice: one cold ``qola plan --json`` (its CPU shown as "plan"; its generator records give the
+reference its commands), then ``--pairs`` pairs of runs (default 2) in
+ABAB order (pair 0 qola then AITER, pair 1 AITER then qola, …; ``--first aiter`` swaps), each run
+from scratch, with the 1-minute load average before and after it.
+
+1. **qola**: ``python -m qola build -j J -v``, fresh build dir and ``XDG_CACHE_HOME`` (all cold).
+2. **AITER (reference)**: ``build_module``'s steps, timed, module after module (one ninja graph each):
+   a. ``hip_flag_checker`` on each flag (``hipcc <flag> -x hip -E -P /dev/null -o /dev/null``, one
+      shell each; cached across the two modules as its ``lru_cache`` is in one process);
+   b. the generators, ``<python> <command>`` through a shell (``exec_blob``'s ``os.system``), in the
+      plan's order, with ``GPU_ARCHS`` and ``AITER_ASM_DIR=<meta>/hsa/<last arch>/`` (``core.py``
+      sets it at import) — the plan's commands and variant filters (so the same instances, the same
+      dispatch-only units of the directions TE drops; qola's any-of filter shim runs too: CK's own
+      ``--filter`` takes one pattern per kind), as AITER would run them:
+      * no ``--targets``: qola adds ``--targets=<archs>`` to CK's fMHA ``generate.py`` (just after the
+        script), neither AITER's table nor TE's manifest names one, and without it CK's default is
+        ``gfx9,gfx950``: AITER's build writes the ``_gfx950`` twin of each kernel file in slice A too,
+        and compiles it for gfx942 (its body is under ``#if … defined(__gfx950__)``: no gfx942 kernel);
+      * one asm v3 generator: the table names ``{get_asm_dir()}/fmha_v3_fwd/codegen.py``, and
+        ``get_asm_dir()`` is ``<meta>/hsa/<get_gfx()>/``, the last ``GPU_ARCHS`` entry; qola runs one per
+        target arch. In slice B AITER writes ``asm_fmha_fwd_v3_gfx950.cpp`` only (its ``mha_fwd``
+        calls the gfx942 v3 entry point too, left undefined in AITER's ``-shared`` library);
+   c. every ``.cpp``/``.cu`` under ``<module>/blob`` (``rename_cpp_to_cu(..., recursive=True)``), one
+      hipcc each, J in parallel; then the link. (qola's wrapper units and embeds have no AITER twin.)
 
 The reference command lines, and the sdist facts each part comes from (read, not copied):
 
@@ -24,13 +37,16 @@ The reference command lines, and the sdist facts each part comes from (read, not
   -U__HIP_NO_HALF_CONVERSIONS__ -U__HIP_NO_HALF_OPERATORS__ -mllvm --amdgpu-kernarg-preload-count=16``,
   the ``-Wno-*`` and ``-fgpu-flush-denormals-to-zero``); the flags gated on ``hipconfig --version``
   (``get_hip_version``: max-ilp up to 6.3.42132, lsr-drop-solution, ``-fno-offload-uniform-block``,
-  post-misched, early-inline-all + function-calls=false, coerce-illegal-types); ``-D__Float4_e2m1fn_x2``
-  only when the build machine's own GPU is gfx950 (``get_gfx``; taken as not here); the module's
-  ``flags_extra_hip``; ``--offload-arch=`` for every arch of ``GPU_ARCHS``
-  (``validate_and_update_archs``) on every file; ``sorted(set(...))``; then ``hip_flag_checker`` (a
-  flag hipcc rejects on ``-x hip -E -P /dev/null`` is dropped; run here untimed). Include dirs:
-  ``CK_HELPER_DIR``, CK ``include``, CK ``library/include``, ``csrc/include``, ``<op_dir>/blob``, the
-  module's ``extra_include``, ``csrc/include/torch`` (not ``is_standalone``).
+  post-misched, early-inline-all + function-calls=false, coerce-illegal-types);
+  ``-D__Float4_e2m1fn_x2`` when ``get_gfx() == "gfx950"`` and ``AITER_FP4x2`` (default 1) > 0, where
+  ``get_gfx`` (``aiter/jit/utils/chip_info.py`` ``get_gfx_custom_op_core``) reads ``GPU_ARCHS`` and,
+  for a ``;``-list, takes its **last** entry: slice B (``gfx942;gfx950``) has it, slice A not; the
+  module's ``flags_extra_hip``; ``--offload-arch=`` for every ``GPU_ARCHS`` entry
+  (``validate_and_update_archs``) on every file; ``sorted(set(...))``; then ``hip_flag_checker``
+  (``-mllvm -amdgpu-coerce-illegal-types=1`` is rejected by this clang even with an offload arch:
+  both sides drop it). Include dirs: ``CK_HELPER_DIR``, CK ``include``, CK ``library/include``,
+  ``csrc/include``, ``<op_dir>/blob``, the module's ``extra_include``, ``csrc/include/torch`` (not
+  ``is_standalone``).
 - ``aiter/jit/optCompilerConfig.json``: libmha_fwd / libmha_bwd ``flags_extra_hip``, ``extra_include``,
   ``torch_exclude: True`` (no torch includes, defines or libraries), ``extra_ldflags: None``.
 - ``aiter/jit/utils/cpp_extension.py`` ``_write_ninja_file_to_build_library``: hip flags are
@@ -48,13 +64,16 @@ from the reference): Debian's clang 21 is upstream LLVM, and with it a CK fMHA b
 compiles for tens of minutes (tests/support/rocm_aiter.py ``DROP``). The backward module uses the
 manifest's ``blob_gen_cmd`` (CK's API only, no pre/post generator, no v3 asm API) on both sides.
 
-CPU is the children's user + system time (``getrusage(RUSAGE_CHILDREN)`` deltas; per reference unit,
-``wait4``); units are the compile edges in qola's ``.ninja_log`` and the reference's hipcc runs;
-kernels per arch are the ``.kd`` symbols of every HIP code object in each library's ``.hip_fatbin``
-(``qola.output.kernels.device_code_objects``), compared name by name. Logs, the manifests and
-``results.json`` (per-unit CPU of the reference) go under the work dir. Run it in the ROCm 7 chroot:
+CPU is the children's user + system time (``getrusage(RUSAGE_CHILDREN)`` deltas; per reference
+command, ``wait4``). The table: a row per pair (order, loads, each side's CPU and wall; AITER's
+generators + flag checks apart) and the mean of the pair ratios, to AITER's compile + link and to all
+of it. Units: qola's ``.ninja_log`` compile edges, the reference's hipcc runs; kernels: the ``.kd``
+symbols of each library's HIP code objects (``qola.output.kernels.device_code_objects``), compared by
+name for every pair. Logs, plans and ``results.json`` (every run, per-command CPU) go under the work
+dir. Run it in the ROCm 7 chroot:
 
     bash scripts/rocm7.sh run python bench/vs_aiter.py [--work-dir build/vs_aiter] [-j 2] [--slices AB]
+        [--pairs 2] [--first qola|aiter] [--tiny]
 """
 
 from __future__ import annotations
@@ -69,8 +88,11 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
@@ -79,7 +101,9 @@ from qola.output.kernels import device_code_objects  # noqa: E402
 
 MODULES = ("libmha_fwd", "libmha_bwd")
 SLICES = {"A": ("gfx942",), "B": ("gfx942", "gfx950")}
+SIDES = ("qola", "aiter")
 DROPPED = ("-mllvm -amdgpu-early-inline-all=true",)  # as tests/support/rocm_aiter.py DROP
+FP4_DEFINE = "-D__Float4_e2m1fn_x2"
 # build_module's fixed hip flags, and the ones gated on the HIP version: (flag, lowest, highest) exclusive
 BUILD_MODULE_HIP = (
     "-DLEGACY_HIPBLAS_DIRECT", "-DUSE_PROF_API=1", "-D__HIP_PLATFORM_HCC__=1", "-D__HIP_PLATFORM_AMD__=1",
@@ -102,6 +126,16 @@ COMMON_HIPCC = (
     "-fno-unique-section-names", "-ffunction-sections", "-fdata-sections",
 )  # fmt: skip
 LDFLAGS = ("-mcmodel=large", "-ffunction-sections", "-fdata-sections", "-Wl,--gc-sections", "-Wl,--cref")
+_ASM_DIR = re.compile(r"/hsa/(gfx[0-9a-z]+)/")  # a per-arch asm generator's script: <meta>/hsa/<gfx>/…
+
+
+def slice_manifest(path: Path, archs: tuple[str, ...], *, tiny: bool = False) -> Path:
+    """TE's manifest for one slice (``--tiny``: the forward module, one kernel), written to ``path``."""
+    from support.rocm_aiter import FWD, FWD_ONE, manifest  # lazy: tests/ is on the path only for this script
+
+    if tiny:
+        return Path(manifest(path, "te", archs, bwd=False, fwd_variant=FWD + FWD_ONE))
+    return Path(manifest(path, "te", archs, bwd=True, fwd_variant=FWD))
 
 
 def hip_version(text: str) -> tuple[int, ...]:
@@ -109,14 +143,56 @@ def hip_version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text.split()[-1].split("-")[0])[:3])
 
 
-def aiter_hip_flags(version: tuple[int, ...], archs: tuple[str, ...], extra_hip: list[str]) -> list[str]:
-    """build_module's ``flags_hip`` for this HIP version and archs, less ``DROPPED`` (before the checker)."""
+def aiter_gfx(archs: tuple[str, ...]) -> str:
+    """``chip_info.get_gfx()`` under ``GPU_ARCHS=";".join(archs)``: the last entry of the list."""
+    return archs[-1]
+
+
+def aiter_hip_flags(
+    version: tuple[int, ...], archs: tuple[str, ...], extra_hip: list[str], fp4x2: str = "1"
+) -> list[str]:
+    """build_module's ``flags_hip`` for this HIP version and archs (``fp4x2``: ``AITER_FP4x2``), less
+    ``DROPPED`` (before the checker)."""
     flags = list(BUILD_MODULE_HIP)
     for flag, above, upto in VERSION_GATED:
         if (above is None or version > above) and (upto is None or version <= upto):
             flags.append(flag)
+    if aiter_gfx(archs) == "gfx950" and int(fp4x2) > 0:
+        flags.append(FP4_DEFINE)
     flags += extra_hip + [f"--offload-arch={a}" for a in archs]
     return [f for f in sorted(set(flags)) if f not in DROPPED]
+
+
+def aiter_generators(records: list[dict[str, Any]], archs: tuple[str, ...]) -> list[list[str]]:
+    """The argv (after ``python``) of each of a module's plan generators as AITER's build runs it: a
+    per-arch asm generator only for ``get_asm_dir()``'s arch, without the ``--targets=`` qola puts just
+    after CK's script (a command's own ``--targets`` elsewhere stays)."""
+    out = []
+    for g in records:
+        script = g["argv"][0] if g["argv"] else ""
+        if (m := _ASM_DIR.search(script)) and m.group(1) != aiter_gfx(archs):
+            continue
+        argv = list(g["run_argv"])
+        at = argv.index(script) + 1 if script in argv else len(argv)
+        if at < len(argv) and argv[at].startswith("--targets=") and f"{script} --targets=" in g["command"]:
+            del argv[at]
+        out.append(argv)
+    return out
+
+
+def aiter_gen_env(archs: tuple[str, ...], aiter: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """The generators' environment in AITER's build: the caller's, ``GPU_ARCHS`` and the
+    ``AITER_ASM_DIR`` ``core.py`` exports at import (``<meta>/hsa/<get_gfx()>/``)."""
+    meta = aiter / "aiter_meta" if (aiter / "aiter_meta").is_dir() else aiter
+    return {**env, "GPU_ARCHS": ";".join(archs), "AITER_ASM_DIR": f"{meta}/hsa/{aiter_gfx(archs)}/"}
+
+
+def schedule(pairs: int, first: str = "qola") -> list[tuple[int, str]]:
+    """(pair, side) in run order: ABAB — each pair starts with the side the previous one ended with."""
+    if pairs < 1:
+        raise SystemExit("vs_aiter: --pairs needs at least one pair")
+    a, b = (first, next(s for s in SIDES if s != first))
+    return [(i, s) for i in range(pairs) for s in ((a, b) if i % 2 == 0 else (b, a))]
 
 
 def aiter_compile(src: Path, obj: Path, includes: list[Path], flags_hip: list[str], rocm: Path) -> str:
@@ -146,37 +222,44 @@ def module_config(aiter: Path, module: str) -> tuple[list[str], list[Path]]:
 
 
 def child_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+    return (r := resource.getrusage(resource.RUSAGE_CHILDREN)).ru_utime + r.ru_stime
+
+
+def shell(cmd: str, log: Path, env: Mapping[str, str] | None = None) -> tuple[float, float, int]:
+    """(CPU, wall, exit code) of one shell command run to completion (``wait4`` on it), appended to ``log``."""
+    t0 = time.perf_counter()
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(cmd, shell=True, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        _, status, ru = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        fh.write(f"\n[vs_aiter] exit code {proc.returncode}: {cmd[:200]}\n".encode())
+    return ru.ru_utime + ru.ru_stime, time.perf_counter() - t0, proc.returncode
 
 
 def run_unit(cmd: str, log: Path) -> tuple[float, float]:
-    """(CPU, wall) of one shell command run to completion (wait4 on it); a failure stops the bench."""
-    t0 = time.perf_counter()
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, shell=True, stdout=fh, stderr=subprocess.STDOUT)
-        _, status, ru = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"vs_aiter: a reference command failed ({proc.returncode}); see {log}")
-    return ru.ru_utime + ru.ru_stime, time.perf_counter() - t0
+    """(CPU, wall) of a command that must succeed (a compile, a link): a failure stops the bench."""
+    cpu, wall, rc = shell(cmd, log)
+    if rc != 0:
+        raise SystemExit(f"vs_aiter: a reference command failed ({rc}); see {log}")
+    return cpu, wall
 
 
-def accepted(flags: list[str], log: Path, seen: dict[str, bool]) -> list[str]:
-    """hip_flag_checker's filter: each flag hipcc takes on an empty preprocess (untimed; ``seen`` caches)."""
-    with open(log, "a") as fh:
-        for f in flags:
-            if f not in seen:
-                rc = subprocess.run(f"hipcc {f} -x hip -E -P /dev/null -o /dev/null", shell=True, stdout=fh, stderr=fh)
-                seen[f] = rc.returncode == 0
-                fh.write(f"{f}: {'kept' if seen[f] else 'dropped'}\n")
-    return [f for f in flags if seen[f]]
+def check_flags(flags: list[str], log: Path, seen: dict[str, bool]) -> tuple[list[str], float, float]:
+    """hip_flag_checker, timed: (the flags hipcc takes on an empty preprocess, CPU, wall); ``seen`` is
+    its ``lru_cache`` (one per AITER process, so across modules)."""
+    cpu = wall = 0.0
+    for f in flags:
+        if f not in seen:
+            c, w, rc = shell(f"hipcc {f} -x hip -E -P /dev/null -o /dev/null", log)
+            seen[f], cpu, wall = rc == 0, cpu + c, wall + w
+    return [f for f in flags if seen[f]], cpu, wall
 
 
-def run_qola(args: list[str], env: dict, log: Path) -> tuple[float, float]:
+def run_qola(args: list[str], env: dict[str, str], log: Path, out: Path | None = None) -> tuple[float, float]:
+    """(CPU, wall) of ``python -m qola ARGS``; stdout to ``out`` when given, else with stderr to ``log``."""
     cpu0, t0 = child_cpu(), time.perf_counter()
-    with open(log, "wb") as fh:
-        rc = subprocess.run([sys.executable, "-m", "qola", *args], stdout=fh, stderr=subprocess.STDOUT, env=env)
+    with open(log, "wb") as fh, open(out or os.devnull, "wb") as so:
+        rc = subprocess.run([sys.executable, "-m", "qola", *args], stdout=so if out else fh, stderr=fh, env=env)
     wall, cpu = time.perf_counter() - t0, child_cpu() - cpu0
     if rc.returncode != 0:
         raise SystemExit(f"vs_aiter: qola failed; see {log}")
@@ -189,98 +272,201 @@ def ninja_units(build_dir: Path) -> list[str]:
     return sorted({r[3] for r in rows if len(r) > 3 and r[3].endswith(".o")})
 
 
-def qola_side(slice_: str, archs: tuple[str, ...], aiter: Path, work: Path, jobs: int) -> dict:
-    from support.rocm_aiter import FWD, manifest  # lazy: tests/ is on the path only for this script
+@dataclass(frozen=True)
+class Slice:
+    """What every run of one slice shares."""
 
-    d = work / f"qola-{slice_}"
+    name: str
+    archs: tuple[str, ...]
+    aiter: Path
+    work: Path
+    jobs: int
+    manifest: Path
+    plan: dict[str, Any]  # qola plan --json: each module's generators
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return tuple(m["name"] for m in self.plan["modules"])
+
+
+def prepare(name: str, aiter: Path, work: Path, jobs: int, tiny: bool) -> tuple[Slice, dict[str, float]]:
+    """The slice's manifest and its cold ``qola plan --json`` (the reference's generator commands)."""
+    d = work / f"plan-{name}"
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
-    m = manifest(d / "te.toml", "te", archs, bwd=True, fwd_variant=FWD)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    common = ["build", "-m", str(m), "-a", str(aiter), "-j", str(jobs), "--skip-checkout", "--allow-unpinned"]
-    env_dry = {**env, "XDG_CACHE_HOME": str(d / "cache-dry")}
-    plan_cpu, plan_wall = run_qola([*common, "-o", str(d / "out-dry"), "--build-dir", str(d / "bd-dry"), "--dry-run"],
-                                   env_dry, work / f"qola-{slice_}-dry.log")  # fmt: skip
-    env_build = {**env, "XDG_CACHE_HOME": str(d / "cache")}
-    cpu, wall = run_qola([*common, "-o", str(d / "out"), "--build-dir", str(d / "bd"), "-v"], env_build,
-                         work / f"qola-{slice_}-build.log")  # fmt: skip
-    libs = {mod: d / "out" / "lib" / f"te_{mod}.so" for mod in MODULES}
-    return {"cpu": cpu, "wall": wall, "plan_cpu": plan_cpu, "plan_wall": plan_wall,
-            "units": ninja_units(d / "bd"), "libs": libs, "gen": d / "bd" / "gen"}  # fmt: skip
+    m = slice_manifest(d / "te.toml", SLICES[name], tiny=tiny)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(d / "cache")}
+    args = ["plan", "-m", str(m), "-a", str(aiter), "--skip-checkout", "--allow-unpinned", "--json"]
+    cpu, wall = run_qola(args, env, work / f"plan-{name}.log", d / "plan.json")
+    plan = json.loads((d / "plan.json").read_text())
+    return Slice(name, SLICES[name], aiter, work, jobs, m, plan), {"cpu": cpu, "wall": wall}
 
 
-def aiter_side(slice_: str, archs: tuple[str, ...], aiter: Path, gen: Path, work: Path, jobs: int) -> dict:
-    meta = aiter / "aiter_meta"
-    ck = meta / "3rdparty" / "composable_kernel"
-    rocm = Path(shutil.which("hipcc") or "/usr/bin/hipcc").resolve().parent.parent
-    version = hip_version(subprocess.run(["hipconfig", "--version"], capture_output=True, text=True).stdout)
-    d = work / f"aiter-{slice_}"
+def qola_run(sl: Slice, pair: int) -> dict[str, Any]:
+    d = sl.work / f"qola-{sl.name}{pair}"
     shutil.rmtree(d, ignore_errors=True)
-    logs = d / "logs"
-    logs.mkdir(parents=True)
-    jobs_cmds: dict[str, list[tuple[str, str]]] = {}
-    seen: dict[str, bool] = {}
-    for mod in MODULES:
-        extra_hip, extra_inc = module_config(aiter, mod)
-        flags = accepted(aiter_hip_flags(version, archs, extra_hip), logs / "flag_checker.log", seen)
-        blob = d / mod / "blob"
-        shutil.copytree(gen / mod / "blob", blob)
-        incs = [meta / "3rdparty" / "ck_helper", ck / "include", ck / "library" / "include", meta / "csrc" / "include",
-                blob, *extra_inc, meta / "csrc" / "include" / "torch"]  # fmt: skip
-        (d / mod / "build").mkdir()
-        srcs = sorted(p for p in blob.rglob("*") if p.suffix in (".cpp", ".cu"))
-        jobs_cmds[mod] = [(s.name, aiter_compile(s, d / mod / "build" / f"{s.stem}.cuda.o", incs, flags, rocm))
-                          for s in srcs]  # fmt: skip
-    units: dict[str, dict] = {}
+    d.mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(d / "cache")}
+    args = ["build", "-m", str(sl.manifest), "-a", str(sl.aiter), "-j", str(sl.jobs), "--skip-checkout",
+            "--allow-unpinned", "-o", str(d / "out"), "--build-dir", str(d / "bd"), "-v"]  # fmt: skip
+    cpu, wall = run_qola(args, env, sl.work / f"qola-{sl.name}{pair}.log")
+    libs = {mod: d / "out" / "lib" / f"te_{mod}.so" for mod in sl.modules}
+    return {"cpu": cpu, "wall": wall, "all_cpu": cpu, "all_wall": wall, "gen_cpu": 0.0, "gen_wall": 0.0,
+            "units": ninja_units(d / "bd"), "libs": libs}  # fmt: skip
+
+
+def aiter_module(sl: Slice, mod: str, d: Path, seen: dict[str, bool], acc: dict[str, Any]) -> None:
+    """build_module for one module: flag checks, generators, compiles, link; times added to ``acc``."""
+    meta, logs = sl.aiter / "aiter_meta", d / "logs"
+    ck = meta / "3rdparty" / "composable_kernel"
+    extra_hip, extra_inc = module_config(sl.aiter, mod)
+    wanted = aiter_hip_flags(acc["version"], sl.archs, extra_hip, os.environ.get("AITER_FP4x2", "1"))  # noqa: SIM112
+    flags, c, w = check_flags(wanted, logs / "flag_checker.log", seen)
+    acc["check_cpu"], acc["check_wall"] = acc["check_cpu"] + c, acc["check_wall"] + w
+    blob, build = d / mod / "blob", d / mod / "build"
+    blob.mkdir(parents=True)
+    build.mkdir()
+    gens = next(m["generators"] for m in sl.plan["modules"] if m["name"] == mod)
+    env = aiter_gen_env(sl.archs, sl.aiter, os.environ)
+    for argv in aiter_generators(gens, sl.archs):
+        line = shlex.join([sys.executable, *(a.replace("{}", str(blob)) for a in argv)])
+        c, w, rc = shell(line, logs / f"{mod}-generators.log", env)  # os.system: AITER goes on past a failure
+        acc["gen_cpu"], acc["gen_wall"] = acc["gen_cpu"] + c, acc["gen_wall"] + w
+        acc["generators"].append({"cmd": line, "cpu": round(c, 2), "wall": round(w, 2), "exit": rc})
+    incs = [meta / "3rdparty" / "ck_helper", ck / "include", ck / "library" / "include", meta / "csrc" / "include",
+            blob, *extra_inc, meta / "csrc" / "include" / "torch"]  # fmt: skip
+    srcs = sorted(p for p in blob.rglob("*") if p.suffix in (".cpp", ".cu"))
+    cmds = {s.name: aiter_compile(s, build / f"{s.stem}.cuda.o", incs, flags, acc["rocm"]) for s in srcs}
     cpu0, t0 = child_cpu(), time.perf_counter()
-    libs = {}
-    for mod, cmds in jobs_cmds.items():  # build_module: one module's graph after the other
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futs = {name: pool.submit(run_unit, cmd, logs / f"{mod}-{name}.log") for name, cmd in cmds}
-            for name, fut in futs.items():
-                c, w = fut.result()
-                units[f"{mod}/{name}"] = {"cpu": round(c, 2), "wall": round(w, 2), "cmd": dict(cmds)[name]}
-        objs = sorted((d / mod / "build").glob("*.cuda.o"))
-        rsp = d / mod / "build" / f"{mod}.so.rsp"
-        rsp.write_text(" ".join(str(o) for o in objs))
-        libs[mod] = d / mod / "build" / f"{mod}.so"
-        run_unit(aiter_link(rsp, libs[mod], rocm), logs / f"{mod}-link.log")
-    wall, cpu = time.perf_counter() - t0, child_cpu() - cpu0
-    return {"cpu": cpu, "wall": wall, "units": units, "libs": libs}
+    with ThreadPoolExecutor(max_workers=sl.jobs) as pool:
+        futs = {n: pool.submit(run_unit, cmd, logs / f"{mod}-{n}.log") for n, cmd in cmds.items()}
+        for n, fut in futs.items():
+            c, w = fut.result()
+            acc["units"][f"{mod}/{n}"] = {"cpu": round(c, 2), "wall": round(w, 2), "cmd": cmds[n]}
+    rsp = build / f"{mod}.so.rsp"
+    rsp.write_text(" ".join(str(o) for o in sorted(build.glob("*.cuda.o"))))
+    acc["libs"][mod] = build / f"{mod}.so"
+    run_unit(aiter_link(rsp, acc["libs"][mod], acc["rocm"]), logs / f"{mod}-link.log")
+    acc["cpu"], acc["wall"] = acc["cpu"] + child_cpu() - cpu0, acc["wall"] + time.perf_counter() - t0
+
+
+def aiter_run(sl: Slice, pair: int) -> dict[str, Any]:
+    """AITER's build of the slice's modules, one after the other: ``cpu``/``wall`` its compiles and links,
+    ``gen_*`` its generators and flag checks, ``all_*`` both."""
+    d = sl.work / f"aiter-{sl.name}{pair}"
+    shutil.rmtree(d, ignore_errors=True)
+    (d / "logs").mkdir(parents=True)
+    version = hip_version(subprocess.run(["hipconfig", "--version"], capture_output=True, text=True).stdout)
+    rocm = Path(shutil.which("hipcc") or "/usr/bin/hipcc").resolve().parent.parent
+    acc: dict[str, Any] = {"version": version, "rocm": rocm, "units": {}, "libs": {}, "generators": []}
+    acc.update(dict.fromkeys(("cpu", "wall", "check_cpu", "check_wall", "gen_cpu", "gen_wall"), 0.0))
+    seen: dict[str, bool] = {}
+    for mod in sl.modules:  # build_module: one module's graph after the other
+        aiter_module(sl, mod, d, seen, acc)
+    acc["checks"] = seen
+    acc["gen_cpu"], acc["gen_wall"] = acc["gen_cpu"] + acc["check_cpu"], acc["gen_wall"] + acc["check_wall"]
+    acc["all_cpu"], acc["all_wall"] = acc["cpu"] + acc["gen_cpu"], acc["wall"] + acc["gen_wall"]
+    return acc
 
 
 def kernels(libs: dict[str, Path]) -> dict[str, dict[str, list[str]]]:
     return {mod: device_code_objects(p) for mod, p in libs.items()}
 
 
-def table(rows: list[dict]) -> str:
-    head = ("| slice | archs | units qola / AITER | CPU s qola (plan) / AITER | CPU ratio | wall s qola / AITER "
-            "| wall ratio | .so bytes qola / AITER (fwd; bwd) | HIP kernels per arch (fwd+bwd) |\n"
-            "|---|---|---:|---:|---:|---:|---:|---|---|")  # fmt: skip
-    out = [head]
-    for r in rows:
-        q, a = r["qola"], r["aiter"]
-        sizes = "; ".join(f"{r['sizes'][m][0]:,} / {r['sizes'][m][1]:,}" for m in MODULES)
-        kern = ", ".join(f"{arch}: {n}" for arch, n in r["kernels_per_arch"].items())
-        kern += "; **same names on both sides**" if r["kernels_equal"] else f"; **DIFFER**: {r['kernel_diff']}"
-        out.append(
-            f"| {r['slice']} | {'+'.join(r['archs'])} | {len(q['units'])} / {len(a['units'])} "
-            f"| {q['cpu']:.0f} ({q['plan_cpu']:.0f}) / {a['cpu']:.0f} | {q['cpu'] / a['cpu']:.2f}× "
-            f"| {q['wall']:.0f} / {a['wall']:.0f} | {q['wall'] / a['wall']:.2f}× | {sizes} | {kern} |"
-        )
-    return "\n".join(out)
-
-
-def compare(qk: dict, ak: dict) -> tuple[bool, dict[str, int], str]:
-    """(same kernel names per module and arch, kernels per arch over both modules, what differs)."""
-    diff, per_arch = [], {}
-    for mod in MODULES:
-        for arch in sorted(set(qk[mod]) | set(ak[mod])):
-            q, a = set(qk[mod].get(arch, ())), set(ak[mod].get(arch, ()))
+def compare(qk: dict[str, Any], ak: dict[str, Any]) -> tuple[bool, dict[str, int], str]:
+    """(same kernel names per module and arch, kernels per arch over the modules, what differs)."""
+    diff, per_arch = [], dict[str, int]()
+    for mod in sorted(set(qk) | set(ak)):
+        for arch in sorted(set(qk.get(mod, {})) | set(ak.get(mod, {}))):
+            q, a = set(qk.get(mod, {}).get(arch, ())), set(ak.get(mod, {}).get(arch, ()))
             per_arch[arch] = per_arch.get(arch, 0) + len(q)
             if q != a:
                 diff.append(f"{mod} {arch}: qola-only {len(q - a)}, AITER-only {len(a - q)}")
     return not diff, per_arch, "; ".join(diff)
+
+
+HEAD = (
+    "| slice | pair | order | load (1 min) qola; AITER, before→after | units qola / AITER "
+    "| CPU s qola / AITER compile+link (+ generators, flag checks) | CPU ratio to AITER's compile+link "
+    "| CPU ratio to all of AITER | wall s qola / all of AITER | wall ratio (all) |\n"
+    "|---|---|---|---|---:|---:|---:|---:|---:|---:|"
+)
+
+
+def pair_rows(name: str, archs: tuple[str, ...], runs: list[dict[str, Any]]) -> str:
+    """One row per pair (in its run order) and the mean of the pair ratios."""
+    rows, ratios = [], []
+    for pair in sorted({r["pair"] for r in runs}):
+        mine = [r for r in runs if r["pair"] == pair]
+        q, a = (next(r for r in mine if r["side"] == s) for s in SIDES)
+        order = ", ".join("qola" if r["side"] == "qola" else "AITER" for r in mine)
+        ratio = (q["cpu"] / a["cpu"], q["cpu"] / a["all_cpu"], q["wall"] / a["all_wall"])
+        ratios.append((ratio, q, a))
+        load = "; ".join(f"{r['load'][0]:.1f}→{r['load'][1]:.1f}" for r in (q, a))
+        rows.append(
+            f"| {name} | {pair} | {order} | {load} | {len(q['units'])} / {len(a['units'])} "
+            f"| {q['cpu']:.0f} / {a['cpu']:.0f} (+ {a['gen_cpu']:.0f}) | {ratio[0]:.2f}× | {ratio[1]:.2f}× "
+            f"| {q['wall']:.0f} / {a['all_wall']:.0f} | {ratio[2]:.2f}× |"
+        )
+    n = len(ratios)
+
+    def mean(f: Any) -> float:
+        return float(sum(f(x) for x in ratios)) / n
+
+    rows.append(
+        f"| {name} | mean of {n} ({'+'.join(archs)}) | | | "
+        f"| {mean(lambda x: x[1]['cpu']):.0f} / {mean(lambda x: x[2]['cpu']):.0f} "
+        f"(+ {mean(lambda x: x[2]['gen_cpu']):.0f}) | **{mean(lambda x: x[0][0]):.2f}×** "
+        f"| **{mean(lambda x: x[0][1]):.2f}×** | {mean(lambda x: x[1]['wall']):.0f} / "
+        f"{mean(lambda x: x[2]['all_wall']):.0f} | {mean(lambda x: x[0][2]):.2f}× |"
+    )
+    return "\n".join(rows)
+
+
+def finish_slice(sl: Slice, plan: dict[str, float], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The slice's record: its runs, the kernels of every pair compared, the last pair's library sizes."""
+    checks = []
+    for pair in sorted({r["pair"] for r in runs}):
+        q, a = (next(r for r in runs if r["pair"] == pair and r["side"] == s) for s in SIDES)
+        qk, ak = kernels(q["libs"]), kernels(a["libs"])
+        same, per_arch, diff = compare(qk, ak)
+        sizes = {m: (q["libs"][m].stat().st_size, a["libs"][m].stat().st_size) for m in sl.modules}
+        checks.append({"pair": pair, "same": same, "per_arch": per_arch, "diff": diff, "sizes": sizes,
+                       "kernels": {"qola": qk, "aiter": ak}})  # fmt: skip
+    return {"slice": sl.name, "archs": sl.archs, "plan": plan, "runs": runs, "checks": checks}
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    out = [HEAD] + [pair_rows(r["slice"], tuple(r["archs"]), r["runs"]) for r in results]
+    for r in results:
+        last = r["checks"][-1]
+        same = all(c["same"] for c in r["checks"])
+        kern = ", ".join(f"{arch}: {n}" for arch, n in last["per_arch"].items())
+        differ = " / ".join(f"pair {c['pair']}: {c['diff']}" for c in r["checks"] if not c["same"])
+        kern += "; same names on both sides in every pair" if same else f"; **DIFFER**: {differ}"
+        sizes = "; ".join(f"{m} {q:,} / {a:,}" for m, (q, a) in last["sizes"].items())
+        out.append(
+            f"\nSlice {r['slice']}: cold `qola plan` {r['plan']['cpu']:.0f} s CPU ({r['plan']['wall']:.0f} s wall; "
+            f"part of each qola run). HIP kernels per arch: {kern}. .so bytes qola / AITER: {sizes}."
+        )
+    return "\n".join(out)
+
+
+def one_slice(name: str, args: argparse.Namespace, work: Path, results: list[dict[str, Any]]) -> None:
+    sl, plan = prepare(name, args.aiter_root, work, args.jobs, args.tiny)
+    print(f"[vs_aiter] slice {name} ({'+'.join(sl.archs)}): cold plan {plan['cpu']:.0f} s CPU", flush=True)
+    runs: list[dict[str, Any]] = []
+    for pair, side in schedule(args.pairs, args.first):
+        load0 = os.getloadavg()[0]
+        print(f"[vs_aiter] slice {name} pair {pair}: {side} (load {load0:.1f})", flush=True)
+        r = qola_run(sl, pair) if side == "qola" else aiter_run(sl, pair)
+        r.update(side=side, pair=pair, load=[load0, os.getloadavg()[0]])
+        runs.append(r)
+        print(f"[vs_aiter] slice {name} pair {pair}: {side} {r['cpu']:.0f} s CPU (+ {r['gen_cpu']:.0f} generators "
+              f"and flag checks), {r['all_wall']:.0f} s wall, load {r['load'][1]:.1f}", flush=True)  # fmt: skip
+        (work / f"runs-{name}.json").write_text(json.dumps(runs, indent=1, default=str))
+    results.append(finish_slice(sl, plan, runs))
+    (work / "results.json").write_text(json.dumps(results, indent=1, default=str))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,29 +475,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--aiter-root", type=Path, help="the unpacked amd-aiter sdist (default: tests/support/aiter_sdist)")
     ap.add_argument("-j", "--jobs", type=int, default=2, help="parallel compiles, both sides (default 2)")
     ap.add_argument("--slices", default="AB", help="A: gfx942; B: gfx942+gfx950 (default AB)")
+    ap.add_argument("--pairs", type=int, default=2, help="pairs of runs per slice, ABAB (default 2)")
+    ap.add_argument("--first", choices=SIDES, default="qola", help="the side pair 0 starts with (default qola)")
+    ap.add_argument("--tiny", action="store_true", help="the forward module and one kernel: a check, not a measurement")
     args = ap.parse_args(argv)
+    if bad := set(args.slices) - set(SLICES):
+        ap.error(f"--slices: unknown slice(s) {''.join(sorted(bad))}; known: {''.join(SLICES)}")
+    schedule(args.pairs)  # a bad --pairs fails before any work
     if args.aiter_root is None:
         from support.aiter_sdist import aiter_root  # lazy: tests/ is on the path only for this script
 
         args.aiter_root = aiter_root()
+    args.aiter_root = args.aiter_root.resolve()
     work = args.work_dir.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    rows = []
+    results: list[dict[str, Any]] = []
     for s in args.slices:
-        archs = SLICES[s]
-        print(f"[vs_aiter] slice {s} ({'+'.join(archs)}): qola build", flush=True)
-        q = qola_side(s, archs, args.aiter_root, work, args.jobs)
-        print(f"[vs_aiter] slice {s}: qola {q['cpu']:.0f} s CPU, {q['wall']:.0f} s wall; AITER's commands", flush=True)
-        (work / f"qola-{s}.json").write_text(json.dumps(q, indent=1, default=str))
-        a = aiter_side(s, archs, args.aiter_root, q["gen"], work, args.jobs)
-        print(f"[vs_aiter] slice {s}: AITER {a['cpu']:.0f} s CPU, {a['wall']:.0f} s wall", flush=True)
-        qk, ak = kernels(q["libs"]), kernels(a["libs"])
-        same, per_arch, diff = compare(qk, ak)
-        sizes = {m: (q["libs"][m].stat().st_size, a["libs"][m].stat().st_size) for m in MODULES}
-        rows.append({"slice": s, "archs": archs, "qola": q, "aiter": a, "sizes": sizes, "kernels_equal": same,
-                     "kernels_per_arch": per_arch, "kernel_diff": diff, "kernels": {"qola": qk, "aiter": ak}})  # fmt: skip
-        (work / "results.json").write_text(json.dumps(rows, indent=1, default=str))
-    print(table(rows))
+        one_slice(s, args, work, results)
+    print(table(results))
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shlex
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -17,6 +18,7 @@ def bench() -> ModuleType:
     spec = importlib.util.spec_from_file_location("vs_aiter", REPO / "bench" / "vs_aiter.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclass looks its module up
     spec.loader.exec_module(mod)
     return mod
 
@@ -64,3 +66,67 @@ def test_module_config_evaluates_the_sdists_own_expressions(tmp_path: Path, monk
     hip, inc = v.module_config(tmp_path, "libmha_fwd")
     assert hip == ["-DA=1", "-DB=7"]
     assert inc == [tmp_path / "aiter_meta" / "3rdparty" / "composable_kernel" / "example" / "ck_tile" / "01_fmha"]
+
+
+def test_float4_define_follows_the_last_gpu_archs_entry_as_aiters_get_gfx() -> None:
+    v = bench()
+    version = (6, 4, 43484)
+    assert "-D__Float4_e2m1fn_x2" in v.aiter_hip_flags(version, ("gfx942", "gfx950"), [])
+    assert "-D__Float4_e2m1fn_x2" in v.aiter_hip_flags(version, ("gfx950",), [])
+    assert "-D__Float4_e2m1fn_x2" not in v.aiter_hip_flags(version, ("gfx950", "gfx942"), [])  # last is gfx942
+    assert "-D__Float4_e2m1fn_x2" not in v.aiter_hip_flags(version, ("gfx942",), [])
+    assert "-D__Float4_e2m1fn_x2" not in v.aiter_hip_flags(version, ("gfx942", "gfx950"), [], fp4x2="0")
+
+
+def _gen(command: str, wrapper: str | None = None) -> dict[str, object]:
+    argv = shlex.split(command)
+    return {"command": command, "argv": argv, "run_argv": ([wrapper] if wrapper else []) + argv}
+
+
+def test_generators_are_aiters_one_asm_dir_and_no_targets_qola_adds() -> None:
+    v = bench()
+    ck = "/t/3rdparty/composable_kernel/example/ck_tile/01_fmha/generate.py"
+    records = [
+        _gen(f"{ck} --targets=gfx942,gfx950 -d fwd --receipt 700 --output_dir {{}}", "/q/filter_any.py"),
+        _gen("/t/csrc/cpp_itfs/mha_fwd_generate.py --receipt 5 --output_dir {}"),
+        _gen("/t/hsa/gfx942//fmha_v3_fwd/codegen.py --output_dir {}"),
+        _gen("/t/hsa/gfx950//fmha_v3_fwd/codegen.py --output_dir {}"),
+    ]
+    two = v.aiter_generators(records, ("gfx942", "gfx950"))
+    assert two == [
+        ["/q/filter_any.py", ck, "-d", "fwd", "--receipt", "700", "--output_dir", "{}"],  # CK's default targets
+        ["/t/csrc/cpp_itfs/mha_fwd_generate.py", "--receipt", "5", "--output_dir", "{}"],
+        ["/t/hsa/gfx950//fmha_v3_fwd/codegen.py", "--output_dir", "{}"],  # get_asm_dir(): the last arch's only
+    ]
+    one = v.aiter_generators(records, ("gfx942",))
+    assert [a[0] for a in one][-1] == "/t/hsa/gfx942//fmha_v3_fwd/codegen.py" and len(one) == 3
+    named = [_gen(f"{ck} -d bwd --targets=gfx9 --output_dir {{}}")]  # a command's own --targets stays
+    assert v.aiter_generators(named, ("gfx942",)) == [named[0]["run_argv"]]
+    env = v.aiter_gen_env(("gfx942", "gfx950"), Path("/t"), {"PATH": "/bin"})
+    assert env == {"PATH": "/bin", "GPU_ARCHS": "gfx942;gfx950", "AITER_ASM_DIR": "/t/hsa/gfx950/"}
+
+
+def test_runs_alternate_abab_so_each_side_goes_first_as_often() -> None:
+    v = bench()
+    assert v.schedule(2) == [(0, "qola"), (0, "aiter"), (1, "aiter"), (1, "qola")]
+    assert v.schedule(3, first="aiter") == [
+        (0, "aiter"), (0, "qola"), (1, "qola"), (1, "aiter"), (2, "aiter"), (2, "qola"),
+    ]  # fmt: skip
+    with pytest.raises(SystemExit, match="at least one pair"):
+        v.schedule(0)
+
+
+def test_table_shows_each_pair_and_the_mean_ratio() -> None:
+    v = bench()
+
+    def run(side: str, pair: int, cpu: float, gen: float = 0.0) -> dict[str, object]:
+        return {"side": side, "pair": pair, "cpu": cpu, "wall": cpu, "load": [1.0, 2.0], "units": ["x"] * 3,
+                "gen_cpu": gen, "gen_wall": gen, "all_cpu": cpu + gen, "all_wall": cpu + gen}  # fmt: skip
+
+    runs = [run("qola", 0, 90), run("aiter", 0, 100, 10), run("aiter", 1, 90, 10), run("qola", 1, 110)]
+    text = v.pair_rows("A", ("gfx942",), runs)
+    rows = [r for r in text.splitlines() if r.startswith("| A ")]
+    assert len(rows) == 3 and "qola, AITER" in rows[0] and "AITER, qola" in rows[1]
+    assert "0.90×" in rows[0] and "0.82×" in rows[0]  # 90/100 of compile+link, 90/110 of all
+    assert "1.22×" in rows[1] and "1.10×" in rows[1]
+    assert rows[2].startswith("| A | mean") and "1.06×" in rows[2] and "0.96×" in rows[2]
