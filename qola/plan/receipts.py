@@ -6,21 +6,29 @@ A manifest's ``receipt = N`` rewrites ``--receipt N`` into the module's kernel g
 but fp32), silently. Transformer Engine asks for receipt 700, which exists only in a CK with
 rocm-libraries PR #6867 (QoLA's AITER patch 0003); on any other CK it *enlarges* the build.
 
-:func:`mark` asks each such generator: its ``--list_blobs`` with the receipt and without any. The
-same list means the generator does not know the receipt. Then:
+:func:`mark` asks each such generator script whether it knows the receipt: its ``--list_blobs``
+with the receipt and without any, for each direction the plan runs it with. A script knows the
+receipt when any direction's list changes with it (a receipt may leave one direction's kernels as
+they are: the bwd kernels of CK's receipt 600 are every kernel but fp32, as with no receipt). A script
+none of whose lists changes does not know the receipt. Then:
 
 * receipt 700: qola applies its selection itself, through the variant filter
   (:mod:`qola.plan.variants`): the generator is marked (``Generator.qola_receipt``), every variant
   on it is narrowed by :data:`RULES` (options the kernel names carry, plus names excluded), a
   generator no variant targets gets the rule as its only variant, and a direction the receipt selects
-  nothing of writes its dispatch file alone (as a dropped direction). The plan says so (a warning).
+  nothing of writes its dispatch file alone (as a dropped direction). The plan says so (a warning
+  naming the rule and the QoLA patches it follows, :data:`SOURCE`).
 * any other receipt: an error naming the receipt and the generator.
 
-A generator that knows the receipt (its lists differ) is left alone.
+A script that knows the receipt is left alone, every direction of it (a CK with receipt 700 of its
+own: Transformer Engine carries QoLA's 0011 in its patches dir for that case).
 
-Receipt 700, as the patch defines it: fwd — fp16/bf16, row-major V, with LSE, no skip, no sink, no
-logits soft-cap, no Q scale; bwd — fp16/bf16, dropout none, ``dropout_wg32`` or ``dropout_wg16``
-(not their ``_storerandval`` forms); fwd_splitkv, batch_prefill, pagedkv_prefill — nothing.
+Receipt 700, as QoLA applies it today — its AITER patch 0003 (a port of rocm-libraries PR #6867)
+with its patch 0011 ("te-receipt-700-include-sink"), which drops 0003's no-sink condition because
+TE reaches sink kernels through ``softmax_offset``: fwd — fp16/bf16, row-major V, with LSE, no skip,
+no logits soft-cap, no Q scale, with or without a sink; bwd — fp16/bf16, dropout none,
+``dropout_wg32`` or ``dropout_wg16`` (not their ``_storerandval`` forms); fwd_splitkv, batch_prefill,
+pagedkv_prefill — nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ from qola.plan import genrules
 from qola.plan.model import Generator, Plan
 
 TE_RECEIPT = "700"
+# where qola's rule for receipt 700 comes from (said in the plan's note)
+SOURCE = "QoLA's AITER patches 0003 and 0011 (sink kernels included)"
 
 
 @dataclass(frozen=True)
@@ -57,9 +67,9 @@ class Rule:
 # excluded by name.
 RULES: dict[str, Rule] = {
     "fwd": Rule(
-        {"dtype": ["fp16", "bf16"], "has_lse": True, "has_skip": False, "has_sink": False, "has_logits": False},
+        {"dtype": ["fp16", "bf16"], "has_lse": True, "has_skip": False, "has_logits": False},
         ("vc", "squant"),
-        "fp16/bf16, row-major V, with LSE, no skip, sink, logits soft-cap or static quant",
+        "fp16/bf16, row-major V, with LSE, no skip, logits soft-cap or static quant, with or without a sink",
     ),
     "bwd": Rule({"dtype": ["fp16", "bf16"]}, ("storerandval",), "fp16/bf16, dropout none, wg32 or wg16"),
 }
@@ -70,43 +80,88 @@ def without_receipt(gen: Generator) -> Generator:
     return dataclasses.replace(gen, command=" ".join(genrules.RECEIPT_ARG.sub("", gen.command).split()), receipt=None)
 
 
-def mark(plan: Plan, listing: Callable[[Generator], list[str]]) -> Plan:
-    """The plan with each CK generator that does not know the receipt its manifest asks for handled
-    (see the module's docstring; a receipt the tree's own table gives is the tree's business).
+def with_receipt(gen: Generator, receipt: str) -> Generator:
+    """The generator as it runs with ``--receipt receipt``: its own receipt argument replaced in
+    place (the same command, so the same cached listing, where it asks for that receipt already)."""
+    if genrules.RECEIPT_ARG.search(gen.command):
+        cmd = genrules.RECEIPT_ARG.sub(lambda m: f"{m.group(1)}{m.group(2)}{receipt}", gen.command, count=1)
+    else:
+        cmd = f"{gen.command} --receipt {receipt}"
+    return dataclasses.replace(gen, command=cmd, receipt=receipt)
+
+
+Listing = Callable[[Generator], list[str]]
+
+
+def _asks(g: Generator) -> bool:
+    """A generator whose receipt, the manifest's, must be checked against CK's generator."""
+    return (
+        g.asked_receipt
+        and not g.qola_receipt
+        and g.receipt not in (None, "0")
+        and not g.dispatch_only
+        and bool(g.direction)
+        and genrules.flavor_of(g.script) == "ck"
+    )
+
+
+def _known(plan: Plan, listing: Listing) -> dict[tuple[str, str], bool]:
+    """(script, receipt) -> whether the script knows the receipt: any direction the plan runs it
+    with lists other files with the receipt than without (the asking generators are asked first)."""
+    asked = {(g.script, g.receipt or ""): None for m in plan.modules for g in m.generators if _asks(g)}
+    out = {}
+    for script, receipt in asked:
+        probes: dict[str | None, Generator] = {}
+        for g in sorted(
+            (g for m in plan.modules for g in m.generators if g.script == script and g.direction),
+            key=lambda g: g.receipt != receipt,
+        ):
+            probes.setdefault(g.direction, with_receipt(g, receipt))
+        out[(script, receipt)] = any(listing(g) != listing(without_receipt(g)) for g in probes.values())
+    return out
+
+
+def _applied(mod: str, g: Generator) -> tuple[Generator, str]:
+    """``g`` under qola's receipt 700, and what the plan says of it."""
+    if g.direction in RULES:
+        what = f"selects {RULES[g.direction].says}, through the variant filter"
+        return dataclasses.replace(g, qola_receipt=TE_RECEIPT), what
+    filt = genrules.dispatch_only_filter(g.direction or "")
+    if filt is None:
+        raise QolaError(
+            f"module {mod}: receipt {TE_RECEIPT} selects no kernel of direction {g.direction}, "
+            f"and qola has no dispatch-only filter for it (`{g.command}`)",
+            hint=f'drop it: drop_directions = ["{g.direction}"]',
+        )
+    what = "selects no kernel: the generator writes its dispatch file alone"
+    return dataclasses.replace(g, filter=filt, dispatch_only=True, qola_receipt=TE_RECEIPT), what
+
+
+def mark(plan: Plan, listing: Listing) -> Plan:
+    """The plan with each CK generator script that does not know the receipt its manifest asks for
+    handled (see the module's docstring; a receipt the tree's own table gives is the tree's business).
     ``listing``: a generator's unfiltered ``--list_blobs`` stems."""
+    known = _known(plan, listing)
     mods, notes = [], []
     for mod in plan.modules:
         gens = []
         for g in mod.generators:
-            if not g.asked_receipt or g.qola_receipt or g.receipt in (None, "0") or g.dispatch_only or not g.direction:
-                gens.append(g)
-                continue
-            if genrules.flavor_of(g.script) != "ck" or listing(g) != listing(without_receipt(g)):
-                gens.append(g)  # not CK's, or it knows the receipt
+            if not _asks(g) or known[(g.script, g.receipt or "")]:
+                gens.append(g)  # not asked, not CK's, or the script knows the receipt
                 continue
             if g.receipt != TE_RECEIPT:
                 raise QolaError(
                     f"module {mod.name}: receipt {g.receipt} is unknown to the tree's generator `{g.command}` "
-                    "(it lists the same kernels as without --receipt)",
+                    "(no direction of it lists other kernels than without --receipt)",
                     hint=f"qola applies receipt {TE_RECEIPT} itself where CK lacks it; for any other, use a receipt "
                     "this CK's generate.py knows, or a CK that has it",
                 )
-            if g.direction in RULES:
-                gens.append(dataclasses.replace(g, qola_receipt=TE_RECEIPT))
-                what = f"selects {RULES[g.direction].says}, through the variant filter"
-            else:
-                filt = genrules.dispatch_only_filter(g.direction)
-                if filt is None:
-                    raise QolaError(
-                        f"module {mod.name}: receipt {TE_RECEIPT} selects no kernel of direction {g.direction}, "
-                        f"and qola has no dispatch-only filter for it (`{g.command}`)",
-                        hint=f'drop it: drop_directions = ["{g.direction}"]',
-                    )
-                gens.append(dataclasses.replace(g, filter=filt, dispatch_only=True, qola_receipt=TE_RECEIPT))
-                what = "selects no kernel: the generator writes its dispatch file alone"
+            marked, what = _applied(mod.name, g)
+            gens.append(marked)
             notes.append(
                 f"module {mod.name}: the tree's CK generator does not know receipt {TE_RECEIPT} "
-                f"(`{g.command}` lists the same files without it): qola applies it: {g.direction}: {what}"
+                f"(`{g.command}` lists the same files without it): qola applies it as {SOURCE}: "
+                f"{g.direction}: {what}"
             )
         mods.append(dataclasses.replace(mod, generators=tuple(gens)))
     if not notes:

@@ -19,11 +19,15 @@ DTYPES = ["fp16", "bf16", "fp32"]
 HDIMS = [64, 128]
 MODES = ["batch", "group"]
 
+SINK = {sink}  # fwd kernels come with and without a softmax sink (``_sink``/``_nsink``)
+
 def fwd():
-    for h, dt, m, v, lg, lse, sk, sq in itertools.product(HDIMS, DTYPES, MODES, "rc", "tf", "tf", "tf", "tf"):
+    for h, dt, m, v, lg, lse, sk, sq, sn in itertools.product(
+            HDIMS, DTYPES, MODES, "rc", "tf", "tf", "tf", "tf", "tf" if SINK else "f"):
         n = lambda f, tok: tok if f == "t" else "n" + tok
+        sink = f"_{{n(sn, 'sink')}}" if SINK else ""
         name = (f"fmha_fwd_d{{h}}_{{dt}}_{{m}}_b128x64_qr_v{{v}}_pssk_{{n(lg, 'logits')}}_nbias_nmask_"
-                f"{{n(lse, 'lse')}}_ndropout_{{n(sk, 'skip')}}_{{n(sq, 'squant')}}")
+                f"{{n(lse, 'lse')}}_ndropout_{{n(sk, 'skip')}}{{sink}}_{{n(sq, 'squant')}}")
         yield 0, name, dict(dtype=dt, vlayout=v, logits=lg, lse=lse, skip=sk, squant=sq)
 
 def bwd():
@@ -79,11 +83,11 @@ else:
 """
 
 
-def _cmd(direction: str) -> str:
-    return f"f'{{CK_DIR}}/example/ck_tile/01_fmha/generate.py -d {direction} --receipt 600 --output_dir {{{{}}}}'"
+def _cmd(direction: str, receipt: int) -> str:
+    return f"f'{{CK_DIR}}/example/ck_tile/01_fmha/generate.py -d {direction} --receipt {receipt} --output_dir {{{{}}}}'"
 
 
-def _entry(src: str, dirs: list[str]) -> dict[str, Any]:
+def _entry(src: str, dirs: list[str], receipt: int = 600) -> dict[str, Any]:
     return {
         "srcs": [f"f'{{AITER_CSRC_DIR}}/cpp_itfs/{src}'"],
         "flags_extra_cc": [],
@@ -91,19 +95,21 @@ def _entry(src: str, dirs: list[str]) -> dict[str, Any]:
         "extra_ldflags": "None",
         "extra_include": ["f'{CK_DIR}/example/ck_tile/01_fmha'"],
         "verbose": "False",
-        "blob_gen_cmd": [_cmd(d) for d in dirs],
+        "blob_gen_cmd": [_cmd(d, receipt) for d in dirs],
     }
 
 
-def write_tree(root: Path, known: tuple[int, ...]) -> Path:
-    """The tree at ``root``; its generator knows the receipts ``known`` (() : none, as an old CK)."""
+def write_tree(root: Path, known: tuple[int, ...], *, sink: bool = False, table_receipt: int = 600) -> Path:
+    """The tree at ``root``; its generator knows the receipts ``known`` (() : none, as an old CK).
+    ``sink``: fwd kernels also come with a softmax sink (a CK knowing 700 keeps them, as QoLA's
+    0011 has it); ``table_receipt``: the receipt the tree's table gives its commands."""
     table = {
-        "libmha_fwd": _entry("mha_fwd.cu", ["fwd", "fwd_splitkv", "batch_prefill"]),
-        "libmha_bwd": _entry("mha_bwd.cu", ["bwd"]),
+        "libmha_fwd": _entry("mha_fwd.cu", ["fwd", "fwd_splitkv", "batch_prefill"], table_receipt),
+        "libmha_bwd": _entry("mha_bwd.cu", ["bwd"], table_receipt),
     }
     files = {
         "aiter/jit/optCompilerConfig.json": json.dumps(table, indent=1),
-        f"{CK}/generate.py": GENERATOR.format(known=set(known) or "set()"),
+        f"{CK}/generate.py": GENERATOR.format(known=set(known) or "set()", sink=sink),
         f"{CK}/codegen/ops/__init__.py": "",  # CK's layout: what makes qola treat it as CK's generator
         "csrc/cpp_itfs/mha_fwd.cu": "int fixture_fwd() { return 1; }\n",
         "csrc/cpp_itfs/mha_bwd.cu": "int fixture_bwd() { return 2; }\n",
