@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Sequence
 
 from qola import __version__
-from qola.core import proc
+from qola.core import proc, settings
 from qola.core.errors import EXIT_USER, QolaError
 
 # subcommand name -> module under qola.commands (imported lazily, in this order)
@@ -172,6 +172,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     try:
         # Ctrl-C, SIGTERM, SIGHUP: every child process group qola started is ended, then we exit here
         with proc.signals_end_children():
+            # every QOLA_* knob, before any work (issue 41 item 6)
+            settings.check_environment({k: v for k, v in os.environ.items() if k.startswith(settings.PREFIX)})
             return int(args.func(args) or 0)
     except QolaError as exc:
         if args.debug:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from qola.core import rules
+from qola.core import deadlines, rules
 from qola.core.errors import QolaError
 
 T = TypeVar("T")
@@ -294,6 +294,79 @@ WAIT: Setting[float] = Setting(
 )
 
 ALL: tuple[Setting[object], ...] = (JOBS, ARCHS, GROUPS, AITER_ROOT, AITER_URL, MODE, LAUNCHER, REMOTE, WAIT)  # type: ignore[assignment]
+
+
+# --------------------------------------------------------------------------- environment-only knobs
+# Read where they are used (qola.core.deadlines, qola.checkout.choice, qola.jit); declared here so that
+# :func:`check_environment` refuses a wrong one before any command does work (issue 41 item 6).
+
+
+def deadline(knob: deadlines.Knob) -> Callable[[object], float | None]:
+    """The check of a deadline knob: :func:`qola.core.deadlines.seconds`' own (its error names the
+    variable, the value and what it takes)."""
+
+    def parse(value: object) -> float | None:
+        return deadlines.seconds(knob, {knob.variable: str(value)}) if str(value).strip() else None
+
+    return parse
+
+
+SWITCH_ON, SWITCH_OFF = ("1", "true", "yes", "on"), ("0", "")
+
+
+def switch(value: object) -> bool | None:
+    """QoLA's on/off variable: ``1`` (or true/yes/on), ``0`` or empty; anything else (``false``, which
+    QoLA would take as on) is refused."""
+    text = str(value).strip().lower()
+    if text in SWITCH_ON or text in SWITCH_OFF:
+        return text in SWITCH_ON
+    raise ValueError(f"takes 1 (on) or 0 (off), got {value!r}")
+
+
+def plain_path(value: object) -> str | None:
+    """A path or program (blank: not given), without control characters (a newline would split the
+    lines of the files it is written into)."""
+    text = str(value)
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise ValueError(f"holds a control character: {text!r}")
+    return text if text.strip() else None
+
+
+def _knob(variable: str, parse: Callable[[object], T | None], example: str, help_: str) -> Setting[T]:
+    return Setting(variable.lower(), parse, env=(variable,), example=example, help=help_)
+
+
+_DEADLINES: tuple[Setting[float], ...] = tuple(
+    _knob(k.variable, deadline(k), "600", f"seconds, the limit on {k.what}")
+    for k in (deadlines.PROBE, deadlines.GENERATOR, deadlines.GIT_LOCAL, deadlines.LOCK)
+)
+KNOBS: tuple[Setting[object], ...] = (
+    *_DEADLINES,  # type: ignore[arg-type]
+    _knob("QOLA_FORCE_AITER_CHECKOUT", switch, "1", "1: a checkout discards local changes (as --force)"),
+    _knob("QOLA_JIT_COMPILER", plain_path, "/opt/rocm/bin/hipcc", "the compiler a JIT prebuild uses"),
+    _knob("QOLA_JIT_CACHE_DIR", plain_path, "DIR", "the JIT cache qola jit reads and fills"),
+    _knob("QOLA_JIT_PREBUILT_DIR", plain_path, "DIR", "':'-separated read-only dirs of JIT entries"),
+)
+# read only by the JIT runtime inside a client process, which checks them itself (qola/runtime/jit)
+RUNTIME_ONLY = ("QOLA_JIT", "QOLA_JIT_SOURCE_DIR", "QOLA_JIT_VERBOSE", "QOLA_USAGE_DIR", "QOLA_JIT_COVERAGE")
+
+
+def declared_variables() -> set[str]:
+    """Every ``QOLA_*`` environment variable qola reads (a test checks the source names no other)."""
+    return {v for s in (*ALL, *KNOBS) for v in s.env if v.startswith("QOLA_")} | set(RUNTIME_ONLY)
+
+
+PREFIX = "QOLA_"  # what callers give :func:`check_environment` of the environment (never all of it)
+
+
+def check_environment(env: Mapping[str, str]) -> None:
+    """Every ``QOLA_*`` variable set in ``env`` that a setting or knob declares, checked as where it
+    is read checks it: a QolaError naming the variable, its value and what it takes, before any
+    command does work (``QOLA_GENERATOR_TIMEOUT=10m`` would otherwise fail a module mid-build)."""
+    for setting in (*ALL, *KNOBS):
+        for variable in setting.env:
+            if variable.startswith("QOLA_") and variable in env:
+                setting.check(env[variable], variable)
 
 
 def arg_type(setting: Setting[T]) -> Callable[[str], T]:

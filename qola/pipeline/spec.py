@@ -364,6 +364,8 @@ def start(spec: BuildSpec) -> Start:
     (:func:`layout_of`) and the tree as far as it is known before the manifest's schema loads
     (:mod:`qola.checkout.choice`, given only the variables it reads)."""
     env = MappingProxyType(spec.environ())
+    # every QOLA_* knob, before any work (a library caller's environment too: issue 41 item 6)
+    declared.check_environment({k: v for k, v in env.items() if k.startswith(declared.PREFIX)})
     declared.resolve(declared.JOBS, spec.jobs, None, only(env, declared.JOBS.env), default=int)  # checked
     wait = declared.resolve(declared.WAIT, spec.wait, None, only(env, declared.WAIT.env)).value
     layout = layout_of(spec)
