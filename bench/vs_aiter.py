@@ -15,8 +15,10 @@ from scratch, with the 1-minute load average before and after it.
    a. ``hip_flag_checker`` on each flag (``hipcc <flag> -x hip -E -P /dev/null -o /dev/null``, one
       shell each; cached across the two modules as its ``lru_cache`` is in one process);
    b. the generators, ``<python> <command>`` through a shell (``exec_blob``'s ``os.system``), in the
-      plan's order, with ``GPU_ARCHS`` and ``AITER_ASM_DIR=<meta>/hsa/<last arch>/`` (``core.py``
-      sets it at import) — the plan's commands and variant filters (so the same instances, the same
+      plan's order, with ``GPU_ARCHS``, ``AITER_ASM_DIR=<meta>/hsa/<last arch>/`` (``core.py`` sets it
+      at import) and qola's ``hipconfig`` shim first on PATH (Debian's is hipcc, which prints ``HIP
+      version: …`` to the realpath ``cpp_extension`` calls, and ``mha_*_generate.py`` dies; AITER's
+      ``os.system`` would go on, a failure here stops the bench) — the plan's commands and variant filters (so the same instances, the same
       dispatch-only units of the directions TE drops; qola's any-of filter shim runs too: CK's own
       ``--filter`` takes one pattern per kind), as AITER would run them:
       * no ``--targets``: qola adds ``--targets=<archs>`` to CK's fMHA ``generate.py`` (just after the
@@ -43,26 +45,23 @@ The reference command lines, and the sdist facts each part comes from (read, not
   for a ``;``-list, takes its **last** entry: slice B (``gfx942;gfx950``) has it, slice A not; the
   module's ``flags_extra_hip``; ``--offload-arch=`` for every ``GPU_ARCHS`` entry
   (``validate_and_update_archs``) on every file; ``sorted(set(...))``; then ``hip_flag_checker``
-  (``-mllvm -amdgpu-coerce-illegal-types=1`` is rejected by this clang even with an offload arch:
+  (this clang rejects ``-mllvm -amdgpu-coerce-illegal-types=1``, with or without an offload arch:
   both sides drop it). Include dirs: ``CK_HELPER_DIR``, CK ``include``, CK ``library/include``,
   ``csrc/include``, ``<op_dir>/blob``, the module's ``extra_include``, ``csrc/include/torch`` (not
   ``is_standalone``).
 - ``aiter/jit/optCompilerConfig.json``: libmha_fwd / libmha_bwd ``flags_extra_hip``, ``extra_include``,
   ``torch_exclude: True`` (no torch includes, defines or libraries), ``extra_ldflags: None``.
-- ``aiter/jit/utils/cpp_extension.py`` ``_write_ninja_file_to_build_library``: hip flags are
-  ``-DWITH_HIP`` + ``-I`` includes + ``-fPIC -std=c++20`` + ``flags_cc`` + ``COMMON_HIP_FLAGS`` +
-  ``COMMON_HIPCC_FLAGS`` (``-fvisibility=hidden -fvisibility-inlines-hidden`` unless
-  ``AITER_SYMBOL_VISIBLE``) + ``flags_hip`` + ``_get_rocm_arch_flags`` (``-fno-gpu-rdc`` when an
-  offload arch is given); ``_is_cuda_file`` is always true, so every source goes through
-  ``_write_ninja_file``'s ``cuda_compile`` rule: ``<ROCM_HOME>/bin/hipcc $cuda_cflags -c $in -o $out``,
-  objects ``<stem>.cuda.o``; the link rule ``$cxx @$out.rsp $ldflags -o $out`` with ``get_cxx_compiler``
-  (``$CXX`` else ``c++``) and ``-shared`` + ``_prepare_ldflags`` (``-mcmodel=large -ffunction-sections
-  -fdata-sections -Wl,--gc-sections -Wl,--cref -L<ROCM_HOME>/lib -lamdhip64``).
+- ``aiter/jit/utils/cpp_extension.py`` ``_write_ninja_file_to_build_library``: ``-DWITH_HIP`` + ``-I``
+  includes + ``-fPIC -std=c++20`` + ``flags_cc`` + ``COMMON_HIP_FLAGS`` + ``COMMON_HIPCC_FLAGS``
+  (``-fvisibility=hidden -fvisibility-inlines-hidden`` unless ``AITER_SYMBOL_VISIBLE``) + ``flags_hip``
+  + ``-fno-gpu-rdc``; every source is a ``cuda_compile`` edge (``<ROCM_HOME>/bin/hipcc $cuda_cflags -c
+  $in -o $out``, objects ``<stem>.cuda.o``); the link ``$cxx @$out.rsp $ldflags -o $out`` (``$CXX`` else
+  ``c++``; ``-shared`` + ``_prepare_ldflags``: ``-mcmodel=large -ffunction-sections -fdata-sections
+  -Wl,--gc-sections -Wl,--cref -L<ROCM_HOME>/lib -lamdhip64``).
 
-Both sides drop ``-mllvm -amdgpu-early-inline-all=true`` (the manifest's ``drop_hip_flags``; here,
-from the reference): Debian's clang 21 is upstream LLVM, and with it a CK fMHA backward kernel
-compiles for tens of minutes (tests/support/rocm_aiter.py ``DROP``). The backward module uses the
-manifest's ``blob_gen_cmd`` (CK's API only, no pre/post generator, no v3 asm API) on both sides.
+Both sides drop ``-mllvm -amdgpu-early-inline-all=true`` (``drop_hip_flags``; tests/support/rocm_aiter.py
+``DROP``: with Debian's clang 21 a CK fMHA backward kernel takes tens of minutes). libmha_bwd runs the
+manifest's ``blob_gen_cmd`` (CK's API only: no pre/post generator, no v3 asm API) on both sides.
 
 CPU is the children's user + system time (``getrusage(RUSAGE_CHILDREN)`` deltas; per reference
 command, ``wait4``). The table: a row per pair (order, loads, each side's CPU and wall; AITER's
@@ -97,7 +96,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
+from qola.core.fsutil import write_if_changed  # noqa: E402
 from qola.output.kernels import device_code_objects  # noqa: E402
+from qola.toolchain.hipconfig import shim_text  # noqa: E402
 
 MODULES = ("libmha_fwd", "libmha_bwd")
 SLICES = {"A": ("gfx942",), "B": ("gfx942", "gfx950")}
@@ -133,9 +134,7 @@ def slice_manifest(path: Path, archs: tuple[str, ...], *, tiny: bool = False) ->
     """TE's manifest for one slice (``--tiny``: the forward module, one kernel), written to ``path``."""
     from support.rocm_aiter import FWD, FWD_ONE, manifest  # lazy: tests/ is on the path only for this script
 
-    if tiny:
-        return Path(manifest(path, "te", archs, bwd=False, fwd_variant=FWD + FWD_ONE))
-    return Path(manifest(path, "te", archs, bwd=True, fwd_variant=FWD))
+    return Path(manifest(path, "te", archs, bwd=not tiny, fwd_variant=FWD + FWD_ONE if tiny else FWD))
 
 
 def hip_version(text: str) -> tuple[int, ...]:
@@ -180,11 +179,15 @@ def aiter_generators(records: list[dict[str, Any]], archs: tuple[str, ...]) -> l
     return out
 
 
-def aiter_gen_env(archs: tuple[str, ...], aiter: Path, env: Mapping[str, str]) -> dict[str, str]:
+def aiter_gen_env(
+    archs: tuple[str, ...], aiter: Path, env: Mapping[str, str], tools: Path | None = None
+) -> dict[str, str]:
     """The generators' environment in AITER's build: the caller's, ``GPU_ARCHS`` and the
-    ``AITER_ASM_DIR`` ``core.py`` exports at import (``<meta>/hsa/<get_gfx()>/``)."""
+    ``AITER_ASM_DIR`` ``core.py`` exports at import (``<meta>/hsa/<get_gfx()>/``); ``tools`` (a
+    parseable ``hipconfig``) first on PATH."""
     meta = aiter / "aiter_meta" if (aiter / "aiter_meta").is_dir() else aiter
-    return {**env, "GPU_ARCHS": ";".join(archs), "AITER_ASM_DIR": f"{meta}/hsa/{aiter_gfx(archs)}/"}
+    path = {"PATH": f"{tools}{os.pathsep}{env.get('PATH', os.defpath)}"} if tools else {}
+    return {**env, **path, "GPU_ARCHS": ";".join(archs), "AITER_ASM_DIR": f"{meta}/hsa/{aiter_gfx(archs)}/"}
 
 
 def schedule(pairs: int, first: str = "qola") -> list[tuple[int, str]]:
@@ -236,9 +239,9 @@ def shell(cmd: str, log: Path, env: Mapping[str, str] | None = None) -> tuple[fl
     return ru.ru_utime + ru.ru_stime, time.perf_counter() - t0, proc.returncode
 
 
-def run_unit(cmd: str, log: Path) -> tuple[float, float]:
+def run_unit(cmd: str, log: Path, env: Mapping[str, str] | None = None) -> tuple[float, float]:
     """(CPU, wall) of a command that must succeed (a compile, a link): a failure stops the bench."""
-    cpu, wall, rc = shell(cmd, log)
+    cpu, wall, rc = shell(cmd, log, env)
     if rc != 0:
         raise SystemExit(f"vs_aiter: a reference command failed ({rc}); see {log}")
     return cpu, wall
@@ -327,12 +330,12 @@ def aiter_module(sl: Slice, mod: str, d: Path, seen: dict[str, bool], acc: dict[
     blob.mkdir(parents=True)
     build.mkdir()
     gens = next(m["generators"] for m in sl.plan["modules"] if m["name"] == mod)
-    env = aiter_gen_env(sl.archs, sl.aiter, os.environ)
-    for argv in aiter_generators(gens, sl.archs):
+    env = aiter_gen_env(sl.archs, sl.aiter, os.environ, d / "tools")
+    for argv in aiter_generators(gens, sl.archs):  # a failure stops the bench (AITER's os.system goes on)
         line = shlex.join([sys.executable, *(a.replace("{}", str(blob)) for a in argv)])
-        c, w, rc = shell(line, logs / f"{mod}-generators.log", env)  # os.system: AITER goes on past a failure
+        c, w = run_unit(line, logs / f"{mod}-generators.log", env)
         acc["gen_cpu"], acc["gen_wall"] = acc["gen_cpu"] + c, acc["gen_wall"] + w
-        acc["generators"].append({"cmd": line, "cpu": round(c, 2), "wall": round(w, 2), "exit": rc})
+        acc["generators"].append({"cmd": line, "cpu": round(c, 2), "wall": round(w, 2)})
     incs = [meta / "3rdparty" / "ck_helper", ck / "include", ck / "library" / "include", meta / "csrc" / "include",
             blob, *extra_inc, meta / "csrc" / "include" / "torch"]  # fmt: skip
     srcs = sorted(p for p in blob.rglob("*") if p.suffix in (".cpp", ".cu"))
@@ -356,7 +359,10 @@ def aiter_run(sl: Slice, pair: int) -> dict[str, Any]:
     d = sl.work / f"aiter-{sl.name}{pair}"
     shutil.rmtree(d, ignore_errors=True)
     (d / "logs").mkdir(parents=True)
-    version = hip_version(subprocess.run(["hipconfig", "--version"], capture_output=True, text=True).stdout)
+    said = subprocess.run(["hipconfig", "--version"], capture_output=True, text=True).stdout.strip()
+    version = hip_version(said)
+    (d / "tools").mkdir()  # Debian's hipconfig is hipcc, which prints "HIP version: …" to AITER's realpath call:
+    write_if_changed(d / "tools" / "hipconfig", shim_text(said, shutil.which("hipconfig")), mode=0o755)  # as qola
     rocm = Path(shutil.which("hipcc") or "/usr/bin/hipcc").resolve().parent.parent
     acc: dict[str, Any] = {"version": version, "rocm": rocm, "units": {}, "libs": {}, "generators": []}
     acc.update(dict.fromkeys(("cpu", "wall", "check_cpu", "check_wall", "gen_cpu", "gen_wall"), 0.0))
@@ -367,10 +373,6 @@ def aiter_run(sl: Slice, pair: int) -> dict[str, Any]:
     acc["gen_cpu"], acc["gen_wall"] = acc["gen_cpu"] + acc["check_cpu"], acc["gen_wall"] + acc["check_wall"]
     acc["all_cpu"], acc["all_wall"] = acc["cpu"] + acc["gen_cpu"], acc["wall"] + acc["gen_wall"]
     return acc
-
-
-def kernels(libs: dict[str, Path]) -> dict[str, dict[str, list[str]]]:
-    return {mod: device_code_objects(p) for mod, p in libs.items()}
 
 
 def compare(qk: dict[str, Any], ak: dict[str, Any]) -> tuple[bool, dict[str, int], str]:
@@ -401,7 +403,7 @@ def pair_rows(name: str, archs: tuple[str, ...], runs: list[dict[str, Any]]) -> 
         q, a = (next(r for r in mine if r["side"] == s) for s in SIDES)
         order = ", ".join("qola" if r["side"] == "qola" else "AITER" for r in mine)
         ratio = (q["cpu"] / a["cpu"], q["cpu"] / a["all_cpu"], q["wall"] / a["all_wall"])
-        ratios.append((ratio, q, a))
+        ratios.append((q["cpu"], a["cpu"], a["gen_cpu"], *ratio, q["wall"], a["all_wall"]))
         load = "; ".join(f"{r['load'][0]:.1f}→{r['load'][1]:.1f}" for r in (q, a))
         rows.append(
             f"| {name} | {pair} | {order} | {load} | {len(q['units'])} / {len(a['units'])} "
@@ -409,16 +411,10 @@ def pair_rows(name: str, archs: tuple[str, ...], runs: list[dict[str, Any]]) -> 
             f"| {q['wall']:.0f} / {a['all_wall']:.0f} | {ratio[2]:.2f}× |"
         )
     n = len(ratios)
-
-    def mean(f: Any) -> float:
-        return float(sum(f(x) for x in ratios)) / n
-
+    qc, ac, ag, r0, r1, r2, qw, aw = (sum(col) / n for col in zip(*ratios))  # the means, column by column
     rows.append(
-        f"| {name} | mean of {n} ({'+'.join(archs)}) | | | "
-        f"| {mean(lambda x: x[1]['cpu']):.0f} / {mean(lambda x: x[2]['cpu']):.0f} "
-        f"(+ {mean(lambda x: x[2]['gen_cpu']):.0f}) | **{mean(lambda x: x[0][0]):.2f}×** "
-        f"| **{mean(lambda x: x[0][1]):.2f}×** | {mean(lambda x: x[1]['wall']):.0f} / "
-        f"{mean(lambda x: x[2]['all_wall']):.0f} | {mean(lambda x: x[0][2]):.2f}× |"
+        f"| {name} | mean of {n} ({'+'.join(archs)}) | | | | {qc:.0f} / {ac:.0f} (+ {ag:.0f}) | **{r0:.2f}×** "
+        f"| **{r1:.2f}×** | {qw:.0f} / {aw:.0f} | {r2:.2f}× |"
     )
     return "\n".join(rows)
 
@@ -428,7 +424,7 @@ def finish_slice(sl: Slice, plan: dict[str, float], runs: list[dict[str, Any]]) 
     checks = []
     for pair in sorted({r["pair"] for r in runs}):
         q, a = (next(r for r in runs if r["pair"] == pair and r["side"] == s) for s in SIDES)
-        qk, ak = kernels(q["libs"]), kernels(a["libs"])
+        qk, ak = ({m: device_code_objects(p) for m, p in r["libs"].items()} for r in (q, a))
         same, per_arch, diff = compare(qk, ak)
         sizes = {m: (q["libs"][m].stat().st_size, a["libs"][m].stat().st_size) for m in sl.modules}
         checks.append({"pair": pair, "same": same, "per_arch": per_arch, "diff": diff, "sizes": sizes,

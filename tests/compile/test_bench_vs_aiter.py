@@ -104,6 +104,8 @@ def test_generators_are_aiters_one_asm_dir_and_no_targets_qola_adds() -> None:
     assert v.aiter_generators(named, ("gfx942",)) == [named[0]["run_argv"]]
     env = v.aiter_gen_env(("gfx942", "gfx950"), Path("/t"), {"PATH": "/bin"})
     assert env == {"PATH": "/bin", "GPU_ARCHS": "gfx942;gfx950", "AITER_ASM_DIR": "/t/hsa/gfx950/"}
+    shimmed = v.aiter_gen_env(("gfx942",), Path("/t"), {"PATH": "/bin"}, Path("/w/tools"))
+    assert shimmed["PATH"] == "/w/tools:/bin" and shimmed["AITER_ASM_DIR"] == "/t/hsa/gfx942/"
 
 
 def test_runs_alternate_abab_so_each_side_goes_first_as_often() -> None:
