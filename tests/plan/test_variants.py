@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from support.common import EXAMPLES, KERNELS, run_qola
 from support.example_variants import EXAMPLE_VARIANTS, expected_example, list_example
+from support.te_example import NARROW, te_manifest
 
 from qola.commands.common import prepare
 from qola.core.errors import QolaError
@@ -147,28 +148,16 @@ def test_build_compiles_only_the_declared_instances(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------- real AITER tree
 
 
-def te_manifest(path: Path, sections: str | None = None) -> Path:
-    """examples/te-manifest.toml, less drop_srcs: this tree's table lists no srcs for libmha_fwd, so
-    `drop_srcs` has nothing to drop there (a plan error unrelated to variants)."""
-    text = "".join(
-        ln for ln in (EXAMPLES / "te-manifest.toml").read_text().splitlines(True) if not ln.startswith("drop_srcs")
-    )
-    if sections is not None:
-        text = text[: text.index("[[mha_fwd_variants]]")] + sections
-    path.write_text(text)
-    return path
-
-
 @pytest.fixture(scope="module")
 def te_report(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    m = te_manifest(tmp_path_factory.mktemp("te") / "te.toml")
+    m = te_manifest(tmp_path_factory.mktemp("te") / "te.toml", NARROW)
     proc = run_qola("variants", "-m", str(m), "--aiter-root", str(aiter_root), "--allow-unpinned", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout)
 
 
 def _declared(fam: str) -> list[dict[str, Any]]:
-    man = mf.load(EXAMPLES / "te-manifest.toml")
+    man = parse(NARROW, "narrow.toml")
     secs = man.mha_fwd_variants if fam == "fwd" else man.mha_bwd_variants
     return [v for s in secs for v in V.expand(s.model_dump(exclude={"module"}))]
 

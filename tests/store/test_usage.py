@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from support.attn_abi import attn_manifest
-from support.common import EXAMPLES, KERNELS, run_qola
+from support.common import KERNELS, run_qola
+from support.te_example import NARROW, te_manifest
 
 from qola.jit import format as fmt
 from qola.plan import variants as V
@@ -169,19 +170,9 @@ def test_cover_reports_ahead_jit_and_absent(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ the real AITER tree, TE's manifest
-def _te_manifest(path: Path) -> Path:
-    """examples/te-manifest.toml less drop_srcs (this sdist's table lists no srcs for libmha_fwd)."""
-    path.write_text(
-        "".join(
-            ln for ln in (EXAMPLES / "te-manifest.toml").read_text().splitlines(True) if not ln.startswith("drop_srcs")
-        )
-    )
-    return path
-
-
 @pytest.mark.aiter
 def test_te_recorded_usage_plans_exactly_the_recorded_kernels(aiter_root: Path, tmp_path: Path) -> None:
-    m = _te_manifest(tmp_path / "te.toml")
+    m = te_manifest(tmp_path / "te.toml", NARROW)  # one model's set, within TE's narrowed matrix
     base = ["-m", str(m), "-a", str(aiter_root), "--allow-unpinned"]
     full = plan_files(run_qola("plan", "--json", *base))
     # a model's set: bf16, head size 128, batch mode (every mask, dropout and padding kernel of those)
