@@ -263,3 +263,43 @@ def audit_artifact(
     leaks = [s for s in exports if not rule.allows(s.name, s.demangled)]
     result = AuditResult(Path(path), namespace, exports, leaks)
     return result.raise_for_leaks() if check else result
+
+
+@dataclass(frozen=True)
+class ObjectSymbols:
+    """Every named symbol of a relocatable object (locals and undefined references too) and its
+    section names: what :mod:`qola.compile.hostonly` reads to see whether it holds device code."""
+
+    defined: frozenset[str]
+    undefined: frozenset[str]
+    sections: frozenset[str]
+
+
+def object_symbols(path: str | Path, mentioning: Sequence[bytes] = ()) -> ObjectSymbols | None:
+    """:class:`ObjectSymbols` of the ELF object ``path``; QolaError when it is not one. With
+    ``mentioning``: None when no symbol or section name holds any of those strings (the string
+    tables searched as bytes: pyelftools takes about a second per 20,000 symbols)."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+    defined: set[str] = set()
+    undefined: set[str] = set()
+    try:
+        with Path(path).open("rb") as f:
+            elf = ELFFile(f)
+            table = elf.get_section_by_name(".symtab")
+            if mentioning:
+                names = [elf.get_section(elf["e_shstrndx"])]
+                names += [elf.get_section(table["sh_link"])] if isinstance(table, SymbolTableSection) else []
+                if not any(m in s.data() for s in names for m in mentioning):
+                    return None
+            sections = frozenset(s.name for s in elf.iter_sections())
+            for sym in table.iter_symbols() if isinstance(table, SymbolTableSection) else ():
+                if sym.name and sym["st_info"]["type"] not in ("STT_SECTION", "STT_FILE"):
+                    (undefined if sym["st_shndx"] == "SHN_UNDEF" else defined).add(sym.name)
+    except ELFError as exc:
+        raise QolaError(f"{path} is not a readable ELF object: {exc}") from exc
+    except OSError as exc:
+        raise QolaError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return ObjectSymbols(frozenset(defined), frozenset(undefined), sections)

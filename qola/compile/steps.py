@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from qola.compile import devicecode, ninja
+from qola.compile import devicecode, hostonly, ninja
 from qola.compile.devicecode import Writer
 from qola.compile.extras import ModuleExtra
 from qola.compile.layout import BuildLayout, object_path
@@ -232,7 +232,8 @@ def _sources_of(
     except QolaError as exc:
         return None, r.failed(exc)
     kept = tuple(s for s in candidates if s not in unused)  # they dispatch to no kernel: host code only
-    return ModuleSources(tuple(mod.sources), gen, groups, kept, writers), r
+    host = tuple(dict.fromkeys((*kept, *devicecode.host_only(groups, writers))))
+    return ModuleSources(tuple(mod.sources), gen, groups, host, writers), r
 
 
 MAX_SCANNED = 64 << 20  # a source read to see whether it calls a dropped direction's dispatch
@@ -292,8 +293,10 @@ def graph_for(
         more = extras.get(mod.name) or ModuleExtra()
         var = f"flags_{mod.name}"
         variables[var] = ninja.escape_flags(_module_var(mod, stage, more) + tc.prefix_map_flags(paths.compiler_maps))
-        edges += more.edges
-        targets.append(_target(mod, stage, srcs[mod.name], more, var=var, paths=paths))
+        target = _target(mod, stage, srcs[mod.name], more, var=var, paths=paths)
+        checks = [hostonly.edge(mod.name, c.src, c.obj) for c in target.compiles if HOST_ONLY in c.archs]
+        edges += (*more.edges, *checks)  # each host-only object proven before the link (qola.compile.hostonly)
+        targets.append(dataclasses.replace(target, implicit=target.implicit + tuple(e.out for e in checks)))
     return ninja.Graph(
         rules={**_rules(tc, launcher), **(rules or {})},
         variables=variables,
@@ -314,7 +317,9 @@ def _rules(tc: Toolchain, launcher: str | None) -> dict[str, Mapping[str, str]]:
     extra = ["$flags", "$archs"] if tc.kind == "hip" else ["$flags"]
     cc = ([launcher] if launcher else []) + tc.compile_argv("$in", "$out", extra)
     link = tc.shared_link_argv("$out.rsp", "$out", ["$ldflags"])
+    checks = {hostonly.RULE_NAME: hostonly.rule(sys.executable)} if tc.kind == "hip" else {}
     return {
+        **checks,
         "cc": {
             "command": ninja.command_template(cc),
             "description": "CC $module $in",
@@ -340,10 +345,11 @@ def _module_var(mod: ModulePlan, stage: Stage, more: ModuleExtra) -> list[str]:
 def _device_passes(tc: Toolchain, src: ModuleSources, more: ModuleExtra) -> dict[str, tuple[str, ...]]:
     """What each source of the module compiles, in order -> its device passes (HIP; else none): a
     generated file the archs it holds code for; every other source all the build's archs. qola's own
-    wrapper and a dropped direction's dispatch (no kernel in either: host code only) add
-    ``--cuda-host-only``: no device pass runs (a third of the CPU, the same object), and the line still
-    names the archs, as tools that read them from compile lines expect (ck-jit's post-build takes the
-    first recorded line's)."""
+    wrapper and the generated files whose generator writes no kernel (:mod:`qola.compile.devicecode`)
+    add ``--cuda-host-only``: no device pass runs (a third of the CPU, the same object; each such
+    object is checked after the build: :mod:`qola.compile.hostonly`), and the line still names the
+    archs, as tools that read them from compile lines expect (ck-jit's post-build takes the first
+    recorded line's)."""
     sources = more.sources(src.all)
     if tc.kind != "hip":
         return dict.fromkeys(sources, ())

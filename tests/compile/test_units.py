@@ -68,13 +68,13 @@ def edges(text: str) -> dict[str, dict[str, str]]:
 
 def test_each_generated_file_compiles_for_its_archs(tmp_path: Path) -> None:
     """A two-arch build: a ``_gfx9`` kernel file gets no gfx950 pass, a ``_gfx950`` one no gfx942 pass;
-    the dispatch and the API source get both. The passes are the edge's own ``$archs`` (the module's
+    the dispatch and the API source name both (the dispatch for the host alone: it holds no kernel). The passes are the edge's own ``$archs`` (the module's
     flags name none), on the compile line within its flags, before ``-x hip -c $in -o $out``."""
     g = dry_run(tmp_path, ["gfx942", "gfx950"], module())
     both = "--offload-arch=gfx942 --offload-arch=gfx950"
     assert g["fmha_fwd_d64_fp16_gfx9.cpp"]["archs"] == "--offload-arch=gfx942"
     assert g["fmha_fwd_d128_fp16_gfx950.cpp"]["archs"] == "--offload-arch=gfx950"
-    assert g["fmha_fwd_api.cpp"]["archs"] == both and g["mha_api.cu"]["archs"] == both
+    assert g["fmha_fwd_api.cpp"]["archs"] == f"{both} --cuda-host-only" and g["mha_api.cu"]["archs"] == both
     kernels = [name for name in g if name.endswith(("_gfx9.cpp", "_gfx950.cpp"))]
     assert len(kernels) == 12 and all("," not in g[k]["archs"] and " " not in g[k]["archs"] for k in kernels)
     assert "--offload-arch" not in g["flags_libmha_ck"]["value"] and g["flags_libmha_ck"]["value"]
@@ -117,11 +117,14 @@ def test_qolas_wrapper_compiles_without_device_passes(tmp_path: Path) -> None:
 
 def test_a_single_arch_build_compiles_every_file_for_it(tmp_path: Path) -> None:
     """gfx942 alone: the generator is told ``--targets=gfx942`` (it writes no ``_gfx950`` twin) and
-    every edge, the dispatch included, has the one pass."""
+    every edge has the one pass (the dispatch files for the host alone)."""
     g = dry_run(tmp_path, ["gfx942"], module())
     units = {k: v for k, v in g.items() if "archs" in v}
     assert units and not [k for k in units if k.endswith("_gfx950.cpp")]
-    assert {v["archs"] for v in units.values()} == {"--offload-arch=gfx942"}
+    assert {v["archs"] for k, v in units.items() if not k.endswith("_api.cpp")} == {"--offload-arch=gfx942"}
+    assert {v["archs"] for k, v in units.items() if k.endswith("_api.cpp")} == {
+        "--offload-arch=gfx942 --cuda-host-only"
+    }
 
 
 def test_source_archs_keeps_feature_suffixes_and_every_arch_for_a_file_serving_none() -> None:
@@ -147,9 +150,9 @@ def test_a_dropped_direction_brings_no_dispatch_unit_unless_code_that_stays_call
     assert {"fmha_fwd_api.cpp", "mha_api.cu", "fmha_fwd_d64_fp16_gfx9.cpp"} <= units
     assert not [u for u in units if u.startswith(("fmha_fwd_splitkv_d", "fmha_batch_prefill_d"))]  # no kernel
     # the kept one dispatches to no kernel: host code only, no device pass (the same object, a third
-    # of the CPU: docs/benchmarks.md); the kept direction's dispatch keeps its pass
+    # of the CPU: docs/benchmarks.md); so does the kept direction's (its kernels are in their own files)
     assert g["fmha_batch_prefill_api.cpp"]["archs"] == "--offload-arch=gfx942 --cuda-host-only"
-    assert g["fmha_fwd_api.cpp"]["archs"] == "--offload-arch=gfx942"
+    assert g["fmha_fwd_api.cpp"]["archs"] == "--offload-arch=gfx942 --cuda-host-only"
     tree2 = ck_tree(tmp_path / "t2" / "tree", calls=("fwd",))
     g2 = dry_run(tmp_path / "t2", ["gfx942"], module(drop), tree=tree2)
     assert not {"fmha_fwd_splitkv_api.cpp", "fmha_batch_prefill_api.cpp"} & set(g2)
@@ -262,3 +265,21 @@ def test_ck_files_keep_their_archs_when_an_absent_asm_generator_was_skipped(tmp_
     assert g["fmha_fwd_d64_fp16_gfx9.cpp"]["archs"] == "--offload-arch=gfx942"
     assert g["fmha_fwd_d64_fp16_gfx950.cpp"]["archs"] == "--offload-arch=gfx950"
     assert g["k_gfx9.cpp"]["archs"] == "--offload-arch=gfx942 --offload-arch=gfx950"
+
+
+def test_units_whose_generator_writes_no_kernel_compile_for_the_host_alone(tmp_path: Path) -> None:
+    """Issue 42: CK's dispatch of a kept direction, the per-arch asm generator's launcher (it loads code
+    objects at run time) and AITER's C++ API (``csrc/cpp_itfs/``) compile with ``--cuda-host-only``
+    (still naming the archs); CK's kernel files, a plain generator's files and the module's own
+    sources keep their device passes."""
+    tree = _writers_tree(tmp_path / "tree")
+    cmds = (
+        "hsa/gfx942/fmha_v3_fwd/codegen.py --output_dir {}",
+        "csrc/cpp_itfs/mha_fwd_generate.py --receipt 3 --output_dir {}",
+    )
+    g = dry_run(tmp_path, ["gfx942", "gfx950"], _writers_module(*cmds, "csrc/plain_gen.py --output_dir {}"), tree=tree)
+    host = {k for k, v in g.items() if v.get("archs", "").endswith(" --cuda-host-only")}
+    assert host == {"fmha_fwd_api.cpp", "asm_fmha_fwd_v3_gfx942.cpp", "mha_fwd.cpp"}
+    assert g["mha_fwd.cpp"]["archs"] == "--offload-arch=gfx942 --offload-arch=gfx950 --cuda-host-only"
+    assert g["fmha_fwd_d64_fp16_gfx9.cpp"]["archs"] == "--offload-arch=gfx942"
+    assert g["k_gfx9.cpp"]["archs"] == g["mha_api.cu"]["archs"] == "--offload-arch=gfx942 --offload-arch=gfx950"
