@@ -109,6 +109,22 @@ class ApiSpec:
     provides: Sequence[Provide] = ()
     includes: Sequence[str] = ()
     entry_macros: Mapping[str, str] | None = None
+    if_declared: Sequence[str] = ()  # exported where the header declares them; else a note names each
+
+
+def _if_declared(spec: ApiSpec, path: Path, parsed: Header, notes: list[str] | None) -> list[str]:
+    """The names of ``spec.if_declared`` the header declares; a note for each it does not (one it
+    declares in a form the reader cannot represent is an error: :func:`read_header` names it)."""
+    found = []
+    for name in spec.if_declared:
+        if parsed.named(name) or name in parsed.problems:
+            found.append(name)
+        elif notes is not None:
+            notes.append(
+                f"module {spec.module}: {path.name} declares no {name} (QoLA exports it where AITER has it): "
+                f"not exported; a consumer that declares qola::<ns>::{name} gets a link error naming it"
+            )
+    return found
 
 
 def resolve(spec: ApiSpec, meta_dir: Path, include_dirs: Sequence[str], notes: list[str] | None = None) -> Api:
@@ -117,15 +133,16 @@ def resolve(spec: ApiSpec, meta_dir: Path, include_dirs: Sequence[str], notes: l
     _check_names(spec)
     path = meta_dir / spec.api_header
     text = _read_api_header(spec, path)
+    names = [*spec.exports, *_if_declared(spec, path, parse(text, spec.entry_macros), notes)]
     try:
-        found = read_header(text, spec.exports, spec.entry_macros)
+        found = read_header(text, names, spec.entry_macros)
     except DeclError as exc:
         raise QolaError(
             f"module {module}: {path}: {exc}",
             hint="qola forwards the functions its registry lists for the module to the tree's "
             "declarations of them; a declaration it cannot read is not guessed",
         ) from None
-    decls = tuple(d for name in spec.exports for d in found[name])
+    decls = tuple(d for name in names for d in found[name])
     for d in decls:
         if TORCH.search(" ".join([d.returns, *(p.type for p in d.params)])):
             raise QolaError(
@@ -156,7 +173,7 @@ def resolve(spec: ApiSpec, meta_dir: Path, include_dirs: Sequence[str], notes: l
 
 
 def _check_names(spec: ApiSpec) -> None:
-    for name in spec.exports:
+    for name in (*spec.exports, *spec.if_declared):
         if not _NAME.match(name):
             raise QolaError(f"registry: module {spec.module}: export {name!r} is not a C++ identifier")
     if not _FILE.match(spec.public_header):

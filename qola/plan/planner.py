@@ -312,6 +312,7 @@ def _registered(
             reg.provides,
             reg.api_includes,
             dict(reg.entry_macros),
+            reg.exports_if_declared,
         )
         api = itfs.resolve(spec, p.tree.meta_dir, includes, p.notes)
     return _Registered(

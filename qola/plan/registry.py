@@ -68,6 +68,7 @@ class RegistryEntry:
     # meta dir), the functions forwarded, the public header's name, qola's own functions
     api_header: str | None = None
     exports: tuple[str, ...] = ()
+    exports_if_declared: tuple[str, ...] = ()  # exported where api_header declares them, else a plan note
     public_header: str | None = None
     api_includes: tuple[str, ...] = ()
     provides: tuple[Provide, ...] = ()
