@@ -34,6 +34,9 @@
 #       * a directory of build-key archives (`qola package`, `qola build --publish`: <ns>-<key>.tar.gz)
 #         or an http(s):// URL of one: `qola build --prebuilt <it>` installs the archive of exactly
 #         this build's key into BUILD_DIR (checked: sha256, key, audit), or builds when there is none.
+#       A relative path is taken from the calling CMakeLists.txt's directory (CMAKE_CURRENT_SOURCE_DIR);
+#       the OUT_* dirs are absolute. A finished output must match QOLA_JIT (ON: built with [jit]; OFF:
+#       without) and carry jit/ for its JIT modules, else the configure stops naming both.
 #
 # Cache variables (qola only): QOLA_BUILD_ARGS - extra arguments for every `qola build` (e.g.
 # "-j;8;--launcher;sccache"); QOLA_PYTHON - the interpreter (default: Python_EXECUTABLE, else found);
@@ -173,32 +176,103 @@ function(qola_prebuilt_dir group out_var)
   endif()
 endfunction()
 
-# What a QOLA_PREBUILT_DIR_<GROUP> value is: "output" (lib/ + include/, used as it is) or "store"
-# (build-key archives or a URL: `qola build --prebuilt`).
-function(_qola_prebuilt_kind group dir out_var)
+# QOLA_PREBUILT_DIR_<GROUP> resolved: dir_var gets the absolute directory (or the URL), kind_var what
+# it is: "output" (lib/ + include/, used as it is), "store" (build-key archives or a URL: `qola build
+# --prebuilt`), or "" when the variable is unset. A relative path is taken from the directory of the
+# CMakeLists.txt that calls (CMAKE_CURRENT_SOURCE_DIR), where QoLA's module looks for the libraries
+# (its file(GLOB)) and where CMake's target_include_directories / target_link_directories put the
+# relative dirs QoLA hands back; qola hands back the absolute path.
+function(_qola_prebuilt group dir_var kind_var)
+  qola_prebuilt_dir("${group}" dir)
   string(TOUPPER "${group}" _uc)
-  if(dir MATCHES "^[Hh][Tt][Tt][Pp][Ss]?://")
-    set(${out_var} store PARENT_SCOPE)
+  set(${dir_var} "${dir}" PARENT_SCOPE)
+  set(${kind_var} "" PARENT_SCOPE)
+  if(dir STREQUAL "")
     return()
   endif()
+  if(dir MATCHES "^[Hh][Tt][Tt][Pp][Ss]?://")
+    set(${kind_var} store PARENT_SCOPE)
+    return()
+  endif()
+  set(_said "QOLA_PREBUILT_DIR_${_uc}=${dir}")
   if(NOT IS_ABSOLUTE "${dir}")
-    message(FATAL_ERROR "[qola] QOLA_PREBUILT_DIR_${_uc}=${dir}: give an absolute path (or an http(s):// URL).")
+    get_filename_component(dir "${dir}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+    set(_said "${_said} (relative to ${CMAKE_CURRENT_SOURCE_DIR}: ${dir})")
+    set(${dir_var} "${dir}" PARENT_SCOPE)
   endif()
   if(NOT IS_DIRECTORY "${dir}")
-    message(FATAL_ERROR "[qola] QOLA_PREBUILT_DIR_${_uc}=${dir} is not a directory.")
+    message(FATAL_ERROR "[qola] ${_said} is not a directory.")
   endif()
   if(IS_DIRECTORY "${dir}/lib" AND IS_DIRECTORY "${dir}/include")
-    set(${out_var} output PARENT_SCOPE)
+    _qola_prebuilt_jit("${_said}" "${dir}")
+    set(${kind_var} output PARENT_SCOPE)
     return()
   endif()
   file(GLOB _archives "${dir}/*.tar.gz")
   if(_archives)
-    set(${out_var} store PARENT_SCOPE)
+    set(${kind_var} store PARENT_SCOPE)
     return()
   endif()
   message(FATAL_ERROR
-    "[qola] QOLA_PREBUILT_DIR_${_uc}=${dir} holds neither a finished output (lib/ and include/) nor "
+    "[qola] ${_said} holds neither a finished output (lib/ and include/) nor "
     "build-key archives (<namespace>-<key>.tar.gz, written by `qola package` or `qola build --publish`).")
+endfunction()
+
+# A finished prebuilt output used as it is must be what QOLA_JIT asks for: its manifest.json records
+# per module a `jit` object ({"dir": "jit/<ns>_<module>", ...}) when the module was built with [jit].
+# QOLA_JIT=ON and no such module, or OFF and some, is an error naming both; a JIT module whose jit/
+# dir is missing (stubs shipped without their sources) is one whatever QOLA_JIT says.
+function(_qola_prebuilt_jit said root)
+  _qola_jit_value(_want)
+  if(CMAKE_VERSION VERSION_LESS 3.19)  # string(JSON)
+    if(NOT _want STREQUAL "")
+      message(WARNING "[qola] ${said}: QOLA_JIT=${QOLA_JIT} cannot be checked against the output's "
+                      "manifest.json before CMake 3.19; make sure it was built with --jit ${_want}.")
+    endif()
+    return()
+  endif()
+  set(_jit)
+  set(_ahead)
+  set(_count 0)
+  if(EXISTS "${root}/manifest.json")
+    file(READ "${root}/manifest.json" _json)
+    string(JSON _count ERROR_VARIABLE _err LENGTH "${_json}" modules)
+    if(_err)
+      set(_count 0)
+    endif()
+  endif()
+  if(_count GREATER 0)
+    math(EXPR _last "${_count} - 1")
+    foreach(_i RANGE ${_last})
+      string(JSON _name ERROR_VARIABLE _err GET "${_json}" modules ${_i} name)
+      string(JSON _type ERROR_VARIABLE _err TYPE "${_json}" modules ${_i} jit)
+      if(NOT _type STREQUAL "OBJECT")
+        list(APPEND _ahead "${_name}")
+        continue()
+      endif()
+      list(APPEND _jit "${_name}")
+      string(JSON _dir ERROR_VARIABLE _err GET "${_json}" modules ${_i} jit dir)
+      if(_err OR NOT IS_DIRECTORY "${root}/${_dir}")
+        message(FATAL_ERROR
+          "[qola] ${said}: module ${_name} was built with [jit] (its kernels are stubs compiled on first "
+          "call), but ${root}/${_dir} is missing: the stubs cannot compile without their sources. A prebuilt "
+          "output of JIT libraries carries jit/ beside lib/ (docs/coming-from-qola.md, \"Prebuilt caches\").")
+      endif()
+    endforeach()
+  endif()
+  if(_want STREQUAL "on" AND NOT _jit)
+    string(REPLACE ";" ", " _ahead "${_ahead}")
+    message(FATAL_ERROR
+      "[qola] QOLA_JIT=${QOLA_JIT} asks for JIT libraries (TE's CK_JIT mode), but ${said} holds an output "
+      "built without [jit] (${root}/manifest.json records no JIT module; built ahead: ${_ahead}). Point "
+      "it at an output built with `qola build --jit on`, or leave QOLA_JIT empty to use these libraries.")
+  elseif(_want STREQUAL "off" AND _jit)
+    string(REPLACE ";" ", " _jit "${_jit}")
+    message(FATAL_ERROR
+      "[qola] QOLA_JIT=${QOLA_JIT} asks for every kernel ahead, but ${said} holds an output built with "
+      "[jit] (${_jit} compile their kernels on first call). Point it at an output built with "
+      "`qola build --jit off`, or leave QOLA_JIT empty to use these libraries.")
+  endif()
 endfunction()
 
 # The kernel tree's include dir exists (a development tree: csrc/; an sdist/installed tree: aiter_meta/csrc/).
@@ -337,11 +411,7 @@ function(qola_build_modules)
   cmake_parse_arguments(PARSE_ARGV 0 QBM "" "${_one}" "ARCHS;LIBS")
   _qola_check_args(qola_build_modules QBM GROUP BUILD_DIR)
   get_filename_component(_out "${QBM_BUILD_DIR}" ABSOLUTE)
-  qola_prebuilt_dir("${QBM_GROUP}" _prebuilt)
-  set(_kind "")
-  if(_prebuilt)
-    _qola_prebuilt_kind("${QBM_GROUP}" "${_prebuilt}" _kind)
-  endif()
+  _qola_prebuilt("${QBM_GROUP}" _prebuilt _kind)
 
   if(_kind STREQUAL "output")
     message(STATUS "[qola] ${QBM_GROUP}: prebuilt libraries from ${_prebuilt}; nothing is built")
@@ -428,16 +498,24 @@ endfunction()
 #       (the sources go to BUILD_DIR/jit: keep it beside lib/); OFF: `--jit off`; empty: the manifest decides.
 # A QOLA_PREBUILT_DIR_<GROUP> is tried first either way (an archive store by the key of the build asked).
 set(QOLA_JIT "" CACHE STRING "ON: defer every generated kernel to the on-demand JIT; OFF: all ahead; empty: the manifest's [jit]")
-function(_qola_jit_args group args_var)
+# QOLA_JIT as "on", "off" or "" (the manifest decides); anything else is an error.
+function(_qola_jit_value out_var)
   if("${QOLA_JIT}" STREQUAL "")
-    return()
-  endif()
-  if(QOLA_JIT MATCHES "^(ON|On|on|1|TRUE|True|true|YES|Yes|yes)$")
+    set(_v "")
+  elseif(QOLA_JIT MATCHES "^(ON|On|on|1|TRUE|True|true|YES|Yes|yes)$")
     set(_v on)
   elseif(QOLA_JIT MATCHES "^(OFF|Off|off|0|FALSE|False|false|NO|No|no)$")
     set(_v off)
   else()
     message(FATAL_ERROR "[qola] QOLA_JIT='${QOLA_JIT}' is neither ON nor OFF (empty: the manifest's [jit] decides).")
+  endif()
+  set(${out_var} "${_v}" PARENT_SCOPE)
+endfunction()
+
+function(_qola_jit_args group args_var)
+  _qola_jit_value(_v)
+  if(_v STREQUAL "")
+    return()
   endif()
   message(STATUS "[qola] ${group}: JIT ${_v} (QOLA_JIT)")
   set(${args_var} ${${args_var}} --jit ${_v} PARENT_SCOPE)
@@ -449,11 +527,7 @@ function(qola_add_modules)
            OUT_INCLUDE_DIR OUT_LIB_DIR OUT_LIBS OUT_AITER_DIR OUT_CONFIG_DIR OUT_TARGETS)
   cmake_parse_arguments(PARSE_ARGV 0 QAM "" "${_one}" "ARCHS;LIBS")
   _qola_check_args(qola_add_modules QAM GROUP MANIFEST BUILD_DIR)
-  qola_prebuilt_dir("${QAM_GROUP}" _prebuilt)
-  set(_kind "")
-  if(_prebuilt)
-    _qola_prebuilt_kind("${QAM_GROUP}" "${_prebuilt}" _kind)
-  endif()
+  _qola_prebuilt("${QAM_GROUP}" _prebuilt _kind)
   set(_tree "${QAM_AITER_DIR}")
   # a finished prebuilt output needs no tree; an archive store does (the build key reads the tree)
   if(NOT _tree AND NOT _kind STREQUAL "output")

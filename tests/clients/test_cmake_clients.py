@@ -263,8 +263,8 @@ cmake_language(EVAL CODE "${CALL}")
         ),
         (
             "qola_add_modules(GROUP attn MANIFEST ${QOLA_MANIFEST} BUILD_DIR b)",
-            {"QOLA_PREBUILT_DIR_ATTN": "relative/dir"},
-            "give an absolute path",
+            {"QOLA_PREBUILT_DIR_ATTN": "relative/dir"},  # from the calling CMakeLists.txt's dir, as QoLA
+            "QOLA_PREBUILT_DIR_ATTN=relative/dir (relative to",
         ),
         (
             "qola_add_modules(GROUP attn MANIFEST ${QOLA_MANIFEST} BUILD_DIR b)",

@@ -171,13 +171,19 @@ endif()
 
 
 def cmake(
-    src: Path, bld: Path, defs: dict[str, str], env: dict[str, str] | None = None, *, build: bool = True
+    src: Path,
+    bld: Path,
+    defs: dict[str, str],
+    env: dict[str, str] | None = None,
+    *,
+    build: bool = True,
+    cwd: Path | None = None,
 ) -> CompletedProcess[str]:
-    """Configure (and build) ``src`` into ``bld``; the configure's CompletedProcess."""
+    """Configure (and build) ``src`` into ``bld`` (cmake started in ``cwd``); the configure's CompletedProcess."""
     defs = {"Python_EXECUTABLE": sys.executable, **defs}  # the interpreter running the tests runs qola
     argv = ["cmake", "-S", str(src), "-B", str(bld), *(f"-D{k}={v}" for k, v in defs.items())]
     full = {**os.environ, **(env or {})}
-    cfg = subprocess.run(argv, capture_output=True, text=True, env=full)
+    cfg = subprocess.run(argv, capture_output=True, text=True, env=full, cwd=cwd)
     if build and cfg.returncode == 0:
         made = subprocess.run(["cmake", "--build", str(bld)], capture_output=True, text=True, env=full)
         assert made.returncode == 0, made.stdout + made.stderr
