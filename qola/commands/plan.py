@@ -13,7 +13,7 @@ from qola.pipeline.run import build_key
 from qola.pipeline.run import plan as whole_plan
 from qola.plan import genrules
 from qola.plan.model import Plan
-from qola.plan.variants import list_blobs
+from qola.plan.variants import GeneratorEnv, list_blobs
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -106,12 +106,13 @@ def generated_files(plan: Plan, env: Mapping[str, str]) -> dict[tuple[str, int],
     A listing that fails is None (the build will run the generator and say why)."""
 
     out: dict[tuple[str, int], dict[str, list[str]] | None] = {}
+    genv = GeneratorEnv.of(env).for_plan(plan)  # the environment the generation gets
     for mod in plan.modules:
         for i, gen in enumerate(mod.generators):
             if genrules.flavor_of(gen.script) != "ck":
                 continue
             try:
-                stems = list_blobs(gen, env, gen.filter)
+                stems = list_blobs(gen, genv, gen.filter)
             except QolaError:
                 out[(mod.name, i)] = None
                 continue

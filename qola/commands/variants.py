@@ -35,7 +35,8 @@ def report(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> dict[str, 
     gens = res.generators()
     jobs += [(mod.generators[i], V.join_filter(sels, sels[0].flavor)) for mod, i, sels in gens]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        found = list(pool.map(lambda j: [n for n in V.list_blobs(j[0], env, j[1]) if not V.is_api(n)], jobs))
+        genv = V.GeneratorEnv.of(env).for_plan(plan)  # the environment the generation gets
+        found = list(pool.map(lambda j: [n for n in V.list_blobs(j[0], genv, j[1]) if not V.is_api(n)], jobs))
     rows = []
     for sel, names in zip(res.selections, found, strict=False):
         gen = mods[sel.module].generators[sel.generator]

@@ -1,8 +1,10 @@
 """Run a module's generator commands into a staging dir, then bring the module's blob dir to it.
 
-A stamp over (commands, generator sources, filters, the environment qola sets for them: the archs)
-skips unchanged runs;
-every run starts from an empty staging dir, so instances from an earlier filter
+A stamp over (commands, filters, the environment qola sets for them: the archs, the merged configs)
+and what the generators read when they last ran (their depfile, :mod:`qola.plan.genread`: every
+file and module they opened, wherever it lies, the variables they looked up, the interpreter)
+skips unchanged runs; a module whose generator started another program has no depfile and
+reruns every time. Every run starts from an empty staging dir, so instances from an earlier filter
 never survive. The blob dir is synced file by file (:func:`qola.core.fsutil.sync_dir`): a generated file
 whose bytes did not change keeps its mtime, so a rerun generator (an edited comment, a new option
 that selects the same instances) recompiles only what it really changed. A generator's exit code
@@ -25,9 +27,9 @@ from pathlib import Path
 from qola.compile.layout import BLOB, CONFIGS, gen_module_dir
 from qola.core import deadlines, inputs, proc
 from qola.core.errors import FailedProcessError, QolaError
-from qola.core.fsutil import atomic_write, old_prefix, remove_stale, sync_dir
+from qola.core.fsutil import atomic_write, old_prefix, pid_tempdir, remove_stale, sync_dir
+from qola.plan import genread
 from qola.plan.genrules import asm_arch, missing_package_hint, skip_warning
-from qola.plan.listcache import argument_files_digest, sources_digest
 from qola.plan.model import Generator
 from qola.plan.planner import OUTPUT_DIR
 from qola.plan.tree.aiter_configs import (
@@ -87,17 +89,11 @@ def stamp_of(job: GenJob, python: str) -> str:
         c.name: hashlib.sha256(render(merge(c)).encode()).hexdigest() for c in job.configs
     }
     argv = job.argvs(OUTPUT_DIR, python)
-    payload: dict[str, object] = {
-        "argv": argv,
-        "generators": sources_digest([a for g in job.generators for a in g.run_argv[:2] if a.endswith(".py")]),
-    }
+    payload: dict[str, object] = {"argv": argv, "format": genread.FORMAT}
     if job.env:  # what qola tells the generators besides argv (the archs): another arch, another output
         payload["env"] = dict(job.env)
     if digests:  # merged tuned configs: their content, not just their name, decides a rerun
         payload["configs"] = digests
-    files = argument_files_digest(argv)
-    if files:
-        payload["files"] = files
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -146,18 +142,26 @@ def run_generators(
     stamp_file = mod_dir / STAMP
     stamp = stamp_of(job, python)
     start = time.perf_counter()
-    if not force and (kept := _up_to_date(job, blob, stamp_file, stamp)) is not None:
+    genv = GeneratorEnv.of(env)
+    if not force and (kept := _up_to_date(job, (blob, stamp_file), stamp, genv.child.as_dict())) is not None:
         return kept
     mod_dir.mkdir(parents=True, exist_ok=True)
     staging = mod_dir / f".staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        ran = _generate(job, staging, python, GeneratorEnv.of(env), hsa_dir)
+        ran = _generate(job, staging, python, genv, hsa_dir)
         generated_sources(staging, job.module)  # refused before anything reaches the blob dir
         stamp_file.unlink(missing_ok=True)  # a sync cut short leaves no stamp: the next run redoes it
         sync_dir(staging, blob)
-        record = {"stamp": stamp, "commands": ran.commands, "warnings": ran.warnings, "groups": ran.groups}
+        deps = genread.merge(ran.deps)  # None: a generator that cannot be reused (it reruns every time)
+        record = {
+            "stamp": stamp,
+            "commands": ran.commands,
+            "warnings": ran.warnings,
+            "groups": ran.groups,
+            "deps": None if deps is None else deps.to_json(),
+        }
         atomic_write(stamp_file, json.dumps(record, indent=1).encode())
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -175,13 +179,18 @@ def run_generators(
     )
 
 
-def _up_to_date(job: GenJob, blob: Path, stamp_file: Path, stamp: str) -> GenResult | None:
-    """``job``'s result when its blob dir's stamp says it was generated as ``stamp`` (None: run it)."""
+def _up_to_date(job: GenJob, where: tuple[Path, Path], stamp: str, env: dict[str, str]) -> GenResult | None:
+    """``job``'s result when its blob dir's stamp (``where``: the blob dir, the stamp) says it was
+    generated as ``stamp`` and what its generators read still holds under ``env`` (None: run it)."""
+    blob, stamp_file = where
     if not (blob.is_dir() and stamp_file.is_file()):
         return None
     try:
         done = json.loads(inputs.read_record(stamp_file))
         if done.get("stamp") != stamp:
+            return None
+        deps = genread.Deps.from_json(done.get("deps"))
+        if deps is None or not genread.unchanged(deps, env):
             return None
         sources = generated_sources(blob, job.module)
         warnings = tuple(done.get("warnings", ()))
@@ -225,12 +234,13 @@ def leftover_warning(module: str, script: Path) -> list[str]:
 @dataclass(frozen=True)
 class _Ran:
     """What ``job``'s generators did in the staging dir: each command, each skip's warning, what each
-    printed, the files each wrote (relative to the staging dir)."""
+    printed, the files each wrote (relative to the staging dir), what each read (None: unknown)."""
 
     commands: list[str]
     warnings: list[str]
     output: list[str]
     groups: list[list[str]]
+    deps: list[genread.Deps | None]
 
 
 def _generate(
@@ -238,45 +248,65 @@ def _generate(
 ) -> _Ran:
     """Run ``job``'s generators in ``staging``, in order (``genv``: the environment they run under,
     ``QOLA_GENERATOR_TIMEOUT``); an absent per-arch asm generator is skipped with a warning."""
-    ran = _Ran([], [], [], [])
+    ran = _Ran([], [], [], [], [])
     limit = genv.timeout()
-    for argv in job.argvs(str(staging), python):
-        script = argv[1] if len(argv) > 1 else ""
-        arch = asm_arch(script, hsa_dir)
-        if arch and not Path(script).exists():
-            ran.warnings.append(skip_warning(job.module, script, arch))
-            continue
-        if not Path(script).exists():
-            raise QolaError(
-                f"module {job.module}: generator script {script} does not exist",
-                hint="check blob_gen_cmd in the module table or the manifest",
-            )
-        ran.warnings.extend(leftover_warning(job.module, Path(script)))
-        ran.commands.append(" ".join(argv))
-        before = _names(staging)
-        done = _run_one(job.module, argv, staging, genv, limit)
-        printed = (done.stdout or "").rstrip("\n")
-        shown = f"{printed}\n" if printed else ""
-        ran.output.append(f"$ {shlex.join(argv)}\n{shown}(exit code {done.returncode})")
-        ran.groups.append(sorted(_names(staging) - before))  # what this generator wrote: its files' archs
+    with pid_tempdir(LISTING_PREFIX) as records:  # pid in the name: a killed run's is removed later
+        for i, argv in enumerate(job.argvs(str(staging), python)):
+            _generate_one(job, (argv, os.path.join(records, f"reads-{i}.json")), (staging, genv, limit), hsa_dir, ran)
     return ran
 
 
+def _generate_one(
+    job: GenJob,
+    run: tuple[list[str], str],
+    where: tuple[Path, GeneratorEnv, float | None],
+    hsa_dir: str | os.PathLike[str] | None,
+    ran: _Ran,
+) -> None:
+    """Run one of ``job``'s generators (``run``: its argv, where its read record goes) into ``ran``."""
+    argv, record = run
+    staging, genv, limit = where
+    script = argv[1] if len(argv) > 1 else ""
+    arch = asm_arch(script, hsa_dir)
+    if arch and not Path(script).exists():
+        ran.warnings.append(skip_warning(job.module, script, arch))
+        return
+    if not Path(script).exists():
+        raise QolaError(
+            f"module {job.module}: generator script {script} does not exist",
+            hint="check blob_gen_cmd in the module table or the manifest",
+        )
+    ran.warnings.extend(leftover_warning(job.module, Path(script)))
+    ran.commands.append(" ".join(argv))
+    before = _names(staging)
+    done = _run_one(job.module, (argv, record), staging, genv, limit)
+    printed = (done.stdout or "").rstrip("\n")
+    shown = f"{printed}\n" if printed else ""
+    ran.output.append(f"$ {shlex.join(argv)}\n{shown}(exit code {done.returncode})")
+    ran.groups.append(sorted(_names(staging) - before))  # what this generator wrote: its files' archs
+    ran.deps.append(genread.collect(record, env=genv.child.as_dict(), exclude=[str(staging), os.path.dirname(record)]))
+
+
 def _run_one(
-    module: str, argv: list[str], staging: Path, genv: GeneratorEnv, limit: float | None
+    module: str, run: tuple[list[str], str], staging: Path, genv: GeneratorEnv, limit: float | None
 ) -> proc.CompletedProcess[str]:
-    """Run one generator (``argv``: the interpreter first) in ``staging``. Its own process group, ended with qola
+    """Run one generator (``run``: its argv, the interpreter first; where its read record goes) in
+    ``staging``, under qola's recorder (:mod:`qola.plan.genread`). Its own process group, ended with qola
     (Ctrl-C, SIGTERM, qola killed) or past its deadline; what it prints is kept for the log, cut in the
     middle past proc.LOG_KEEP bytes (:mod:`qola.core.proc`)."""
+    argv, record = run
     try:
-        done = proc.run_checked(argv, cwd=staging, env=genv.child, timeout=limit, out=proc.FOR_LOG)
+        done = proc.run_checked(
+            genread.argv(argv[0], record, argv[1:]), cwd=staging, env=genv.child, timeout=limit, out=proc.FOR_LOG
+        )
     except FailedProcessError as exc:
         timed_out = exc.returncode == 124
         more = f" (or raise {deadlines.GENERATOR.variable}, now {deadlines.shown(limit)})" if timed_out else ""
-        exc.hint = missing_package_hint(exc.output, argv[0]) or (
+        hint = missing_package_hint(exc.output, argv[0]) or (
             f"module {module}: its generator failed; fix the command or the generator{more}"
         )
-        raise
+        # the generator's own command, not the recorder's around it
+        raise FailedProcessError(argv, exc.returncode, exc.output, hint, reason=exc.reason) from None
     return done
 
 

@@ -114,7 +114,8 @@ def plan_jit(plan: Plan, manifest: Manifest, env: GenEnv) -> Plan:
                     hint="add it to [jit] modules or drop its [jit.aot] tables",
                 )
             filt = variants.join_filter(sels, sels[0].flavor)
-            aot[mod.name] |= {s for s in variants.list_blobs(mod.generators[i], env, filt) if not variants.is_api(s)}
+            genv = variants.GeneratorEnv.of(env).for_plan(plan)  # the generation's environment (issue 41)
+            aot[mod.name] |= {s for s in variants.list_blobs(mod.generators[i], genv, filt) if not variants.is_api(s)}
             declared.add(mod.name)
     splits = {m.name: JitSplit(tuple(sorted(aot[m.name])), m.name in declared, _style(m), jit.compiler) for m in mods}
     return dataclasses.replace(

@@ -4,18 +4,19 @@ and the names that read a listing: the CK filter shim, a generator's flavor, the
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from qola.core import deadlines, inputs
 from qola.core import proc as runner
 from qola.core.errors import QolaError
 from qola.core.fsutil import pid_tempdir
-from qola.plan import genrules, listcache
-from qola.plan.model import OUTPUT_DIR, Generator
+from qola.plan import genread, genrules, listcache
+from qola.plan.model import OUTPUT_DIR, Generator, Plan
 from qola.plan.registry import genwrap_script
 
 ARCH_SUFFIX = re.compile(r"_gfx[0-9a-z]+$")  # CK's per-arch filename_suffix (not part of the kernel name)
@@ -34,11 +35,22 @@ def flavor_of(gen: Generator) -> str:
 @dataclass(frozen=True)
 class GeneratorEnv(runner.TimedEnv):
     """What listing a generator's instances reads of the build's environment, resolved once: the
-    environment it runs under (opaque) and ``QOLA_GENERATOR_TIMEOUT`` as set (checked when a
-    generator first runs, :mod:`qola.core.deadlines`)."""
+    environment it runs under (opaque), ``QOLA_GENERATOR_TIMEOUT`` as set (checked when a
+    generator first runs, :mod:`qola.core.deadlines`), and the variables the plan gives every
+    generator (:meth:`for_plan`: the generation gets the same, :func:`qola.plan.genrules.aiter_env`)."""
 
     KNOB = deadlines.GENERATOR
     listings: str | None = None  # where listings are cached (qola.plan.listcache); None: not cached
+    given: tuple[tuple[str, str], ...] = ()  # set over ``child`` for each listing (for_plan)
+
+    def for_plan(self, plan: Plan) -> GeneratorEnv:
+        """This view with the variables ``plan``'s generators get at generation (its archs, its asm
+        dir): a listing sees exactly the environment its generation will."""
+        return replace(self, given=tuple(sorted(genrules.aiter_env(plan.archs, plan.meta_dir).items())))
+
+    def run_env(self) -> runner.ChildEnv:
+        """The environment a listing runs under."""
+        return self.child.plus(dict(self.given))
 
     @classmethod
     def of(cls, env: Mapping[str, str] | runner.TimedEnv) -> GeneratorEnv:
@@ -53,23 +65,24 @@ GenEnv = Mapping[str, str] | GeneratorEnv  # a test's mapping, or the build's re
 
 
 def list_blobs(gen: Generator, env: GenEnv, filt: str | None = None, python: str = sys.executable) -> list[str]:
-    """File stems the generator would write (``--list_blobs``), optionally under ``filt``. Cached
-    (:mod:`qola.plan.listcache`) by the generator's sources, arguments and environment when ``env``
-    names a cache dir."""
+    """File stems the generator would write (``--list_blobs``), optionally under ``filt``. Run under
+    qola's recorder (:mod:`qola.plan.genread`) and cached (:mod:`qola.plan.listcache`) by what it read
+    when ``env`` names a cache dir. ``env``: the plan's view (:meth:`GeneratorEnv.for_plan`)."""
     genv = GeneratorEnv.of(env)
     extra = ["--filter", filt] if filt else []
     wrap = [str(shim())] if filt and ANY_CK in filt else []
+    child = genv.run_env()
     template = [python, *wrap, *gen.argv, "--list_blobs", "<listing>", *extra]  # the key's: no temp path
-    key = listcache.key_of(template, genv.child.as_dict()) if genv.listings else None
-    if key is not None and genv.listings and (hit := listcache.load(genv.listings, key)) is not None:
+    key = listcache.key_of(template) if genv.listings else None
+    if key is not None and genv.listings and (hit := listcache.load(genv.listings, key, child.as_dict())) is not None:
         return hit
     with pid_tempdir("qola-list-") as tmp:  # pid in the name: a killed run's is removed later
-        out = Path(tmp) / "blobs.txt"
+        out, record = Path(tmp) / "blobs.txt", os.path.join(tmp, "reads.json")
         argv = [a.replace(OUTPUT_DIR, str(Path(tmp) / "out")) for a in gen.argv]
-        cmd = [python, *wrap, *argv, "--list_blobs", str(out), *extra]
+        cmd = genread.argv(python, record, [*wrap, *argv, "--list_blobs", str(out), *extra])
         limit = genv.timeout()
         try:  # under the generators' deadline; its output only shown: cut past proc.LOG_KEEP, never held whole
-            done = runner.run(cmd, cwd=tmp, env=genv.child, timeout=limit, out=runner.FOR_LOG)
+            done = runner.run(cmd, cwd=tmp, env=child, timeout=limit, out=runner.FOR_LOG)
         except OSError as exc:
             raise QolaError(f"cannot run `{gen.command}` to list its instances: {exc.strerror}") from None
         except runner.TimeoutExpired as exc:
@@ -85,8 +98,9 @@ def list_blobs(gen: Generator, env: GenEnv, filt: str | None = None, python: str
             )
         listing = inputs.read_checked(out, limit=inputs.MAX_RECORD, what="generator listing").decode()
         stems = [Path(line.strip()).stem for line in listing.splitlines() if line.strip()]
-    if key is not None and genv.listings:
-        listcache.store(genv.listings, key, stems)
+        deps = genread.collect(record, env=child.as_dict(), exclude=[tmp]) if key is not None else None
+    if key is not None and genv.listings and deps is not None:
+        listcache.store(genv.listings, key, stems, deps)
     return stems
 
 

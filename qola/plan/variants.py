@@ -187,7 +187,7 @@ def resolve(
     no variant targets is selected by the receipt alone (what it generates; not what a subset such
     as ``[jit.aot]`` names).
     """
-    lister = _Lister(env, python)
+    lister = _Lister(GeneratorEnv.of(env).for_plan(plan), python)  # the generation's environment
     plan = receipts.mark(plan, lister.listed)
     sels: list[Selection] = []
     targeted: _Targeted = {}

@@ -1,6 +1,7 @@
 """A generator's ``--list_blobs`` listing is cached by its sources, arguments and environment
-(qola.plan.listcache, issue 34): a second ``qola plan`` runs no generator, a changed generator (its
-script or a file of its package) runs it again, and an entry or directory that could have been
+(qola.plan.listcache, issue 34) and, since issue 41, by what the generator read: a second ``qola plan``
+runs no generator, a changed generator (its script, a file it read, a variable it looked up) runs it
+again, a file or variable it never read does not, and an entry or directory that could have been
 tampered with is not trusted. The CK-style generator records each invocation into ``$CK_GEN_CALLS``."""
 
 from __future__ import annotations
@@ -51,16 +52,18 @@ def test_a_second_plan_runs_no_generator_and_a_changed_generator_runs_again(tmp_
     # pytest's per-test bookkeeping variable is no input of the generator: another test's plan hits too
     elsewhere, ran = plan(tmp_path, tree, m, {**env, "PYTEST_CURRENT_TEST": "tests/x.py::test_other (call)"})
     assert ran == 0 and elsewhere == first
-    ops = tree / CK_DIR / "codegen" / "ops" / "__init__.py"  # a file the generator imports, not the script
+    ops = tree / CK_DIR / "codegen" / "ops" / "__init__.py"  # beside the script, never read by it (issue 41)
     ops.write_text("# changed\n")
     changed, ran = plan(tmp_path, tree, m, env)
-    assert ran == 3 and changed == first
+    assert ran == 0 and changed == first
     gen = tree / CK_DIR / "generate.py"
     gen.write_text(gen.read_text().replace("(64, 128)", "(64, 96, 128)"))
     grown, ran = plan(tmp_path, tree, m, env)
     assert ran == 3 and any("fmha_fwd_d96_fp16_gfx9" in files for files in grown.values())
-    _, ran = plan(tmp_path, tree, m, {**env, "CK_EXTRA": "1"})  # another environment: another key
-    assert ran == 3
+    _, ran = plan(tmp_path, tree, m, {**env, "CK_EXTRA": "1"})  # a variable it does not read: no input
+    assert ran == 0
+    _, ran = plan(tmp_path, tree, m, {**env, "CK_GEN_CALLS": str(tmp_path / "calls2")})  # one it reads
+    assert ran == 0 and (tmp_path / "calls2").read_text().count("--list_blobs") == 3
 
 
 def test_an_entry_that_could_have_been_tampered_with_is_not_trusted(tmp_path: Path) -> None:

@@ -83,7 +83,7 @@ def check(plan: Plan, by_module: Mapping[str, Sequence[str]], env: GenEnv,
                 f"{where}: module {module!r} is not built by this manifest",
                 hint=f"modules in the plan: {', '.join(sorted(mods)) or 'none'}",
             )
-        uni = universe(mod, env)
+        uni = universe(mod, variants.GeneratorEnv.of(env).for_plan(plan))  # the generation's environment
         if not uni:
             raise QolaError(
                 f"{where}: module {module} has no generated variants to choose from",

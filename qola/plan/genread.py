@@ -1,0 +1,239 @@
+"""What a generator read: its depfile (issue 41), as ninja keeps a compiler's.
+
+Every generator run, its ``--list_blobs`` listing and its generation alike, runs under qola's
+recorder (:data:`RUNNER`, ``templates/genwrap/record_reads.py``: ``python RUNNER RECORD script
+args…``). The recorder installs an audit hook (:func:`sys.addaudithook`) and a recording
+``os.environ`` in the generator's own interpreter, runs the script as ``python script args`` would,
+and writes, when it ends, the files it opened for reading, the module files it imported (through
+``sys.path.insert`` from anywhere: AITER's ``mha_fwd_generate.py`` imports ``chip_info`` from
+``aiter/jit/utils/``), the directories it listed, the variables it looked up, and whether it
+started another program.
+
+:func:`collect` turns that record into :class:`Deps`: each file with its real path (a link's
+target is part of the key), size, mtime and content hash (files of the interpreter's own
+``stdlib``/``site-packages`` by size and mtime alone), each listed directory's names, each
+variable's value (absent ones too), the interpreter. :func:`unchanged` tells whether they still
+hold (a size and mtime that match spare the hash). A listing (:mod:`qola.plan.listcache`) and a
+generation (:mod:`qola.compile.codegen`) are reused only while their :class:`Deps` hold; a run that
+started a program (what it read is unknown), that could not be recorded, or that read a file qola
+cannot hash (a FIFO, a file past :data:`MAX_INPUT`) has none: it reruns every time. Files the run
+wrote, files under its own temp dirs, ``/proc``, ``/sys`` and ``/dev`` are no inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from qola.core import inputs
+from qola.core.errors import QolaError
+from qola.plan.registry import genwrap_script
+
+FORMAT = 1
+MAX_INPUT = 256 << 20  # one file a generator read (CK's and AITER's largest inputs: a few MiB of CSV)
+PSEUDO = ("/proc/", "/sys/", "/dev/")  # read, never inputs (their content changes by itself)
+# the caller's bookkeeping, never a generator's input, even one that reads the whole environment: the
+# shell's (``_``, ``OLDPWD``, ``SHLVL``) and pytest's (``PYTEST_CURRENT_TEST``: another in every test)
+VOLATILE = frozenset({"_", "OLDPWD", "SHLVL", "PYTEST_CURRENT_TEST"})
+
+# (path, real path, size, mtime_ns, sha256 | "" for a system file | "-" for an absent one)
+File = tuple[str, str, int, int, str]
+
+
+def runner() -> str:
+    """The recorder script a generator runs under."""
+    return str(genwrap_script("record_reads.py"))
+
+
+def argv(python: str, record: str, rest: Sequence[str]) -> list[str]:
+    """The command running ``python rest…`` under the recorder, which writes ``record``."""
+    return [python, runner(), record, *rest]
+
+
+@dataclass(frozen=True)
+class Deps:
+    """What one or several generator runs read, as a key (see the module)."""
+
+    files: tuple[File, ...]
+    dirs: tuple[tuple[str, str], ...]  # (directory, sha256 of its sorted names)
+    env: tuple[tuple[str, str | None], ...]  # (variable, value; None: looked up, absent)
+    python: tuple[tuple[str, str], ...]  # (interpreter's real path, its identity)
+    whole_env: str | None = None  # sha256 of the whole environment, when a run iterated it
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "format": FORMAT,
+            "files": [list(f) for f in self.files],
+            "dirs": [list(d) for d in self.dirs],
+            "env": [list(e) for e in self.env],
+            "python": [list(p) for p in self.python],
+            "whole_env": self.whole_env,
+        }
+
+    @classmethod
+    def from_json(cls, doc: object) -> Deps | None:
+        """The deps ``doc`` holds, None when it is not a record of this format (a miss)."""
+        try:
+            assert isinstance(doc, dict) and doc.get("format") == FORMAT
+            files = tuple(_file(f) for f in doc["files"])
+            dirs = tuple((str(d), str(h)) for d, h in doc["dirs"])
+            env = tuple((str(k), v if v is None else str(v)) for k, v in doc["env"])
+            python = tuple((str(p), str(i)) for p, i in doc["python"])
+            whole = doc.get("whole_env")
+            return cls(files, dirs, env, python, whole if isinstance(whole, str) else None)
+        except (AssertionError, KeyError, TypeError, ValueError):
+            return None
+
+    def paths(self) -> list[str]:
+        """Every file and directory these deps name (links and their targets)."""
+        return sorted({p for f in self.files for p in f[:2] if p} | {d for d, _ in self.dirs})
+
+
+def _file(f: object) -> File:
+    assert isinstance(f, list) and len(f) == 5
+    return (str(f[0]), str(f[1]), int(f[2]), int(f[3]), str(f[4]))
+
+
+def merge(parts: Iterable[Deps | None]) -> Deps | None:
+    """One key over several runs (a module's generators, in order); None when any has none."""
+    got = list(parts)
+    if not got or any(p is None for p in got):
+        return None
+    ds = [p for p in got if p is not None]
+    wholes = {d.whole_env for d in ds if d.whole_env}
+    return Deps(
+        tuple(sorted({f for d in ds for f in d.files})),
+        tuple(sorted({x for d in ds for x in d.dirs})),
+        tuple(sorted({e for d in ds for e in d.env}, key=lambda e: (e[0], e[1] or ""))),
+        tuple(sorted({p for d in ds for p in d.python})),
+        next(iter(wholes)) if len(wholes) == 1 else (None if not wholes else "mixed"),
+    )
+
+
+def absent(path: str) -> Deps:
+    """The deps of a run that did not happen because ``path`` (its script) is absent."""
+    full = os.path.abspath(path)
+    return Deps(((full, os.path.realpath(full), -1, -1, "-"),), (), (), ())
+
+
+def _under(path: str, dirs: Sequence[str]) -> bool:
+    return path.startswith(PSEUDO) or any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def collect(record: str, *, env: Mapping[str, str], exclude: Sequence[str]) -> Deps | None:
+    """The deps of the run that wrote ``record`` under ``env`` (files under ``exclude``: its temp
+    dirs, not inputs); None when it cannot be reused (see the module)."""
+    try:
+        doc = json.loads(inputs.read_record(record, what="generator's read record"))
+        assert isinstance(doc, dict) and doc.get("format") == FORMAT
+        if doc.get("spawned") or doc.get("broken") or doc.get("exit") != 0:
+            return None
+        ex = [os.path.realpath(d) for d in exclude] + list(exclude)
+        system = [str(s) for s in doc["system"]]
+        names = {str(p) for p in (*doc["reads"], *doc["modules"])}
+        files = [_state(p, system) for p in sorted(names) if not _under(p, ex)]
+        dirs = [(d, _names(d)) for d in sorted({str(d) for d in doc["dirs"]}) if not _under(d, ex)]
+        looked = {str(k): (v if v is None else str(v)) for k, v in dict(doc["env"]).items()}
+        python = str(doc["python"])
+    except (OSError, QolaError, AssertionError, KeyError, TypeError, ValueError):
+        return None
+    if any(f is None for f in files) or any(h is None for _, h in dirs):
+        return None
+    looked |= {k: v for k, v in env.items() if k.startswith("PYTHON")}  # what the interpreter itself read
+    real = os.path.realpath(python)
+    return Deps(
+        tuple(f for f in files if f is not None),
+        tuple((d, h) for d, h in dirs if h is not None),
+        tuple(sorted(looked.items(), key=lambda e: (e[0], e[1] or ""))),
+        ((real, _identity(real, str(doc.get("version", "")))),),
+        _whole(env) if doc.get("all_env") else None,
+    )
+
+
+def _identity(real: str, version: str) -> str:
+    try:
+        st = os.stat(real)
+    except OSError:
+        return "absent"
+    return f"{st.st_size}:{st.st_mtime_ns}:{version}"
+
+
+def _whole(env: Mapping[str, str]) -> str:
+    return hashlib.sha256(json.dumps(sorted((k, v) for k, v in env.items() if k not in VOLATILE)).encode()).hexdigest()
+
+
+def _names(directory: str) -> str | None:
+    """sha256 of ``directory``'s sorted names ("-": absent); None when it cannot be listed."""
+    try:
+        listed = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return "-"
+    except OSError:
+        return None
+    return hashlib.sha256("\0".join(listed).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _state(path: str, system: Sequence[str]) -> File | None:
+    """``path`` as a key (absent: "-"); None when it cannot be one (not a regular file, too large)."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:  # looked for, not there (an optional input): its appearance counts
+        return (path, real, -1, -1, "-")
+    except OSError:
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        return (path, real, -1, -1, "dir")
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    if _under(real, system):  # the interpreter's own libraries: by size and mtime (a pip upgrade changes them)
+        return (path, real, st.st_size, st.st_mtime_ns, "")
+    try:
+        digest, _ = inputs.sha256_checked(path, limit=MAX_INPUT, what="generator input")
+    except (OSError, QolaError):
+        return None
+    return (path, real, st.st_size, st.st_mtime_ns, digest)
+
+
+def unchanged(deps: Deps, env: Mapping[str, str]) -> bool:
+    """Whether everything ``deps`` names is still as it was, under ``env``."""
+    if any(env.get(k) != v for k, v in deps.env):
+        return False
+    pythons = {k: v for k, v in deps.env if k.startswith("PYTHON") and v is not None}
+    if {k: v for k, v in env.items() if k.startswith("PYTHON")} != pythons:
+        return False
+    if deps.whole_env is not None and deps.whole_env != _whole(env):
+        return False
+    if any(_identity(real, ident.split(":", 2)[-1]) != ident for real, ident in deps.python):
+        return False
+    if any(_names(d) != h for d, h in deps.dirs):
+        return False
+    return all(_holds(f) for f in deps.files)
+
+
+def _holds(f: File) -> bool:
+    path, real, size, mtime, digest = f
+    if os.path.realpath(path) != real:
+        return False
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return digest == "-"
+    except OSError:
+        return False
+    if digest in ("-", "dir"):
+        return digest == "dir" and stat.S_ISDIR(st.st_mode)
+    if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+        return False
+    if st.st_mtime_ns == mtime:
+        return True
+    if not digest:  # a system file: by size and mtime alone
+        return False
+    try:
+        return inputs.sha256_checked(path, limit=MAX_INPUT, what="generator input")[0] == digest
+    except (OSError, QolaError):
+        return False
