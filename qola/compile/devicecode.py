@@ -9,10 +9,12 @@ codegen stage records them per command: ``GenResult.groups``). Names decide noth
 * CK's naming rule (``…_gfx9`` / ``…_gfx950``: ``genrules.source_archs``) applies to the files CK's
   generator wrote, and a name that names several archs keeps all of them; any other file gets every
   build arch.
-* A unit is host-only when the generator that wrote it writes host code only: CK's dispatch
+* A unit is host-only when the generator that wrote it writes it with host code only: CK's dispatch
   (``fmha_<direction>_api``: it calls launchers other files define, declared in its headers), a
-  per-arch asm generator's launcher (it loads code objects at run time), AITER's C++ API (it calls
-  CK's dispatch and the asm launchers). Every host-only object is then checked
+  per-arch asm generator's launcher (it loads code objects at run time), the API file of an AITER
+  C++ API generator (``mha_fwd_generate.py`` writes ``mha_fwd.cpp``, which calls CK's dispatch and
+  the asm launchers; any other file a generator there writes may hold kernels and keeps its device
+  passes). Every host-only object is then checked
   (:mod:`qola.compile.hostonly`): the rule may be wrong for a future generator, the object cannot be.
 """
 
@@ -28,6 +30,7 @@ from qola.plan.model import Generator
 
 CK, ASM, ITFS, PLAIN = "ck", "asm", "itfs", "plain"
 ITFS_DIR = ("csrc", "cpp_itfs")  # AITER's C++ API generators, under the tree's meta dir
+ITFS_SUFFIX = "_generate.py"  # … named <api>_generate.py; each writes its API, <api>.cpp
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,10 @@ class Writer:
 
     def host_only(self, src: str) -> bool:
         """Whether ``src`` (a file this generator wrote) holds host code only."""
-        if self.kind in (ASM, ITFS):
+        if self.kind == ASM:
             return True
+        if self.kind == ITFS:  # mha_fwd_generate.py writes mha_fwd.cpp (its AITER_API_FILENAME)
+            return Path(src).name == Path(self.script).name.removesuffix(ITFS_SUFFIX) + ".cpp"
         if self.kind != CK:
             return False
         dirs = (self.direction or "fwd").split(",")
@@ -55,7 +60,7 @@ def writer_of(gen: Generator, meta_dir: str | os.PathLike[str]) -> Writer:
     if genrules.asm_arch(script, Path(meta_dir) / "hsa") is not None:
         return Writer(ASM, script, gen.direction)
     itfs = Path(os.path.normpath(meta_dir)).joinpath(*ITFS_DIR)
-    if script and Path(os.path.normpath(script)).parent == itfs:
+    if script.endswith(ITFS_SUFFIX) and Path(os.path.normpath(script)).parent == itfs:
         return Writer(ITFS, script, gen.direction)
     return Writer(PLAIN, script, gen.direction)
 

@@ -209,6 +209,7 @@ p.add_argument("--receipt")
 out = pathlib.Path(p.parse_args().output_dir)
 out.mkdir(parents=True, exist_ok=True)
 (out / "mha_fwd.cpp").write_text("float fmha_fwd(int);\nfloat mha_fwd(int x) { return fmha_fwd(x); }\n")
+(out / "mha_fwd_kernels.cpp").write_text("float mha_fwd_kernel(int x) { return (float)x; }\n")  # not its API
 """
 
 
@@ -269,9 +270,9 @@ def test_ck_files_keep_their_archs_when_an_absent_asm_generator_was_skipped(tmp_
 
 def test_units_whose_generator_writes_no_kernel_compile_for_the_host_alone(tmp_path: Path) -> None:
     """Issue 42: CK's dispatch of a kept direction, the per-arch asm generator's launcher (it loads code
-    objects at run time) and AITER's C++ API (``csrc/cpp_itfs/``) compile with ``--cuda-host-only``
-    (still naming the archs); CK's kernel files, a plain generator's files and the module's own
-    sources keep their device passes."""
+    objects at run time) and AITER's C++ API (``csrc/cpp_itfs/mha_fwd_generate.py``'s ``mha_fwd.cpp``)
+    compile with ``--cuda-host-only`` (still naming the archs); CK's kernel files, another file of the
+    API generator, a plain generator's files and the module's own sources keep their device passes."""
     tree = _writers_tree(tmp_path / "tree")
     cmds = (
         "hsa/gfx942/fmha_v3_fwd/codegen.py --output_dir {}",
@@ -282,4 +283,5 @@ def test_units_whose_generator_writes_no_kernel_compile_for_the_host_alone(tmp_p
     assert host == {"fmha_fwd_api.cpp", "asm_fmha_fwd_v3_gfx942.cpp", "mha_fwd.cpp"}
     assert g["mha_fwd.cpp"]["archs"] == "--offload-arch=gfx942 --offload-arch=gfx950 --cuda-host-only"
     assert g["fmha_fwd_d64_fp16_gfx9.cpp"]["archs"] == "--offload-arch=gfx942"
-    assert g["k_gfx9.cpp"]["archs"] == g["mha_api.cu"]["archs"] == "--offload-arch=gfx942 --offload-arch=gfx950"
+    both = "--offload-arch=gfx942 --offload-arch=gfx950"
+    assert g["k_gfx9.cpp"]["archs"] == g["mha_api.cu"]["archs"] == g["mha_fwd_kernels.cpp"]["archs"] == both
