@@ -97,6 +97,22 @@ def stamp_of(job: GenJob, python: str) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
+NEVER_SAME = "/proc/self"  # its state (the process's own /proc dir) differs in every process
+
+
+def recorded_inputs(blob_dir: Path) -> list[str]:
+    """What the generators writing ``blob_dir`` read when they last ran (their depfile in the stamp
+    beside it), for the no-op record: a build whose generators read a changed file is no no-op. A
+    module whose generators cannot be reused (one started a program) gives :data:`NEVER_SAME`:
+    then no build is a no-op, and its generators run in each."""
+    try:
+        done = json.loads(inputs.read_record(blob_dir.parent / STAMP))
+    except (OSError, ValueError):
+        return []
+    deps = genread.Deps.from_json(done.get("deps")) if isinstance(done, dict) else None
+    return [NEVER_SAME] if deps is None else deps.paths()
+
+
 def generated_sources(blob_dir: Path, module: str = "?") -> tuple[str, ...]:
     """The sources a generator wrote under ``blob_dir``. A name with a control character (a newline
     would break build.ninja's syntax) or one that is not UTF-8 fails the module, naming the file."""

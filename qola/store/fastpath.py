@@ -277,9 +277,12 @@ def input_files(given: GraphInputs) -> list[str]:
     (the generated sources); ``written``: files qola wrote for the graph."""
     tools = list(given.tools)
     files = [given.manifest, *given.tree_files, *given.data, *given.written]
+    from qola.compile.codegen import recorded_inputs  # lazy: read when a build is recorded, not on the no-op path
+
     for d in given.listed_dirs:
         for top, _, _ in os.walk(d):
             files.append(top)
+        files += recorded_inputs(Path(d))  # what its generators read (their depfile, issue 41)
     for d in given.data_dirs:
         if os.path.isdir(d):
             files.append(d)

@@ -1,0 +1,60 @@
+"""A whole build keys its generators by what they read (issue 41): a generator that imports a helper
+from another directory (AITER's ``mha_fwd_generate.py`` imports ``chip_info`` from
+``aiter/jit/utils/`` through ``sys.path.insert``) — a change to the helper alone is no no-op: the
+generator reruns, the changed source is recompiled, and the build after that is a no-op again.
+Before, the no-op record and the generator stamp hashed only the ``*.py`` beside the script: rc 0,
+the library still built from the old generated code."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from support.common import KERNELS, run_qola
+
+GEN = """
+import os, pathlib, sys
+sys.path.insert(0, {lib!r})
+from chip import VALUE
+out = pathlib.Path(sys.argv[sys.argv.index("--output_dir") + 1])
+out.mkdir(parents=True, exist_ok=True)
+(out / "k_value.cu").write_text(f'extern "C" int qk_value() {{{{ return {{VALUE}}; }}}}\\n')
+with open(os.environ["GEN_CALLS"], "a") as fh:
+    fh.write("ran\\n")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_a_helper_imported_from_elsewhere_is_no_no_op(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("__pycache__", "hsa"))
+    lib = tree / "aiter" / "jit" / "utils"
+    lib.mkdir(parents=True, exist_ok=True)
+    (lib / "chip.py").write_text("VALUE = 1\n")
+    (tree / "csrc" / "gen_value.py").write_text(GEN.format(lib=str(lib)))
+    m = tmp_path / "q.toml"
+    m.write_text(
+        '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
+        '[[modules]]\nname = "module_value"\nsrcs = []\nis_python_module = false\n'
+        'blob_gen_cmd = ["csrc/gen_value.py --output_dir {}"]\n'
+    )
+    out, calls = tmp_path / "out", tmp_path / "calls"
+    env = {"GEN_CALLS": str(calls), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def build() -> str:
+        proc = run_qola("build", "-m", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2", env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout + proc.stderr
+
+    build()
+    generated = next((tmp_path / "out.build").rglob("k_value.cu"))
+    assert "return 1;" in generated.read_text() and calls.read_text().count("ran") == 1
+    assert "up to date" in build().lower() and calls.read_text().count("ran") == 1  # a no-op
+    (lib / "chip.py").write_text("VALUE = 22\n")  # the helper alone
+    build()
+    assert "return 22;" in generated.read_text() and calls.read_text().count("ran") == 2
+    assert json.loads((out / "manifest.json").read_text())["modules"][0]["status"] == "built"
+    assert "up to date" in build().lower() and calls.read_text().count("ran") == 2
