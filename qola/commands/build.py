@@ -14,6 +14,7 @@ from qola.pipeline.run import Reporter, build
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from qola.compile.layout import BuildLayout
     from qola.compile.results import CompileReport
@@ -65,6 +66,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="debug: link cpp_itfs libraries without the version script (the audit then fails on leaks)",
     )
+    _output_flags(p)
+    p.set_defaults(func=run)
+
+
+def _output_flags(p: argparse.ArgumentParser) -> None:
+    """What a build does with OUT: --prebuilt, --publish, --keep-going."""
     p.add_argument(
         "--prebuilt",
         metavar="DIR|URL",
@@ -77,7 +84,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="DIR",
         help="after a successful build, store the output's archive (+ .sha256, .json) in DIR by its key",
     )
-    p.set_defaults(func=run)
+    p.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="a module failing, publish the modules that built (a failed one keeps the library OUT "
+        "holds, else it is absent; exit 1); default: publish nothing and leave OUT as it was",
+    )
 
 
 def _remote_flags(p: argparse.ArgumentParser) -> None:
@@ -104,7 +116,7 @@ def _remote_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def summary(report: CompileReport, console: Any, layout: BuildLayout | None = None) -> None:
+def summary(report: CompileReport, console: Any, layout: BuildLayout | None = None, logs: Path | None = None) -> None:
     from rich.table import Table  # lazy: start-up of the CLI and of the no-op path
 
     table = Table(title=f"qola build — {len(report.modules)} module(s) in {report.seconds:.1f} s")
@@ -121,10 +133,10 @@ def summary(report: CompileReport, console: Any, layout: BuildLayout | None = No
             f"{m.seconds:.1f} s",
         )
     console.print(table)
-    problems(report, console, layout)
+    problems(report, console, layout, logs)
 
 
-def problems(report: CompileReport, console: Any, layout: BuildLayout | None = None) -> None:
+def problems(report: CompileReport, console: Any, layout: BuildLayout | None = None, logs: Path | None = None) -> None:
     """Notes, warnings and every failed module's error (the command and the tail of its output),
     printed as plain text (no markup, no wrapping: commands stay copyable)."""
     from qola.compile.results import Status  # lazy: the no-op path loads no compile stage
@@ -149,7 +161,8 @@ def problems(report: CompileReport, console: Any, layout: BuildLayout | None = N
             soft_wrap=True,
         )
         if layout is not None:
-            console.print(f"  full log: {layout.log(m.name)}", markup=False, highlight=False, soft_wrap=True)
+            log = logs / f"{m.name}.log" if logs is not None else layout.log(m.name)
+            console.print(f"  full log: {log}", markup=False, highlight=False, soft_wrap=True)
 
 
 class RichReporter(Reporter):
@@ -270,8 +283,11 @@ def run(args: argparse.Namespace) -> int:
         problems(compiled, reporter.console)
         reporter.console.print(f"dry run: graph written to {report.layout.graph}; {out} untouched")
         return report.exit_code
-    summary(compiled, reporter.console, report.layout)
-    reporter.console.print(f"manifest: {report.manifest_json}")
+    summary(compiled, reporter.console, report.layout, report.logs)
+    if report.note:
+        print(f"{'error' if report.manifest_json is None else 'warning'}: {report.note}", file=sys.stderr)
+    if report.manifest_json is not None:
+        reporter.console.print(f"manifest: {report.manifest_json}")
     if report.key:
         reporter.line(f"build key: {report.key}")
     if report.packaged is not None:

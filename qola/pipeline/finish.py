@@ -5,6 +5,7 @@ packaged with ``--publish``) and the ``--prebuilt`` path's install (:func:`insta
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from qola.compile.layout import BuildLayout, gen_module_dir
 from qola.core import inputs
+from qola.core.errors import QolaError
 from qola.pipeline.report import BuildReport, Reporter
 from qola.pipeline.spec import Resolved
 from qola.store import fastpath
@@ -21,7 +23,7 @@ from qola.store import fastpath
 if TYPE_CHECKING:
     from qola.compile.extras import ModuleExtra
     from qola.compile.rebuild import Recipe, Run
-    from qola.compile.results import CompileReport
+    from qola.compile.results import CompileReport, ModuleResult
     from qola.plan.model import Plan
     from qola.store.key import BuildKey, Material
     from qola.store.prebuilt import Packaged
@@ -61,27 +63,80 @@ def store(publish_to: str | None, layout: BuildLayout, compiled: CompileReport) 
     return prebuilt.package(layout.out, Path(publish_to))
 
 
+@dataclass(frozen=True)
+class Published:
+    """What stage 11 did: OUT/manifest.json of the new version (None: nothing published) and the
+    line that says what a failed module left in OUT."""
+
+    manifest_json: Path | None
+    note: str | None = None
+    logs: Path | None = None  # nothing published: where the failed modules' logs are (in the build dir)
+
+    def report(self, layout: BuildLayout, compiled: CompileReport, key: str, packaged: Packaged | None) -> BuildReport:
+        """The build's report with this publish's outcome."""
+        return BuildReport(
+            layout, compiled, self.manifest_json, key=key, packaged=packaged, note=self.note, logs=self.logs
+        )
+
+
+def _failed_logs(compiled: CompileReport, layout: BuildLayout) -> Path:
+    """The failed modules' logs written into ``BUILD/logs`` (nothing is published: OUT/logs holds the
+    previous version's); private, as published logs are."""
+    from qola.core.fsutil import atomic_write  # lazy: start-up of the CLI and of the no-op path
+
+    where = layout.root / "logs"
+    where.mkdir(parents=True, exist_ok=True)
+    for r in compiled.modules:
+        if not r.built:
+            atomic_write(where / f"{r.name}.log", ("\n".join(r.log) + "\n").encode(), mode=0o600)
+    return where
+
+
 def publish_out(
     compiled: CompileReport,
     layout: BuildLayout,
     extras: Mapping[str, ModuleExtra],
     key: BuildKey,
     settings: Mapping[str, Any],
-) -> Path:
+    keep_going: bool = False,
+) -> Published:
     """Stage 11: what ``compiled`` built (its plan, its toolchain) as a new version of OUT;
-    ``settings``: manifest.json's ``build``."""
+    ``settings``: manifest.json's ``build``. A failed module never takes a good library out of OUT:
+    without ``keep_going`` a build with any failed module publishes nothing (OUT keeps its version
+    whole); with it, the modules that built are published and a failed one keeps the library the
+    previous version holds (:func:`_kept`), else it is absent."""
     from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
     from qola.hooks import jit as jitbuild  # lazy: start-up of the CLI and of the no-op path
     from qola.output.publish import Contents, publish  # lazy: start-up of the CLI and of the no-op path
 
+    failed = [r.name for r in compiled.modules if not r.built]
+    if failed and not keep_going:
+        had = (layout.out / "manifest.json").is_file()
+        return Published(
+            None,
+            f"nothing published: {', '.join(failed)} failed; {layout.out} "
+            + ("keeps its previous version whole" if had else "was not written")
+            + " (--keep-going publishes the modules that built)",
+            _failed_logs(compiled, layout),
+        )
     plan_, tc = compiled.plan, compiled.toolchain
+    kept = _kept(layout.out, compiled, failed)
+    shown = (
+        compiled
+        if not kept
+        else dataclasses.replace(
+            compiled, modules=tuple(kept[r.name][0] if r.name in kept else r for r in compiled.modules)
+        )
+    )
     trees, records = jitbuild.publish_items(compiled, extras, layout)
     built_headers, withdrawn = isolation.module_headers(compiled, plan_, layout)
+    old_headers = [layout.out / "include" / h for h in withdrawn if kept and (layout.out / "include" / h).is_file()]
+    records = {**records, **{name: {"kept": rec} for name, (_, rec) in kept.items()}}
     contents = Contents(
-        headers=[*isolation.headers(plan_, layout), *built_headers],
-        withdrawn=withdrawn,
+        headers=[*isolation.headers(plan_, layout), *built_headers, *old_headers],
+        withdrawn=[h for h in withdrawn if layout.out / "include" / h not in old_headers],
         mode=plan_.mode,
-        texts=isolation.consumers(compiled, plan_, tc),
+        texts=isolation.consumers(shown, plan_, tc),
         trees=trees,
         module_extra=records,
         source_date_epoch=(settings.get("env") or {}).get("SOURCE_DATE_EPOCH"),
@@ -93,7 +148,50 @@ def publish_out(
             "version_check": tc.version_check,
         },
     )
-    return publish(compiled, layout.out, contents)
+    return Published(publish(shown, layout.out, contents), _kept_note(failed, sorted(kept)))
+
+
+def _kept_note(failed: Sequence[str], kept: Sequence[str]) -> str | None:
+    """--keep-going's line: which failed modules kept the previous version's library, which are absent."""
+    if not failed:
+        return None
+    absent = [name for name in failed if name not in kept]
+    parts = [f"kept the previous version: {', '.join(kept)}"] if kept else []
+    parts += [f"absent: {', '.join(absent)}"] if absent else []
+    return "--keep-going: failed module(s) " + "; ".join(parts)
+
+
+def _kept(out: Path, compiled: CompileReport, failed: Sequence[str]) -> dict[str, tuple[ModuleResult, dict[str, Any]]]:
+    """The failed modules whose library OUT's current version holds, unaltered (its recorded sha256):
+    {name: (a built result whose artifact is that library, what manifest.json says of it)}."""
+    from qola.compile.results import Status  # lazy: start-up of the CLI and of the no-op path
+    from qola.core.fsutil import inside  # lazy: start-up of the CLI and of the no-op path
+
+    if not failed:
+        return {}
+    try:
+        data = json.loads(inputs.read_record(out / "manifest.json"))
+        old = {m["name"]: m for m in data.get("modules") or [] if isinstance(m, dict) and m.get("status") == "built"}
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return {}
+    kept: dict[str, tuple[ModuleResult, dict[str, Any]]] = {}
+    for r in compiled.modules:
+        rec = old.get(r.name)
+        if r.name not in failed or rec is None or not isinstance(rec.get("artifact"), str):
+            continue
+        try:
+            lib = inside(out, rec["artifact"])
+            digest = inputs.sha256_checked(lib, limit=1 << 40, what="library")[0]
+        except (OSError, ValueError, QolaError):
+            continue
+        if digest != rec.get("sha256") or lib.name != Path(rec["artifact"]).name:
+            continue
+        note = f"this build failed ({r.error or 'failed'}); the previous version's library is kept"
+        result = dataclasses.replace(
+            r, status=Status.BUILT, artifact=lib, exports=tuple(rec.get("exports") or ()), warnings=(*r.warnings, note)
+        )
+        kept[r.name] = (result, {"build_key": data.get("build_key"), "error": r.error or "failed"})
+    return kept
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,8 @@ class BuildReport:
     key: str | None = None  # the build key (None: not computed: a dry run, the no-op fast path)
     prebuilt: Installed | None = None  # --prebuilt: the archive installed instead of building
     packaged: Packaged | None = None  # --publish: the archive written into the store
+    note: str | None = None  # what a failed module left in OUT (nothing published; --keep-going's kept/absent)
+    logs: Path | None = None  # nothing published: the dir of the failed modules' logs (else OUT/logs)
 
     @property
     def up_to_date(self) -> bool:

@@ -142,7 +142,7 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
             if record is not None and seen is not None and record.get("rebuild"):  # the incremental path
                 preflight.room(layout.out, layout.root)
                 asked = settings_record(begun.asked, seen, record["env_keys"])
-                again = Again(layout, record, seen, begun.child, asked, spec.verbose, spec.publish_to)
+                again = Again(layout, record, seen, begun.child, asked, spec.verbose, spec.publish_to, spec.keep_going)
                 done = _incremental(again, ui)
                 if done is not None:  # None: no usable recipe
                     return done
@@ -198,6 +198,7 @@ class Again:
     asked: Mapping[str, Any]
     verbose: bool
     publish_to: str | None
+    keep_going: bool = False  # --keep-going: publish what built though a module failed
 
 
 def _incremental(again: Again, ui: Reporter) -> BuildReport | None:
@@ -225,14 +226,14 @@ def _incremental(again: Again, ui: Reporter) -> BuildReport | None:
     compiled = _settled_again(recipe, run, outcome, layout.root, mark=mark, start=start).noted(notes)
     compiled = isolation.audit(compiled, compiled.plan, only=run.changed(layout.root))  # 10. audit what ninja relinked
     key = material.key()  # the tree's files rehashed: ninja rebuilt what some of them changed
-    published = finish.publish_out(compiled, layout, {}, key, again.asked)  # 11. publish
+    published = finish.publish_out(compiled, layout, {}, key, again.asked, again.keep_going)  # 11. publish
     if compiled.ok:  # 12. record (the recipe stays: nothing it holds changed)
         after = {**again.record, "rebuild": run.after(compiled, layout.root).to_json()}
         fastpath.rerecord(layout.root, layout.out, after, again.env)
     else:
         fastpath.forget(layout.root)
     packaged = finish.store(again.publish_to, layout, compiled)
-    return BuildReport(layout, compiled, published, key=key.key, packaged=packaged)
+    return published.report(layout, compiled, key.key, packaged)
 
 
 def _ninja_again(again: Again, run: Run, start: float, ui: Reporter) -> tuple[NinjaRun, tuple[str, ...]]:
@@ -328,7 +329,7 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
         return BuildReport(layout, built.compiled, dry_run=True)
     assert key is not None  # computed for every build that is not a dry run
     compiled = isolation.audit(built.compiled, plan_)  # 10. audit
-    published = finish.publish_out(compiled, layout, built.extras, key, r.record)  # 11. publish
+    published = finish.publish_out(compiled, layout, built.extras, key, r.record, spec.keep_going)  # 11. publish
     if compiled.ok and spec.argv and not compiled.stubs:  # 12. record (never over a wrapper's stubs: no no-op)
         eligible = rebuild.eligible(built.extras)
         recipe = rebuild.of(compiled, s.jobs, built.logs, layout.root, s.launcher) if eligible else None
@@ -339,7 +340,7 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
             *(recipe or (None, None)),
         )
     packaged = finish.store(spec.publish_to, layout, compiled)
-    return BuildReport(layout, compiled, published, key=key.key, packaged=packaged)
+    return published.report(layout, compiled, key.key, packaged)
 
 
 def _remote(spec: BuildSpec, ready: Ready) -> Remote | None:

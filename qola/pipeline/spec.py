@@ -77,6 +77,7 @@ class BuildSpec:
     wait: float | None = None  # --wait: for another build holding the same dirs
     prebuilt: str | None = None  # --prebuilt DIR|URL: install the archive of the build key when there is one
     publish_to: str | None = None  # --publish DIR: package the finished output into DIR by its build key
+    keep_going: bool = False  # --keep-going: a module failing, publish the others (default: publish nothing)
     argv: tuple[str, ...] = ()  # the command line as given (the lock shows it; () = none: no fast path)
     # what the no-op fast path keys on: the parsed arguments less how the build is shown or waited for
     # (commands.common.build_key_args); () = the command line as given

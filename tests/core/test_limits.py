@@ -252,7 +252,9 @@ def test_a_loud_failing_generator_publishes_a_capped_log_with_head_and_tail(tmp_
     m = tmp_path / "q.toml"
     m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n' + extra)
     out = tmp_path / "out"
-    done = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), timeout=GENEROUS)
+    done = run_qola(
+        "build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "--keep-going", timeout=GENEROUS
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     log = out / "logs" / "module_gen.log"
     assert 0 < log.stat().st_size < proc.LOG_KEEP + (1 << 20)
@@ -429,7 +431,7 @@ def test_build_waiting_for_a_reader_of_its_output_dir_ends_on_sigterm(tmp_path: 
         'srcs = []\nblob_gen_cmd = ["csrc/gen_fail.py --output_dir {}"]\nis_python_module = false\n'
     )
     out = tmp_path / "out"
-    argv = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out)]
+    argv = ["build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "--keep-going"]
     assert run_qola(*argv, timeout=GENEROUS).returncode == 1  # a first published version (its module failed)
     before = (out / "manifest.json").read_bytes()
     with outdir.reading(out):
