@@ -213,7 +213,9 @@ def hip_flag_set(version_key: tuple[int, int, int, int], archs: Sequence[str], e
         fp4 = int(env.get("AITER_FP4x2", "1"))
     except ValueError:
         fp4 = 1
-    if fp4 > 0 and any(arch_base(a) == "gfx950" for a in archs):
+    # AITER's build_module: when get_gfx() is gfx950, and get_gfx() is the LAST entry of GPU_ARCHS
+    # (chip_info.get_gfx_custom_op_core splits on ';' and takes [-1]): "gfx950;gfx942" has no fp4 type
+    if fp4 > 0 and archs and arch_base(archs[-1]) == "gfx950":
         flags.append("-D__Float4_e2m1fn_x2")
     flags += arch_flags(archs)
     return sorted(set(flags))

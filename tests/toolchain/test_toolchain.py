@@ -176,6 +176,9 @@ def test_aiter_version_dependent_flags() -> None:
         assert flag in new
     assert new == sorted(set(new))
     assert "-D__Float4_e2m1fn_x2" not in hip_mod.hip_flag_set((7, 2, 0, 0), ["gfx950"], {"AITER_FP4x2": "0"})
+    # AITER reads the last GPU_ARCHS entry (chip_info.get_gfx_custom_op_core), not any of them
+    assert "-D__Float4_e2m1fn_x2" not in hip_mod.hip_flag_set((7, 2, 0, 0), ["gfx950", "gfx942"], {})
+    assert "-D__Float4_e2m1fn_x2" in hip_mod.hip_flag_set((7, 2, 0, 0), ["gfx942", "gfx950:xnack-"], {})
 
 
 def test_drop_hip_flags_removes_named_entries_and_refuses_unknown_ones() -> None:
