@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import qola
 from qola import __version__
+from qola.core.secret import redact
 
 if TYPE_CHECKING:
     from qola.plan.manifest import Manifest
@@ -272,7 +273,11 @@ def tree_inputs(plan: Plan, table_files: Iterable[str]) -> list[tuple[str, bool]
 
 
 def _manifest_part(manifest: Manifest) -> Any:
-    return manifest.model_dump(mode="json", exclude=MANIFEST_IGNORED)
+    data = manifest.model_dump(mode="json", exclude=MANIFEST_IGNORED)
+    qola_ = data.get("qola")
+    if isinstance(qola_, dict) and isinstance(qola_.get("aiter_url"), str):  # a clone URL's credentials
+        qola_["aiter_url"] = redact(qola_["aiter_url"])  # change nothing built: no key or record holds them
+    return data
 
 
 def _plan_part(plan: Plan) -> Any:

@@ -214,3 +214,26 @@ def test_an_environment_url_password_reaches_no_record(tmp_path: Path) -> None:
     again = run_qola(*args, env={**env, "QOLA_AITER_URL": "https://user:other@h.invalid/a.git"}, cwd=tmp_path)
     assert again.returncode == 0 and "is up to date" in again.stderr, again.stderr
     assert PASSWORD not in first.stdout + first.stderr and leaked(tmp_path) == []
+
+
+@needs_fake_nvcc
+@pytest.mark.parametrize("given", ["manifest", "flag"])
+def test_a_manifest_or_flag_url_password_reaches_no_record(tmp_path: Path, given: str) -> None:
+    """``[qola].aiter_url`` or ``--aiter-url`` with a password (issue 41 item 4): no file the build
+    leaves (OUT/manifest.json, .qola-noop.json, the locks, the logs) and nothing it prints holds it;
+    the next build is still a no-op."""
+    tree = make_tree(tmp_path / "tree")
+    url = f"https://user:{PASSWORD}@h.invalid/a.git"
+    m = tmp_path / "q.toml"
+    aiter_url = f'aiter_url = "{url}"\n' if given == "manifest" else ""
+    m.write_text(f'[qola]\nnamespace = "qk"\n{aiter_url}[build]\narchitectures = ["sm_90"]\n' + MODULE)
+    args: tuple[Any, ...] = ("build", "--manifest", m, "--aiter-root", tree, "-o", tmp_path / "out", "-j", "2")
+    args += ("--aiter-url", url) if given == "flag" else ()
+    env = {"CUDACXX": str(fake_nvcc(tmp_path / "nvcc"))}
+    first = run_qola(*args, env=env, cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert (tmp_path / "out.build" / ".qola-noop.json").is_file()
+    again = run_qola(*args, env=env, cwd=tmp_path)
+    assert again.returncode == 0 and "is up to date" in again.stderr, again.stderr
+    said = first.stdout + first.stderr + again.stdout + again.stderr
+    assert PASSWORD not in said and leaked(tmp_path) == [(str(m))] * (given == "manifest"), leaked(tmp_path)
