@@ -19,7 +19,10 @@ COMMANDS = {
     "variants": ["variants", *MANIFEST],
     "dry-run": ["build", *MANIFEST, "--dry-run"],
     "refused": ["build", "--manifest", "/nonexistent/q.toml", "--aiter-root", str(KERNELS), "-o", "out"],
+    "audit": ["audit", "/nonexistent/out"],  # refused: no manifest.json
+    "reproduce": ["audit", "/nonexistent/out", "--reproduce"],
 }
+REFUSED = {"refused": "/nonexistent/q.toml", "audit": "/nonexistent/out", "reproduce": "/nonexistent/out"}
 
 
 def _closing(fds: tuple[int, ...]) -> Callable[[], None]:
@@ -48,9 +51,9 @@ def test_a_closed_standard_stream_is_no_traceback(command: str, fds: tuple[int, 
         )
     said = marker.read_text()
     assert "Traceback" not in said and "NoneType" not in said, said
-    if command == "refused":
+    if command in REFUSED:
         assert proc.returncode == 2, said  # the user's mistake, said where it can be
-        assert 2 in fds or "/nonexistent/q.toml" in said, said
+        assert 2 in fds or REFUSED[command] in said, said
     else:
         assert proc.returncode == 0, said
     if command == "dry-run":
