@@ -12,7 +12,8 @@ started another program.
 :func:`collect` turns that record into :class:`Deps`: each file with its real path (a link's
 target is part of the key), size, mtime and content hash (files of the interpreter's own
 ``stdlib``/``site-packages`` by size and mtime alone), each listed directory's names, each
-variable's value (absent ones too), the interpreter. :func:`unchanged` tells whether they still
+variable's value (absent ones too), the interpreter, and each toolchain probe it ran (``hipconfig
+--version``: AITER's ``cpp_extension`` runs it at import) as its argv and the file that ran. :func:`unchanged` tells whether they still
 hold (a size and mtime that match spare the hash). A listing (:mod:`qola.plan.listcache`) and a
 generation (:mod:`qola.compile.codegen`) are reused only while their :class:`Deps` hold; a run that
 started a program (what it read is unknown), that could not be recorded, or that read a file qola
@@ -25,6 +26,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
+import shutil
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -63,6 +66,7 @@ class Deps:
     env: tuple[tuple[str, str | None], ...]  # (variable, value; None: looked up, absent)
     python: tuple[tuple[str, str], ...]  # (interpreter's real path, its identity)
     whole_env: str | None = None  # sha256 of the whole environment, when a run iterated it
+    programs: tuple[tuple[str, str], ...] = ()  # (a toolchain probe's argv, the file it ran: among files)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -72,6 +76,7 @@ class Deps:
             "env": [list(e) for e in self.env],
             "python": [list(p) for p in self.python],
             "whole_env": self.whole_env,
+            "programs": [list(p) for p in self.programs],
         }
 
     @classmethod
@@ -84,7 +89,8 @@ class Deps:
             env = tuple((str(k), v if v is None else str(v)) for k, v in doc["env"])
             python = tuple((str(p), str(i)) for p, i in doc["python"])
             whole = doc.get("whole_env")
-            return cls(files, dirs, env, python, whole if isinstance(whole, str) else None)
+            programs = tuple((str(a), str(p)) for a, p in doc.get("programs", ()))
+            return cls(files, dirs, env, python, whole if isinstance(whole, str) else None, programs)
         except (AssertionError, KeyError, TypeError, ValueError):
             return None
 
@@ -111,6 +117,7 @@ def merge(parts: Iterable[Deps | None]) -> Deps | None:
         tuple(sorted({e for d in ds for e in d.env}, key=lambda e: (e[0], e[1] or ""))),
         tuple(sorted({p for d in ds for p in d.python})),
         next(iter(wholes)) if len(wholes) == 1 else (None if not wholes else "mixed"),
+        tuple(sorted({x for d in ds for x in d.programs})),
     )
 
 
@@ -139,6 +146,10 @@ def collect(record: str, *, env: Mapping[str, str], exclude: Sequence[str]) -> D
         dirs = [(d, _names(d)) for d in sorted({str(d) for d in doc["dirs"]}) if not _under(d, ex)]
         looked = {str(k): (v if v is None else str(v)) for k, v in dict(doc["env"]).items()}
         python = str(doc["python"])
+        programs = [
+            (shlex.join([str(prog), *map(str, argv)]), _which(str(prog), env)) for prog, argv in doc.get("programs", [])
+        ]
+        files += [_state(p, ()) if p else None for _, p in programs]
     except (OSError, QolaError, AssertionError, KeyError, TypeError, ValueError):
         return None
     if any(f is None for f in files) or any(h is None for _, h in dirs):
@@ -151,7 +162,15 @@ def collect(record: str, *, env: Mapping[str, str], exclude: Sequence[str]) -> D
         tuple(sorted(looked.items(), key=lambda e: (e[0], e[1] or ""))),
         ((real, _identity(real, str(doc.get("version", "")))),),
         _whole(env) if doc.get("all_env") else None,
+        tuple(sorted((a, p) for a, p in programs if p)),
     )
+
+
+def _which(prog: str, env: Mapping[str, str]) -> str:
+    """The file ``prog`` names under ``env``'s PATH ("": none)."""
+    if os.sep in prog:
+        return os.path.abspath(prog) if os.path.isfile(prog) else ""
+    return shutil.which(prog, path=env.get("PATH", os.defpath)) or ""
 
 
 def _identity(real: str, version: str) -> str:
@@ -211,6 +230,8 @@ def unchanged(deps: Deps, env: Mapping[str, str]) -> bool:
     if any(_identity(real, ident.split(":", 2)[-1]) != ident for real, ident in deps.python):
         return False
     if any(_names(d) != h for d, h in deps.dirs):
+        return False
+    if any(_which(shlex.split(argv)[0], env) != path for argv, path in deps.programs):
         return False
     return all(_holds(f) for f in deps.files)
 

@@ -139,6 +139,24 @@ def test_a_generator_that_starts_a_program_is_never_reused(tmp_path: Path) -> No
         assert fx.both() == (["k_a", "k_b"], ["k_a", "k_b"], False) and fx.runs() == (n, n)
 
 
+def test_a_toolchain_probe_is_an_input_not_an_unknown_program(tmp_path: Path) -> None:
+    """AITER's cpp_extension runs `hipconfig --version` at import (shutil.which, then subprocess): that
+    probe is recorded as an input (the file that ran), so AITER's API generators are still reused;
+    another hipconfig reruns them."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    probe = bin_dir / "hipconfig"
+    probe.write_text("#!/bin/sh\nprintf 6.4.1\n")
+    probe.chmod(0o755)
+    more = "import shutil, subprocess\nnames.append('v' + subprocess.check_output([shutil.which('hipconfig'), '--version'], text=True).replace('.', '_'))\n"
+    fx = fixture(tmp_path, imports_from(tmp_path / "lib"), more)
+    env = fx.env | {"PATH": f"{bin_dir}:{fx.env['PATH']}"}
+    assert fx.both(env) == (["k_a", "k_b", "v6_4_1"], ["k_a", "k_b", "v6_4_1"], False)
+    assert fx.both(env)[2] and fx.runs() == (1, 1)
+    probe.write_text("#!/bin/sh\nprintf 7.2.0\n")
+    assert fx.both(env) == (["k_a", "k_b", "v7_2_0"], ["k_a", "k_b", "v7_2_0"], False) and fx.runs() == (2, 2)
+
+
 def test_unreadable_neighbours_it_never_reads_are_ignored(tmp_path: Path) -> None:
     """An editor's dangling `.#gen.py` and a FIFO named *.py beside the generator: never opened by it,
     so neither fails the module nor keeps listing and generation from being reused."""

@@ -10,7 +10,8 @@ files it opened for reading and for writing (audit event ``open``), the director
 (``os.listdir``/``os.scandir``, the import system's own listings left out), the module files it
 imported (``sys.modules``, and the sources of the ``.pyc`` files it read), the environment variables
 it looked up (``os.environ``/``os.getenv``; a variable it set itself is not its input), whether it
-iterated the whole environment, and whether it started another program (``subprocess``,
+iterated the whole environment, the toolchain probes it ran (``hipconfig``: :data:`PROBES`, as inputs),
+and whether it started any other program (``subprocess``,
 ``os.system``, ``os.exec*``, ``os.posix_spawn``, ``os.fork``...: then what that program read is unknown,
 and qola never reuses the record). Written by qola (qola.plan.genread); standard library only.
 """
@@ -24,7 +25,10 @@ import sysconfig
 
 SPAWNS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
           "pty.spawn", "os.startfile")  # fmt: skip
-READS, WRITES, DIRS, ENV = set(), set(), set(), {}
+# version probes of the toolchain qola keys its builds on (AITER's cpp_extension runs `hipconfig --version`
+# at import): recorded as inputs (the program's file and its argv), not as an unknown program
+PROBES = ("hipconfig",)
+READS, WRITES, DIRS, ENV, PROGRAMS = set(), set(), set(), {}, set()
 STATE = {"spawned": None, "broken": None, "all_env": False}
 WRITTEN_ENV = set()
 
@@ -57,10 +61,27 @@ def _hook(event, args):
                 p = _path(args[0] if args and args[0] is not None else ".")
                 if p is not None:
                     DIRS.add(p)
-        elif event.startswith(SPAWNS) and STATE["spawned"] is None:
-            STATE["spawned"] = event
+        elif event.startswith(SPAWNS):
+            probe = _probe(event, args)
+            if probe is not None:
+                PROGRAMS.add(probe)
+            elif STATE["spawned"] is None:
+                STATE["spawned"] = event
     except Exception as exc:  # never fail the generator: a record that missed something is not reused
         STATE["broken"] = f"{event}: {exc!r}"
+
+
+def _probe(event, args):
+    """(program as named, its argv) when ``event`` starts one of :data:`PROBES`, else None."""
+    if event not in ("subprocess.Popen", "os.exec", "os.posix_spawn") or len(args) < 2:
+        return None
+    argv = args[1]
+    argv = [argv] if isinstance(argv, (str, bytes)) else list(argv or ())
+    prog = args[0] if args[0] is not None else (argv[0] if argv else "")
+    prog = os.fsdecode(os.fspath(prog))
+    if os.path.basename(prog) not in PROBES or not all(isinstance(a, (str, bytes)) for a in argv):
+        return None
+    return prog, tuple(os.fsdecode(a) for a in argv)
 
 
 class _Environ(type(os.environ)):
@@ -120,6 +141,7 @@ def _write(record_path, script, exit_code):
         "reads": sorted(READS - WRITES),
         "modules": sorted(_modules() - WRITES),
         "dirs": sorted(DIRS),
+        "programs": sorted([p, list(a)] for p, a in PROGRAMS),
         "env": ENV,
         "all_env": STATE["all_env"],
         "spawned": STATE["spawned"],
