@@ -286,7 +286,7 @@ def tree_env(env: Mapping[str, str], tree: AiterTree) -> dict[str, str]:
 
     def named(key: str) -> bool:  # a string literal, in Python or escaped inside the table's JSON strings
         quoted = re.compile(r"""\\?['"]""" + re.escape(key) + r"""\\?['"]""")
-        return any(quoted.search(t) for t in texts)
+        return any(key in t and quoted.search(t) for t in texts)  # the substring test first: no scan
 
     return {k: v for k, v in env.items() if k in PLAN_VARIABLES or k.startswith(ENV_PREFIXES) or named(k)}
 

@@ -6,16 +6,23 @@ carries (:data:`SLOTS`), the layout of a generator's names learned from its own 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from qola.core.errors import QolaError
 from qola.plan import genrules
 
-HDIM = re.compile(r"^d[0-9]+$")
+
+def is_hdim(token: str) -> bool:
+    """``token`` is a head-dimension token (``d128``: ``d`` and ASCII digits), without a regex match
+    per token (a plan of TE's manifest tests half a million tokens)."""
+    digits = token[1:]
+    return token[:1] == "d" and digits.isascii() and digits.isdigit()
+
 
 FAMILY = {"fwd": ("fwd", "fwd_splitkv", "batch_prefill"), "bwd": ("bwd",)}
 # slot -> (options, {token: their values}); a slot holds at most one token of a kernel name.
@@ -47,6 +54,16 @@ SLOTS: dict[str, dict[str, _Slot]] = {
 }
 
 
+@functools.lru_cache(maxsize=256)
+def any_glob(globs: tuple[str, ...]) -> Callable[[str], bool]:
+    """Whether a name matches any of ``globs`` (``fnmatch.fnmatchcase``): one compiled pattern for
+    all of them, not one match per glob and name (TE's plan: half a million matches)."""
+    if not globs:
+        return lambda name: False
+    match = re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs)).match
+    return lambda name: match(name) is not None
+
+
 def kind_of(name: str, direction: str) -> int:
     return next(
         i for i, (_, prefix) in enumerate(genrules.CK_KINDS[direction]) if not prefix or name.startswith(prefix)
@@ -54,7 +71,7 @@ def kind_of(name: str, direction: str) -> int:
 
 
 def _dtype(tokens: list[str]) -> str | None:  # CK names: ..._d<hdim>_<dtype>_...
-    return next((tokens[i + 1] for i, tok in enumerate(tokens[:-1]) if HDIM.match(tok)), None)
+    return next((tokens[i + 1] for i, tok in enumerate(tokens[:-1]) if is_hdim(tok)), None)
 
 
 @dataclass(frozen=True)
@@ -81,7 +98,7 @@ def learn(names: Sequence[str], fam: str, where: str) -> Layout:
         parts = name.split("_")
         pos = {}
         for i, tok in enumerate(parts):
-            slot = "dtype" if i > 0 and HDIM.match(parts[i - 1]) and "dtype" not in pos else toks.get(tok)
+            slot = "dtype" if i > 0 and is_hdim(parts[i - 1]) and "dtype" not in pos else toks.get(tok)
             if slot is not None and slot not in pos:
                 pos[slot] = i
         positions.append(pos | {"$end": len(parts) - 1})
@@ -102,8 +119,10 @@ def learn(names: Sequence[str], fam: str, where: str) -> Layout:
     return Layout(tuple(names), dtypes, tuple(order), adjacent, last)
 
 
-def parse_options(name: str, fam: str) -> dict[str, Any]:
-    """Option values a kernel name states (options it does not carry are absent)."""
+@functools.lru_cache(maxsize=65536)
+def parse_options(name: str, fam: str) -> Mapping[str, Any]:
+    """Option values a kernel name states (options it does not carry are absent); read-only (one
+    answer per name: a plan asks once per variant and name)."""
     parts = name.split("_")
     out: dict[str, Any] = {"dtype": _dtype(parts)} if _dtype(parts) else {}
     toks = _slot_tokens(fam)  # once per name, not per token (TE's plan: 470,000 dicts built)
@@ -153,7 +172,8 @@ def patterns(variant: Mapping[str, Any], fam: str, layout: Layout, where: str) -
             for s, b in zip(sep, idx[1:]):
                 pat += s + str(combo[b])
             out.append(pat + ("" if idx[-1] == len(combo) - 1 and layout.last else "_*"))
-    got = {n for n in layout.names if any(fnmatch.fnmatchcase(n, p) for p in out)}
+    hit = any_glob(tuple(out))
+    got = {n for n in layout.names if hit(n)}
     want_set = {n for n in layout.names if satisfies(n, fam, variant, layout)}
     if got != want_set:
         raise QolaError(
@@ -183,7 +203,7 @@ def _keeps(name: str, variant: Mapping[str, Any], layout: Layout) -> bool:
     """``hdim``/``mode`` on kernel kinds whose names carry them; ``name`` (any-of globs) on each kind
     with the globs that match some name of that kind (bwd's dot_do_o/convert_dq/dq_dk_dv differ)."""
     toks = name.split("_")
-    hdim = next((t for t in toks if HDIM.match(t)), None)
+    hdim = next((t for t in toks if is_hdim(t)), None)
     if "hdim" in variant and hdim is not None and hdim != f"d{variant['hdim']}":
         return False
     mode = next((t for t in toks if t in MODES), None)
@@ -197,6 +217,7 @@ def narrow(pats: tuple[str, ...], layout: Layout, variant: Mapping[str, Any]) ->
     """``pats`` further narrowed by the NARROW options: the exact kernel names left, when fewer."""
     if not pats or not any(k in variant for k in NARROW):
         return pats
-    chosen = [n for n in layout.names if any(fnmatch.fnmatchcase(n, p) for p in pats)]
+    hit = any_glob(pats)
+    chosen = [n for n in layout.names if hit(n)]
     kept = [n for n in chosen if _keeps(n, variant, layout)]
     return pats if len(kept) == len(chosen) else tuple(kept)
