@@ -31,14 +31,16 @@ def report(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> dict[str, 
     """The data ``qola variants`` prints: per selection its instances, per generator the totals."""
     res = V.resolve(plan, manifest, env)
     mods = {m.name: m for m in plan.modules}
-    jobs = [(mods[s.module].generators[s.generator], s.filter) for s in res.selections]
+    jobs = [
+        (mods[s.module].generators[s.generator], res.filter(mods[s.module], s.generator, [s])) for s in res.selections
+    ]
     gens = res.generators()
-    jobs += [(mod.generators[i], V.join_filter(sels, sels[0].flavor)) for mod, i, sels in gens]
+    jobs += [(mod.generators[i], res.filter(mod, i, sels)) for mod, i, sels in gens]
     with ThreadPoolExecutor(max_workers=2) as pool:
         genv = V.GeneratorEnv.of(env).for_plan(plan)  # the environment the generation gets
         found = list(pool.map(lambda j: [n for n in V.list_blobs(j[0], genv, j[1]) if not V.is_api(n)], jobs))
     rows = []
-    for sel, names in zip(res.selections, found, strict=False):
+    for sel, names, (_, job_filter) in zip(res.selections, found, jobs, strict=False):
         gen = mods[sel.module].generators[sel.generator]
         rows.append(
             {
@@ -46,7 +48,7 @@ def report(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> dict[str, 
                 "direction": gen.direction or gen.script,
                 "source": sel.source,
                 "options": dict(sel.options),
-                "filter": sel.filter,
+                "filter": job_filter,
                 "instances": sorted(names),
             }
         )
@@ -56,7 +58,7 @@ def report(plan: Plan, manifest: Manifest, env: Mapping[str, str]) -> dict[str, 
         full = [n for n in res.listings[(mod.name, i)] if not V.is_api(n)]
         totals.setdefault(mod.name, {})[gen.direction or gen.script] = {
             "command": gen.command,
-            "filter": V.join_filter(sels, sels[0].flavor),
+            "filter": res.filter(mod, i, sels),
             "unfiltered": len(full),
             "selected": len(names),
             "reduction": round(len(full) / len(names), 1) if names else None,

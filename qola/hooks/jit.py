@@ -113,7 +113,7 @@ def plan_jit(plan: Plan, manifest: Manifest, env: GenEnv) -> Plan:
                     f"jit.aot: module {mod.name} has variants built ahead but the JIT does not apply to it",
                     hint="add it to [jit] modules or drop its [jit.aot] tables",
                 )
-            filt = variants.join_filter(sels, sels[0].flavor)
+            filt = res.filter(mod, i, sels)
             genv = variants.GeneratorEnv.of(env).for_plan(plan)  # the generation's environment (issue 41)
             aot[mod.name] |= {s for s in variants.list_blobs(mod.generators[i], genv, filt) if not variants.is_api(s)}
             declared.add(mod.name)

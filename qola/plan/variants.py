@@ -4,7 +4,10 @@ Each declared variant (options: scalar, list, or omitted = all) expands to a de-
 product; each concrete variant becomes fnmatch patterns on kernel names. For CK only the option
 tokens (``lse``/``nlse``, …) are known here: which of them a kernel kind carries, their order, and
 the dtypes are learned from the generator's own unfiltered ``--list_blobs``, and every pattern is
-checked to select exactly the listed names whose parsed options satisfy the variant.
+checked to select exactly the listed names whose parsed options satisfy the variant. CK's backward
+generator matches its filter per trait, not per name (:mod:`qola.plan.ckfilter`): each CK filter is
+written for that (:meth:`Resolution.filter`) and the generator is listed under it to check it writes
+what the patterns select (:meth:`Resolution.verify`).
 
 Several variants, one run. CK's ``--filter`` is one fnmatch pattern per kernel kind
 (``dot_do_o@convert_dq@dq_dk_dv``, ``combine@splitkv``) and CK writes its dispatch file from exactly
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qola.core.errors import QolaError
-from qola.plan import genrules, receipts
+from qola.plan import ckfilter, genrules, receipts
 from qola.plan.cknames import FAMILY, NARROW, SLOTS, Layout, check_value, kind_of, learn, narrow, patterns
 from qola.plan.listing import (
     ANY_CK,
@@ -135,6 +138,23 @@ class Resolution:
             for i in range(len(m.generators))
         ]
         return [p for p in pick if p[2]]
+
+    def filter(self, mod: ModulePlan, i: int, sels: Sequence[Selection]) -> str:
+        """The ``--filter`` of generator ``i`` of ``mod`` selecting any of ``sels``: :func:`join_filter`,
+        for CK with its companion kinds written for CK's per-trait match (:func:`ckfilter.for_traits`)."""
+        filt = join_filter(sels, sels[0].flavor)
+        if sels[0].flavor != "ck":
+            return filt
+        return ckfilter.for_traits(mod.generators[i].direction, filt, self.listings[(mod.name, i)])
+
+    def verify(self, env: GenEnv, chosen: Mapping[tuple[str, int], str]) -> None:
+        """Raise QolaError where a CK generator, listed under its ``chosen`` :meth:`filter`, would
+        not write exactly what the filter selects name by name (:func:`ckfilter.verify`)."""
+        genv = GeneratorEnv.of(env).for_plan(self.plan)
+        for mod, i, sels in self.generators():
+            if sels[0].flavor == "ck":
+                where = f"module {mod.name}: {', '.join(dict.fromkeys(s.source for s in sels))}"
+                ckfilter.verify(mod.generators[i], genv, chosen[(mod.name, i)], self.listings[(mod.name, i)], where)
 
 
 def _modules_for(plan: Plan, wanted: str | None, where: str) -> list[ModulePlan]:
@@ -367,7 +387,7 @@ def _key(v: Any) -> str:
 def filters(plan: Plan, manifest: Manifest, env: GenEnv) -> dict[tuple[str, int], str]:
     """(module, generator index) -> the ``--filter`` value selecting every declared variant."""
     res = resolve(plan, manifest, env)
-    return {(mod.name, i): join_filter(sels, sels[0].flavor) for mod, i, sels in res.generators()}
+    return {(mod.name, i): res.filter(mod, i, sels) for mod, i, sels in res.generators()}
 
 
 def with_filters(plan: Plan, chosen: Mapping[tuple[str, int], str]) -> Plan:
@@ -395,5 +415,6 @@ def apply(plan: Plan, manifest: Manifest, env: GenEnv) -> Plan:
     if not (manifest.variants or manifest.mha_fwd_variants or manifest.mha_bwd_variants or asked):
         return plan
     res = resolve(plan, manifest, env)
-    chosen = {(mod.name, i): join_filter(sels, sels[0].flavor) for mod, i, sels in res.generators()}
+    chosen = {(mod.name, i): res.filter(mod, i, sels) for mod, i, sels in res.generators()}
+    res.verify(env, chosen)
     return with_filters(res.plan, chosen)

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from qola.core.errors import QolaError
-from qola.plan import genrules, variants
+from qola.plan import ckfilter, genrules, variants
 from qola.plan.manifest import Manifest
 from qola.plan.model import Generator, ModulePlan, Plan
 from qola.plan.tree.files import read_text
@@ -74,8 +74,18 @@ def check(plan: Plan, by_module: Mapping[str, Sequence[str]], env: GenEnv,
     build's other archs: the same kernel). Raises QolaError for a module outside
     the plan or without listable generators, a name outside the module's universe, and a name the
     manifest's own variant tables exclude."""
+    return _check(plan, by_module, env, where)[0]
+
+
+_Universes = dict[str, dict[int, tuple[list[str], list[str]]]]
+
+
+def _check(plan: Plan, by_module: Mapping[str, Sequence[str]], env: GenEnv,
+           where: str) -> tuple[dict[str, dict[int, list[str]]], _Universes]:  # fmt: skip
+    """:func:`check`, with each named module's :func:`universe`."""
     mods = {m.name: m for m in plan.modules}
     out: dict[str, dict[int, list[str]]] = {}
+    unis: _Universes = {}
     for module, names in sorted(by_module.items()):
         mod = mods.get(module)
         if mod is None:
@@ -83,7 +93,7 @@ def check(plan: Plan, by_module: Mapping[str, Sequence[str]], env: GenEnv,
                 f"{where}: module {module!r} is not built by this manifest",
                 hint=f"modules in the plan: {', '.join(sorted(mods)) or 'none'}",
             )
-        uni = universe(mod, variants.GeneratorEnv.of(env).for_plan(plan))  # the generation's environment
+        uni = unis[module] = universe(mod, variants.GeneratorEnv.of(env).for_plan(plan))  # the generation's env
         if not uni:
             raise QolaError(
                 f"{where}: module {module} has no generated variants to choose from",
@@ -106,18 +116,15 @@ def check(plan: Plan, by_module: Mapping[str, Sequence[str]], env: GenEnv,
                 kernels = {variants.kernel_name(n, "ck") for n in chosen}
                 per[i] = sorted({*chosen, *(s for s in uni[i][1] if variants.kernel_name(s, "ck") in kernels)})
         out[module] = per
-    return out
+    return out, unis
 
 
-def exact_filter(gen: Generator, names: Sequence[str]) -> tuple[str, str | None]:
-    """(``--filter``, wrapper) making ``gen`` write exactly ``names`` (stems) plus its dispatch."""
+def exact_filter(gen: Generator, names: Sequence[str], listing: Sequence[str]) -> tuple[str, str | None]:
+    """(``--filter``, wrapper) making ``gen`` write exactly ``names`` (stems) plus its dispatch;
+    ``listing``: its unfiltered stems (CK: :func:`qola.plan.ckfilter.exact`)."""
     if variants.flavor_of(gen) != "ck":
         return (",".join(names) if names else genrules.NO_KERNEL), None
-    kinds: list[list[str]] = [[] for _ in genrules.CK_KINDS[gen.direction or ""]]
-    for stem in names:
-        kernel = variants.kernel_name(stem, "ck")
-        kinds[variants.kind_of(kernel, gen.direction or "")].append(kernel)
-    filt = "@".join(variants.ANY_CK.join(dict.fromkeys(k)) if k else genrules.NO_KERNEL for k in kinds)
+    filt = ckfilter.exact(gen.direction or "", names, listing)
     return filt, (str(variants.shim()) if variants.ANY_CK in filt else None)
 
 
@@ -134,7 +141,8 @@ def apply(plan: Plan, manifest: Manifest, env: GenEnv) -> Plan:
     wanted = by_module(manifest)
     if not wanted:
         return plan
-    chosen = check(plan, wanted, env)
+    chosen, unis = _check(plan, wanted, env, "usage")
+    genv = variants.GeneratorEnv.of(env).for_plan(plan)
     mods = []
     for mod in plan.modules:
         per = chosen.get(mod.name)
@@ -146,7 +154,10 @@ def apply(plan: Plan, manifest: Manifest, env: GenEnv) -> Plan:
         else:
             gens = list(mod.generators)
             for i, names in per.items():
-                filt, wrap = exact_filter(gens[i], names)
+                every = unis[mod.name][i][0]
+                filt, wrap = exact_filter(gens[i], names, every)
                 gens[i] = dataclasses.replace(gens[i], filter=filt, wrapper=wrap)
+                if variants.flavor_of(gens[i]) == "ck":  # CK writes kernels by trait: list to be sure
+                    ckfilter.verify(gens[i], genv, filt, every, f"usage: module {mod.name}")
             mods.append(dataclasses.replace(mod, generators=tuple(gens)))
     return dataclasses.replace(plan, modules=tuple(mods))
