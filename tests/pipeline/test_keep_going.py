@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ def first(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str]]:
     return tree, m, out, env
 
 
-def build(m: Path, tree: Path, out: Path, env: dict[str, str], *extra: str) -> object:
+def build(m: Path, tree: Path, out: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
     return run_qola(
         "build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "1", *extra, env=env
     )
@@ -66,8 +67,8 @@ def test_a_failed_module_publishes_nothing_by_default(first: tuple[Path, Path, P
     (tree / "csrc" / "gen" / "gen.py").write_text(GEN_FAIL)  # the generator breaks
     (tree / "csrc" / "tiny" / "tiny.cu").write_text((tree / "csrc" / "tiny" / "tiny.cu").read_text() + "// edit\n")
     res = build(m, tree, out, env)
-    assert res.returncode == 1, res.stderr  # type: ignore[attr-defined]
-    err = res.stderr  # type: ignore[attr-defined]
+    assert res.returncode == 1, res.stderr
+    err = res.stderr
     assert "Traceback" not in err and "module_gen" in err and "nothing published" in err, err
     assert str(out) in err and "previous version" in err and "--keep-going" in err, err
     log = out.parent / "out.build" / "logs" / "module_gen.log"  # OUT/logs holds the previous version's
@@ -88,8 +89,8 @@ def test_keep_going_publishes_what_built_and_names_kept_and_absent(
     )
     m.write_text(HEAD + TINY + GEN + NEW)
     res = build(m, tree, out, env, "--keep-going")
-    err = res.stderr  # type: ignore[attr-defined]
-    assert res.returncode == 1 and "Traceback" not in err, err  # type: ignore[attr-defined]
+    err = res.stderr
+    assert res.returncode == 1 and "Traceback" not in err, err
     assert "kept the previous version: module_gen" in err and "absent: module_new" in err, err
     data = json.loads((out / "manifest.json").read_text())
     mods = {x["name"]: x for x in data["modules"]}

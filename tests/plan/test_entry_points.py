@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import itfs_fixture as fx
+import support.itfs_fixture as fx
 from support.common import run_qola
 
 SPLITKV = ("mha_fwd_calculate_num_splits", "mha_fwd_workspace_size")
