@@ -1,15 +1,17 @@
 """Run a module's generator commands into a staging dir, then bring the module's blob dir to it.
 
-A stamp over (commands, filters, the environment qola sets for them: the archs, the merged configs)
-and what the generators read when they last ran (their depfile, :mod:`qola.plan.genread`: every
-file and module they opened, wherever it lies, the variables they looked up, the interpreter)
-skips unchanged runs; a module whose generator started another program has no depfile and
-reruns every time. Every run starts from an empty staging dir, so instances from an earlier filter
-never survive. The blob dir is synced file by file (:func:`qola.core.fsutil.sync_dir`): a generated file
-whose bytes did not change keeps its mtime, so a rerun generator (an edited comment, a new option
-that selects the same instances) recompiles only what it really changed. A generator's exit code
-is checked (AITER ignores it). Staging dirs carry their owner's pid (``.staging-<pid>``,
-``.blob.old-<pid>``): :func:`clean_stale` removes those of killed runs.
+Each generator command is reused or rerun on its own (:mod:`qola.compile.genruns`): its key (its
+command, the variables qola sets for it: the archs, the merged configs it names) and what it read
+when it last ran (its depfile, :mod:`qola.plan.genread`: every file and module it opened, wherever
+it lies, the variables it looked up, the interpreter) decide; a reused command's files are linked
+from the blob dir into the staging dir at its turn, and a generator that started another program
+has no depfile and reruns every time. Every run starts from an empty staging dir, so instances from
+an earlier filter, or a removed generator's files, never survive. The blob dir is synced file by file
+(:func:`qola.core.fsutil.sync_dir`): a generated file whose bytes did not change keeps its mtime, so a
+rerun generator (an edited comment, a new option that selects the same instances) recompiles only
+what it really changed. A generator's exit code is checked (AITER ignores it). Staging dirs carry
+their owner's pid (``.staging-<pid>``, ``.blob.old-<pid>``): :func:`clean_stale` removes those of
+killed runs.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from qola.compile import genruns
 from qola.compile.layout import BLOB, CONFIGS, gen_module_dir
 from qola.core import deadlines, inputs, proc
 from qola.core.errors import FailedProcessError, QolaError
@@ -42,7 +45,7 @@ from qola.plan.tree.aiter_configs import (
 from qola.plan.variants import GenEnv, GeneratorEnv
 
 STAMP = "stamp.json"
-GENERATED_EXTS = (".cu", ".cpp")
+GENERATED_EXTS = genruns.GENERATED_EXTS
 # gen_root/<module>/.staging-<pid>, .blob.old-<pid> (and .old-<pid>, what qola before issue 12 left)
 STAGING_PREFIXES = (".staging-", old_prefix("blob"), ".old-")
 LISTING_PREFIX = "qola-list-"  # <tmp>/qola-list-<pid>-…: a generator's --list_blobs run (qola.plan.variants)
@@ -82,6 +85,7 @@ class GenResult:
     warnings: tuple[str, ...] = field(default=())  # absent per-arch asm generators, skipped
     output: str = ""  # each command run and what it printed (at most proc.LOG_KEEP bytes each: head and tail)
     groups: tuple[tuple[str, ...], ...] = ()  # each generator's sources, in command order (() = not known)
+    reused: tuple[str, ...] = ()  # the commands not run: what they read is unchanged (their files kept)
 
 
 def stamp_of(job: GenJob, python: str) -> str:
@@ -100,17 +104,39 @@ def stamp_of(job: GenJob, python: str) -> str:
 NEVER_SAME = "/proc/self"  # its state (the process's own /proc dir) differs in every process
 
 
-def recorded_inputs(blob_dir: Path) -> list[str]:
-    """What the generators writing ``blob_dir`` read when they last ran (their depfile in the stamp
-    beside it), for the no-op record: a build whose generators read a changed file is no no-op. A
-    module whose generators cannot be reused (one started a program) gives :data:`NEVER_SAME`:
-    then no build is a no-op, and its generators run in each."""
+def _runs_of(blob_dir: Path) -> tuple[list[genruns.RunRecord], list[str]] | None:
+    """The runs the stamp beside ``blob_dir`` records and the variables qola set for them (None: no stamp)."""
     try:
         done = json.loads(inputs.read_record(blob_dir.parent / STAMP))
     except (OSError, ValueError):
+        return None
+    given = done.get("given") if isinstance(done, dict) else None
+    return genruns.load(done), [str(g) for g in given] if isinstance(given, list) else []
+
+
+def recorded_inputs(blob_dir: Path) -> list[str]:
+    """What the generators writing ``blob_dir`` read when they last ran (their depfiles in the stamp
+    beside it), for the no-op record: a build whose generators read a changed file is no no-op. A
+    module whose generators cannot be reused (one started a program, or iterated the whole
+    environment) gives :data:`NEVER_SAME`: then no build is a no-op, and its generators run in each."""
+    got = _runs_of(blob_dir)
+    if got is None:
         return []
-    deps = genread.Deps.from_json(done.get("deps")) if isinstance(done, dict) else None
-    return [NEVER_SAME] if deps is None else deps.paths()
+    runs = got[0]
+    if not runs or any(r.deps is None or r.deps.whole_env is not None for r in runs):
+        return [NEVER_SAME]
+    return sorted({p for r in runs if r.deps is not None for p in r.deps.paths()})
+
+
+def recorded_variables(blob_dir: Path) -> dict[str, str | None]:
+    """The variables the generators writing ``blob_dir`` looked up, each with the hash of the value
+    they read (:func:`qola.plan.genread.value_hash`; None: unset), for the no-op record; those qola
+    sets for them (the archs, its asm dir) are left out: the stamp holds them."""
+    got = _runs_of(blob_dir)
+    if got is None:
+        return {}
+    runs, given = got
+    return {k: v for r in runs if r.deps is not None for k, v in r.deps.env if k not in given}
 
 
 def generated_sources(blob_dir: Path, module: str = "?") -> tuple[str, ...]:
@@ -149,72 +175,74 @@ def run_generators(
     force: bool = False,
     hsa_dir: str | os.PathLike[str] | None = None,
 ) -> GenResult:
-    """Generate ``job`` into ``gen_root/<module>/blob``. Raises FailedProcessError on a failing generator,
+    """Generate ``job`` into ``gen_root/<module>/blob``, each generator command rerun only when what
+    it read changed (:mod:`qola.compile.genruns`). Raises FailedProcessError on a failing generator,
     QolaError on an absent one — except an absent script under ``hsa_dir/<gfx…>/`` (a per-arch asm
     generator, :mod:`qola.plan.genrules`), which is skipped and named in ``GenResult.warnings``."""
     job = write_configs(job, gen_root)
     mod_dir = gen_module_dir(gen_root, job.module)
-    blob = mod_dir / BLOB
-    stamp_file = mod_dir / STAMP
-    stamp = stamp_of(job, python)
+    blob, stamp_file = mod_dir / BLOB, mod_dir / STAMP
     start = time.perf_counter()
     genv = GeneratorEnv.of(env)
-    if not force and (kept := _up_to_date(job, (blob, stamp_file), stamp, genv.child.as_dict())) is not None:
-        return kept
+    keys = run_keys(job, python)
+    prev = [] if force or not blob.is_dir() else (_runs_of(blob) or ([], []))[0]
+    chosen = genruns.reusable(prev, keys, blob, genv.child.as_dict())
+    if prev and len(chosen) == len(keys) and sorted(chosen.values()) == list(range(len(prev))):
+        return _kept(job, blob, [prev[chosen[i]] for i in range(len(keys))])
     mod_dir.mkdir(parents=True, exist_ok=True)
     staging = mod_dir / f".staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
+    stamp_file.unlink(missing_ok=True)  # a run cut short leaves no stamp (reused files are linked from the blob dir)
     try:
-        ran = _generate(job, staging, python, genv, hsa_dir)
+        reuse = {i: prev[j] for i, j in chosen.items()}
+        ran = _generate(job, (staging, blob), python, (genv, keys, reuse), hsa_dir)
         generated_sources(staging, job.module)  # refused before anything reaches the blob dir
-        stamp_file.unlink(missing_ok=True)  # a sync cut short leaves no stamp: the next run redoes it
         sync_dir(staging, blob)
-        deps = genread.merge(ran.deps)  # None: a generator that cannot be reused (it reruns every time)
         record = {
-            "stamp": stamp,
+            "stamp": stamp_of(job, python),
+            "runs_format": genruns.FORMAT,
+            "runs": [r.to_json() for r in ran.runs],
+            "given": sorted(k for k, _ in job.env),
             "commands": ran.commands,
             "warnings": ran.warnings,
             "groups": ran.groups,
-            "deps": None if deps is None else deps.to_json(),
         }
         atomic_write(stamp_file, json.dumps(record, indent=1).encode())
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     sources = generated_sources(blob, job.module)
+    reused = tuple(r.command for i, r in enumerate(ran.runs) if i in reuse and r.ran)
+    done = tuple(c for c in ran.commands if c not in reused)
     return GenResult(
         job.module,
         blob,
         sources,
         False,
         time.perf_counter() - start,
-        tuple(ran.commands),
+        done,
         tuple(ran.warnings),
         "\n".join(ran.output),
         _groups(blob, ran.groups, sources),
+        reused,
     )
 
 
-def _up_to_date(job: GenJob, where: tuple[Path, Path], stamp: str, env: dict[str, str]) -> GenResult | None:
-    """``job``'s result when its blob dir's stamp (``where``: the blob dir, the stamp) says it was
-    generated as ``stamp`` and what its generators read still holds under ``env`` (None: run it)."""
-    blob, stamp_file = where
-    if not (blob.is_dir() and stamp_file.is_file()):
-        return None
-    try:
-        done = json.loads(inputs.read_record(stamp_file))
-        if done.get("stamp") != stamp:
-            return None
-        deps = genread.Deps.from_json(done.get("deps"))
-        if deps is None or not genread.unchanged(deps, env):
-            return None
-        sources = generated_sources(blob, job.module)
-        warnings = tuple(done.get("warnings", ()))
-        return GenResult(
-            job.module, blob, sources, True, 0.0, warnings=warnings, groups=_groups(blob, done.get("groups"), sources)
-        )
-    except (OSError, ValueError):
-        return None
+def run_keys(job: GenJob, python: str) -> list[str]:
+    """Each generator command's key (:func:`qola.compile.genruns.run_key`)."""
+    digests = dict(job.config_digests) or {
+        c.name: hashlib.sha256(render(merge(c)).encode()).hexdigest() for c in job.configs
+    }
+    return [genruns.run_key(argv, job.env, digests) for argv in job.argvs(OUTPUT_DIR, python)]
+
+
+def _kept(job: GenJob, blob: Path, runs: list[genruns.RunRecord]) -> GenResult:
+    """``job``'s result when every one of its runs is reused (``runs``: in command order)."""
+    sources = generated_sources(blob, job.module)
+    warnings = tuple(w for r in runs for w in r.warnings)
+    groups = _groups(blob, [list(r.group) for r in runs if r.ran], sources)
+    reused = tuple(r.command for r in runs if r.ran)
+    return GenResult(job.module, blob, sources, True, 0.0, warnings=warnings, groups=groups, reused=reused)
 
 
 LEFTOVERS = (".rej", ".orig")  # what `patch` leaves beside a file it could not patch or revert cleanly
@@ -250,57 +278,81 @@ def leftover_warning(module: str, script: Path) -> list[str]:
 @dataclass(frozen=True)
 class _Ran:
     """What ``job``'s generators did in the staging dir: each command, each skip's warning, what each
-    printed, the files each wrote (relative to the staging dir), what each read (None: unknown)."""
+    printed, the generated sources each wrote (relative to the staging dir), each one's run record."""
 
     commands: list[str]
     warnings: list[str]
     output: list[str]
     groups: list[list[str]]
-    deps: list[genread.Deps | None]
+    runs: list[genruns.RunRecord]
+
+
+Reuse = tuple[GeneratorEnv, list[str], dict[int, genruns.RunRecord]]  # the env, each run's key, the runs reused
 
 
 def _generate(
-    job: GenJob, staging: Path, python: str, genv: GeneratorEnv, hsa_dir: str | os.PathLike[str] | None
+    job: GenJob, dirs: tuple[Path, Path], python: str, reuse: Reuse, hsa_dir: str | os.PathLike[str] | None
 ) -> _Ran:
-    """Run ``job``'s generators in ``staging``, in order (``genv``: the environment they run under,
-    ``QOLA_GENERATOR_TIMEOUT``); an absent per-arch asm generator is skipped with a warning."""
+    """Run ``job``'s generators in the staging dir (``dirs``: it, the blob dir), in order, or replay
+    those reused (``reuse``: the environment they run under, ``QOLA_GENERATOR_TIMEOUT``, each
+    command's key, the runs reused by index); an absent per-arch asm generator is skipped with a warning."""
     ran = _Ran([], [], [], [], [])
+    genv, keys, reused = reuse
     limit = genv.timeout()
+    staging, blob = dirs
     with pid_tempdir(LISTING_PREFIX) as records:  # pid in the name: a killed run's is removed later
         for i, argv in enumerate(job.argvs(str(staging), python)):
-            _generate_one(job, (argv, os.path.join(records, f"reads-{i}.json")), (staging, genv, limit), hsa_dir, ran)
+            before = genruns.snapshot(staging)
+            if i in reused:
+                genruns.replay(reused[i], blob, staging)
+                _note(ran, replace(reused[i], key=keys[i]), before, staging)
+                ran.output.append(f"$ {shlex.join(argv)}\n(reused: what it read is unchanged)")
+                continue
+            run = (argv, os.path.join(records, f"reads-{i}.json"), keys[i])
+            _note(ran, _generate_one(job, run, (staging, genv, limit), hsa_dir, ran), before, staging)
     return ran
+
+
+def _note(ran: _Ran, run: genruns.RunRecord, before: genruns.Snapshot, staging: Path) -> None:
+    """Add ``run`` to ``ran`` with what it did in ``staging`` since ``before``."""
+    wrote, removed, new = genruns.changes(before, genruns.snapshot(staging))
+    ran.runs.append(replace(run, wrote=wrote, removed=removed, group=new))
+    ran.warnings.extend(run.warnings)
+    if run.ran:
+        ran.commands.append(run.command)
+        ran.groups.append(list(new))  # what this generator wrote: its files' archs
 
 
 def _generate_one(
     job: GenJob,
-    run: tuple[list[str], str],
+    run: tuple[list[str], str, str],
     where: tuple[Path, GeneratorEnv, float | None],
     hsa_dir: str | os.PathLike[str] | None,
     ran: _Ran,
-) -> None:
-    """Run one of ``job``'s generators (``run``: its argv, where its read record goes) into ``ran``."""
-    argv, record = run
+) -> genruns.RunRecord:
+    """Run one of ``job``'s generators (``run``: its argv, where its read record goes, its key); its
+    run record, what it did in the staging dir still to note."""
+    argv, record, key = run
     staging, genv, limit = where
     script = argv[1] if len(argv) > 1 else ""
     arch = asm_arch(script, hsa_dir)
     if arch and not Path(script).exists():
-        ran.warnings.append(skip_warning(job.module, script, arch))
-        return
+        return genruns.RunRecord(
+            key, " ".join(argv), genread.absent(script), warnings=(skip_warning(job.module, script, arch),), ran=False
+        )
     if not Path(script).exists():
         raise QolaError(
             f"module {job.module}: generator script {script} does not exist",
             hint="check blob_gen_cmd in the module table or the manifest",
         )
-    ran.warnings.extend(leftover_warning(job.module, Path(script)))
-    ran.commands.append(" ".join(argv))
-    before = _names(staging)
+    warnings = tuple(leftover_warning(job.module, Path(script)))
     done = _run_one(job.module, (argv, record), staging, genv, limit)
     printed = (done.stdout or "").rstrip("\n")
     shown = f"{printed}\n" if printed else ""
     ran.output.append(f"$ {shlex.join(argv)}\n{shown}(exit code {done.returncode})")
-    ran.groups.append(sorted(_names(staging) - before))  # what this generator wrote: its files' archs
-    ran.deps.append(genread.collect(record, env=genv.child.as_dict(), exclude=[str(staging), os.path.dirname(record)]))
+    deps = genread.collect(record, env=genv.child.as_dict(), exclude=[str(staging), os.path.dirname(record)])
+    read_out = genread.read_under(record, str(staging))
+    return genruns.RunRecord(key, " ".join(argv), deps, read_out=read_out, warnings=warnings)
 
 
 def _run_one(
@@ -324,11 +376,6 @@ def _run_one(
         # the generator's own command, not the recorder's around it
         raise FailedProcessError(argv, exc.returncode, exc.output, hint, reason=exc.reason) from None
     return done
-
-
-def _names(directory: Path) -> set[str]:
-    """The generated sources under ``directory``, relative to it."""
-    return {str(p.relative_to(directory)) for p in directory.rglob("*") if p.suffix in GENERATED_EXTS and p.is_file()}
 
 
 def _groups(blob: Path, recorded: object, sources: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:

@@ -12,7 +12,7 @@ started another program.
 :func:`collect` turns that record into :class:`Deps`: each file with its real path (a link's
 target is part of the key), size, mtime and content hash (files of the interpreter's own
 ``stdlib``/``site-packages`` by size and mtime alone), each listed directory's names, each
-variable's value (absent ones too), the interpreter, and each toolchain probe it ran (``hipconfig
+variable's value as a hash (absent ones too; :func:`value_hash`: no value is kept in clear), the interpreter, and each toolchain probe it ran (``hipconfig
 --version``: AITER's ``cpp_extension`` runs it at import) as its argv and the file that ran. :func:`unchanged` tells whether they still
 hold (a size and mtime that match spare the hash). A listing (:mod:`qola.plan.listcache`) and a
 generation (:mod:`qola.compile.codegen`) are reused only while their :class:`Deps` hold; a run that
@@ -34,9 +34,11 @@ from dataclasses import dataclass
 
 from qola.core import inputs
 from qola.core.errors import QolaError
+from qola.core.secret import redact
 from qola.plan.registry import genwrap_script
 
-FORMAT = 1
+FORMAT = 2  # 2: variables by value_hash (1 kept them in clear)
+RECORD_FORMAT = 1  # what the recorder writes (templates/genwrap/record_reads.py)
 MAX_INPUT = 256 << 20  # one file a generator read (CK's and AITER's largest inputs: a few MiB of CSV)
 PSEUDO = ("/proc/", "/sys/", "/dev/")  # read, never inputs (their content changes by itself)
 # the caller's bookkeeping, never a generator's input, even one that reads the whole environment: the
@@ -63,7 +65,7 @@ class Deps:
 
     files: tuple[File, ...]
     dirs: tuple[tuple[str, str], ...]  # (directory, sha256 of its sorted names)
-    env: tuple[tuple[str, str | None], ...]  # (variable, value; None: looked up, absent)
+    env: tuple[tuple[str, str | None], ...]  # (variable, value_hash of its value; None: looked up, absent)
     python: tuple[tuple[str, str], ...]  # (interpreter's real path, its identity)
     whole_env: str | None = None  # sha256 of the whole environment, when a run iterated it
     programs: tuple[tuple[str, str], ...] = ()  # (a toolchain probe's argv, the file it ran: among files)
@@ -127,6 +129,23 @@ def absent(path: str) -> Deps:
     return Deps(((full, os.path.realpath(full), -1, -1, "-"),), (), (), ())
 
 
+def value_hash(value: str | None) -> str | None:
+    """How a variable's value is kept (None: unset): a hash of it, a URL's credentials masked first
+    (:func:`qola.core.secret.redact`: they change nothing generated), so no record holds a secret."""
+    return None if value is None else hashlib.sha256(redact(value).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def read_under(record: str, directory: str) -> bool:
+    """Whether the run that wrote ``record`` read a file in ``directory`` or listed it (what an
+    earlier generator wrote there); True when the record cannot be read."""
+    try:
+        doc = json.loads(inputs.read_record(record, what="generator's read record"))
+        names = [str(p) for k in ("reads", "dirs") for p in doc[k]]
+    except (OSError, QolaError, KeyError, TypeError, ValueError):
+        return True
+    return any(_under(p, [directory, os.path.realpath(directory)]) for p in names)
+
+
 def _under(path: str, dirs: Sequence[str]) -> bool:
     return path.startswith(PSEUDO) or any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
@@ -136,7 +155,7 @@ def collect(record: str, *, env: Mapping[str, str], exclude: Sequence[str]) -> D
     dirs, not inputs); None when it cannot be reused (see the module)."""
     try:
         doc = json.loads(inputs.read_record(record, what="generator's read record"))
-        assert isinstance(doc, dict) and doc.get("format") == FORMAT
+        assert isinstance(doc, dict) and doc.get("format") == RECORD_FORMAT
         if doc.get("spawned") or doc.get("broken") or doc.get("exit") != 0:
             return None
         ex = [os.path.realpath(d) for d in exclude] + list(exclude)
@@ -144,7 +163,7 @@ def collect(record: str, *, env: Mapping[str, str], exclude: Sequence[str]) -> D
         names = {str(p) for p in (*doc["reads"], *doc["modules"])}
         files = [_state(p, system) for p in sorted(names) if not _under(p, ex)]
         dirs = [(d, _names(d)) for d in sorted({str(d) for d in doc["dirs"]}) if not _under(d, ex)]
-        looked = {str(k): (v if v is None else str(v)) for k, v in dict(doc["env"]).items()}
+        looked = {str(k): value_hash(v if v is None else str(v)) for k, v in dict(doc["env"]).items()}
         python = str(doc["python"])
         programs = [
             (shlex.join([str(prog), *map(str, argv)]), _which(str(prog), env)) for prog, argv in doc.get("programs", [])
@@ -154,7 +173,7 @@ def collect(record: str, *, env: Mapping[str, str], exclude: Sequence[str]) -> D
         return None
     if any(f is None for f in files) or any(h is None for _, h in dirs):
         return None
-    looked |= {k: v for k, v in env.items() if k.startswith("PYTHON")}  # what the interpreter itself read
+    looked |= {k: value_hash(v) for k, v in env.items() if k.startswith("PYTHON")}  # what the interpreter itself read
     real = os.path.realpath(python)
     return Deps(
         tuple(f for f in files if f is not None),
@@ -220,10 +239,10 @@ def _state(path: str, system: Sequence[str]) -> File | None:
 
 def unchanged(deps: Deps, env: Mapping[str, str]) -> bool:
     """Whether everything ``deps`` names is still as it was, under ``env``."""
-    if any(env.get(k) != v for k, v in deps.env):
+    if any(value_hash(env.get(k)) != v for k, v in deps.env):
         return False
     pythons = {k: v for k, v in deps.env if k.startswith("PYTHON") and v is not None}
-    if {k: v for k, v in env.items() if k.startswith("PYTHON")} != pythons:
+    if {k: value_hash(v) for k, v in env.items() if k.startswith("PYTHON")} != pythons:
         return False
     if deps.whole_env is not None and deps.whole_env != _whole(env):
         return False
