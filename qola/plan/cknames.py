@@ -141,6 +141,20 @@ def satisfies(name: str, fam: str, variant: Mapping[str, Any], layout: Layout) -
     return True
 
 
+def stated_by(variant: Mapping[str, Any], fam: str, layouts: Sequence[Layout], layout: Layout) -> dict[str, Any]:
+    """``variant`` as one kernel kind of a generator's traits reads it: an option whose token this
+    kind's names lack but another kind's carry (bwd's ``deterministic``: on dq_dk_dv and convert_dq,
+    not on dot_do_o) does not narrow this kind; CK writes a trait's kinds together. An option no
+    kind carries stays (a kind without a feature's token never has the feature)."""
+    carried = {s for lay in layouts for s in lay.slots}
+    out = {}
+    for opt, value in variant.items():
+        slot = next((s for s, (opts, _) in SLOTS[fam].items() if opt in opts), None)
+        if slot is None or slot in layout.slots or slot not in carried:
+            out[opt] = value
+    return out
+
+
 def patterns(variant: Mapping[str, Any], fam: str, layout: Layout, where: str) -> tuple[str, ...]:
     """fnmatch patterns (any of them) selecting exactly the names of ``layout`` that satisfy ``variant``."""
     choices: list[list[str | None]] = []

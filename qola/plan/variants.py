@@ -31,7 +31,18 @@ from typing import Any
 
 from qola.core.errors import QolaError
 from qola.plan import ckfilter, genrules, receipts
-from qola.plan.cknames import FAMILY, NARROW, SLOTS, Layout, check_value, kind_of, learn, narrow, patterns
+from qola.plan.cknames import (
+    FAMILY,
+    NARROW,
+    SLOTS,
+    Layout,
+    check_value,
+    kind_of,
+    learn,
+    narrow,
+    patterns,
+    stated_by,
+)
 from qola.plan.listing import (
     ANY_CK,
     ANY_PLAIN,
@@ -307,7 +318,10 @@ def _select(
     out = []
     for v in [dict(variant)] if rule is None else receipts.narrowed(variant, rule):
         slotted = {k: x for k, x in v.items() if k not in NARROW}
-        kinds = tuple(narrow(patterns(slotted, fam, lay, f"{mod.name}: {gen.command}"), lay, v) for lay in lays)
+        kinds = tuple(
+            narrow(patterns(stated_by(slotted, fam, lays, lay), fam, lay, f"{mod.name}: {gen.command}"), lay, v)
+            for lay in lays
+        )
         if all(kinds):
             exclude = rule.exclude if rule else ()
             out.append(Selection(mod.name, i, where, tuple(v.items()), kinds, "ck", exclude))

@@ -137,3 +137,17 @@ def test_usage_naming_a_kernel_without_its_trait_is_refused(tmp_path: Path) -> N
 ])  # fmt: skip
 def test_component_matching_is_the_shim_s(name: str, comp: str, hit: bool) -> None:
     assert ckfilter.matches(name, comp) is hit
+
+
+def test_a_bwd_variant_on_an_option_the_companion_kernels_lack(tmp_path: Path) -> None:
+    """``deterministic = true``: dot_do_o's names carry no deterministic token (CK writes it with the
+    deterministic and the non-deterministic traits alike), so the option narrows dq_dk_dv and
+    convert_dq only; it was refused as matching no instance (TE's deterministic backward on the sdist)."""
+    rc, out, err = plan(tmp_path, extra="\n[[mha_bwd_variants]]\nhdim = 128\ndeterministic = true\n")
+    assert rc == 0, err
+    assert files(out) == set(DET)
+    rc, out, err = plan(tmp_path, extra="\n[[mha_bwd_variants]]\nhdim = 128\ndeterministic = false\n")
+    assert rc == 0, err
+    got = files(out)
+    assert got and not got & set(DET[2:]) and all("_deterministic" not in n for n in got), got
+    assert {n for n in got if "dot_do_o" in n} == set(DET[:2])  # the same companions
