@@ -8,6 +8,8 @@
   without them, and a :class:`Secret` of ``user:password``. Every URL qola is given (``--remote``,
   ``--prebuilt``, ``--aiter-url``/``[qola] aiter_url``/``QOLA_AITER_URL``) goes through it before it
   is shown, recorded or passed on.
+* :func:`fingerprint` is how a value that may hold one is kept in a record (a variable a generator
+  read): a hash of it, credentials masked first.
 * :func:`redact` is the last line of defence for text qola writes to the console, a log or a file
   (error messages, the argv recorded in a lock or the no-op record): every URL's credentials become
   ``***``.
@@ -17,6 +19,7 @@ Standard library only, nothing at import time.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from typing import NoReturn
@@ -119,6 +122,12 @@ def redact(text: str) -> str:
         return text
     text = _UNSPLITTABLE.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
     return _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+
+
+def fingerprint(value: str) -> str:
+    """A hash of ``value`` (:func:`redact` first: a URL's credentials change nothing built), what a
+    record keeps instead of a value that may be a secret (a variable a generator looked up)."""
+    return hashlib.sha256(redact(value).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:

@@ -240,18 +240,32 @@ def remember(d: Derived, recipe: Recipe | None = None, run: Run | None = None) -
         written=written,
     )
     files = fastpath.input_files(graph_inputs)
+    env_keys = fastpath.env_keys_of(texts)
     given = [d.manifest_path, r.tree_given]
     resolved = [os.path.abspath(p) for p in [*given, *(t for t in tools if t)]]
     recorded = fastpath.Recorded(
         list(d.argv),
         r.inputs,
-        fastpath.env_keys_of(texts),
+        env_keys,
         files,
         resolved,
         rebuild=None if run is None else run.to_json(),
         key=None if d.material is None else d.material.to_json(),
+        gen_env=_generator_env([layout.blob(name) for name in gen], env_keys),
     )
     fastpath.record(layout.root, layout.out, recorded)
+
+
+def _generator_env(blobs: list[Path], env_keys: list[str]) -> dict[str, str | None]:
+    """The variables the generators looked up when they last ran (those qola sets for them and
+    those the record names anyway left out), each by the fingerprint of the value they read: the
+    no-op record digests them (a change to one is no no-op)."""
+    from qola.compile.codegen import recorded_variables  # lazy: start-up of the CLI and of the no-op path
+
+    found: dict[str, str | None] = {}
+    for blob in blobs:
+        found.update(recorded_variables(blob))
+    return {k: v for k, v in sorted(found.items()) if k not in env_keys}
 
 
 def _dirs(plan_: Plan, hsa: Path) -> list[str]:

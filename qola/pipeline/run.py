@@ -137,7 +137,7 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
                     ui.note(note)
             noop_key = spec.key_args or spec.argv  # the build, not its spelling
             last = fastpath.load(layout.root, noop_key) if noop_key and not spec.dry_run else None
-            seen = None if last is None else recorded_env(begun, last["env_keys"])  # what its digest reads
+            seen = None if last is None else recorded_env(begun, fastpath.names(last))  # what its digest reads
             record = None if last is None or seen is None else fastpath.unchanged(last, layout.root, layout.out, seen)
             if record is not None and seen is not None and record.get("rebuild"):  # the incremental path
                 preflight.room(layout.out, layout.root)

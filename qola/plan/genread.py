@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from qola.core import inputs
 from qola.core.errors import QolaError
-from qola.core.secret import redact
+from qola.core.secret import fingerprint
 from qola.plan.registry import genwrap_script
 
 FORMAT = 2  # 2: variables by value_hash (1 kept them in clear)
@@ -130,9 +130,9 @@ def absent(path: str) -> Deps:
 
 
 def value_hash(value: str | None) -> str | None:
-    """How a variable's value is kept (None: unset): a hash of it, a URL's credentials masked first
-    (:func:`qola.core.secret.redact`: they change nothing generated), so no record holds a secret."""
-    return None if value is None else hashlib.sha256(redact(value).encode("utf-8", "surrogateescape")).hexdigest()
+    """How a variable's value is kept (None: unset): :func:`qola.core.secret.fingerprint`, a hash
+    with a URL's credentials masked first, so no record holds a secret."""
+    return None if value is None else fingerprint(value)
 
 
 def read_under(record: str, directory: str) -> bool:

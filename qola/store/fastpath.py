@@ -3,7 +3,9 @@ milliseconds instead of paying for the manifest schema, the resolver and the too
 
 After a fully successful build, :func:`record` stores a digest over everything the graph was
 derived from: the command line and working dir, the environment variables that can change it
-(:data:`ENV_KEYS`, every ``AITER_CONFIG_*`` variable, and what the module table reads), where the
+(:data:`ENV_KEYS`, every ``AITER_CONFIG_*`` variable, what the module table reads, and every
+variable a generator looked up when it last ran, :func:`qola.compile.codegen.recorded_variables`:
+the record names those, their values enter the digest only as fingerprints), where the
 paths given on the command line resolve to (``--manifest``, ``--aiter-root`` and the compilers may be
 symlinks, re-pointed between two runs), and the (size, mtime, ctime, inode) of every input file and
 directory that ninja itself does not track (the manifest, the module table, generator scripts and
@@ -26,18 +28,18 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import qola
 from qola.compile.layout import NOOP_RECORD
 from qola.core import inputs, proc
-from qola.core.secret import redact, redact_argv
+from qola.core.secret import fingerprint, redact, redact_argv
 from qola.toolchain.identity import COMPILER_ENV, TOOLCHAIN_ENV
 
 RECORD = NOOP_RECORD
-FORMAT = 2
+FORMAT = 3  # 3: the variables the generators looked up (gen_env_keys)
 # what planning reads, what finds and configures the toolchain, what the compilers read (one list,
 # qola.toolchain.identity, shared with the build graph's toolchain stamp)
 ENV_KEYS = tuple(
@@ -127,9 +129,11 @@ def digest(
     env_keys: Sequence[str],
     files: Sequence[str],
     resolved: Sequence[str] = (),
+    gen_env: Mapping[str, str | None] | None = None,
 ) -> str:
     view = _view(env, env_keys)
     payload = {
+        "gen_env": dict(gen_env or {}),
         "format": FORMAT,
         "argv": redact_argv(argv),
         "cwd": os.getcwd(),
@@ -167,6 +171,18 @@ class Recorded:
     resolved: Iterable[str] = ()
     rebuild: Mapping[str, Any] | None = None
     key: Mapping[str, Any] | None = None
+    gen_env: Mapping[str, str | None] = field(default_factory=dict)  # the generators' variables: fingerprints
+
+
+def generator_env(env: RecordedEnv, keys: Iterable[str]) -> dict[str, str | None]:
+    """The fingerprint (:func:`qola.core.secret.fingerprint`; None: unset) of each of ``keys`` in
+    ``env``: the variables the generators looked up, as the no-op record's digest holds them."""
+    return {k: None if (v := env.get(k)) is None else fingerprint(v) for k in keys}
+
+
+def names(data: Mapping[str, Any]) -> list[str]:
+    """Every variable the record ``data`` (:func:`load`) digests: qola's and the generators'."""
+    return [*data["env_keys"], *data.get("gen_env_keys", ())]
 
 
 def record(build_dir: Path, out: Path, what: Recorded) -> None:
@@ -181,7 +197,9 @@ def record(build_dir: Path, out: Path, what: Recorded) -> None:
         "resolved": links,
         "rebuild": what.rebuild,
         "key": what.key,
-        "digest": digest(what.argv, what.env, what.env_keys, files, links),
+        # the names alone: their values only in the digest, as fingerprints (a variable may hold a secret)
+        "gen_env_keys": sorted(what.gen_env),
+        "digest": digest(what.argv, what.env, what.env_keys, files, links, what.gen_env),
     }
     from qola.core.fsutil import atomic_write  # lazy: not on the no-op path
 
@@ -200,6 +218,7 @@ def rerecord(build_dir: Path, out: Path, data: Mapping[str, Any], env: Mapping[s
         data["resolved"],
         rebuild=data.get("rebuild"),
         key=data.get("key"),
+        gen_env=generator_env(_view(env, names(data)), data.get("gen_env_keys", ())),
     )
     record(build_dir, out, again)
 
@@ -216,8 +235,8 @@ def load(build_dir: Path, argv: Sequence[str]) -> dict[str, Any] | None:
         data = json.loads(inputs.read_record(build_dir / RECORD))
         if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("argv") != redact_argv(argv):
             return None
-        keys = data["env_keys"]
-        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        keys, gen = data["env_keys"], data["gen_env_keys"]
+        if not isinstance(keys, list) or not isinstance(gen, list) or not all(isinstance(k, str) for k in keys + gen):
             return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -230,7 +249,8 @@ def unchanged(data: Mapping[str, Any], build_dir: Path, out: Path, env: Recorded
     environment (one that does not cover them: None, a build)."""
     try:
         files, keys, links = data["files"], data["env_keys"], data["resolved"]
-        if not env.covers(keys):
+        gen_keys = data["gen_env_keys"]
+        if not env.covers([*keys, *gen_keys]):
             return None
         from qola.output.outdir import interrupted  # lazy: paid only by the callers that need it
 
@@ -238,7 +258,7 @@ def unchanged(data: Mapping[str, Any], build_dir: Path, out: Path, env: Recorded
             return None
         if published_files(out) != [f for f in files if f.startswith(str(out) + os.sep)]:
             return None
-        if digest(data["argv"], env, keys, files, links) != data.get("digest"):
+        if digest(data["argv"], env, keys, files, links, generator_env(env, gen_keys)) != data.get("digest"):
             return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # not a record this qola wrote: build

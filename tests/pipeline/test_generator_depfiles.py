@@ -58,3 +58,51 @@ def test_a_helper_imported_from_elsewhere_is_no_no_op(tmp_path: Path) -> None:
     assert "return 22;" in generated.read_text() and calls.read_text().count("ran") == 2
     assert json.loads((out / "manifest.json").read_text())["modules"][0]["status"] == "built"
     assert "up to date" in build().lower() and calls.read_text().count("ran") == 2
+
+
+KNOB_GEN = """
+import os, pathlib, sys
+out = pathlib.Path(sys.argv[sys.argv.index("--output_dir") + 1])
+out.mkdir(parents=True, exist_ok=True)
+knob = os.environ.get("MY_GEN_KNOB", "0")
+(out / "k_knob.cu").write_text(f'extern "C" int qk_knob() {{ return {knob}; }}\\n')
+with open(os.environ["GEN_CALLS"], "a") as fh:
+    fh.write("ran\\n")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_a_variable_a_generator_read_is_no_no_op(tmp_path: Path) -> None:
+    """A variable no list of qola's names (fastpath.ENV_KEYS) but a generator looked up: a change is
+    no no-op (before: "up to date", rc 0, the old generated source kept); its value is in no record
+    in clear."""
+    tree = tmp_path / "tree"
+    shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("__pycache__", "hsa"))
+    (tree / "csrc" / "gen_knob.py").write_text(KNOB_GEN)
+    m = tmp_path / "q.toml"
+    m.write_text(
+        '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
+        '[[modules]]\nname = "module_knob"\nsrcs = []\nis_python_module = false\n'
+        'blob_gen_cmd = ["csrc/gen_knob.py --output_dir {}"]\n'
+    )
+    out, calls = tmp_path / "out", tmp_path / "calls"
+    env = {"GEN_CALLS": str(calls), "XDG_CACHE_HOME": str(tmp_path / "cache"), "MY_GEN_KNOB": "0x5EC1"}
+
+    def build(**more: str) -> str:
+        proc = run_qola(
+            "build", "-m", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2", env={**env, **more}
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout + proc.stderr
+
+    build()
+    generated = next((tmp_path / "out.build").rglob("k_knob.cu"))
+    assert "return 0x5EC1;" in generated.read_text() and calls.read_text().count("ran") == 1
+    assert "up to date" in build().lower() and calls.read_text().count("ran") == 1  # a no-op
+    said = build(MY_GEN_KNOB="0x5EC2")
+    assert "up to date (nothing to do)" not in said.lower()
+    assert "return 0x5EC2;" in generated.read_text() and calls.read_text().count("ran") == 2
+    assert "up to date" in build(MY_GEN_KNOB="0x5EC2").lower() and calls.read_text().count("ran") == 2
+    held = [p.name for p in tmp_path.glob("out*/**/*") if p.is_file() and b"0x5EC2" in p.read_bytes()]
+    assert held == ["k_knob.cu"]  # the generated source alone: no record, stamp or log holds the value
