@@ -47,7 +47,7 @@ def test_a_helper_imported_from_elsewhere_is_no_no_op(tmp_path: Path) -> None:
     def build() -> str:
         proc = run_qola("build", "-m", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2", env=env)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        return proc.stdout + proc.stderr
+        return str(proc.stdout + proc.stderr)
 
     build()
     generated = next((tmp_path / "out.build").rglob("k_value.cu"))
@@ -94,7 +94,7 @@ def test_a_variable_a_generator_read_is_no_no_op(tmp_path: Path) -> None:
             "build", "-m", str(m), "--aiter-root", str(tree), "-o", str(out), "-j", "2", env={**env, **more}
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        return proc.stdout + proc.stderr
+        return str(proc.stdout + proc.stderr)
 
     build()
     generated = next((tmp_path / "out.build").rglob("k_knob.cu"))
