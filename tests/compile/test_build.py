@@ -158,7 +158,9 @@ def test_failing_generator_is_a_clear_error(tmp_path: Path) -> None:
     assert (
         r.status == "failed" and "exit code 3" in (r.detail or "") and "cannot generate: no recipe" in (r.detail or "")
     )
-    log = (out / "logs" / "module_gen.log").read_text()
+    # nothing is published (OUT keeps its previous version): the log is in the build dir, named
+    assert report.logs is not None and not (out / "logs").exists()
+    log = (report.logs / "module_gen.log").read_text()
     assert "exit code 3" in log and "cannot generate: no recipe" in log and "gen_fail.py" in log
 
 
