@@ -172,12 +172,18 @@ def aiter_env(archs: tuple[str, ...], meta_dir: str | os.PathLike[str]) -> dict[
     ``GPU_ARCHS`` (the targets, ``;``-separated: its ``chip_info`` reads them, else asks rocminfo,
     absent on build hosts), ``AITER_GPU_ARCHS`` (what ``chip_info.get_gfx_list`` exports: the same
     list, stripped, ``;``-joined; ``hsa/codegen.py`` reads it with ``os.environ[...]``) and
-    ``AITER_ASM_DIR`` (``<meta>/hsa/``, with AITER's trailing slash). The generator stamp covers them."""
+    ``AITER_ASM_DIR`` (``<meta>/hsa/``, with AITER's trailing slash). The generator stamp covers them.
+    Also ``COLUMNS``/``LINES``, fixed: every generator's argparse looks them up (help text width), so
+    a recorded generator reads them (qola.plan.genread); a terminal's size never changes what a
+    generator writes, and taken from the caller's shell a resize would rerun generators and end
+    no-op builds."""
     joined = ";".join(a.strip() for a in archs if a.strip())
     return {
         "GPU_ARCHS": joined,
         "AITER_GPU_ARCHS": joined,
         "AITER_ASM_DIR": f"{os.path.normpath(os.fspath(meta_dir))}/hsa/",
+        "COLUMNS": "80",
+        "LINES": "24",
     }
 
 

@@ -106,3 +106,48 @@ def test_a_variable_a_generator_read_is_no_no_op(tmp_path: Path) -> None:
     assert "up to date" in build(MY_GEN_KNOB="0x5EC2").lower() and calls.read_text().count("ran") == 2
     held = [p.name for p in tmp_path.glob("out*/**/*") if p.is_file() and b"0x5EC2" in p.read_bytes()]
     assert held == ["k_knob.cu"]  # the generated source alone: no record, stamp or log holds the value
+
+
+ARGPARSE_GEN = """
+import argparse, os, pathlib
+p = argparse.ArgumentParser()  # its formatter looks up COLUMNS and LINES (shutil.get_terminal_size)
+p.add_argument("--output_dir")
+out = pathlib.Path(p.parse_args().output_dir)
+out.mkdir(parents=True, exist_ok=True)
+(out / "k_cols.cu").write_text('extern "C" int qk_cols() { return 3; }\\n')
+with open(os.environ["GEN_CALLS"], "a") as fh:
+    fh.write("ran\\n")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_a_terminal_resize_is_still_a_no_op(tmp_path: Path) -> None:
+    """Every generator's argparse reads COLUMNS and LINES: qola gives its generators fixed ones
+    (genrules.aiter_env), so the caller's terminal size is no input (before: a resize reran the
+    generator and ended the no-op)."""
+    tree = tmp_path / "tree"
+    shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("__pycache__", "hsa"))
+    (tree / "csrc" / "gen_cols.py").write_text(ARGPARSE_GEN)
+    m = tmp_path / "q.toml"
+    m.write_text(
+        '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
+        '[[modules]]\nname = "module_cols"\nsrcs = []\nis_python_module = false\n'
+        'blob_gen_cmd = ["csrc/gen_cols.py --output_dir {}"]\n'
+    )
+    out, calls = tmp_path / "out", tmp_path / "calls"
+    env = {"GEN_CALLS": str(calls), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for cols, lines in (("100", "30"), ("133", "41"), ("", "")):
+        proc = run_qola(
+            "build",
+            "-m",
+            str(m),
+            "--aiter-root",
+            str(tree),
+            "-o",
+            str(out),
+            env={**env, "COLUMNS": cols, "LINES": lines},
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert calls.read_text().count("ran") == 1, (cols, proc.stderr)
+        assert cols == "100" or "up to date (nothing to do)" in proc.stderr, proc.stderr
