@@ -165,7 +165,8 @@ class Resolution:
         for mod, i, sels in self.generators():
             if sels[0].flavor == "ck":
                 where = f"module {mod.name}: {', '.join(dict.fromkeys(s.source for s in sels))}"
-                ckfilter.verify(mod.generators[i], genv, chosen[(mod.name, i)], self.listings[(mod.name, i)], where)
+                listing = self.listings[(mod.name, i)]
+                ckfilter.verify(mod.generators[i], genv, chosen[(mod.name, i)], listing, where, implied=True)
 
 
 def _modules_for(plan: Plan, wanted: str | None, where: str) -> list[ModulePlan]:

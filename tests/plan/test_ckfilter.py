@@ -151,3 +151,18 @@ def test_a_bwd_variant_on_an_option_the_companion_kernels_lack(tmp_path: Path) -
     got = files(out)
     assert got and not got & set(DET[2:]) and all("_deterministic" not in n for n in got), got
     assert {n for n in got if "dot_do_o" in n} == set(DET[:2])  # the same companions
+
+
+def test_a_variant_naming_one_tile_gets_the_companions_ck_pairs_with_it(tmp_path: Path) -> None:
+    """A ``name`` glob matching dq_dk_dv kernels only (TE's narrowed CI shape names one tile) leaves
+    the companion kinds open: CK writes the ones the selected traits pair with, and the others the
+    open filter passes are no loss (the maxq tile's convert_dq is never written at all). The check
+    refused this as "named instance(s) not written" (bench/vs_aiter's slice A)."""
+    rc, out, err = plan(tmp_path, extra='\n[[mha_bwd_variants]]\nhdim = 128\nname = "*_b16x16_*"\n')
+    assert rc == 0, err
+    assert files(out) == {
+        "fmha_bwd_dot_do_o_d128_fp16_b64_batch_o2_npad_gfx9",
+        "fmha_bwd_dot_do_o_d128_fp16_b64_batch_o2_ps_gfx9",
+        "fmha_bwd_d128_fp16_batch_b16x16_maxq16_nbias_nmask_ndropout_deterministic_gfx9",
+        "fmha_bwd_d128_fp16_batch_b16x16_maxq16_nbias_nmask_ndropout_ndeterministic_gfx9",
+    }
