@@ -68,11 +68,15 @@ command, ``wait4``). The table: a row per pair (order, loads, each side's CPU an
 generators + flag checks apart) and the mean of the pair ratios, to AITER's compile + link and to all
 of it. Units: qola's ``.ninja_log`` compile edges, the reference's hipcc runs; kernels: the ``.kd``
 symbols of each library's HIP code objects (``qola.output.kernels.device_code_objects``), compared by
-name for every pair. Logs, plans and ``results.json`` (every run, per-command CPU) go under the work
+name for every pair, and each kernel's machine code (its ``.text`` bytes, ``bench/_kernels.py``): a row
+per library and arch, "kernels .text identical: N of M". ``--report-only`` builds nothing and re-renders
+the tables of the run in ``--work-dir`` from its ``results.json`` and the libraries it kept (also into
+``report.md`` there); it runs on the host (pyelftools). Logs, plans and ``results.json`` (every run, per-command CPU) go under the work
 dir. Run it in the ROCm 7 chroot:
 
     bash scripts/rocm7.sh run python bench/vs_aiter.py [--work-dir build/vs_aiter] [-j 2] [--slices AB]
         [--pairs 2] [--first qola|aiter] [--tiny]
+    python bench/vs_aiter.py --report-only --work-dir build/vs_aiter
 """
 
 from __future__ import annotations
@@ -94,15 +98,15 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
+
+from _aiter_report import SIDES, pair_checks, pair_rows, report, table, text_table  # noqa: E402, F401 (tests)
 
 from qola.core.fsutil import write_if_changed  # noqa: E402
-from qola.output.kernels import device_code_objects  # noqa: E402
 from qola.toolchain.hipconfig import shim_text  # noqa: E402
 
 MODULES = ("libmha_fwd", "libmha_bwd")
 SLICES = {"A": ("gfx942",), "B": ("gfx942", "gfx950")}
-SIDES = ("qola", "aiter")
 DROPPED = ("-mllvm -amdgpu-early-inline-all=true",)  # as tests/support/rocm_aiter.py DROP
 FP4_DEFINE = "-D__Float4_e2m1fn_x2"
 # build_module's fixed hip flags, and the ones gated on the HIP version: (flag, lowest, highest) exclusive
@@ -375,77 +379,9 @@ def aiter_run(sl: Slice, pair: int) -> dict[str, Any]:
     return acc
 
 
-def compare(qk: dict[str, Any], ak: dict[str, Any]) -> tuple[bool, dict[str, int], str]:
-    """(same kernel names per module and arch, kernels per arch over the modules, what differs)."""
-    diff, per_arch = [], dict[str, int]()
-    for mod in sorted(set(qk) | set(ak)):
-        for arch in sorted(set(qk.get(mod, {})) | set(ak.get(mod, {}))):
-            q, a = set(qk.get(mod, {}).get(arch, ())), set(ak.get(mod, {}).get(arch, ()))
-            per_arch[arch] = per_arch.get(arch, 0) + len(q)
-            if q != a:
-                diff.append(f"{mod} {arch}: qola-only {len(q - a)}, AITER-only {len(a - q)}")
-    return not diff, per_arch, "; ".join(diff)
-
-
-HEAD = (
-    "| slice | pair | order | load (1 min) qola; AITER, before→after | units qola / AITER "
-    "| CPU s qola / AITER compile+link (+ generators, flag checks) | CPU ratio to AITER's compile+link "
-    "| CPU ratio to all of AITER | wall s qola / all of AITER | wall ratio (all) |\n"
-    "|---|---|---|---|---:|---:|---:|---:|---:|---:|"
-)
-
-
-def pair_rows(name: str, archs: tuple[str, ...], runs: list[dict[str, Any]]) -> str:
-    """One row per pair (in its run order) and the mean of the pair ratios."""
-    rows, ratios = [], []
-    for pair in sorted({r["pair"] for r in runs}):
-        mine = [r for r in runs if r["pair"] == pair]
-        q, a = (next(r for r in mine if r["side"] == s) for s in SIDES)
-        order = ", ".join("qola" if r["side"] == "qola" else "AITER" for r in mine)
-        ratio = (q["cpu"] / a["cpu"], q["cpu"] / a["all_cpu"], q["wall"] / a["all_wall"])
-        ratios.append((q["cpu"], a["cpu"], a["gen_cpu"], *ratio, q["wall"], a["all_wall"]))
-        load = "; ".join(f"{r['load'][0]:.1f}→{r['load'][1]:.1f}" for r in (q, a))
-        rows.append(
-            f"| {name} | {pair} | {order} | {load} | {len(q['units'])} / {len(a['units'])} "
-            f"| {q['cpu']:.0f} / {a['cpu']:.0f} (+ {a['gen_cpu']:.0f}) | {ratio[0]:.2f}× | {ratio[1]:.2f}× "
-            f"| {q['wall']:.0f} / {a['all_wall']:.0f} | {ratio[2]:.2f}× |"
-        )
-    n = len(ratios)
-    qc, ac, ag, r0, r1, r2, qw, aw = (sum(col) / n for col in zip(*ratios))  # the means, column by column
-    rows.append(
-        f"| {name} | mean of {n} ({'+'.join(archs)}) | | | | {qc:.0f} / {ac:.0f} (+ {ag:.0f}) | **{r0:.2f}×** "
-        f"| **{r1:.2f}×** | {qw:.0f} / {aw:.0f} | {r2:.2f}× |"
-    )
-    return "\n".join(rows)
-
-
 def finish_slice(sl: Slice, plan: dict[str, float], runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The slice's record: its runs, the kernels of every pair compared, the last pair's library sizes."""
-    checks = []
-    for pair in sorted({r["pair"] for r in runs}):
-        q, a = (next(r for r in runs if r["pair"] == pair and r["side"] == s) for s in SIDES)
-        qk, ak = ({m: device_code_objects(p) for m, p in r["libs"].items()} for r in (q, a))
-        same, per_arch, diff = compare(qk, ak)
-        sizes = {m: (q["libs"][m].stat().st_size, a["libs"][m].stat().st_size) for m in sl.modules}
-        checks.append({"pair": pair, "same": same, "per_arch": per_arch, "diff": diff, "sizes": sizes,
-                       "kernels": {"qola": qk, "aiter": ak}})  # fmt: skip
-    return {"slice": sl.name, "archs": sl.archs, "plan": plan, "runs": runs, "checks": checks}
-
-
-def table(results: list[dict[str, Any]]) -> str:
-    out = [HEAD] + [pair_rows(r["slice"], tuple(r["archs"]), r["runs"]) for r in results]
-    for r in results:
-        last = r["checks"][-1]
-        same = all(c["same"] for c in r["checks"])
-        kern = ", ".join(f"{arch}: {n}" for arch, n in last["per_arch"].items())
-        differ = " / ".join(f"pair {c['pair']}: {c['diff']}" for c in r["checks"] if not c["same"])
-        kern += "; same names on both sides in every pair" if same else f"; **DIFFER**: {differ}"
-        sizes = "; ".join(f"{m} {q:,} / {a:,}" for m, (q, a) in last["sizes"].items())
-        out.append(
-            f"\nSlice {r['slice']}: cold `qola plan` {r['plan']['cpu']:.0f} s CPU ({r['plan']['wall']:.0f} s wall; "
-            f"part of each qola run). HIP kernels per arch: {kern}. .so bytes qola / AITER: {sizes}."
-        )
-    return "\n".join(out)
+    """The slice's record: its runs, every pair's kernels compared by name and by ``.text``, library sizes."""
+    return {"slice": sl.name, "archs": sl.archs, "plan": plan, "runs": runs, "checks": pair_checks(sl.modules, runs)}
 
 
 def one_slice(name: str, args: argparse.Namespace, work: Path, results: list[dict[str, Any]]) -> None:
@@ -465,6 +401,16 @@ def one_slice(name: str, args: argparse.Namespace, work: Path, results: list[dic
     (work / "results.json").write_text(json.dumps(results, indent=1, default=str))
 
 
+def report_only(work: Path) -> int:
+    """Print (and write to ``report.md``) the tables of the run in ``work``, its kernel checks redone."""
+    if not (work / "results.json").is_file():
+        raise SystemExit(f"vs_aiter: {work / 'results.json'} not found: --report-only needs a finished run's work dir")
+    text = table(report(json.loads((work / "results.json").read_text())))
+    (work / "report.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work-dir", type=Path, default=REPO / "build" / "vs_aiter", help="logs, builds, results.json")
@@ -474,7 +420,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=2, help="pairs of runs per slice, ABAB (default 2)")
     ap.add_argument("--first", choices=SIDES, default="qola", help="the side pair 0 starts with (default qola)")
     ap.add_argument("--tiny", action="store_true", help="the forward module and one kernel: a check, not a measurement")
+    ap.add_argument(
+        "--report-only",
+        action="store_true",
+        help="build nothing: the tables of the run in --work-dir (results.json, the libraries it kept)",
+    )
     args = ap.parse_args(argv)
+    if args.report_only:
+        return report_only(args.work_dir.resolve())
     if bad := set(args.slices) - set(SLICES):
         ap.error(f"--slices: unknown slice(s) {''.join(sorted(bad))}; known: {''.join(SLICES)}")
     schedule(args.pairs)  # a bad --pairs fails before any work

@@ -5,21 +5,39 @@ never changed, never committed here), both tools build one slice of TE's manifes
 (``bench/_slices.py``: ``tiny``, ``A``, ``B`` = TE's two-arch slice) from one copy of the amd-aiter sdist
 in the ROCm 7 chroot, one after the other, with fresh output dirs. Compared, side by side: the CK files
 each generated per direction, the exported and undefined dynamic symbols of each library (``nm -DC``),
-the kernels per arch in each library's ``.hip_fatbin`` (``qola.output.kernels.device_code_objects``),
-the public headers' declarations, and the output layout (relative file list); plus each side's CPU
+the kernels per arch in each library's ``.hip_fatbin`` (``qola.output.kernels.device_code_objects``)
+and each kernel's machine code (its ``.text`` bytes, hashed: ``bench/_kernels.py``), the public headers' declarations, and the output layout (relative file list); plus each side's CPU
 (children's rusage) and wall. One table; ``results.json`` and the logs go under the work dir.
 
     QOLA_ROCM7_BIND=/work/scratch bash scripts/rocm7.sh run \\
         python bench/vs_qola.py /work/scratch/qola-src --slice B [-j 2] [--work-dir build/vs_qola]
+    python bench/vs_qola.py --report-only --work-dir build/vs_qola   # the table again, from the files kept
+
+``--report-only`` builds nothing: it redoes the comparison from the work dir a run left (both sides'
+output dirs, qola's generated files, QoLA's ``_jit_build/``; CPU and wall from ``results.json``), prints
+it and writes ``report.md`` there. It needs ``nm`` and pyelftools, not the chroot.
 
 Known differences (the table's "docs" column names the key; docs/coming-from-qola.md explains each):
 
 - ``output-dir``: QoLA leaves AITER's build dir (``_jit_build/``: objects, generated sources) and its
-  embedded-code-object headers (``_embedded_hsa/``) in the output dir; qola keeps them in
-  ``--build-dir`` and adds ``share/``, ``logs/`` (``--output-dir`` row).
+  embedded-code-object headers (``_embedded_hsa/``) in the output dir, and copies
+  ``configs/model_configs/`` whole (its ``README.md`` too); qola keeps its build files in
+  ``--build-dir``, copies the CSVs only, and adds ``.qola/``, ``share/``, ``logs/``, ``lib/pkgconfig/``
+  and ``include/qola_embedded_<module>.h`` (``output`` rows).
 - ``drop-directions``: a dropped direction keeps its dispatch file in qola where code that stays
   calls it (CK files of ``fwd_splitkv``/``batch_prefill``: one ``*_api`` file each), so qola links
   ``--no-undefined``; QoLA's library has those dispatch symbols undefined (``drop_directions`` row).
+- ``const-ref``: qola's entry points take every class the tree passes by value by const reference, as
+  QoLA's hand-written wrappers take ``mha_fwd_args``; on the sdist the tree also passes ``std::string``
+  by value, which QoLA's W9-ported wrapper keeps (``exported symbols`` rows). On TE's pins (two
+  parameters) both mangle the same.
+- ``version-symbol``: qola exports ``<ns>_qola_version`` from every library (``exported symbols``).
+- ``embedded-headers``: qola ships ``qola_embedded_<module>.h`` in ``include/`` (``public header files``).
+- ``header-macros``: ``qola_common.h`` / ``qola_config.h`` hold every QoLA macro and qola's own.
+- ``alias-spelling``: qola's generated ``qola_mha_*.h`` spell the tree's types through aliases
+  (``aiter::qola_api_<ns>::``): same functions, other text.
+- ``bwd-workspace``: QoLA's ``qola_mha_bwd.h`` declares ``mha_bwd_workspace_size``, which neither
+  library defines where CK lacks ``fmha_bwd_launcher`` (the sdist; qola's plan says so).
 - ``variants``: QoLA applies ``[[mha_*_variants]]`` in pybind mode only; a cpp_itfs module builds
   every kernel of the receipt. So that both build the same kernels, QoLA gets qola's generator commands
   with their variant filters (W10) (``[[mha_fwd_variants]]`` row).
@@ -74,6 +92,7 @@ import tomllib
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
+from _kernels import compare_text, library_text  # noqa: E402
 from _qola_port import DRIVER, HIPCONFIG, make_tree, prepare_qola, qola_commit, qola_manifest  # noqa: E402
 from _slices import MODULES, NS, SLICES, child_cpu, slice_manifest  # noqa: E402
 
@@ -81,10 +100,20 @@ DROP = ("-mllvm -amdgpu-early-inline-all=true",)
 BUILD_DIRS = ("_jit_build", "_embedded_hsa")  # AITER's build dir and QoLA's headers, in QoLA's output
 DIRECTIONS = ("fmha_fwd_splitkv", "fmha_batch_prefill", "fmha_pagedkv_prefill", "fmha_bwd", "fmha_fwd")
 KNOWN = {
-    "output-dir": "QoLA leaves _jit_build/ and _embedded_hsa/ in the output; qola adds share/, logs/",
+    "output-dir": "QoLA leaves _jit_build/, _embedded_hsa/ and configs/model_configs/README.md in the output; "
+    "qola adds .qola/, share/, logs/, lib/pkgconfig/ and its embedded-code-object headers",
     "drop-directions": "qola keeps a dropped direction's dispatch file and links --no-undefined",
     "variants": "QoLA builds cpp_itfs variants only through the generator filters it is given (W10)",
+    "const-ref": "qola takes every class the tree passes by value by const reference (std::string here); "
+    "QoLA's W9 wrapper keeps the tree's by-value std::string",
+    "version-symbol": "qola exports <ns>_qola_version from every library",
+    "embedded-headers": "qola ships qola_embedded_<module>.h (its embedded code objects' index) in include/",
+    "header-macros": "qola_common.h / qola_config.h: every QoLA macro, plus qola's own (C names, version, visibility)",
+    "alias-spelling": "qola's generated headers spell the tree's types through aliases (aiter::qola_api_<ns>::)",
+    "bwd-workspace": "QoLA's qola_mha_bwd.h declares mha_bwd_workspace_size, which neither library defines "
+    "on a CK without fmha_bwd_launcher",
 }
+VERSION_SYMBOL = re.compile(r"\w+_qola_version\Z")
 
 
 # ---- pure parts (tests/compile/test_bench_vs_qola.py) ----
@@ -153,10 +182,52 @@ def row(aspect: str, ours: set[str], theirs: set[str], known: str = "") -> dict[
 
 
 def layout_known(ours: set[str], theirs: set[str]) -> str:
-    """``output-dir`` when every difference of the layouts is under a top dir the docs name."""
-    tops_q = {p.split("/")[0] for p in ours - theirs}
-    tops_Q = {p.split("/")[0] for p in theirs - ours}
-    return "output-dir" if tops_q <= {"share", "logs", "jit"} and tops_Q <= set(BUILD_DIRS) else ""
+    """``output-dir`` when every difference of the layouts is a path the docs name: qola's own dirs and
+    embedded-code-object headers, QoLA's build dirs and the README its model_configs copy brings."""
+    q_ok = ("share/", "logs/", "jit/", ".qola/", "lib/pkgconfig/", "include/qola_embedded_")
+    Q_ok = (*(f"{d}/" for d in BUILD_DIRS), "configs/model_configs/README.md")
+    known = all(p.startswith(q_ok) for p in ours - theirs) and all(p.startswith(Q_ok) for p in theirs - ours)
+    return "output-dir" if known else ""
+
+
+def _by_value(sym: str) -> str:
+    """A demangled signature with every parameter's ``const&`` dropped (by value and by const reference alike)."""
+    return re.sub(r" const&(?=[,)])", "", sym)
+
+
+def exports_known(ours: set[str], theirs: set[str]) -> str:
+    """The keys that explain every difference of two libraries' exports (``""`` when one is unexplained)."""
+    version = {s for s in ours - theirs if VERSION_SYMBOL.match(s)}
+    rest_q, rest_Q = ours - version, set(theirs)
+    if {_by_value(s) for s in rest_q} != {_by_value(s) for s in rest_Q}:
+        return ""
+    return ", ".join(k for k, hit in (("const-ref", rest_q != rest_Q), ("version-symbol", bool(version))) if hit)
+
+
+def _function(decl: str) -> str:
+    m = re.search(r"(\w+)\(", decl)
+    return m.group(1) if m else ""
+
+
+def decls_known(ours: set[str], theirs: set[str], exported: set[str]) -> str:
+    """The keys that explain every difference of a public header's declarations on the two sides."""
+    only_q, only_Q = ours - theirs, theirs - ours
+    if only_q and not only_Q and all(d.startswith("#define ") for d in only_q):
+        return "header-macros"
+    q_funcs = {_function(d) for d in only_q if not d.startswith("#define ")}
+    keys = []
+    for d in only_Q:
+        f = _function(d)
+        if f and f in q_funcs and all("qola_api_" in x for x in only_q if _function(x) == f):
+            keys.append("alias-spelling")
+        elif f and not any(f"::{f}(" in s or s.startswith(f"{f}(") for s in exported):
+            keys.append("bwd-workspace" if f == "mha_bwd_workspace_size" else "")
+        else:
+            keys.append("")
+    guards = {d for d in only_q if d.startswith("#define ") and d.endswith("_H")}
+    if "" in keys or any(_function(d) not in {_function(x) for x in only_Q} for d in only_q - guards):
+        return ""
+    return ", ".join(sorted(set(keys), key=list(KNOWN).index))
 
 
 def ck_known(d: str, ours: set[str], theirs: set[str]) -> str:
@@ -245,28 +316,41 @@ def module_rows(mod: str, ours: dict[str, Any], theirs: dict[str, Any], archs: t
         rows.append(row(f"CK files {mod} {d}", a, b, ck_known(d, a, b)))
     lib = f"lib/{NS}_{mod}.so"
     (q_def, q_und), (Q_def, Q_und) = nm(ours["out"] / lib), nm(theirs["out"] / lib)
-    rows.append(row(f"exported symbols {mod}", q_def, Q_def))
+    rows.append(row(f"exported symbols {mod}", q_def, Q_def, exports_known(q_def, Q_def)))
     dropped = ("splitkv", "batch_prefill")
     und_known = "drop-directions" if q_und <= Q_und and all(any(x in s for x in dropped) for s in Q_und - q_und) else ""
     rows.append(row(f"undefined symbols {mod}", q_und, Q_und, und_known))
     q_k, Q_k = kernels(ours["out"] / lib), kernels(theirs["out"] / lib)
     for arch in sorted(set(archs) | set(q_k) | set(Q_k)):
         rows.append(row(f"kernels {mod} {arch}", set(q_k.get(arch, ())), set(Q_k.get(arch, ()))))
+    q_t, Q_t = library_text(ours["out"] / lib), library_text(theirs["out"] / lib)
+    for t in compare_text(mod, q_t, Q_t):
+        rows.append({"aspect": f"kernels .text {mod} {t.arch}", "qola": len(q_t.get(t.arch, {})),
+                     "QoLA": len(Q_t.get(t.arch, {})), "same": t.same, "detail": t.text(), "docs": ""})  # fmt: skip
     return rows
 
 
-def header_rows(ours: Path, theirs: Path) -> list[dict[str, Any]]:
+def header_rows(ours: Path, theirs: Path, exported: set[str]) -> list[dict[str, Any]]:
+    """The public headers (``exported``: what either side's libraries define, for declarations of nothing)."""
     q = {p.name: p for p in (ours / "include").glob("*.h")}
     Q = {p.name: p for p in (theirs / "include").glob("*.h")}
-    rows = [row("public header files", set(q), set(Q))]
+    extra = set(q) - set(Q)
+    embedded = (
+        "embedded-headers"
+        if extra and not set(Q) - set(q) and all(n.startswith("qola_embedded_") for n in extra)
+        else ""
+    )
+    rows = [row("public header files", set(q), set(Q), embedded)]
     for name in sorted(set(q) & set(Q)):
-        rows.append(row(f"declarations {name}", header_decls(q[name].read_text()), header_decls(Q[name].read_text())))
+        a, b = header_decls(q[name].read_text()), header_decls(Q[name].read_text())
+        rows.append(row(f"declarations {name}", a, b, decls_known(a, b, exported)))
     return rows
 
 
 def compare(slice_: str, ours: dict[str, Any], theirs: dict[str, Any]) -> list[dict[str, Any]]:
     rows = [r for mod in MODULES[slice_] for r in module_rows(mod, ours, theirs, SLICES[slice_])]
-    rows += header_rows(ours["out"], theirs["out"])
+    libs = [side["out"] / "lib" / f"{NS}_{mod}.so" for mod in MODULES[slice_] for side in (ours, theirs)]
+    rows += header_rows(ours["out"], theirs["out"], {s for lib in libs for s in nm(lib)[0]})
     q_l, Q_l = layout(ours["out"]), layout(theirs["out"])
     build = {p for p in Q_l | q_l if p.split("/")[0] in BUILD_DIRS}
     rows.append(row("output: build dirs (_jit_build/, _embedded_hsa/)", q_l & build, Q_l & build, "output-dir"))
@@ -276,14 +360,51 @@ def compare(slice_: str, ours: dict[str, Any], theirs: dict[str, Any]) -> list[d
     return rows
 
 
+def sides(work: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Where each side's output and generated files are in a work dir (as ours_side/theirs_side leave them)."""
+    q, Q = work / "qola", work / "QoLA"
+    return {"out": q / "out", "gen": q / "bd" / "gen"}, {"out": Q / "out", "gen": Q / "out" / "_jit_build" / "build"}
+
+
+def render(result: dict[str, Any]) -> str:
+    """The table and the CPU/wall line of a run's results."""
+    q, Q, commit = result["qola"], result["QoLA"], result["qola_commit"]
+    ratio = f"{q['cpu'] / Q['cpu']:.2f}x" if Q.get("cpu") else "n/a"
+    return (f"{table(result['rows'])}\n\nCPU s / wall s: qola {q['cpu']} / {q['wall']} (rc {q['rc']}); "
+            f"QoLA {Q['cpu']} / {Q['wall']} (rc {Q['rc']}); CPU qola / QoLA {ratio}; QoLA {commit[:12]}; "
+            f"patches applied: {result['patches']['applied'] or 'none'}")  # fmt: skip
+
+
+def report_only(work: Path) -> int:
+    """The table of the run in ``work`` redone from what it kept (no build); also into ``report.md``."""
+    if not (work / "results.json").is_file():
+        raise SystemExit(f"vs_qola: {work / 'results.json'} not found: --report-only needs a finished run's work dir")
+    result = json.loads((work / "results.json").read_text())
+    ours, theirs = sides(work)
+    result["rows"] = compare(result["slice"], ours, theirs)
+    text = render(result)
+    (work / "report.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("qola_src", type=Path, help="a QoLA checkout (copied, never changed)")
+    ap.add_argument("qola_src", type=Path, nargs="?", help="a QoLA checkout (copied, never changed)")
     ap.add_argument("--slice", default="B", choices=sorted(SLICES), help="bench/_slices.py (default B: TE's two arch)")
     ap.add_argument("-j", "--jobs", type=int, default=2, help="parallel compiles, both sides (default 2)")
     ap.add_argument("--work-dir", type=Path, default=REPO / "build" / "vs_qola", help="tree, builds, logs, results")
     ap.add_argument("--aiter-root", type=Path, help="the unpacked amd-aiter sdist (default: tests' cached one)")
+    ap.add_argument(
+        "--report-only",
+        action="store_true",
+        help="build nothing: the table of the run in --work-dir, redone from the files it kept",
+    )
     args = ap.parse_args(argv)
+    if args.report_only:
+        return report_only(args.work_dir.resolve())
+    if args.qola_src is None:
+        ap.error("a QoLA checkout is needed (or --report-only)")
     if args.aiter_root is None:
         sys.path.insert(0, str(REPO / "tests"))
         from support.aiter_sdist import aiter_root
@@ -305,10 +426,7 @@ def main(argv: list[str] | None = None) -> int:
               "qola": side, "QoLA": {k: v for k, v in theirs.items() if k in ("cpu", "wall", "rc", "log", "changed")},
               "rows": rows}  # fmt: skip
     (work / "results.json").write_text(json.dumps(result, indent=1, default=str))
-    print(table(rows))
-    print(f"\nCPU s / wall s: qola {ours['cpu']} / {ours['wall']} (rc {ours['rc']}); "
-          f"QoLA {theirs['cpu']} / {theirs['wall']} (rc {theirs['rc']}); QoLA {commit[:12]}; "
-          f"patches applied: {patches['applied'] or 'none'}")  # fmt: skip
+    print(render(result))
     return 0 if ours["rc"] == 0 and theirs["rc"] == 0 else 1
 
 

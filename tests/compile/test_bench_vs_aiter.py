@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -132,3 +134,46 @@ def test_table_shows_each_pair_and_the_mean_ratio() -> None:
     assert "0.90×" in rows[0] and "0.82×" in rows[0]  # 90/100 of compile+link, 90/110 of all
     assert "1.22×" in rows[1] and "1.10×" in rows[1]
     assert rows[2].startswith("| A | mean") and "1.06×" in rows[2] and "0.96×" in rows[2]
+
+
+KERNELS = """#include <hip/hip_runtime.h>
+__global__ void k_same(float* x) { x[threadIdx.x] *= 2.0f; }
+__global__ void k_other(float* x) { x[threadIdx.x] += ADD; }
+"""
+
+
+def run_record(side: str, pair: int, libs: dict[str, Path]) -> dict[str, object]:
+    return {"side": side, "pair": pair, "cpu": 10.0, "wall": 10.0, "load": [1.0, 1.0], "units": ["u"],
+            "gen_cpu": 0.0, "gen_wall": 0.0, "all_cpu": 10.0, "all_wall": 10.0, "libs": {m: str(p) for m, p in libs.items()}}  # fmt: skip
+
+
+@pytest.mark.hip
+def test_report_only_compares_each_kernels_machine_code_from_the_libraries_a_run_kept(tmp_path: Path) -> None:
+    v = bench()
+    (tmp_path / "k.hip").write_text(KERNELS)
+    libs = {}
+    for name, add in (("qola", "1.0f"), ("aiter0", "1.0f"), ("aiter1", "3.0f")):
+        libs[name] = tmp_path / f"{name}.so"
+        cmd = ["hipcc", "--offload-arch=gfx90a", "-fPIC", "-shared", "-O1", f"-DADD={add}", str(tmp_path / "k.hip")]
+        done = subprocess.run([*cmd, "-o", str(libs[name])], capture_output=True, text=True,
+                              env={**os.environ, "HIP_PLATFORM": "amd"})  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    runs = [run_record("qola", 0, {"libmha_fwd": libs["qola"]}), run_record("aiter", 0, {"libmha_fwd": libs["aiter0"]}),
+            run_record("aiter", 1, {"libmha_fwd": libs["aiter1"]}), run_record("qola", 1, {"libmha_fwd": libs["qola"]})]  # fmt: skip
+    result = {"slice": "A", "archs": ["gfx90a"], "plan": {"cpu": 1.0, "wall": 1.0}, "runs": runs, "checks": []}
+    (tmp_path / "results.json").write_text(json.dumps([result]))
+    assert v.main(["--report-only", "--work-dir", str(tmp_path)]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "same names on both sides in every pair" in report  # the names agree; pair 1's code does not
+    assert "| A | libmha_fwd | gfx90a | pair 0: 2 of 2; pair 1: 1 of 2 | pair 1: _Z7k_otherPf |" in report
+    assert "| A | mean of 2 (gfx90a) |" in report
+    with pytest.raises(SystemExit, match=r"results\.json not found"):
+        v.main(["--report-only", "--work-dir", str(tmp_path / "none")])
+
+
+def test_text_table_says_one_count_when_every_pair_agrees() -> None:
+    v = bench()
+    row = {"library": "libmha_bwd", "arch": "gfx942", "identical": 5, "total": 5, "differ": []}
+    checks = [{"pair": 0, "text": [row]}, {"pair": 1, "text": [row]}]
+    text = v.text_table([{"slice": "B", "checks": checks}])
+    assert text.splitlines()[-1] == "| B | libmha_bwd | gfx942 | 5 of 5 (pairs 0, 1) |  |"

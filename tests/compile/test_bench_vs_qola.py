@@ -4,10 +4,12 @@ the layout rule, and the rewrites it makes to a scratch QoLA copy (on fixtures; 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,7 +89,11 @@ def test_rows_say_same_or_differs_and_name_a_known_difference_only_when_they_dif
 def test_known_rules_for_layout_and_dispatch_only_directions() -> None:
     v = load("vs_qola")
     assert v.layout_known({"lib/a.so", "share/x"}, {"lib/a.so", "_jit_build/b.o"}) == "output-dir"
-    assert v.layout_known({"lib/a.so", "lib/pkgconfig/q.pc"}, {"lib/a.so"}) == ""
+    assert v.layout_known({"lib/a.so", "lib/b.so"}, {"lib/a.so"}) == ""  # a library only one side has
+    assert v.layout_known({"include/qola_mha_x.h"}, set()) == ""  # a public header is not layout
+    seen_b = {".qola/switch.lock", "lib/pkgconfig/qola-te.pc", "include/qola_embedded_libmha_fwd.h", "logs/x.log"}
+    assert v.layout_known(seen_b, {"configs/model_configs/README.md"}) == "output-dir"  # slice B's differences
+    assert v.layout_known(set(), {"configs/other.csv"}) == ""
     assert v.ck_known("fwd_splitkv", {"fmha_fwd_splitkv_api"}, set()) == "drop-directions"
     assert v.ck_known("fwd", {"fmha_fwd_api", "fmha_fwd_d32"}, set()) == ""
     assert v.ck_known("fwd_splitkv", {"fmha_fwd_splitkv_api"}, {"fmha_fwd_splitkv_api"}) == ""
@@ -171,3 +177,62 @@ def test_qola_manifest_carries_the_resolved_generators_as_python_literals() -> N
     )
     assert "drop_hip_flags" not in data["build"] and "link" not in data["build"]
     assert data["mha_fwd_variants"] == [{"dtype": "bf16", "hdim": 32, "has_lse": True}]
+
+
+FWD_SIG = "qola::te::mha_fwd(fmha_fwd_args const&, ck_tile::stream_config const&, std::string{}, bool)"
+
+
+def test_exports_differing_by_const_reference_and_the_version_symbol_are_keyed() -> None:
+    v = load("vs_qola")
+    ours = {FWD_SIG.format(" const&"), "te_qola_version"}
+    assert v.exports_known(ours, {FWD_SIG.format("")}) == "const-ref, version-symbol"
+    assert v.exports_known({FWD_SIG.format(""), "te_qola_version"}, {FWD_SIG.format("")}) == "version-symbol"
+    assert v.exports_known(ours, {FWD_SIG.format(""), "qola::te::mha_fwd_workspace_size()"}) == ""  # one lacks it
+    assert v.exports_known({FWD_SIG.format(" const&").replace("bool", "int")}, {FWD_SIG.format("")}) == ""
+
+
+def test_header_declarations_spelled_through_aliases_or_of_nothing_defined_are_keyed() -> None:
+    v = load("vs_qola")
+    qola_h = {
+        "#define QOLA_TE_QOLA_MHA_BWD_H",
+        "QOLA_NS_BEGIN ::aiter::qola_api_te::r mha_bwd(::aiter::qola_api_te::c0 a)",
+    }
+    qola_side = {"float mha_bwd(const aiter::mha_bwd_args&a)", "size_t mha_bwd_workspace_size(const fmha_bwd_traits&t)"}
+    exported = {"qola::te::mha_bwd(fmha_bwd_args const&)"}
+    assert v.decls_known(qola_h, qola_side, exported) == "alias-spelling, bwd-workspace"
+    assert (
+        v.decls_known(qola_h, qola_side, exported | {"qola::te::mha_bwd_workspace_size(fmha_bwd_traits const&)"}) == ""
+    )
+    plain = {"float mha_bwd(const aiter::mha_bwd_args&a)"}  # qola spells it without aliases: a real difference
+    assert v.decls_known({"float mha_bwd(aiter::mha_bwd_args a)"}, plain, exported) == ""
+    assert v.decls_known({"#define QOLA_NS", "#define QOLA_C_NAME"}, {"#define QOLA_NS"}, set()) == "header-macros"
+    assert v.decls_known({"#define QOLA_NS"}, {"#define QOLA_NS", "#define QOLA_X"}, set()) == ""
+
+
+def test_report_only_redoes_the_table_of_a_work_dir_without_building(tmp_path: Path) -> None:
+    v = load("vs_qola")
+    for side, extra in (("qola", ["qola_embedded_libmha_fwd.h"]), ("QoLA", [])):
+        inc = tmp_path / side / "out" / "include"
+        inc.mkdir(parents=True)
+        for name in ["qola_config.h", *extra]:
+            (inc / name).write_text(
+                "#define QOLA_NAMESPACE te\n" + ('#define QOLA_VERSION_STR "1"\n' * (side == "qola"))
+            )
+    (tmp_path / "QoLA" / "out" / "configs" / "model_configs").mkdir(parents=True)
+    (tmp_path / "QoLA" / "out" / "configs" / "model_configs" / "README.md").write_text("")
+    (tmp_path / "QoLA" / "out" / "_jit_build").mkdir()
+    (tmp_path / "QoLA" / "out" / "_jit_build" / "x.o").write_text("")
+    result = {"slice": "tiny", "qola_commit": "bbcf79e610c69b4d", "patches": {"applied": []},
+              "qola": {"cpu": 82.0, "wall": 100.0, "rc": 0}, "QoLA": {"cpu": 100.0, "wall": 90.0, "rc": 0}, "rows": []}  # fmt: skip
+    (tmp_path / "results.json").write_text(json.dumps(result))
+    assert v.main(["--report-only", "--work-dir", str(tmp_path)]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert (
+        "| public header files | 2 | 1 | differs | only qola 1: qola_embedded_libmha_fwd.h | embedded-headers |"
+        in report
+    )
+    assert "| declarations qola_config.h | 2 | 1 | differs |" in report and "| header-macros |" in report
+    assert "| output layout, the rest (files) |" in report and report.count("| output-dir |") == 2
+    assert "qola 82.0 / 100.0 (rc 0); QoLA 100.0 / 90.0 (rc 0); CPU qola / QoLA 0.82x; QoLA bbcf79e610c6" in report
+    with pytest.raises(SystemExit, match=r"results\.json not found"):
+        v.main(["--report-only", "--work-dir", str(tmp_path / "none")])
