@@ -8,9 +8,11 @@ them together and owns error reporting.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import importlib.util
+import io
 import os
 import signal
 import sys
@@ -101,6 +103,23 @@ def missing_dependencies() -> str | None:
 STREAMS = ((0, "stdin", os.O_RDONLY), (1, "stdout", os.O_WRONLY), (2, "stderr", os.O_WRONLY))
 
 
+class Diagnostics(io.TextIOWrapper):
+    """``sys.stderr`` as qola writes it: messages and progress only. A write the fd refuses (a full
+    disk, ``2>/dev/full``, an unwritable pipe) is dropped, and the command does its work and exits as
+    that work went: there is no other channel to say so on. (stdout is a command's product: a failed
+    write there is an error, said on stderr.)"""
+
+    def write(self, s: str) -> int:
+        try:
+            return super().write(s)
+        except OSError:
+            return len(s)
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError):
+            super().flush()
+
+
 def standard_streams() -> None:
     """Each of fds 0-2 that the caller closed (``qola plan >&-``, a service manager's job) is opened on
     /dev/null and its ``sys`` stream made again, before anything runs: Python leaves ``sys.stdout``
@@ -117,6 +136,14 @@ def standard_streams() -> None:
                 os.close(null)
         if getattr(sys, name) is None:
             setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False, encoding="utf-8", errors="replace"))  # noqa: SIM115
+    if not isinstance(sys.stderr, Diagnostics) and getattr(sys.stderr, "fileno", None) is not None:
+        try:
+            fd = sys.stderr.fileno()
+        except (OSError, ValueError):  # a replaced stream without an fd (an embedding caller's): kept
+            return
+        sys.stderr.flush()
+        raw = io.FileIO(fd, "w", closefd=False)
+        sys.stderr = Diagnostics(raw, encoding=sys.stderr.encoding, errors="backslashreplace", line_buffering=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
