@@ -26,21 +26,28 @@ with open(os.environ["GEN_CALLS"], "a") as fh:
 """
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_a_helper_imported_from_elsewhere_is_no_no_op(tmp_path: Path) -> None:
+def one_generator(tmp_path: Path, stem: str, text: str) -> tuple[Path, Path]:
+    """The example tree with ``csrc/gen_<stem>.py`` = ``text``, and a manifest of one module
+    ``module_<stem>`` that it generates alone: (tree, manifest)."""
     tree = tmp_path / "tree"
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("__pycache__", "hsa"))
-    lib = tree / "aiter" / "jit" / "utils"
-    lib.mkdir(parents=True, exist_ok=True)
-    (lib / "chip.py").write_text("VALUE = 1\n")
-    (tree / "csrc" / "gen_value.py").write_text(GEN.format(lib=str(lib)))
+    (tree / "csrc" / f"gen_{stem}.py").write_text(text)
     m = tmp_path / "q.toml"
     m.write_text(
         '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
-        '[[modules]]\nname = "module_value"\nsrcs = []\nis_python_module = false\n'
-        'blob_gen_cmd = ["csrc/gen_value.py --output_dir {}"]\n'
+        f'[[modules]]\nname = "module_{stem}"\nsrcs = []\nis_python_module = false\n'
+        f'blob_gen_cmd = ["csrc/gen_{stem}.py --output_dir {{}}"]\n'
     )
+    return tree, m
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_a_helper_imported_from_elsewhere_is_no_no_op(tmp_path: Path) -> None:
+    lib = tmp_path / "tree" / "aiter" / "jit" / "utils"
+    tree, m = one_generator(tmp_path, "value", GEN.format(lib=str(lib)))
+    lib.mkdir(parents=True, exist_ok=True)
+    (lib / "chip.py").write_text("VALUE = 1\n")
     out, calls = tmp_path / "out", tmp_path / "calls"
     env = {"GEN_CALLS": str(calls), "XDG_CACHE_HOME": str(tmp_path / "cache")}
 
@@ -77,15 +84,7 @@ def test_a_variable_a_generator_read_is_no_no_op(tmp_path: Path) -> None:
     """A variable no list of qola's names (fastpath.ENV_KEYS) but a generator looked up: a change is
     no no-op (before: "up to date", rc 0, the old generated source kept); its value is in no record
     in clear."""
-    tree = tmp_path / "tree"
-    shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("__pycache__", "hsa"))
-    (tree / "csrc" / "gen_knob.py").write_text(KNOB_GEN)
-    m = tmp_path / "q.toml"
-    m.write_text(
-        '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
-        '[[modules]]\nname = "module_knob"\nsrcs = []\nis_python_module = false\n'
-        'blob_gen_cmd = ["csrc/gen_knob.py --output_dir {}"]\n'
-    )
+    tree, m = one_generator(tmp_path, "knob", KNOB_GEN)
     out, calls = tmp_path / "out", tmp_path / "calls"
     env = {"GEN_CALLS": str(calls), "XDG_CACHE_HOME": str(tmp_path / "cache"), "MY_GEN_KNOB": "0x5EC1"}
 
@@ -126,15 +125,7 @@ def test_a_terminal_resize_is_still_a_no_op(tmp_path: Path) -> None:
     """Every generator's argparse reads COLUMNS and LINES: qola gives its generators fixed ones
     (genrules.aiter_env), so the caller's terminal size is no input (before: a resize reran the
     generator and ended the no-op)."""
-    tree = tmp_path / "tree"
-    shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("__pycache__", "hsa"))
-    (tree / "csrc" / "gen_cols.py").write_text(ARGPARSE_GEN)
-    m = tmp_path / "q.toml"
-    m.write_text(
-        '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
-        '[[modules]]\nname = "module_cols"\nsrcs = []\nis_python_module = false\n'
-        'blob_gen_cmd = ["csrc/gen_cols.py --output_dir {}"]\n'
-    )
+    tree, m = one_generator(tmp_path, "cols", ARGPARSE_GEN)
     out, calls = tmp_path / "out", tmp_path / "calls"
     env = {"GEN_CALLS": str(calls), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     for cols, lines in (("100", "30"), ("133", "41"), ("", "")):
