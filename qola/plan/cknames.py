@@ -83,6 +83,7 @@ class Layout:
     slots: tuple[str, ...]  # present slots (+ "dtype"), in name order
     adjacent: tuple[bool, ...]  # slot i directly followed by slot i+1 in every name
     last: bool  # the last slot is the last token of every name
+    tokens: frozenset[str] = frozenset()  # every ``_``-separated token of every name
 
 
 def _slot_tokens(fam: str) -> dict[str, str]:  # token -> slot
@@ -116,7 +117,8 @@ def learn(names: Sequence[str], fam: str, where: str) -> Layout:
     adjacent = tuple(all(p[b] == p[a] + 1 for p in positions) for a, b in itertools.pairwise(order))
     last = bool(order) and all(p[order[-1]] == p["$end"] for p in positions)
     dtypes = frozenset(_dtype(n.split("_")) or "" for n in names) - {""}
-    return Layout(tuple(names), dtypes, tuple(order), adjacent, last)
+    tokens = frozenset(t for n in names for t in n.split("_"))
+    return Layout(tuple(names), dtypes, tuple(order), adjacent, last, tokens)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -132,13 +134,19 @@ def parse_options(name: str, fam: str) -> Mapping[str, Any]:
     return out
 
 
-def satisfies(name: str, fam: str, variant: Mapping[str, Any], layout: Layout) -> bool:
-    stated = parse_options(name, fam)
+def _checks(fam: str, variant: Mapping[str, Any], layout: Layout) -> tuple[tuple[str, Any, bool], ...]:
+    """Per option of ``variant``: (option, wanted value, whether ``layout``'s names carry its slot)."""
+    out = []
     for opt, want in variant.items():
         slot = "dtype" if opt == "dtype" else next(s for s, (o, _) in SLOTS[fam].items() if opt in o)
-        if (stated.get(opt) != want) if slot in layout.slots else want is True:
-            return False  # a kind without a feature's token never has the feature
-    return True
+        out.append((opt, want, slot in layout.slots))
+    return tuple(out)
+
+
+def _satisfied(stated: Mapping[str, Any], checks: Sequence[tuple[str, Any, bool]]) -> bool:
+    # an option a kind's names do not carry: never true there (a kind without a feature's token
+    # never has the feature)
+    return all((stated.get(opt) == want) if carried else want is not True for opt, want, carried in checks)
 
 
 def stated_by(variant: Mapping[str, Any], fam: str, layouts: Sequence[Layout], layout: Layout) -> dict[str, Any]:
@@ -165,7 +173,7 @@ def patterns(variant: Mapping[str, Any], fam: str, layout: Layout, where: str) -
             choices.append(column)
             continue
         opts, table = SLOTS[fam][slot]
-        seen = {t for n in layout.names for t in n.split("_") if t in table}
+        seen = layout.tokens & table.keys()
         ok: list[str | None] = [
             t for t in table if t in seen and all(variant.get(o) in (None, v) for o, v in zip(opts, table[t]))
         ]
@@ -188,7 +196,8 @@ def patterns(variant: Mapping[str, Any], fam: str, layout: Layout, where: str) -
             out.append(pat + ("" if idx[-1] == len(combo) - 1 and layout.last else "_*"))
     hit = any_glob(tuple(out))
     got = {n for n in layout.names if hit(n)}
-    want_set = {n for n in layout.names if satisfies(n, fam, variant, layout)}
+    checks = _checks(fam, variant, layout)  # once per variant, not per name
+    want_set = {n for n in layout.names if _satisfied(parse_options(n, fam), checks)}
     if got != want_set:
         raise QolaError(
             f"{where}: patterns {out} select {len(got)} names but {len(want_set)} satisfy the "

@@ -25,6 +25,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import stat
 from collections.abc import Mapping, Sequence
 
@@ -96,8 +97,11 @@ def load(directory: str, key: str, env: Mapping[str, str]) -> list[str] | None:
     return stems if deps is not None and genread.unchanged(deps, env) else None
 
 
+_NOT_PLAIN = re.compile("[/\0\n\r]")
+
+
 def _plain(stem: object) -> bool:
-    return isinstance(stem, str) and bool(stem) and not any(c in stem for c in "/\0\n\r") and stem not in (".", "..")
+    return isinstance(stem, str) and bool(stem) and not _NOT_PLAIN.search(stem) and stem not in (".", "..")
 
 
 def store(directory: str, key: str, stems: Sequence[str], deps: genread.Deps) -> None:
