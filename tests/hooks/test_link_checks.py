@@ -83,9 +83,9 @@ def _manifest(tmp: Path, *modules: tuple[str, str]) -> Path:
     return path
 
 
-def _build(tmp: Path, manifest: Path) -> tuple[CompletedProcess[str], Path]:
+def _build(tmp: Path, manifest: Path, *more: str) -> tuple[CompletedProcess[str], Path]:
     out = tmp / "out"
-    return run_qola("build", "--manifest", str(manifest), "--aiter-root", str(KERNELS), "-o", str(out)), out
+    return run_qola("build", "--manifest", str(manifest), "--aiter-root", str(KERNELS), "-o", str(out), *more), out
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
@@ -97,7 +97,11 @@ def test_qola_build_libraries_carry_a_build_id(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_qola_build_fails_a_library_with_an_undefined_symbol(tmp_path: Path) -> None:
-    proc, out = _build(tmp_path, _manifest(tmp_path, ("libgood", GOOD), ("libbad", BAD)))
+    m = _manifest(tmp_path, ("libgood", GOOD), ("libbad", BAD))
+    proc, out = _build(tmp_path, m)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "qola_never_defined_anywhere" in proc.stdout + proc.stderr
+    assert not (out / "lib").exists()  # a failed module: nothing published (issue 41)
+    proc, out = _build(tmp_path, m, "--keep-going")
+    assert proc.returncode == 1 and "qola_never_defined_anywhere" in proc.stdout + proc.stderr
     assert (out / "lib" / "te_libgood.so").exists() and not (out / "lib" / "te_libbad.so").exists()

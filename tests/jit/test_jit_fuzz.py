@@ -9,6 +9,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -67,6 +68,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[Any, Any]:
 
 
 def snapshot(top: Path, skip: tuple[Path, ...]) -> dict[str, tuple[int, int]]:
+    """Every file and dir below ``top`` but ``skip``: a file by (mtime, size), a dir by its presence
+    alone (its entries are in the snapshot themselves; its mtime changes when a command creates a
+    ``skip`` dir in it, the cache, which is allowed)."""
     seen = {}
     for dirpath, dirs, files in os.walk(top):
         dirs[:] = [d for d in dirs if Path(dirpath, d) not in skip]
@@ -74,7 +78,7 @@ def snapshot(top: Path, skip: tuple[Path, ...]) -> dict[str, tuple[int, int]]:
             p = Path(dirpath, n)
             if p not in skip:
                 st_ = p.lstat()
-                seen[str(p)] = (st_.st_mtime_ns, st_.st_size)
+                seen[str(p)] = (0, 0) if stat.S_ISDIR(st_.st_mode) else (st_.st_mtime_ns, st_.st_size)
     return seen
 
 
