@@ -25,6 +25,7 @@ from qola.compile.elf import ObjectSymbols, demangle, object_symbols
 from qola.compile.ninja import Edge, command_template
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_write
+from qola.core.selfrun import module_argv
 
 STUB = "__device_stub__"
 CTOR = "__hip_module_ctor"
@@ -85,7 +86,9 @@ def rule(python: str) -> dict[str, str]:
     """The ninja rule of the check edges: ``$in`` is the object then its source, ``$out`` the stamp
     written when it passes (the link depends on it)."""
     return {
-        "command": command_template([python, "-m", "qola.compile.hostonly", "--module", "$module", "$in", "$out"]),
+        "command": command_template(
+            [*module_argv(python, "qola.compile.hostonly"), "--module", "$module", "$in", "$out"]
+        ),
         "description": "GEN $module host-only check $out",
     }
 

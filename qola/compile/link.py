@@ -34,6 +34,7 @@ from qola.compile.elf import ExportRule, demangle
 from qola.core import deadlines, proc
 from qola.core.errors import QolaError
 from qola.core.fsutil import inside, write_if_changed  # write_if_changed: callers import it from here too
+from qola.core.selfrun import module_argv
 
 _RSP_SPECIAL = set(" \t\n\r\v\f'\"\\")
 
@@ -201,7 +202,7 @@ def archive_steps(
     steps = [[*relink, "-o", os.fspath(partial if how.isolate else member), f"@{rsp}"]]
     if how.isolate:
         symlist = inside(work, f"{stem}.localize")
-        ask = [tools.python, "-m", "qola.compile.link", "localize-list", "--namespace", rule.namespace]
+        ask = [*module_argv(tools.python, "qola.compile.link"), "localize-list", "--namespace", rule.namespace]
         if how.c_prefix is not None:
             ask += ["--c-prefix", how.c_prefix]
         for name in rule.extra:
