@@ -189,23 +189,7 @@ def _build(tmp: Path, tree: Path, arch: str) -> Path:
 def _link(tmp: Path, tree: Path, out: Path, arch: str, text: str) -> subprocess.CompletedProcess[str]:
     src, exe = tmp / "use.cpp", tmp / "use"
     src.write_text(text)
-    cxx = ["hipcc", "-x", "hip", f"--offload-arch={arch}"] if arch.startswith("gfx") else ["g++"]
-    libs = sorted(p.name for p in (out / "lib").glob("te_*.so"))
-    cmd = [
-        *cxx,
-        "-std=c++17",
-        f"-I{out / 'include'}",
-        *(f"-I{d}" for d in fx.include_dirs(tree)),
-        "-DFIXTURE_CK=1",
-        *FLAGS,
-        str(src),
-        "-o",
-        str(exe),
-        f"-L{out / 'lib'}",
-        *(f"-l:{lib}" for lib in libs),
-        "-Wl,--no-undefined",
-        f"-Wl,-rpath,{out / 'lib'}",
-    ]
+    cmd = fx.consumer_argv(tree, out, src, exe, arch, *FLAGS)
     return subprocess.run(cmd, capture_output=True, text=True, env=_env(arch))
 
 

@@ -54,24 +54,9 @@ def consumer(
     tree's headers, link the ``<ns>_*.so`` libraries with --no-undefined, run it: its output words."""
     src = tmp / f"use_{shape}.cpp"
     src.write_text(fx.CONSUMER[shape] if text is None else text)
-    libs = sorted(p.name for p in (out / "lib").glob(f"{ns}_*.so"))
-    cxx = ["hipcc", "-x", "hip", "--offload-arch=gfx942"] if arch.startswith("gfx") else ["g++"]
     exe = tmp / f"use_{shape}"
     cc = subprocess.run(
-        [
-            *cxx,
-            "-std=c++17",
-            f"-I{out / 'include'}",
-            *(f"-I{d}" for d in fx.include_dirs(tree)),
-            "-DFIXTURE_CK=1",
-            str(src),
-            "-o",
-            str(exe),
-            f"-L{out / 'lib'}",
-            *(f"-l:{lib}" for lib in libs),
-            "-Wl,--no-undefined",
-            f"-Wl,-rpath,{out / 'lib'}",
-        ],
+        fx.consumer_argv(tree, out, src, exe, "gfx942" if arch.startswith("gfx") else arch, ns=ns),
         capture_output=True,
         text=True,
         env=_env(arch),

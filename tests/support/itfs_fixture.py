@@ -222,6 +222,17 @@ def include_dirs(root: Path) -> list[Path]:
     ]
 
 
+def consumer_argv(tree: Path, out: Path, src: Path, exe: Path, arch: str, *flags: str, ns: str = "te") -> list[str]:
+    """The compile-and-link line of a consumer of OUT's ``<ns>_*.so`` libraries: OUT/include and the
+    tree's headers, every library by file name, ``--no-undefined``, OUT/lib as its rpath (``flags``
+    before the source: its switches)."""
+    cxx = ["hipcc", "-x", "hip", f"--offload-arch={arch}"] if arch.startswith("gfx") else ["g++"]
+    libs = sorted(p.name for p in (out / "lib").glob(f"{ns}_*.so"))
+    inc = [f"-I{out / 'include'}", *(f"-I{d}" for d in include_dirs(tree))]
+    link = [f"-L{out / 'lib'}", *(f"-l:{lib}" for lib in libs), "-Wl,--no-undefined", f"-Wl,-rpath,{out / 'lib'}"]
+    return [*cxx, "-std=c++17", *inc, "-DFIXTURE_CK=1", *flags, str(src), "-o", str(exe), *link]
+
+
 def manifest(path: Path, shape: str, arch: str, ns: str = "te") -> Path:
     mods = ["libmha_fwd"] + (["libmha_bwd"] if shape == "new" else [])
     path.write_text(
