@@ -3,27 +3,18 @@ builds, on synthetic maps and on two real HIP libraries that differ in one kerne
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+import support.bench as bench_support
 
 
 def load() -> ModuleType:
-    sys.path.insert(0, str(REPO / "bench"))
-    spec = importlib.util.spec_from_file_location("_kernels", REPO / "bench" / "_kernels.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclass looks its module up
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_support.load("_kernels")
 
 
 def test_compare_text_counts_the_kernels_with_the_same_code_per_arch() -> None:

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+import support.bench as bench_support
 
 
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("vs_aiter", REPO / "bench" / "vs_aiter.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclass looks its module up
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_support.load("vs_aiter")
 
 
 def test_hip_flags_follow_the_version_gates_and_name_every_arch() -> None:

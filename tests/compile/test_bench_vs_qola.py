@@ -3,25 +3,17 @@ the layout rule, and the rewrites it makes to a scratch QoLA copy (on fixtures; 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import support.bench as bench_support
 import tomllib
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def load(name: str) -> ModuleType:
-    sys.path.insert(0, str(REPO / "bench"))
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_support.load(name)
 
 
 def test_ck_files_are_grouped_by_direction_longest_prefix_first(tmp_path: Path) -> None:
