@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import sys
 from collections.abc import Mapping
 from itertools import combinations
 from pathlib import Path
@@ -127,13 +126,10 @@ def early_tree_root(aiter_root: str | None, manifest: str) -> Path | None:
         st = path.stat()
         if not path.is_file() or st.st_size > 1024 * 1024:
             return None
-        if sys.version_info >= (3, 11):
-            import tomllib  # lazy: only without --aiter-root
-        else:
-            import tomli as tomllib  # lazy: only without --aiter-root (Python 3.10: the tomli backport)
+        from qola.core import tomlfile  # lazy: only without --aiter-root
 
         value = (
-            tomllib.loads(inputs.read_record(path, limit=1024 * 1024, what="manifest"))
+            tomlfile.loads(inputs.read_record(path, limit=1024 * 1024, what="manifest"))
             .get("qola", {})
             .get("aiter_root")
         )

@@ -10,21 +10,15 @@ from __future__ import annotations
 import difflib
 import hashlib
 import math
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from qola.core import rules
+from qola.core import rules, tomlfile
 from qola.core.errors import QolaError
 from qola.core.rules import SHA_RE
 from qola.plan.tree.files import MAX_MANIFEST, read_small
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 MAX_VARIANTS = 1024  # concrete variants one variant table may expand to (the product of its lists)
 MAX_VARIANTS_TOTAL = 4096  # … and all of the manifest's variant tables together
@@ -453,8 +447,8 @@ def _union_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def parse(text: str, path: str = "<string>") -> Manifest:
     """Parse and validate manifest text. Raises QolaError naming ``path`` and the key."""
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        data = tomlfile.loads(text)
+    except tomlfile.TOMLDecodeError as exc:
         raise QolaError(f"not valid TOML: {exc}", where=path, hint="check the line named above") from None
     except (RecursionError, MemoryError):
         raise QolaError(

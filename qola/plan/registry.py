@@ -14,19 +14,14 @@ wrapper and public header from the tree's declarations.
 from __future__ import annotations
 
 import fnmatch
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from qola.core import tomlfile
 from qola.plan.itfs import Provide
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 
 def runtime_dir() -> Path:
@@ -104,7 +99,7 @@ def _entry(entry: dict[str, Any]) -> RegistryEntry:
 
 @lru_cache(maxsize=1)
 def load() -> dict[str, RegistryEntry]:
-    raw = tomllib.loads(Path(__file__).with_name("registry.toml").read_text())  # beside this module
+    raw = tomlfile.loads(Path(__file__).with_name("registry.toml").read_text())  # beside this module
     return {name: _entry(entry) for name, entry in raw.items()}
 
 

@@ -8,20 +8,15 @@ manifest's own ``[usage] variants`` before planning, so the build key covers the
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from qola.core import tomlfile
 from qola.core.errors import QolaError
 from qola.plan.manifest import Manifest, UsageSection, UsageVariant
 from qola.plan.tree.files import MAX_MANIFEST, read_small
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 HINT = "a usage fragment is what `qola usage merge` writes: [usage] with commit and variants (docs/usage.md)"
 
@@ -50,8 +45,8 @@ def load(path: str | Path) -> UsageSection:
     except FileNotFoundError:
         raise QolaError(f"usage fragment {str(p)!r} not found", hint=HINT) from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        data = tomlfile.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomlfile.TOMLDecodeError) as exc:
         raise QolaError(f"not a valid TOML usage fragment: {exc}", where=str(p), hint=HINT) from None
     if set(data) != {"usage"} or not isinstance(data["usage"], dict) or set(data["usage"]) - {"commit", "variants"}:
         raise QolaError("a usage fragment holds [usage] with commit and variants only", where=str(p), hint=HINT)
