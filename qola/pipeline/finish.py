@@ -145,7 +145,7 @@ def publish_out(
             "build_key_parts": key.digests,
             "build": settings,
             "pin": plan_.pin,
-            "version_check": tc.version_check,
+            "version_check": None if tc.version_check is None else tc.version_check.to_json(),
         },
     )
     return Published(publish(shown, layout.out, contents), _kept_note(failed, sorted(kept)))

@@ -304,8 +304,8 @@ def _prepare(r: Resolved, ui: Reporter) -> Ready:
         for note in prepare_output(layout.out, layout.root):
             ui.note(note)
     tc = _toolchain(plan_, manifest, s)  # 5. toolchain
-    if tc.version_check and tc.version_check.get("message"):
-        ui.warning(tc.version_check["message"])
+    if tc.version_check and tc.version_check.message:
+        ui.warning(tc.version_check.message)
     material = None if s.dry_run else _material(prepared, plan_, tc, s.isolate, r.inputs, table=r.table)
     key = None if material is None else material.key()
     return Ready(r, plan_, tc, material, key)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,6 +23,45 @@ class ToolchainChoice:
 
 
 NO_CHOICE = ToolchainChoice()  # the search decides everything
+
+
+@dataclass(frozen=True)
+class VersionCheck:
+    """``[qola] rocm_versions`` checked against the compiler found, recorded (manifest.json's
+    ``version_check``, the recipe's toolchain), never enforced: ``message`` says why it does not
+    match (None: it does)."""
+
+    key: str  # the manifest key checked: "rocm_versions"
+    accepted: tuple[str, ...]
+    found: Mapping[str, str | None]  # {"hip": "6.4.43484", "rocm_release": "6.4.1" or None}
+    status: str  # "match" | "mismatch"
+    message: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """Its JSON form (``message`` only on a mismatch); :meth:`of` reverses it."""
+        data: dict[str, object] = {
+            "key": self.key,
+            "accepted": list(self.accepted),
+            "found": dict(self.found),
+            "status": self.status,
+        }
+        return data if self.message is None else {**data, "message": self.message}
+
+    @classmethod
+    def of(cls, data: Mapping[str, object]) -> VersionCheck:
+        """From :meth:`to_json`'s form; TypeError or KeyError for anything else."""
+        accepted, found, message = data["accepted"], data["found"], data.get("message")
+        if not isinstance(accepted, list) or not isinstance(found, Mapping):
+            raise TypeError("not a version check")
+        if message is not None and not isinstance(message, str):
+            raise TypeError("not a version check")
+        return cls(
+            str(data["key"]),
+            tuple(str(a) for a in accepted),
+            {str(k): None if v is None else str(v) for k, v in found.items()},
+            str(data["status"]),
+            message,
+        )
 
 
 @dataclass(frozen=True)
@@ -55,8 +94,8 @@ class Toolchain:
     host_wrap: tuple[str, ...] = ()  # what passes the next flag to the host compiler (nvcc: -Xcompiler)
     unit_flags: tuple[str, ...] = ()  # a source's stable identity, templates of {name} and {uid}
     discard_locals: bool = False  # links and archives drop local symbols (nvcc's pid-named temporaries)
-    # [qola] rocm_versions checked without enforcing it: {key, accepted, found, status, message} (None: not asked)
-    version_check: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    # [qola] rocm_versions checked without enforcing it (None: not asked)
+    version_check: VersionCheck | None = field(default=None, hash=False, compare=False)
     found_by: str = ""  # how the compiler was found ("$ROCM_PATH/bin/hipcc (ROCM_PATH)", "hipcc on PATH", …)
 
     def device_flags(self) -> list[str]:
@@ -128,7 +167,9 @@ class Toolchain:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (tuples become lists); ``from_dict`` reverses it."""
-        return asdict(self)
+        data = asdict(self)
+        data["version_check"] = None if self.version_check is None else self.version_check.to_json()
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Toolchain:
@@ -137,4 +178,6 @@ class Toolchain:
             if key in values and isinstance(values[key], list) and "tuple" in str(spec.type):
                 values[key] = tuple(values[key])
         values["child_env"] = dict(values.get("child_env") or {})
+        check = values.get("version_check")
+        values["version_check"] = None if check is None else VersionCheck.of(check)
         return cls(**values)

@@ -16,11 +16,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from qola.core.errors import QolaError
 from qola.toolchain.archs import arch_base
-from qola.toolchain.base import NO_CHOICE, Toolchain, ToolchainChoice
+from qola.toolchain.base import NO_CHOICE, Toolchain, ToolchainChoice, VersionCheck
 from qola.toolchain.env import ToolchainEnv
 from qola.toolchain.host import (
     Env,
@@ -278,21 +277,16 @@ def find_hip(
     )
 
 
-def _version_check(
-    path: str, dotted: str, release: str | None, accepted: Sequence[str] | None
-) -> dict[str, Any] | None:
+def _version_check(path: str, dotted: str, release: str | None, accepted: Sequence[str] | None) -> VersionCheck | None:
     """The manifest's ``rocm_versions`` against the compiler found: recorded, not enforced."""
     found = [dotted] + ([release] if release else [])
     mismatch = check_accepted("hip", path, found, accepted, enforce=False)
     if accepted is None:
         return None
-    return {
-        "key": "rocm_versions",
-        "accepted": list(accepted),
-        "found": {"hip": dotted, "rocm_release": release},
-        "status": "mismatch" if mismatch else "match",
-        **({"message": mismatch} if mismatch else {}),
-    }
+    status = "mismatch" if mismatch else "match"
+    return VersionCheck(
+        "rocm_versions", tuple(accepted), {"hip": dotted, "rocm_release": release}, status, mismatch or None
+    )
 
 
 def _probed(

@@ -170,13 +170,15 @@ def test_rocm_versions_is_recorded_not_enforced(tmp_path: Path) -> None:
     )
     check = tc.version_check
     assert check is not None
-    assert check["status"] == "mismatch" and check["accepted"] == ["7.2"] and check["found"]["hip"] == "6.4.43484"
-    assert "accepts only ['7.2']" in check["message"] and "recorded in manifest.json" in check["message"]
+    assert check.status == "mismatch" and check.accepted == ("7.2",) and check.found["hip"] == "6.4.43484"
+    assert check.message is not None
+    assert "accepts only ['7.2']" in check.message and "recorded in manifest.json" in check.message
     ok = find_hip(
         ["gfx942"], env={**os.environ, "HIPCC": str(hipcc)}, accepted_versions=["6.4"], cache_dir=tmp_path / "probes"
     )
     assert ok.version_check is not None
-    assert ok.version_check["status"] == "match" and "message" not in ok.version_check
+    assert ok.version_check.status == "match" and ok.version_check.message is None
+    assert "message" not in ok.version_check.to_json()  # the recorded form: no message on a match
 
 
 @pytest.mark.hip

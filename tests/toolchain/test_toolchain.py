@@ -240,6 +240,30 @@ def test_toolchain_dict_round_trip() -> None:
     ]
 
 
+def test_version_check_is_a_typed_value_recorded_as_before() -> None:
+    """The rocm_versions check crosses from the toolchain to the pipeline (its warning) and the
+    publish (manifest.json's ``version_check``) as a typed value; its JSON form stays the one
+    manifest.json and the recipe always held (``message`` only on a mismatch)."""
+    from qola.toolchain.base import VersionCheck
+
+    found = {"hip": "6.4.43484", "rocm_release": None}
+    bad = VersionCheck("rocm_versions", ("7.2",), found, "mismatch", "found HIP 6.4")
+    assert bad.to_json() == {
+        "key": "rocm_versions",
+        "accepted": ["7.2"],
+        "found": found,
+        "status": "mismatch",
+        "message": "found HIP 6.4",
+    }
+    good = VersionCheck("rocm_versions", ("6.4",), found, "match")
+    assert "message" not in good.to_json() and VersionCheck.of(good.to_json()) == good
+    tc = Toolchain("hip", "/x/hipcc", "6.4", "out", "ab" * 32, ("gfx942",), "/usr/bin/c++", {}, version_check=bad)
+    data = tc.to_dict()
+    assert data["version_check"] == bad.to_json()
+    back = Toolchain.from_dict(data).version_check
+    assert back == bad and back is not None and back.message == "found HIP 6.4"
+
+
 # ---- missing compilers ----------------------------------------------------------------
 
 
@@ -372,8 +396,9 @@ def test_hip_version_mismatch(tmp_path: Path) -> None:
     tc = find_toolchain(["gfx90a"], env=ENV, accepted_versions=["7.2"], cache_dir=tmp_path)
     check = tc.version_check
     assert check is not None
-    text = check["message"]
-    assert check["status"] == "mismatch" and check["accepted"] == ["7.2"]
+    text = check.message
+    assert text is not None
+    assert check.status == "mismatch" and check.accepted == ("7.2",)
     assert "found HIP" in text and "manifest accepts only ['7.2']" in text and "rocm_versions" in text
 
 
