@@ -249,8 +249,8 @@ def remember(d: Derived, recipe: Recipe | None = None, run: Run | None = None) -
         env_keys,
         files,
         resolved,
-        rebuild=None if run is None else run.to_json(),
-        key=None if d.material is None else d.material.to_json(),
+        rebuild=run,
+        key=d.material,
         gen_env=_generator_env([layout.blob(name) for name in gen], env_keys),
     )
     fastpath.record(layout.root, layout.out, recorded)

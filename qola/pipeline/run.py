@@ -66,7 +66,7 @@ from qola.pipeline.spec import (
     views,
 )
 from qola.store import fastpath
-from qola.store.fastpath import RecordedEnv
+from qola.store.fastpath import NoopRecord, RecordedEnv
 
 if TYPE_CHECKING:
     from qola.compile.extras import ModuleExtra
@@ -137,11 +137,11 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
                     ui.note(note)
             noop_key = spec.key_args or spec.argv  # the build, not its spelling
             last = fastpath.load(layout.root, noop_key) if noop_key and not spec.dry_run else None
-            seen = None if last is None else recorded_env(begun, fastpath.names(last))  # what its digest reads
+            seen = None if last is None else recorded_env(begun, last.names())  # what its digest reads
             record = None if last is None or seen is None else fastpath.unchanged(last, layout.root, layout.out, seen)
-            if record is not None and seen is not None and record.get("rebuild"):  # the incremental path
+            if record is not None and seen is not None and record.rebuild:  # the incremental path
                 preflight.room(layout.out, layout.root)
-                asked = settings_record(begun.asked, seen, record["env_keys"])
+                asked = settings_record(begun.asked, seen, record.env_keys)
                 again = Again(layout, record, seen, begun.child, asked, spec.verbose, spec.publish_to, spec.keep_going)
                 done = _incremental(again, ui)
                 if done is not None:  # None: no usable recipe
@@ -192,7 +192,7 @@ class Again:
     it names), the children's environment, manifest.json's ``build`` (``asked``), -v and --publish."""
 
     layout: BuildLayout
-    record: Mapping[str, Any]
+    record: NoopRecord
     env: RecordedEnv
     child: ChildEnv
     asked: Mapping[str, Any]
@@ -206,13 +206,10 @@ def _incremental(again: Again, ui: Reporter) -> BuildReport | None:
     on its graph (up to date when ninja has nothing to do), audit the libraries it relinked, publish,
     record. None: no usable recipe (the full path then runs)."""
     from qola.compile import ninja, rebuild  # lazy: light
-    from qola.store.key import Material  # lazy: start-up of the CLI and of the no-op path
 
     start, layout = time.perf_counter(), again.layout
-    try:
-        run = rebuild.Run.of(again.record["rebuild"])
-        material = Material.of(again.record["key"])
-    except (KeyError, TypeError, ValueError, AttributeError):
+    run, material = again.record.rebuild, again.record.key
+    if run is None or material is None:
         return None
     mark = ninja.log_length(layout.root)
     outcome, notes = _ninja_again(again, run, start, ui)
@@ -228,7 +225,7 @@ def _incremental(again: Again, ui: Reporter) -> BuildReport | None:
     key = material.key()  # the tree's files rehashed: ninja rebuilt what some of them changed
     published = finish.publish_out(compiled, layout, {}, key, again.asked, again.keep_going)  # 11. publish
     if compiled.ok:  # 12. record (the recipe stays: nothing it holds changed)
-        after = {**again.record, "rebuild": run.after(compiled, layout.root).to_json()}
+        after = dataclasses.replace(again.record, rebuild=run.after(compiled, layout.root))
         fastpath.rerecord(layout.root, layout.out, after, again.env)
     else:
         fastpath.forget(layout.root)

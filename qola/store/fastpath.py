@@ -30,13 +30,17 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import qola
 from qola.compile.layout import NOOP_RECORD
 from qola.core import inputs, proc
 from qola.core.secret import fingerprint, redact, redact_argv
 from qola.toolchain.identity import COMPILER_ENV, TOOLCHAIN_ENV
+
+if TYPE_CHECKING:
+    from qola.compile.rebuild import Run
+    from qola.store.key import Material
 
 RECORD = NOOP_RECORD
 FORMAT = 3  # 3: the variables the generators looked up (gen_env_keys)
@@ -114,7 +118,7 @@ def _view(env: Mapping[str, str] | RecordedEnv, keys: Iterable[str]) -> Recorded
     return env if isinstance(env, RecordedEnv) else RecordedEnv.of(env, keys)
 
 
-def _stat(path: str) -> list[Any]:
+def _stat(path: str) -> list[str | int | None]:
     try:
         st = os.stat(path)
     except OSError:
@@ -169,20 +173,66 @@ class Recorded:
     env_keys: Sequence[str]
     inputs: Iterable[str]
     resolved: Iterable[str] = ()
-    rebuild: Mapping[str, Any] | None = None
-    key: Mapping[str, Any] | None = None
+    rebuild: Run | None = None
+    key: Material | None = None
     gen_env: Mapping[str, str | None] = field(default_factory=dict)  # the generators' variables: fingerprints
+
+
+@dataclass(frozen=True)
+class NoopRecord:
+    """The no-op record of the last successful build, as :func:`load` read it back (``.qola-noop.json``:
+    :func:`record` writes it). ``env_keys`` and ``gen_env_keys``: the variables its ``digest`` covers
+    (qola's, and the generators' by fingerprint); ``rebuild`` and ``key``: what the incremental path
+    needs (None: it has none, the full path runs)."""
+
+    argv: tuple[str, ...]  # as recorded: a URL's credentials masked
+    env_keys: tuple[str, ...]
+    files: tuple[str, ...]
+    resolved: tuple[str, ...]
+    gen_env_keys: tuple[str, ...]
+    digest: str
+    rebuild: Run | None = None
+    key: Material | None = None
+
+    def names(self) -> list[str]:
+        """Every variable the record digests: qola's and the generators'."""
+        return [*self.env_keys, *self.gen_env_keys]
+
+    @classmethod
+    def of(cls, data: object) -> NoopRecord:
+        """From the JSON :func:`record` writes; TypeError, KeyError or ValueError for anything else
+        (``rebuild`` and ``key`` parsed by their own types)."""
+        from qola.compile.rebuild import Run  # lazy: parsed only when a record is read
+        from qola.store.key import Material  # lazy: as Run
+
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError("not a no-op record of this format")
+        rebuild, key, digest_ = data.get("rebuild"), data.get("key"), data["digest"]
+        if not isinstance(digest_, str):
+            raise TypeError("digest: not a string")
+        return cls(
+            _strings(data["argv"]),
+            _strings(data["env_keys"]),
+            _strings(data["files"]),
+            _strings(data["resolved"]),
+            _strings(data["gen_env_keys"]),
+            digest_,
+            None if rebuild is None else Run.of(rebuild),
+            None if key is None else Material.of(key),
+        )
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    """A JSON list of strings, or TypeError."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError("not a list of strings")
+    return tuple(value)
 
 
 def generator_env(env: RecordedEnv, keys: Iterable[str]) -> dict[str, str | None]:
     """The fingerprint (:func:`qola.core.secret.fingerprint`; None: unset) of each of ``keys`` in
     ``env``: the variables the generators looked up, as the no-op record's digest holds them."""
     return {k: None if (v := env.get(k)) is None else fingerprint(v) for k in keys}
-
-
-def names(data: Mapping[str, Any]) -> list[str]:
-    """Every variable the record ``data`` (:func:`load`) digests: qola's and the generators'."""
-    return [*data["env_keys"], *data.get("gen_env_keys", ())]
 
 
 def record(build_dir: Path, out: Path, what: Recorded) -> None:
@@ -195,8 +245,8 @@ def record(build_dir: Path, out: Path, what: Recorded) -> None:
         "env_keys": list(what.env_keys),
         "files": files,
         "resolved": links,
-        "rebuild": what.rebuild,
-        "key": what.key,
+        "rebuild": None if what.rebuild is None else what.rebuild.to_json(),
+        "key": None if what.key is None else what.key.to_json(),
         # the names alone: their values only in the digest, as fingerprints (a variable may hold a secret)
         "gen_env_keys": sorted(what.gen_env),
         "digest": digest(what.argv, what.env, what.env_keys, files, links, what.gen_env),
@@ -206,19 +256,20 @@ def record(build_dir: Path, out: Path, what: Recorded) -> None:
     atomic_write(build_dir / RECORD, json.dumps(data).encode())
 
 
-def rerecord(build_dir: Path, out: Path, data: Mapping[str, Any], env: Mapping[str, str] | RecordedEnv) -> None:
-    """After an incremental build: the record ``data`` (what :func:`unchanged` returned) over the
-    same inputs (the recipe rewritten) and the new output."""
+def rerecord(build_dir: Path, out: Path, last: NoopRecord, env: Mapping[str, str] | RecordedEnv) -> None:
+    """After an incremental build: the record ``last`` (what :func:`unchanged` returned, its
+    ``rebuild`` the run after this build) over the same inputs (the recipe rewritten) and the new
+    output."""
     prefix = str(out) + os.sep
     again = Recorded(
-        data["argv"],
+        last.argv,
         env,
-        data["env_keys"],
-        [f for f in data["files"] if not f.startswith(prefix)],
-        data["resolved"],
-        rebuild=data.get("rebuild"),
-        key=data.get("key"),
-        gen_env=generator_env(_view(env, names(data)), data.get("gen_env_keys", ())),
+        last.env_keys,
+        [f for f in last.files if not f.startswith(prefix)],
+        last.resolved,
+        rebuild=last.rebuild,
+        key=last.key,
+        gen_env=generator_env(_view(env, last.names()), last.gen_env_keys),
     )
     record(build_dir, out, again)
 
@@ -228,41 +279,35 @@ def forget(build_dir: Path) -> None:
         (build_dir / RECORD).unlink()
 
 
-def load(build_dir: Path, argv: Sequence[str]) -> dict[str, Any] | None:
+def load(build_dir: Path, argv: Sequence[str]) -> NoopRecord | None:
     """The record of the last successful build when it was made by this command line and is one
     this qola wrote (its ``env_keys`` say which variables :func:`unchanged` needs), else None."""
     try:
-        data = json.loads(inputs.read_record(build_dir / RECORD))
-        if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("argv") != redact_argv(argv):
-            return None
-        keys, gen = data["env_keys"], data["gen_env_keys"]
-        if not isinstance(keys, list) or not isinstance(gen, list) or not all(isinstance(k, str) for k in keys + gen):
-            return None
-    except (OSError, ValueError, KeyError, TypeError):
+        last = NoopRecord.of(json.loads(inputs.read_record(build_dir / RECORD)))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return data
+    return last if list(last.argv) == redact_argv(argv) else None
 
 
-def unchanged(data: Mapping[str, Any], build_dir: Path, out: Path, env: RecordedEnv) -> dict[str, Any] | None:
-    """The record ``data`` (:func:`load`) when nothing it was derived from changed (and OUT holds
+def unchanged(last: NoopRecord, build_dir: Path, out: Path, env: RecordedEnv) -> NoopRecord | None:
+    """The record ``last`` (:func:`load`) when nothing it was derived from changed (and OUT holds
     what it published), else None. ``env``: the variables it names, resolved from the build's
     environment (one that does not cover them: None, a build)."""
     try:
-        files, keys, links = data["files"], data["env_keys"], data["resolved"]
-        gen_keys = data["gen_env_keys"]
-        if not env.covers([*keys, *gen_keys]):
+        if not env.covers(last.names()):
             return None
         from qola.output.outdir import interrupted  # lazy: paid only by the callers that need it
 
         if interrupted(out):  # a publish was killed mid-switch: the full path completes it
             return None
-        if published_files(out) != [f for f in files if f.startswith(str(out) + os.sep)]:
+        if published_files(out) != [f for f in last.files if f.startswith(str(out) + os.sep)]:
             return None
-        if digest(data["argv"], env, keys, files, links, generator_env(env, gen_keys)) != data.get("digest"):
+        gen_env = generator_env(env, last.gen_env_keys)
+        if digest(last.argv, env, last.env_keys, last.files, last.resolved, gen_env) != last.digest:
             return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None  # not a record this qola wrote: build
-    return dict(data)
+    except (OSError, ValueError):
+        return None  # a file it names is unreadable: build
+    return last
 
 
 def nothing_to_do(build_dir: Path, ninja: str) -> bool:

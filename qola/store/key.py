@@ -230,15 +230,17 @@ class Material:
         }
 
     @classmethod
-    def of(cls, data: Mapping[str, Any]) -> Material:
-        """From :meth:`to_json`; KeyError, TypeError or ValueError for anything else."""
-        if data["format"] != FORMAT:
+    def of(cls, data: object) -> Material:
+        """From :meth:`to_json` (JSON read back: the no-op record's ``key``); KeyError, TypeError or
+        ValueError for anything else."""
+        if not isinstance(data, dict) or data["format"] != FORMAT:
             raise ValueError("another key format")
-        return cls(
-            dict(data["fixed"]),
-            tuple((str(p), bool(r)) for p, r in data["roots"]),
-            tuple(str(r) for r in data["tree_roots"]),
-        )
+        fixed, roots, tree_roots = data["fixed"], data["roots"], data["tree_roots"]
+        if not isinstance(fixed, dict) or not isinstance(fixed.get("tree"), dict):
+            raise TypeError("fixed: not the key's parts")
+        if not isinstance(roots, list) or not isinstance(tree_roots, list):
+            raise TypeError("roots: not lists")
+        return cls(dict(fixed), tuple((str(p), bool(r)) for p, r in roots), tuple(str(r) for r in tree_roots))
 
     def key(self) -> BuildKey:
         """The key, with the tree's files hashed now."""

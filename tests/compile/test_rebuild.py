@@ -89,6 +89,54 @@ def test_a_record_of_another_format_is_not_used(tmp_path: Path) -> None:
     assert publish_mod._seen(record) == {}
 
 
+def test_the_noop_record_reads_back_as_typed_values_in_its_format(tmp_path: Path) -> None:
+    """The no-op record crosses from the full path (finish.remember) to the next build's no-op and
+    incremental paths: it reads back as a NoopRecord whose run and key material are typed values,
+    the file keeps its JSON form, and a damaged part refuses the whole record (None: a full build)."""
+    from qola.compile.rebuild import Audited, Recipe, Run
+    from qola.compile.results import ModuleResult
+    from qola.store import fastpath
+    from qola.store.key import Material
+
+    build, out = tmp_path / "b", tmp_path / "o"
+    build.mkdir()
+    (build / "lib.so").write_bytes(b"x")
+    run = Run(2, ("module_a",), {"HIP_PLATFORM": "amd"}, {"lib.so": "a"}, {}, "sccache")
+    run = Run(2, run.targets, run.env, run.artifacts, {"a": Audited((1, 2, 3, 4, 5), ("qk_f",))}, run.launcher)
+    material = Material({"tree": {"commit": None}, "qola": {"version": "v"}}, (("/t/a.cu", False),), ("/t",))
+    fastpath.record(
+        build, out, fastpath.Recorded(["qola", "build"], {"PATH": "/p"}, ["PATH"], [], rebuild=run, key=material)
+    )
+    data = json.loads((build / fastpath.RECORD).read_text())
+    assert data["rebuild"]["state"] == {"a": {"key": [1, 2, 3, 4, 5], "exports": ["qk_f"]}}
+    assert data["rebuild"]["targets"] == ["module_a"] and data["key"]["roots"] == [["/t/a.cu", False]]
+    last = fastpath.load(build, ["qola", "build"])
+    assert last is not None and last.rebuild == run and last.key == material
+    assert last.env_keys == ("PATH",) and last.names() == ["PATH"] and last.rebuild.state["a"].exports == ("qk_f",)
+    assert run.changed(build) == {"a"}  # the artifact is not the one audited
+    data["rebuild"]["state"]["a"]["exports"] = "qk_f"  # damaged: not a list
+    (build / fastpath.RECORD).write_text(json.dumps(data))
+    assert fastpath.load(build, ["qola", "build"]) is None
+    module = ModuleResult("a", "qk_a", "cpp_itfs", "shared", sources=3, log=("before",), artifact=build / "lib.so")
+    recipe = Recipe({"p": 1}, {"t": 2}, (module,))
+    back = Recipe.of(json.loads(json.dumps(recipe.to_json())))
+    assert back == recipe and back.results(run)[0].exports == ("qk_f",)
+    assert recipe.to_json()["modules"] == [
+        {
+            "name": "a",
+            "md_name": "qk_a",
+            "mode": "cpp_itfs",
+            "link": "shared",
+            "sources": 3,
+            "generated": 0,
+            "warnings": [],
+            "instances": [],
+            "log": ["before"],
+            "artifact": str(build / "lib.so"),
+        }
+    ]
+
+
 # ---- the incremental path, end to end (fake nvcc: g++) ---------------------------------------------
 
 GEN = """import pathlib, sys
