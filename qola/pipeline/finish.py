@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from qola.compile.extras import ModuleExtra
     from qola.compile.rebuild import Recipe, Run
     from qola.compile.results import CompileReport, ModuleResult
+    from qola.pipeline.record import BuildRecord
     from qola.plan.model import Plan
     from qola.store.key import BuildKey, Material
     from qola.store.prebuilt import Packaged
@@ -97,7 +98,7 @@ def publish_out(
     layout: BuildLayout,
     extras: Mapping[str, ModuleExtra],
     key: BuildKey,
-    settings: Mapping[str, Any],
+    settings: BuildRecord,
     keep_going: bool = False,
 ) -> Published:
     """Stage 11: what ``compiled`` built (its plan, its toolchain) as a new version of OUT;
@@ -139,11 +140,11 @@ def publish_out(
         texts=isolation.consumers(shown, plan_, tc),
         trees=trees,
         module_extra=records,
-        source_date_epoch=(settings.get("env") or {}).get("SOURCE_DATE_EPOCH"),
+        source_date_epoch=settings.env.get("SOURCE_DATE_EPOCH"),
         extra={
             "build_key": key.key,
             "build_key_parts": key.digests,
-            "build": settings,
+            "build": settings.to_json(),
             "pin": plan_.pin,
             "version_check": None if tc.version_check is None else tc.version_check.to_json(),
         },

@@ -5,7 +5,7 @@ that change the libraries and no file holds, and the environment the build read
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
 
 from qola.store.fastpath import RecordedEnv
 
@@ -14,22 +14,47 @@ from qola.store.fastpath import RecordedEnv
 UNRECORDED = frozenset({"PATH", "PYTHONPATH", "MAX_JOBS", "GPU_ARCHS"})
 
 
-def settings_record(
-    asked: Mapping[str, Any], env: RecordedEnv | Mapping[str, str], env_keys: Sequence[str]
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CommandRecord:
+    """What ``manifest.json``'s ``build`` entry records of the command line
+    (:func:`qola.pipeline.spec.command_record`): the settings that change the libraries and no file holds."""
+
+    isolate: bool = True
+    allow_unpinned: bool = False
+    groups: tuple[str, ...] = ()
+    skip_checkout: bool = False
+    usage_files: tuple[str, ...] = ()  # absolute
+
+
+@dataclass(frozen=True)
+class BuildRecord:
+    """``manifest.json``'s ``build`` entry (:func:`settings_record`): the command line's part and the
+    environment the build read (``env_keys``; ``env``: the values of those set)."""
+
+    asked: CommandRecord
+    env_keys: tuple[str, ...]
+    env: Mapping[str, str]
+
+    def to_json(self) -> dict[str, object]:
+        """Its JSON form, as manifest.json holds it."""
+        a = self.asked
+        return {
+            "isolate": a.isolate,
+            "allow_unpinned": a.allow_unpinned,
+            "env_keys": list(self.env_keys),
+            "env": dict(self.env),
+            "groups": list(a.groups),
+            "skip_checkout": a.skip_checkout,
+            "usage_files": list(a.usage_files),
+        }
+
+
+def settings_record(asked: CommandRecord, env: RecordedEnv | Mapping[str, str], env_keys: Sequence[str]) -> BuildRecord:
     """``manifest.json``'s ``build`` entry: the settings of the command line (``asked``,
-    :func:`command_record`) that change the libraries and no file holds, and the environment the
-    build read: ``env_keys`` (the fixed list and what the module table reads,
+    :func:`qola.pipeline.spec.command_record`) that change the libraries and no file holds, and the
+    environment the build read: ``env_keys`` (the fixed list and what the module table reads,
     :func:`qola.store.fastpath.env_keys_of`) and every ``AITER_CONFIG_*``, with the values of those
     set (the others were unset)."""
     view = env if isinstance(env, RecordedEnv) else RecordedEnv.of(env, env_keys)
     keys = sorted({k for k in env_keys if k not in UNRECORDED} | {k for k, _ in view.prefixed()})
-    return {
-        "isolate": asked["isolate"],
-        "allow_unpinned": asked["allow_unpinned"],
-        "env_keys": keys,
-        "env": view.only(keys),
-        "groups": asked["groups"],
-        "skip_checkout": asked["skip_checkout"],
-        "usage_files": asked["usage_files"],
-    }
+    return BuildRecord(asked, tuple(keys), view.only(keys))

@@ -39,7 +39,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from qola.compile.layout import GIT_IGNORE, BuildLayout
 from qola.core import lock
@@ -48,7 +48,7 @@ from qola.core.fsutil import write_if_changed
 from qola.output import outdir
 from qola.output.outdir import OUT_NAMES, OUT_PREFIXES
 from qola.pipeline import finish, preflight
-from qola.pipeline.record import settings_record
+from qola.pipeline.record import BuildRecord, settings_record
 from qola.pipeline.report import BuildReport, Reporter
 from qola.pipeline.spec import (
     BuildSpec,
@@ -195,7 +195,7 @@ class Again:
     record: NoopRecord
     env: RecordedEnv
     child: ChildEnv
-    asked: Mapping[str, Any]
+    asked: BuildRecord
     verbose: bool
     publish_to: str | None
     keep_going: bool = False  # --keep-going: publish what built though a module failed

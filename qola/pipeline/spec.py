@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from qola.checkout.choice import VARIABLES as CHOICE_VARIABLES
 from qola.checkout.choice import choose, named_by_env
@@ -38,7 +38,7 @@ from qola.core import settings as declared
 from qola.core.errors import QolaError
 from qola.core.proc import ChildEnv
 from qola.pipeline import preflight
-from qola.pipeline.record import settings_record
+from qola.pipeline.record import BuildRecord, CommandRecord, settings_record
 from qola.store.fastpath import ENV_PREFIXES, RecordedEnv, env_keys_of
 
 if TYPE_CHECKING:  # the heavy modules are imported where they are used
@@ -355,7 +355,7 @@ class Start:
     choice: TreeChoice
     checkout: bool  # whether the build checks its tree out first (:func:`qola.pipeline.run._checkout`)
     child: ChildEnv = field(repr=False)  # the environment children run under (the incremental path's ninja)
-    asked: Mapping[str, Any] = field(default_factory=dict)  # manifest.json's ``build``: the command line's part
+    asked: CommandRecord = field(default_factory=CommandRecord)  # manifest.json's ``build``: the command line's part
     wait: float | None = None  # for another build holding the dirs: --wait > QOLA_WAIT > None (fail at once)
 
 
@@ -395,7 +395,7 @@ class Resolved:
     table: tuple[list[str], list[str]]  # the module table's and core.py's paths, the texts of those read
     inputs: RecordedEnv  # the recorded variables (:func:`qola.store.fastpath.env_keys_of` of the texts)
     tree_given: str  # the tree's root as named (the no-op record notices a symlink re-pointed)
-    record: Mapping[str, Any]  # manifest.json's ``build`` (:func:`settings_record`)
+    record: BuildRecord  # manifest.json's ``build`` (:func:`settings_record`)
 
 
 def resolve_build(spec: BuildSpec, begun: Start) -> Resolved:
@@ -478,12 +478,12 @@ def launcher(name: str | None, env: Mapping[str, str], hint: str | None = None) 
     return found
 
 
-def command_record(spec: BuildSpec) -> dict[str, Any]:
+def command_record(spec: BuildSpec) -> CommandRecord:
     """What manifest.json's ``build`` entry records of the command line (:func:`settings_record`)."""
-    return {
-        "isolate": bool(spec.isolate),
-        "allow_unpinned": bool(spec.allow_unpinned),
-        "groups": list(spec.groups),
-        "skip_checkout": bool(spec.skip_checkout),
-        "usage_files": [os.path.abspath(f) for f in spec.usage_files],
-    }
+    return CommandRecord(
+        isolate=bool(spec.isolate),
+        allow_unpinned=bool(spec.allow_unpinned),
+        groups=tuple(spec.groups),
+        skip_checkout=bool(spec.skip_checkout),
+        usage_files=tuple(os.path.abspath(f) for f in spec.usage_files),
+    )

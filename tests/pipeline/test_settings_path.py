@@ -163,6 +163,28 @@ def test_recorded_env_reads_only_what_it_was_resolved_for(tmp_path: Path) -> Non
     assert fastpath.unchanged(last, build, out, recorded({**env, "SECRET": "t"}, ["PATH", "SECRET"])) is None
 
 
+def test_the_build_record_is_typed_and_written_as_before(tmp_path: Path) -> None:
+    """manifest.json's ``build`` entry crosses from stage 1 (resolve_build) to the publish as a typed
+    BuildRecord; its JSON form (key order included) is the one manifest.json always held."""
+    from qola.pipeline.record import BuildRecord, CommandRecord, settings_record
+
+    asked = CommandRecord(isolate=False, groups=("gemm",), usage_files=("/u.toml",))
+    env = {"PATH": "/p", "CK_DIR": "/ck", "AITER_CONFIG_GEMM": "/g.csv", "SOURCE_DATE_EPOCH": "1"}
+    rec = settings_record(asked, env, ["PATH", "CK_DIR", "SOURCE_DATE_EPOCH", "UNSET"])
+    assert isinstance(rec, BuildRecord) and rec.asked == asked and rec.env["SOURCE_DATE_EPOCH"] == "1"
+    data = rec.to_json()
+    assert list(data) == ["isolate", "allow_unpinned", "env_keys", "env", "groups", "skip_checkout", "usage_files"]
+    assert data == {
+        "isolate": False,
+        "allow_unpinned": False,
+        "env_keys": ["AITER_CONFIG_GEMM", "CK_DIR", "SOURCE_DATE_EPOCH", "UNSET"],
+        "env": {"AITER_CONFIG_GEMM": "/g.csv", "CK_DIR": "/ck", "SOURCE_DATE_EPOCH": "1"},
+        "groups": ["gemm"],
+        "skip_checkout": False,
+        "usage_files": ["/u.toml"],
+    }
+
+
 def test_git_runs_under_its_view(tmp_path: Path) -> None:
     from qola.checkout import git
     from qola.core.errors import QolaError

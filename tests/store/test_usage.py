@@ -231,7 +231,7 @@ def test_the_build_record_keeps_the_usage_fragments_for_a_reproduction(
 
     monkeypatch.chdir(tmp_path)
     spec = BuildSpec(manifest="m.toml", usage_files=("usage.toml",))
-    assert settings_record(command_record(spec), {}, [])["usage_files"] == [str(tmp_path / "usage.toml")]
+    assert settings_record(command_record(spec), {}, []).to_json()["usage_files"] == [str(tmp_path / "usage.toml")]
 
 
 def problem(line: str) -> str:
