@@ -13,11 +13,13 @@ import shlex
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qola import __version__
 from qola.compile import ninja
 from qola.compile.elf import MAX_SHOWN, audit_artifact, demangle
 from qola.compile.extras import FileWrite, ModuleExtra
+from qola.compile.feature import ExtraContext, Feature, ModuleHook, PublishContext, PublishItems
 from qola.compile.layout import BuildLayout, object_path
 from qola.compile.link import Archiving, archive_steps, library_ldflags, python_module_ldflags, version_script
 from qola.compile.results import CompileReport, ModuleResult, Status
@@ -30,6 +32,9 @@ from qola.output.consumers import ConsumerModule, common_header_text, consumer_f
 from qola.plan import itfs
 from qola.plan.model import ModulePlan, Plan
 from qola.toolchain import Toolchain
+
+if TYPE_CHECKING:
+    from qola.compile.steps import ModuleSources
 
 # no depfile: the edge names the .S's every .incbin file as an implicit input (qola wrote the .S)
 ASM_RULE = {"command": "cc -c -x assembler $in -o $out", "description": "AS $module $out"}
@@ -287,3 +292,36 @@ def consumers(report: CompileReport, plan: Plan, tc: Toolchain) -> dict[str, str
         # every library failed: the consumer files of an earlier build would name them
         return {rel: None for rel in consumer_files(plan.namespace, [], __version__) if not rel.startswith("include/")}
     return {}
+
+
+def hook(ctx: ExtraContext) -> ModuleHook:
+    """Stage 7's part for one build: :func:`extra` of each module, whose sources are compiled as the
+    features before it (the JIT) changed them."""
+    stage = ctx.stage
+    how = Linking(isolate=ctx.isolate, discard_locals=stage.tc.discard_locals)
+
+    def one(mod: ModulePlan, sources: ModuleSources, so_far: ModuleExtra) -> ModuleExtra:
+        return extra(mod, sources.all, so_far, stage.plan, stage.layout, how=how)
+
+    return one
+
+
+def _audit(report: CompileReport, only: Collection[str] | None) -> CompileReport:
+    return audit(report, report.plan, only)
+
+
+def published(ctx: PublishContext) -> PublishItems:
+    """Stage 11's part: the shared headers, the API and embed headers of the modules that built (and
+    the names of the failed ones'), the consumer files."""
+    plan, layout = ctx.compiled.plan, ctx.layout
+    built, withdrawn = module_headers(ctx.compiled, plan, layout)
+    return PublishItems(
+        headers=(*headers(plan, layout), *built),
+        withdrawn=tuple(withdrawn),
+        texts=consumers(ctx.shown, plan, ctx.compiled.toolchain),
+    )
+
+
+# isolation and embedding across stages (qola.compile.feature): the extra, its rules and shared files,
+# the ELF audit (with the kernels' switch check), the headers and consumer files published
+FEATURE = Feature("isolation", extra=hook, rules=lambda tc: RULES, shared=shared_files, audit=_audit, publish=published)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from qola.compile import ninja
 from qola.compile.extras import FileWrite, ModuleExtra, TreeWrite
+from qola.compile.feature import ExtraContext, Feature, ModuleHook, PublishContext, PublishItems
 from qola.compile.layout import BuildLayout, object_path
 from qola.compile.results import CompileReport, Status
 from qola.compile.steps import Stage, module_flags
@@ -46,6 +47,7 @@ from qola.plan.model import JitSplit, ModulePlan, Plan
 from qola.toolchain import Toolchain
 
 if TYPE_CHECKING:
+    from qola.compile.steps import ModuleSources
     from qola.plan.manifest import Manifest
     from qola.plan.variants import GenEnv
     from qola.toolchain.env import ToolchainEnv
@@ -338,3 +340,24 @@ def publish_items(
         else:
             trees[layout.jit_rel(r.md_name)] = None
     return trees, records
+
+
+def hook(ctx: ExtraContext) -> ModuleHook:
+    """Stage 7's part for one build: :func:`extra` of each module (the JIT compiler probed once, on
+    first need)."""
+    compiler = compiler_of(ctx.stage.plan, ctx.stage.tc, ctx.env)
+
+    def one(mod: ModulePlan, sources: ModuleSources, so_far: ModuleExtra) -> ModuleExtra:
+        return extra(mod, sources.generated, ctx.stage, compiler, ctx.build_key)
+
+    return one
+
+
+def published(ctx: PublishContext) -> PublishItems:
+    """Stage 11's part: :func:`publish_items` (the JIT trees and each module's ``jit`` record)."""
+    trees, records = publish_items(ctx.compiled, ctx.extras, ctx.layout)
+    return PublishItems(trees=trees, records=records)
+
+
+# the JIT across stages (qola.compile.feature): its split in the plan, its extra, rules and publish items
+FEATURE = Feature("jit", plan=plan_jit, extra=hook, rules=rules, publish=published)

@@ -25,10 +25,16 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, BinaryIO
 
+from qola.compile.extras import FileWrite, ModuleExtra
+from qola.compile.feature import ExtraContext, Feature, ModuleHook
 from qola.core.errors import QolaError
 from qola.core.rules import is_c_ident
+
+if TYPE_CHECKING:
+    from qola.compile.steps import ModuleSources
+    from qola.plan.model import ModulePlan
 
 SECTION = ".qola_switches"
 PREFIX = b"qola-switches:"
@@ -92,7 +98,7 @@ def _sections(path: Path, name: str) -> list[bytes]:
 
     from qola.compile.elf import read_ar  # lazy: paid only by the callers that need it
 
-    def one(stream: Any) -> list[bytes]:
+    def one(stream: BinaryIO) -> list[bytes]:
         try:
             sec = ELFFile(stream).get_section_by_name(name)
         except ELFError as exc:
@@ -238,11 +244,9 @@ def unembedded(
     return sorted(set(missing))
 
 
-def extra(mod: Any, probe_dir: Path) -> Any:
+def extra(mod: ModulePlan, probe_dir: Path) -> ModuleExtra:
     """The module's :class:`~qola.compile.extras.ModuleExtra`: the probe header (written into ``probe_dir``)
     force-included into each source that gates kernel code on a switch; empty for other modules."""
-    from qola.compile.extras import FileWrite, ModuleExtra  # lazy: paid only by the callers that need it
-
     writes, flags = [], []
     for i, (src, names) in enumerate(mod.gates):
         header = probe_dir / f"qola_switches_{i}.h"
@@ -250,3 +254,19 @@ def extra(mod: Any, probe_dir: Path) -> Any:
         flags.append((src, ("-include", str(header))))
     reads = tuple(str(probe_dir / f"qola_switches_{i}.h") for i in range(len(writes)))
     return ModuleExtra(writes=tuple(writes), source_flags=tuple(flags), entry_reads=reads)
+
+
+def hook(ctx: ExtraContext) -> ModuleHook:
+    """Stage 7's part for one build: each module's switch record (:func:`extra`, its probe headers in
+    the module's object dir)."""
+    layout = ctx.stage.layout
+
+    def one(mod: ModulePlan, sources: ModuleSources, so_far: ModuleExtra) -> ModuleExtra:
+        return extra(mod, layout.obj_dir(mod.name))
+
+    return one
+
+
+# the switch record across stages (qola.compile.feature): its probe headers; the check of the linked
+# library (switch_problems) runs inside the ELF audit of qola.hooks.isolation, where it always ran
+FEATURE = Feature("kernels", extra=hook)

@@ -105,10 +105,11 @@ def publish_out(
     ``settings``: manifest.json's ``build``. A failed module never takes a good library out of OUT:
     without ``keep_going`` a build with any failed module publishes nothing (OUT keeps its version
     whole); with it, the modules that built are published and a failed one keeps the library the
-    previous version holds (:func:`_kept`), else it is absent."""
-    from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
-    from qola.hooks import jit as jitbuild  # lazy: start-up of the CLI and of the no-op path
+    previous version holds (:func:`_kept`), else it is absent. What goes in besides the libraries
+    is every feature's publish items (:data:`qola.pipeline.features.FEATURES`, in order)."""
+    from qola.compile.feature import PublishContext, published  # lazy: start-up of the CLI and of the no-op path
     from qola.output.publish import Contents, publish  # lazy: start-up of the CLI and of the no-op path
+    from qola.pipeline import features  # lazy: start-up of the CLI and of the no-op path
 
     failed = [r.name for r in compiled.modules if not r.built]
     if failed and not keep_going:
@@ -129,16 +130,16 @@ def publish_out(
             compiled, modules=tuple(kept[r.name][0] if r.name in kept else r for r in compiled.modules)
         )
     )
-    trees, records = jitbuild.publish_items(compiled, extras, layout)
-    built_headers, withdrawn = isolation.module_headers(compiled, plan_, layout)
+    items = published(features.FEATURES, PublishContext(compiled, shown, extras, layout))
+    withdrawn = items.withdrawn
     old_headers = [layout.out / "include" / h for h in withdrawn if kept and (layout.out / "include" / h).is_file()]
-    records = {**records, **{name: {"kept": rec} for name, (_, rec) in kept.items()}}
+    records = {**items.records, **{name: {"kept": rec} for name, (_, rec) in kept.items()}}
     contents = Contents(
-        headers=[*isolation.headers(plan_, layout), *built_headers, *old_headers],
+        headers=[*items.headers, *old_headers],
         withdrawn=[h for h in withdrawn if layout.out / "include" / h not in old_headers],
         mode=plan_.mode,
-        texts=isolation.consumers(shown, plan_, tc),
-        trees=trees,
+        texts=items.texts,
+        trees=items.trees,
         module_extra=records,
         source_date_epoch=settings.env.get("SOURCE_DATE_EPOCH"),
         extra={
@@ -296,12 +297,13 @@ def _written(d: Derived, layout: BuildLayout, gen: list[str]) -> list[str]:
     """What stages 6-8 wrote and read back: the generated dirs (their stamps), the graph's own files
     (build.ninja, the toolchain stamp, the shared headers, every hook's file)."""
     from qola.compile import codegen  # lazy: start-up of the CLI and of the no-op path
-    from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
+    from qola.compile.feature import shared_of  # lazy: start-up of the CLI and of the no-op path
+    from qola.pipeline import features  # lazy: start-up of the CLI and of the no-op path
 
     return [
         str(layout.graph),
         str(layout.toolchain_stamp),
-        *(str(w.path) for w in isolation.shared_files(d.plan, layout)),
+        *(str(w.path) for w in shared_of(features.FEATURES, d.plan, layout)),
         *(str(w.path) for e in d.extras.values() for w in e.writes),
         *(str(gen_module_dir(layout.gen_root, name) / codegen.STAMP) for name in gen),
     ]

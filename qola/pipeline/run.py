@@ -96,14 +96,14 @@ def plan(spec: BuildSpec, *, with_settings: bool = False) -> Prepared:
 
 
 def resolve(prepared: Prepared, env: GenEnv) -> Plan:
-    """Stages 2 and 3: the declared variants' generator filters and the JIT split, in the plan."""
-    from qola.hooks import jit as jitbuild  # lazy: start-up of the CLI and of the no-op path
+    """Stages 2 and 3: the declared variants' generator filters, then each feature's plan part (the
+    JIT split, then [usage]: exactly the recorded variants ahead), in the plan."""
+    from qola.compile.feature import planned  # lazy: start-up of the CLI and of the no-op path
+    from qola.pipeline import features  # lazy: start-up of the CLI and of the no-op path
     from qola.plan import variants  # lazy: start-up of the CLI and of the no-op path
-    from qola.store.usage import apply as usage  # lazy: start-up of the CLI and of the no-op path
 
     plan_ = variants.apply(prepared.plan, prepared.manifest, env)  # 2. variants
-    plan_ = jitbuild.plan_jit(plan_, prepared.manifest, env)  # 3. JIT plan
-    return usage.apply(plan_, prepared.manifest, env)  # [usage]: exactly these variants ahead
+    return planned(features.FEATURES, plan_, prepared.manifest, env)  # 3. JIT plan, [usage]
 
 
 def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
@@ -215,13 +215,14 @@ def _incremental(again: Again, ui: Reporter) -> BuildReport | None:
     outcome, notes = _ninja_again(again, run, start, ui)
     if outcome.returncode == 0 and any(line.startswith("ninja: no work to do") for line in outcome.log):
         return BuildReport(layout)
-    from qola.hooks import isolation  # lazy: only when ninja relinked something (not on the no-op path)
+    from qola.compile.feature import audited  # lazy: only when ninja relinked something (not on the no-op path)
+    from qola.pipeline import features  # lazy: only when ninja relinked something (not on the no-op path)
 
     recipe = rebuild.load(layout.root)
     if recipe is None:
         return None
     compiled = _settled_again(recipe, run, outcome, layout.root, mark=mark, start=start).noted(notes)
-    compiled = isolation.audit(compiled, compiled.plan, only=run.changed(layout.root))  # 10. audit what ninja relinked
+    compiled = audited(features.FEATURES, compiled, only=run.changed(layout.root))  # 10. audit what ninja relinked
     key = material.key()  # the tree's files rehashed: ninja rebuilt what some of them changed
     published = finish.publish_out(compiled, layout, {}, key, again.asked, again.keep_going)  # 11. publish
     if compiled.ok:  # 12. record (the recipe stays: nothing it holds changed)
@@ -311,7 +312,8 @@ def _prepare(r: Resolved, ui: Reporter) -> Ready:
 def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
     """Stages 6-12: generate, hooks, write, ninja, audit, publish, record."""
     from qola.compile import rebuild  # lazy: start-up of the CLI and of the no-op path
-    from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
+    from qola.compile.feature import audited  # lazy: start-up of the CLI and of the no-op path
+    from qola.pipeline import features  # lazy: start-up of the CLI and of the no-op path
 
     r, plan_, tc, key = ready.resolved, ready.plan, ready.toolchain, ready.key
     s, layout = r.settings, _layout(r.settings)
@@ -325,7 +327,7 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
     if s.dry_run:
         return BuildReport(layout, built.compiled, dry_run=True)
     assert key is not None  # computed for every build that is not a dry run
-    compiled = isolation.audit(built.compiled, plan_)  # 10. audit
+    compiled = audited(features.FEATURES, built.compiled)  # 10. audit
     published = finish.publish_out(compiled, layout, built.extras, key, r.record, spec.keep_going)  # 11. publish
     if compiled.ok and spec.argv and not compiled.stubs:  # 12. record (never over a wrapper's stubs: no no-op)
         eligible = rebuild.eligible(built.extras)
@@ -368,11 +370,11 @@ def _compiled(ready: Ready, rx: Remote | None, ui: Reporter) -> Built:
     """Stages 6-9: generate, hooks, write, ninja (through ``rx``, the remote service, when given)."""
     from qola.compile import dist  # lazy: start-up of the CLI and of the no-op path
     from qola.compile import extras as extras_mod  # lazy: start-up of the CLI and of the no-op path
+    from qola.compile import feature as feat  # lazy: start-up of the CLI and of the no-op path
     from qola.compile import steps as stages  # lazy: start-up of the CLI and of the no-op path
     from qola.compile.results import new_results  # lazy: start-up of the CLI and of the no-op path
     from qola.hooks import apply as hooks  # lazy: start-up of the CLI and of the no-op path
-    from qola.hooks import isolation  # lazy: start-up of the CLI and of the no-op path
-    from qola.hooks import jit as jitbuild  # lazy: start-up of the CLI and of the no-op path
+    from qola.pipeline import features  # lazy: start-up of the CLI and of the no-op path
     from qola.toolchain.identity import COMPILER_ENV  # lazy: start-up of the CLI and of the no-op path
 
     r, plan_, tc, key = ready.resolved, ready.plan, ready.toolchain, ready.key
@@ -390,13 +392,13 @@ def _compiled(ready: Ready, rx: Remote | None, ui: Reporter) -> Built:
             stage, new_results(plan_), jobs=s.jobs, env=tenv, timeout=s.generator_env, on_event=ui.event
         )
         srcs, results = stages.sources(stage, gen.files, gen.results)
-        extras, results = hooks.extras(
-            stage, srcs, results, tenv, isolate=s.isolate, build_key=key.key if key else ""
-        )  # 7. hooks
-        extras_mod.write(extras, isolation.shared_files(plan_, layout))  # 8. write
+        feats = features.FEATURES
+        ctx = feat.ExtraContext(stage, tenv, isolate=s.isolate, build_key=key.key if key else "")
+        extras, results = hooks.extras(feats, ctx, srcs, results)  # 7. hooks
+        extras_mod.write(extras, feat.shared_of(feats, plan_, layout))  # 8. write
         srcs = {name: src for name, src in srcs.items() if name in extras}
         logs = {name: res.log for name, res in results.items()}  # before ninja: the incremental path's start
-        rules = {**isolation.RULES, **jitbuild.rules(tc)}
+        rules = feat.rules_of(feats, tc)
         graph = stages.graph_for(stage, srcs, extras, launcher=rx.launcher if rx else s.launcher, rules=rules)
         ui.phase("compiling")
         watched = dist.watch(s.launcher, child.plus(tc.child_env), farm_=s.farm, enabled=not s.dry_run)
