@@ -28,16 +28,16 @@ import functools
 import hashlib
 import re
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qola.compile import ninja
 from qola.compile.extras import FileWrite, ModuleExtra, TreeWrite
-from qola.compile.feature import ExtraContext, Feature, ModuleHook, PublishContext, PublishItems
+from qola.compile.feature import ExtraContext, Feature, ModuleHook, PublishContext, PublishItems, Record
 from qola.compile.layout import BuildLayout, object_path
-from qola.compile.results import CompileReport, Status
+from qola.compile.results import Status
 from qola.compile.steps import Stage, module_flags
 from qola.core import inputs
 from qola.core.errors import QolaError
@@ -324,22 +324,21 @@ def compiler_of(plan: Plan, tc: Toolchain, env: ToolchainEnv) -> Callable[[], jk
     return functools.cache(lambda: jkey.probe_compiler(name or tc.compiler, env.with_child(tc.child_env)))
 
 
-def publish_items(
-    report: CompileReport, extras: Mapping[str, ModuleExtra], layout: BuildLayout
-) -> tuple[dict[str, Path | None], dict[str, dict[str, Any]]]:
-    """(trees, per-module records) for :func:`qola.output.publish.publish`: ``jit/<md_name>`` of every built
-    module with deferred units comes from the build dir; every other module's is removed from OUT."""
+def publish_items(ctx: PublishContext) -> PublishItems:
+    """Stage 11's part, for :func:`qola.output.publish.publish`: ``jit/<md_name>`` of every built
+    module with deferred units comes from the build dir (its ``jit`` record into manifest.json);
+    every other module's is removed from OUT."""
     trees: dict[str, Path | None] = {}
-    records: dict[str, dict[str, Any]] = {}
-    for r in report.modules:
-        ex = extras.get(r.name)
+    records: dict[str, Record] = {}
+    for r in ctx.compiled.modules:
+        ex = ctx.extras.get(r.name)
         rec = ex.jit if ex is not None else None
         if r.status == Status.BUILT and rec is not None:
-            trees[layout.jit_rel(r.md_name)] = rec.jit_dir
+            trees[ctx.layout.jit_rel(r.md_name)] = rec.jit_dir
             records[r.name] = {"jit": rec.to_json()}
         else:
-            trees[layout.jit_rel(r.md_name)] = None
-    return trees, records
+            trees[ctx.layout.jit_rel(r.md_name)] = None
+    return PublishItems(trees=trees, records=records)
 
 
 def hook(ctx: ExtraContext) -> ModuleHook:
@@ -353,11 +352,5 @@ def hook(ctx: ExtraContext) -> ModuleHook:
     return one
 
 
-def published(ctx: PublishContext) -> PublishItems:
-    """Stage 11's part: :func:`publish_items` (the JIT trees and each module's ``jit`` record)."""
-    trees, records = publish_items(ctx.compiled, ctx.extras, ctx.layout)
-    return PublishItems(trees=trees, records=records)
-
-
 # the JIT across stages (qola.compile.feature): its split in the plan, its extra, rules and publish items
-FEATURE = Feature("jit", plan=plan_jit, extra=hook, rules=rules, publish=published)
+FEATURE = Feature("jit", plan=plan_jit, extra=hook, rules=rules, publish=publish_items)

@@ -22,6 +22,7 @@ from qola.store import fastpath
 
 if TYPE_CHECKING:
     from qola.compile.extras import ModuleExtra
+    from qola.compile.feature import Record
     from qola.compile.rebuild import Recipe, Run
     from qola.compile.results import CompileReport, ModuleResult
     from qola.pipeline.record import BuildRecord
@@ -163,7 +164,7 @@ def _kept_note(failed: Sequence[str], kept: Sequence[str]) -> str | None:
     return "--keep-going: failed module(s) " + "; ".join(parts)
 
 
-def _kept(out: Path, compiled: CompileReport, failed: Sequence[str]) -> dict[str, tuple[ModuleResult, dict[str, Any]]]:
+def _kept(out: Path, compiled: CompileReport, failed: Sequence[str]) -> dict[str, tuple[ModuleResult, Record]]:
     """The failed modules whose library OUT's current version holds, unaltered (its recorded sha256):
     {name: (a built result whose artifact is that library, what manifest.json says of it)}."""
     from qola.compile.results import Status  # lazy: start-up of the CLI and of the no-op path
@@ -176,7 +177,7 @@ def _kept(out: Path, compiled: CompileReport, failed: Sequence[str]) -> dict[str
         old = {m["name"]: m for m in data.get("modules") or [] if isinstance(m, dict) and m.get("status") == "built"}
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
         return {}
-    kept: dict[str, tuple[ModuleResult, dict[str, Any]]] = {}
+    kept: dict[str, tuple[ModuleResult, Record]] = {}
     for r in compiled.modules:
         rec = old.get(r.name)
         if r.name not in failed or rec is None or not isinstance(rec.get("artifact"), str):
