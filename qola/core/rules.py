@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 
 from qola.core.errors import QolaError
 from qola.core.secret import UnsplittableURL, split_url
@@ -340,3 +341,12 @@ def dir_path_problem(path: object) -> str | None:
     except UnicodeEncodeError:
         return "contains bytes that are not UTF-8; qola writes this path into build.ninja and manifest.json as UTF-8"
     return None
+
+
+_ENV_REF = re.compile(r"""(?:environ\.get|getenv|get_config_file)\(\s*\\?['"]([A-Za-z_][A-Za-z0-9_]*)""")
+
+
+def referenced_env(texts: Iterable[str]) -> list[str]:
+    """Every variable an expression text of the tree reads with os.environ.get / os.getenv (or names
+    as an AITER config variable): what the no-op record, the build key and ``--reproduce`` record."""
+    return sorted({key for text in texts for key in _ENV_REF.findall(text)})

@@ -31,11 +31,12 @@ from typing import Any
 
 from qola.core import inputs, settings
 from qola.core.errors import QolaError
+from qola.core.rules import referenced_env
 from qola.pipeline import run as pipeline
 from qola.plan.tree.aiter import TABLE
 from qola.plan.tree.aiter_core import CORE
 from qola.plan.tree.files import MAX_CORE, MAX_TABLE, read_small
-from qola.store.fastpath import ENV_PREFIXES, referenced_env
+from qola.store.fastpath import ENV_PREFIXES
 from qola.toolchain.identity import COMPILER_ENV, TOOLCHAIN_ENV
 
 HINT_REBUILD = "rebuild OUT with this qola (qola build … -o OUT), then audit it"

@@ -26,7 +26,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import qola
 from qola.compile.layout import NOOP_RECORD
-from qola.core import inputs, proc
+from qola.core import inputs, proc, rules
 from qola.core.secret import fingerprint, redact, redact_argv
 from qola.toolchain.identity import COMPILER_ENV, TOOLCHAIN_ENV
 
@@ -65,18 +64,11 @@ ENV_KEYS = tuple(
     )
 )
 ENV_PREFIXES = ("AITER_CONFIG_",)  # AITER's tuned-config overrides: every one set counts, by name and value
-_ENV_REF = re.compile(r"""(?:environ\.get|getenv|get_config_file)\(\s*\\?['"]([A-Za-z_][A-Za-z0-9_]*)""")
-
-
-def referenced_env(texts: Iterable[str]) -> list[str]:
-    """Every variable an expression text reads with os.environ.get / os.getenv (or names as an
-    AITER config variable)."""
-    return sorted({key for text in texts for key in _ENV_REF.findall(text)})
 
 
 def env_keys_of(texts: Iterable[str]) -> list[str]:
-    """The fixed keys plus :func:`referenced_env`."""
-    return sorted(set(ENV_KEYS) | set(referenced_env(texts)))
+    """The fixed keys plus :func:`qola.core.rules.referenced_env`."""
+    return sorted(set(ENV_KEYS) | set(rules.referenced_env(texts)))
 
 
 @dataclass(frozen=True)
