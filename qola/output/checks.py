@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from qola.core.hashing import regular_file_sha256
 from qola.core.rules import check_namespace
 from qola.output import kernels, outdir
 from qola.output.outdir import DIRS
+from qola.output.record import ModuleRecord
 from qola.plan.tree.files import read_small
 
 STATUSES = ("built", "failed")  # what qola writes
@@ -114,7 +116,7 @@ def _walk(root: Path) -> tuple[dict[str, os.stat_result], list[str]]:
     return found, problems
 
 
-def check_files(root: Path, recorded: dict[str, Any]) -> tuple[int, list[str]]:
+def check_files(root: Path, recorded: Mapping[str, object]) -> tuple[int, list[str]]:
     """(files checked, problems): the tree under ``root`` equals ``recorded`` exactly."""
     present, problems = _walk(root)
     for rel in sorted(set(present) - set(recorded)):
@@ -142,10 +144,10 @@ def check_files(root: Path, recorded: dict[str, Any]) -> tuple[int, list[str]]:
     return len(present), problems
 
 
-def check_unrecorded_legacy(root: Path, modules: list[Any]) -> list[str]:
+def check_unrecorded_legacy(root: Path, modules: Sequence[ModuleRecord]) -> list[str]:
     """For a manifest without ``files``: lib/ and jit/ hold nothing the modules do not record."""
-    arts = {m.get("artifact") for m in modules if isinstance(m, dict)}
-    jits = {(m.get("jit") or {}).get("dir") for m in modules if isinstance(m, dict) and isinstance(m.get("jit"), dict)}
+    arts = {m.artifact for m in modules}
+    jits = {m.jit_dir() for m in modules}
     present, problems = _walk(root)
     for rel in sorted(present):
         top = rel.split("/")[0]
@@ -156,17 +158,18 @@ def check_unrecorded_legacy(root: Path, modules: list[Any]) -> list[str]:
     return problems
 
 
-def _extra(module: dict[str, Any], artifact: Path) -> tuple[str, ...]:
+def _extra(module: ModuleRecord, artifact: Path) -> tuple[str, ...]:
     """Exports beyond qola::<ns>:: a module may have: a Python module's PyInit_<name>, derived from
     its file name. Never from the record: a manifest.json key cannot widen the check."""
-    return ("PyInit_" + artifact.name.split(".")[0],) if module.get("mode") == "pybind" else ()
+    return ("PyInit_" + artifact.name.split(".")[0],) if module.mode == "pybind" else ()
 
 
-def check_module(root: Path, module: dict[str, Any], namespace: str, files: dict[str, Any] | None = None) -> list[str]:
+def check_module(
+    root: Path, module: ModuleRecord, namespace: str, files: Mapping[str, object] | None = None
+) -> list[str]:
     """Every problem of one built module, as lines (empty when clean)."""
-    name = module.get("name", "?")
-    rel = module.get("artifact")
-    if not isinstance(rel, str) or not rel:
+    name, rel = module.name, module.artifact
+    if not rel:
         return [f"{name}: status built but no artifact recorded"]
     if files is not None and rel not in files:
         return [f"{name}: artifact {rel} is not in manifest.json's files"]
@@ -178,10 +181,10 @@ def check_module(root: Path, module: dict[str, Any], namespace: str, files: dict
     except OSError as exc:
         return [f"{name}: {rel}: cannot read: {exc}"]
     problems = []
-    if module.get("size") is not None and module["size"] != size:
-        problems.append(f"{name}: {rel} size {size} != recorded {module['size']}")
-    if module.get("sha256") and module["sha256"] != digest:
-        problems.append(f"{name}: {rel} sha256 {digest[:16]}… != recorded {str(module['sha256'])[:16]}…")
+    if module.size is not None and module.size != size:
+        problems.append(f"{name}: {rel} size {size} != recorded {module.size}")
+    if module.sha256 and module.sha256 != digest:
+        problems.append(f"{name}: {rel} sha256 {digest[:16]}… != recorded {module.sha256[:16]}…")
     try:
         result = audit.audit_artifact(path, namespace, extra=_extra(module, path), check=False)
     except QolaError as exc:
@@ -191,9 +194,8 @@ def check_module(root: Path, module: dict[str, Any], namespace: str, files: dict
         problems += [f"{name}: {rel}: cannot compute: {line}" for line in kernels.switch_problems(path, name)]
     except QolaError as exc:
         problems.append(f"{name}: {rel}: {exc.message}")
-    recorded = module.get("exports")
-    if isinstance(recorded, list):
-        want = {str(x) for x in recorded}
+    if module.exports is not None:
+        want = set(module.exports)
         seen = set()
         for sym in result.exports:
             hit = {sym.name, sym.demangled} & want
@@ -204,6 +206,14 @@ def check_module(root: Path, module: dict[str, Any], namespace: str, files: dict
         for missing in sorted(want - seen):
             problems.append(f"{name}: {rel}: recorded export {missing} is gone")
     return problems
+
+
+def _parse(raw: object) -> ModuleRecord | QolaError:
+    """A module's record, or why it is damaged (a problem of the audit)."""
+    try:
+        return ModuleRecord.parse(raw)
+    except QolaError as exc:
+        return exc
 
 
 def audit_output(
@@ -219,6 +229,7 @@ def _audit_output(out_dir: Path, namespace: str | None, *, allow_failed: bool) -
     root, problems, notes = resolve_root(out_dir)
     data = load_manifest(root)
     ns = check_namespace(namespace or data.get("namespace") or "")
+    modules = [_parse(m) for m in data["modules"]]
     files = data.get("files")
     if isinstance(files, dict):
         nfiles, more = check_files(root, files)
@@ -226,28 +237,28 @@ def _audit_output(out_dir: Path, namespace: str | None, *, allow_failed: bool) -
         notes.append(f"{nfiles} file(s)")
     else:
         files = None
-        problems += check_unrecorded_legacy(root, data["modules"])
+        problems += check_unrecorded_legacy(root, [m for m in modules if isinstance(m, ModuleRecord)])
         notes.append(
             "manifest.json records no file list (written by an older qola): only lib/ and jit/ "
             "were checked for unrecorded files"
         )
     checked = 0
-    for module in data["modules"]:
-        if not isinstance(module, dict):
-            problems.append(f"manifest.json: module entry {module!r} is not an object")
+    for module in modules:
+        if isinstance(module, QolaError):
+            problems.append(module.message)
             continue
-        name, status = module.get("name", "?"), module.get("status")
+        name, status = module.name, module.status
         if status == "built":
             checked += 1
             problems += check_module(root, module, ns, files)
         elif status == "failed":
-            if module.get("artifact"):
-                problems.append(f"{name}: status failed but artifact {module['artifact']} recorded")
-            md = module.get("md_name")
-            for lib in (f"lib/{md}.so", f"lib/{md}.a") if isinstance(md, str) and md else ():
+            if module.artifact:
+                problems.append(f"{name}: status failed but artifact {module.artifact} recorded")
+            md = module.md_name
+            for lib in (f"lib/{md}.so", f"lib/{md}.a") if md else ():
                 if lib in (files or {}) or os.path.lexists(root / lib):  # exact names, never a pattern
                     problems.append(f"{name}: status failed but its library {lib} is present")
-            line = f"{name}: failed to build (see {module.get('log') or 'its log'})"
+            line = f"{name}: failed to build (see {module.log or 'its log'})"
             (notes if allow_failed else problems).append(line)
         else:
             problems.append(

@@ -29,12 +29,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from qola import __version__
 from qola.compile import codegen
 from qola.compile.layout import BuildLayout
-from qola.compile.results import CompileReport, ModuleResult, Status
+from qola.compile.results import CompileReport, Status
 from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import (
@@ -49,6 +48,7 @@ from qola.core.fsutil import (
 )
 from qola.output import outdir
 from qola.output.outdir import DIRS, ENTRIES, MANIFEST_JSON, STAGE, STORE, check_output
+from qola.output.record import FileRecord, ModuleRecord, summary
 from qola.plan.tree.aiter_configs import CONFIGS
 from qola.plan.tree.files import MAX_CSV, open_regular
 
@@ -62,7 +62,6 @@ __all__ = [
     "check_output",
     "generated_at",
     "install_version",
-    "module_record",
     "prepare",
     "publish",
     "publish_tree",
@@ -104,8 +103,20 @@ PUBLISHED = ".qola-published.json"  # BUILD/: what the last publish copied: each
 LOG_MODE = 0o600  # OUT/logs/*.log: the user's alone (docs/design-notes.md, "What qola trusts")
 
 
-def _src_key(path: Path, st: os.stat_result) -> list[Any]:
+def _src_key(path: Path, st: os.stat_result) -> list[str | int]:
     return [str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+@dataclass(frozen=True)
+class Placed:
+    """What a publish recorded about a source it copied (``BUILD/.qola-published.json``): its stat
+    (:func:`_src_key`) and sha256."""
+
+    src: list[str | int]
+    sha256: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"src": self.src, "sha256": self.sha256}
 
 
 class _Stage:
@@ -116,11 +127,11 @@ class _Stage:
     whose stat did not move is copied in the kernel (a reflink where the file system offers one)
     without being read here; any other is read once, hashed as it is copied."""
 
-    def __init__(self, root: Path, seen: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, root: Path, seen: Mapping[str, Placed] | None = None) -> None:
         self.root = root
-        self.files: dict[str, dict[str, Any]] = {}
+        self.files: dict[str, FileRecord] = {}
         self.seen = seen or {}
-        self.placed: dict[str, dict[str, Any]] = {}  # what the next publish's ``seen`` will be
+        self.placed: dict[str, Placed] = {}  # what the next publish's ``seen`` will be
 
     def _dest(self, rel: str) -> Path:
         dst = inside(self.root, rel)
@@ -136,9 +147,9 @@ class _Stage:
         st = os.fstat(fd) if fd is not None else os.stat(src)
         key = _src_key(Path(src), st)
         known = self.seen.get(rel)
-        if isinstance(known, dict) and known.get("src") == key and isinstance(known.get("sha256"), str):
+        if known is not None and known.src == key:
             copy_file(src if fd is None else f"/proc/self/fd/{fd}", dst, st.st_mode & 0o777)
-            rec = {"sha256": known["sha256"], "size": st.st_size}
+            rec = FileRecord(known.sha256, st.st_size)
         else:
             h, size = hashlib.sha256(), 0
             source = open(src, "rb") if fd is None else os.fdopen(os.dup(fd), "rb")  # noqa: SIM115 (closed by the with below)
@@ -150,12 +161,12 @@ class _Stage:
                 os.fchmod(out.fileno(), st.st_mode & 0o777)
                 out.flush()
                 os.fsync(out.fileno())
-            rec = {"sha256": h.hexdigest(), "size": size}
+            rec = FileRecord(h.hexdigest(), size)
         after = os.stat(src)
-        if _src_key(Path(src), after) != key or os.stat(dst).st_size != rec["size"]:
+        if _src_key(Path(src), after) != key or os.stat(dst).st_size != rec.size:
             raise QolaError(f"{src} changed while it was published", hint="build again")
         self.files[rel] = rec
-        self.placed[rel] = {"src": key, "sha256": rec["sha256"]}
+        self.placed[rel] = Placed(key, rec.sha256)
 
     def write(self, rel: str, data: bytes, *, record: bool = True, mode: int = 0o644) -> None:
         """``rel`` with ``data``, created with ``mode`` less the user's umask (never wider than it gives)."""
@@ -166,54 +177,12 @@ class _Stage:
             out.flush()
             os.fsync(out.fileno())
         if record:
-            self.files[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+            self.files[rel] = FileRecord(hashlib.sha256(data).hexdigest(), len(data))
 
     def tree(self, src: Path, rel: str) -> None:
         for p in sorted(src.rglob("*")):
             if p.is_file():
                 self.copy(p, f"{rel}/{p.relative_to(src).as_posix()}")
-
-
-def _instances(names: tuple[str, ...]) -> dict[str, Any]:
-    digest = hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()
-    return {"count": len(names), "sha256": digest, "names": sorted(names)}
-
-
-def module_record(r: ModuleResult, files: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """A module's entry of manifest.json; ``files``: the version's file record (its artifact's
-    size and sha256 come from there). QoLA's keys: ``success`` (built and published), ``so_path``
-    (the library, relative to OUT like ``artifact``; None when it failed), ``error`` (the reason,
-    "" when it built)."""
-    log = BuildLayout.log_rel(r.name)
-    rec: dict[str, Any] = {
-        "name": r.name,
-        "md_name": r.md_name,
-        "mode": r.mode,
-        "link": r.link,
-        "status": r.status,
-        "sources": r.sources,
-        "generated": r.generated,
-        "instances": _instances(r.instances),
-        "duration_s": round(r.seconds, 3),
-        "log": log,
-        "warnings": list(r.warnings),
-    }
-    art = f"lib/{r.artifact.name}" if r.artifact is not None else None
-    if r.status == Status.BUILT and art is not None and art in files:
-        rec.update(
-            {
-                "artifact": art,
-                "size": files[art]["size"],
-                "sha256": files[art]["sha256"],
-                "exports": list(r.exports),
-                "success": True,
-                "so_path": art,
-                "error": "",
-            }
-        )
-    else:
-        rec.update({"artifact": None, "success": False, "so_path": None, "error": r.error or "failed"})
-    return rec
 
 
 def generated_at(source_date_epoch: str | None = None) -> str:
@@ -224,12 +193,6 @@ def generated_at(source_date_epoch: str | None = None) -> str:
         with contextlib.suppress(OverflowError, OSError, ValueError):
             when = datetime.fromtimestamp(int(source_date_epoch.strip()), timezone.utc)
     return (when or datetime.now(timezone.utc)).isoformat()
-
-
-def summary(modules: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """manifest.json's ``summary`` (QoLA's key): modules in total, built, failed."""
-    ok = [bool(m.get("success")) for m in modules]
-    return {"total": len(ok), "success": sum(ok), "failed": len(ok) - sum(ok)}
 
 
 def publish_tree(src: Path | None, dst: Path) -> None:
@@ -287,11 +250,11 @@ class Contents:
     here; ``source_date_epoch``: the build's ``SOURCE_DATE_EPOCH``, if set (``generated_at``)."""
 
     headers: Iterable[Path] = ()
-    extra: Mapping[str, Any] | None = None
+    extra: Mapping[str, object] | None = None
     mode: str | None = None
     texts: Mapping[str, str | None] | None = None
     trees: Mapping[str, Path | None] | None = None
-    module_extra: Mapping[str, Mapping[str, Any]] | None = None
+    module_extra: Mapping[str, Mapping[str, object]] | None = None
     withdrawn: Iterable[str] = ()
     source_date_epoch: str | None = None
 
@@ -301,7 +264,7 @@ def publish(report: CompileReport, out: Path, contents: Contents | None = None) 
     contents = contents or Contents()
     out = Path(out)
     seen_at = Path(report.build_dir) / PUBLISHED
-    placed: dict[str, Any] = {}
+    placed: dict[str, Placed] = {}
 
     def fill(stage_dir: Path) -> None:
         stage = _Stage(stage_dir, _seen(seen_at))
@@ -312,7 +275,8 @@ def publish(report: CompileReport, out: Path, contents: Contents | None = None) 
 
     install_version(out, fill)
     with contextlib.suppress(OSError):  # only saves the next publish some reading
-        atomic_write(seen_at, json.dumps({"format": 2, "files": placed}).encode())
+        files = {rel: p.to_json() for rel, p in placed.items()}
+        atomic_write(seen_at, json.dumps({"format": 2, "files": files}).encode())
     return out / MANIFEST_JSON
 
 
@@ -335,12 +299,12 @@ def _fill(stage: _Stage, report: CompileReport, contents: Contents) -> None:
             stage.write(rel, text.encode())
 
 
-def _manifest(report: CompileReport, contents: Contents, stage: _Stage) -> dict[str, Any]:
+def _manifest(report: CompileReport, contents: Contents, stage: _Stage) -> dict[str, object]:
     """OUT/manifest.json's data, the files placed in ``stage`` listed."""
     plan, tc = report.plan, report.toolchain
     configs = _configs(stage, Path(plan.tree_root))
     extra_of = contents.module_extra or {}
-    modules = [{**module_record(r, stage.files), **extra_of.get(r.name, {})} for r in report.modules]
+    modules = [ModuleRecord.of(r, stage.files, extra_of.get(r.name)) for r in report.modules]
     return {
         "qola_version": __version__,
         "generated_at": generated_at(contents.source_date_epoch),
@@ -362,11 +326,11 @@ def _manifest(report: CompileReport, contents: Contents, stage: _Stage) -> dict[
         "gpu_archs": ";".join(plan.archs),
         "mode": contents.mode,
         "configs": configs,
-        "modules": modules,
+        "modules": [m.to_json() for m in modules],
         "summary": summary(modules),
         "duration_s": round(report.seconds, 3),
         **(contents.extra or {}),
-        "files": dict(sorted(stage.files.items())),
+        "files": {rel: f.to_json() for rel, f in sorted(stage.files.items())},
     }
 
 
@@ -404,12 +368,16 @@ def install_version(out: Path, fill: Callable[[Path], None]) -> Path:
     return out
 
 
-def _seen(path: Path) -> dict[str, Any]:
-    """What the last publish recorded about the sources it copied (empty: none, or unreadable)."""
+def _seen(path: Path) -> dict[str, Placed]:
+    """What the last publish recorded about the sources it copied (empty: none, or unreadable; an
+    entry of another shape is left out: its source is read again)."""
     try:
         data = json.loads(inputs.read_record(path))
-        if data.get("format") == 2 and isinstance(data["files"], dict):
-            return data["files"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    return {}
+        files = data.get("files") if isinstance(data, dict) and data.get("format") == 2 else None
+    except (OSError, ValueError):
+        return {}
+    return {
+        str(rel): Placed(p["src"], p["sha256"])
+        for rel, p in (files.items() if isinstance(files, dict) else ())
+        if isinstance(p, dict) and isinstance(p.get("src"), list) and isinstance(p.get("sha256"), str)
+    }

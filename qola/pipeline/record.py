@@ -48,6 +48,34 @@ class BuildRecord:
             "usage_files": list(a.usage_files),
         }
 
+    @classmethod
+    def parse(cls, raw: object) -> BuildRecord | None:
+        """The entry read back from manifest.json (None: not recorded, an older qola), as leniently
+        as ``qola audit --reproduce`` always read it: a value of another type counts as absent
+        (``isolate`` and ``allow_unpinned`` as their truth), an entry of ``groups``, ``usage_files``
+        or ``env_keys`` that is no string is left out, ``env``'s values are read as strings."""
+        if not isinstance(raw, Mapping):
+            return None
+
+        def strings(key: str) -> tuple[str, ...]:
+            value = raw.get(key)
+            return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+        env = raw.get("env")
+        keys = raw.get("env_keys")
+        asked = CommandRecord(
+            isolate=bool(raw.get("isolate", True)),
+            allow_unpinned=bool(raw.get("allow_unpinned")),
+            groups=strings("groups"),
+            skip_checkout=bool(raw.get("skip_checkout")),
+            usage_files=strings("usage_files"),
+        )
+        return cls(
+            asked,
+            tuple(str(k) for k in keys) if isinstance(keys, list) else (),
+            {str(k): str(v) for k, v in env.items()} if isinstance(env, Mapping) else {},
+        )
+
 
 def settings_record(asked: CommandRecord, env: RecordedEnv | Mapping[str, str], env_keys: Sequence[str]) -> BuildRecord:
     """``manifest.json``'s ``build`` entry: the settings of the command line (``asked``,

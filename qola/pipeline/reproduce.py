@@ -32,7 +32,9 @@ from typing import Any
 from qola.core import inputs, settings
 from qola.core.errors import QolaError
 from qola.core.rules import referenced_env
+from qola.output.record import ModuleRecord
 from qola.pipeline import run as pipeline
+from qola.pipeline.record import BuildRecord
 from qola.plan.tree.aiter import TABLE
 from qola.plan.tree.aiter_core import CORE
 from qola.plan.tree.files import MAX_CORE, MAX_TABLE, read_small
@@ -102,17 +104,14 @@ def _get(data: Any, *keys: str) -> Any:
 def libraries(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(OUT-relative artifact, recorded sha256) of every built module in ``data`` (manifest.json)."""
     libs = []
-    for m in data.get("modules") or []:
-        if isinstance(m, Mapping) and m.get("status") == "built":
-            rel, sha = m.get("artifact"), m.get("sha256")
-            if not isinstance(rel, str) or not isinstance(sha, str):
+    for raw in data.get("modules") or []:
+        m = ModuleRecord.parse(raw) if isinstance(raw, Mapping) else None
+        if m is not None and m.built:
+            if m.artifact is None or m.sha256 is None:
                 raise QolaError(
-                    f"manifest.json: module {m.get('name', '?')!r} is built but records no artifact and sha256",
-                    hint=HINT_REBUILD,
+                    f"manifest.json: module {m.name!r} is built but records no artifact and sha256", hint=HINT_REBUILD
                 )
-            if rel.startswith("/") or ".." in rel.split("/"):
-                raise QolaError(f"manifest.json: artifact {rel!r} is not inside the output")
-            libs.append((rel, sha))
+            libs.append((m.artifact, m.sha256))
     if not libs:
         raise QolaError("manifest.json records no built library: nothing to reproduce")
     return libs
@@ -123,12 +122,12 @@ def _inside(path: str, root: Path) -> bool:
     return real == top or real.startswith(top.rstrip("/") + "/")
 
 
-def _inputs(data: Mapping[str, Any], root: Path) -> tuple[str, str, dict[str, Any]]:
+def _inputs(data: Mapping[str, Any], root: Path) -> tuple[str, str, BuildRecord]:
     """(manifest path, tree path, build settings), each checked: what the rebuild reads must be
     what the build read, and neither the manifest nor the tree may lie inside OUT (whoever can
     write OUT could have put them there, with flags or generators of their own)."""
-    settings = data.get("build")
-    if not isinstance(settings, Mapping):
+    settings = BuildRecord.parse(data.get("build"))
+    if settings is None:
         raise QolaError(
             "manifest.json does not record the build's settings (written by an older qola)", hint=HINT_REBUILD
         )
@@ -161,7 +160,7 @@ def _inputs(data: Mapping[str, Any], root: Path) -> tuple[str, str, dict[str, An
             f"the kernel tree OUT was built from, {tree}, is not a directory",
             hint="audit --reproduce rebuilds from the recorded manifest and tree on this machine",
         )
-    return manifest, tree, dict(settings)
+    return manifest, tree, settings
 
 
 def _tree_env_keys(tree: str) -> set[str]:
@@ -223,7 +222,7 @@ def _refusal(key: str, value: str, tree_keys: set[str]) -> str | None:
 
 
 def rebuild_env(
-    data: Mapping[str, Any], settings: Mapping[str, Any], env: Mapping[str, str], tree: str | None = None
+    data: Mapping[str, Any], settings: BuildRecord, env: Mapping[str, str], tree: str | None = None
 ) -> tuple[dict[str, str], list[str]]:
     """(the rebuild's environment, notes). Nothing an output records is ever run or given to what
     runs: the compiler is found as for any build, in the auditor's own environment, and of the
@@ -231,9 +230,9 @@ def rebuild_env(
     unset); every other recorded value that differs from the auditor's is named in a note, for the
     auditor to set by hand if they trust it."""
     tree_keys = _tree_env_keys(tree) if tree else set()
-    recorded = {str(k): str(v) for k, v in (settings.get("env") or {}).items()}
+    recorded = dict(settings.env)
     out, notes = dict(env), []
-    for key in sorted({str(k) for k in settings.get("env_keys") or []} | set(recorded)):
+    for key in sorted(set(settings.env_keys) | set(recorded)):
         value = recorded.get(key)
         why = _refusal(key, value, tree_keys) if value is not None else None
         if value is not None and why is not None:
@@ -281,10 +280,10 @@ def reproduce(
             archs=tuple(archs) if isinstance(archs, list) else (),
             mode=data.get("mode"),
             jobs=jobs,
-            allow_unpinned=bool(settings.get("allow_unpinned")),
-            isolate=bool(settings.get("isolate", True)),
-            groups=tuple(g for g in settings.get("groups") or () if isinstance(g, str)),
-            usage_files=tuple(f for f in settings.get("usage_files") or () if isinstance(f, str)),  # --usage
+            allow_unpinned=settings.asked.allow_unpinned,
+            isolate=settings.asked.isolate,
+            groups=settings.asked.groups,
+            usage_files=settings.asked.usage_files,  # --usage
             skip_checkout=True,  # the rebuild uses the recorded tree as it is (a recorded pin mismatch included)
             env=rebuild_env_,
         )

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.repro import recorded_build
 
 from qola.output.checks import check_module
+from qola.output.record import ModuleRecord
 from qola.pipeline.reproduce import rebuild_env
 
 LIB = """\
@@ -40,7 +42,7 @@ def test_a_record_cannot_whitelist_an_export(tmp_path: Path) -> None:
         "mode": "cpp_itfs",
         "allowed_extra": ["evil_malloc"],
     }
-    problems = check_module(tmp_path, module, "te")
+    problems = check_module(tmp_path, ModuleRecord.parse(module), "te")
     assert any("evil_malloc" in p and "leak" in p for p in problems), problems
 
 
@@ -78,7 +80,7 @@ def test_reproduce_sets_data_only_variables_and_names_the_rest(tmp_path: Path) -
     }
     data = {"toolchain": {"kind": "hip", "compiler": "/tmp/evil-hipcc"}}
     here = {"PATH": "/usr/bin:/bin", "AITER_CONFIG_OTHER": "/x.csv", "SOURCE_DATE_EPOCH": "1"}
-    env, notes = rebuild_env(data, settings, here, str(tree(tmp_path)))
+    env, notes = rebuild_env(data, recorded_build(settings), here, str(tree(tmp_path)))
     # data: as recorded
     assert env["SOURCE_DATE_EPOCH"] == "1700000000" and env["QK_TILE"] == "128"
     assert env["AITER_CONFIG_GEMM"] == "/data/gemm.csv" and "AITER_CONFIG_OTHER" not in env
@@ -89,5 +91,19 @@ def test_reproduce_sets_data_only_variables_and_names_the_rest(tmp_path: Path) -
     assert env["PATH"] == "/usr/bin:/bin" and "CUDACXX" not in env  # the compiler is found as for any build
     # a SOURCE_DATE_EPOCH that is not a plain number is not data
     settings["env"]["SOURCE_DATE_EPOCH"] = "$(touch /tmp/x)"
-    env, notes = rebuild_env(data, settings, {}, str(tree(tmp_path)))
+    env, notes = rebuild_env(data, recorded_build(settings), {}, str(tree(tmp_path)))
     assert "SOURCE_DATE_EPOCH" not in env and any("SOURCE_DATE_EPOCH" in n for n in notes)
+
+
+def test_reproduce_reads_the_build_entry_back_leniently() -> None:
+    """The ``build`` entry written (:class:`qola.pipeline.record.BuildRecord`) is what ``--reproduce``
+    reads back; an older or damaged one is read as it always was: a value of another type is absent."""
+    from qola.pipeline.record import BuildRecord, CommandRecord
+
+    rec = BuildRecord(CommandRecord(False, True, ("g",), False, ("/u.json",)), ("QK_TILE",), {"QK_TILE": "64"})
+    assert BuildRecord.parse(json.loads(json.dumps(rec.to_json()))) == rec
+    assert BuildRecord.parse(None) is None and BuildRecord.parse(["isolate"]) is None
+    damaged = recorded_build({"env": ["QK_TILE=1"], "env_keys": "QK", "groups": [1, "g"], "isolate": 0})
+    assert damaged == BuildRecord(CommandRecord(isolate=False, groups=("g",)), (), {})
+    env, notes = rebuild_env({}, damaged, {"PATH": "/bin"}, None)
+    assert env == {"PATH": "/bin"} and notes == []

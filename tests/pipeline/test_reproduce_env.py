@@ -17,6 +17,7 @@ import pytest
 from support.common import run_qola
 from support.fake_nvcc import FAKE_NVCC, make_tree
 from support.fake_nvcc import pytestmark as needs_fake_nvcc
+from support.repro import recorded_build
 
 from qola.pipeline.reproduce import rebuild_env
 
@@ -93,10 +94,10 @@ def test_reproduce_never_applies_a_recorded_runner_variable(
 def test_reproduce_applies_declared_data_checked_as_a_build_checks_it(tmp_path: Path) -> None:
     """A declared data variable is applied only with a value a build would accept."""
     settings = {"env_keys": ["MAX_JOBS", "GPU_ARCHS"], "env": {"MAX_JOBS": "2", "GPU_ARCHS": "gfx942"}}
-    env, notes = rebuild_env({}, settings, {"PATH": "/usr/bin"}, None)
+    env, notes = rebuild_env({}, recorded_build(settings), {"PATH": "/usr/bin"}, None)
     assert env["MAX_JOBS"] == "2" and env["GPU_ARCHS"] == "gfx942" and not notes, notes
     settings = {"env_keys": ["MAX_JOBS", "GPU_ARCHS"], "env": {"MAX_JOBS": "-3", "GPU_ARCHS": "-fplugin=x"}}
-    env, notes = rebuild_env({}, settings, {"PATH": "/usr/bin"}, None)
+    env, notes = rebuild_env({}, recorded_build(settings), {"PATH": "/usr/bin"}, None)
     assert "MAX_JOBS" not in env and "GPU_ARCHS" not in env
     assert any("MAX_JOBS" in n and "not applied" in n for n in notes), notes
     assert any("GPU_ARCHS" in n and "not applied" in n for n in notes), notes
@@ -116,10 +117,10 @@ def test_a_tree_read_variable_is_applied_only_as_a_plain_word(tmp_path: Path) ->
     variable whose name says it holds flags or a path, is not applied."""
     tree = str(tree_reading(tmp_path, "QK_TILE", "QK_EXTRA_FLAGS", "QK_PLUGIN_PATH"))
     recorded = {"QK_TILE": "128", "QK_EXTRA_FLAGS": "-O0", "QK_PLUGIN_PATH": "/tmp/p"}
-    env, notes = rebuild_env({}, {"env_keys": sorted(recorded), "env": recorded}, {}, tree)
+    env, notes = rebuild_env({}, recorded_build({"env_keys": sorted(recorded), "env": recorded}), {}, tree)
     assert env == {"QK_TILE": "128"}, env
     for bad in ("-fplugin=/tmp/evil.so", "1 -fplugin=/tmp/evil.so", "/tmp/evil"):
-        env, notes = rebuild_env({}, {"env_keys": ["QK_TILE"], "env": {"QK_TILE": bad}}, {}, tree)
+        env, notes = rebuild_env({}, recorded_build({"env_keys": ["QK_TILE"], "env": {"QK_TILE": bad}}), {}, tree)
         assert "QK_TILE" not in env and any("QK_TILE" in n and "not applied" in n for n in notes), (bad, notes)
 
 

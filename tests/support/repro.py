@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+from qola.pipeline.record import BuildRecord
 from support.common import KERNELS
 
 # spells its own path (host and device) and has a kernel in an anonymous namespace, whose name nvcc
@@ -51,3 +52,10 @@ def manifest(path: Path, arch: str, modules: str, tiny_extra: str = "") -> Path:
 
 def libraries(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((out / "lib").iterdir()) if p.is_file()}
+
+
+def recorded_build(entry: object) -> BuildRecord:
+    """manifest.json's ``build`` entry ``entry`` as ``qola audit --reproduce`` reads it."""
+    rec = BuildRecord.parse(entry)
+    assert rec is not None, entry
+    return rec

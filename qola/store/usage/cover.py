@@ -6,12 +6,13 @@ ahead: it is ``ahead`` in an output that built it so (the same or another build)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from qola.core.errors import QolaError
 from qola.output.checks import load_manifest
+from qola.output.record import ModuleRecord
 from qola.store.usage.records import Record
 
 AHEAD, JIT, ABSENT, NO_MODULE = "ahead", "jit", "absent", "no-module"
@@ -26,25 +27,26 @@ class Row:
     same_build: bool  # a record of it names OUT's build key
 
 
-def _names(block: Any) -> set[str]:
-    names = block.get("names") if isinstance(block, Mapping) else None
-    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+def _module(raw: object) -> ModuleRecord | None:
+    """A module's record (None: damaged, left out)."""
+    try:
+        return ModuleRecord.parse(raw)
+    except QolaError:
+        return None
 
 
 def cover(records: Iterable[Record], out: Path) -> tuple[list[Row], str | None]:
     """(one row per recorded (module, variant), sorted; OUT's build key)."""
     data = load_manifest(out)
     mods: dict[str, tuple[set[str], set[str]]] = {}
-    for m in data["modules"]:
-        if not isinstance(m, Mapping) or not isinstance(m.get("name"), str) or not m.get("success", True):
+    for m in filter(None, map(_module, data["modules"])):
+        if not m.success:
             continue
-        jit = m.get("jit")
-        if isinstance(jit, Mapping):
-            mods[m["name"]] = (_names(jit.get("aot")), _names(jit.get("deferred")))
-        else:
-            mods[m["name"]] = (_names(m.get("instances")), set())
-        if isinstance(m.get("md_name"), str):
-            mods.setdefault(m["md_name"], mods[m["name"]])
+        jit = m.jit_names()
+        aot, deferred = jit if jit is not None else (m.instances, None)
+        mods[m.name] = (set(aot.names), set(deferred.names if deferred is not None else ()))
+        if m.md_name is not None:
+            mods.setdefault(m.md_name, mods[m.name])
     key = data.get("build_key") if isinstance(data.get("build_key"), str) else None
     seen: dict[tuple[str, str], list[Record]] = {}
     for r in records:
