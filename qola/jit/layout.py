@@ -21,7 +21,6 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from qola.core import inputs
 from qola.core.errors import QolaError
@@ -281,7 +280,7 @@ def _recorded_copy(module: str, unit: str, path: Path, ahead_dir: Path) -> tuple
     return ahead_dir / path.name, copy, n
 
 
-def read_index(jit_dir: Path) -> dict[str, Any]:
+def read_index(jit_dir: Path) -> schema.JitIndex:
     """``<jit_dir>/index.json``, read as an untrusted file (regular, bounded) and shape-checked."""
     path = jit_dir / fmt.INDEX
     hint = "is this an OUT/jit/<module> dir? rebuild the output dir if it is"
@@ -291,6 +290,4 @@ def read_index(jit_dir: Path) -> dict[str, Any]:
         raise QolaError(exc.message, hint=exc.hint or hint) from None
     if not isinstance(data, dict) or data.get("format") != fmt.INDEX_FORMAT or data.get("version") != fmt.INDEX_VERSION:
         raise QolaError(f"{path} is not a qola JIT index (version {fmt.INDEX_VERSION})", hint=hint)
-    schema.check(data, schema.INDEX, str(path))
-    schema.unique_units(data["units"], str(path))
-    return data
+    return schema.JitIndex.parse(data, str(path))

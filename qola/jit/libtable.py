@@ -204,8 +204,8 @@ def tables_for(jit_dirs: Sequence[Path], libraries: Iterable[Path] = ()) -> dict
     return by_dir
 
 
-def check_index(index: dict[str, Any], table: LibModule, where: str) -> None:
-    """Refuse an ``index.json`` that says anything else than the library's table."""
+def check_index(index: schema.JitIndex, table: LibModule, where: str) -> None:
+    """Refuse an ``index.json`` (:func:`qola.jit.layout.read_index`) that says anything else than the library's table."""
 
     def differ(what: str, a: object, b: object) -> QolaError:
         return QolaError(f"{where} does not match the library {table.library}: {what} is {a!r} in index.json "
@@ -213,21 +213,22 @@ def check_index(index: dict[str, Any], table: LibModule, where: str) -> None:
                          hint="OUT/jit was modified or belongs to another build: restore it from the build "
                               "that produced the library (or rebuild)")  # fmt: skip
 
-    pairs = [("module", index["module"], table.module), ("lang", index["lang"], table.lang),
-             ("arch", index["arch"], table.arch), ("the flags", index["flags"], list(table.flags)),
-             ("the compiler identity", index["compiler"]["identity"], table.compiler_id),
-             ("the header bundle", index["headers"]["bundle"], table.headers),
-             ("the header bundle's sha256", index["headers"]["sha256"], table.headers_sha256)]  # fmt: skip
+    pairs = [("module", index.module, table.module), ("lang", index.lang, table.lang),
+             ("arch", index.arch, table.arch), ("the flags", list(index.flags), list(table.flags)),
+             ("the compiler identity", index.compiler_identity, table.compiler_id),
+             ("the header bundle", index.headers_bundle, table.headers),
+             ("the header bundle's sha256", index.headers_sha256, table.headers_sha256)]  # fmt: skip
     for what, a, b in pairs:
         if a != b:
             raise differ(what, a, b)
-    units = schema.unique_units(index["units"], where)
+    units = index.units
     if set(units) != set(table.units):
         extra, missing = sorted(set(units) - set(table.units)), sorted(set(table.units) - set(units))
         raise differ("the unit list", extra[:3] or "-", missing[:3] or "-")
     for name, u in units.items():
         t = table.units[name]
-        for key, mine in (("source", t.source), ("source_sha256", t.source_sha256),
-                          ("entry_symbol", t.entry_symbol), ("content_key", t.content_key)):  # fmt: skip
-            if u[key] != mine:
-                raise differ(f"unit {name}: {key}", u[key], mine)
+        for key, got, mine in (("source", u.source, t.source), ("source_sha256", u.source_sha256, t.source_sha256),
+                               ("entry_symbol", u.entry_symbol, t.entry_symbol),
+                               ("content_key", u.content_key, t.content_key)):  # fmt: skip
+            if got != mine:
+                raise differ(f"unit {name}: {key}", got, mine)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +97,44 @@ def unique_units(units: list[dict[str, Any]], where: str) -> dict[str, dict[str,
             raise QolaError(f"{where}: unit {u['name']} is listed twice", hint="rebuild the output dir")
         by_name[u["name"]] = u
     return by_name
+
+
+@dataclass(frozen=True)
+class IndexUnit:
+    """One unit of ``index.json``: its JIT copy (relative to the module's dir) and keys."""
+
+    name: str
+    source: str
+    source_sha256: str
+    entry_symbol: str
+    content_key: str
+
+
+@dataclass(frozen=True)
+class JitIndex:
+    """``OUT/jit/<module>/index.json`` as the tools read it (what :data:`INDEX` checks; the file holds
+    more for people: style, each unit's functions and key)."""
+
+    module: str
+    lang: str
+    arch: str
+    compiler_path: str
+    compiler_identity: str
+    headers_bundle: str  # "" when no header is bundled
+    headers_sha256: str
+    flags: tuple[str, ...]
+    units: Mapping[str, IndexUnit]
+
+    @classmethod
+    def parse(cls, data: object, where: str) -> JitIndex:
+        """``data`` (the file's JSON) checked against :data:`INDEX`; QolaError naming what is wrong."""
+        check(data, INDEX, where)
+        assert isinstance(data, dict)
+        compiler, headers = data["compiler"], data["headers"]
+        units = {n: IndexUnit(n, u["source"], u["source_sha256"], u["entry_symbol"], u["content_key"])
+                 for n, u in unique_units(data["units"], where).items()}  # fmt: skip
+        return cls(data["module"], data["lang"], data["arch"], compiler["path"], compiler["identity"],
+                   headers["bundle"], headers["sha256"], tuple(data["flags"]), units)  # fmt: skip
 
 
 def loads(data: bytes, where: str) -> Any:

@@ -258,11 +258,11 @@ def test_entries_without_a_record_of_their_sources_are_rebuilt(lib: TestLib) -> 
 
 
 def test_the_table_is_read_from_shared_objects_and_static_archives(lib: TestLib, tmp_path: Path) -> None:
-    from qola.jit import libtable  # new with the hardening: imported here so the other tests run on older trees
+    from qola.jit import libtable, schema  # new with the hardening: imported here so the other tests run on older trees
 
     [mod] = libtable.read_library(lib.root / "out/lib/libqt.so")
     index = index_of(lib)
-    libtable.check_index(index, mod, "index.json")
+    libtable.check_index(schema.JitIndex.parse(index, "index.json"), mod, "index.json")
     assert mod.module == "tm" and set(mod.units) == {"unit_1", "unit_2"} and mod.headers_digest
     table_src = lib.root / "build/qola_jit_table_tm.cpp"
     obj = tmp_path / "t.o"
