@@ -87,14 +87,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 from _kernels import compare_text, library_text  # noqa: E402
 from _qola_port import DRIVER, HIPCONFIG, make_tree, prepare_qola, qola_commit, qola_manifest  # noqa: E402
 from _slices import MODULES, NS, SLICES, child_cpu, slice_manifest  # noqa: E402
+
+from qola.core import tomlfile  # noqa: E402  (the one TOML reader: tomllib, or tomli on 3.10)
 
 DROP = ("-mllvm -amdgpu-early-inline-all=true",)
 BUILD_DIRS = ("_jit_build", "_embedded_hsa")  # AITER's build dir and QoLA's headers, in QoLA's output
@@ -281,7 +281,7 @@ def theirs_side(src: Path, tree: Path, work: Path, jobs: int, ours: dict[str, An
     d.mkdir(parents=True)
     changed = prepare_qola(src, d / "src", tree, ours["plan"])
     m = d / "te.toml"
-    m.write_text(qola_manifest(tomllib.loads(ours["manifest"].read_text()), ours["plan"]))
+    m.write_text(qola_manifest(tomlfile.loads(ours["manifest"].read_text()), ours["plan"]))
     (d / "shim").mkdir()
     (d / "shim" / "hipconfig").write_text(HIPCONFIG)
     (d / "shim" / "hipconfig").chmod(0o755)

@@ -2,7 +2,8 @@
 # Install what the test suite needs (hipcc, bubblewrap for sccache-dist's build servers and redis-server
 # from Debian, qola with its test extras, ruff and mypy among them), lint (scripts/lint.sh), then run every test
 # that does not need a GPU: the host suite, then the `rocm` tests (real AITER compiled for gfx942 and
-# gfx950) inside the project's ROCm 7 environment (scripts/rocm7.sh: created once, cached).
+# gfx950) inside the project's ROCm 7 environment (scripts/rocm7.sh: created once, cached), and the CLI's
+# fast tests (marker `cli`) under every other Python pyproject.toml claims (scripts/pythons.sh).
 # Extra arguments go to both pytest runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,11 +20,14 @@ bash scripts/lint.sh
 # outcome); the script fails at the end when either did
 host=0
 python3 -m pytest -m "not gpu and not rocm" --durations=20 "$@" || host=$?
+# the CLI's fast tests under 3.10, 3.12, 3.13 (the main run is 3.11); venvs cached in ~/.cache/qola-test
+pythons=0
+bash scripts/pythons.sh "$@" || pythons=$?
 # the `rocm` tests, `ck` ones included (real CK fMHA kernels compiled for gfx942 and gfx950: about
 # 8 minutes on 2 cores, docs/benchmarks.md)
 rocm=0
 bash scripts/rocm7.sh run python -m pytest -m rocm --durations=20 "$@" || rocm=$?
-if [ "$host" -ne 0 ] || [ "$rocm" -ne 0 ]; then
-  echo "scripts/test.sh: host tests exit $host, ROCm tests exit $rocm" >&2
+if [ "$host" -ne 0 ] || [ "$rocm" -ne 0 ] || [ "$pythons" -ne 0 ]; then
+  echo "scripts/test.sh: host tests exit $host, ROCm tests exit $rocm, other Pythons' CLI tests exit $pythons" >&2
   exit 1
 fi

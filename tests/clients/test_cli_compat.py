@@ -32,6 +32,7 @@ def plan_json(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
 # ---- importable from a plain checkout, one line for a missing dependency ------------------------------
 
 
+@pytest.mark.cli
 def test_plain_checkout_runs_from_pythonpath_and_from_cwd(tmp_path: Path) -> None:
     checkout = copy_checkout(tmp_path / "QoLA")
     elsewhere = tmp_path / "elsewhere"
@@ -57,6 +58,7 @@ def test_plain_checkout_runs_from_pythonpath_and_from_cwd(tmp_path: Path) -> Non
     assert proc.returncode == 0 and json.loads(proc.stdout)["namespace"] == "qk", proc.stderr
 
 
+@pytest.mark.cli
 def test_missing_dependency_is_one_line(tmp_path: Path) -> None:
     shadow = tmp_path / "shadow" / "pydantic"
     shadow.mkdir(parents=True)
@@ -78,10 +80,11 @@ def test_missing_dependency_is_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and "'pydantic'" in lines[0] and "-m pip install 'pydantic>=2.5'" in lines[0]
 
 
+@pytest.mark.cli
 def test_dependency_table_matches_pyproject() -> None:
-    import tomllib
+    from qola.core import tomlfile
 
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    deps = tomlfile.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     names = {d.split(">")[0].split("=")[0].split(";")[0].strip().lower() for d in deps}
     table = {req.split(">")[0].lower() for req in cli.DEPENDENCIES.values()}
     assert names <= table | {"tomli"}, names - table
@@ -90,6 +93,7 @@ def test_dependency_table_matches_pyproject() -> None:
 # ---- ';'-separated lists, groups -----------------------------------------------------------------------
 
 
+@pytest.mark.cli
 def test_split_list() -> None:
     assert split_list(["gfx942;gfx950", "gfx90a", " ;", ""]) == ["gfx942", "gfx950", "gfx90a"]
     assert split_list("a; b;;") == ["a", "b"] and split_list(None) == []
@@ -225,6 +229,7 @@ def test_ck_jit_call_form(tmp_path: Path) -> None:
     assert any("--version" in c for c in calls) and any("tiny.cu" in c and " -c " in f" {c} " for c in calls)
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("where", ["-o", "-m", "-a"])
 def test_an_argument_that_is_not_utf8_is_one_line_not_a_traceback(tmp_path: Path, where: str) -> None:
     """Python carries undecodable bytes as surrogate escapes, which crashed qola where a path is
@@ -249,6 +254,7 @@ sys.meta_path.insert(0, Hide())
 """
 
 
+@pytest.mark.cli
 def test_every_missing_dependency_in_one_message_before_any_work(tmp_path: Path) -> None:
     """Issue 32 item 2: a venv without several of qola's dependencies hears of all of them at once, with
     one pip command, before anything runs (the output dir is never created)."""

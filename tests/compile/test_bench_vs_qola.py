@@ -9,7 +9,8 @@ from types import ModuleType
 
 import pytest
 import support.bench as bench_support
-import tomllib
+
+from qola.core import tomlfile
 
 
 def load(name: str) -> ModuleType:
@@ -131,7 +132,7 @@ def test_registry_blob_commands_without_their_script_are_removed(tmp_path: Path)
     (tmp_path / "csrc" / "gen.py").write_text("")
     text, gone = p.drop_absent_blob_cmds(reg, tmp_path)
     assert gone == ["hsa/codegen.py"]
-    data = tomllib.loads(text)
+    data = tomlfile.loads(text)
     assert "add_blob_gen_cmd" not in data["libmha_fwd"] and data["libmha_fwd"]["add_srcs"] == ["a.cu"]
     assert data["libmha_bwd"]["add_blob_gen_cmd"] == ["{AITER_META_DIR}/csrc/gen.py --output_dir {{}}"]
 
@@ -159,7 +160,7 @@ def test_qola_manifest_carries_the_resolved_generators_as_python_literals() -> N
         "a|b",
     ]
     plan = {"modules": [{"name": "libmha_fwd", "generators": [{"run_argv": argv}]}]}
-    data = tomllib.loads(p.qola_manifest(ours, plan))
+    data = tomlfile.loads(p.qola_manifest(ours, plan))
     mod = data["modules"][0]
     assert "receipt" not in mod and "embed" not in mod and mod["hsa_subdirs"] == ["fmha_v3_fwd"]
     assert mod["drop_directions"] == ["fwd_splitkv"] and mod["mode"] == "cpp_itfs"

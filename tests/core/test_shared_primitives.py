@@ -368,8 +368,7 @@ def test_removed_dead_code_stays_removed(name: str) -> None:
 
 
 def test_shipped_files_live_where_their_role_says() -> None:
-    import tomllib
-
+    from qola.core import tomlfile
     from qola.jit.layout import runtime_dir, runtime_sources
     from qola.plan import registry
 
@@ -378,7 +377,7 @@ def test_shipped_files_live_where_their_role_says() -> None:
     for name, entry in registry.load().items():
         for rel in (*entry.add_srcs, *entry.headers, *entry.add_includes):
             assert (registry.templates_dir() / rel).exists(), (name, rel)
-    pyproject = tomllib.loads((SRC.parent / "pyproject.toml").read_text())
+    pyproject = tomlfile.loads((SRC.parent / "pyproject.toml").read_text())
     shipped = pyproject["tool"]["setuptools"]["package-data"]["qola"]
     assert {"runtime/**/*", "templates/**/*"} <= set(shipped)
 

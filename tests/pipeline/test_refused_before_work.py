@@ -80,6 +80,7 @@ def one_error(proc_: subprocess.CompletedProcess[str], *needles: str) -> None:
 # ---- item 4: numbers are validated before anything runs --------------------------------------------
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize(
     "extra, env_extra, manifest_extra, needle",
     [
@@ -277,6 +278,7 @@ def test_concurrent_builds_of_one_output_dir_are_refused_naming_the_holder(
 # ---- item 4 (directories): refused with exit 2 before any work -------------------------------------
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize(
     "out, build_dir, needle",
     [
@@ -432,6 +434,7 @@ def test_followed_version_hint_works(
 # ---- item 7 (CLI): last-resort errors are one line; --debug shows the traceback ----------------------
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize(
     "exc, needles",
     [
@@ -464,6 +467,7 @@ def test_cli_last_resort_is_one_line_and_debug_shows_traceback(
     assert "Traceback" in capsys.readouterr().err
 
 
+@pytest.mark.cli
 def test_cli_interrupt_is_130_without_traceback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -16,10 +16,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python < 3.11
-    import tomli as tomllib
+from qola.core import tomlfile
 
 KERNELS = Path(__file__).resolve().parents[2] / "examples" / "kernels"
 EXAMPLES = KERNELS.parent
@@ -188,7 +185,7 @@ def test_config_env_block_defines_every_name_the_table_uses() -> None:
 
 @pytest.mark.parametrize("name", ["quickstart.toml", "te-manifest.toml", "te-ckjit-manifest.toml"])
 def test_manifests_parse(name: str) -> None:
-    data = tomllib.loads((EXAMPLES / name).read_text())
+    data = tomlfile.loads((EXAMPLES / name).read_text())
     assert data["build"]["architectures"]
     assert all("name" in m for m in data["modules"])
     if name == "quickstart.toml":

@@ -116,6 +116,7 @@ BAD = [
 ]
 
 
+@pytest.mark.cli
 def test_good_manifest_parses() -> None:
     m = parse(GOOD, "m.toml")
     assert m.qola.namespace == "te"
@@ -125,10 +126,12 @@ def test_good_manifest_parses() -> None:
     assert m.build.link == "static"
 
 
+@pytest.mark.cli
 def test_at_least_thirty_bad_manifests() -> None:
     assert len(BAD) >= 30
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("text,message", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
 def test_bad_manifest_message(text: str, message: str) -> None:
     with pytest.raises(QolaError) as info:
@@ -138,6 +141,7 @@ def test_bad_manifest_message(text: str, message: str) -> None:
     assert info.value.hint  # always says where to look
 
 
+@pytest.mark.cli
 def test_several_errors_are_all_listed() -> None:
     with pytest.raises(QolaError) as info:
         parse("[build]\nmode = 'x'\nlink = 'y'\n", "m.toml")
@@ -145,6 +149,7 @@ def test_several_errors_are_all_listed() -> None:
     assert "build.mode" in text and "build.link" in text
 
 
+@pytest.mark.cli
 def test_missing_file_and_not_utf8(tmp_path: Path) -> None:
     with pytest.raises(QolaError, match="not found"):
         load(tmp_path / "nope.toml")
@@ -154,6 +159,7 @@ def test_missing_file_and_not_utf8(tmp_path: Path) -> None:
         load(bad)
 
 
+@pytest.mark.cli
 def test_load_records_path_and_sha(tmp_path: Path) -> None:
     p = tmp_path / "q.toml"
     p.write_text(GOOD)

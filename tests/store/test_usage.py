@@ -79,6 +79,7 @@ def test_merge_skips_torn_lines_and_writes_the_fragment(tmp_path: Path) -> None:
     assert all(fragment.line("libattn_fwd", n) in frag.read_text() for n in USED)
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("name, message", [
     ("attn_fwd_d128_bf16_batch_b64x32_nmask_lse.so.0PNcSK", "is not a variant of module libattn_fwd"),
     ("attn_fwd_d128_bf16_batch_b64x32_nmask_lsx", "nearest: attn_fwd_d128_bf16_batch_b64x32_nmask_lse"),
@@ -99,6 +100,7 @@ def test_merge_of_records_naming_an_unknown_module_is_refused(tmp_path: Path) ->
     assert proc.returncode == 2 and "module 'libnope' is not built by this manifest" in proc.stderr
 
 
+@pytest.mark.cli
 def test_merge_without_records_says_how_to_record(tmp_path: Path) -> None:
     (tmp_path / "m.toml").write_text(MANIFEST)
     (tmp_path / "rec").mkdir()
@@ -106,6 +108,7 @@ def test_merge_without_records_says_how_to_record(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "QOLA_USAGE_DIR" in proc.stderr
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("how", ["flag", "manifest-files", "manifest-variants"])
 def test_plan_with_the_fragment_generates_exactly_the_used_variants(tmp_path: Path, how: str) -> None:
     frag = tmp_path / "usage.toml"
@@ -136,6 +139,7 @@ def test_with_jit_the_used_variants_are_built_ahead_and_the_rest_deferred(tmp_pa
     assert len(plan_files(proc)["libattn_fwd"]) == 16  # every bf16 instance is still generated (8 + 8 deferred)
 
 
+@pytest.mark.cli
 def test_a_fragment_with_other_keys_is_refused(tmp_path: Path) -> None:
     (tmp_path / "m.toml").write_text(MANIFEST)
     frag = tmp_path / "usage.toml"

@@ -66,6 +66,7 @@ def test_the_graph_writer_refuses_a_line_that_would_not_replay(tmp_path: Path) -
     assert "dep = obj/m/a.d" in (tmp_path / "build.ninja").read_text()
 
 
+@pytest.mark.cli
 def test_every_compile_line_of_a_real_graph_is_portable(tmp_path: Path) -> None:
     """The example tree's whole graph (pybind modules, cpp_itfs, embedding, JIT runtime) as ninja
     expands it: no line names a depfile or another file of the build dir; ninja's header tracking
