@@ -1,125 +1,38 @@
-"""Every setting a command resolves from several sources, declared once, and the one resolver.
+"""Every setting a command resolves from several sources, declared once (:class:`Setting`: its
+flag(s) and the commands that take them, its environment names, its manifest key (the manifest
+schema's field is made from it), its type and default as the docs show them, its one check, its
+help, whether it enters the build key), and the environment-only knobs. The machinery (the
+resolver, :class:`Values`, the docs table) is :mod:`qola.core.setting`.
 
-A :class:`Setting` says everything about one setting: its command-line flag(s), its environment
-names, its manifest key, how a value is checked (the one validator, shared by every source and by
-every command that takes the flag), what is said when nothing gives it, and whether it enters the
-build key. :func:`resolve` walks the sources in the one order every setting keeps (as
-scikit-build-core's settings do with one source chain):
-
-    command line > manifest > environment > default
-
-A source that gives nothing (None, ``""``, an empty list, ``--arch ""``) is passed over. A value
-that is wrong is a :class:`~qola.core.errors.QolaError` naming its source (the flag, the manifest
-key or the variable) and how to fix it there. With ``check_every`` a wrong value is an error even
-where a source before it decides (``-j 2`` does not hide a broken ``MAX_JOBS``).
-
-Where a value comes from is kept (:attr:`Chosen.where`): messages and records name it.
-
-To add a setting: declare it here (and in :data:`ALL`), add its flag with
-:func:`qola.commands.common.add_flag`, and resolve it with :func:`resolve` where it is read
-(``qola/pipeline/spec.py`` for a build's); CONTRIBUTING.md, "Where to add … a setting".
+To add a setting: declare it here and add it to :data:`ALL`; that is all (CONTRIBUTING.md, "Where to
+add … a setting"): the commands it names take its flag, :func:`resolve_all` reads its sources, the
+manifest schema accepts its key, and ``python scripts/docs_tables.py`` writes its docs row.
 
 Standard library only (the no-op fast path resolves settings before anything heavy loads).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Literal, TypeVar
 
 from qola.core import deadlines, rules
-from qola.core.errors import QolaError
+from qola.core.setting import (
+    DEFAULT,
+    Chosen,
+    Setting,
+    Tables,
+    Values,
+    arg_type,
+    manifest_tables,
+    resolve,
+)
+from qola.core.setting import resolve_all as _resolve_all
 
+__all__ = ["DEFAULT", "Chosen", "Setting", "Tables", "Values", "arg_type", "manifest_tables", "resolve"]
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Setting(Generic[T]):
-    """One setting: where it may come from, and the one check of its value."""
-
-    name: str  # what messages and records call it (the BuildSpec field, the argparse dest)
-    parse: Callable[[object], T | None]  # a source's value -> the value, None: not given; ValueError: wrong
-    flags: tuple[str, ...] = ()  # its command-line flag(s); messages name them joined by '/'
-    env: tuple[str, ...] = ()  # its environment variables, the first one set counts
-    manifest: str | None = None  # its manifest key, as messages name it ("[build].jobs")
-    example: str = ""  # a good value, for the hints
-    missing: str | None = None  # the error when no source gives it (None: the default decides)
-    check_every: bool = False  # a wrong value in a source passed over is an error too
-    in_key: bool = False  # whether it enters the build key (qola.store.key; a test keeps them in step)
-    help: str = ""  # the command line's help text
-    shown: str = ""  # how messages name the command line's value (default: the flags joined by '/')
-
-    @property
-    def flag(self) -> str:
-        return self.shown or "/".join(self.flags)
-
-    def check(self, value: object, where: str) -> T | None:
-        """``value`` as ``where`` gave it, checked (:data:`parse`); a QolaError naming ``where``."""
-        try:
-            return self.parse(value)
-        except ValueError as exc:
-            raise QolaError(f"{_shown(where)}: {exc}", hint=self.fix(where)) from None
-
-    def fix(self, where: str) -> str:
-        if where == self.manifest:
-            return f"fix {where} in the manifest, or remove it"
-        if where in self.env:
-            return f"set {where}={self.example}, or unset it" if self.example else f"unset {where}"
-        return f"pass {self.flags[0]} {self.example}".rstrip()
-
-    def absent(self) -> QolaError:
-        """The one error for no value from any source (:data:`missing`)."""
-        ways = [f"set {self.manifest} in the manifest"] if self.manifest else []
-        ways += [f"pass {self.flags[0]} (e.g. {self.flags[0]} {self.example})"] if self.flags else []
-        ways += [f"set {' or '.join(self.env)}"] if self.env else []
-        return QolaError(self.missing or f"no {self.name} given", hint=", ".join(ways[:-1]) + ", or " + ways[-1])
-
-
-def _shown(where: str) -> str:
-    return where if where.startswith(("-", "[")) else f"environment variable {where}"
-
-
-@dataclass(frozen=True)
-class Chosen(Generic[T]):
-    value: T
-    where: str  # the flag, the manifest key, the variable, or DEFAULT
-
-
-DEFAULT = "default"
-
-
-def resolve(
-    setting: Setting[T],
-    cli: object = None,
-    manifest: object = None,
-    env: Mapping[str, str] | None = None,
-    default: Callable[[], T] | None = None,
-) -> Chosen[T]:
-    """The value of ``setting``: command line > manifest > environment (only ``env``: what the
-    caller resolved for this setting) > ``default()``. Nothing given and no default: its
-    :meth:`Setting.absent` error, or a value of None."""
-    sources: list[tuple[str, object]] = [(setting.flag, cli), (setting.manifest or "", manifest)]
-    sources += [(name, (env or {}).get(name)) for name in setting.env]
-    chosen: Chosen[T] | None = None
-    for where, raw in sources:
-        if raw is None:
-            continue
-        value = setting.check(raw, where)
-        if value is None:
-            continue
-        chosen = chosen or Chosen(value, where)
-        if not setting.check_every:
-            break
-    if chosen is not None:
-        return chosen
-    if default is not None:
-        return Chosen(default(), DEFAULT)
-    if setting.missing:
-        raise setting.absent()
-    return Chosen(None, DEFAULT)  # type: ignore[arg-type]  # an optional setting no source gives
 
 
 # --------------------------------------------------------------------------- validators
@@ -145,6 +58,15 @@ def archs(value: object) -> tuple[str, ...] | None:
     if problem:
         raise ValueError(problem)
     return tuple(names)
+
+
+def arch_list(value: object) -> tuple[str, ...] | None:
+    """``[build].architectures``: a TOML list, each entry as written (no splitting or stripping)."""
+    names = [str(v) for v in value] if isinstance(value, list) else rules.split_list(value)
+    problem = rules.arch_list_problem(names) if names else None
+    if problem:
+        raise ValueError(problem)
+    return tuple(names) or None
 
 
 WEEK = 7 * 24 * 3600
@@ -205,14 +127,69 @@ def url(value: object) -> str | None:
     return str(value)
 
 
+def commit(value: object) -> str | None:
+    """``--aiter-commit``: a sha, tag or branch git can resolve (:func:`qola.core.rules.git_rev_problem`)."""
+    if value in (None, ""):
+        return None
+    problem = rules.git_rev_problem(value)
+    if problem:
+        raise ValueError(f"{value!r} {problem}")
+    return str(value)
+
+
+def sha(value: object) -> str | None:
+    """``[qola].aiter_commit``: a commit sha (4 to 40 hex digits), lowercased."""
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str) or not rules.SHA_RE.match(value.lower()):
+        raise ValueError("expected a git commit sha (4 to 40 hex digits)")
+    return value.lower()
+
+
+SWITCH_ON, SWITCH_OFF = ("1", "true", "yes", "on"), ("0", "")
+
+
+def switch(value: object) -> bool | None:
+    """QoLA's on/off variable: ``1`` (or true/yes/on), ``0`` or empty; anything else (``false``, which
+    QoLA would take as on) is refused. A flag's False or a manifest's false: not given."""
+    if isinstance(value, bool):
+        return True if value else None
+    text = str(value).strip().lower()
+    if text in SWITCH_ON or text in SWITCH_OFF:
+        return text in SWITCH_ON
+    raise ValueError(f"takes 1 (on) or 0 (off), got {value!r}")
+
+
+def on_off(value: object) -> bool | None:
+    """``--jit on|off`` / ``[jit] enabled = true|false``."""
+    if isinstance(value, bool):
+        return value
+    if value in ("on", "off"):
+        return value == "on"
+    if value in (None, ""):
+        return None
+    raise ValueError(f"takes on or off, got {value!r}")
+
+
+DEFAULT_URL = "https://github.com/ROCm/aiter.git"
+
+
 # --------------------------------------------------------------------------- the settings
+
+BUILD, PLAN, CHECKOUT = "build", "plan", "checkout"  # the commands whose parsers loop ALL
 
 JOBS: Setting[int] = Setting(
     "jobs",
     jobs,
     flags=("-j", "--jobs"),
+    commands=(BUILD,),
+    metavar="N",
+    typed=True,
     env=("MAX_JOBS",),
-    manifest="[build].jobs",
+    manifest_key=("build", "jobs"),
+    toml=int,
+    type_text="integer, 1 … 4096",
+    default_text="AITER's cpu/memory rule",
     example="8",
     check_every=True,
     help="parallel jobs (default: MAX_JOBS, else AITER's cpu/memory rule)",
@@ -221,8 +198,16 @@ ARCHS: Setting[tuple[str, ...]] = Setting(
     "archs",
     archs,
     flags=("--arch",),
+    commands=(BUILD, PLAN),
+    shape="repeatable",
+    metavar="ARCH",
     env=("GPU_ARCHS",),
-    manifest="[build].architectures",
+    manifest_key=("build", "architectures"),
+    manifest_parse=arch_list,
+    toml=list[str],
+    toml_default=[],
+    type_text="architectures, ';'-separated",
+    default_text="none: an error",
     example="gfx942",
     missing="no GPU architectures given",
     in_key=True,
@@ -232,18 +217,27 @@ GROUPS: Setting[tuple[str, ...]] = Setting(
     "groups",
     groups,
     flags=("--group",),
+    commands=(BUILD, PLAN, CHECKOUT),
+    shape="repeatable",
+    metavar="GROUP",
     env=("QOLA_BUILD_GROUPS",),
+    type_text="module groups, ';'-separated",
+    default_text="every module",
     example="attn",
     in_key=True,  # the modules built (the key hashes the plan)
     help="build only the [[modules]] of these groups, ';'-separated (repeatable; default: QOLA_BUILD_GROUPS, "
-    "else every module)",
+    "else every module; qola checkout: check that the manifest declares them and list their modules)",
 )
 AITER_ROOT: Setting[str] = Setting(
     "aiter_root",
     path,
     flags=("--aiter-root", "-a"),
+    commands=(BUILD, PLAN, CHECKOUT),
     env=("QOLA_AITER_SOURCE_DIR", "NVTE_AITER_SOURCE_DIR"),  # QoLA's CMake: build this tree, never check out
-    manifest="[qola].aiter_root",  # relative to the manifest's dir
+    manifest_key=("qola", "aiter_root"),
+    relative=True,  # relative to the manifest's dir
+    type_text="path",
+    default_text="the default checkout",
     example="DIR",
     shown="--aiter-root",
     help="root of the kernel tree (default: [qola].aiter_root of the manifest, else QOLA_AITER_SOURCE_DIR / "
@@ -253,17 +247,73 @@ AITER_URL: Setting[str] = Setting(
     "aiter_url",
     url,
     flags=("--aiter-url",),
+    commands=(BUILD, CHECKOUT),
+    metavar="URL",
     env=("QOLA_AITER_URL",),
-    manifest="[qola].aiter_url",
+    manifest_key=("qola", "aiter_url"),
+    type_text="URL",
+    default=DEFAULT_URL,
+    default_text=DEFAULT_URL,
     example="https://github.com/ROCm/aiter.git",
     in_key=True,  # as the manifest's text (the tree's own commit is hashed too)
-    help="where a checkout clones the tree from (beats [qola].aiter_url and QOLA_AITER_URL)",
+    help="where a checkout clones the tree from (beats [qola].aiter_url and QOLA_AITER_URL; "
+    f"default: {DEFAULT_URL})",
+)
+AITER_COMMIT: Setting[str] = Setting(
+    "aiter_commit",
+    commit,
+    flags=("--aiter-commit",),
+    commands=(BUILD, PLAN, CHECKOUT),
+    metavar="REV",
+    manifest_key=("qola", "aiter_commit"),
+    manifest_parse=sha,
+    type_text="sha (flag: sha, tag or branch)",
+    default_text="the tree's HEAD",
+    example="33f2e6a",
+    in_key=True,
+    help="the commit (sha, tag or branch) to check out and to expect (beats [qola].aiter_commit)",
+)
+PATCHES_DIR: Setting[str] = Setting(
+    "patches_dir",
+    path,
+    flags=("--patches-dir",),
+    commands=(BUILD, CHECKOUT),
+    metavar="DIR",
+    manifest_key=("qola", "patches_dir"),
+    relative=True,
+    type_text="path",
+    default_text="`<qola checkout>/patches/aiter` when it exists, else none",
+    example="DIR",
+    in_key=True,
+    help="*.patch files the checkout applies, in lexical order (beats [qola].patches_dir; "
+    "an empty dir or /dev/null: none)",
+)
+FORCE_CHECKOUT: Setting[bool] = Setting(
+    "force_checkout",
+    switch,
+    flags=("--force-checkout",),
+    commands=(BUILD, CHECKOUT),
+    command_flags=((CHECKOUT, ("--force",)),),
+    shape="switch",
+    env=("QOLA_FORCE_AITER_CHECKOUT",),
+    type_text="switch (variable: 1 or 0)",
+    default=False,
+    default_text="off",
+    example="1",
+    help="let the checkout discard local changes of the tree (never without this)",
 )
 MODE: Setting[str] = Setting(
     "mode",
     mode,
     flags=("--mode",),
-    manifest="[build].mode",
+    commands=(BUILD, PLAN),
+    shape="choices",
+    choices=MODES,
+    manifest_key=("build", "mode"),
+    toml=Literal["pybind", "cpp_itfs"],
+    type_text=" or ".join(MODES),
+    default=MODES[0],
+    default_text=MODES[0],
     example="pybind",
     in_key=True,
     help="default mode for modules without one",
@@ -272,7 +322,9 @@ LAUNCHER: Setting[str] = Setting(
     "launcher",
     text,
     flags=("--launcher",),
-    manifest="[build].launcher",
+    commands=(BUILD,),
+    manifest_key=("build", "launcher"),
+    type_text="program",
     example="sccache",
     help="compiler launcher, e.g. sccache or ccache",
 )
@@ -280,20 +332,98 @@ REMOTE: Setting[str] = Setting(
     "remote",
     text,
     flags=("--remote",),
-    manifest="[build].remote",
+    commands=(BUILD,),
+    metavar="URL",
+    manifest_key=("build", "remote"),
+    type_text="REAPI URL",
     example="grpc://host:port",
+    help="run every compile as an action on this Remote Execution API service (grpc://host:port, "
+    "grpcs://host:port for TLS, unix:/path; beats [build].remote) through buildbox's trexe: "
+    "docs/distributed.md",
 )
 WAIT: Setting[float] = Setting(
     "wait",
     seconds,
     flags=("--wait",),
+    commands=(BUILD,),
+    shape="optional",
+    const="inf",
+    metavar="SECONDS",
+    typed=True,
     env=("QOLA_WAIT",),
+    type_text="seconds (0 … a week, inf; the flag alone: inf)",
+    default_text="fail at once",
     example="600",
     help="when another qola build uses the same build or output dir, wait for it (at most SECONDS; "
     "default: QOLA_WAIT, else fail at once) instead of failing at once",
 )
+RECORD_AHEAD: Setting[bool] = Setting(
+    "record_ahead",
+    switch,
+    flags=("--record-ahead",),
+    commands=(BUILD, PLAN),
+    shape="switch",
+    manifest_key=("usage", "record_ahead"),
+    toml=bool,
+    toml_default=False,
+    type_text="switch",
+    default=False,
+    default_text="off",
+    in_key=True,
+    help="variants built ahead record their first call in each process, as deferred ones do "
+    "(as [usage] record_ahead = true; docs/usage.md)",
+)
+JIT: Setting[bool] = Setting(
+    "jit",
+    on_off,
+    flags=("--jit",),
+    commands=(BUILD, PLAN),
+    shape="choices",
+    choices=("on", "off"),
+    manifest_key=("jit", "enabled"),
+    toml=bool,
+    toml_default=True,
+    type_text="on / off (manifest: true / false)",
+    default_text="as the manifest's [jit] says",
+    example="on",
+    in_key=True,
+    help="on: defer every generated instance to the on-demand JIT (the manifest's [jit], or an empty one); "
+    "off: build everything ahead ([jit] enabled = false); default: as the manifest says (docs/manifest.md)",
+)
 
-ALL: tuple[Setting[object], ...] = (JOBS, ARCHS, GROUPS, AITER_ROOT, AITER_URL, MODE, LAUNCHER, REMOTE, WAIT)  # type: ignore[assignment]
+ALL: tuple[Setting[object], ...] = (  # type: ignore[assignment]  # each its own T
+    JOBS,
+    ARCHS,
+    GROUPS,
+    AITER_ROOT,
+    AITER_URL,
+    AITER_COMMIT,
+    PATCHES_DIR,
+    FORCE_CHECKOUT,
+    MODE,
+    LAUNCHER,
+    REMOTE,
+    WAIT,
+    RECORD_AHEAD,
+    JIT,
+)
+
+
+def declared() -> tuple[Setting[object], ...]:
+    """The declarations in force (:data:`ALL`; a test adds one by patching it)."""
+    return ALL
+
+
+def resolve_all(
+    cli: Mapping[str, object], tables: Tables, env: Mapping[str, str], base: Path | None = None
+) -> Values:
+    """Every declared setting resolved once (:func:`qola.core.setting.resolve_all`)."""
+    return _resolve_all(declared(), cli, tables, env, base)
+
+
+def for_command(command: str) -> Iterable[Setting[object]]:
+    """The declarations whose flag ``command`` takes."""
+    return (s for s in declared() if command in s.commands)
 
 
 # --------------------------------------------------------------------------- environment-only knobs
@@ -309,18 +439,6 @@ def deadline(knob: deadlines.Knob) -> Callable[[object], float | None]:
         return deadlines.seconds(knob, {knob.variable: str(value)}) if str(value).strip() else None
 
     return parse
-
-
-SWITCH_ON, SWITCH_OFF = ("1", "true", "yes", "on"), ("0", "")
-
-
-def switch(value: object) -> bool | None:
-    """QoLA's on/off variable: ``1`` (or true/yes/on), ``0`` or empty; anything else (``false``, which
-    QoLA would take as on) is refused."""
-    text = str(value).strip().lower()
-    if text in SWITCH_ON or text in SWITCH_OFF:
-        return text in SWITCH_ON
-    raise ValueError(f"takes 1 (on) or 0 (off), got {value!r}")
 
 
 def plain_path(value: object) -> str | None:
@@ -342,7 +460,6 @@ _DEADLINES: tuple[Setting[float], ...] = tuple(
 )
 KNOBS: tuple[Setting[object], ...] = (
     *_DEADLINES,  # type: ignore[arg-type]
-    _knob("QOLA_FORCE_AITER_CHECKOUT", switch, "1", "1: a checkout discards local changes (as --force)"),
     _knob("QOLA_JIT_COMPILER", plain_path, "/opt/rocm/bin/hipcc", "the compiler a JIT prebuild uses"),
     _knob("QOLA_JIT_CACHE_DIR", plain_path, "DIR", "the JIT cache qola jit reads and fills"),
     _knob("QOLA_JIT_PREBUILT_DIR", plain_path, "DIR", "':'-separated read-only dirs of JIT entries"),
@@ -353,7 +470,7 @@ RUNTIME_ONLY = ("QOLA_JIT", "QOLA_JIT_SOURCE_DIR", "QOLA_JIT_VERBOSE", "QOLA_USA
 
 def declared_variables() -> set[str]:
     """Every ``QOLA_*`` environment variable qola reads (a test checks the source names no other)."""
-    return {v for s in (*ALL, *KNOBS) for v in s.env if v.startswith("QOLA_")} | set(RUNTIME_ONLY)
+    return {v for s in (*declared(), *KNOBS) for v in s.env if v.startswith("QOLA_")} | set(RUNTIME_ONLY)
 
 
 PREFIX = "QOLA_"  # what callers give :func:`check_environment` of the environment (never all of it)
@@ -363,24 +480,7 @@ def check_environment(env: Mapping[str, str]) -> None:
     """Every ``QOLA_*`` variable set in ``env`` that a setting or knob declares, checked as where it
     is read checks it: a QolaError naming the variable, its value and what it takes, before any
     command does work (``QOLA_GENERATOR_TIMEOUT=10m`` would otherwise fail a module mid-build)."""
-    for setting in (*ALL, *KNOBS):
+    for setting in (*declared(), *KNOBS):
         for variable in setting.env:
             if variable.startswith("QOLA_") and variable in env:
                 setting.check(env[variable], variable)
-
-
-def arg_type(setting: Setting[T]) -> Callable[[str], T]:
-    """The argparse ``type=`` of ``setting``'s flag: :meth:`Setting.check` (argparse then exits 2
-    naming the flag)."""
-
-    def convert(text: str) -> T:
-        try:
-            value = setting.parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-        if value is None:
-            raise argparse.ArgumentTypeError(f"is empty; e.g. {setting.flags[0]} {setting.example}")
-        return value
-
-    convert.__name__ = setting.name  # argparse names it in "invalid <name> value"
-    return convert

@@ -11,13 +11,22 @@ import difflib
 import hashlib
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
-from qola.core import rules, tomlfile
+from qola.core import rules, settings, tomlfile
 from qola.core.errors import QolaError
-from qola.core.rules import SHA_RE
+from qola.core.setting import SettingValueError
 from qola.plan.tree.files import MAX_MANIFEST, read_small
 
 MAX_VARIANTS = 1024  # concrete variants one variant table may expand to (the product of its lists)
@@ -43,29 +52,18 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class QolaSection(_Model):
-    aiter_commit: str | None = None
+_M = TypeVar("_M", bound=_Model)
+
+
+class _QolaBase(_Model):
     namespace: str = "qola"
     rocm_versions: list[str] | None = None
     cuda_versions: list[str] | None = None
-    aiter_root: str | None = None  # default --aiter-root, relative to the manifest
-    patches_dir: str | None = None  # QoLA's: *.patch applied by `qola checkout` (relative to the manifest)
-    aiter_url: str | None = None  # where `qola checkout` clones the tree from (default: ROCm/aiter on GitHub)
-
-    @field_validator("aiter_url")
-    @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        problem = None if v is None else rules.url_problem(v)
-        if problem:
-            raise ValueError(f"the URL {problem}")
-        return v
-
-    @field_validator("aiter_commit")
-    @classmethod
-    def _sha(cls, v: str | None) -> str | None:
-        if v is not None and not SHA_RE.match(v.lower()):
-            raise ValueError("expected a git commit sha (4 to 40 hex digits)")
-        return v.lower() if v else v
+    if TYPE_CHECKING:  # the settings' fields (qola.core.settings; made by _with_settings), typed for readers
+        aiter_commit: str | None
+        aiter_root: str | None  # default --aiter-root, relative to the manifest
+        patches_dir: str | None  # QoLA's: *.patch applied by `qola checkout` (relative to the manifest)
+        aiter_url: str | None  # where `qola checkout` clones the tree from (default: ROCm/aiter on GitHub)
 
     @field_validator("namespace")
     @classmethod
@@ -86,20 +84,16 @@ class QolaSection(_Model):
         return v
 
 
-class BuildSection(_Model):
-    architectures: list[str] = Field(default_factory=list)
-    mode: Literal["pybind", "cpp_itfs"] | None = None
+class _BuildBase(_Model):
     link: Literal["shared", "static"] = "shared"
-    launcher: str | None = None
-    remote: str | None = None  # an REAPI endpoint every compile is sent to (qola build --remote)
-    jobs: int | None = Field(default=None, ge=1)
+    if TYPE_CHECKING:  # the settings' fields (qola.core.settings; made by _with_settings)
+        architectures: list[str]
+        mode: Literal["pybind", "cpp_itfs"] | None
+        launcher: str | None
+        remote: str | None  # an REAPI endpoint every compile is sent to (qola build --remote)
+        jobs: int | None
     # entries of AITER's HIP flag set (spelled as AITER does) that this build leaves out
     drop_hip_flags: list[str] = Field(default_factory=list)
-
-    @field_validator("architectures")
-    @classmethod
-    def _archs(cls, v: list[str]) -> list[str]:
-        return check_archs(v)
 
     @field_validator("drop_hip_flags")
     @classmethod
@@ -277,10 +271,11 @@ def _check_total(tables: Any) -> None:
         )
 
 
-class JitSection(_Model):
+class _JitBase(_Model):
     """``[jit]``: instances outside ``aot`` are deferred to the on-demand JIT (docs/manifest.md)."""
 
-    enabled: bool = True
+    if TYPE_CHECKING:  # the setting's field (qola.core.settings.JIT)
+        enabled: bool
     modules: list[str] | None = None  # modules the JIT applies to (default: every module with generators)
     aot: JitAot = Field(default_factory=JitAot)
     compiler: str | None = None  # the compiler the library runs (default: the build's)
@@ -312,15 +307,43 @@ class UsageVariant(_Model):
         return v
 
 
-class UsageSection(_Model):
+class _UsageBase(_Model):
     """``[usage]``: the variants a workload uses (``qola usage merge`` writes them), built ahead
     exactly; ``files``: fragment files holding more (relative to the manifest). docs/usage.md."""
 
     files: list[str] = Field(default_factory=list)
     commit: str | None = None  # the tree commit the names were checked against (qola usage merge)
     variants: list[UsageVariant] = Field(default_factory=list, max_length=MAX_USAGE_VARIANTS)
-    # variants built ahead record their first call in each process (event "ahead"), as deferred ones do
-    record_ahead: bool = False
+    if TYPE_CHECKING:  # the setting's field (qola.core.settings.RECORD_AHEAD): built-ahead variants record
+        record_ahead: bool  # their first call in each process (event "ahead"), as deferred ones do
+
+
+def _with_settings(base: type[_M], section: str) -> type[_M]:
+    """``base`` with a field for each setting whose manifest key is in ``section``
+    (:data:`qola.core.settings.ALL`): the key's TOML type (checked first, as every key's), then the
+    setting's one check (:meth:`qola.core.setting.Setting.schema_check`), so that the manifest says
+    what ``-j`` and ``MAX_JOBS`` say of a bad value."""
+    fields: dict[str, Any] = {
+        s.manifest_key[1]: (
+            Annotated[s.toml | None, AfterValidator(s.schema_check)],  # type: ignore[name-defined]
+            s.toml_default,
+        )
+        for s in settings.declared()
+        if s.manifest_key is not None and s.manifest_key[0] == section
+    }
+    return create_model(base.__name__.lstrip("_").replace("Base", "Section"), __base__=base, **fields)
+
+
+if TYPE_CHECKING:
+    QolaSection = _QolaBase
+    BuildSection = _BuildBase
+    JitSection = _JitBase
+    UsageSection = _UsageBase
+else:
+    QolaSection = _with_settings(_QolaBase, "qola")
+    BuildSection = _with_settings(_BuildBase, "build")
+    JitSection = _with_settings(_JitBase, "jit")
+    UsageSection = _with_settings(_UsageBase, "usage")
 
 
 class Manifest(_Model):
@@ -415,7 +438,9 @@ def _describe(err: dict[str, Any]) -> str:
         got = err.get("input")
         if isinstance(got, str) and len(got) > 80:
             got = got[:60] + f"…({len(got)} characters)"
-        shown = f"got {got!r}; " if isinstance(got, (str, int)) and key else ""
+        said = err["ctx"]["error"]  # a setting's check names the value itself (as -j and MAX_JOBS say it)
+        named = isinstance(said, SettingValueError) and "got " in str(said)
+        shown = f"got {got!r}; " if isinstance(got, (str, int)) and key and not named else ""
         return f"{key}: {shown}{err['ctx']['error']}" if key else str(err["ctx"]["error"])
     expected = _EXPECT.get(kind)
     if expected:

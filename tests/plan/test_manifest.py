@@ -79,7 +79,7 @@ BAD = [
     ("[build]\narchitectures = 'gfx942'\n", "build.architectures: got 'gfx942'; expected a list"),
     ("[build]\nmode = 'cpp'\n", "build.mode: got 'cpp'; expected one of 'pybind' or 'cpp_itfs'"),
     ("[build]\nlink = 'dynamic'\n", "build.link: got 'dynamic'; expected one of 'shared' or 'static'"),
-    ("[build]\njobs = 0\n", "build.jobs: got 0; expected a number >= 1"),
+    ("[build]\njobs = 0\n", "build.jobs: must be between 1 and 4096, got 0"),  # as -j 0 and MAX_JOBS=0 say it
     ("[build]\narchitecture = ['gfx942']\n", "build.architecture: unknown key; did you mean 'architectures'?"),
     ("build = 3\n", "build: got 3; expected a table"),
     ("[[modules]]\nreceipt = 1\n", "modules[0].name: missing required key"),
