@@ -169,7 +169,7 @@ def measure() -> None:
                 )
                 t = time.monotonic()
                 rep = pipeline.build(
-                    pipeline.BuildSpec(
+                    pipeline.BuildSpec.make(
                         manifest=str(m),
                         aiter_root=str(tree),
                         output_dir=str(tmp / f"o-{client}"),

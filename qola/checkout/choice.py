@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qola.core import settings
+from qola.core.setting import Values
 
 SOURCE_ENV = settings.AITER_ROOT.env  # QoLA's CMake: build this tree, never check out
 URL_ENV = settings.AITER_URL.env[0]
-FORCE_ENV = "QOLA_FORCE_AITER_CHECKOUT"  # QoLA's: 1 = discard local changes (as --force)
-DEFAULT_URL = "https://github.com/ROCm/aiter.git"
+DEFAULT_URL = settings.DEFAULT_URL
 DEFAULT = "the default checkout"
 VARIABLES = (*SOURCE_ENV, "XDG_CACHE_HOME", "HOME")  # every variable choose and named_by_env read
 
@@ -57,13 +57,13 @@ class TreeChoice:
         return self.how in SOURCE_ENV
 
 
-def choose(aiter_root: str | None, manifest_root: Path | None, env: Mapping[str, str]) -> TreeChoice:
-    """The tree a command uses (see the module's docstring for the order;
-    :data:`qola.core.settings.AITER_ROOT`)."""
-    chosen = settings.resolve(
-        settings.AITER_ROOT, aiter_root, manifest_root, env, default=lambda: str(default_tree(env))
-    )
-    return TreeChoice(Path(chosen.value), DEFAULT if chosen.where == settings.DEFAULT else chosen.where)
+def choose(values: Values, env: Mapping[str, str]) -> TreeChoice:
+    """The tree a command uses, from the settings resolved once (see the module's docstring for the
+    order; :data:`qola.core.settings.AITER_ROOT`); no source: :func:`default_tree`."""
+    root = values[settings.AITER_ROOT]
+    if root is None:
+        return TreeChoice(default_tree(env), DEFAULT)
+    return TreeChoice(Path(root), values.where(settings.AITER_ROOT))
 
 
 def named_by_env(path: Path, env: Mapping[str, str]) -> str | None:
@@ -73,7 +73,3 @@ def named_by_env(path: Path, env: Mapping[str, str]) -> str | None:
         if value and "\0" not in value and os.path.realpath(value) == os.path.realpath(path):
             return key
     return None
-
-
-def forced(flag: bool, env: Mapping[str, str]) -> bool:
-    return flag or env.get(FORCE_ENV, "0").strip() not in ("", "0")

@@ -5,52 +5,41 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qola.checkout.choice import DEFAULT_URL, forced, qola_checkout
-from qola.core import rules, settings
+from qola.checkout.choice import qola_checkout
+from qola.core import settings
 from qola.core.errors import QolaError
 from qola.core.secret import Secret, UnsplittableURL, split_url
+from qola.core.setting import Values
 
 if TYPE_CHECKING:
     from qola.checkout.git import Env
     from qola.checkout.sync import Request
-    from qola.plan.manifest import Manifest
 
 
-def commit_of(cli: str | None, manifest: Manifest | None) -> tuple[str | None, str]:
+def commit_of(values: Values) -> tuple[str | None, str]:
     """(the commit to check out, where it came from): ``--aiter-commit`` > ``[qola] aiter_commit``."""
-    if cli is not None:
-        problem = rules.git_rev_problem(cli)
-        if problem:
-            raise QolaError(f"--aiter-commit {cli!r} {problem}")
-        return cli, "--aiter-commit"
-    if manifest is not None and manifest.qola.aiter_commit:
-        return manifest.qola.aiter_commit, "[qola] aiter_commit"
-    return None, ""
+    sha = values[settings.AITER_COMMIT]
+    if sha is None:
+        return None, ""
+    where = values.where(settings.AITER_COMMIT)
+    return sha, "[qola] aiter_commit" if where == settings.AITER_COMMIT.manifest else where
 
 
-def patches_dir_of(cli: str | None, manifest: Manifest | None) -> tuple[Path | None, str]:
+def patches_dir_of(values: Values) -> tuple[Path | None, str]:
     """``--patches-dir`` (relative to the working dir) > ``[qola] patches_dir`` (relative to the
     manifest's dir) > QoLA's default place, ``<qola checkout>/patches/aiter``, when it exists (qola
     ships no AITER patches of its own: a checkout that has that dir put it there) > none."""
-    if cli is not None:
-        return Path(os.path.abspath(cli)), "--patches-dir"
-    if manifest is not None and manifest.qola.patches_dir:
-        return manifest.base_dir / manifest.qola.patches_dir, "[qola] patches_dir"
+    given = values[settings.PATCHES_DIR]
+    if given is not None:
+        where = values.where(settings.PATCHES_DIR)
+        return Path(os.path.abspath(given)), "[qola] patches_dir" if where == settings.PATCHES_DIR.manifest else where
     home = qola_checkout()
     if home is not None and (home / "patches" / "aiter").is_dir():
         return home / "patches" / "aiter", "the default patches dir"
     return None, ""
-
-
-def url_of(cli: str | None, manifest: Manifest | None, env: Mapping[str, str]) -> str:
-    """``--aiter-url`` > ``[qola] aiter_url`` > ``QOLA_AITER_URL`` > ROCm/aiter on GitHub
-    (:data:`qola.core.settings.AITER_URL`)."""
-    given = manifest.qola.aiter_url if manifest else None
-    return settings.resolve(settings.AITER_URL, cli, given, env, default=lambda: DEFAULT_URL).value
 
 
 def clone_url(url: str) -> tuple[str, Secret | None]:
@@ -72,37 +61,27 @@ def clone_url(url: str) -> tuple[str, Secret | None]:
     return url, None
 
 
-@dataclass(frozen=True)
-class Asked:
-    """What the command line asks of a checkout: ``--aiter-commit``, ``--patches-dir``, the clone
-    URL, ``--force`` (None/False: the manifest's or the environment's)."""
-
-    commit: str | None = None
-    patches_dir: str | None = None
-    url: str | None = None
-    force: bool = False
-
-
-def request(root: Path, manifest: Manifest | None, env: Mapping[str, str], asked: Asked | None = None) -> Request:
+def request(root: Path, values: Values, env: Mapping[str, str]) -> Request:
+    """What a checkout of ``root`` does, from the settings resolved once (:mod:`qola.core.settings`:
+    ``--aiter-commit``, ``--patches-dir``, the clone URL, ``--force``)."""
     from qola.checkout.sync import Request, collect_patches  # lazy: paid only by the callers that need it
 
-    asked = asked or Asked()
-    sha, commit_from = commit_of(asked.commit, manifest)
-    public, credentials = clone_url(url_of(asked.url, manifest, env))
-    pdir, pwhere = patches_dir_of(asked.patches_dir, manifest)
+    sha, commit_from = commit_of(values)
+    public, credentials = clone_url(values[settings.AITER_URL])
+    pdir, pwhere = patches_dir_of(values)
     return Request(
         root=root,
         commit=sha,
         commit_from=commit_from,
         patches=collect_patches(pdir, pwhere),
         url=public,
-        force=forced(asked.force, env),
+        force=values[settings.FORCE_CHECKOUT],
         env=dict(env),
         credentials=credentials,
     )
 
 
-def unapplied_patches_note(root: Path, manifest: Manifest, env: Env, patches_dir: str | None = None) -> str | None:
+def unapplied_patches_note(root: Path, values: Values, env: Env) -> str | None:
     """A warning when the patch set the manifest (or ``--patches-dir``) names is not the one the last
     ``qola checkout`` of ``root`` applied (None: it is, or there is none, or the tree is not a git
     checkout). ``env``: what git runs under (:class:`qola.checkout.git.GitEnv`)."""
@@ -111,7 +90,7 @@ def unapplied_patches_note(root: Path, manifest: Manifest, env: Env, patches_dir
     from qola.checkout.state import read_stamp  # lazy: paid only by the callers that need it
     from qola.checkout.sync import collect_patches, read_patch  # lazy: paid only by the callers that need it
 
-    pdir, where = patches_dir_of(patches_dir, manifest)
+    pdir, where = patches_dir_of(values)
     if pdir is None or not (root / ".git").exists():
         return None
     try:

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from qola.commands.common import add_flag, add_manifest_args, spec_of
+from qola.commands.common import add_manifest_args, spec_of
 from qola.core import settings
 from qola.pipeline.run import Reporter, build
 
@@ -28,23 +28,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="build the manifest's modules into an output dir",
         description="Build every module of the manifest in one ninja graph and publish the results.",
     )
-    add_manifest_args(p)
-    p.add_argument(
-        "--patches-dir",
-        metavar="DIR",
-        help="*.patch files the checkout applies, in lexical order (beats [qola].patches_dir; "
-        "an empty dir or /dev/null: none)",
-    )
-    add_flag(p, settings.AITER_URL, typed=False, metavar="URL")
-    p.add_argument(
-        "--force-checkout",
-        action="store_true",
-        help="let the checkout discard local changes of the tree (never without this)",
-    )
+    add_manifest_args(p, settings.BUILD)  # and every declared setting a build takes (qola.core.settings)
     p.add_argument("--output-dir", "-o", required=True, help="where lib/, include/, manifest.json … land")
-    add_flag(p, settings.JOBS, metavar="N")
     p.add_argument("--build-dir", help="objects and generated sources (default: <output-dir>.build)")
-    add_flag(p, settings.LAUNCHER, typed=False)
     p.add_argument(
         "--dist",
         action="store_true",
@@ -60,7 +46,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="no progress (without a terminal a line at each module's end and every 30 s; a bar on one)",
     )
-    add_flag(p, settings.WAIT, nargs="?", const=float("inf"), metavar="SECONDS")
     p.add_argument(
         "--no-isolation",
         action="store_true",
@@ -93,16 +78,7 @@ def _output_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _remote_flags(p: argparse.ArgumentParser) -> None:
-    """``--remote URL`` and its options (docs/distributed.md)."""
-    add_flag(
-        p,
-        settings.REMOTE,
-        typed=False,
-        metavar="URL",
-        help="run every compile as an action on this Remote Execution API service (grpc://host:port, "
-        "grpcs://host:port for TLS, unix:/path; beats [build].remote) through buildbox's trexe: "
-        "docs/distributed.md",
-    )
+    """``--remote URL``'s options (docs/distributed.md; ``--remote`` is declared: qola.core.settings)."""
     p.add_argument("--remote-instance", metavar="NAME", help="the service's instance name (default: none)")
     p.add_argument("--remote-ca", metavar="PEM", help="CA certificate the service's TLS certificate is checked with")
     p.add_argument("--remote-client-cert", metavar="PEM", help="client certificate (mTLS; with --remote-client-key)")

@@ -11,8 +11,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from qola.core import settings
+from qola.core.setting import add_argument
 from qola.core.settings import Setting
-from qola.pipeline import spec as pipeline_spec
+from qola.pipeline.begin import ask
+from qola.pipeline.prepare import prepare as pipeline_prepare
 from qola.pipeline.spec import BuildSpec, Prepared
 
 
@@ -20,21 +22,17 @@ def add_debug(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show a traceback on errors")
 
 
-def add_manifest_args(parser: argparse.ArgumentParser, *, mode: bool = True) -> None:
+def add_manifest_args(parser: argparse.ArgumentParser, command: str = settings.PLAN) -> None:
+    """The arguments of a command that reads a manifest: ``--manifest``, every declared setting whose
+    declaration names ``command`` (:func:`add_settings`), ``--skip-checkout``, ``--usage``,
+    ``--allow-unpinned``."""
     parser.add_argument("--manifest", "-m", required=True, help="path of the qola.toml manifest")
-    add_flag(parser, settings.AITER_ROOT, typed=False)
-    add_flag(parser, settings.ARCHS, action="append", metavar="ARCH", typed=False)
-    add_flag(parser, settings.GROUPS, action="append", metavar="GROUP", typed=False)
+    add_settings(parser, command)
     parser.add_argument(
         "--skip-checkout",
         action="store_true",
         help="use the tree as it is: never check it out or patch it; a pin mismatch is a warning recorded in "
         "manifest.json",
-    )
-    parser.add_argument(
-        "--aiter-commit",
-        metavar="REV",
-        help="the commit (sha, tag or branch) to check out and to expect (beats [qola].aiter_commit)",
     )
     parser.add_argument(
         "--usage",
@@ -45,28 +43,28 @@ def add_manifest_args(parser: argparse.ArgumentParser, *, mode: bool = True) -> 
         "[usage] (repeatable; docs/usage.md)",
     )
     parser.add_argument(
-        "--record-ahead",
-        action="store_true",
-        help="variants built ahead record their first call in each process, as deferred ones do "
-        "(as [usage] record_ahead = true; docs/usage.md)",
-    )
-    parser.add_argument(
-        "--jit",
-        choices=["on", "off"],
-        help="on: defer every generated instance to the on-demand JIT (the manifest's [jit], or an empty one); "
-        "off: build everything ahead ([jit] enabled = false); default: as the manifest says (docs/manifest.md)",
-    )
-    if mode:
-        add_flag(parser, settings.MODE, typed=False, choices=settings.MODES)
-    parser.add_argument(
         "--allow-unpinned", action="store_true", help="warn instead of failing when the tree's commit differs"
     )
     add_debug(parser)
 
 
-def jit_switch(value: str | None) -> bool | None:
-    """``--jit on|off`` as the :class:`BuildSpec` holds it (None: not given)."""
-    return None if value is None else value == "on"
+def add_settings(parser: argparse.ArgumentParser, command: str) -> None:
+    """The flag of every declared setting (:data:`qola.core.settings.ALL`) that ``command`` takes, in
+    the shape its declaration gives (:func:`qola.core.setting.add_argument`)."""
+    for s in settings.for_command(command):
+        add_argument(parser, s, command)
+
+
+def given_of(args: argparse.Namespace) -> dict[str, object]:
+    """The declared settings' command-line values of ``args`` by name (a list as a tuple; absent or
+    None: not given)."""
+    parsed = vars(args)
+    given: dict[str, object] = {}
+    for s in settings.declared():
+        value = parsed.get(s.name)
+        if value is not None:
+            given[s.name] = tuple(value) if isinstance(value, list) else value
+    return given
 
 
 def add_flag(parser: argparse.ArgumentParser, setting: Setting[Any], *, typed: bool = True, **kw: Any) -> None:
@@ -82,7 +80,6 @@ def add_flag(parser: argparse.ArgumentParser, setting: Setting[Any], *, typed: b
 # BuildSpec fields the command line spells differently (each else is the argparse dest of its name)
 _SPELLED: dict[str, Callable[[dict[str, Any]], object]] = {
     "isolate": lambda a: not a.get("no_isolation", False),
-    "jit": lambda a: jit_switch(a.get("jit")),
     "remote_options": lambda a: {
         k: a[dest]
         for k, dest in (
@@ -117,7 +114,7 @@ def build_key_args(given: Mapping[str, Any]) -> tuple[str, ...]:
 def _as_parsed(dest: str, value: object) -> object:
     """A declared setting's value as its one parser reads it (``--arch a --arch b`` and ``--arch "a;b"``
     are one list); a value it refuses is kept as given (the build refuses it before any record)."""
-    setting = next((s for s in settings.ALL if s.name == dest), None)
+    setting = next((s for s in settings.declared() if s.name == dest), None)
     if setting is None or value is None:
         return value
     try:
@@ -135,19 +132,20 @@ def spec_of(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> B
     for f in dataclasses.fields(BuildSpec):
         if f.name in _SPELLED:
             values[f.name] = _SPELLED[f.name](given)
-        elif f.name != "env" and given.get(f.name) is not None:
+        elif f.name not in ("env", "given") and given.get(f.name) is not None:
             value = given[f.name]
             values[f.name] = tuple(value) if isinstance(value, list) else value
     if given.get("argv"):
         values["key_args"] = build_key_args(given)
-    return BuildSpec(**values, env=dict(os.environ if env is None else env))
+    return BuildSpec(**values, given=given_of(args), env=dict(os.environ if env is None else env))
 
 
 def prepare(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Prepared:
     """Manifest, tree and the plan as the tables give it (variants and the JIT split not resolved:
     :func:`qola.pipeline.run.plan` does that)."""
     s = spec_of(args, env)
-    return pipeline_spec.prepare(s, s.environ())
+    environ = s.environ()
+    return pipeline_prepare(s, ask(s, environ), environ)
 
 
 def warn(messages: list[str] | tuple[str, ...]) -> None:

@@ -23,7 +23,7 @@ from qola.jit import libtable, safeio
 from qola.jit import prebuild as pb
 from qola.jit.cache import JitCache
 from qola.jit.format import default_cache_dir
-from qola.pipeline.spec import only
+from qola.pipeline.views import only
 
 EXIT_BROKEN = 1
 

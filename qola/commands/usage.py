@@ -12,7 +12,8 @@ from qola.commands.common import add_debug, add_manifest_args, spec_of, warn
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_write
 from qola.hooks import jit as jitbuild
-from qola.pipeline.spec import prepare
+from qola.pipeline.begin import ask
+from qola.pipeline.prepare import prepare
 from qola.plan import variants
 from qola.store.usage import apply, cover, fragment, records
 
@@ -65,7 +66,7 @@ def run_merge(args: argparse.Namespace) -> int:
     res = _read(args.records)
     spec = spec_of(args)
     env = spec.environ()
-    prepared = prepare(spec, env)
+    prepared = prepare(spec, ask(spec, env), env)
     plan = jitbuild.plan_jit(variants.apply(prepared.plan, prepared.manifest, env), prepared.manifest, env)
     by_md = {m.md_name: m.name for m in plan.modules}
     wanted: dict[str, list[str]] = {}

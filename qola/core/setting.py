@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Generic, Literal, TypeVar, cast
+from typing import Annotated, Generic, Literal, TypeVar, cast
 
 from qola.core.errors import QolaError
 
@@ -114,6 +114,14 @@ class Setting(Generic[T]):
             raise SettingValueError(str(exc)) from None
         return parsed if isinstance(parsed, type(value)) else value
 
+    def schema_field(self) -> tuple[object, object]:
+        """The manifest schema's field of this setting (pydantic's (type, default)): the key's TOML
+        type, checked first as every key's is ("expected a list"), then :meth:`schema_check`."""
+        from pydantic import AfterValidator  # lazy: the schema's; the no-op path never loads pydantic
+
+        toml = self.toml | None  # type: ignore[operator]  # a type (int, list[str], a Literal) or None
+        return Annotated[toml, AfterValidator(self.schema_check)], self.toml_default
+
 
 def _shown(where: str) -> str:
     return where if where.startswith(("-", "[")) else f"environment variable {where}"
@@ -164,7 +172,7 @@ def resolve(
 def _default_of(setting: Setting[T], env: Mapping[str, str]) -> T:
     given = setting.default
     if callable(given):
-        return cast(Callable[[Mapping[str, str]], T], given)(env)
+        return given(env)
     return cast(T, given)
 
 
@@ -184,14 +192,14 @@ class Values:
             return cast(T, None)
         return cast(T, got.value)
 
-    def where(self, setting: Setting[object]) -> str:
+    def where(self, setting: Setting[T]) -> str:
         """The flag, the manifest key, the variable or :data:`DEFAULT` that gave ``setting``."""
         got = self.chosen.get(setting.name)
         return DEFAULT if got is None else got.where
 
-    def given(self, setting: Setting[object]) -> bool:
-        """Whether a source (not the default) gave ``setting``."""
-        return self.where(setting) != DEFAULT
+    def by_flag(self, setting: Setting[T]) -> bool:
+        """Whether the command line gave ``setting``."""
+        return self.where(setting) == setting.flag
 
     def to_json(self) -> dict[str, dict[str, object]]:
         """name -> {"value", "from"} (``qola plan --json``'s "settings")."""

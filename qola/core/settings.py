@@ -256,8 +256,7 @@ AITER_URL: Setting[str] = Setting(
     default_text=DEFAULT_URL,
     example="https://github.com/ROCm/aiter.git",
     in_key=True,  # as the manifest's text (the tree's own commit is hashed too)
-    help="where a checkout clones the tree from (beats [qola].aiter_url and QOLA_AITER_URL; "
-    f"default: {DEFAULT_URL})",
+    help=f"where a checkout clones the tree from (beats [qola].aiter_url and QOLA_AITER_URL; default: {DEFAULT_URL})",
 )
 AITER_COMMIT: Setting[str] = Setting(
     "aiter_commit",
@@ -414,9 +413,7 @@ def declared() -> tuple[Setting[object], ...]:
     return ALL
 
 
-def resolve_all(
-    cli: Mapping[str, object], tables: Tables, env: Mapping[str, str], base: Path | None = None
-) -> Values:
+def resolve_all(cli: Mapping[str, object], tables: Tables, env: Mapping[str, str], base: Path | None = None) -> Values:
     """Every declared setting resolved once (:func:`qola.core.setting.resolve_all`)."""
     return _resolve_all(declared(), cli, tables, env, base)
 

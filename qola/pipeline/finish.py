@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 from qola.compile.layout import BuildLayout, gen_module_dir
 from qola.core import inputs
 from qola.core.errors import QolaError
+from qola.pipeline.prepare import Resolved
 from qola.pipeline.report import BuildReport, Reporter
-from qola.pipeline.spec import Resolved
 from qola.store import fastpath
 
 if TYPE_CHECKING:

@@ -272,8 +272,8 @@ def reproduce(
     try:
         if on_start is not None:
             on_start(tmp)
-        spec = pipeline.BuildSpec(
-            manifest=manifest,
+        spec = pipeline.BuildSpec.make(
+            manifest,
             aiter_root=tree,
             output_dir=str(tmp / "out"),
             build_dir=str(tmp / "build"),

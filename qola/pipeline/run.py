@@ -48,23 +48,13 @@ from qola.core.fsutil import write_if_changed
 from qola.output import outdir
 from qola.output.outdir import OUT_NAMES, OUT_PREFIXES
 from qola.pipeline import finish, preflight
+from qola.pipeline.begin import Start, ask, recorded_env, start
+from qola.pipeline.machine import requested
+from qola.pipeline.prepare import Resolved, hip_version, prepare, resolve_build, table_texts
 from qola.pipeline.record import BuildRecord, settings_record
 from qola.pipeline.report import BuildReport, Reporter
-from qola.pipeline.spec import (
-    BuildSpec,
-    Prepared,
-    Resolved,
-    Settings,
-    Start,
-    hip_version,
-    prepare,
-    recorded_env,
-    requested,
-    resolve_build,
-    start,
-    table_texts,
-    views,
-)
+from qola.pipeline.spec import BuildSpec, Prepared, Settings
+from qola.pipeline.views import views
 from qola.store import fastpath
 from qola.store.fastpath import NoopRecord, RecordedEnv
 
@@ -88,10 +78,11 @@ SHOW_PROGRESS_AFTER = 1.0  # seconds: the incremental path shows ninja's progres
 
 def plan(spec: BuildSpec, *, with_settings: bool = False) -> Prepared:
     """The whole plan (``qola plan``): stages 1-3 of :func:`build`; ``with_settings``: and the
-    build's settings as requested (:func:`qola.pipeline.spec.requested`, ``qola plan --json``)."""
+    build's settings as requested (:func:`qola.pipeline.machine.requested`, ``qola plan --json``)."""
     env = spec.environ()
-    prepared = prepare(spec, env)
-    asked = requested(spec, prepared.manifest, env) if with_settings else None
+    given = ask(spec, env)
+    prepared = prepare(spec, given, env)
+    asked = requested(spec, given, env) if with_settings else None
     return dataclasses.replace(prepared, plan=resolve(prepared, env), settings=asked)
 
 
@@ -113,7 +104,7 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
     ui = reporter or Reporter()
     # 0. before anything is written or run: numbers, directories (never /, never nested in each other
     # or in the tree), then one build per build dir and output dir. The settings are resolved in
-    # qola.pipeline.spec: stage 0 here (start), stage 1 after the no-op check (resolve_build); the
+    # qola.pipeline.begin: stage 0 here (start), qola.pipeline.prepare: stage 1 after the no-op check (resolve_build); the
     # stages get the typed views they read, never the spec or the environment
     begun = start(spec)
     layout, choice = begun.layout, begun.choice
@@ -171,18 +162,13 @@ def _nothing_to_do(layout: BuildLayout) -> bool:
 
 def _checkout(spec: BuildSpec, begun: Start) -> list[str]:
     """Check the tree out (``begun.checkout``: QoLA's ``build`` without ``--skip-checkout``,
-    :func:`qola.pipeline.spec.start` decides). Returns notes."""
-    from qola.checkout.request import Asked, request  # lazy: start-up of the CLI and of the no-op path
+    :func:`qola.pipeline.begin.start` decides). Returns notes."""
+    from qola.checkout.request import request  # lazy: start-up of the CLI and of the no-op path
     from qola.checkout.sync import ensure  # lazy: start-up of the CLI and of the no-op path
     from qola.plan import manifest as manifest_mod  # lazy: start-up of the CLI and of the no-op path
 
-    req = request(
-        begun.choice.path,
-        manifest_mod.load(spec.manifest),
-        begun.env,
-        Asked(commit=spec.aiter_commit, patches_dir=spec.patches_dir, url=spec.aiter_url, force=spec.force_checkout),
-    )
-    result = ensure(req)
+    manifest_mod.load(spec.manifest)  # a manifest the schema refuses is said before the tree changes
+    result = ensure(request(begun.choice.path, begun.given.values, begun.env))
     return result.notes if result.changed else []
 
 
@@ -343,7 +329,7 @@ def _full(spec: BuildSpec, ready: Ready, ui: Reporter) -> BuildReport:
 
 def _executor(ready: Ready) -> Executor:
     """Where the compiles run (:class:`qola.compile.executor.Executor`, chosen by
-    :func:`qola.pipeline.spec.settings`), ready: a ``--remote`` service answers and has this compiler
+    :func:`qola.pipeline.machine.settings`), ready: a ``--remote`` service answers and has this compiler
     before anything is generated."""
     from qola.compile.executor import Where  # lazy: start-up of the CLI and of the no-op path
     from qola.toolchain.identity import COMPILER_ENV  # lazy: start-up of the CLI and of the no-op path
@@ -423,7 +409,7 @@ def build_key(spec: BuildSpec) -> BuildKey:
     from qola.core.fsutil import pid_tempdir  # lazy: start-up of the CLI and of the no-op path
 
     env = spec.environ()
-    prepared = prepare(spec, env)
+    prepared = prepare(spec, ask(spec, env), env)
     plan_ = resolve(prepared, env)
     child, tenv, genv = views(env)
     with pid_tempdir("qola-key-") as tmp:

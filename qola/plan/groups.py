@@ -8,29 +8,19 @@ semantics). A group no module declares is an error naming the declared ones, bef
 The selection is applied to the manifest itself (:func:`select`): the modules, and the variant
 tables and ``[jit]`` entries that name a module left out. Unnamed CK fMHA variant tables apply to
 whatever modules of the plan run CK's generator of their family; :func:`prune` drops those no
-selected module runs (:func:`qola.pipeline.spec.prepare` calls it once the plan is made).
+selected module runs (:func:`qola.pipeline.prepare.prepare` calls it once the plan is made).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from qola.core import settings
 from qola.core.errors import QolaError
 
 if TYPE_CHECKING:
     from qola.plan.manifest import Manifest
     from qola.plan.model import Plan
-
-ENV = settings.GROUPS.env[0]
-
-
-def wanted(cli: Sequence[str] | None, env: Mapping[str, str]) -> tuple[tuple[str, ...], str]:
-    """(the groups asked for, where from: ``--group`` or ``QOLA_BUILD_GROUPS``); () when none
-    (:data:`qola.core.settings.GROUPS`)."""
-    chosen = settings.resolve(settings.GROUPS, cli, None, env)
-    return (chosen.value, chosen.where) if chosen.value else ((), "")
 
 
 def declared(manifest: Manifest) -> dict[str, list[str]]:

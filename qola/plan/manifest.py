@@ -11,18 +11,9 @@ import difflib
 import hashlib
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    create_model,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from qola.core import rules, settings, tomlfile
 from qola.core.errors import QolaError
@@ -60,10 +51,10 @@ class _QolaBase(_Model):
     rocm_versions: list[str] | None = None
     cuda_versions: list[str] | None = None
     if TYPE_CHECKING:  # the settings' fields (qola.core.settings; made by _with_settings), typed for readers
-        aiter_commit: str | None
-        aiter_root: str | None  # default --aiter-root, relative to the manifest
-        patches_dir: str | None  # QoLA's: *.patch applied by `qola checkout` (relative to the manifest)
-        aiter_url: str | None  # where `qola checkout` clones the tree from (default: ROCm/aiter on GitHub)
+        aiter_commit: str | None = None
+        aiter_root: str | None = None  # default --aiter-root, relative to the manifest
+        patches_dir: str | None = None  # QoLA's: *.patch applied by `qola checkout` (relative to the manifest)
+        aiter_url: str | None = None  # where `qola checkout` clones the tree from (default: ROCm/aiter on GitHub)
 
     @field_validator("namespace")
     @classmethod
@@ -87,11 +78,11 @@ class _QolaBase(_Model):
 class _BuildBase(_Model):
     link: Literal["shared", "static"] = "shared"
     if TYPE_CHECKING:  # the settings' fields (qola.core.settings; made by _with_settings)
-        architectures: list[str]
-        mode: Literal["pybind", "cpp_itfs"] | None
-        launcher: str | None
-        remote: str | None  # an REAPI endpoint every compile is sent to (qola build --remote)
-        jobs: int | None
+        architectures: list[str] = []
+        mode: Literal["pybind", "cpp_itfs"] | None = None
+        launcher: str | None = None
+        remote: str | None = None  # an REAPI endpoint every compile is sent to (qola build --remote)
+        jobs: int | None = None
     # entries of AITER's HIP flag set (spelled as AITER does) that this build leaves out
     drop_hip_flags: list[str] = Field(default_factory=list)
 
@@ -275,7 +266,7 @@ class _JitBase(_Model):
     """``[jit]``: instances outside ``aot`` are deferred to the on-demand JIT (docs/manifest.md)."""
 
     if TYPE_CHECKING:  # the setting's field (qola.core.settings.JIT)
-        enabled: bool
+        enabled: bool = True
     modules: list[str] | None = None  # modules the JIT applies to (default: every module with generators)
     aot: JitAot = Field(default_factory=JitAot)
     compiler: str | None = None  # the compiler the library runs (default: the build's)
@@ -315,23 +306,16 @@ class _UsageBase(_Model):
     commit: str | None = None  # the tree commit the names were checked against (qola usage merge)
     variants: list[UsageVariant] = Field(default_factory=list, max_length=MAX_USAGE_VARIANTS)
     if TYPE_CHECKING:  # the setting's field (qola.core.settings.RECORD_AHEAD): built-ahead variants record
-        record_ahead: bool  # their first call in each process (event "ahead"), as deferred ones do
+        record_ahead: bool = False  # their first call in each process (event "ahead"), as deferred ones do
 
 
 def _with_settings(base: type[_M], section: str) -> type[_M]:
     """``base`` with a field for each setting whose manifest key is in ``section``
-    (:data:`qola.core.settings.ALL`): the key's TOML type (checked first, as every key's), then the
-    setting's one check (:meth:`qola.core.setting.Setting.schema_check`), so that the manifest says
-    what ``-j`` and ``MAX_JOBS`` say of a bad value."""
-    fields: dict[str, Any] = {
-        s.manifest_key[1]: (
-            Annotated[s.toml | None, AfterValidator(s.schema_check)],  # type: ignore[name-defined]
-            s.toml_default,
-        )
-        for s in settings.declared()
-        if s.manifest_key is not None and s.manifest_key[0] == section
-    }
-    return create_model(base.__name__.lstrip("_").replace("Base", "Section"), __base__=base, **fields)
+    (:meth:`qola.core.setting.Setting.schema_field`: its TOML type, then its one check)."""
+    keys = [(s.manifest_key, s) for s in settings.declared() if s.manifest_key]
+    fields = {key: s.schema_field() for (sec, key), s in keys if sec == section}
+    made: type[_M] = create_model(base.__name__[1:].replace("Base", "Section"), __base__=base, **fields)  # type: ignore[call-overload]
+    return made
 
 
 if TYPE_CHECKING:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import qola
-from qola.core import settings
 from qola.core.errors import QolaError
 from qola.plan import itfs, needs, registry
 from qola.plan.manifest import Manifest, ModuleSection, vendor
@@ -49,23 +48,9 @@ __all__ = [
     "Plan",
     "PlanInputs",
     "check_pin",
-    "choose_archs",
     "ck_free",
-    "default_mode",
     "make_plan",
 ]
-
-
-def choose_archs(cli_archs: Sequence[str] | None, manifest: Manifest, env: Mapping[str, str]) -> tuple[str, ...]:
-    """``--arch`` > ``[build].architectures`` > ``GPU_ARCHS`` (:data:`qola.core.settings.ARCHS`:
-    ``;``-separated lists, an ``--arch ""`` naming nothing is as if it were not given, as in QoLA)."""
-    return settings.resolve(settings.ARCHS, cli_archs, manifest.build.architectures, env).value
-
-
-def default_mode(cli_mode: str | None, manifest: Manifest) -> str:
-    """The mode of modules without their own: ``--mode`` > ``[build].mode`` > ``pybind``
-    (the one place this is decided; :attr:`Plan.mode` carries it)."""
-    return settings.resolve(settings.MODE, cli_mode, manifest.build.mode, default=lambda: DEFAULT_MODE).value
 
 
 def _nearest(name: str, keys: list[str]) -> str:
@@ -112,12 +97,13 @@ def _check_unique(plans: list[ModulePlan], manifest: Manifest) -> None:
 @dataclasses.dataclass(frozen=True)
 class PlanInputs:
     """What a plan is made for besides the manifest and the tree: the target ``archs``, the
-    environment the tree's expressions read (``env``), ``--mode`` (``cli_mode``), the HIP version,
+    environment the tree's expressions read (``env``), the mode of modules without their own
+    (``mode``: :data:`qola.core.settings.MODE`, resolved once), the HIP version,
     the tree's commit and pin record (:func:`qola.plan.pin.check_pin`) and the warnings so far."""
 
     archs: tuple[str, ...]
     env: Mapping[str, str]
-    cli_mode: str | None = None
+    mode: str | None = None  # None (a plan made without the settings): [build].mode > pybind
     hip_version: str | None = None
     tree_commit: str | None = None
     warnings: Sequence[str] | None = None
@@ -190,7 +176,7 @@ def _start(manifest: Manifest, tree: AiterTree, inputs: PlanInputs) -> _Planning
         table=load_table(tree),
         space=space,
         notes=list(inputs.warnings or []),
-        mode_default=default_mode(inputs.cli_mode, manifest),
+        mode_default=inputs.mode or manifest.build.mode or DEFAULT_MODE,
         pinned=bool(want and inputs.tree_commit and inputs.tree_commit.startswith(want)),
         tree_roots=tree_sources.real_roots([tree.root, str(space.names["CK_DIR"])]),
         own_roots=tree_sources.real_roots([Path(qola.__file__).parent]),  # qola's templates and runtime

@@ -39,7 +39,7 @@ def manifest(path: Path, archs: list[str], modules: tuple[str, ...] = PLAIN, ext
 
 def build(m: Path, tree: Path, out: Path, **kw: Any) -> pipeline.BuildReport:
     """``qola build -j 2`` through the library."""
-    return pipeline.build(BuildSpec(manifest=str(m), aiter_root=str(tree), output_dir=str(out), jobs=2, **kw))
+    return pipeline.build(BuildSpec.make(manifest=str(m), aiter_root=str(tree), output_dir=str(out), jobs=2, **kw))
 
 
 def sha256(p: Path) -> str:
@@ -152,7 +152,7 @@ def test_failing_generator_is_a_clear_error(tmp_path: Path) -> None:
     )
     m = manifest(tmp_path / "q.toml", ["sm_90"], modules=(), extra=extra)
     out = tmp_path / "out"
-    report = pipeline.build(BuildSpec(manifest=str(m), aiter_root=str(tree), output_dir=str(out)))
+    report = pipeline.build(BuildSpec.make(manifest=str(m), aiter_root=str(tree), output_dir=str(out)))
     assert report.exit_code == 1
     (r,) = report.modules
     assert (

@@ -83,7 +83,7 @@ def test_a_dispatch_unit_that_instantiates_a_kernel_fails_its_module_naming_it(t
         '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["gfx90a"]\nmode = "cpp_itfs"\n'
         + module(directions=("fwd",))
     )
-    spec = BuildSpec(
+    spec = BuildSpec.make(
         manifest=str(m), aiter_root=str(tree), output_dir=str(tmp_path / "out"), jobs=2, env=dict(os.environ)
     )
     report = pipeline.build(spec)

@@ -43,7 +43,7 @@ def toolchain_id(tmp: Path, arch: str) -> str:
 
 def build(tmp: Path, name: str, tree: Path, m: Path, **kw: Any) -> pipeline.BuildReport:
     return pipeline.build(
-        BuildSpec(
+        BuildSpec.make(
             manifest=str(m),
             aiter_root=str(tree),
             output_dir=str(tmp / f"out-{name}"),

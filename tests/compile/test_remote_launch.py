@@ -103,22 +103,29 @@ def test_remote_refuses_dist_and_launchers_and_stays_out_of_the_key(tmp_path: Pa
     from pathlib import Path
 
     from qola.compile.layout import BuildLayout
-    from qola.pipeline.spec import BuildSpec, settings
+    from qola.pipeline.begin import ask
+    from qola.pipeline.machine import settings
+    from qola.pipeline.spec import BuildSpec, Settings
     from qola.plan import manifest as manifest_mod
     from qola.store.key import MANIFEST_IGNORED
 
     assert "remote" in MANIFEST_IGNORED["build"]
     m = tmp_path / "q.toml"
     m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\nremote = "grpc://h:1"\n')
-    man = manifest_mod.load(str(m))
+    manifest_mod.load(str(m))
     layout = BuildLayout(Path(tmp_path / "b"), Path(tmp_path / "o"))
-    s = settings(BuildSpec(manifest=str(m)), man, layout, {"PATH": "/usr/bin"})
+
+    def _settings(spec: BuildSpec) -> Settings:
+        env = {"PATH": "/usr/bin"}
+        return settings(spec, ask(spec, env), layout, env)
+
+    s = _settings(BuildSpec.make(manifest=str(m)))
     assert s.remote is not None and s.remote.url == "http://h:1" and s.launcher is None  # the manifest's key
-    s = settings(BuildSpec(manifest=str(m), remote="grpcs://other:443"), man, layout, {"PATH": "/usr/bin"})
+    s = _settings(BuildSpec.make(manifest=str(m), remote="grpcs://other:443"))
     assert s.remote is not None and s.remote.url == "https://other:443"  # the command line wins
     for extra in ({"dist": True}, {"launcher": "ccache"}):
         with pytest.raises(QolaError, match="takes no --dist or launcher"):
-            settings(BuildSpec(manifest=str(m), **extra), man, layout, {"PATH": "/usr/bin"})
+            _settings(BuildSpec.make(manifest=str(m), **extra))
 
 
 FAKE_TREXE = r"""#!{python}

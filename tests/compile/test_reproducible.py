@@ -88,7 +88,7 @@ def two_builds(tmp: Path, arch: str) -> tuple[dict[str, bytes], dict[str, bytes]
         tree = tree_copy(tmp / where / "kernels")
         m = manifest(tmp / f"q{i}.toml", arch, SOFTMAX + ATTN + TINY_MODULE)
         report = pipeline.build(
-            BuildSpec(
+            BuildSpec.make(
                 manifest=str(m),
                 aiter_root=str(tree),
                 output_dir=str(tmp / f"out{i}"),

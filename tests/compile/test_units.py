@@ -35,7 +35,7 @@ def dry_run(tmp: Path, archs: list[str], body: str, tree: Path | None = None) ->
 def graph_of(tmp: Path, m: Path, tree: Path) -> dict[str, dict[str, str]]:
     """The compile edges of ``qola build --dry-run`` of manifest ``m`` on ``tree`` (a fake hipcc)."""
     hipcc = fake_hipcc(tmp / "bin" / "hipcc")
-    spec = BuildSpec(
+    spec = BuildSpec.make(
         manifest=str(m),
         aiter_root=str(tree),
         output_dir=str(tmp / "out"),
@@ -176,7 +176,7 @@ def test_the_library_links_without_them_and_drops_dead_code(tmp_path: Path) -> N
     body += 'embed = ["fmha_v3_fwd"]\n'
     m.write_text('[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\nmode = "cpp_itfs"\n' + body)
     env = {**os.environ, "CUDACXX": str(fake_nvcc(tmp_path / "nvcc"))}
-    spec = BuildSpec(manifest=str(m), aiter_root=str(tree), output_dir=str(tmp_path / "out"), jobs=2, env=env)
+    spec = BuildSpec.make(manifest=str(m), aiter_root=str(tree), output_dir=str(tmp_path / "out"), jobs=2, env=env)
     report = pipeline.build(spec)
     assert report.ok, [(r.name, r.detail) for r in report.modules]
     objs = {p.name.rsplit("-", 1)[0] for p in (tmp_path / "out.build" / "obj" / "libmha_ck").glob("*.o")}

@@ -38,7 +38,11 @@ BAD: dict[str, tuple[tuple[str, ...], dict[str, str], str]] = {
     "qola_generator_timeout": ((), {"QOLA_GENERATOR_TIMEOUT": "10m"}, "QOLA_GENERATOR_TIMEOUT='10m'"),
     "qola_git_timeout": ((), {"QOLA_GIT_TIMEOUT": "-5"}, "QOLA_GIT_TIMEOUT='-5'"),
     "qola_lock_timeout": ((), {"QOLA_LOCK_TIMEOUT": "soon"}, "QOLA_LOCK_TIMEOUT='soon'"),
-    "qola_force_aiter_checkout": ((), {"QOLA_FORCE_AITER_CHECKOUT": "false"}, "QOLA_FORCE_AITER_CHECKOUT"),
+    "force_checkout": ((), {"QOLA_FORCE_AITER_CHECKOUT": "false"}, "QOLA_FORCE_AITER_CHECKOUT"),
+    "aiter_commit": (("--aiter-commit=a..b",), {}, "--aiter-commit"),
+    "patches_dir": (("--patches-dir", "/nonexistent/qola-patches"), {}, "/nonexistent/qola-patches"),
+    "jit": (("--manifest-extra", '[jit]\nenabled = "yes"\n'), {}, "[jit].enabled"),
+    "record_ahead": (("--manifest-extra", "[usage]\nrecord_ahead = 1\n"), {}, "usage.record_ahead"),
     "qola_jit_compiler": ((), {"QOLA_JIT_COMPILER": "hipcc\n-fplugin=x"}, "QOLA_JIT_COMPILER"),
     "qola_jit_cache_dir": ((), {"QOLA_JIT_CACHE_DIR": "/tmp/a\nb"}, "QOLA_JIT_CACHE_DIR"),
     "qola_jit_prebuilt_dir": ((), {"QOLA_JIT_PREBUILT_DIR": "/tmp/\x1b[31m"}, "QOLA_JIT_PREBUILT_DIR"),
@@ -55,6 +59,9 @@ def build(tmp_path: Path) -> Build:
     env = {"CUDACXX": str(fake_nvcc(tmp_path / "nvcc"))}
 
     def run(*extra: str, env_extra: dict[str, str] | None = None) -> CompletedProcess[str]:
+        if extra[:1] == ("--manifest-extra",):  # a bad manifest value: the manifest's own tables
+            m.write_text(MANIFEST + extra[1])
+            extra = extra[2:]
         root = () if "--aiter-root" in extra else ("--aiter-root", str(tree))
         args = ["build", "--manifest", str(m), *root, "-o", str(tmp_path / "out"), "-j", "1", *extra]
         return run_qola(*args, env={**env, **(env_extra or {})}, cwd=tmp_path)

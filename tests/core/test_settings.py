@@ -50,13 +50,12 @@ def test_one_duplicate_rule_for_every_arch_source() -> None:
 
 
 def test_no_gpu_architectures_is_said_once() -> None:
-    """Planning (choose_archs) and the toolchain (validate_archs) say the same thing, with one hint."""
-    from qola.plan.manifest import parse
-    from qola.plan.planner import choose_archs
+    """Planning (the resolved settings) and the toolchain (validate_archs) say the same thing, with one hint."""
     from qola.toolchain.archs import validate_archs
 
+    values = settings.resolve_all({"archs": ("",)}, {"build": {}}, {"GPU_ARCHS": ";"})
     with pytest.raises(QolaError) as planned:
-        choose_archs([""], parse("[build]\n"), {"GPU_ARCHS": ";"})
+        values[ARCHS]
     with pytest.raises(QolaError) as probed:
         validate_archs([])
     assert planned.value.message == probed.value.message == "no GPU architectures given"

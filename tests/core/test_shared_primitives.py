@@ -274,7 +274,7 @@ def test_arch_lists_one_rule(tmp_path: Path) -> None:
 
 def test_hip_version_is_probed_once_the_same_way(tmp_path: Path) -> None:
     """Planning's torch.version.hip and the build's toolchain read the version with one probe."""
-    from qola.pipeline.spec import hip_version
+    from qola.pipeline.prepare import hip_version
     from qola.plan.manifest import parse
     from qola.toolchain import hip
 

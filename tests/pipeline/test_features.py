@@ -76,7 +76,7 @@ def test_each_stage_loops_the_features_in_their_order(tmp_path: Path, monkeypatc
     one, two, bare = toy("one", calls), toy("two", calls), feat.Feature("bare")
     monkeypatch.setattr(features, "FEATURES", (*features.FEATURES, one, bare, two))
     tree, manifest = write_tiny(tmp_path)
-    plan = pipeline.plan(BuildSpec(manifest=str(manifest), aiter_root=str(tree))).plan
+    plan = pipeline.plan(BuildSpec.make(manifest=str(manifest), aiter_root=str(tree))).plan
     assert calls == ["one:plan", "two:plan"] and plan.warnings[-2:] == ("one: plan", "two: plan")
 
     def adds(tag: str) -> feat.ModuleHook:
@@ -108,7 +108,7 @@ def test_a_registered_feature_is_called_at_each_stage(tmp_path: Path, monkeypatc
     tree, manifest = write_tiny(tmp_path)
     env = {**os.environ, "CUDACXX": str(fake_nvcc(tmp_path / "nvcc"))}
     out = tmp_path / "out"
-    spec = BuildSpec(
+    spec = BuildSpec.make(
         manifest=str(manifest), aiter_root=str(tree), output_dir=str(out), jobs=1, argv=("build",), env=env
     )
     ui = Seen()

@@ -23,8 +23,10 @@ from qola.core.errors import QolaError
 from qola.hooks import isolation
 from qola.hooks import jit as jitbuild
 from qola.pipeline import run as pipeline
+from qola.pipeline.begin import ask
+from qola.pipeline.machine import settings
 from qola.pipeline.run import BuildSpec, Reporter
-from qola.pipeline.spec import settings
+from qola.pipeline.spec import Settings
 from qola.plan import variants
 from qola.plan.model import Generator, ModulePlan, Plan
 
@@ -65,7 +67,7 @@ def test_plan_json_shows_filters_and_the_jit_split(tmp_path: Path) -> None:
         "compiler": None,
     }  # ... two built ahead, the rest deferred
     # the JSON is the Plan: it reads back into the same frozen data
-    plan = pipeline.plan(BuildSpec(manifest=str(m), aiter_root=str(KERNELS))).plan
+    plan = pipeline.plan(BuildSpec.make(manifest=str(m), aiter_root=str(KERNELS))).plan
     assert Plan.from_json(json.loads(proc.stdout)) == plan == Plan.from_json(json.loads(json.dumps(plan.to_json())))
     # the text form names them too
     text = run_qola("plan", "--manifest", str(m), "--aiter-root", str(KERNELS), check=True).stdout
@@ -112,32 +114,35 @@ def test_mode_default_is_decided_once(tmp_path: Path) -> None:
         '[build]\narchitectures = ["sm_90"]\nmode = "cpp_itfs"\n[[modules]]\nname = "libattn_fwd"\n'
         '[[modules]]\nname = "module_softmax"\nmode = "pybind"\n'
     )
-    spec = BuildSpec(manifest=str(m), aiter_root=str(KERNELS))
+    spec = BuildSpec.make(manifest=str(m), aiter_root=str(KERNELS))
     plan = pipeline.plan(spec).plan
     assert plan.mode == "cpp_itfs" and [x.mode for x in plan.modules] == ["cpp_itfs", "pybind"]
-    plan = pipeline.plan(dataclasses.replace(spec, mode="pybind")).plan  # --mode beats the manifest
+    plan = pipeline.plan(spec.changed(mode="pybind")).plan  # --mode beats the manifest
     assert plan.mode == "pybind" and [x.mode for x in plan.modules] == ["pybind", "pybind"]
     m.write_text(m.read_text().replace('mode = "cpp_itfs"\n[[', "[[", 1))
     assert pipeline.plan(spec).plan.mode == "pybind"  # the default
 
 
 def test_settings_precedence(tmp_path: Path) -> None:
-    from qola.plan import manifest as mf
-
-    m = mf.parse('[build]\narchitectures = ["sm_90"]\njobs = 3\nlauncher = "true"\n', str(tmp_path / "q.toml"))
+    q = tmp_path / "q.toml"
+    q.write_text('[build]\narchitectures = ["sm_90"]\njobs = 3\nlauncher = "true"\n')
     lay = BuildLayout(tmp_path / "b", tmp_path / "o")
-    spec = BuildSpec(manifest=m.path, output_dir=str(tmp_path / "o"))
+    spec = BuildSpec.make(manifest=str(q), output_dir=str(tmp_path / "o"))
     env = {"PATH": os.environ["PATH"], "MAX_JOBS": "5"}
-    s = settings(spec, m, lay, env)
+
+    def resolved(spec: BuildSpec, env: dict[str, str] = env) -> Settings:
+        return settings(spec, ask(spec, env), lay, env)
+
+    s = resolved(spec)
     assert s.jobs == 3 and s.launcher == shutil.which("true") and s.isolate and not s.dry_run
-    assert settings(dataclasses.replace(spec, jobs=7), m, lay, env).jobs == 7  # -j beats the manifest
-    bare = mf.parse('[build]\narchitectures = ["sm_90"]\n', m.path)
-    assert settings(spec, bare, lay, env).jobs == 5  # MAX_JOBS beats the default
-    assert settings(spec, bare, lay, {"PATH": env["PATH"]}).jobs >= 1  # AITER's cpu/memory rule
+    assert resolved(spec.changed(jobs=7)).jobs == 7  # -j beats the manifest
+    q.write_text('[build]\narchitectures = ["sm_90"]\n')
+    assert resolved(spec).jobs == 5  # MAX_JOBS beats the default
+    assert resolved(spec, {"PATH": env["PATH"]}).jobs >= 1  # AITER's cpu/memory rule
     with pytest.raises(QolaError, match="launcher 'no-such-launcher' not found"):
-        settings(dataclasses.replace(spec, launcher="no-such-launcher"), m, lay, env)
+        resolved(spec.changed(launcher="no-such-launcher"))
     with pytest.raises(QolaError, match="MAX_JOBS"):  # a bad value is an error even where -j hides it
-        settings(dataclasses.replace(spec, jobs=2), m, lay, {**env, "MAX_JOBS": "-1"})
+        resolved(spec.changed(jobs=2), {**env, "MAX_JOBS": "-1"})
 
 
 def test_plan_json_prints_the_settings_as_resolved(tmp_path: Path) -> None:
@@ -237,7 +242,7 @@ class Recorder(Reporter):
 @pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
 def test_build_runs_the_stages_and_reports(tmp_path: Path) -> None:
     m = whole_manifest(tmp_path / "q.toml")
-    spec = BuildSpec(
+    spec = BuildSpec.make(
         manifest=str(m), aiter_root=str(KERNELS), output_dir=str(tmp_path / "out"), jobs=2, argv=("build", "test")
     )
     # a dry run plans and writes the graph; OUT stays untouched
@@ -265,11 +270,11 @@ def test_build_runs_the_stages_and_reports(tmp_path: Path) -> None:
 
 def test_build_user_errors_raise(tmp_path: Path) -> None:
     m = whole_manifest(tmp_path / "q.toml")
-    spec = BuildSpec(manifest=str(m), aiter_root=str(KERNELS), output_dir=str(tmp_path / "out"))
+    spec = BuildSpec.make(manifest=str(m), aiter_root=str(KERNELS), output_dir=str(tmp_path / "out"))
     with pytest.raises(QolaError, match="inside"):
         pipeline.build(dataclasses.replace(spec, build_dir=str(tmp_path / "out" / "b")))
     with pytest.raises(QolaError, match="no output dir"):
         pipeline.build(dataclasses.replace(spec, output_dir=None))
     with pytest.raises(QolaError, match="launcher"):
-        pipeline.build(dataclasses.replace(spec, launcher="no-such-launcher", dry_run=True))
+        pipeline.build(spec.changed(launcher="no-such-launcher", dry_run=True))
     assert not (tmp_path / "out").exists()

@@ -13,7 +13,7 @@ from typing import cast
 import pytest
 
 from qola.core.proc import ChildEnv
-from qola.pipeline.spec import only, tree_env, views
+from qola.pipeline.views import only, tree_env, views
 from qola.plan.tree.aiter import AiterTree
 from qola.plan.variants import GeneratorEnv
 from qola.toolchain.env import ToolchainEnv
@@ -126,12 +126,14 @@ def test_the_measure_counts_every_settings_carrier(tmp_path: Path) -> None:
     """What holds the settings is counted, however it is wrapped; the typed views are not."""
     from qola.checkout.git import GitEnv
     from qola.compile.layout import BuildLayout
-    from qola.pipeline.spec import BuildSpec, Start, child_env, recorded
+    from qola.pipeline.begin import Start
+    from qola.pipeline.spec import BuildSpec
+    from qola.pipeline.views import child_env, recorded
 
     carries = _bench().carries_settings
     env = {"PATH": "/p", "HOME": "/h", "USER": "u", "SHELL": "/bin/sh", "CUDACXX": "/nvcc"}
     begun = Start(env, BuildLayout(tmp_path / "b", tmp_path / "o"), None, False, child_env(env))  # type: ignore[arg-type]
-    assert carries(env) and carries(BuildSpec(manifest="m")) and carries(begun)
+    assert carries(env) and carries(BuildSpec.make(manifest="m")) and carries(begun)
     assert carries(SimpleNamespace()) is False  # not argparse's Namespace: not the command line
     child, tenv, genv = views(env)
     for view in (child, tenv, genv, GitEnv(child), recorded(env, ("PATH", "CUDACXX")), only(env, ("PATH",))):
@@ -139,7 +141,7 @@ def test_the_measure_counts_every_settings_carrier(tmp_path: Path) -> None:
 
 
 def test_recorded_env_reads_only_what_it_was_resolved_for(tmp_path: Path) -> None:
-    from qola.pipeline.spec import recorded
+    from qola.pipeline.views import recorded
     from qola.store import fastpath
 
     env = {"PATH": "/p", "NVCC_APPEND_FLAGS": "-O3", "AITER_CONFIG_GEMM": "/g.csv", "SECRET": "s"}
@@ -188,7 +190,7 @@ def test_the_build_record_is_typed_and_written_as_before(tmp_path: Path) -> None
 def test_git_runs_under_its_view(tmp_path: Path) -> None:
     from qola.checkout import git
     from qola.core.errors import QolaError
-    from qola.pipeline.spec import git_view
+    from qola.pipeline.views import git_view
 
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path), "QOLA_GIT_TIMEOUT": "nope"}
     view = git_view(env)

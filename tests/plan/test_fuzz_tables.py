@@ -148,7 +148,7 @@ def test_hostile_tables_plan_or_refuse(
         plan = make_plan(
             parse(manifest, "m.toml"),
             open_tree(root),
-            PlanInputs(archs=arch, cli_mode=mode, env={}, hip_version="7.2.0" if arch[0].startswith("gfx") else None),
+            PlanInputs(archs=arch, mode=mode, env={}, hip_version="7.2.0" if arch[0].startswith("gfx") else None),
         )
     except QolaError as exc:
         assert exc.render().startswith("error: ")

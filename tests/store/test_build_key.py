@@ -64,7 +64,9 @@ class KeyOf:
         self.tcs = {"tc": fake_toolchain()}
 
     def __call__(self, m: Path, tree: Path, **kw: Any) -> BuildKey:
-        return pipeline.build_key(BuildSpec(manifest=str(m), aiter_root=str(tree), env={"PATH": "/usr/bin:/bin"}, **kw))
+        return pipeline.build_key(
+            BuildSpec.make(manifest=str(m), aiter_root=str(tree), env={"PATH": "/usr/bin:/bin"}, **kw)
+        )
 
 
 @pytest.fixture
@@ -142,7 +144,7 @@ def test_key_material_round_trips_and_rehashes_the_tree(
     from qola.store import key as buildkey
 
     monkeypatch.setattr(pipeline, "_toolchain", lambda *a, **k: fake_toolchain())
-    spec = BuildSpec(
+    spec = BuildSpec.make(
         manifest=str(write_manifest(tmp_path / "q.toml")), aiter_root=str(tree), env={"PATH": "/usr/bin:/bin"}
     )
     prepared = pipeline.plan(spec)
@@ -158,7 +160,7 @@ def test_key_material_round_trips_and_rehashes_the_tree(
 
 
 def test_publish_into_the_output_dir_is_refused_before_anything_runs(tmp_path: Path, tree: Path) -> None:
-    spec = BuildSpec(
+    spec = BuildSpec.make(
         manifest=str(write_manifest(tmp_path / "q.toml")),
         aiter_root=str(tree),
         output_dir=str(tmp_path / "out"),

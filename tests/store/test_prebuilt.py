@@ -50,7 +50,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, P
     m = write_manifest(tmp / "q.toml")
     store = tmp / "store"
     report = pipeline.build(
-        BuildSpec(manifest=str(m), aiter_root=str(src), output_dir=str(tmp / "out"), jobs=2, publish_to=str(store))
+        BuildSpec.make(manifest=str(m), aiter_root=str(src), output_dir=str(tmp / "out"), jobs=2, publish_to=str(store))
     )
     assert report.ok and report.packaged is not None, [r.detail for r in report.modules]
     return tmp, src, m, tmp / "out", store, report
@@ -109,7 +109,7 @@ def install_from(
 ) -> pipeline.BuildReport:
     tmp, src, m, _, _, _ = built
     return pipeline.build(
-        BuildSpec(manifest=str(m), aiter_root=str(src), output_dir=str(tmp / name), jobs=2, prebuilt=source)
+        BuildSpec.make(manifest=str(m), aiter_root=str(src), output_dir=str(tmp / name), jobs=2, prebuilt=source)
     )
 
 
@@ -181,7 +181,7 @@ def test_missing_archive_falls_back_to_building_with_a_note(
     notes = Notes()
     # the fixture's build dir: ninja finds the objects up to date (nothing compiles)
     got = pipeline.build(
-        BuildSpec(
+        BuildSpec.make(
             manifest=str(m),
             aiter_root=str(src),
             output_dir=str(tmp / "fallback"),

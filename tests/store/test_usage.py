@@ -230,11 +230,12 @@ def test_a_ck_name_brings_its_twin_for_the_other_arch(monkeypatch: pytest.Monkey
 def test_the_build_record_keeps_the_usage_fragments_for_a_reproduction(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from qola.pipeline.begin import command_record
     from qola.pipeline.record import settings_record
-    from qola.pipeline.spec import BuildSpec, command_record
+    from qola.pipeline.spec import BuildSpec
 
     monkeypatch.chdir(tmp_path)
-    spec = BuildSpec(manifest="m.toml", usage_files=("usage.toml",))
+    spec = BuildSpec.make(manifest="m.toml", usage_files=("usage.toml",))
     assert settings_record(command_record(spec), {}, []).to_json()["usage_files"] == [str(tmp_path / "usage.toml")]
 
 
