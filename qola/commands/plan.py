@@ -26,8 +26,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--json",
         action="store_true",
-        help='print the plan as JSON: {"modules": [...], "settings": {...}} with generator filters, the JIT split '
-        "and the build's settings as the command line, the manifest and the environment give them",
+        help='print the plan as JSON: {"modules": [...], "settings": {...}, "sources": {...}} with generator '
+        "filters, the JIT split, the build's settings as the command line, the manifest and the environment "
+        "give them, and where each declared setting came from",
     )
     p.add_argument(
         "--key",
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         data = plan.to_json()
         data["settings"] = None if prepared.settings is None else prepared.settings.to_json()
+        data["sources"] = None if prepared.given is None else prepared.given.values.to_json()  # value + where
         for mod, raw in zip(plan.modules, data["modules"], strict=True):
             for i, gen in enumerate(raw["generators"]):
                 gen["files"] = files.get((mod.name, i))

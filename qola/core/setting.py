@@ -180,11 +180,20 @@ def _default_of(setting: Setting[T], env: Mapping[str, str]) -> T:
 class Values:
     """Every setting resolved once (:func:`resolve_all`), with where each value came from. Typed
     access: ``values[settings.JOBS]`` is an ``int``; a setting a stage needs and nobody gave
-    (``missing``) raises its one error there."""
+    (``missing``), or one a source gave wrong (``refused``), raises its one error there, and
+    :meth:`check` raises the first of them (a build calls it before any work)."""
 
     chosen: Mapping[str, Chosen[object]] = field(default_factory=dict)
+    refused: Mapping[str, QolaError] = field(default_factory=dict)  # the error of a wrong value, by name
+
+    def check(self) -> None:
+        """The error of the first wrong value, if any (``qola plan`` shows no ``-j``: it never asks)."""
+        for error in self.refused.values():
+            raise error
 
     def __getitem__(self, setting: Setting[T]) -> T:
+        if setting.name in self.refused:
+            raise self.refused[setting.name]
         got = self.chosen.get(setting.name)
         if got is None or got.value is None:
             if setting.missing:
@@ -219,14 +228,19 @@ def resolve_all(
 ) -> Values:
     """Every setting of ``declared`` by its chain, once: ``cli`` (the command line's values by
     setting name), the manifest's raw ``tables`` (:func:`manifest_tables`; a ``relative`` path is
-    joined to ``base``, the manifest's dir), ``env``. A setting that is ``missing`` is not refused
-    here: :meth:`Values.__getitem__` refuses it where a stage needs it."""
+    joined to ``base``, the manifest's dir), ``env``. Nothing is refused here: a setting that is
+    ``missing`` or given wrong raises where a stage reads it (:meth:`Values.__getitem__`), or at
+    :meth:`Values.check`."""
     chosen: dict[str, Chosen[object]] = {}
+    refused: dict[str, QolaError] = {}
     for s in declared:
         optional = replace(s, missing=None)  # a required one: no absent() error before a stage needs it
         given = {k: env[k] for k in s.env if k in env}
-        chosen[s.name] = resolve(optional, cli.get(s.name), _table_value(s, tables, base), given)
-    return Values(chosen)
+        try:
+            chosen[s.name] = resolve(optional, cli.get(s.name), _table_value(s, tables, base), given)
+        except QolaError as exc:
+            refused[s.name] = exc
+    return Values(chosen, refused)
 
 
 def _table_value(setting: Setting[object], tables: Tables, base: Path | None) -> object:

@@ -15,18 +15,19 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from qola.checkout.choice import VARIABLES as CHOICE_VARIABLES
 from qola.checkout.choice import choose
 from qola.compile.layout import BuildLayout
 from qola.core import settings as declared
 from qola.core.errors import QolaError
 from qola.core.proc import ChildEnv
+from qola.core.setting import manifest_tables, resolve_all
 from qola.pipeline import preflight
 from qola.pipeline.record import CommandRecord
 from qola.pipeline.spec import BuildSpec, Given
 from qola.pipeline.views import child_env, recorded
 
 if TYPE_CHECKING:
-    from qola.checkout.choice import TreeChoice
     from qola.store.fastpath import RecordedEnv
 
 
@@ -34,9 +35,11 @@ def ask(spec: BuildSpec, env: Mapping[str, str]) -> Given:
     """Every declared setting of ``spec`` resolved once (:func:`qola.core.settings.resolve_all`:
     command line > manifest > environment > default; the manifest's tables read once, its paths
     relative to its dir) and the tree they choose (:func:`qola.checkout.choice.choose`)."""
-    tables, base = declared.manifest_tables(spec.manifest)
-    values = declared.resolve_all(spec.given, tables, env, base)
-    return Given(values, choose(values, env))
+    tables, base = manifest_tables(spec.manifest)
+    every = declared.declared()
+    read = {k: env[k] for s in every for k in s.env if k in env}  # the declared variables, nothing else
+    values = resolve_all(every, spec.given, tables, read, base)
+    return Given(values, choose(values, {k: env[k] for k in CHOICE_VARIABLES if k in env}))
 
 
 def layout_of(spec: BuildSpec) -> BuildLayout:
@@ -60,32 +63,26 @@ class Start:
     checkout: bool  # whether the build checks its tree out first (:func:`qola.pipeline.run._checkout`)
     child: ChildEnv = field(repr=False)  # the environment children run under (the incremental path's ninja)
     asked: CommandRecord = field(default_factory=CommandRecord)  # manifest.json's ``build``: the command line's part
-
-    @property
-    def choice(self) -> TreeChoice:
-        return self.given.choice
-
-    @property
-    def wait(self) -> float | None:
-        """For another build holding the dirs: --wait > QOLA_WAIT > None (fail at once)."""
-        return self.given[declared.WAIT]
+    wait: float | None = None  # for another build holding the dirs: --wait > QOLA_WAIT > None (fail at once)
 
 
 def start(spec: BuildSpec) -> Start:
     """The build's environment (read once), every ``QOLA_*`` knob checked, every setting resolved
     (:func:`ask`: ``-j``, ``[build].jobs`` and ``MAX_JOBS`` each checked), the directories
     (:func:`layout_of`) and whether the tree is checked out first."""
-    env = MappingProxyType(spec.environ())
+    env = MappingProxyType(dict(os.environ if spec.env is None else spec.env))  # read once (BuildSpec.environ)
     # every QOLA_* knob, before any work (a library caller's environment too: issue 41 item 6)
     declared.check_environment({k: v for k, v in env.items() if k.startswith(declared.PREFIX)})
     given = ask(spec, env)
+    given.values.check()  # every setting, before any work: -j 2 does not hide a broken MAX_JOBS
     layout = layout_of(spec)
     choice, values = given.choice, given.values
     # QoLA's build checks out without --skip-checkout: qola's default checkout always; a tree the user
     # named only when --aiter-commit or --patches-dir asks for it; one named by QOLA_/NVTE_AITER_SOURCE_DIR never
     wanted = choice.managed or values.by_flag(declared.AITER_COMMIT) or values.by_flag(declared.PATCHES_DIR)
     checkout = wanted and not (spec.skip_checkout or choice.from_env or spec.dry_run)
-    return Start(env, layout, given, checkout, child_env(env), command_record(spec))
+    asked = command_record(spec)
+    return Start(env, layout, given, checkout, child_env(env), asked, given[declared.WAIT])
 
 
 def recorded_env(begun: Start, keys: Iterable[str]) -> RecordedEnv:

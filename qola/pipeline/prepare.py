@@ -132,10 +132,10 @@ def resolve_build(spec: BuildSpec, begun: Start) -> Resolved:
     farm), the table texts and the views; the only call that reads ``begun.env`` after stage 0."""
     env = begun.env
     prepared = prepare(spec, begun.given, env)
-    s = settings(spec, begun.given, begun.layout, env, prepared.plan.vendor)
     table = table_texts(prepared.tree)
     inputs = recorded(env, env_keys_of(table[1]))
-    given = str(tree_root(begun.choice, spec.manifest))
+    s = settings(spec, begun.given, begun.layout, env, prepared.plan.vendor)
+    given = str(tree_root(begun.given.choice, spec.manifest))
     record = settings_record(begun.asked, inputs, env_keys_of(table[1]))
     return Resolved(prepared, s, table, inputs, given, record)
 

@@ -107,7 +107,7 @@ def build(spec: BuildSpec, reporter: Reporter | None = None) -> BuildReport:
     # qola.pipeline.begin: stage 0 here (start), qola.pipeline.prepare: stage 1 after the no-op check (resolve_build); the
     # stages get the typed views they read, never the spec or the environment
     begun = start(spec)
-    layout, choice = begun.layout, begun.choice
+    layout, choice = begun.layout, begun.given.choice
     preflight.tree_placement(choice.path, layout.out, layout.root, OUT_NAMES, OUT_PREFIXES)
     if not spec.dry_run:  # a directory qola did not publish (any project's lib/, manifest.json) is never replaced
         outdir.check_output(layout.out)
@@ -168,7 +168,7 @@ def _checkout(spec: BuildSpec, begun: Start) -> list[str]:
     from qola.plan import manifest as manifest_mod  # lazy: start-up of the CLI and of the no-op path
 
     manifest_mod.load(spec.manifest)  # a manifest the schema refuses is said before the tree changes
-    result = ensure(request(begun.choice.path, begun.given.values, begun.env))
+    result = ensure(request(begun.given.choice.path, begun.given.values, begun.env))
     return result.notes if result.changed else []
 
 

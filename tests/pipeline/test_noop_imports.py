@@ -46,16 +46,22 @@ NOOP_QOLA_MODULES = frozenset(
         "qola.core.proc",
         "qola.core.rules",
         "qola.core.secret",
+        "qola.core.setting",  # the settings machinery: the one resolve at start (issue 43 item 1)
         "qola.core.settings",  # every setting declared once: the build command's flags (issue 36 item 1)
+        "qola.core.tomlfile",  # the manifest's raw tables, read once at start for every setting (issue 43)
         "qola.output",
         "qola.output.outdir",
         "qola.pipeline",
+        "qola.pipeline.begin",  # stage 0: the one resolve (split out of qola.pipeline.spec, issue 43)
         "qola.pipeline.finish",
+        "qola.pipeline.machine",  # the launcher / --dist / --remote settings (split out of qola.pipeline.spec)
+        "qola.pipeline.prepare",  # stage 1 (split out of qola.pipeline.spec; its heavy imports are lazy)
         "qola.pipeline.preflight",
         "qola.pipeline.record",  # manifest.json's build record, split out of qola.pipeline.spec
         "qola.pipeline.report",
         "qola.pipeline.run",
         "qola.pipeline.spec",
+        "qola.pipeline.views",  # the environment views (split out of qola.pipeline.spec)
         "qola.store",
         "qola.store.fastpath",
         "qola.store.key",

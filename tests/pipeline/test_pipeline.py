@@ -166,6 +166,10 @@ def test_plan_json_prints_the_settings_as_resolved(tmp_path: Path) -> None:
         "remote": None,
         "record_ahead": False,
     }
+    sources = json.loads(run_qola(*args, env={"MAX_JOBS": "3"}, check=True).stdout)["sources"]
+    assert sources["jobs"] == {"value": 3, "from": "MAX_JOBS"}  # each value with where it came from
+    assert sources["launcher"] == {"value": "no-such-launcher", "from": "[build].launcher"}
+    assert sources["aiter_root"]["from"] == "--aiter-root" and sources["mode"] == {"value": "pybind", "from": "default"}
     ahead = json.loads(run_qola(*args, "--record-ahead", env={"MAX_JOBS": "3"}, check=True).stdout)
     assert ahead["settings"]["record_ahead"] is True  # the flag, as [usage] record_ahead (docs/usage.md)
     m.write_text(m.read_text() + "jobs = 5\n")
