@@ -191,6 +191,8 @@ class Plan:
             fields["api"] = None if m.get("api") is None else Api.from_json(m["api"])
             mods.append(ModulePlan(**fields, generators=gens))
         top: dict[str, Any] = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k not in ("modules", "settings")
-        }  # settings: qola plan --json's, not the plan's
+            k: tuple(v) if isinstance(v, list) else v
+            for k, v in data.items()
+            if k not in ("modules", "settings", "sources")
+        }  # settings, sources: qola plan --json's, not the plan's
         return cls(**top, modules=tuple(mods))
