@@ -1,5 +1,5 @@
 """Where a build's compiles run: one :class:`Executor` value, chosen once (:func:`choose`, called by
-:func:`qola.pipeline.spec.settings`), that the pipeline asks without branching on its kind:
+:func:`qola.pipeline.machine.settings`), that the pipeline asks without branching on its kind:
 
 * :class:`Local`: this machine, through the launcher found on PATH (none, ccache, sccache …);
 * :class:`Dist`: sccache on its sccache-dist farm (``--dist``: ``-j`` sized for the farm,
