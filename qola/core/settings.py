@@ -86,6 +86,22 @@ def seconds(value: object) -> float | None:
     return number
 
 
+def by_rule(problem_of: Callable[[object], str | None], say: str = "{problem}") -> Callable[[object], str | None]:
+    """The check of a text setting by one of :mod:`qola.core.rules`' ``*_problem`` rules: blank is
+    not given, a problem is a ValueError worded by ``say`` (``{value}``: the value's repr,
+    ``{problem}``: the rule's words), else the text as given."""
+
+    def parse(value: object) -> str | None:
+        if value in (None, ""):
+            return None
+        problem = problem_of(value)
+        if problem:
+            raise ValueError(say.format(value=repr(value), problem=problem))
+        return str(value)
+
+    return parse
+
+
 def groups(value: object) -> tuple[str, ...] | None:
     """Module groups (``;``-separated entries), each a plain group name; repeats dropped."""
     names = rules.split_list(value)
@@ -99,13 +115,11 @@ def groups(value: object) -> tuple[str, ...] | None:
 MODES = ("pybind", "cpp_itfs")
 
 
-def mode(value: object) -> str | None:
-    """A module mode (:data:`MODES`)."""
-    if value in (None, ""):
-        return None
-    if value not in MODES:
-        raise ValueError(f"expected one of {', '.join(MODES)}, got {value!r}")
-    return str(value)
+def _mode_problem(value: object) -> str | None:
+    return None if value in MODES else f"expected one of {', '.join(MODES)}, got {value!r}"
+
+
+mode = by_rule(_mode_problem)  # a module mode (:data:`MODES`)
 
 
 def text(value: object) -> str | None:
@@ -117,24 +131,8 @@ def path(value: object) -> str | None:
     return str(value) if str(value).strip() else None
 
 
-def url(value: object) -> str | None:
-    """A URL git may clone (:func:`qola.core.rules.url_problem`)."""
-    if value in (None, ""):
-        return None
-    problem = rules.url_problem(value)
-    if problem:
-        raise ValueError(f"the URL {problem}")
-    return str(value)
-
-
-def commit(value: object) -> str | None:
-    """``--aiter-commit``: a sha, tag or branch git can resolve (:func:`qola.core.rules.git_rev_problem`)."""
-    if value in (None, ""):
-        return None
-    problem = rules.git_rev_problem(value)
-    if problem:
-        raise ValueError(f"{value!r} {problem}")
-    return str(value)
+url = by_rule(rules.url_problem, "the URL {problem}")  # a URL git may clone
+commit = by_rule(rules.git_rev_problem, "{value} {problem}")  # --aiter-commit: a sha, tag or branch git can resolve
 
 
 def sha(value: object) -> str | None:
