@@ -19,7 +19,9 @@ bash scripts/lint.sh
 # both sets run whatever the first one gives (a failure of the host set must not hide the ROCm set's
 # outcome); the script fails at the end when either did
 host=0
-python3 -m pytest -m "not gpu and not rocm" --durations=20 "$@" || host=$?
+# side by side, a test file's tests on one worker (pytest-xdist; module fixtures are made once); the
+# workers default to one per core (QOLA_TEST_WORKERS=N to choose; 0: one process, as before)
+python3 -m pytest -m "not gpu and not rocm" -n "${QOLA_TEST_WORKERS:-auto}" --dist loadfile --durations=20 "$@" || host=$?
 # the CLI's fast tests under 3.10, 3.12, 3.13 (the main run is 3.11); venvs cached in ~/.cache/qola-test
 pythons=0
 bash scripts/pythons.sh "$@" || pythons=$?

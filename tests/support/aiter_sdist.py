@@ -7,6 +7,7 @@ newest ``.tar.gz`` is fetched directly, its sha256 checked against the index.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -59,12 +60,20 @@ def _newest_sdist() -> dict[str, Any]:
 
 
 def aiter_root() -> Path:
-    """Path of the unpacked sdist (contains ``aiter/`` and ``aiter_meta/``)."""
+    """Path of the unpacked sdist (contains ``aiter/`` and ``aiter_meta/``). Test processes running side by
+    side (pytest-xdist's workers) take turns: the first fetches and unpacks under an exclusive lock on
+    ``.lock`` in the cache dir, the others wait on it and then find the tree unpacked."""
     root = cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _unpacked(root)
+
+
+def _unpacked(root: Path) -> Path:
     done = sorted(root.glob("amd_aiter-*/.qola-unpacked"))
     if done:
         return done[-1].parent
-    root.mkdir(parents=True, exist_ok=True)
     info = _newest_sdist()
     tarball = root / info["filename"]
     if not tarball.exists():
