@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from support.common import KERNELS
+from support.once import made_once
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -73,22 +74,25 @@ CK_FMHA = "aiter_meta/3rdparty/composable_kernel/example/ck_tile/01_fmha"  # CK'
 @pytest.fixture(scope="session")
 def ck_fmha_600(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every CK fMHA fwd and bwd instance of the sdist as its generate.py writes them for receipt 600
-    (``fwd/``, ``bwd/``: thousands of files, half a minute of generating), written once per session for
-    the tests that read them (tests/jit/test_jit_stubs.py, tests/store/test_usage_ahead.py). Read-only
-    (mode 0444): a test that would change a file copies it."""
+    (``fwd/``, ``bwd/``: thousands of files, half a minute of generating), written once per run, by
+    whichever pytest-xdist worker asks first (tests/support/once.py), for the tests that read them
+    (tests/jit/test_jit_stubs.py, tests/store/test_usage_ahead.py). Read-only (mode 0444): a test that
+    would change a file copies it."""
     gen = aiter_root / CK_FMHA / "generate.py"
-    out = tmp_path_factory.mktemp("ck_fmha_600")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(gen), "-d", d, "--receipt", "600", "-o", str(out / d)], stdout=subprocess.DEVNULL
-        )
-        for d in ("fwd", "bwd")
-    ]
-    assert all(p.wait() == 0 for p in procs)
-    for f in out.rglob("*"):
-        if f.is_file():
-            f.chmod(0o444)
-    return out
+
+    def generate(out: Path) -> None:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, str(gen), "-d", d, "--receipt", "600", "-o", str(out / d)], stdout=subprocess.DEVNULL
+            )
+            for d in ("fwd", "bwd")
+        ]
+        assert all(p.wait() == 0 for p in procs)
+        for f in out.rglob("*"):
+            if f.is_file():
+                f.chmod(0o444)
+
+    return made_once(tmp_path_factory, "ck_fmha_600", generate)
 
 
 @pytest.fixture(scope="session")
