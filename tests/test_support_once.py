@@ -20,7 +20,7 @@ def _worker(base: str, go: multiprocessing.synchronize.Event, out: multiprocessi
     out.put(str(made_in(Path(base), "shared", _make_counting)))
 
 
-def test_two_processes_asking_at_once_make_it_once(tmp_path: Path) -> None:
+def test_processes_asking_at_once_make_it_once(tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("fork")
     go, out = ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(str(tmp_path), go, out)) for _ in range(4)]

@@ -1,8 +1,9 @@
 """A session fixture's directory made once per test run, whichever worker asks first.
 
 Under pytest-xdist each worker runs its own session, so a ``scope="session"`` fixture is made once
-per worker: the expensive ones (a real ROCm build of Transformer Engine's kernels, CK's whole fMHA
-generation) were made twice on two workers. :func:`made_once` makes the directory under the run's
+per worker: CK's whole fMHA generation (``ck_fmha_600``) was made twice on two workers. Only a
+directory its tests never change may be shared this way: the ROCm set's ``te`` build is not (one of
+its tests hides the build dir for a while), and that set runs in one process. :func:`made_once` makes the directory under the run's
 common base dir (the parent of every worker's base temp dir) while holding an exclusive ``flock``;
 a worker that asks later waits on the lock and finds it made. A ``.made`` marker is written only
 after ``make`` returned, so a failed attempt is never taken for a made one: the next worker that
