@@ -5,10 +5,14 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from support.common import KERNELS
 from support.once import made_once
+
+if TYPE_CHECKING:
+    from support.te_cmake import TeBuild
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -101,14 +105,18 @@ def kernels_root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def te(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def te_build(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> TeBuild:
     """Transformer Engine's manifest narrowed to one forward and one backward kernel family
-    (tests/support/rocm_aiter.py), built for real for gfx942 and gfx950 once a session: its OUT (the
-    build dir beside it), read by the ROCm tests that need real CK objects. Tests only read it (one that
-    hides the build dir for a while puts it back)."""
-    from support.rocm_aiter import NS, build, manifest
+    (tests/support/rocm_aiter.py), built for real for gfx942 and gfx950 once a session, as TE's CMake
+    builds it (tests/support/te_cmake.py): read by the ROCm tests that need real CK objects. Tests only
+    read it (one that hides the build dir for a while puts it back; qola_add_modules() on it compiles
+    nothing)."""
+    from support.te_cmake import te_build as build
 
-    tmp = tmp_path_factory.mktemp("te")
-    proc, out = build(tmp, aiter_root, manifest(tmp / "te.toml", NS, bwd=True))
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
-    return out
+    return build(aiter_root, tmp_path_factory.mktemp("te"))
+
+
+@pytest.fixture(scope="session")
+def te(te_build: TeBuild) -> Path:
+    """The ``te_build``'s output dir (its build dir beside it: OUT.build)."""
+    return te_build.out

@@ -1,5 +1,6 @@
 """ck-jit's replay of real CK kernels with the ROCm 7 compiler (issue 39), on the session's real build of
-Transformer Engine's narrowed manifest (the ``te`` fixture: the amd-aiter sdist, gfx942 and gfx950).
+Transformer Engine's narrowed manifest (the ``te_build`` fixture, built as TE's CMake builds it: the
+amd-aiter sdist, gfx942 and gfx950).
 Each forward CK instance's compile line, as qola ran it, is recorded as ck-jit's interceptor records it
 and installed as its build installs it; then qola's build dir is hidden and one kernel is compiled as
 ck-jit's runtime does at first use (``ck_jit_compile.sh``), its gfx950 twin as TE's CI prebuild does
@@ -21,12 +22,14 @@ import pytest
 from support.ckjit_replay import archs_named, defined_functions, install, prebuild_compile, runtime_compile
 from support.ckjit_rule import SYMBOL_PREFIX, classify, compile_parts, extract_flags
 from support.libdata import kernels_by_arch
+from support.te_cmake import TeBuild
 
 pytestmark = [pytest.mark.rocm, pytest.mark.aiter, pytest.mark.slow, pytest.mark.ck]
 
 
-def test_real_ck_kernels_compile_from_what_ck_jit_records(te: Path, aiter_root: Path, tmp_path: Path) -> None:
-    build = Path(str(te) + ".build")
+def test_real_ck_kernels_compile_from_what_ck_jit_records(te_build: TeBuild, tmp_path: Path) -> None:
+    tree = te_build.tree  # the checkout the session's build compiled (its paths are in the lines)
+    build = Path(f"{te_build.out}.build")
     compdb = subprocess.run(["ninja", "-C", str(build), "-t", "compdb", "cc"], capture_output=True, text=True)
     ndjson = tmp_path / "ck_jit_tmp" / "manifest.json.ndjson"
     ndjson.parent.mkdir()
@@ -38,11 +41,11 @@ def test_real_ck_kernels_compile_from_what_ck_jit_records(te: Path, aiter_root: 
         if call.kind == "blob" and name.startswith("fmha_fwd_d") and call.output:
             source, _ = compile_parts(argv)
             assert source is not None
-            flags = extract_flags(argv, source, call.output, u["directory"], str(aiter_root))
+            flags = extract_flags(argv, source, call.output, u["directory"], str(tree))
             lines.append(json.dumps({"source": call.source, "argv": flags, "kind": "blob"}))
     ndjson.write_text("\n".join(lines) + "\n")
     jit_dir = tmp_path / "install" / "ck_jit"
-    kernels = sorted(install(ndjson, aiter_root, jit_dir), key=lambda k: k.name)
+    kernels = sorted(install(ndjson, tree, jit_dir), key=lambda k: k.name)
     assert [k.name.rsplit("_", 1)[1] for k in kernels] == ["gfx9.cpp", "gfx950.cpp"], [k.name for k in kernels]
     assert [archs_named(k) for k in kernels] == [["gfx942"], ["gfx950"]]
 

@@ -11,24 +11,15 @@ cmake/QoLA.cmake on the same output: the same tree and build, so nothing is comp
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from support.cmake_clients import (
-    ADD_MODULES_CMAKE,
-    TE_CMAKE,
-    cmake,
-    mirror_tree,
-    plain_checkout,
-    project,
-    read_vars,
-    regular_tree,
-)
+from support.cmake_clients import ADD_MODULES_CMAKE, cmake, project, read_vars, regular_tree
 from support.libdata import kernels_by_arch
-from support.rocm_aiter import ARCHS, manifest
+from support.rocm_aiter import ARCHS
+from support.te_cmake import GROUP, LIBS, NS, SOURCES, TeBuild
 
 pytestmark = [
     pytest.mark.rocm,
@@ -38,39 +29,6 @@ pytestmark = [
     pytest.mark.skipif(not shutil.which("cmake"), reason="needs cmake"),
 ]
 
-NS, GROUP = "te", "ck_fused_attn"
-LIBS = ("te_libmha_fwd.so", "te_libmha_bwd.so")
-FUSED_ATTN_C = r"""
-#include <stdio.h>
-#include <stddef.h>
-#include "qola_config.h"
-extern const char* te_qola_version(void);
-int fused_attn_probe(char* buf, size_t n) { return snprintf(buf, n, "%s %s", QOLA_NAMESPACE_STR, te_qola_version()); }
-"""
-MAIN_C = r"""
-#include <stdio.h>
-#include <stddef.h>
-int fused_attn_probe(char* buf, size_t n);
-int main(void) { char buf[256]; fused_attn_probe(buf, sizeof buf); puts(buf); return 0; }
-"""
-SOURCES = {"fused_attn.c": FUSED_ATTN_C, "main.c": MAIN_C}
-
-
-def te_manifest(path: Path, commit: str) -> Path:
-    """TE's qola_manifest.toml shape (test_rocm_aiter's narrowing), pinned to the mirror's commit,
-    every module in one group as a qola_add_modules() consumer declares them."""
-    manifest(path, NS, bwd=True)
-    text = path.read_text().replace("[qola]\n", f'[qola]\naiter_commit = "{commit}"\n', 1)
-    # the sdist's libmha_fwd (AITER's pre-Dec-2025 API) lists no sources, so TE's drop_srcs match nothing:
-    # against the pinned tree (this mirror's commit) qola refuses such a pattern, where the plain sdist
-    # only gets a warning (docs/manifest.md, drop_srcs)
-    text, dropped = re.subn(r"drop_srcs = \[[^\]]*\]\n", "", text)
-    assert dropped == 1
-    text = re.sub(r'(\[\[modules\]\]\nname = "[a-z_]+"\n)', rf'\1group = "{GROUP}"\n', text)
-    assert text.count(f'group = "{GROUP}"') == 2
-    path.write_text(text)
-    return path
-
 
 def ran(exe: Path) -> str:
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
@@ -78,29 +36,10 @@ def ran(exe: Path) -> str:
     return out[1]
 
 
-def te_defs(qola_dir: Path, m: Path, prefix: Path) -> dict[str, str]:
-    """The -D settings TE's CMakeLists.txt is configured with (its install prefix ``prefix``)."""
-    return {
-        "QOLA_DIR": str(qola_dir),
-        "QOLA_MANIFEST": str(m),
-        "ARCHS": ";".join(ARCHS),
-        "QOLA_TEST_ARGS": "-j;2",
-        "QOLA_LINK": ";".join(f"-l:{lib}" for lib in LIBS),
-        "QOLA_LIB_FILES": ";".join(LIBS),
-        "CMAKE_INSTALL_PREFIX": str(prefix),
-    }
-
-
-def test_transformer_engine_then_qola_add_modules(aiter_root: Path, tmp_path: Path) -> None:
-    mirror = mirror_tree(aiter_root, tmp_path)
-    m = te_manifest(tmp_path / "qola_manifest.toml", mirror.commit)
-    qola_dir = plain_checkout(tmp_path)
-    out, tree = qola_dir / "build", qola_dir / "build" / "third_party" / "aiter"
-
-    # 1. TE's CMakeLists.txt
-    src = project(tmp_path / "te", TE_CMAKE, SOURCES)
-    cfg = cmake(src, tmp_path / "bld", te_defs(qola_dir, m, tmp_path / "prefix"), mirror.env)
-    assert cfg.returncode == 0, cfg.stdout[-4000:] + cfg.stderr[-8000:]
+def test_transformer_engine_then_qola_add_modules(te_build: TeBuild) -> None:
+    # 1. TE's CMakeLists.txt: configured and built by the session's te_build (support/te_cmake.py)
+    tmp_path, mirror, m, qola_dir = te_build.tmp, te_build.mirror, te_build.manifest, te_build.qola_dir
+    out, tree = te_build.out, te_build.tree
     head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
     assert head.stdout.strip() == mirror.commit
     data = json.loads((out / "manifest.json").read_text())
