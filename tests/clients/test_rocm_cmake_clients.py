@@ -6,7 +6,8 @@ Transformer Engine's call form on TE's manifest narrowed to one CK kernel per di
 tree into ``<QoLA>/build/third_party/aiter``, ``qola.cli build --arch "gfx942;gfx950" --skip-checkout``
 into ``<QoLA>/build``, ``file(COPY)`` of ``lib/*.so`` and ``include/``, ``-l:te_libmha_fwd.so
 -l:te_libmha_bwd.so``, ``$ORIGIN`` after ``cmake --install``. Then ``qola_add_modules()`` of
-cmake/QoLA.cmake on the same output: the same tree and build, so nothing is compiled twice."""
+cmake/QoLA.cmake on the same output: the same tree and build, so nothing is compiled twice. The TE
+build is the session's ``te_build`` (tests/support/te_cmake.py), which the other ROCm tests read too."""
 
 from __future__ import annotations
 
