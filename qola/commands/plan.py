@@ -99,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         if m.flags_extra_cc:
             print(f"  cc flags    {' '.join(m.flags_extra_cc)}")
         print(f"  includes    {len(m.include_dirs)}")
+        for u in (u for u in plan.fixes if m.name in u.modules):
+            print(f"  fix         {u.name}: {u.status}, {u.file}" + (f"  ({u.note})" if u.status == "changed" else ""))
     return 0
 
 

@@ -9,6 +9,7 @@
     BUILD/include/                    qola_config.h, qola_common.h (the compiles include them)
     BUILD/embed/<module>/             qola_embedded_<module>.{S,h,json}
     BUILD/itfs/<module>/              the cpp_itfs wrapper and public header qola generates (qola.plan.itfs)
+    BUILD/fixed/                      the tree's dirs that hold a fixed file, staged (qola.compile.overlay)
     BUILD/link/                       version scripts; link/<module>/ the static archive's work dir
     BUILD/lib/                        libraries and Python modules, before they are published
     BUILD/jit/<md_name>/              JIT stubs and table, compiled into the library
@@ -39,6 +40,7 @@ GRAPH = "build.ninja"
 GEN, BLOB, CONFIGS = "gen", "blob", "configs"
 OBJ, INCLUDE, EMBED, LINK, LIB = "obj", "include", "embed", "link", "lib"
 ITFS = "itfs"
+FIXED = "fixed"
 JIT_STUBS, JIT_OUT = "jit", "jit-out"
 AHEAD = "ahead"  # BUILD/jit/<md_name>/ahead: recorded copies
 PROBES, TOOLS_BIN = "probes", "tools/bin"
@@ -102,6 +104,11 @@ class BuildLayout:
 
     def embed_dir(self, module: str) -> Path:
         return inside(self.root, EMBED, module)
+
+    @property
+    def fixed(self) -> Path:
+        """``fixed/``: the overlay of the tree's meta dir that holds qola's fixed copies."""
+        return self.root / FIXED
 
     def itfs_dir(self, module: str) -> Path:
         return inside(self.root, ITFS, module)

@@ -144,7 +144,7 @@ def generate(
     gen_jobs = [
         GenJob(m.name, m.generators, (), m.configs, env=tuple(sorted(given.items())))
         for m in plan.modules
-        if m.generators
+        if m.generators and results[m.name].status != Status.FAILED  # a module failed before: none run
     ]
     if not gen_jobs:
         return Generation({}, dict(results))

@@ -306,6 +306,7 @@ def _manifest(report: CompileReport, contents: Contents, stage: _Stage) -> dict[
     extra_of = contents.module_extra or {}
     modules = [ModuleRecord.of(r, stage.files, extra_of.get(r.name)) for r in report.modules]
     return {
+        "builder": "qola",  # TE's cache key (rocm-<ver>_aiter-<sha>) names no builder: qola audit reads this
         "qola_version": __version__,
         "generated_at": generated_at(contents.source_date_epoch),
         "manifest": {"path": plan.manifest_path, "sha256": plan.manifest_sha256},
@@ -324,6 +325,7 @@ def _manifest(report: CompileReport, contents: Contents, stage: _Stage) -> dict[
         },
         "archs": list(plan.archs),
         "gpu_archs": ";".join(plan.archs),
+        "fixes": [u.to_json() for u in plan.fixes],  # qola's fixes of the tree's code (qola.plan.fixes)
         "mode": contents.mode,
         "configs": configs,
         "modules": [m.to_json() for m in modules],

@@ -107,6 +107,8 @@ def prepare(spec: BuildSpec, given: Given, env: Mapping[str, str]) -> Prepared:
             tree_commit=commit,
             warnings=notes,
             pin=pin,
+            fixes=given[declared.FIXES],
+            fixes_from=values.where(declared.FIXES),
         ),
     )
     if wanted:

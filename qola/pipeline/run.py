@@ -353,25 +353,29 @@ def _compiled(ready: Ready, ex: Executor, ui: Reporter) -> Built:
     """Stages 6-9: generate, hooks, write, ninja (each compile where ``ex`` runs it)."""
     from qola.compile import extras as extras_mod  # lazy: start-up of the CLI and of the no-op path
     from qola.compile import feature as feat  # lazy: start-up of the CLI and of the no-op path
+    from qola.compile import overlay  # lazy: start-up of the CLI and of the no-op path
     from qola.compile import steps as stages  # lazy: start-up of the CLI and of the no-op path
     from qola.compile.results import new_results  # lazy: start-up of the CLI and of the no-op path
     from qola.hooks import apply as hooks  # lazy: start-up of the CLI and of the no-op path
     from qola.pipeline import features  # lazy: start-up of the CLI and of the no-op path
     from qola.toolchain.identity import COMPILER_ENV  # lazy: start-up of the CLI and of the no-op path
 
-    r, plan_, tc, key = ready.resolved, ready.plan, ready.toolchain, ready.key
-    s = r.settings
+    r, tc, key = ready.resolved, ready.toolchain, ready.key
+    s, layout = r.settings, _layout(r.settings)
     tenv, child = _views(s)
-    stage = stages.Stage(plan_, tc, _layout(s))
-    layout = stage.layout
+    fixed = overlay.staged(ready.plan, layout.fixed)  # qola's fixes: the compiles read the staged copies
+    plan_ = fixed.plan
+    stage = stages.Stage(plan_, tc, layout)
     with ui.running(s.dry_run):
         start = time.perf_counter()
         layout.root.mkdir(parents=True, exist_ok=True)
         write_if_changed(layout.git_ignore, GIT_IGNORE)  # git status of the checkout around it never shows it
+        overlay.write(fixed, layout.fixed)
+        begun = {n: res.failed(e) if (e := overlay.failures(fixed).get(n)) else res for n, res in new_results(plan_).items()}
         if any(m.generators for m in plan_.modules):
             ui.phase("generating")
         gen = stages.generate(  # 6. generate
-            stage, new_results(plan_), jobs=s.jobs, env=tenv, timeout=s.generator_env, on_event=ui.event
+            stage, begun, jobs=s.jobs, env=tenv, timeout=s.generator_env, on_event=ui.event
         )
         srcs, results = stages.sources(stage, gen.files, gen.results)
         feats = features.FEATURES

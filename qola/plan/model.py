@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from qola.plan.fixes import FixUse
 from qola.plan.itfs import Api
 from qola.plan.tree.aiter_configs import MergedConfig
 
@@ -130,6 +131,7 @@ class Plan:
     mode: str = DEFAULT_MODE  # the default mode (--mode > [build].mode > pybind); modules may override
     # the pin check (qola.plan.pin.check_pin): expected, actual, status, source, tree_chosen_by -> manifest.json "pin"
     pin: dict[str, Any] | None = field(default=None, compare=False)
+    fixes: tuple[FixUse, ...] = ()  # qola's fixes of the tree's code on this tree (qola.plan.fixes.decide)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -193,6 +195,7 @@ class Plan:
         top: dict[str, Any] = {
             k: tuple(v) if isinstance(v, list) else v
             for k, v in data.items()
-            if k not in ("modules", "settings", "sources")
+            if k not in ("modules", "settings", "sources", "fixes")
         }  # settings, sources: qola plan --json's, not the plan's
-        return cls(**top, modules=tuple(mods))
+        fixes = tuple(FixUse.from_json(f) for f in data.get("fixes") or ())
+        return cls(**top, modules=tuple(mods), fixes=fixes)

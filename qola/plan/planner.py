@@ -15,6 +15,7 @@ from typing import Any
 
 import qola
 from qola.core.errors import QolaError
+from qola.plan import fixes as fixes_mod
 from qola.plan import itfs, needs, registry
 from qola.plan.manifest import Manifest, ModuleSection, vendor
 from qola.plan.model import DEFAULT_MODE, OUTPUT_DIR, Generator, JitSplit, ModulePlan, Plan
@@ -108,6 +109,8 @@ class PlanInputs:
     tree_commit: str | None = None
     warnings: Sequence[str] | None = None
     pin: Mapping[str, Any] | None = None
+    fixes: Sequence[str] | None = None  # [qola] fixes / --fixes (qola.core.settings.FIXES); None: every fix
+    fixes_from: str | None = None  # where that came from, for its error
 
 
 @dataclasses.dataclass
@@ -150,6 +153,7 @@ def make_plan(manifest: Manifest, tree: AiterTree, inputs: PlanInputs) -> Plan:
         p.notes.append(
             f"{TABLE}: key {key!r} ({shown}) is not one AITER's get_args_of_build knows; passed through, unused by qola"
         )
+    uses = _fixes(p, plans)
     return Plan(
         namespace=manifest.qola.namespace,
         vendor=vendor(inputs.archs[0]) or "",
@@ -163,7 +167,33 @@ def make_plan(manifest: Manifest, tree: AiterTree, inputs: PlanInputs) -> Plan:
         warnings=tuple(p.notes),
         mode=p.mode_default,
         pin=dict(inputs.pin) if inputs.pin is not None else None,
+        fixes=uses,
     )
+
+
+def _fixes(p: _Planning, plans: list[ModulePlan]) -> tuple[fixes_mod.FixUse, ...]:
+    """The fixes of :mod:`qola.plan.fixes` on this tree, each for the modules that read its file: a
+    module compiles it (its sources) or can include it (the file's directory is on its include path);
+    a note for each fix the tree already has and each whose code is found changed."""
+    chosen = fixes_mod.chosen(p.inputs.fixes, p.inputs.fixes_from)
+    meta = Path(p.tree.meta_dir)
+    readers: dict[str, tuple[str, ...]] = {}
+    for fix in chosen:
+        path = os.path.realpath(meta / fix.file)
+        where = os.path.dirname(path)
+        readers[fix.file] = tuple(
+            m.name
+            for m in plans
+            if any(os.path.realpath(s) == path for s in m.sources)
+            or any(os.path.realpath(d) == where for d in m.include_dirs)
+        )
+    uses = fixes_mod.decide(chosen, meta, readers)
+    for u in uses:
+        if u.status == fixes_mod.CHANGED:
+            p.notes.append(f"{u.note}: module(s) {', '.join(u.modules)} fail (or leave it out: [qola] fixes)")
+        elif u.note:
+            p.notes.append(u.note)
+    return uses
 
 
 def _start(manifest: Manifest, tree: AiterTree, inputs: PlanInputs) -> _Planning:

@@ -42,6 +42,7 @@ BAD: dict[str, tuple[tuple[str, ...], dict[str, str], str]] = {
     "aiter_commit": (("--aiter-commit=a..b",), {}, "--aiter-commit"),
     "patches_dir": (("--patches-dir", "/nonexistent/qola-patches"), {}, "/nonexistent/qola-patches"),
     "jit": (("--manifest-extra", '[jit]\nenabled = "yes"\n'), {}, "[jit].enabled"),
+    "fixes": ((), {"QOLA_FIXES": "Bad Name"}, "QOLA_FIXES"),
     "record_ahead": (("--manifest-extra", "[usage]\nrecord_ahead = 1\n"), {}, "usage.record_ahead"),
     "qola_jit_compiler": ((), {"QOLA_JIT_COMPILER": "hipcc\n-fplugin=x"}, "QOLA_JIT_COMPILER"),
     "qola_jit_cache_dir": ((), {"QOLA_JIT_CACHE_DIR": "/tmp/a\nb"}, "QOLA_JIT_CACHE_DIR"),
