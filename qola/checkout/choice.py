@@ -3,7 +3,9 @@
 
 ``--aiter-root`` > ``[qola].aiter_root`` (relative to the manifest) > ``QOLA_AITER_SOURCE_DIR`` >
 ``NVTE_AITER_SOURCE_DIR`` > the default checkout (:func:`default_tree`). Only the default checkout
-is qola's own: ``qola build`` checks it out (clone, pin, patches) unless ``--skip-checkout``. A tree
+dir is qola's own, by its path however it is named (TE's CMake passes it as ``--aiter-root``):
+``qola build`` checks it out (clone, pin, patches) unless ``--skip-checkout``, and a checkout of it
+discards changes another builder left there (QoLA's patches), saying which. A tree
 the user named is changed only when asked (``qola checkout``, or ``build --aiter-commit`` /
 ``--patches-dir``), and a tree named by ``--skip-checkout`` or one of the source-dir variables is the
 user's choice: its pin is checked and a mismatch is a warning recorded in manifest.json.
@@ -46,11 +48,14 @@ def default_tree(env: Mapping[str, str]) -> Path:
 class TreeChoice:
     path: Path
     how: str  # "--aiter-root", "[qola].aiter_root", one of SOURCE_ENV, or DEFAULT
+    own: bool = False  # the path is the default checkout's, however it was named (TE's CMake names it)
 
     @property
     def managed(self) -> bool:
-        """qola's own checkout: ``qola build`` may check it out."""
-        return self.how == DEFAULT
+        """qola's own checkout (the default checkout dir, named or not; never one a source-dir
+        variable names): ``qola build`` checks it out as QoLA's does, and a checkout may discard
+        what another builder (QoLA's patches) left in it, saying what."""
+        return self.how == DEFAULT or (self.own and not self.from_env)
 
     @property
     def from_env(self) -> bool:
@@ -61,9 +66,11 @@ def choose(values: Values, env: Mapping[str, str]) -> TreeChoice:
     """The tree a command uses, from the settings resolved once (see the module's docstring for the
     order; :data:`qola.core.settings.AITER_ROOT`); no source: :func:`default_tree`."""
     root = values[settings.AITER_ROOT]
+    default = default_tree(env)
     if root is None:
-        return TreeChoice(default_tree(env), DEFAULT)
-    return TreeChoice(Path(root), values.where(settings.AITER_ROOT))
+        return TreeChoice(default, DEFAULT, own=True)
+    own = os.path.realpath(root) == os.path.realpath(default)  # decided by the path, not by how it was named
+    return TreeChoice(Path(root), values.where(settings.AITER_ROOT), own=own)
 
 
 def named_by_env(path: Path, env: Mapping[str, str]) -> str | None:

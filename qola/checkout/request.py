@@ -61,9 +61,10 @@ def clone_url(url: str) -> tuple[str, Secret | None]:
     return url, None
 
 
-def request(root: Path, values: Values, env: Mapping[str, str]) -> Request:
+def request(root: Path, values: Values, env: Mapping[str, str], *, own: bool = False) -> Request:
     """What a checkout of ``root`` does, from the settings resolved once (:mod:`qola.core.settings`:
-    ``--aiter-commit``, ``--patches-dir``, the clone URL, ``--force``)."""
+    ``--aiter-commit``, ``--patches-dir``, the clone URL, ``--force``). ``own``: ``root`` is qola's own
+    checkout dir (:attr:`qola.checkout.choice.TreeChoice.managed`), whose changes qola may discard."""
     from qola.checkout.sync import Request, collect_patches  # lazy: paid only by the callers that need it
 
     sha, commit_from = commit_of(values)
@@ -76,6 +77,7 @@ def request(root: Path, values: Values, env: Mapping[str, str]) -> Request:
         patches=collect_patches(pdir, pwhere),
         url=public,
         force=values[settings.FORCE_CHECKOUT],
+        own=own,
         env=dict(env),
         credentials=credentials,
     )

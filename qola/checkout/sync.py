@@ -6,7 +6,9 @@ guarantees):
 - the commit is resolved locally, else fetched from ``origin``; after the checkout HEAD is verified
   to be exactly that commit (a short sha must be its prefix);
 - HEAD is detached (a branch of the user's is never moved); submodules are synced and updated;
-- a tree with changes qola did not make is refused unless ``force``;
+- a tree with changes qola did not make is refused unless ``force``, or unless it is qola's own
+  checkout dir (``own``: the default one, where another builder such as QoLA applied its patches): there
+  they are discarded and the notes list them;
 - the patches (``*.patch`` of the patches dir, lexical order) apply all-or-nothing: when one does
   not apply, the ones before it are reversed and the tree is put back as it was before the call
   (commit, submodules, the previous patch set), and the error names the patch and the hunk;
@@ -45,6 +47,7 @@ class Request:
     patches: tuple[Path, ...] = ()
     url: str = ""  # never with credentials in it: those are in ``credentials`` (qola.core.secret.split_url)
     force: bool = False
+    own: bool = False  # qola's own checkout dir: changes another builder left are discarded, and said
     env: Mapping[str, str] = field(default_factory=dict, compare=False)
     credentials: Secret | None = field(default=None, compare=False)
 
@@ -265,10 +268,11 @@ def _checkout(req: Request, root: Path, *, cloned: bool) -> Result:
             changed=False,
             notes=[f"{root} is already at {target[:12]} with this patch set; nothing to do"],
         )
-    if not before.pristine and not ours and not req.force and not cloned:  # a fresh clone has no files yet
-        shown = "\n    ".join(before.changes[:12]) + (
-            f"\n    (+{len(before.changes) - 12} more)" if len(before.changes) > 12 else ""
-        )
+    shown = "\n    ".join(before.changes[:12]) + (
+        f"\n    (+{len(before.changes) - 12} more)" if len(before.changes) > 12 else ""
+    )
+    discarded = not before.pristine and not ours and not cloned  # a fresh clone has no files yet
+    if discarded and not req.force and not req.own:
         raise QolaError(
             f"{root} has changes qola did not make; refusing to reset it:\n    {shown}",
             hint="commit or stash them, build the tree as it is with --skip-checkout, or discard "
@@ -301,6 +305,10 @@ def _checkout(req: Request, root: Path, *, cloned: bool) -> Result:
         },
     )
     notes = [
+        f"discarded changes qola did not make in {'its own checkout dir ' if req.own and not req.force else ''}"
+        f"{root} (another builder's patches, e.g. QoLA's):\n    {shown}"
+    ] if discarded else []
+    notes += [
         f"checked out {target[:12]} ({req.commit or 'HEAD'}) in {root}"
         + (f" (was {before.head[:12]}{' on branch ' + branch if branch else ''})" if before.head != target else "")
     ]

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"qola: {choice.how} names the tree to build as it is; not checking it out", file=sys.stderr)
         print(f"AITER ready at {os.path.abspath(choice.path)}")
         return 0
-    result = ensure(request(choice.path, values, env))
+    result = ensure(request(choice.path, values, env, own=choice.managed))
     for note in result.notes:
         print(f"qola: {note}", file=sys.stderr)
     if result.patches and not result.changed:  # a fresh apply names them in its note already

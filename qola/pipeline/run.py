@@ -168,7 +168,8 @@ def _checkout(spec: BuildSpec, begun: Start) -> list[str]:
     from qola.plan import manifest as manifest_mod  # lazy: start-up of the CLI and of the no-op path
 
     manifest_mod.load(spec.manifest)  # a manifest the schema refuses is said before the tree changes
-    result = ensure(request(begun.given.choice.path, begun.given.values, begun.env))
+    choice = begun.given.choice
+    result = ensure(request(choice.path, begun.given.values, begun.env, own=choice.managed))
     return result.notes if result.changed else []
 
 

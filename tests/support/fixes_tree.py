@@ -243,3 +243,10 @@ def manifest(path: Path, fixes: str | None = None) -> Path:
         '[[modules]]\nname = "libmha_bwd"\n'
     )
     return path
+
+
+def fixes_names() -> tuple[str, ...]:
+    """Every fix qola declares, in its order (each one finds its code in this tree)."""
+    from qola.plan.fixes import NAMES  # the project's own list: the tree is written to match every one
+
+    return NAMES

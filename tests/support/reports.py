@@ -43,6 +43,7 @@ def fake_plan(tmp: Path, manifest_path: str, archs: tuple[str, ...]) -> SimpleNa
         tree_commit=None,
         namespace="qk",
         archs=archs,
+        fixes=(),
     )
 
 

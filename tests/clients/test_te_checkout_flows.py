@@ -1,0 +1,87 @@
+"""Transformer Engine's checkout flows as QoLA serves them, in the order TE's CMakeLists.txt runs them
+(``qola.cli`` with ``PYTHONPATH=<QoLA checkout>``, TE's call forms, no extra flags):
+
+1. ``checkout --manifest M --aiter-root <QoLA>/build/third_party/aiter`` — where QoLA applied its
+   patches before (a TE checkout that switches builders), that dir is qola's own checkout dir
+   (decided by its path, though TE names it): the changes are discarded and said, not refused;
+2. ``build … --skip-checkout`` of the main manifest;
+3. the gfx1250 manifest, pinning its own commit, built without ``--skip-checkout``: qola checks
+   that pin out first, as QoLA does (it used to stop: "tree … is at …, but aiter_commit pins …").
+
+A tree of the user's elsewhere with the same changes is still refused. The tree is the fixture of
+tests/support/fixes_tree.py in a git mirror (two commits)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support import fixes_tree as ft
+from support.cli import copy_checkout, qola_cli
+from support.gitrepo import git
+
+pytestmark = pytest.mark.cli
+
+
+def _mirror(tmp: Path) -> tuple[Path, str, str]:
+    work = ft.write_tree(tmp / "work")
+    git(work, "init", "-q")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "pin")
+    first = git(work, "rev-parse", "HEAD")
+    (work / "csrc/include/mha_bwd.h").write_text(ft.HEADER + "// the gfx1250 pin\n")
+    git(work, "commit", "-qam", "gfx1250 pin")
+    second = git(work, "rev-parse", "HEAD")
+    git(tmp, "clone", "-q", "--bare", str(work), "aiter.git")
+    return tmp / "aiter.git", first, second
+
+
+def _manifest(path: Path, commit: str, url: Path) -> Path:
+    ft.manifest(path)
+    path.write_text(path.read_text().replace("[qola]\n", f'[qola]\naiter_commit = "{commit}"\naiter_url = "{url}"\n', 1))
+    return path
+
+
+def _qola_patched(tree: Path) -> None:
+    """What QoLA's checkout leaves: its patch applied in place (0007's shape)."""
+    src = tree / "csrc/cpp_itfs/mha_bwd.cu"
+    src.write_text(src.read_text().replace("return asm_ret;\n", "return asm_ret;\n    if(a.v3_api_check) return -1;\n", 1))
+
+
+def test_tes_checkout_flows(tmp_path: Path) -> None:
+    bare, first, second = _mirror(tmp_path)
+    qola_dir = copy_checkout(tmp_path / "QoLA")
+    tree = qola_dir / "build" / "third_party" / "aiter"
+    main = _manifest(tmp_path / "qola_manifest.toml", first, bare)
+    v3 = _manifest(tmp_path / "qola_manifest_gfx1250.toml", second, bare)
+    run = lambda *a: qola_cli(*a, cwd=tmp_path, pythonpath=qola_dir)  # noqa: E731  # TE: PYTHONPATH=<QoLA>, its own cwd
+
+    first_checkout = run("checkout", "--manifest", str(main), "--aiter-root", str(tree))
+    assert first_checkout.returncode == 0, first_checkout.stderr
+    _qola_patched(tree)  # the same dir after a build through QoLA
+    again = run("checkout", "--manifest", str(main), "--aiter-root", str(tree))
+    assert again.returncode == 0, again.stderr
+    assert "discarded changes qola did not make in its own checkout dir" in again.stderr
+    assert "csrc/cpp_itfs/mha_bwd.cu (M)" in again.stderr and f"AITER ready at {tree}" in again.stdout
+    assert "if(a.v3_api_check) return -1;" not in (tree / "csrc/cpp_itfs/mha_bwd.cu").read_text()
+
+    built = run(
+        "build", "--manifest", str(main), "--aiter-root", str(tree), "--output-dir", str(qola_dir / "build"),
+        "--arch", "sm_90", "--skip-checkout", "-j", "2",
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout + built.stderr[-3000:]
+
+    v3_built = run(  # TE's gfx1250 tier: its own manifest and pin, no --skip-checkout
+        "build", "--manifest", str(v3), "--aiter-root", str(tree), "--output-dir", str(qola_dir / "build_gfx1250"),
+        "--arch", "sm_90", "-j", "2",
+    )  # fmt: skip
+    assert v3_built.returncode == 0, v3_built.stdout + v3_built.stderr[-3000:]
+    assert git(tree, "rev-parse", "HEAD") == second
+    assert (qola_dir / "build_gfx1250" / "lib" / "te_libmha_bwd.so").is_file()
+
+    mine = tmp_path / "mine"  # a user's own tree with such changes is theirs: still refused
+    git(tmp_path, "clone", "-q", str(bare), str(mine))
+    _qola_patched(mine)
+    refused = run("checkout", "--manifest", str(main), "--aiter-root", str(mine))
+    assert refused.returncode == 2 and "has changes qola did not make" in refused.stderr
+    assert "if(a.v3_api_check) return -1;" in (mine / "csrc/cpp_itfs/mha_bwd.cu").read_text()
