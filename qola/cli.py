@@ -85,10 +85,17 @@ def _importable(name: str) -> bool:
         return False
 
 
-def missing_dependencies() -> str | None:
-    """Every dependency of qola this interpreter cannot import, in one message with one pip command
-    (None: none missing). A lookup, not an import: the no-op path stays fast."""
-    tops = ("pydantic", "ninja", "rich", "pybind11", "elftools") + (("tomli",) if sys.version_info < (3, 11) else ())
+EVERY = ("pydantic", "ninja", "rich", "pybind11", "elftools")
+# what a command needs beyond the standard library where it is not EVERY: `checkout` runs on
+# Transformer Engine's build requirements (ninja, pybind11), as TE's CMake calls it before anything else
+COMMAND_NEEDS: dict[str, tuple[str, ...]] = {"checkout": ()}
+
+
+def missing_dependencies(command: str | None = None) -> str | None:
+    """Every dependency of qola ``command`` needs that this interpreter cannot import, in one
+    message with one pip command and the requirement lines a project adds (None: none missing). A
+    lookup, not an import: the no-op path stays fast."""
+    tops = COMMAND_NEEDS.get(command or "", EVERY) + (("tomli",) if sys.version_info < (3, 11) else ())
     missing = [DEPENDENCIES[t] for t in tops if not _importable(t)]
     if not missing:
         return None
@@ -96,7 +103,9 @@ def missing_dependencies() -> str | None:
     reqs = " ".join(f"'{req}'" for req in missing)
     return (
         f"error: qola needs the Python package(s) {names}, which {sys.executable} cannot import\n"
-        f"hint: install them with: {sys.executable} -m pip install {reqs}"
+        f"hint: install them with: {sys.executable} -m pip install {reqs}\n"
+        f"hint: a project that builds through qola (Transformer Engine's pyproject.toml [build-system] "
+        f"requires) adds these lines: {', '.join(repr(r) for r in missing)}"
     )
 
 
@@ -149,8 +158,9 @@ def standard_streams() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     standard_streams()
     words = sys.argv[1:] if argv is None else argv
-    if next((a for a in words if not a.startswith("-")), None) in COMMANDS:  # a command will run: check first
-        line = missing_dependencies()
+    command = next((a for a in words if not a.startswith("-")), None)
+    if command in COMMANDS:  # a command will run: check first
+        line = missing_dependencies(command)
         if line is not None:
             print(line, file=sys.stderr)
             return EXIT_USER

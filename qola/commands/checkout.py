@@ -4,8 +4,10 @@ patch set — without building (QoLA's command; qola's guarantees: :mod:`qola.ch
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from qola.checkout.choice import choose
 from qola.checkout.request import request
@@ -13,8 +15,9 @@ from qola.checkout.sync import ensure
 from qola.commands.common import add_debug, add_settings, given_of
 from qola.core import settings
 from qola.core.errors import QolaError
-from qola.plan import groups
-from qola.plan import manifest as manifest_mod
+
+if TYPE_CHECKING:
+    from qola.plan.manifest import Manifest
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,15 +38,34 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
+def _schema_checked(path: str | None) -> Manifest | None:
+    """The manifest through its schema (its message first, before the tree changes) where this
+    interpreter has the schema's package; without it (Transformer Engine's build requirements: ninja
+    and pybind11) the checkout reads only what it needs, the ``[qola]`` settings, each checked by its
+    declaration, and a build says what else it needs (:data:`qola.cli.COMMAND_NEEDS`)."""
+    if path is None:
+        return None
+    try:
+        if importlib.util.find_spec("pydantic") is None:
+            return None
+    except ImportError:  # a finder that refuses it
+        return None
+    from qola.plan import manifest as manifest_mod  # lazy: pydantic
+
+    return manifest_mod.load(path)
+
+
 def run(args: argparse.Namespace) -> int:
     env = dict(os.environ)
-    manifest = manifest_mod.load(args.manifest) if args.manifest else None  # the schema's message first
+    manifest = _schema_checked(args.manifest)
     tables, base = settings.manifest_tables(args.manifest)
     values = settings.resolve_all(given_of(args), tables, env, base)  # every setting, once
     names = values[settings.GROUPS] if values.by_flag(settings.GROUPS) else ()  # the flag's alone
     if names:
         if manifest is None:
             raise QolaError("--group needs --manifest (the groups are the manifest's)")
+        from qola.plan import groups  # lazy: the schema's (pydantic)
+
         for group, mods in groups.check(manifest, names, "--group").items():
             print(f"group {group}: {', '.join(mods)}", file=sys.stderr)
     choice = choose(values, env)

@@ -85,3 +85,37 @@ def test_tes_checkout_flows(tmp_path: Path) -> None:
     refused = run("checkout", "--manifest", str(main), "--aiter-root", str(mine))
     assert refused.returncode == 2 and "has changes qola did not make" in refused.stderr
     assert "if(a.v3_api_check) return -1;" in (mine / "csrc/cpp_itfs/mha_bwd.cu").read_text()
+
+
+BLOCKER = """import sys
+class _Blocked:
+    BLOCKED = ("pydantic", "pydantic_core", "rich", "elftools")
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in self.BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked: TE's build requirements)", name=name)
+        return None
+sys.meta_path.insert(0, _Blocked())
+"""
+
+
+def test_checkout_runs_on_tes_build_requirements(tmp_path: Path) -> None:
+    """TE's build requirements hold ninja and pybind11, not pydantic, rich or pyelftools: the checkout
+    (which TE's CMake runs first, even when it then takes a prebuilt cache) needs none of them; a
+    build says once what it needs, with the lines TE adds to its requirements."""
+    bare, first, _second = _mirror(tmp_path)
+    qola_dir = copy_checkout(tmp_path / "QoLA")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCKER)
+    tree = qola_dir / "build" / "third_party" / "aiter"
+    main = _manifest(tmp_path / "qola_manifest.toml", first, bare)
+    env = {"PYTHONPATH": f"{qola_dir}:{site}"}
+    out = qola_cli("checkout", "--manifest", str(main), "--aiter-root", str(tree), cwd=tmp_path, pythonpath=None, env=env)
+    assert out.returncode == 0, out.stderr
+    assert git(tree, "rev-parse", "HEAD") == first and f"AITER ready at {tree}" in out.stdout
+    built = qola_cli(
+        "build", "--manifest", str(main), "--aiter-root", str(tree), "-o", str(tmp_path / "o"), "--skip-checkout",
+        cwd=tmp_path, pythonpath=None, env=env,
+    )  # fmt: skip
+    assert built.returncode == 2 and "Traceback" not in built.stderr
+    assert "adds these lines: 'pydantic>=2.5', 'rich>=13', 'pyelftools>=0.30'" in built.stderr
