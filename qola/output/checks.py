@@ -62,6 +62,14 @@ def load_manifest(root: Path) -> dict[str, Any]:
         raise QolaError(f"cannot read {path}: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("modules"), list):
         raise QolaError(f"{path}: not a qola manifest (no 'modules' list)")
+    builder = data.get("builder", "qola" if "qola_version" in data else None)
+    if builder != "qola":  # QoLA's output (or another builder's) under the same paths
+        raise QolaError(
+            f"{path}: this output was not built by qola (builder {builder or 'unrecorded'}, no qola_version): "
+            "a key that names neither builder nor fixes (TE's rocm-<ver>_aiter-<sha>) lets one builder's "
+            "output stand in for the other's",
+            hint="rebuild it with qola build (or give the cache a key of its own per builder)",
+        )
     return data
 
 

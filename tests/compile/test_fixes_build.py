@@ -109,3 +109,18 @@ def test_the_output_records_its_builder_and_fixes(built: Built) -> None:
     assert upstream["fixes"] == [] and fixed["build_key"] != upstream["build_key"]
     audit = run_qola("audit", str(built.tmp / "fixed"))
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_audit_names_an_output_another_builder_wrote(built: Built, tmp_path: Path) -> None:
+    """TE's cache key names no builder: an output QoLA wrote (its manifest.json holds no qola record)
+    in the place of qola's is named by the audit, not passed."""
+    import shutil
+
+    other = tmp_path / "qola-built-then-replaced"
+    shutil.copytree(built.tmp / "fixed", other, symlinks=True)
+    data = json.loads((other / "manifest.json").read_text())
+    for key in ("builder", "qola_version"):
+        data.pop(key)
+    (other / "manifest.json").write_text(json.dumps(data))
+    audit = run_qola("audit", str(other))
+    assert audit.returncode == 2 and "not built by qola" in audit.stderr, audit.stdout + audit.stderr
