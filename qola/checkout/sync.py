@@ -268,9 +268,7 @@ def _checkout(req: Request, root: Path, *, cloned: bool) -> Result:
             changed=False,
             notes=[f"{root} is already at {target[:12]} with this patch set; nothing to do"],
         )
-    shown = "\n    ".join(before.changes[:12]) + (
-        f"\n    (+{len(before.changes) - 12} more)" if len(before.changes) > 12 else ""
-    )
+    shown = _shown_changes(before)
     discarded = not before.pristine and not ours and not cloned  # a fresh clone has no files yet
     if discarded and not req.force and not req.own:
         raise QolaError(
@@ -278,6 +276,7 @@ def _checkout(req: Request, root: Path, *, cloned: bool) -> Result:
             hint="commit or stash them, build the tree as it is with --skip-checkout, or discard "
             "them: qola checkout --force, qola build --force-checkout (or QOLA_FORCE_AITER_CHECKOUT=1)",
         )
+    kept = _keep_discarded(root, before, env) if discarded else []
     branch = git.run(root, "symbolic-ref", "--quiet", "--short", "HEAD", env=env, check=False).stdout.strip()
     previous = [(p["name"], p["text"].encode()) for p in stamp.get("patches", [])] if ours else []
     _move(root, target, stamp.get("added", []) if ours else [], env)
@@ -304,10 +303,7 @@ def _checkout(req: Request, root: Path, *, cloned: bool) -> Result:
             ],
         },
     )
-    notes = [
-        f"discarded changes qola did not make in {'its own checkout dir ' if req.own and not req.force else ''}"
-        f"{root} (another builder's patches, e.g. QoLA's):\n    {shown}"
-    ] if discarded else []
+    notes = [_discarded_note(req, root, shown, kept)] if discarded else []
     notes += [
         f"checked out {target[:12]} ({req.commit or 'HEAD'}) in {root}"
         + (f" (was {before.head[:12]}{' on branch ' + branch if branch else ''})" if before.head != target else "")
@@ -315,6 +311,49 @@ def _checkout(req: Request, root: Path, *, cloned: bool) -> Result:
     if patches:
         notes.append(f"applied {len(patches)} patch(es): {', '.join(n for n, _ in patches)}")
     return Result(root, target, tuple(n for n, _ in patches), changed=True, cloned=cloned, notes=notes)
+
+
+def _shown_changes(before: Snapshot) -> str:
+    more = len(before.changes) - 12
+    return "\n    ".join(before.changes[:12]) + (f"\n    (+{more} more)" if more > 0 else "")
+
+
+def _discarded_note(req: Request, root: Path, shown: str, kept: Sequence[str]) -> str:
+    where = "its own checkout dir " if req.own and not req.force else ""
+    back = f"\n  kept as git stashes (git stash list, git stash apply): {', '.join(kept)}" if kept else ""
+    return (
+        f"discarded changes qola did not make in {where}{root} (another builder's patches, e.g. QoLA's):"
+        f"\n    {shown}{back}"
+    )
+
+
+STASH_ID = {"GIT_AUTHOR_NAME": "qola", "GIT_AUTHOR_EMAIL": "qola@localhost"}  # where git has no identity
+
+
+def _keep_discarded(root: Path, before: Snapshot, env: Mapping[str, str]) -> list[str]:
+    """The tracked changes about to be discarded, kept as a stash of the tree and of each submodule
+    (``git stash create`` then ``store``: the working tree untouched, nothing lost); their names. A
+    change that cannot be kept is not discarded: the checkout stops, naming it."""
+    ident = {**STASH_ID, "GIT_COMMITTER_NAME": "qola", "GIT_COMMITTER_EMAIL": "qola@localhost", **env}
+    kept = []
+    for where in ["", *before.submodules]:
+        base = root / where if where else root
+        made = git.run(base, "stash", "create", env=ident, check=False)
+        sha = made.stdout.strip()
+        stored = (
+            git.run(base, "stash", "store", "-m", "qola checkout: discarded", sha, env=ident, check=False)
+            if sha
+            else None
+        )
+        if made.returncode != 0 or (stored is not None and stored.returncode != 0):
+            raise QolaError(
+                f"{root} has changes qola did not make, and keeping them ({where or 'the tree'}) failed; not resetting it:"
+                f"\n    {(made.stderr or (stored.stderr if stored else '')).strip()}",
+                hint="commit or stash them yourself, or discard them: qola checkout --force",
+            )
+        if sha:
+            kept.append(f"{where or '.'} {sha[:12]}")
+    return kept
 
 
 def _move(root: Path, target: str, added: Sequence[str], env: Mapping[str, str]) -> None:

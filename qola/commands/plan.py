@@ -12,7 +12,7 @@ from qola.core.errors import QolaError
 from qola.pipeline.run import build_key
 from qola.pipeline.run import plan as whole_plan
 from qola.plan import genrules
-from qola.plan.model import Plan
+from qola.plan.model import ModulePlan, Plan
 from qola.plan.variants import GeneratorEnv, list_blobs
 
 
@@ -98,10 +98,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"  hip flags   {' '.join(m.flags_extra_hip)}")
         if m.flags_extra_cc:
             print(f"  cc flags    {' '.join(m.flags_extra_cc)}")
-        print(f"  includes    {len(m.include_dirs)}")
-        for u in (u for u in plan.fixes if m.name in u.modules):
-            print(f"  fix         {u.name}: {u.status}, {u.file}" + (f"  ({u.note})" if u.status == "changed" else ""))
+        _print_tail(plan, m)
     return 0
+
+
+def _print_tail(plan: Plan, m: ModulePlan) -> None:
+    """The module's last lines: its include dirs, then qola's fixes of the tree (qola.plan.fixes) that
+    concern it, each with its status and its file."""
+    print(f"  includes    {len(m.include_dirs)}")
+    for u in (u for u in plan.fixes if m.name in u.modules):
+        print(f"  fix         {u.name}: {u.status}, {u.file}" + (f"  ({u.note})" if u.status == "changed" else ""))
 
 
 def generated_files(plan: Plan, env: Mapping[str, str]) -> dict[tuple[str, int], dict[str, list[str]] | None]:

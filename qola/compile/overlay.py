@@ -53,7 +53,9 @@ def _dirs(files: set[str]) -> tuple[set[str], set[str]]:
     return staged, above - staged
 
 
-def _entries(meta: Path, fixed: Mapping[str, str], staged: set[str], above: set[str]) -> tuple[dict[str, bytes], dict[str, str]]:
+def _entries(
+    meta: Path, fixed: Mapping[str, str], staged: set[str], above: set[str]
+) -> tuple[dict[str, bytes], dict[str, str]]:
     files: dict[str, bytes] = {}
     links: dict[str, str] = {}
     for rel in sorted(staged | above):
@@ -125,7 +127,9 @@ def staged(plan: Plan, root: Path) -> Overlay:
             for u in applied:
                 if u.file == file:
                     for m in u.modules:
-                        failed.setdefault(m, f"{file} of the tree changed after it was planned (fix {u.name}); build again")
+                        failed.setdefault(
+                            m, f"{file} of the tree changed after it was planned (fix {u.name}); build again"
+                        )
             continue
         fixed[file] = after
     if not fixed:
@@ -182,5 +186,7 @@ def write(ov: Overlay, root: Path) -> None:
 
 def failures(ov: Overlay) -> Mapping[str, QolaError]:
     """Each failing module's error (:attr:`Overlay.failed`)."""
-    return {m: QolaError(why, hint="set [qola] fixes to leave that fix out, or build a tree the fix knows")
-            for m, why in ov.failed.items()}
+    return {
+        m: QolaError(why, hint="set [qola] fixes to leave that fix out, or build a tree the fix knows")
+        for m, why in ov.failed.items()
+    }

@@ -350,3 +350,26 @@ def referenced_env(texts: Iterable[str]) -> list[str]:
     """Every variable an expression text of the tree reads with os.environ.get / os.getenv (or names
     as an AITER config variable): what the no-op record, the build key and ``--reproduce`` record."""
     return sorted({key for text in texts for key in _ENV_REF.findall(text)})
+
+
+FIX_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}\Z")
+
+
+def fix_names(value: object) -> tuple[str, ...] | None:
+    """``[qola] fixes`` / ``--fixes``: ``"all"``, ``"none"`` or fix names (a TOML list, or text
+    split at ``;`` and ``,``); each a plain name (the planner checks it names a fix of
+    :mod:`qola.plan.fixes`). ``"none"`` and ``[]`` are ``()``; absent: None (every fix)."""
+    if isinstance(value, list):
+        names = [str(v).strip() for v in value]
+    elif isinstance(value, str):
+        names = [n for n in (p.strip() for p in value.replace(",", ";").split(";")) if n]
+        if not names:
+            return None
+    else:
+        raise ValueError(f'expected "all", "none" or a list of fix names, got {value!r}')
+    bad = [n for n in names if not FIX_NAME.match(n)]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not a fix name (lower-case letters, digits and '-')")
+    if names in (["none"], []):
+        return ()
+    return tuple(dict.fromkeys(names))

@@ -14,7 +14,6 @@ Standard library only (the no-op fast path resolves settings before anything hea
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -389,44 +388,20 @@ JIT: Setting[bool] = Setting(
     "off: build everything ahead ([jit] enabled = false); default: as the manifest says (docs/manifest.md)",
 )
 
-FIX_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}\Z")
-
-
-def fix_names(value: object) -> tuple[str, ...] | None:
-    """``[qola] fixes`` / ``--fixes``: ``"all"``, ``"none"`` or fix names (a TOML list, or text
-    split at ``;`` and ``,``); each a plain name (the planner checks it names a fix of
-    :mod:`qola.plan.fixes`). ``"none"`` and ``[]`` are ``()``; absent: None (every fix)."""
-    if isinstance(value, list):
-        names = [str(v).strip() for v in value]
-    elif isinstance(value, str):
-        names = [n for n in (p.strip() for p in value.replace(",", ";").split(";")) if n]
-        if not names:
-            return None
-    else:
-        raise ValueError(f"expected \"all\", \"none\" or a list of fix names, got {value!r}")
-    bad = [n for n in names if not FIX_NAME.match(n)]
-    if bad:
-        raise ValueError(f"{bad[0]!r} is not a fix name (lower-case letters, digits and '-')")
-    if names in (["none"], []):
-        return ()
-    return tuple(dict.fromkeys(names))
-
-
 FIXES: Setting[tuple[str, ...]] = Setting(
     "fixes",
-    fix_names,
+    rules.fix_names,
     flags=("--fixes",),
     commands=(BUILD, PLAN),
     metavar="NAMES",
     env=("QOLA_FIXES",),
     manifest_key=("qola", "fixes"),
     toml=str | list[str],
-    type_text="\"all\", \"none\" or fix names",
-    default_text="all (docs/coming-from-qola.md, \"The fixes\")",
+    type_text='"all", "none" or fix names',
+    default_text='all (docs/coming-from-qola.md, "The fixes")',
     example="none",
     in_key=True,
-    help="the fixes qola makes to the tree's code in its staged copies: all (the default), none, or "
-    "names ','-separated (qola plan lists them; docs/coming-from-qola.md)",
+    help="qola's fixes of the tree's code (staged copies): all (default), none, or names ','-separated",
 )
 
 ALL: tuple[Setting[object], ...] = (  # type: ignore[assignment]  # each its own T

@@ -372,7 +372,9 @@ def _compiled(ready: Ready, ex: Executor, ui: Reporter) -> Built:
         layout.root.mkdir(parents=True, exist_ok=True)
         write_if_changed(layout.git_ignore, GIT_IGNORE)  # git status of the checkout around it never shows it
         overlay.write(fixed, layout.fixed)
-        begun = {n: res.failed(e) if (e := overlay.failures(fixed).get(n)) else res for n, res in new_results(plan_).items()}
+        begun = {
+            n: res.failed(e) if (e := overlay.failures(fixed).get(n)) else res for n, res in new_results(plan_).items()
+        }
         if any(m.generators for m in plan_.modules):
             ui.phase("generating")
         gen = stages.generate(  # 6. generate

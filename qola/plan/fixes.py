@@ -84,7 +84,8 @@ FIXES: tuple[Fix, ...] = (
         (r"\bv3_api_check\b", r"\bfmha_v3_bwd\s*\([^;{)]*\)\s*\{", r"\bAiterAsmKernel\b"),
         (
             Edit(
-                r"(?P<head>\bfmha_v3_bwd\s*\([^;{)]*\)\s*\{(?:(?!AiterAsmKernel)[\s\S])*?\n)" + _IND
+                r"(?P<head>\bfmha_v3_bwd\s*\([^;{)]*\)\s*\{(?:(?!AiterAsmKernel)[\s\S])*?\n)"
+                + _IND
                 + r"(?=[^\n]*AiterAsmKernel)",
                 "\\g<head>\\g<ind>if(a.v3_api_check) // qola fix bwd-probe-before-load: answer before any "
                 "code object is loaded\n\\g<ind>    return 1;\n\n\\g<ind>",
@@ -192,8 +193,9 @@ def chosen(names: Sequence[str] | None, where: str | None = None) -> tuple[Fix, 
         if n not in NAMES:
             near = difflib.get_close_matches(n, NAMES, n=2, cutoff=0.5)
             raise QolaError(
-                f"{where or '[qola].fixes'}: no fix named {n!r}" + (f" (did you mean {' or '.join(near)}?)" if near else ""),
-                hint=f"the fixes: {', '.join(NAMES)}; or \"all\" (the default) or \"none\"",
+                f"{where or '[qola].fixes'}: no fix named {n!r}"
+                + (f" (did you mean {' or '.join(near)}?)" if near else ""),
+                hint=f'the fixes: {", ".join(NAMES)}; or "all" (the default) or "none"',
             )
     return tuple(f for f in FIXES if f.name in names)
 
@@ -279,9 +281,7 @@ def decide(fixes: Iterable[Fix], meta_dir: Path, readers: Mapping[str, tuple[str
             texts[fix.file] = after
         out.append(FixUse(fix.name, fix.file, state, mods, note=note))
     final = {f: sha256(t) for f, t in texts.items() if t is not None}
-    return tuple(
-        dataclasses.replace(u, sha256=final[u.file]) if u.status == APPLIED else u for u in out
-    )
+    return tuple(dataclasses.replace(u, sha256=final[u.file]) if u.status == APPLIED else u for u in out)
 
 
 def by_name(name: str) -> Fix:

@@ -14,6 +14,7 @@ tests/support/fixes_tree.py in a git mirror (two commits)."""
 from __future__ import annotations
 
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 from support import fixes_tree as ft
@@ -38,14 +39,18 @@ def _mirror(tmp: Path) -> tuple[Path, str, str]:
 
 def _manifest(path: Path, commit: str, url: Path) -> Path:
     ft.manifest(path)
-    path.write_text(path.read_text().replace("[qola]\n", f'[qola]\naiter_commit = "{commit}"\naiter_url = "{url}"\n', 1))
+    path.write_text(
+        path.read_text().replace("[qola]\n", f'[qola]\naiter_commit = "{commit}"\naiter_url = "{url}"\n', 1)
+    )
     return path
 
 
 def _qola_patched(tree: Path) -> None:
     """What QoLA's checkout leaves: its patch applied in place (0007's shape)."""
     src = tree / "csrc/cpp_itfs/mha_bwd.cu"
-    src.write_text(src.read_text().replace("return asm_ret;\n", "return asm_ret;\n    if(a.v3_api_check) return -1;\n", 1))
+    src.write_text(
+        src.read_text().replace("return asm_ret;\n", "return asm_ret;\n    if(a.v3_api_check) return -1;\n", 1)
+    )
 
 
 def test_tes_checkout_flows(tmp_path: Path) -> None:
@@ -54,7 +59,9 @@ def test_tes_checkout_flows(tmp_path: Path) -> None:
     tree = qola_dir / "build" / "third_party" / "aiter"
     main = _manifest(tmp_path / "qola_manifest.toml", first, bare)
     v3 = _manifest(tmp_path / "qola_manifest_gfx1250.toml", second, bare)
-    run = lambda *a: qola_cli(*a, cwd=tmp_path, pythonpath=qola_dir)  # noqa: E731  # TE: PYTHONPATH=<QoLA>, its own cwd
+
+    def run(*a: str) -> CompletedProcess[str]:  # TE's: PYTHONPATH=<QoLA>, its own working dir
+        return qola_cli(*a, cwd=tmp_path, pythonpath=qola_dir)
 
     first_checkout = run("checkout", "--manifest", str(main), "--aiter-root", str(tree))
     assert first_checkout.returncode == 0, first_checkout.stderr
@@ -110,7 +117,9 @@ def test_checkout_runs_on_tes_build_requirements(tmp_path: Path) -> None:
     tree = qola_dir / "build" / "third_party" / "aiter"
     main = _manifest(tmp_path / "qola_manifest.toml", first, bare)
     env = {"PYTHONPATH": f"{qola_dir}:{site}"}
-    out = qola_cli("checkout", "--manifest", str(main), "--aiter-root", str(tree), cwd=tmp_path, pythonpath=None, env=env)
+    out = qola_cli(
+        "checkout", "--manifest", str(main), "--aiter-root", str(tree), cwd=tmp_path, pythonpath=None, env=env
+    )
     assert out.returncode == 0, out.stderr
     assert git(tree, "rev-parse", "HEAD") == first and f"AITER ready at {tree}" in out.stdout
     built = qola_cli(

@@ -43,7 +43,9 @@ class Built:
 
 
 def _digests(tree: Path) -> dict[str, str]:
-    return {str(p.relative_to(tree)): hashlib.sha256(p.read_bytes()).hexdigest() for p in tree.rglob("*") if p.is_file()}
+    return {
+        str(p.relative_to(tree)): hashlib.sha256(p.read_bytes()).hexdigest() for p in tree.rglob("*") if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")

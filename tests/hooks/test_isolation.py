@@ -246,6 +246,7 @@ def fake_output(built: tuple[Path, dict[tuple[str, int, bool], list[Path]]], out
     shutil.rmtree(out / "lib" / "te_demo.so.work")
     exports = [s.name for s in audit.exported_symbols(so)]
     manifest = {
+        "qola_version": "0.0-test",  # what qola writes into every output (qola audit refuses one without)
         "namespace": "te",
         "modules": [
             {

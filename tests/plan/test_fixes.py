@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import fixes_tree as ft
@@ -43,7 +44,7 @@ def test_what_each_fix_changes() -> None:
     fallback = after.index("return asm_ret;")
     assert after.index("if(a.v3_api_check)", fallback) < after.index("fmha_bwd_launcher launcher")
     load = after.index("new AiterAsmKernel")
-    assert "return 1;" in after[after.index("float fmha_v3_bwd(mha_bwd_args a"):load]
+    assert "return 1;" in after[after.index("float fmha_v3_bwd(mha_bwd_args a") : load]
     assert "/*zero_init=*/a.is_deterministic && a.is_group_mode" in after
     assert 'if(arch_id == "gfx1250" && mt == 1 && a.seqlen_q == a.seqlen_k)' in after
     common = fixes.fixed_text(fixes.FIXES, "csrc/include/aiter_hip_common.h", ft.COMMON)
@@ -51,7 +52,9 @@ def test_what_each_fix_changes() -> None:
 
 
 def test_a_half_matching_file_is_changed_and_an_older_one_absent() -> None:
-    changed = ft.SOURCE.replace("    if(asm_ret != -1)\n        return asm_ret;", "    if(asm_ret >= 0) { return asm_ret; }")
+    changed = ft.SOURCE.replace(
+        "    if(asm_ret != -1)\n        return asm_ret;", "    if(asm_ret >= 0) { return asm_ret; }"
+    )
     _after, state, note = fixes.apply_fix(fixes.by_name("bwd-probe-no-fallback"), changed)
     assert state == fixes.CHANGED and "bwd-probe-no-fallback" in note and "mha_bwd.cu" in note
     # the sdist's AITER: a loader that reads AITER_ASM_DIR and has no embedded map at all
@@ -66,15 +69,18 @@ def test_unknown_fix_names_are_refused_with_the_nearest() -> None:
     assert fixes.chosen(None) == fixes.FIXES == fixes.chosen(("all",))
 
 
-def _plan(tmp: Path, tree: Path, fixes_line: str | None, *extra: str) -> dict:
+def _plan(tmp: Path, tree: Path, fixes_line: str | None, *extra: str) -> dict[str, Any]:
     m = ft.manifest(tmp / "m.toml", fixes_line)
     proc = run_qola("plan", "--manifest", str(m), "--aiter-root", str(tree), "--json", *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
 
 
 def _digests(tree: Path) -> dict[str, str]:
-    return {str(p.relative_to(tree)): hashlib.sha256(p.read_bytes()).hexdigest() for p in tree.rglob("*") if p.is_file()}
+    return {
+        str(p.relative_to(tree)): hashlib.sha256(p.read_bytes()).hexdigest() for p in tree.rglob("*") if p.is_file()
+    }
 
 
 def test_the_plan_lists_the_fixes_and_the_manifest_switches_them(tmp_path: Path) -> None:
@@ -110,7 +116,11 @@ def test_the_build_key_follows_the_fixes(tmp_path: Path) -> None:
 def test_a_changed_target_fails_its_module_naming_the_fix(tmp_path: Path) -> None:
     tree = _tree(tmp_path)
     src = tree / "csrc/cpp_itfs/mha_bwd.cu"
-    src.write_text(src.read_text().replace("    if(asm_ret != -1)\n        return asm_ret;", "    if(asm_ret >= 0) return asm_ret;"))
+    src.write_text(
+        src.read_text().replace(
+            "    if(asm_ret != -1)\n        return asm_ret;", "    if(asm_ret >= 0) return asm_ret;"
+        )
+    )
     data = _plan(tmp_path, tree, None)
     assert {f["name"]: f["status"] for f in data["fixes"]}["bwd-probe-no-fallback"] == "changed"
     assert any("bwd-probe-no-fallback" in w and "libmha_bwd" in w for w in data["warnings"])
