@@ -17,6 +17,7 @@ changed fix or file touches) and what a previous build staged but this one does 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import stat
@@ -63,6 +64,8 @@ def _entries(
         with os.scandir(src) as it:
             entries = sorted(it, key=lambda e: e.name)
         for e in entries:
+            if e.name == ".git":
+                continue  # the tree's repository: nothing a compile reads
             sub = f"{rel}/{e.name}" if rel else e.name
             if sub in staged or sub in above:
                 continue  # a directory of the overlay itself
@@ -107,6 +110,18 @@ def _module(mod: ModulePlan, move: Callable[[str], str]) -> ModulePlan:
     )
 
 
+def origins(plan: Plan) -> list[str]:
+    """The tree's files the overlay of ``plan`` copies (every regular file of a staged dir): ninja
+    tracks the copies, so a record of what a build read (the no-op path's) must name these."""
+    meta = Path(os.path.normpath(plan.meta_dir))
+    dirs = {os.path.dirname(u.file) for u in plan.fixes if u.status == fixes_mod.APPLIED}
+    out = []
+    for d in sorted(dirs):
+        with contextlib.suppress(OSError), os.scandir(meta / d) as it:
+            out += sorted(e.path for e in it if e.is_file(follow_symlinks=False))
+    return out
+
+
 def staged(plan: Plan, root: Path) -> Overlay:
     """The overlay of ``plan``'s applied fixes under ``root`` (``BUILD/fixed``): the moved plan, the
     entries to write, the modules that fail. Reads the tree; writes nothing."""
@@ -145,6 +160,13 @@ def staged(plan: Plan, root: Path) -> Overlay:
     return Overlay(dataclasses.replace(plan, modules=mods), files, links, tuple(sorted(staged_dirs | above)), failed)
 
 
+def _entry(root: Path, rel: str) -> Path:
+    """``root/rel`` with its directory checked to lie in ``root`` (:func:`inside`), never its last
+    part: that is the overlay's own entry (a link an earlier build made is replaced, not followed)."""
+    parent, name = os.path.split(rel)
+    return (inside(root, parent) if parent else root) / name
+
+
 def write(ov: Overlay, root: Path) -> None:
     """Make ``root`` hold exactly the overlay (nothing when it has no entries): files written only
     when changed, links replaced only when they point elsewhere, the rest removed."""
@@ -153,19 +175,19 @@ def write(ov: Overlay, root: Path) -> None:
         return
     wanted = set(ov.files) | set(ov.links) | {d for d in ov.dirs if d}
     root.mkdir(parents=True, exist_ok=True)
-    for d in ov.dirs:
+    for d in ov.dirs:  # sorted: a dir's parents first
         if d:
-            p = inside(root, d)
+            p = _entry(root, d)
             if p.is_symlink() or (p.exists() and not p.is_dir()):
                 remove(p)
-            p.mkdir(parents=True, exist_ok=True)
+            p.mkdir(exist_ok=True)
     for rel, data in ov.files.items():
-        p = inside(root, rel)
+        p = _entry(root, rel)
         if p.is_symlink() or p.is_dir():
             remove(p)
         write_if_changed(p, data)
     for rel, target in ov.links.items():
-        p = inside(root, rel)
+        p = _entry(root, rel)
         if p.is_symlink() and os.readlink(p) == target:
             continue
         if p.is_dir() and not p.is_symlink():

@@ -217,7 +217,7 @@ def remember(d: Derived, recipe: Recipe | None = None, run: Run | None = None) -
     """Record what this (successful) build was derived from, for the next no-op, and (``recipe``,
     ``run``) what the incremental path needs. The manifest and tree paths as the command line (or manifest)
     named them: symlinks re-pointed to another manifest or tree are noticed."""
-    from qola.compile import rebuild  # lazy: start-up of the CLI and of the no-op path
+    from qola.compile import overlay, rebuild  # lazy: start-up of the CLI and of the no-op path
 
     r, plan_, tc = d.resolved, d.plan, d.toolchain
     layout = r.settings.layout
@@ -237,7 +237,7 @@ def remember(d: Derived, recipe: Recipe | None = None, run: Run | None = None) -
         dirs=_dirs(plan_, tree.hsa),
         generator_scripts=[g.script for m in plan_.modules for g in m.generators],
         tools=tools,
-        data=_data(d),
+        data=[*_data(d), *overlay.origins(plan_)],  # the tree files qola's fixes stage: ninja sees the copies
         data_dirs=[str(tree.root / "aiter" / "configs"), *embedded],
         listed_dirs=[str(layout.blob(name)) for name in gen],
         written=written,

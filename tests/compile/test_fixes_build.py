@@ -126,3 +126,25 @@ def test_audit_names_an_output_another_builder_wrote(built: Built, tmp_path: Pat
     (other / "manifest.json").write_text(json.dumps(data))
     audit = run_qola("audit", str(other))
     assert audit.returncode == 2 and "not built by qola" in audit.stderr, audit.stdout + audit.stderr
+
+
+def test_a_rebuild_follows_the_trees_file_and_keeps_the_fix(tmp_path: Path) -> None:
+    """The staged copy is made again from the tree on every build: an edit of the tree's file reaches
+    the compile (and the fix stays made); an unchanged one keeps the copy's mtime (nothing recompiles)."""
+    tree = ft.write_tree(tmp_path / "aiter")
+    m = ft.manifest(tmp_path / "m.toml")
+    staged = tmp_path / "out.build" / "fixed" / "csrc" / "cpp_itfs" / "mha_bwd.cu"
+
+    def build() -> None:
+        proc = run_qola("build", "--manifest", str(m), "--aiter-root", str(tree), "-o", str(tmp_path / "out"))
+        assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+
+    build()
+    first = staged.stat().st_mtime_ns
+    build()
+    assert staged.stat().st_mtime_ns == first
+    src = tree / "csrc" / "cpp_itfs" / "mha_bwd.cu"
+    src.write_text(src.read_text() + "// edited after the first build\n")
+    build()
+    text = staged.read_text()
+    assert "// edited after the first build" in text and "qola fix bwd-probe-no-fallback" in text
