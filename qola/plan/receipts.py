@@ -20,8 +20,12 @@ none of whose lists changes does not know the receipt. Then:
   naming the rule and the QoLA patches it follows, :data:`SOURCE`).
 * any other receipt: an error naming the receipt and the generator.
 
-A script that knows the receipt is left alone, every direction of it (a CK with receipt 700 of its
-own: Transformer Engine carries QoLA's 0011 in its patches dir for that case).
+A script that knows the receipt is left alone, every direction of it, with one exception: a CK whose
+own receipt 700 is upstream's (rocm-libraries PR #6867, QoLA's 0003 alone), which leaves out the fwd
+sink kernels QoLA's 0011 puts back (TE reaches them through ``softmax_offset``): known by its
+listings (the fwd kernels with a sink it lists without the receipt, none of them with it), its fwd
+generator runs without ``--receipt`` and qola applies its own receipt 700 there (:func:`_no_sink`),
+and the plan says so.
 
 Receipt 700, as QoLA applies it today — its AITER patch 0003 (a port of rocm-libraries PR #6867)
 with its patch 0011 ("te-receipt-700-include-sink"), which drops 0003's no-sink condition because
@@ -34,6 +38,7 @@ pagedkv_prefill — nothing.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +126,18 @@ def _known(plan: Plan, listing: Listing) -> dict[tuple[str, str], bool]:
     return out
 
 
+SINK_TOKEN = re.compile(r"_sink(?:_|$)")  # a fwd kernel with a softmax sink (``_nsink``: without)
+
+
+def _no_sink(g: Generator, listing: Listing) -> bool:
+    """``g`` (a fwd generator whose script knows receipt 700) runs CK's own receipt 700 without the
+    sink kernels QoLA's 0011 keeps: the script lists sink kernels without the receipt, and none with it."""
+    if g.direction != "fwd" or g.receipt != TE_RECEIPT:
+        return False
+    every = listing(without_receipt(g))
+    return any(SINK_TOKEN.search(n) for n in every) and not any(SINK_TOKEN.search(n) for n in listing(g))
+
+
 def _applied(mod: str, g: Generator) -> tuple[Generator, str]:
     """``g`` under qola's receipt 700, and what the plan says of it."""
     if g.direction in RULES:
@@ -146,6 +163,15 @@ def mark(plan: Plan, listing: Listing) -> Plan:
     for mod in plan.modules:
         gens = []
         for g in mod.generators:
+            if _asks(g) and known[(g.script, g.receipt or "")] and _no_sink(g, listing):
+                marked, what = _applied(mod.name, without_receipt(g))
+                gens.append(marked)
+                notes.append(
+                    f"module {mod.name}: the tree's CK generator knows receipt {TE_RECEIPT} by upstream's rule, "
+                    f"which leaves out the sink kernels (`{g.command}`); qola applies its own receipt {TE_RECEIPT} "
+                    f"as {SOURCE}: {g.direction}: {what}"
+                )
+                continue
             if not _asks(g) or known[(g.script, g.receipt or "")]:
                 gens.append(g)  # not asked, not CK's, or the script knows the receipt
                 continue

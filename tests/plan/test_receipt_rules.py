@@ -66,3 +66,19 @@ def test_a_receipt_one_direction_ignores_is_known_to_the_script(tmp_path: Path) 
     bare = rt.write_tree(tmp_path / "bare", (), table_receipt=0)
     refused = run_qola("plan", "--manifest", str(m), "--aiter-root", str(bare))
     assert refused.returncode == 2 and "receipt 600 is unknown to the tree's generator" in refused.stderr
+
+
+def test_a_ck_with_upstreams_receipt_700_gets_the_sink_kernels_qolas_0011_keeps(tmp_path: Path) -> None:
+    """A CK whose own receipt 700 is upstream's (0003 alone: no sink kernels) is no longer left alone
+    silently: its fwd generator runs without the receipt and qola's rule (sink kernels in) selects, so
+    the kernels are those of a CK with 0003 and 0011; the plan says so. bwd is left to CK's rule."""
+    upstream = rt.write_tree(tmp_path / "upstream", (600, 700), sink=True, upstream_700=True)
+    with_0011 = rt.write_tree(tmp_path / "with0011", (600, 700), sink=True)
+    got, err = plan(tmp_path, upstream, 700, "up")
+    want, _ = plan(tmp_path, with_0011, 700, "w")
+    assert fwd_files(got) == fwd_files(want) and sum("_sink_" in f for f in fwd_files(got)) == 8
+    (note,) = [w for w in got["warnings"] if "by upstream's rule" in w]
+    assert ": fwd: " in note and "QoLA's AITER patches 0003 and 0011" in note and "by upstream's rule" in err
+    gens = {g["direction"]: g for m in got["modules"] for g in m["generators"]}
+    assert gens["fwd"]["qola_receipt"] == "700" and "--receipt" not in gens["fwd"]["command"]
+    assert gens["bwd"]["qola_receipt"] is None and gens["bwd"]["receipt"] == "700"

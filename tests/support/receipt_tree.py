@@ -20,6 +20,7 @@ HDIMS = [64, 128]
 MODES = ["batch", "group"]
 
 SINK = {sink}  # fwd kernels come with and without a softmax sink (``_sink``/``_nsink``)
+UPSTREAM_700 = {upstream}  # receipt 700 as upstream CK has it (0003 alone): no sink kernels
 
 def fwd():
     for h, dt, m, v, lg, lse, sk, sq, sn in itertools.product(
@@ -28,7 +29,7 @@ def fwd():
         sink = f"_{{n(sn, 'sink')}}" if SINK else ""
         name = (f"fmha_fwd_d{{h}}_{{dt}}_{{m}}_b128x64_qr_v{{v}}_pssk_{{n(lg, 'logits')}}_nbias_nmask_"
                 f"{{n(lse, 'lse')}}_ndropout_{{n(sk, 'skip')}}{{sink}}_{{n(sq, 'squant')}}")
-        yield 0, name, dict(dtype=dt, vlayout=v, logits=lg, lse=lse, skip=sk, squant=sq)
+        yield 0, name, dict(dtype=dt, vlayout=v, logits=lg, lse=lse, skip=sk, squant=sq, sink=sn)
 
 def bwd():
     for h, dt, m in itertools.product(HDIMS, DTYPES, MODES):
@@ -53,7 +54,7 @@ def keep(d, r, o):
     if r == 700 and 700 in KNOWN:
         if d == "fwd":
             return (o["dtype"] != "fp32" and o["vlayout"] == "r" and o["lse"] == "t" and o["skip"] == "f"
-                    and o["logits"] == "f" and o["squant"] == "f")
+                    and o["logits"] == "f" and o["squant"] == "f" and not (UPSTREAM_700 and o["sink"] == "t"))
         if d == "bwd":
             return o["dtype"] != "fp32" and o["dropout"] in ("no", "dropout_wg32", "dropout_wg16")
         return False
@@ -99,17 +100,20 @@ def _entry(src: str, dirs: list[str], receipt: int = 600) -> dict[str, Any]:
     }
 
 
-def write_tree(root: Path, known: tuple[int, ...], *, sink: bool = False, table_receipt: int = 600) -> Path:
+def write_tree(
+    root: Path, known: tuple[int, ...], *, sink: bool = False, table_receipt: int = 600, upstream_700: bool = False
+) -> Path:
     """The tree at ``root``; its generator knows the receipts ``known`` (() : none, as an old CK).
     ``sink``: fwd kernels also come with a softmax sink (a CK knowing 700 keeps them, as QoLA's
-    0011 has it); ``table_receipt``: the receipt the tree's table gives its commands."""
+    0011 has it, unless ``upstream_700``: upstream CK's rule, 0003 alone, no sink kernels);
+    ``table_receipt``: the receipt the tree's table gives its commands."""
     table = {
         "libmha_fwd": _entry("mha_fwd.cu", ["fwd", "fwd_splitkv", "batch_prefill"], table_receipt),
         "libmha_bwd": _entry("mha_bwd.cu", ["bwd"], table_receipt),
     }
     files = {
         "aiter/jit/optCompilerConfig.json": json.dumps(table, indent=1),
-        f"{CK}/generate.py": GENERATOR.format(known=set(known) or "set()", sink=sink),
+        f"{CK}/generate.py": GENERATOR.format(known=set(known) or "set()", sink=sink, upstream=upstream_700),
         f"{CK}/codegen/ops/__init__.py": "",  # CK's layout: what makes qola treat it as CK's generator
         "csrc/cpp_itfs/mha_fwd.cu": "int fixture_fwd() { return 1; }\n",
         "csrc/cpp_itfs/mha_bwd.cu": "int fixture_bwd() { return 2; }\n",
