@@ -24,48 +24,19 @@ from support.gitrepo import git
 pytestmark = pytest.mark.cli
 
 
-def _mirror(tmp: Path) -> tuple[Path, str, str]:
-    work = ft.write_tree(tmp / "work")
-    git(work, "init", "-q")
-    git(work, "add", "-A")
-    git(work, "commit", "-qm", "pin")
-    first = git(work, "rev-parse", "HEAD")
-    (work / "csrc/include/mha_bwd.h").write_text(ft.HEADER + "// the gfx1250 pin\n")
-    git(work, "commit", "-qam", "gfx1250 pin")
-    second = git(work, "rev-parse", "HEAD")
-    git(tmp, "clone", "-q", "--bare", str(work), "aiter.git")
-    return tmp / "aiter.git", first, second
-
-
-def _manifest(path: Path, commit: str, url: Path) -> Path:
-    ft.manifest(path)
-    path.write_text(
-        path.read_text().replace("[qola]\n", f'[qola]\naiter_commit = "{commit}"\naiter_url = "{url}"\n', 1)
-    )
-    return path
-
-
-def _qola_patched(tree: Path) -> None:
-    """What QoLA's checkout leaves: its patch applied in place (0007's shape)."""
-    src = tree / "csrc/cpp_itfs/mha_bwd.cu"
-    src.write_text(
-        src.read_text().replace("return asm_ret;\n", "return asm_ret;\n    if(a.v3_api_check) return -1;\n", 1)
-    )
-
-
 def test_tes_checkout_flows(tmp_path: Path) -> None:
-    bare, first, second = _mirror(tmp_path)
+    bare, first, second = ft.mirror(tmp_path)
     qola_dir = copy_checkout(tmp_path / "QoLA")
     tree = qola_dir / "build" / "third_party" / "aiter"
-    main = _manifest(tmp_path / "qola_manifest.toml", first, bare)
-    v3 = _manifest(tmp_path / "qola_manifest_gfx1250.toml", second, bare)
+    main = ft.pinned_manifest(tmp_path / "qola_manifest.toml", first, bare)
+    v3 = ft.pinned_manifest(tmp_path / "qola_manifest_gfx1250.toml", second, bare)
 
     def run(*a: str) -> CompletedProcess[str]:  # TE's: PYTHONPATH=<QoLA>, its own working dir
         return qola_cli(*a, cwd=tmp_path, pythonpath=qola_dir)
 
     first_checkout = run("checkout", "--manifest", str(main), "--aiter-root", str(tree))
     assert first_checkout.returncode == 0, first_checkout.stderr
-    _qola_patched(tree)  # the same dir after a build through QoLA
+    ft.qola_patched(tree)  # the same dir after a build through QoLA
     again = run("checkout", "--manifest", str(main), "--aiter-root", str(tree))
     assert again.returncode == 0, again.stderr
     assert "discarded changes qola did not make in its own checkout dir" in again.stderr
@@ -88,7 +59,7 @@ def test_tes_checkout_flows(tmp_path: Path) -> None:
 
     mine = tmp_path / "mine"  # a user's own tree with such changes is theirs: still refused
     git(tmp_path, "clone", "-q", str(bare), str(mine))
-    _qola_patched(mine)
+    ft.qola_patched(mine)
     refused = run("checkout", "--manifest", str(main), "--aiter-root", str(mine))
     assert refused.returncode == 2 and "has changes qola did not make" in refused.stderr
     assert "if(a.v3_api_check) return -1;" in (mine / "csrc/cpp_itfs/mha_bwd.cu").read_text()
@@ -109,13 +80,13 @@ def test_checkout_runs_on_tes_build_requirements(tmp_path: Path) -> None:
     """TE's build requirements hold ninja and pybind11, not pydantic, rich or pyelftools: the checkout
     (which TE's CMake runs first, even when it then takes a prebuilt cache) needs none of them; a
     build says once what it needs, with the lines TE adds to its requirements."""
-    bare, first, _second = _mirror(tmp_path)
+    bare, first, _second = ft.mirror(tmp_path)
     qola_dir = copy_checkout(tmp_path / "QoLA")
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(BLOCKER)
     tree = qola_dir / "build" / "third_party" / "aiter"
-    main = _manifest(tmp_path / "qola_manifest.toml", first, bare)
+    main = ft.pinned_manifest(tmp_path / "qola_manifest.toml", first, bare)
     env = {"PYTHONPATH": f"{qola_dir}:{site}"}
     out = qola_cli(
         "checkout", "--manifest", str(main), "--aiter-root", str(tree), cwd=tmp_path, pythonpath=None, env=env

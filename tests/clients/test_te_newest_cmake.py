@@ -25,30 +25,6 @@ from support.gitrepo import GIT_ENV, git
 pytestmark = pytest.mark.slow
 
 
-def _mirror(tmp: Path) -> tuple[Path, str, str]:
-    work = ft.write_tree(tmp / "work")
-    for arch in ("sm_89",):  # the CK-free tier's arch has its code object too
-        blob = work / "hsa" / arch / "fmha_v3_bwd" / "bwd_dqdkdv.co"
-        blob.parent.mkdir(parents=True)
-        blob.write_bytes(ft.EMBEDDED)
-    git(work, "init", "-q")
-    git(work, "add", "-A")
-    git(work, "commit", "-qm", "pin")
-    first = git(work, "rev-parse", "HEAD")
-    (work / "csrc/include/mha_bwd.h").write_text(ft.HEADER + "// the CK-free tier's pin\n")
-    git(work, "commit", "-qam", "tier pin")
-    second = git(work, "rev-parse", "HEAD")
-    git(tmp, "clone", "-q", "--bare", str(work), "aiter.git")
-    return tmp / "aiter.git", first, second
-
-
-def _manifest(path: Path, commit: str, url: Path, ns: str) -> Path:
-    ft.manifest(path)
-    text = path.read_text().replace('namespace = "te"', f'namespace = "{ns}"')
-    path.write_text(text.replace("[qola]\n", f'[qola]\naiter_commit = "{commit}"\naiter_url = "{url}"\n', 1))
-    return path
-
-
 def _configure(tmp: Path, defs: dict[str, str], env: dict[str, str], name: str) -> subprocess.CompletedProcess[str]:
     proj = tmp / "te"
     proj.mkdir(exist_ok=True)
@@ -61,14 +37,14 @@ def _configure(tmp: Path, defs: dict[str, str], env: dict[str, str], name: str) 
 
 
 def test_tes_newest_cmake_flows(tmp_path: Path) -> None:
-    bare, first, second = _mirror(tmp_path)
+    bare, first, second = ft.mirror(tmp_path, archs=("sm_89",))  # the tier's arch has its code object too
     qola_dir = copy_checkout(tmp_path / "QoLA")
     tree = qola_dir / "build" / "third_party" / "aiter"
     (tmp_path / "ck_jit_build.py").write_text(te_newest.CK_JIT_BUILD)
     defs = {
         "QOLA_DIR": str(qola_dir),
-        "QOLA_MANIFEST": str(_manifest(tmp_path / "qola_manifest.toml", first, bare, "te")),
-        "QOLA_MANIFEST_V3": str(_manifest(tmp_path / "qola_manifest_gfx1250.toml", second, bare, "te_v3")),
+        "QOLA_MANIFEST": str(ft.pinned_manifest(tmp_path / "qola_manifest.toml", first, bare)),
+        "QOLA_MANIFEST_V3": str(ft.pinned_manifest(tmp_path / "qola_manifest_gfx1250.toml", second, bare, "te_v3")),
         "ARCHS": "sm_90;sm_89",
         "V3_ARCH": "sm_89",
         "QOLA_LIB_FILES": "te_libmha_bwd.so",
@@ -83,10 +59,7 @@ def test_tes_newest_cmake_flows(tmp_path: Path) -> None:
     assert (qola_dir / "build_gfx1250" / "lib" / "te_v3_libmha_bwd.so").is_file()
     assert git(tree, "rev-parse", "HEAD") == second  # the tier checked its own pin out, as QoLA's build does
 
-    src = tree / "csrc/cpp_itfs/mha_bwd.cu"  # QoLA's checkout patched the dir since
-    src.write_text(
-        src.read_text().replace("return asm_ret;\n", "return asm_ret;\n    if(a.v3_api_check) return -1;\n", 1)
-    )
+    ft.qola_patched(tree)  # QoLA's checkout patched the dir since
     again = _configure(tmp_path, defs, {"NVTE_CK_JIT": "0"}, "switched")
     out = again.stdout + again.stderr
     assert again.returncode == 0, out[-4000:]

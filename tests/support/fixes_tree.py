@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from support import itfs_fixture as fx
+from support.gitrepo import git
 
 COMMON = r"""#pragma once
 #include <cstdio>
@@ -250,3 +251,38 @@ def fixes_names() -> tuple[str, ...]:
     from qola.plan.fixes import NAMES  # the project's own list: the tree is written to match every one
 
     return NAMES
+
+
+def mirror(tmp: Path, archs: tuple[str, ...] = ()) -> tuple[Path, str, str]:
+    """(a bare git mirror of the tree, commit 1: the main pin, commit 2: another pin, as TE's CK-free
+    tier's manifest may have). ``archs``: code objects for these archs too."""
+    work = write_tree(tmp / "work")
+    for arch in archs:
+        blob = work / "hsa" / arch / "fmha_v3_bwd" / "bwd_dqdkdv.co"
+        blob.parent.mkdir(parents=True)
+        blob.write_bytes(EMBEDDED)
+    git(work, "init", "-q")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "pin")
+    first = git(work, "rev-parse", "HEAD")
+    (work / "csrc/include/mha_bwd.h").write_text(HEADER + "// another pin\n")
+    git(work, "commit", "-qam", "another pin")
+    second = git(work, "rev-parse", "HEAD")
+    git(tmp, "clone", "-q", "--bare", str(work), "aiter.git")
+    return tmp / "aiter.git", first, second
+
+
+def pinned_manifest(path: Path, commit: str, url: Path, ns: str = "te") -> Path:
+    """:func:`manifest` pinning ``commit``, cloned from ``url``, in namespace ``ns``."""
+    manifest(path)
+    text = path.read_text().replace('namespace = "te"', f'namespace = "{ns}"')
+    path.write_text(text.replace("[qola]\n", f'[qola]\naiter_commit = "{commit}"\naiter_url = "{url}"\n', 1))
+    return path
+
+
+def qola_patched(tree: Path) -> None:
+    """What QoLA's checkout leaves in a tree: its patch applied in place (0007's shape)."""
+    src = tree / "csrc/cpp_itfs/mha_bwd.cu"
+    src.write_text(
+        src.read_text().replace("return asm_ret;\n", "return asm_ret;\n    if(a.v3_api_check) return -1;\n", 1)
+    )
