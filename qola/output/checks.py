@@ -62,15 +62,27 @@ def load_manifest(root: Path) -> dict[str, Any]:
         raise QolaError(f"cannot read {path}: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("modules"), list):
         raise QolaError(f"{path}: not a qola manifest (no 'modules' list)")
-    builder = data.get("builder", "qola" if "qola_version" in data else None)
-    if builder != "qola":  # QoLA's output (or another builder's) under the same paths
+    builder = builder_of(data)
+    if builder not in (None, "qola"):  # QoLA's output (or another builder's) under the same paths
         raise QolaError(
-            f"{path}: this output was not built by qola (builder {builder or 'unrecorded'}, no qola_version): "
-            "a key that names neither builder nor fixes (TE's rocm-<ver>_aiter-<sha>) lets one builder's "
-            "output stand in for the other's",
+            f"{path}: this output was built by {builder}, not by qola: a cache key that names neither builder "
+            "nor fixes (TE's rocm-<ver>_aiter-<sha>) lets one builder's output stand in for the other's",
             hint="rebuild it with qola build (or give the cache a key of its own per builder)",
         )
     return data
+
+
+def builder_of(data: Mapping[str, Any]) -> str | None:
+    """Who wrote a manifest.json, from what it holds: its ``builder`` (qola's since it records one),
+    qola for a ``qola_version``, QoLA for QoLA's record (``generated_at`` and ``summary``, per module
+    ``success`` / ``so_path`` and no ``status``); None: not known (audited as qola's)."""
+    if "builder" in data:
+        return str(data["builder"])
+    if "qola_version" in data:
+        return "qola"
+    mods = data.get("modules")
+    qolas = isinstance(mods, list) and all(isinstance(m, dict) and "status" not in m and "success" in m for m in mods)
+    return "QoLA" if qolas and "generated_at" in data and "summary" in data else None
 
 
 def resolve_root(out: Path) -> tuple[Path, list[str], list[str]]:

@@ -114,18 +114,32 @@ def test_the_output_records_its_builder_and_fixes(built: Built) -> None:
 
 
 def test_audit_names_an_output_another_builder_wrote(built: Built, tmp_path: Path) -> None:
-    """TE's cache key names no builder: an output QoLA wrote (its manifest.json holds no qola record)
+    """TE's cache key names no builder: an output QoLA wrote (its manifest.json is QoLA's record)
     in the place of qola's is named by the audit, not passed."""
     import shutil
 
     other = tmp_path / "qola-built-then-replaced"
     shutil.copytree(built.tmp / "fixed", other, symlinks=True)
-    data = json.loads((other / "manifest.json").read_text())
-    for key in ("builder", "qola_version"):
-        data.pop(key)
-    (other / "manifest.json").write_text(json.dumps(data))
+    ours = json.loads((other / "manifest.json").read_text())
+    qolas = {  # QoLA's record (qola/build_tools/builder.py at bbcf79e): what its build writes there
+        "generated_at": ours["generated_at"],
+        "aiter_root": ours["aiter_root"],
+        "manifest_src": ours["manifest_src"],
+        "gpu_archs": ours["gpu_archs"],
+        "modules": [
+            {
+                "md_name": "te_libmha_bwd",
+                "success": True,
+                "error": None,
+                "so_path": "lib/te_libmha_bwd.so",
+                "duration_s": 1,
+            }
+        ],
+        "summary": {"total": 1, "success": 1, "failed": 0},
+    }
+    (other / "manifest.json").write_text(json.dumps(qolas))
     audit = run_qola("audit", str(other))
-    assert audit.returncode == 2 and "not built by qola" in audit.stderr, audit.stdout + audit.stderr
+    assert audit.returncode == 2 and "built by QoLA, not by qola" in audit.stderr, audit.stdout + audit.stderr
 
 
 def test_a_rebuild_follows_the_trees_file_and_keeps_the_fix(tmp_path: Path) -> None:
