@@ -111,6 +111,8 @@ def test_the_output_records_its_builder_and_fixes(built: Built) -> None:
     assert upstream["fixes"] == [] and fixed["build_key"] != upstream["build_key"]
     audit = run_qola("audit", str(built.tmp / "fixed"))
     assert audit.returncode == 0, audit.stdout + audit.stderr
+    again = run_qola("audit", "--reproduce", str(built.tmp / "fixed"))  # elsewhere: the staged copies too
+    assert again.returncode == 0 and "1 library byte-identical" in again.stdout + again.stderr, again.stderr
 
 
 def test_audit_names_an_output_another_builder_wrote(built: Built, tmp_path: Path) -> None:
