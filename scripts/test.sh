@@ -25,8 +25,8 @@ python3 -m pytest -m "not gpu and not rocm" -n "${QOLA_TEST_WORKERS:-auto}" --di
 # the CLI's fast tests under 3.10, 3.12, 3.13 (the main run is 3.11); venvs cached in ~/.cache/qola-test
 pythons=0
 bash scripts/pythons.sh "$@" || pythons=$?
-# the `rocm` tests, `ck` ones included (real CK fMHA kernels compiled for gfx942 and gfx950: 32 min on
-# a 2-core box, docs/benchmarks.md)
+# the `rocm` tests, `ck` ones included (real CK fMHA kernels compiled for gfx942 and gfx950: 22 min on
+# a 2-core box on 2026-12-01, docs/benchmarks.md)
 rocm=0
 bash scripts/rocm7.sh run python -m pytest -m rocm --durations=20 "$@" || rocm=$?
 if [ "$host" -ne 0 ] || [ "$rocm" -ne 0 ] || [ "$pythons" -ne 0 ]; then
