@@ -32,6 +32,7 @@ from qola.plan import fixes as fixes_mod
 from qola.plan.model import ModulePlan, Plan
 
 MAX_STAGED = 64 << 20  # one file of a staged directory
+MAX_STAGED_TOTAL = 512 << 20  # every file copied (AITER's csrc/include and csrc/cpp_itfs: about 1 MiB)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ def _entries(
 ) -> tuple[dict[str, bytes], dict[str, str]]:
     files: dict[str, bytes] = {}
     links: dict[str, str] = {}
+    total = 0
     for rel in sorted(staged | above):
         src = meta / rel if rel else meta
         with os.scandir(src) as it:
@@ -76,6 +78,13 @@ def _entries(
                     if sub in fixed
                     else inputs.read_checked(e.path, limit=MAX_STAGED, what="tree file", follow=False)
                 )
+                total += len(files[sub])
+                if total > MAX_STAGED_TOTAL:
+                    raise QolaError(
+                        f"the tree's {src} and the other dirs qola's fixes stage hold more than "
+                        f"{MAX_STAGED_TOTAL >> 20} MiB of files",
+                        hint='build with [qola] fixes = "none", or move what does not belong there',
+                    )
             else:
                 links[sub] = os.path.abspath(e.path)
     return files, links

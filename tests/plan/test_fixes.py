@@ -130,3 +130,24 @@ def test_a_changed_target_fails_its_module_naming_the_fix(tmp_path: Path) -> Non
     assert "fix bwd-probe-no-fallback" in proc.stdout + proc.stderr
     assert not (out / "lib" / "te_libmha_bwd.so").exists()
     assert not list((tmp_path / "out.build").rglob("*.o"))  # failed before anything compiled
+
+
+def test_the_overlay_is_bounded_and_names_what_it_stages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The staged dirs are copied whole: a tree that fills them past the bound is refused with a
+    message (never a build that eats the memory), and what is staged is the fixed dirs' files."""
+    from qola.compile import overlay
+    from qola.plan.model import Plan
+
+    tree = _tree(tmp_path)
+    plan = Plan.from_json(_plan(tmp_path, tree, None))
+    staged = overlay.staged(plan, tmp_path / "fixed")
+    assert set(staged.files) == {
+        "csrc/cpp_itfs/mha_bwd.cu",
+        "csrc/include/aiter_hip_common.h",
+        "csrc/include/mha_bwd.h",
+    }
+    assert staged.links["csrc/include/ck_lite"] == str(tree / "csrc" / "include" / "ck_lite")
+    assert "aiter" in staged.links and ".git" not in staged.links
+    monkeypatch.setattr(overlay, "MAX_STAGED_TOTAL", 100)
+    with pytest.raises(QolaError, match="more than 0 MiB of files"):
+        overlay.staged(plan, tmp_path / "fixed")
