@@ -21,7 +21,7 @@ from support import fixes_tree as ft
 from support.cli import copy_checkout, qola_cli
 from support.gitrepo import git
 
-pytestmark = pytest.mark.cli
+pytestmark = pytest.mark.slow  # builds the fixture tree (nvcc)
 
 
 def test_tes_checkout_flows(tmp_path: Path) -> None:
