@@ -327,14 +327,19 @@ def _discarded_note(req: Request, root: Path, shown: str, kept: Sequence[str]) -
     )
 
 
-STASH_ID = {"GIT_AUTHOR_NAME": "qola", "GIT_AUTHOR_EMAIL": "qola@localhost"}  # where git has no identity
+STASH_ID = {  # who the stashes are by where git has no identity of its own (the environment's wins)
+    "GIT_AUTHOR_NAME": "qola",
+    "GIT_AUTHOR_EMAIL": "qola@localhost",
+    "GIT_COMMITTER_NAME": "qola",
+    "GIT_COMMITTER_EMAIL": "qola@localhost",
+}
 
 
 def _keep_discarded(root: Path, before: Snapshot, env: Mapping[str, str]) -> list[str]:
     """The tracked changes about to be discarded, kept as a stash of the tree and of each submodule
     (``git stash create`` then ``store``: the working tree untouched, nothing lost); their names. A
     change that cannot be kept is not discarded: the checkout stops, naming it."""
-    ident = {**STASH_ID, "GIT_COMMITTER_NAME": "qola", "GIT_COMMITTER_EMAIL": "qola@localhost", **env}
+    ident = {**STASH_ID, **env}
     kept = []
     for where in ["", *before.submodules]:
         base = root / where if where else root

@@ -62,8 +62,13 @@ def run(args: argparse.Namespace) -> int:
     values = settings.resolve_all(given_of(args), tables, env, base)  # every setting, once
     names = values[settings.GROUPS] if values.by_flag(settings.GROUPS) else ()  # the flag's alone
     if names:
-        if manifest is None:
+        if args.manifest is None:
             raise QolaError("--group needs --manifest (the groups are the manifest's)")
+        if manifest is None:
+            raise QolaError(
+                "--group reads the manifest's modules through its schema, which needs pydantic",
+                hint=f"{sys.executable} -m pip install 'pydantic>=2.5', or leave out --group (the checkout is the same)",
+            )
         from qola.plan import groups  # lazy: the schema's (pydantic)
 
         for group, mods in groups.check(manifest, names, "--group").items():

@@ -123,7 +123,7 @@ def origins(plan: Plan) -> list[str]:
     """The tree's files the overlay of ``plan`` copies (every regular file of a staged dir): ninja
     tracks the copies, so a record of what a build read (the no-op path's) must name these."""
     meta = Path(os.path.normpath(plan.meta_dir))
-    dirs = {os.path.dirname(u.file) for u in plan.fixes if u.status == fixes_mod.APPLIED}
+    dirs, _above = _dirs({u.file for u in plan.fixes if u.status == fixes_mod.APPLIED})
     out = []
     for d in sorted(dirs):
         with contextlib.suppress(OSError), os.scandir(meta / d) as it:
