@@ -22,9 +22,10 @@ import dataclasses
 import os
 import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from qola.compile.includes import HeaderScanner
 from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import inside, remove, replace_symlink, write_if_changed
@@ -36,16 +37,48 @@ MAX_STAGED_TOTAL = 512 << 20  # every file copied (AITER's csrc/include and csrc
 
 
 @dataclass(frozen=True)
+class Readers:
+    """Which compile units of the modules the overlay moved read a fixed file (:meth:`reads`): only
+    those compile the overlay's copies; every other unit keeps the tree's paths (:meth:`in_tree`,
+    :attr:`tree`), so a line a wrapper records and replays later, with the build dir gone (ck-jit's
+    kernels), names no path of the build dir but its source and output."""
+
+    tree: Mapping[str, ModulePlan]  # each moved module as the tree has it (before the move)
+    fixed: frozenset[Path]  # the fixed files in the overlay (normalised absolute paths)
+    meta: str
+    root: str
+    _scanners: dict[tuple[str, ...], HeaderScanner] = field(default_factory=dict, compare=False, repr=False)
+
+    def reads(self, source: str, include_dirs: tuple[str, ...], forced: tuple[str, ...] = ()) -> bool:
+        """Whether the unit ``source``, compiled with ``include_dirs`` (the moved ones, in order) and
+        ``-include`` ``forced``, can read a fixed file (:meth:`qola.compile.includes.HeaderScanner.reaches`:
+        a ``False`` is a fact, a ``True`` may be a guess on the safe side)."""
+        if include_dirs not in self._scanners:  # one per include path: a module's units share it
+            self._scanners[include_dirs] = HeaderScanner([Path(d) for d in include_dirs])
+        scanner = self._scanners[include_dirs]
+        return any(scanner.reaches(Path(f), self.fixed) for f in (*forced, source))
+
+    def in_tree(self, path: str) -> str:
+        """``path`` of the overlay as the tree's (a path elsewhere as it is)."""
+        norm = os.path.normpath(path)
+        if norm != self.root and not norm.startswith(self.root + os.sep):
+            return path
+        return os.path.join(self.meta, os.path.relpath(norm, self.root)) if norm != self.root else self.meta
+
+
+@dataclass(frozen=True)
 class Overlay:
     """What :func:`staged` decided: the plan the stages after it get, the overlay's entries
-    (relative path -> bytes of a file, or the tree path a link points at), and the modules that
-    fail (a fix whose code was found changed, or a fixed file that changed since it was planned)."""
+    (relative path -> bytes of a file, or the tree path a link points at), the modules that
+    fail (a fix whose code was found changed, or a fixed file that changed since it was planned),
+    and which units of the moved modules read a fixed file (:class:`Readers`; None: no fix applied)."""
 
     plan: Plan
     files: Mapping[str, bytes]
     links: Mapping[str, str]
     dirs: tuple[str, ...]
     failed: Mapping[str, str]
+    readers: Readers | None = None
 
 
 def _dirs(files: set[str]) -> tuple[set[str], set[str]]:
@@ -166,7 +199,14 @@ def staged(plan: Plan, root: Path) -> Overlay:
         return _moved(p, str(meta), root, staged_dirs)
 
     mods = tuple(_module(m, move) if m.name in readers else m for m in plan.modules)
-    return Overlay(dataclasses.replace(plan, modules=mods), files, links, tuple(sorted(staged_dirs | above)), failed)
+    units = Readers(
+        {m.name: m for m in plan.modules if m.name in readers},
+        frozenset(Path(os.path.normpath(root / f)) for f in fixed),
+        str(meta),
+        os.path.normpath(str(root)),
+    )
+    dirs = tuple(sorted(staged_dirs | above))
+    return Overlay(dataclasses.replace(plan, modules=mods), files, links, dirs, failed, units)
 
 
 def _entry(root: Path, rel: str) -> Path:

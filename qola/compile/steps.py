@@ -16,10 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from qola.compile import devicecode, hostonly, ninja
+from qola.compile import devicecode, hostonly, includes, ninja
 from qola.compile.devicecode import Writer
 from qola.compile.extras import ModuleExtra
 from qola.compile.layout import BuildLayout, object_path
+from qola.compile.overlay import Readers
 from qola.compile.pathmap import PathMap, unit_id
 from qola.compile.pyext import pybind11_flags, torch_flags
 from qola.compile.results import (
@@ -112,6 +113,7 @@ class Stage:
     plan: Plan
     tc: Toolchain
     layout: BuildLayout
+    readers: Readers | None = None  # which units of the modules qola's fixes moved read a fixed file
 
 
 @dataclass(frozen=True)
@@ -293,6 +295,10 @@ def graph_for(
         more = extras.get(mod.name) or ModuleExtra()
         var = f"flags_{mod.name}"
         variables[var] = ninja.escape_flags(_module_var(mod, stage, more) + tc.prefix_map_flags(paths.compiler_maps))
+        tree = stage.readers.tree.get(mod.name) if stage.readers else None
+        if tree is not None:  # the units that read no fixed file compile the tree's own paths
+            tree_flags = _module_var(tree, stage, more) + tc.prefix_map_flags(paths.compiler_maps)
+            variables[var + "_tree"] = ninja.escape_flags(tree_flags)
         target = _target(mod, stage, srcs[mod.name], more, var=var, paths=paths)
         checks = [hostonly.edge(mod.name, c.src, c.obj) for c in target.compiles if HOST_ONLY in c.archs]
         edges += (*more.edges, *checks)  # each host-only object proven before the link (qola.compile.hostonly)
@@ -365,20 +371,16 @@ def _target(
 ) -> ninja.Target:
     """``mod``'s compile edges (each with its own flags and device passes) and its link."""
     tc = stage.tc
-    compiles = tuple(
-        ninja.Compile(
-            s,
-            object_path(mod.name, s),
-            var,
-            tuple(_split(mod.flags_for(s)) + list(more.flags_for(s)) + unit_flags(tc, paths, mod.name, s)),
-            passes,
-        )
-        for s, passes in _device_passes(tc, src, more).items()
-    )
+    where = _unit_paths(mod, stage, more)
+    compiles = []
+    for s, passes in _device_passes(tc, src, more).items():
+        u, m = where(s)
+        flags = tuple(_split(m.flags_for(u)) + list(more.flags_for(s)) + unit_flags(tc, paths, mod.name, u))
+        compiles.append(ninja.Compile(u, object_path(mod.name, u), var if m is mod else var + "_tree", flags, passes))
     return ninja.Target(
         module=mod.name,
         artifact=stage.layout.artifact_rel(mod.artifact_name),
-        compiles=compiles,
+        compiles=tuple(compiles),
         rule=more.rule or "link",
         ldflags=tuple(module_ldflags(mod, tc)) + more.ldflags,
         extra_inputs=more.extra_inputs,
@@ -386,6 +388,23 @@ def _target(
         variables=more.variables,
         entry_reads=more.entry_reads,
     )
+
+
+def _unit_paths(mod: ModulePlan, stage: Stage, more: ModuleExtra) -> Callable[[str], tuple[str, ModulePlan]]:
+    """Where each unit of ``mod`` compiles from: (its source, the module whose paths its line names).
+    A module qola's fixes moved (:class:`qola.compile.overlay.Readers`) compiles the overlay's copies
+    only in the units that can read a fixed file; the others name the tree's paths, as without fixes."""
+    readers = stage.readers
+    tree = readers.tree.get(mod.name) if readers else None
+    if readers is None or tree is None:
+        return lambda s: (s, mod)
+    shared = _module_var(mod, stage, more)
+
+    def where(s: str) -> tuple[str, ModulePlan]:
+        dirs, forced = includes.search_path([*shared, *_split(mod.flags_for(s)), *more.flags_for(s)])
+        return (s, mod) if readers.reads(s, dirs, forced) else (readers.in_tree(s), tree)
+
+    return where
 
 
 def _priorities(plan: Plan, targets: list[ninja.Target], build_dir: Path) -> dict[str, float]:

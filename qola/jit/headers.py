@@ -21,16 +21,13 @@ import errno
 import gzip
 import io
 import os
-import re
 import shutil
 import stat
 import tarfile
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_write
 from qola.jit import format as fmt
@@ -38,53 +35,7 @@ from qola.jit import safeio
 from qola.jit.format import COMPLETE, HEADERS_TOKEN, MAX_TREE_DEPTH, MAX_TREE_ENTRIES
 from qola.jit.key import digest_of_hashes
 
-_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 SRCDIR = "srcdir"
-
-
-@dataclass
-class HeaderScanner:
-    """Resolves includes against ordered include dirs; memoises per header."""
-
-    include_dirs: Sequence[Path]
-    _deps: dict[Path, tuple[Path, ...]] = field(default_factory=dict)
-    _data: dict[Path, bytes] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.include_dirs = [Path(os.path.abspath(d)) for d in self.include_dirs]
-
-    def read(self, path: Path) -> bytes:
-        if path not in self._data:
-            self._data[path] = inputs.read_checked(path, limit=inputs.MAX_SOURCE, what="header")
-        return self._data[path]
-
-    def _resolve(self, includer: Path, quote: bool, name: str) -> Path | None:
-        cands = ([includer.parent / name] if quote else []) + [d / name for d in self.include_dirs]
-        for c in cands:
-            if c.is_file():
-                return Path(os.path.normpath(c))
-        return None
-
-    def _direct(self, path: Path) -> tuple[Path, ...]:
-        if path not in self._deps:
-            found = []
-            for kind, name in _INCLUDE.findall(self.read(path)):
-                dep = self._resolve(path, kind == b'"', name.decode(errors="replace").strip())
-                if dep is not None:
-                    found.append(dep)
-            self._deps[path] = tuple(found)
-        return self._deps[path]
-
-    def closure(self, source: Path) -> list[Path]:
-        """Every header reachable from ``source`` through the include dirs (sorted)."""
-        seen: set[Path] = set()
-        todo = list(self._direct(Path(os.path.abspath(source))))
-        while todo:
-            h = todo.pop()
-            if h not in seen:
-                seen.add(h)
-                todo.extend(self._direct(h))
-        return sorted(seen)
 
 
 def bundle_path(header: Path, include_dirs: Sequence[Path], source_dir: Path) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from qola.compile.includes import HeaderScanner
 from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import replace_tree, write_if_changed
@@ -184,7 +185,7 @@ def _closures(
     units: Sequence[tuple[str, Path]], include_dirs: list[Path]
 ) -> tuple[dict[str, bytes], dict[str, dict[str, bytes]], bool]:
     """(every unit's headers, each unit's headers, whether any lies in a unit's own dir)."""
-    scanner = hdr.HeaderScanner(include_dirs)
+    scanner = HeaderScanner(include_dirs)
     bundle: dict[str, bytes] = {}
     unit_headers: dict[str, dict[str, bytes]] = {}
     with_srcdir = False

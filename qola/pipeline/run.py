@@ -366,7 +366,7 @@ def _compiled(ready: Ready, ex: Executor, ui: Reporter) -> Built:
     tenv, child = _views(s)
     fixed = overlay.staged(ready.plan, layout.fixed)  # qola's fixes: the compiles read the staged copies
     plan_ = fixed.plan
-    stage = stages.Stage(plan_, tc, layout)
+    stage = stages.Stage(plan_, tc, layout, fixed.readers)
     with ui.running(s.dry_run):
         start = time.perf_counter()
         layout.root.mkdir(parents=True, exist_ok=True)

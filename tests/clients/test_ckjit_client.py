@@ -21,6 +21,7 @@ from pathlib import Path
 from subprocess import CompletedProcess
 
 import pytest
+from support import fixes_tree
 from support import itfs_fixture as fx
 from support.ckjit_fake import fake_rocm, records
 from support.ckjit_replay import archs_named, defined_functions, install, replay_all
@@ -207,3 +208,56 @@ def test_a_rebuild_hands_every_stub_to_ck_jit_again(tmp_path: Path) -> None:
     ]
     assert [c for c in records(tmp2, "calls.ndjson") if c["kind"] == "post_build" and "objects" in c]
     assert (out / "lib" / "te_libmha_fwd.so").read_bytes() == before  # the same library, linked anew
+
+
+def test_on_a_fixed_tree_the_recorded_kernels_name_the_tree_and_replay_with_the_build_dir_gone(tmp_path: Path) -> None:
+    """qola's fixes (qola/plan/fixes.py) stage each tree dir that holds a fixed file in the build dir
+    (``fixed/``). Only a unit that can read a fixed file compiles from there (here the wrapper, which
+    includes the fixed ``aiter_hip_common.h``); every other unit names the tree's paths, as without
+    fixes: the kernels ck-jit records (its install copies the tree's include dirs their lines name,
+    never a build dir's) replay later with qola's build dir gone. When every unit of a module that
+    reads a fixed file took the staged ``-I``, both kernels' lines named ``<out>.build/fixed/csrc/include``,
+    ck-jit's install copied no include dir and every replay failed: 'fmha_fwd_instance.hpp' file not found."""
+    tree = fx.write_tree(tmp_path / "aiter", "new")
+    (tree / "csrc" / "cpp_itfs" / "gen_fwd.py").write_text("HINTS = 1\n" + GENERATOR)
+    (tree / "csrc" / "include" / "fmha_fwd_instance.hpp").write_text(INSTANCE_HEADER)
+    (tree / "csrc" / "include" / "aiter_hip_common.h").write_text(fixes_tree.COMMON)  # the pin's loader shape
+    wrapper = tree / "csrc" / "cpp_itfs" / "mha_fwd.cu"
+    wrapper.write_text('#include "aiter_hip_common.h"\n' + wrapper.read_text())
+    (tmp_path / "qola_manifest.toml").write_text(MANIFEST)
+    plain_checkout(tmp_path)
+    proc, out, _, tmp = _run_under_ckjit(tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    fixes = json.loads((out / "manifest.json").read_text())["fixes"]
+    assert [(f["name"], f["status"], f["modules"]) for f in fixes if f["status"] != "absent"] == [
+        ("asm-embedded-first", "applied", ["libmha_fwd"])
+    ]
+    build = Path(str(out) + ".build")
+    units = json.loads(
+        subprocess.run(["ninja", "-C", str(build), "-t", "compdb", "cc"], capture_output=True, text=True).stdout
+    )
+    lines = {os.path.basename(u["file"]): u["command"] for u in units}
+    staged = f"-I{build / 'fixed' / 'csrc' / 'include'}"
+    assert staged in lines["mha_fwd.cu"].split(), lines["mha_fwd.cu"]  # the wrapper reads the fixed header
+    assert [n for n, line in lines.items() if staged in line.split()] == ["mha_fwd.cu"], lines
+    fixed = (build / "fixed" / "csrc" / "include" / "aiter_hip_common.h").read_text()
+    assert (
+        "qola_asm_dir_first" in fixed
+        and "qola_asm_dir_first" not in (tree / "csrc/include/aiter_hip_common.h").read_text()
+    )
+    blobs = [e for e in records(tmp, "manifest.json.ndjson") if e["kind"] == "blob"]
+    assert len(blobs) == 2
+    for e in blobs:
+        assert not [a for a in e["argv"] if str(build / "fixed") in a], e["argv"]
+        assert "-Icsrc/include" in e["argv"], e["argv"]  # the tree's dir, relative: ck-jit's install copies it
+    kernels = install(tmp / "manifest.json.ndjson", tree, tmp_path / "install" / "ck_jit")
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    for p in (out, build, tree):
+        p.rename(gone / p.name)
+    hipcc = os.path.realpath(shutil.which("hipcc") or "/usr/bin/hipcc")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CK_JIT", "ROCM_"))} | {"HIP_PLATFORM": "amd"}
+    done = replay_all(kernels, tmp_path / "install" / "ck_jit", tmp_path / "replay", hipcc, env)
+    for k in kernels:
+        for how in ("runtime", "prebuild"):
+            assert isinstance(done[k.name][how], Path), f"{k.name} ({how}) did not compile:\n{done[k.name][how]}"
