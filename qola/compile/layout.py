@@ -28,10 +28,10 @@ input (module keys, ``md_name``) go through :func:`qola.core.fsutil.inside`. Sta
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from qola.compile.pathmap import PathMap
 from qola.core import lock
 from qola.core.fsutil import inside
 from qola.toolchain import identity
@@ -56,10 +56,12 @@ def gen_module_dir(gen_root: Path, module: str) -> Path:
     return inside(gen_root, module)
 
 
-def object_path(module: str, src: str) -> str:
+def object_path(module: str, src: str, paths: PathMap) -> str:
     """``obj/<module>/<stem>-<hash of the full path>.o`` (relative to the build dir, as ninja names
-    it): equal basenames never collide."""
-    digest = hashlib.sha1(os.path.abspath(src).encode()).hexdigest()[:10]
+    it): equal basenames never collide. The path is hashed with the tree's and the build dir's roots
+    named (:meth:`PathMap.name`), so the same unit has the same object name wherever they lie (a
+    compile cache keys the line that names it)."""
+    digest = hashlib.sha1(paths.name(src).encode()).hexdigest()[:10]
     return f"{OBJ}/{module}/{Path(src).stem}-{digest}.o"
 
 

@@ -376,7 +376,9 @@ def _target(
     for s, passes in _device_passes(tc, src, more).items():
         u, m = where(s)
         flags = tuple(_split(m.flags_for(u)) + list(more.flags_for(s)) + unit_flags(tc, paths, mod.name, u))
-        compiles.append(ninja.Compile(u, object_path(mod.name, u), var if m is mod else var + "_tree", flags, passes))
+        compiles.append(
+            ninja.Compile(u, object_path(mod.name, u, paths), var if m is mod else var + "_tree", flags, passes)
+        )
     return ninja.Target(
         module=mod.name,
         artifact=stage.layout.artifact_rel(mod.artifact_name),

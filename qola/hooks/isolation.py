@@ -22,6 +22,7 @@ from qola.compile.extras import FileWrite, ModuleExtra
 from qola.compile.feature import ExtraContext, Feature, ModuleHook, PublishContext, PublishItems
 from qola.compile.layout import BuildLayout, object_path
 from qola.compile.link import Archiving, archive_steps, library_ldflags, python_module_ldflags, version_script
+from qola.compile.pathmap import PathMap
 from qola.compile.results import CompileReport, ModuleResult, Status
 from qola.compile.unresolved import unresolved
 from qola.core import inputs
@@ -88,7 +89,8 @@ def extra(
     own = _embedded(mod, plan, layout).then(_api(mod, plan, layout))
     if mod.link == "static" and not mod.is_python_module:
         compiled = (*inner.sources(sources), *own.add_sources)
-        objs = [layout.root / o for o in _objects(mod, compiled, (*own.extra_inputs, *inner.extra_inputs))]
+        paths = PathMap.of(plan.tree_root, layout.root)
+        objs = [layout.root / o for o in _objects(mod, compiled, (*own.extra_inputs, *inner.extra_inputs), paths)]
         return own.then(_archive(mod, objs, layout, plan.namespace, localize_hidden=inner.localize_hidden, how=how))
     isolate = how.isolate
     if isolate and isolated(mod):
@@ -205,9 +207,9 @@ def _embed(
     return warnings, files, texts, sources.inputs
 
 
-def _objects(mod: ModulePlan, compiled: Sequence[str], inputs: Sequence[str]) -> list[str]:
+def _objects(mod: ModulePlan, compiled: Sequence[str], inputs: Sequence[str], paths: PathMap) -> list[str]:
     """Every object of the module's link: its compiled sources' and the extra inputs."""
-    objs = [object_path(mod.name, s) for s in compiled]
+    objs = [object_path(mod.name, s, paths) for s in compiled]
     return objs + [o for o in dict.fromkeys(inputs) if o not in objs]
 
 

@@ -37,6 +37,7 @@ from qola.compile import ninja
 from qola.compile.extras import FileWrite, ModuleExtra, TreeWrite
 from qola.compile.feature import ExtraContext, Feature, ModuleHook, PublishContext, PublishItems, Record
 from qola.compile.layout import BuildLayout, object_path
+from qola.compile.pathmap import PathMap
 from qola.compile.results import Status
 from qola.compile.steps import Stage, module_flags
 from qola.core import inputs
@@ -223,7 +224,7 @@ def extra(
         ahead=jlayout.Ahead([(Path(f).stem, Path(f)) for f in recorded], layout.jit_ahead(mod.md_name)),
     )
     out = files.output
-    edges = _runtime_edges(mod.name, out, layout.include)
+    edges = _runtime_edges(mod.name, out, layout.include, PathMap.of(stage.plan.tree_root, layout.root))
     record = None
     if deferred:
         deferred_names = tuple(sorted(Path(f).stem for f in deferred))
@@ -293,12 +294,14 @@ def _spec(
     )
 
 
-def _runtime_edges(module: str, out: jlayout.JitModuleOutput, include_dir: Path) -> tuple[ninja.Edge, ...]:
+def _runtime_edges(
+    module: str, out: jlayout.JitModuleOutput, include_dir: Path, paths: PathMap
+) -> tuple[ninja.Edge, ...]:
     """The host C++ edges of the JIT's table and runtime (linked into the module)."""
     incs = [f"-I{include_dir}", f"-I{out.include_dir}"]  # qola_config.h + qola_common.h, qola_jit.h
     bound = (("module", module), ("flags", ninja.escape_flags(incs)))
     return tuple(
-        ninja.Edge("jit_cxx", object_path(module, str(src)), (str(src),), bound)
+        ninja.Edge("jit_cxx", object_path(module, str(src), paths), (str(src),), bound)
         for src in (out.table_source, *out.runtime_sources)
     )
 

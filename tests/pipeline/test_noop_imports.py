@@ -32,6 +32,7 @@ NOOP_QOLA_MODULES = frozenset(
         "qola.compile.dist",
         "qola.compile.layout",
         "qola.compile.ninja",
+        "qola.compile.pathmap",  # object names: the unit's path with its roots named (stdlib only)
         "qola.compile.rebuild",
         "qola.compile.results",  # the result types the incremental recipe reads (issue 36 item 2)
         "qola.core",

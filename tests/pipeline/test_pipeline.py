@@ -18,6 +18,7 @@ from support.jit_manifests import AOT_TWO, TWO
 
 from qola.compile import extras
 from qola.compile.layout import BuildLayout, object_path
+from qola.compile.pathmap import PathMap
 from qola.compile.steps import Stage
 from qola.core.errors import QolaError
 from qola.hooks import isolation
@@ -187,7 +188,13 @@ def test_layout_spells_every_build_path(tmp_path: Path) -> None:
     b = tmp_path / "b"
     assert lay.graph == b / "build.ninja" and lay.blob("m") == b / "gen" / "m" / "blob"
     assert lay.include == b / "include" and lay.embed_dir("m") == b / "embed" / "m"
-    assert lay.embed_object("m") == "obj/m/qola_embedded_m.o" and object_path("m", "/x/a.cu").startswith("obj/m/a-")
+    assert lay.embed_object("m") == "obj/m/qola_embedded_m.o" and object_path(
+        "m", "/x/a.cu", PathMap.of("/x", b)
+    ).startswith("obj/m/a-")
+    # the same unit, the same object name, wherever the tree and the build dir lie
+    here, there = PathMap.of("/x", b), PathMap.of("/elsewhere/x", tmp_path / "b2")
+    assert object_path("m", "/x/a.cu", here) == object_path("m", "/elsewhere/x/a.cu", there)
+    assert object_path("m", "/x/a.cu", here) != object_path("m", "/x/sub/a.cu", here)
     assert lay.probes == b / "probes" and lay.tools_bin == b / "tools" / "bin"
     assert lay.jit_tree("qk_m") == b / "jit-out" / "qk_m" and lay.jit_stubs("qk_m") == b / "jit" / "qk_m"
     assert lay.artifact("qk_m.so") == b / "lib" / "qk_m.so" and lay.artifact_rel("qk_m.so") == "lib/qk_m.so"
@@ -213,7 +220,8 @@ def test_hooks_compute_and_write_nothing(tmp_path: Path) -> None:
     assert "--localize-hidden" in cmd and str(lay.archive_work("m")) in cmd
     rsp = next(w for w in more.writes if w.path.suffix == ".rsp")
     objs = rsp.text.split()
-    assert objs == [str(lay.root / object_path("m", s)) for s in ("/s/a.cu", "/s/stub.cu")] + [
+    paths = PathMap.of(plan.tree_root, lay.root)
+    assert objs == [str(lay.root / object_path("m", s, paths)) for s in ("/s/a.cu", "/s/stub.cu")] + [
         str(lay.root / lay.embed_object("m")),
         str(lay.root / "obj/m/jit.o"),
     ]
