@@ -38,7 +38,7 @@ from typing import Any
 
 from qola.core import fsutil, inputs, proc
 from qola.core.errors import QolaError
-from qola.toolchain.portable import depfile_of
+from qola.toolchain.portable import depfile_named, option, split_depfile
 
 STAGE = "@S@"
 DEP_ROOT = "/qola-remote"
@@ -67,51 +67,6 @@ class Infra(Exception):
 
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def _split_depfile(text: str) -> list[str]:
-    """The prerequisites of a Makefile depfile (backslash-newlines joined, escaped spaces kept)."""
-    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
-    out: list[str] = []
-    for line in text.splitlines():
-        _, sep, rest = line.partition(": ")
-        if not sep:
-            continue
-        tok, i = "", 0
-        while i < len(rest):
-            c = rest[i]
-            if c == "\\" and i + 1 < len(rest) and rest[i + 1] == " ":
-                tok += " "
-                i += 2
-                continue
-            if c.isspace():
-                if tok:
-                    out.append(tok)
-                tok = ""
-            else:
-                tok += c
-            i += 1
-        if tok:
-            out.append(tok)
-    return out
-
-
-def _option(argv: Sequence[str], name: str) -> str | None:
-    for i, a in enumerate(argv[:-1]):
-        if a == name:
-            return argv[i + 1]
-    return None
-
-
-def _depfile(argv: Sequence[str]) -> str | None:
-    """Where compile ``argv`` writes its depfile: ``-MF``'s value, else the one ``-MD``/``-MMD`` names
-    after ``-o`` (qola's lines: :func:`qola.toolchain.portable.depfile_of`); None without either. In
-    the action the object is :data:`OUT_OBJ`, whose derived depfile is :data:`OUT_DEP`."""
-    named = _option(argv, "-MF")
-    if named is not None or not ({"-MD", "-MMD"} & set(argv)):
-        return named
-    obj = _option(argv, "-o")
-    return depfile_of(obj) if obj is not None else None
 
 
 def deps_argv(argv: Sequence[str], depfile: str) -> list[str]:
@@ -207,7 +162,7 @@ def action(
     roots = {"t": cfg["tree"], "b": build}
     roots.update(extra_roots(argv, cwd, roots, cfg["system"]))
     m = Mapper(roots, cfg["system"])
-    obj, dep = _option(argv, "-o"), _depfile(argv)
+    obj, dep = option(argv, "-o"), depfile_named(argv)
     if obj is None:
         raise Infra("no -o in the compile command")
     deps = _deps(cfg, argv, cwd)
@@ -263,7 +218,7 @@ def _deps(cfg: Mapping[str, Any], argv: Sequence[str], cwd: str) -> list[str]:
             raise _LocalError(f"the dependency scan {proc.why_ended(exc)}\n") from None
         if got.returncode != 0:  # the compile itself is broken: let the compiler say why, locally
             raise _LocalError(got.stderr)
-        return _split_depfile(_read(listing, MAX_META, "the dependency listing").decode("utf-8", "surrogateescape"))
+        return split_depfile(_read(listing, MAX_META, "the dependency listing").decode("utf-8", "surrogateescape"))
 
 
 def _canonical_outputs(argv: Sequence[str]) -> list[str]:
@@ -323,7 +278,7 @@ def _remote(
     t0 = time.monotonic()
     args, command, m = action(cfg, argv, cwd, map_build)
     t1 = time.monotonic()
-    obj, dep = _option(argv, "-o") or "", _depfile(argv)
+    obj, dep = option(argv, "-o") or "", depfile_named(argv)
     with tempfile.TemporaryDirectory(prefix="qola-dl-", dir=os.path.join(build, "remote")) as tmp:
         meta = os.path.join(tmp, "meta.json")
         dl = os.path.join(tmp, "out")
@@ -358,7 +313,7 @@ def _remote(
             src = pairs[1][0]
             raw = _read(src, MAX_DEPFILE, "the action's depfile", follow=False)
             text = m.back(raw.decode("utf-8", "surrogateescape"))
-            text = text.replace(OUT_OBJ + ":", (_option(argv, "-MT") or obj) + ":", 1)
+            text = text.replace(OUT_OBJ + ":", (option(argv, "-MT") or obj) + ":", 1)
             fsutil.atomic_write(pairs[1][1], text.encode("utf-8", "surrogateescape"))  # a new file, never src
             pairs = pairs[:1]
         for src, dst in pairs:
@@ -425,7 +380,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"qola --remote: {argv[0]}: {exc}", file=sys.stderr)
         return 2
     compile_argv, cwd = list(argv[2:]), os.getcwd()
-    obj = _option(compile_argv, "-o") or "?"
+    obj = option(compile_argv, "-o") or "?"
     times: dict[str, Any] = {}
     try:
         code, where = remote(cfg, compile_argv, cwd, times)

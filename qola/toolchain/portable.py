@@ -50,6 +50,51 @@ def depfile_of(obj: str) -> str:
     return (stem if ext else obj) + ".d"
 
 
+def split_depfile(text: str) -> list[str]:
+    """The prerequisites of a Makefile depfile (backslash-newlines joined, escaped spaces kept)."""
+    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
+    out: list[str] = []
+    for line in text.splitlines():
+        _, sep, rest = line.partition(": ")
+        if not sep:
+            continue
+        tok, i = "", 0
+        while i < len(rest):
+            c = rest[i]
+            if c == "\\" and i + 1 < len(rest) and rest[i + 1] == " ":
+                tok += " "
+                i += 2
+                continue
+            if c.isspace():
+                if tok:
+                    out.append(tok)
+                tok = ""
+            else:
+                tok += c
+            i += 1
+        if tok:
+            out.append(tok)
+    return out
+
+
+def option(argv: Sequence[str], name: str) -> str | None:
+    """The value after the first ``name`` in ``argv`` (None: not there)."""
+    for i, a in enumerate(argv[:-1]):
+        if a == name:
+            return argv[i + 1]
+    return None
+
+
+def depfile_named(argv: Sequence[str]) -> str | None:
+    """Where compile ``argv`` writes its depfile: ``-MF``'s value, else the one ``-MD``/``-MMD`` names
+    after ``-o`` (qola's lines: :func:`depfile_of`); None without either."""
+    named = option(argv, "-MF")
+    if named is not None or not ({"-MD", "-MMD"} & set(argv)):
+        return named
+    obj = option(argv, "-o")
+    return depfile_of(obj) if obj is not None else None
+
+
 @dataclass(frozen=True)
 class Violation:
     flag: str  # the flag as written (with its value)

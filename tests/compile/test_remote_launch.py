@@ -14,14 +14,13 @@ from qola.compile.remote_launch import (
     STAGE,
     Mapper,
     _canonical_outputs,
-    _depfile,
-    _split_depfile,
     deps_argv,
     errors,
     extra_roots,
 )
 from qola.core.errors import QolaError
 from qola.store import remote
+from qola.toolchain.portable import depfile_named, split_depfile
 
 ARGV = [
     "/usr/bin/hipcc",
@@ -51,9 +50,10 @@ def test_the_action_spells_roots_by_slot_and_outputs_by_fixed_names() -> None:
     assert f"{STAGE}/t/csrc/a.cu" in spelled
     assert spelled[spelled.index("-o") + 1] == OUT_OBJ and "-MD" in spelled and "-MF" not in spelled
     # qola's line names no depfile (-MD alone): the compiler writes it after -o, here and in the action
-    assert _depfile(ARGV) == "obj/m/a-1.d" and _depfile(_canonical_outputs(ARGV)) == OUT_DEP
+    assert depfile_named(ARGV) == "obj/m/a-1.d" and depfile_named(_canonical_outputs(ARGV)) == OUT_DEP
     assert (
-        _depfile([*ARGV[:-2], "-MF", "x.d", "-o", "o"]) == "x.d" and _depfile(["cc", "-c", "a.c", "-o", "a.o"]) is None
+        depfile_named([*ARGV[:-2], "-MF", "x.d", "-o", "o"]) == "x.d"
+        and depfile_named(["cc", "-c", "a.c", "-o", "a.o"]) is None
     )
     assert not any("/src/tree" in a or "/work/build" in a or "a-1.o" in a for a in spelled)
     # a root's name inside another path is left alone
@@ -67,7 +67,7 @@ def test_dependency_listing_and_depfile_parsing() -> None:
     assert "-c" not in got and "-o" not in got and "-MD" not in got and "obj/m/a-1.o" not in got
     assert got[-3:] == ["-M", "-MF", "/tmp/d"]
     text = "obj/a.o: /src/tree/a.cu \\\n  /src/tree/with\\ space.h /usr/include/x.h\n"
-    assert _split_depfile(text) == ["/src/tree/a.cu", "/src/tree/with space.h", "/usr/include/x.h"]
+    assert split_depfile(text) == ["/src/tree/a.cu", "/src/tree/with space.h", "/usr/include/x.h"]
 
 
 def test_trexe_errors_are_shortened_to_their_messages() -> None:
