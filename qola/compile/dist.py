@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from qola.core import proc
+from qola.core import proc, rules
 from qola.core.errors import QolaError
 from qola.core.proc import ChildEnv
 
@@ -153,8 +153,9 @@ def choose(asked: Asked, *, find_sccache: Callable[[], str], env: Mapping[str, s
 
 
 def jobs_for(local: int, f: Farm | None) -> int:
-    """-j for a farm build: every CPU of the farm busy, never fewer than the local default."""
-    return max(local, f.cpus if f else 0)
+    """-j for a farm build: every CPU of the farm busy, never fewer than the local default, never more
+    than any job count (a scheduler's report is not trusted past :data:`qola.core.rules.MAX_JOBS`)."""
+    return rules.bounded_jobs(max(local, f.cpus if f else 0))
 
 
 def _count(x: object) -> int:

@@ -118,6 +118,12 @@ def arch_list_problem(archs: list[str] | tuple[str, ...]) -> str | None:
 MAX_JOBS = 4096  # more parallel jobs than any build host has cores; ninja's own limit is an int
 
 
+def bounded_jobs(count: int) -> int:
+    """A job count qola computed (from CPUs, memory, a farm's report): 1 … :data:`MAX_JOBS`, the bound a
+    given ``-j``/``MAX_JOBS`` is checked against."""
+    return max(1, min(count, MAX_JOBS))
+
+
 def count_problem(value: object, lo: int, hi: int) -> str | None:
     """A whole number ``lo`` … ``hi`` (an int, or its decimal text), or what is wrong with it."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from qola.core import deadlines, proc, settings
+from qola.core import deadlines, proc, rules, settings
 from qola.core.errors import QolaError
 from qola.toolchain.env import ToolchainEnv
 
@@ -125,4 +125,4 @@ def default_jobs(env: Env, cpus: int | None = None, free_gb: float | None = None
     if free_gb is None:
         free_gb = _available_gb()
     by_mem = int(free_gb / GB_PER_JOB) if free_gb is not None else by_cpu
-    return max(1, min(by_cpu, by_mem))
+    return rules.bounded_jobs(min(by_cpu, by_mem))

@@ -10,6 +10,7 @@ import pytest
 
 from qola.compile import executor
 from qola.compile.dist import Farm
+from qola.core import rules
 from qola.core.errors import QolaError
 from qola.core.proc import ChildEnv
 from qola.toolchain.base import Toolchain
@@ -73,3 +74,14 @@ def test_remote_refuses_dist_and_launchers_then_connects_once_ready(tmp_path: Pa
         "(the service failed; --remote-fallback: c.o: unavailable)",
     )
     assert ready.watch(ChildEnv.of({}), dry_run=True)() == ()
+
+
+def test_a_farm_reporting_a_billion_cpus_gets_the_job_cap_not_a_billion_jobs(tmp_path: Path) -> None:
+    """Issue 51: ``-j`` for a farm is bounded like every other job count (:data:`qola.core.rules.MAX_JOBS`)."""
+    fake = tmp_path / "sccache"
+    status = '{"SchedulerStatus": ["http://s:1", {"num_servers": 1, "num_cpus": 1000000000}]}'
+    fake.write_text(f"#!/bin/sh\necho '{status}'\n")
+    fake.chmod(0o755)
+    ex = executor.choose(asked(dist=True), find=lambda name, hint: str(fake), env={})
+    assert isinstance(ex, executor.Dist) and ex.farm is not None and ex.farm.cpus == 10**9
+    assert ex.jobs == rules.MAX_JOBS

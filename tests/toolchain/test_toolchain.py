@@ -221,6 +221,7 @@ def test_default_jobs() -> None:
     assert default_jobs({}, cpus=1, free_gb=0.1) == 1
     assert default_jobs({"MAX_JOBS": ""}, cpus=10, free_gb=100.0) == 8
     assert default_jobs({}) >= 1  # reads os.sched_getaffinity and /proc/meminfo
+    assert default_jobs({}, cpus=10**6, free_gb=10.0**9) == 4096  # the one cap (qola.core.rules.MAX_JOBS)
     for bad in ("abc", "0", "-2"):
         with pytest.raises(QolaError, match="MAX_JOBS"):
             default_jobs({"MAX_JOBS": bad})
