@@ -90,8 +90,29 @@ class Graph:
 
 
 def command_template(argv: Sequence[str]) -> str:
-    """Join argv for a ninja rule: quote everything except ninja variables."""
-    return " ".join(a if a in _VARS or a.startswith("$") else shlex.quote(a) for a in argv)
+    """Join argv for a ninja rule: quote everything except ninja variables, and escape a ``$`` in the
+    rest (a program or qola's own dir under ``/opt/q$x/``: ninja would read ``$x`` as a variable)."""
+    return " ".join(a if a in _VARS or a.startswith("$") else ninja_syntax.escape(shlex.quote(a)) for a in argv)
+
+
+def command_variable(steps: Sequence[Sequence[str]]) -> str:
+    """Commands run one after the other (``&&``) as the value of a ninja variable a rule's command
+    expands (``$archive_cmd``): shell-quoted, then ninja-escaped."""
+    return ninja_syntax.escape(" && ".join(shlex.join(s) for s in steps))
+
+
+_DOLLAR = re.compile(r"\$(?! )")
+
+
+def escaped_path(p: str) -> str:
+    """A path as a build line's output or input: ``ninja_syntax.Writer.build`` escapes space, colon and
+    ``$ `` (:func:`ninja_syntax.escape_path`) but reads any other ``$`` as a variable; this escapes
+    those, so that the writer's own escaping completes ninja's rules."""
+    return _DOLLAR.sub("$$", p)
+
+
+def _paths(ps: Sequence[str]) -> list[str]:
+    return [escaped_path(p) for p in ps]
 
 
 def escape_flags(flags: Sequence[str]) -> str:
@@ -153,7 +174,13 @@ def write(graph: Graph, path: Path) -> None:
         stamp = [graph.stamp] if graph.stamp else []
         for e in graph.extra_edges:
             bound = {**dict(e.variables), **({"dep": portable.depfile_of(e.out)} if e.rule in dep_rules else {})}
-            w.build([e.out], e.rule, list(e.inputs), implicit=list(e.implicit) + stamp, variables=bound or None)
+            w.build(
+                _paths([e.out]),
+                e.rule,
+                _paths(e.inputs),
+                implicit=_paths([*e.implicit, *stamp]),
+                variables=bound or None,
+            )
         # ninja starts ready edges in file order: the expected-slowest compiles go first, across modules,
         # so a heavy source of the last module does not become the build's tail
         compiles = [(t, c) for t in graph.targets for c in t.compiles]
@@ -167,17 +194,17 @@ def write(graph: Graph, path: Path) -> None:
                 bindings["archs"] = passes[c.archs]
             bindings["module"] = t.module
             bindings["dep"] = portable.depfile_of(c.obj)
-            w.build([c.obj], "cc", [c.src], implicit=stamp, variables=bindings)
+            w.build([escaped_path(c.obj)], "cc", [escaped_path(c.src)], implicit=_paths(stamp), variables=bindings)
         for t in graph.targets:
             objs = [c.obj for c in t.compiles]
             w.build(
-                [t.artifact],
+                [escaped_path(t.artifact)],
                 t.rule,
-                objs + list(t.extra_inputs),
-                implicit=list(t.implicit) + stamp,
+                _paths(objs + list(t.extra_inputs)),
+                implicit=_paths([*t.implicit, *stamp]),
                 variables={"ldflags": escape_flags(t.ldflags), "module": t.module, **dict(t.variables)},
             )
-            w.build([f"module_{t.module}"], "phony", [t.artifact])
+            w.build([f"module_{t.module}"], "phony", [escaped_path(t.artifact)])
             w.newline()
         if graph.targets:
             w.default([f"module_{t.module}" for t in graph.targets])

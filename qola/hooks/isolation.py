@@ -9,7 +9,6 @@ those name; :func:`shared_files` are the files every module's compiles and links
 from __future__ import annotations
 
 import dataclasses
-import shlex
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,7 +158,7 @@ def _archive(
     )
     return ModuleExtra(
         rule="archive",
-        variables=(("archive_cmd", " && ".join(shlex.join(s) for s in steps)),),
+        variables=(("archive_cmd", ninja.command_variable(steps)),),
         writes=(FileWrite(rsp, text),),
     )
 
