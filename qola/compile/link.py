@@ -10,15 +10,16 @@ Static (an archive has no version script), :func:`static_archive_steps`:
    object. ``--force-group-allocation`` dissolves COMDAT groups: without it the localised inline
    functions / template instantiations of two copies share a group signature, the final link keeps
    one group and the other copy's now-local references end in "defined in discarded section";
-2. ``python -m qola.compile.link localize-list``: reads that object (pyelftools), writes every defined
+2. ``python -m qola.compile.link localize``: reads that object (pyelftools), writes every defined
    global / weak / GNU-unique symbol outside the allowed set to a list and rebinds the unique ones
    (``u``, g++'s inline-function statics) to GLOBAL in place — objcopy cannot localise
-   STB_GNU_UNIQUE, and a left-over unique symbol silently merges the two copies' statics;
-3. ``objcopy --localize-symbols=LIST`` (explicit list, not ``--keep-global-symbols``: an empty keep
-   list localises nothing);
-4. ``ar rcsD`` of the single ``<name>.o`` (deterministic: zero timestamps/uids).
+   STB_GNU_UNIQUE, and a left-over unique symbol silently merges the two copies' statics; then
+   ``objcopy --localize-symbols=LIST`` (explicit list, not ``--keep-global-symbols``: an empty keep
+   list localises nothing). An empty list (every global is an export) skips objcopy, which exits 1
+   on one without a word: the object is the member as it is;
+3. ``ar rcsD`` of the single ``<name>.o`` (deterministic: zero timestamps/uids).
 
-``isolate=False`` (debugging) skips the version script / steps 2-3 and the group dissolution.
+``isolate=False`` (debugging) skips the version script / step 2 and the group dissolution.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 from qola.compile.elf import ExportRule, demangle
 from qola.core import deadlines, proc
 from qola.core.errors import QolaError
-from qola.core.fsutil import inside, write_if_changed  # write_if_changed: callers import it from here too
+from qola.core.fsutil import atomic_copy, inside, write_if_changed  # write_if_changed: callers import it from here too
 from qola.core.selfrun import module_argv
 
 _RSP_SPECIAL = set(" \t\n\r\v\f'\"\\")
@@ -202,14 +203,13 @@ def archive_steps(
     steps = [[*relink, "-o", os.fspath(partial if how.isolate else member), f"@{rsp}"]]
     if how.isolate:
         symlist = inside(work, f"{stem}.localize")
-        ask = [*module_argv(tools.python, "qola.compile.link"), "localize-list", "--namespace", rule.namespace]
+        ask = [*module_argv(tools.python, "qola.compile.link"), "localize", "--namespace", rule.namespace]
         if how.c_prefix is not None:
             ask += ["--c-prefix", how.c_prefix]
         for name in rule.extra:
             ask += ["--extra", name]
-        steps.append([*ask, os.fspath(partial), os.fspath(symlist)])
-        hidden = ["--localize-hidden"] if how.localize_hidden else []
-        steps.append([tools.objcopy, *hidden, f"--localize-symbols={symlist}", os.fspath(partial), os.fspath(member)])
+        ask += ["--objcopy", tools.objcopy] + (["--localize-hidden"] if how.localize_hidden else [])
+        steps.append([*ask, os.fspath(partial), os.fspath(symlist), os.fspath(member)])
     steps.append([tools.ar, "rcsD", os.fspath(out), os.fspath(member)])
     return steps, rsp, rsp_text(objs)
 
@@ -256,6 +256,19 @@ def localize_list(
     return listed
 
 
+def localize(obj: Path, symlist: Path, member: Path, rule: ExportRule, *, objcopy: str, hidden: bool) -> list[str]:
+    """Step 2: :func:`localize_list`, then ``member`` made from ``obj`` by ``objcopy`` with those symbols
+    (and with ``hidden`` every hidden one) local; with nothing to make local, a copy of ``obj``
+    (objcopy exits 1 on an empty ``--localize-symbols`` list, without a message)."""
+    listed = localize_list(obj, rule.namespace, symlist, c_prefix=rule.c_prefix, extra=rule.extra)
+    flags = (["--localize-hidden"] if hidden else []) + ([f"--localize-symbols={symlist}"] if listed else [])
+    if flags:
+        run_step([objcopy, *flags, os.fspath(obj), os.fspath(member)])
+    else:
+        atomic_copy(obj, member)
+    return listed
+
+
 def run_step(cmd: Sequence[str], cwd: Path | None = None) -> str:
     """Run one step, output captured; FailedProcessError when it fails (:func:`qola.core.proc.run_checked`)."""
     return str(proc.run_checked(cmd, cwd=cwd, timeout=deadlines.COMPILE).stdout)
@@ -281,18 +294,23 @@ def run_static(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m qola.compile.link localize-list --namespace NS OBJ LIST`` (step 2 of the static link)."""
+    """``python -m qola.compile.link localize --namespace NS --objcopy PROG OBJ LIST MEMBER`` (step 2 of the
+    static link)."""
     parser = argparse.ArgumentParser(prog="python -m qola.compile.link")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("localize-list", help="write the symbols to localise; rebind unique ones")
+    p = sub.add_parser("localize", help="write the symbols to localise, rebind unique ones, make them local")
     p.add_argument("--namespace", required=True)
     p.add_argument("--c-prefix")
     p.add_argument("--extra", action="append", default=[])
+    p.add_argument("--objcopy", default="objcopy")
+    p.add_argument("--localize-hidden", action="store_true")
     p.add_argument("obj", type=Path)
     p.add_argument("out_list", type=Path)
+    p.add_argument("member", type=Path)
     args = parser.parse_args(argv)
     try:
-        localize_list(args.obj, args.namespace, args.out_list, c_prefix=args.c_prefix, extra=args.extra)
+        rule = ExportRule(args.namespace, args.c_prefix, tuple(args.extra))
+        localize(args.obj, args.out_list, args.member, rule, objcopy=args.objcopy, hidden=args.localize_hidden)
     except (QolaError, OSError) as exc:
         print(exc.render() if isinstance(exc, QolaError) else f"error: {exc}", file=sys.stderr)
         return 2

@@ -181,8 +181,9 @@ def test_static_steps_shape(tmp_path: Path) -> None:
     steps = link.static_archive_steps([tmp_path / "x.o"], tmp_path / "te_m.a", "te", tmp_path / "w")
     assert next(s[0] for s in steps) == "ld" and steps[0][1:3] == ["-r", "--force-group-allocation"]
     assert steps[0][-1] == f"@{tmp_path / 'w' / 'te_m.objs.rsp'}"
-    assert steps[1][1] == "-c" and "'qola.compile.link'" in steps[1][2] and steps[1][3] == "localize-list"
-    assert steps[2][1].startswith("--localize-symbols=") and steps[3][:2] == ["ar", "rcsD"]
+    assert steps[1][1] == "-c" and "'qola.compile.link'" in steps[1][2] and steps[1][3] == "localize"
+    assert steps[1][-3:] == [str(tmp_path / "w" / n) for n in ("te_m.r.o", "te_m.localize", "te_m.o")]
+    assert steps[2][:2] == ["ar", "rcsD"] and len(steps) == 3
     assert (tmp_path / "w" / "te_m.objs.rsp").read_text() == f"{tmp_path / 'x.o'}\n"
     assert (
         len(
@@ -192,6 +193,17 @@ def test_static_steps_shape(tmp_path: Path) -> None:
         )
         == 2
     )
+
+
+def test_static_archive_whose_only_globals_are_exports_skips_objcopy(tmp_path: Path) -> None:
+    """Issue 51: nothing to make local (every global is an export) gives an empty list, which objcopy
+    refuses with exit 1 and no message; the step is skipped and the archive holds the export."""
+    (tmp_path / "only.c").write_text("int te_only_value(void) { return 7; }\n")
+    sh("cc", "-O1", "-fPIC", "-c", tmp_path / "only.c", "-o", tmp_path / "only.o")
+    for how in (link.Archiving(), link.Archiving(localize_hidden=True)):
+        lib = link.run_static([tmp_path / "only.o"], tmp_path / "te_only.a", "te", tmp_path / "work", how=how)
+        assert (tmp_path / "work" / "te_only.localize").read_text() == ""
+        assert {s.name for s in audit.audit_artifact(lib, "te").exports} == {"te_only_value"}
 
 
 MANY_C = "__attribute__((noinline)) int helper_XXXXXX(void) { return 7; }\nint te_obj_XXXXXX(void) { return helper_XXXXXX(); }\n"
