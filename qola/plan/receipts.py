@@ -20,6 +20,9 @@ none of whose lists changes does not know the receipt. Then:
   naming the rule and the QoLA patches it follows, :data:`SOURCE`).
 * any other receipt: an error naming the receipt and the generator.
 
+A generator other than CK's that refuses the receipt (its listing fails with it, not without it)
+is an error at plan time too, with the generator's own words (:func:`_rejected`).
+
 A script that knows the receipt is left alone, every direction of it, with one exception: a CK whose
 own receipt 700 is upstream's (rocm-libraries PR #6867, QoLA's 0003 alone), which leaves out the fwd
 sink kernels QoLA's 0011 puts back (TE reaches them through ``softmax_offset``): known by its
@@ -110,6 +113,26 @@ def _asks(g: Generator) -> bool:
     )
 
 
+def _rejected(g: Generator, listing: Listing) -> str | None:
+    """What a generator other than CK's says when it refuses the receipt the manifest asks of it: its
+    listing with the receipt fails where the one without succeeds (a generator that lists neither
+    way, or takes no ``--list_blobs``, is left to the build)."""
+    if not (g.asked_receipt and g.receipt not in (None, "0") and g.direction and not g.dispatch_only):
+        return None
+    if genrules.flavor_of(g.script) == "ck":
+        return None  # CK's falls through to its default instead: :func:`_known`
+    try:
+        listing(g)
+        return None
+    except QolaError as exc:
+        said = exc.message
+    try:
+        listing(without_receipt(g))
+    except QolaError:
+        return None
+    return said
+
+
 def _known(plan: Plan, listing: Listing) -> dict[tuple[str, str], bool]:
     """(script, receipt) -> whether the script knows the receipt: any direction the plan runs it
     with lists other files with the receipt than without (the asking generators are asked first)."""
@@ -163,6 +186,13 @@ def mark(plan: Plan, listing: Listing) -> Plan:
     for mod in plan.modules:
         gens = []
         for g in mod.generators:
+            if (said := _rejected(g, listing)) is not None:
+                raise QolaError(
+                    f"module {mod.name}: receipt {g.receipt} is rejected by the tree's generator, which lists its "
+                    f"instances without it: {said}",
+                    hint="use a receipt this generator knows (its --help lists them), or drop receipt from the "
+                    "module's [[modules]] entry",
+                )
             if _asks(g) and known[(g.script, g.receipt or "")] and _no_sink(g, listing):
                 marked, what = _applied(mod.name, without_receipt(g))
                 gens.append(marked)

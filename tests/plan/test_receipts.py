@@ -119,3 +119,20 @@ def test_te_manifest_on_the_sdist_plans_receipt_700(aiter_root: Path, tmp_path: 
             assert sum(NOTE in w for w in data["warnings"]) == 2, data["warnings"]  # fwd and bwd
     print(f"CK kernel files planned: table receipt {counts['table']}, receipt 700 {counts['te']}")
     assert counts["te"] * 10 < counts["table"] * 6, counts  # 11,260 against 20,636 (2026-11-26)
+
+
+def test_a_receipt_a_non_ck_generator_rejects_is_refused_at_plan_time(tmp_path: Path) -> None:
+    """Issue 51: the example tree's generator (not CK's) exits 2 on ``--receipt 99``; ``plan`` and
+    ``variants`` said nothing (rc 0) and only the build failed. A receipt it knows still plans."""
+    from support.common import KERNELS
+
+    body = '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n[[modules]]\nname = "libattn_fwd"\n'
+    m = tmp_path / "m.toml"
+    m.write_text(body + 'mode = "cpp_itfs"\nreceipt = 99\n')
+    for command in ("plan", "variants"):
+        proc = run_qola(command, "--manifest", str(m), "--aiter-root", str(KERNELS))
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (command, proc.stderr)
+        assert "module libattn_fwd: receipt 99 is rejected by the tree's generator" in proc.stderr, proc.stderr
+        assert "unknown receipt 99" in proc.stderr  # the generator's own words
+    m.write_text(body + 'mode = "cpp_itfs"\nreceipt = 1\n')
+    assert run_qola("plan", "--manifest", str(m), "--aiter-root", str(KERNELS)).returncode == 0
