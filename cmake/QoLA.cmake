@@ -220,8 +220,9 @@ endfunction()
 
 # A finished prebuilt output used as it is must be what QOLA_JIT asks for: its manifest.json records
 # per module a `jit` object ({"dir": "jit/<ns>_<module>", ...}) when the module was built with [jit].
-# QOLA_JIT=ON and no such module, or OFF and some, is an error naming both; a JIT module whose jit/
-# dir is missing (stubs shipped without their sources) is one whatever QOLA_JIT says.
+# QOLA_JIT=ON and no such module, or OFF and some (or, whatever manifest.json says, a jit/<ns>_<module>
+# dir of sources), is an error naming both; a JIT module whose jit/ dir is missing (stubs shipped
+# without their sources) is one whatever QOLA_JIT says.
 function(_qola_prebuilt_jit said root)
   _qola_jit_value(_want)
   if(CMAKE_VERSION VERSION_LESS 3.19)  # string(JSON)
@@ -272,6 +273,25 @@ function(_qola_prebuilt_jit said root)
       "[qola] QOLA_JIT=${QOLA_JIT} asks for every kernel ahead, but ${said} holds an output built with "
       "[jit] (${_jit} compile their kernels on first call). Point it at an output built with "
       "`qola build --jit off`, or leave QOLA_JIT empty to use these libraries.")
+  elseif(_want STREQUAL "off")
+    # what the output holds, not only what its manifest.json says (it may be gone, or not qola's):
+    # a JIT module's sources live in jit/<ns>_<module>/
+    file(GLOB _held LIST_DIRECTORIES true RELATIVE "${root}/jit" "${root}/jit/*")
+    set(_sources)
+    foreach(_entry IN LISTS _held)
+      if(IS_DIRECTORY "${root}/jit/${_entry}")
+        list(APPEND _sources "${_entry}")
+      endif()
+    endforeach()
+    if(_sources)
+      list(SORT _sources)
+      string(REPLACE ";" ", " _sources "${_sources}")
+      message(FATAL_ERROR
+        "[qola] QOLA_JIT=${QOLA_JIT} asks for every kernel ahead, but ${said} holds the JIT's sources "
+        "(${root}/jit/: ${_sources}): an output built with [jit], whatever ${root}/manifest.json says (it "
+        "records no JIT module, or is missing). Point it at an output built with `qola build --jit off`, "
+        "or leave QOLA_JIT empty to use these libraries.")
+    endif()
   endif()
 endfunction()
 

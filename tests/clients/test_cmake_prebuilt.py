@@ -123,6 +123,23 @@ def test_qola_jit_off_with_a_jit_output_names_both(tmp_path: Path) -> None:
     assert "libmha_bwd, libmha_fwd compile their kernels on first call" in text, cfg.stderr
 
 
+@pytest.mark.parametrize("manifest", ["gone", "ahead"])
+def test_qola_jit_off_with_a_jit_output_is_refused_by_its_contents(tmp_path: Path, manifest: str) -> None:
+    """Issue 51: OFF is checked against what the output holds (JIT sources in jit/<ns>_<module>), not
+    only its manifest.json: one removed, or one that records no JIT module, took the JIT output silently."""
+    out = output(tmp_path / "jitout", jit=True)
+    if manifest == "gone":
+        (out / "manifest.json").unlink()
+    else:
+        (out / "manifest.json").write_text(json.dumps({"namespace": "te", "modules": []}))
+    cfg, _ = configure(tmp_path, str(out), "OFF")
+    assert cfg.returncode != 0, cfg.stdout
+    text = said(cfg)
+    assert f"QOLA_JIT=OFF asks for every kernel ahead, but QOLA_PREBUILT_DIR_CK_FUSED_ATTN={out}" in text, text
+    assert f"holds the JIT's sources ({out}/jit/: te_libmha_bwd, te_libmha_fwd)" in text, text
+    assert configure(tmp_path / "empty", str(output(tmp_path / "aot", jit=False)), "OFF")[0].returncode == 0
+
+
 @pytest.mark.parametrize("jit", ["", "ON"])
 def test_jit_stubs_without_their_jit_dir_are_refused(tmp_path: Path, jit: str) -> None:
     out = output(tmp_path / "stubs_only", jit=True, jit_dirs=False)
