@@ -77,7 +77,7 @@ def prepare(spec: BuildSpec, given: Given, env: Mapping[str, str]) -> Prepared:
     manifest = jit_hook.switched(manifest, given[declared.JIT])  # --jit on|off: as [jit] enabled
     wanted = given[declared.GROUPS] or ()
     manifest = groups.select(manifest, wanted, values.where(declared.GROUPS))
-    tree = open_tree(tree_root(given.choice, spec.manifest))
+    tree = open_tree(tree_root(given.choice, spec.manifest), given.choice.how)
     archs = given[declared.ARCHS]  # no source gives one: its one error ("no GPU architectures given")
     commit, notes, pin = check_pin(
         manifest,

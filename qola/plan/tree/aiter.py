@@ -81,13 +81,27 @@ class AiterTree:
         return self.meta_dir / "3rdparty" / "composable_kernel"
 
 
-def open_tree(root: str | Path) -> AiterTree:
+ROOT_OF = "the root of an AITER checkout or unpacked sdist"
+
+
+def _hint(named_by: str | None) -> str:
+    """How to change the setting that named a tree (a variable, the manifest's key, the flag)."""
+    if named_by and named_by.startswith("["):
+        return f"fix {named_by} in the manifest (relative to its dir) to {ROOT_OF}, or pass --aiter-root"
+    if named_by and named_by.isidentifier():  # an environment variable
+        return f"set {named_by} to {ROOT_OF}, or unset it (--aiter-root wins over it)"
+    return f"pass --aiter-root with {ROOT_OF}"
+
+
+def open_tree(root: str | Path, named_by: str | None = None) -> AiterTree:
+    """The tree at ``root``; ``named_by``: the setting that gave it (``NVTE_AITER_SOURCE_DIR``,
+    ``[qola].aiter_root``, ``--aiter-root``), named in a refusal with how to change it."""
     path = Path(root).expanduser()
     _check_path(path, "")
     if not path.is_dir():
         raise QolaError(
-            f"kernel tree {str(path)!r} does not exist or is not a directory",
-            hint="pass --aiter-root with the root of an AITER checkout or unpacked sdist",
+            f"kernel tree {str(path)!r}{f' (from {named_by})' if named_by else ''} does not exist or is not a directory",
+            hint=_hint(named_by),
         )
     path = path.resolve()
     _check_path(path, " (resolved)")
