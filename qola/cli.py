@@ -211,6 +211,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         with proc.signals_end_children():
             # every QOLA_* knob, before any work (issue 41 item 6)
             settings.check_environment({k: v for k, v in os.environ.items() if k.startswith(settings.PREFIX)})
+            _check_cwd()
             return int(args.func(args) or 0)
     except QolaError as exc:
         if args.debug:
@@ -241,6 +242,19 @@ def _main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {last_resort(exc)}" + ("" if args.debug else " (--debug shows the traceback)"), file=sys.stderr)
         return EXIT_USER
+
+
+def _check_cwd() -> None:
+    """Refuse, before any work, a working directory that was deleted: every relative path (and Python's
+    own) would fail later with a bare ENOENT, after a build dir was made."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        where = os.environ.get("PWD") or "(the shell's $PWD is not set)"
+        raise QolaError(
+            f"the working directory {where} no longer exists (deleted after the shell entered it)",
+            hint="cd to a directory that exists and run the command again",
+        ) from None
 
 
 def _reader_gone() -> int:
