@@ -20,11 +20,11 @@ import traceback
 from collections.abc import Sequence
 
 from qola import __version__
-from qola.core import proc, settings
+from qola.core import knobs, proc
 from qola.core.errors import EXIT_USER, QolaError
 
 # subcommand name -> module under qola.commands (imported lazily, in this order)
-COMMANDS = ("plan", "build", "checkout", "package", "variants", "embed", "jit", "usage", "audit", "doctor")
+COMMANDS = ("plan", "build", "checkout", "package", "variants", "embed", "jit", "cache", "usage", "audit", "doctor")
 
 
 def _wanted(argv: Sequence[str]) -> tuple[str, ...]:
@@ -210,7 +210,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         # Ctrl-C, SIGTERM, SIGHUP: every child process group qola started is ended, then we exit here
         with proc.signals_end_children():
             # every QOLA_* knob, before any work (issue 41 item 6)
-            settings.check_environment({k: v for k, v in os.environ.items() if k.startswith(settings.PREFIX)})
+            knobs.check_environment({k: v for k, v in os.environ.items() if k.startswith(knobs.PREFIX)})
             _check_cwd()
             return int(args.func(args) or 0)
     except QolaError as exc:

@@ -4,12 +4,13 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from support.common import KERNELS
-from support.once import made_once
+from support.once import made_once, run_base
 
 if TYPE_CHECKING:
     from support.te_cmake import TeBuild
@@ -62,6 +63,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="needs ROCm 6.4+ hipcc (run: scripts/rocm7.sh run pytest -m rocm)"))
         if "aiter" in item.keywords and no_aiter:
             item.add_marker(pytest.mark.skip(reason="QOLA_TEST_NO_AITER=1"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path | None]:
+    """One compile cache for the whole run, every worker's (qola's own, QOLA_CACHE_DIR): a unit the
+    suite compiled once is taken from it by every later build, wherever its tree and build dir lie.
+    Tests of the cache itself, and those that must see a compile, name a dir of their own or
+    ``--no-cache``. A QOLA_CACHE_DIR the caller set is kept."""
+    if os.environ.get("QOLA_CACHE_DIR"):
+        yield None
+        return
+    path = run_base(tmp_path_factory) / "qola-compile-cache"
+    path.mkdir(mode=0o700, exist_ok=True)
+    os.environ["QOLA_CACHE_DIR"] = str(path)  # the test processes and every qola they start
+    try:
+        yield path
+    finally:
+        os.environ.pop("QOLA_CACHE_DIR", None)
 
 
 @pytest.fixture(scope="session")

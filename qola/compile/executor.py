@@ -16,7 +16,6 @@ implementations chosen by one setting).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,14 +23,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from qola.compile import dist
 from qola.compile.dist import Farm
-from qola.core import inputs
+from qola.compile.tally import CacheTally, Show, Tally
 from qola.core.errors import QolaError
 from qola.core.proc import ChildEnv
 
 if TYPE_CHECKING:
     from qola.toolchain import Toolchain
 
-Show = Callable[[int, int, str], None]  # ninja's progress: (done, total, text)
 After = Callable[[], tuple[str, ...]]  # the notes after the ninja run (what the compiles did)
 
 
@@ -84,18 +82,23 @@ def _none() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Local:
-    """The compiles run here, through ``launcher`` (sccache: what it did is a note after the run)."""
+    """The compiles run here, through ``launcher`` (sccache: what it did is a note after the run),
+    or, without one, through qola's compile cache when ``cache`` is given (:meth:`ready` makes it
+    :class:`Cached`)."""
 
     jobs: int
     launcher: str | None = None
     notes: tuple[str, ...] = ()
+    cache: Callable[[Where], CacheReady] | None = field(default=None, repr=False, compare=False)
 
     @property
     def farm(self) -> Farm | None:
         return None
 
     def ready(self, where: Where) -> Executor:
-        return self
+        if self.cache is None or self.launcher is not None:
+            return self
+        return Cached(self.jobs, self.cache(where), self.notes)
 
     def header(self) -> str:
         return ""
@@ -106,6 +109,57 @@ class Local:
     def watch(self, env: ChildEnv, *, dry_run: bool) -> After:
         watched = dist.watch(self.launcher, env, enabled=not dry_run)
         return _none if watched is None else watched.notes
+
+
+@dataclass(frozen=True)
+class CacheReady:
+    """qola's compile cache, ready for a build (:func:`qola.store.ccache.prepare`): the launcher
+    script ninja puts in front of every compile, the cache dir, and ``trim``: the cache kept under
+    its cap after the run (the bytes freed)."""
+
+    launcher: str
+    where: str
+    trim: Callable[[], int] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Cached:
+    """A local build whose compiles run through qola's compile cache (:mod:`qola.compile.cache_launch`)."""
+
+    jobs: int
+    cache: CacheReady
+    notes: tuple[str, ...] = ()
+    tally: CacheTally = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tally", CacheTally(Path(self.cache.launcher).parent / "tally"))
+
+    @property
+    def launcher(self) -> str | None:
+        return self.cache.launcher
+
+    @property
+    def farm(self) -> Farm | None:
+        return None
+
+    def ready(self, where: Where) -> Executor:
+        return self
+
+    def header(self) -> str:
+        return f" (compile cache: {self.cache.where})"
+
+    def status(self, show: Show) -> Show:
+        return self.tally.status(show)
+
+    def watch(self, env: ChildEnv, *, dry_run: bool) -> After:
+        def after() -> tuple[str, ...]:
+            text = self.tally.update().describe(self.cache.where)
+            freed = self.cache.trim()
+            return (
+                text + (f"; {freed / (1 << 20):,.0f} MiB of its least used objects removed (its cap)" if freed else ""),
+            )
+
+        return _none if dry_run else after
 
 
 @dataclass(frozen=True)
@@ -205,60 +259,6 @@ class Remote:
         if dry_run:
             return _none
         return lambda: (self.tally.update().describe(self.url),)
-
-
-@dataclass
-class Tally:
-    """The remote launcher's record of where each compile ran (read as it grows)."""
-
-    path: Path
-    counts: dict[str, int] = field(default_factory=dict)
-    reasons: list[str] = field(default_factory=list)
-    _offset: int = 0
-
-    def update(self) -> Tally:
-        try:
-            fd, st = inputs.open_checked(self.path, limit=inputs.MAX_RECORD, what="tally", follow=False)
-            try:
-                data = os.pread(fd, max(0, st.st_size - self._offset), self._offset)
-            finally:
-                os.close(fd)
-        except (OSError, QolaError):
-            return self
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        for line in data[:end].decode("utf-8", "replace").splitlines():
-            where, _, rest = line.partition(" ")
-            self.counts[where] = self.counts.get(where, 0) + 1
-            if where in ("local", "failed"):
-                self.reasons.append(rest)
-        return self
-
-    def status(self, show: Show) -> Show:
-        """``show`` (ninja's progress) with where the compiles ran so far in front of its text."""
-
-        def status(done: int, total: int, text: str) -> None:
-            show(done, total, f"[{self.update().line()}] {text}")
-
-        return status
-
-    def line(self) -> str:
-        c = self.counts
-        return f"remote {c.get('remote', 0)}, cached {c.get('cached', 0)}, local {c.get('local', 0)}" + (
-            f", failed {c['failed']}" if c.get("failed") else ""
-        )
-
-    def describe(self, url: str) -> str:
-        c = self.counts
-        text = (
-            f"--remote ({url}): {c.get('remote', 0)} compile(s) ran on workers, {c.get('cached', 0)} came "
-            f"from the action cache, {c.get('local', 0)} compiled locally"
-        )
-        if c.get("failed"):
-            text += f", {c['failed']} failed"
-        if c.get("local"):
-            text += f" (the service failed; --remote-fallback: {self.reasons[0][:200]})"
-        return text
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ compile; this module, run as ``python -m qola.compile.remote_launch CONFIG -- <c
    dirs here;
 4. moves the outputs into place only when the action succeeded and every output arrived (a failed
    or partial download leaves nothing), and appends ``remote``/``cached``/``local`` to the build's
-   tally (:data:`TALLY`).
+   tally (:mod:`qola.compile.tally`).
 
 An unreachable service, refused credentials or a worker lost mid-action is an error naming the
 endpoint, unless the build allows a local fallback (``--remote-fallback``): the compile then runs
@@ -36,6 +36,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from qola.compile import tally
 from qola.core import fsutil, inputs, proc
 from qola.core.errors import QolaError
 from qola.toolchain.portable import depfile_named, option, split_depfile
@@ -43,7 +44,6 @@ from qola.toolchain.portable import depfile_named, option, split_depfile
 STAGE = "@S@"
 DEP_ROOT = "/qola-remote"
 OUT_OBJ, OUT_DEP = ".qola-out/o", ".qola-out/o.d"  # in the action, relative to its working dir b/
-TALLY = "tally"  # in <build>/remote/: one line per compile: "<where> <object> [reason]"
 # qola gives the build dir no prefix map (docs/design-notes.md), yet a file compiled from there may
 # spell __FILE__ (AITER's generated asm_fmha_fwd_v3_<arch>.cpp does, through a tree macro): a local
 # build's object then holds the build dir's path. The action first runs without naming the client's
@@ -144,12 +144,8 @@ def extra_roots(argv: Sequence[str], cwd: str, known: Mapping[str, str], system:
 
 
 def record(build_dir: str, where: str, obj: str, why: str = "") -> None:
-    line = f"{where} {obj}" + (f" {' '.join(why.split())[:300]}" if why else "") + "\n"
-    fd = os.open(os.path.join(build_dir, "remote", TALLY), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode("utf-8", "replace"))
-    finally:
-        os.close(fd)
+    """Where one compile ran, in the build's tally (:func:`qola.compile.tally.record`)."""
+    tally.record(os.path.join(build_dir, "remote"), where, obj, why)
 
 
 def action(

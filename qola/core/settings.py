@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from qola.core import deadlines, rules
+from qola.core import rules
 from qola.core.setting import (
     DEFAULT,
     Chosen,
@@ -325,6 +325,20 @@ LAUNCHER: Setting[str] = Setting(
     example="sccache",
     help="compiler launcher, e.g. sccache or ccache",
 )
+NO_CACHE: Setting[bool] = Setting(
+    "no_cache",
+    switch,
+    flags=("--no-cache",),
+    commands=(BUILD,),
+    shape="switch",
+    env=("QOLA_NO_CACHE",),
+    type_text="switch (variable: 1 or 0)",
+    default=False,
+    default_text="off: the cache is used",
+    example="1",
+    help="compile every unit, neither taking objects from qola's compile cache nor storing them "
+    "(QOLA_CACHE_DIR, else ~/.cache/qola/cc; a build with a --launcher, --dist or --remote uses none)",
+)
 REMOTE: Setting[str] = Setting(
     "remote",
     text,
@@ -415,6 +429,7 @@ ALL: tuple[Setting[object], ...] = (  # type: ignore[assignment]  # each its own
     FORCE_CHECKOUT,
     MODE,
     LAUNCHER,
+    NO_CACHE,
     REMOTE,
     WAIT,
     RECORD_AHEAD,
@@ -436,63 +451,3 @@ def resolve_all(cli: Mapping[str, object], tables: Tables, env: Mapping[str, str
 def for_command(command: str) -> Iterable[Setting[object]]:
     """The declarations whose flag ``command`` takes."""
     return (s for s in declared() if command in s.commands)
-
-
-# --------------------------------------------------------------------------- environment-only knobs
-# Read where they are used (qola.core.deadlines, qola.checkout.choice, qola.jit); declared here so that
-# :func:`check_environment` refuses a wrong one before any command does work (issue 41 item 6).
-
-
-def deadline(knob: deadlines.Knob) -> Callable[[object], float | None]:
-    """The check of a deadline knob: :func:`qola.core.deadlines.seconds`' own (its error names the
-    variable, the value and what it takes)."""
-
-    def parse(value: object) -> float | None:
-        return deadlines.seconds(knob, {knob.variable: str(value)}) if str(value).strip() else None
-
-    return parse
-
-
-def plain_path(value: object) -> str | None:
-    """A path or program (blank: not given), without control characters (a newline would split the
-    lines of the files it is written into)."""
-    text = str(value)
-    if any(ord(c) < 32 or ord(c) == 127 for c in text):
-        raise ValueError(f"holds a control character: {text!r}")
-    return text if text.strip() else None
-
-
-def _knob(variable: str, parse: Callable[[object], T | None], example: str, help_: str) -> Setting[T]:
-    return Setting(variable.lower(), parse, env=(variable,), example=example, help=help_)
-
-
-_DEADLINES: tuple[Setting[float], ...] = tuple(
-    _knob(k.variable, deadline(k), "600", f"seconds, the limit on {k.what}")
-    for k in (deadlines.PROBE, deadlines.GENERATOR, deadlines.GIT_LOCAL, deadlines.LOCK)
-)
-KNOBS: tuple[Setting[object], ...] = (
-    *_DEADLINES,  # type: ignore[arg-type]
-    _knob("QOLA_JIT_COMPILER", plain_path, "/opt/rocm/bin/hipcc", "the compiler a JIT prebuild uses"),
-    _knob("QOLA_JIT_CACHE_DIR", plain_path, "DIR", "the JIT cache qola jit reads and fills"),
-    _knob("QOLA_JIT_PREBUILT_DIR", plain_path, "DIR", "':'-separated read-only dirs of JIT entries"),
-)
-# read only by the JIT runtime inside a client process, which checks them itself (qola/runtime/jit)
-RUNTIME_ONLY = ("QOLA_JIT", "QOLA_JIT_SOURCE_DIR", "QOLA_JIT_VERBOSE", "QOLA_USAGE_DIR", "QOLA_JIT_COVERAGE")
-
-
-def declared_variables() -> set[str]:
-    """Every ``QOLA_*`` environment variable qola reads (a test checks the source names no other)."""
-    return {v for s in (*declared(), *KNOBS) for v in s.env if v.startswith("QOLA_")} | set(RUNTIME_ONLY)
-
-
-PREFIX = "QOLA_"  # what callers give :func:`check_environment` of the environment (never all of it)
-
-
-def check_environment(env: Mapping[str, str]) -> None:
-    """Every ``QOLA_*`` variable set in ``env`` that a setting or knob declares, checked as where it
-    is read checks it: a QolaError naming the variable, its value and what it takes, before any
-    command does work (``QOLA_GENERATOR_TIMEOUT=10m`` would otherwise fail a module mid-build)."""
-    for setting in (*declared(), *KNOBS):
-        for variable in setting.env:
-            if variable.startswith("QOLA_") and variable in env:
-                setting.check(env[variable], variable)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from qola.checkout.choice import VARIABLES as CHOICE_VARIABLES
 from qola.checkout.choice import choose
 from qola.compile.layout import BuildLayout
+from qola.core import knobs
 from qola.core import settings as declared
 from qola.core.errors import QolaError
 from qola.core.proc import ChildEnv
@@ -72,7 +73,7 @@ def start(spec: BuildSpec) -> Start:
     (:func:`layout_of`) and whether the tree is checked out first."""
     env = MappingProxyType(dict(os.environ if spec.env is None else spec.env))  # read once (BuildSpec.environ)
     # every QOLA_* knob, before any work (a library caller's environment too: issue 41 item 6)
-    declared.check_environment({k: v for k, v in env.items() if k.startswith(declared.PREFIX)})
+    knobs.check_environment({k: v for k, v in env.items() if k.startswith(knobs.PREFIX)})
     given = ask(spec, env)
     given.values.check()  # every setting, before any work: -j 2 does not hide a broken MAX_JOBS
     layout = layout_of(spec)

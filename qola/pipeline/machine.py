@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from qola.core import settings as declared
@@ -15,6 +15,7 @@ from qola.pipeline.spec import BuildSpec, Given, Settings
 from qola.pipeline.views import views
 
 if TYPE_CHECKING:
+    from qola.compile.executor import CacheReady, Where
     from qola.compile.layout import BuildLayout
     from qola.store.remote import Endpoint
 
@@ -59,7 +60,26 @@ def settings(
         find=lambda name, hint: launcher(name, env, hint),
         env=asked.child,
     )
+    if isinstance(ex, executor.Local) and ex.launcher is None and not asked.dry_run:
+        ex = dataclasses.replace(ex, cache=_cache(given[declared.NO_CACHE], env))
     return dataclasses.replace(asked, jobs=ex.jobs, launcher=ex.launcher, farm=ex.farm, notes=ex.notes, executor=ex)
+
+
+def _cache(off: bool, env: Mapping[str, str]) -> Callable[[Where], CacheReady] | None:
+    """A local build's compile cache (:mod:`qola.store.ccache`), prepared once the toolchain is
+    known; None: ``--no-cache``."""
+    from qola.compile.executor import CacheReady  # lazy: start-up of the CLI and of the no-op path
+    from qola.store import ccache  # lazy: start-up of the CLI and of the no-op path
+
+    use = ccache.wanted(env, off)
+    if use is None:
+        return None
+
+    def connect(where: Where) -> CacheReady:
+        script = ccache.prepare(use, where.toolchain, where.build_dir, where.tree_root, where.env)
+        return CacheReady(script, str(use.dir), lambda: ccache.trim(use))
+
+    return connect
 
 
 def _remote(spec: BuildSpec, given: Given) -> Endpoint | None:

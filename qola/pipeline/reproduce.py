@@ -5,7 +5,7 @@ OUT's ``manifest.json`` records what the rebuild needs: the manifest (path, sha2
 ``build`` (:func:`qola.pipeline.record.settings_record`), what no file holds: ``--no-isolation``, ``--allow-unpinned``
 and the environment variables that decide the plan or the compilers' output. :func:`reproduce`
 builds that again in a fresh temporary directory — so with another build dir and output dir than
-the original's — with no compiler launcher (a cache would hand back the original objects), the
+the original's — with no compiler launcher and without qola's compile cache (either would hand back the original objects), the
 compiler found as for any build in the auditor's environment (a different one is noted: the
 toolchain identity differs) and of the recorded environment only the variables qola declares as
 build inputs that are data, each checked as a build checks it (:func:`rebuild_env`: nothing recorded
@@ -285,6 +285,7 @@ def reproduce(
             groups=settings.asked.groups,
             usage_files=settings.asked.usage_files,  # --usage
             skip_checkout=True,  # the rebuild uses the recorded tree as it is (a recorded pin mismatch included)
+            no_cache=True,  # every unit compiled again: the compile cache would hand back the original objects
             env=rebuild_env_,
         )
         report = pipeline.build(spec)

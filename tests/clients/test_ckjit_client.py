@@ -86,15 +86,16 @@ def _build_under_ckjit(tmp_path: Path, hints: bool) -> tuple[CompletedProcess[st
     return _run_under_ckjit(tmp_path)
 
 
-def _run_under_ckjit(tmp_path: Path) -> tuple[CompletedProcess[str], Path, Path, Path]:
+def _run_under_ckjit(tmp_path: Path, **more_env: str) -> tuple[CompletedProcess[str], Path, Path, Path]:
     """ck-jit's ``full --with-qola`` on the tree, manifest and qola checkout under ``tmp_path``: its
-    scratch dir cleared and its fake ROCm made anew (as every ``full`` does), qola run as it runs it."""
+    scratch dir cleared and its fake ROCm made anew (as every ``full`` does), qola run as it runs it
+    (``more_env`` added to the environment)."""
     tree, m, qola_dir = tmp_path / "aiter", tmp_path / "qola_manifest.toml", tmp_path / "3rdparty" / "QoLA"
     shutil.rmtree(tmp_path / "ck_jit_tmp", ignore_errors=True)
     hipcc = shutil.which("hipcc") or "/usr/bin/hipcc"
     rocm, ck = fake_rocm(tmp_path, hipcc, "c++", tree)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HIPCC", "HIP_PATH")}
-    env.update(ck, HIP_PLATFORM="amd")
+    env.update(ck, HIP_PLATFORM="amd", **more_env)
     out = tmp_path / "jit" / "qola"
     argv = ["build", "--manifest", str(m), "--aiter-root", str(tree)]
     argv += ["--output-dir", str(out), "--arch", ARCH, "--skip-checkout", "-j", "2"]
@@ -261,3 +262,26 @@ def test_on_a_fixed_tree_the_recorded_kernels_name_the_tree_and_replay_with_the_
     for k in kernels:
         for how in ("runtime", "prebuild"):
             assert isinstance(done[k.name][how], Path), f"{k.name} ({how}) did not compile:\n{done[k.name][how]}"
+
+
+def test_the_compile_cache_steps_aside_for_ck_jits_interceptor(tmp_path: Path) -> None:
+    """ck-jit's interceptor stands in for hipcc and records what it compiles (each CK kernel stubbed,
+    each dispatch file rewritten): a compile qola's cache served would never reach it. Its first stub
+    (an empty object) marks that compiler in the cache, which from then on runs it for every unit; a
+    second ``full`` over the same cache records every kernel and dispatch file again."""
+    cache = tmp_path / "cc"
+    tree = fx.write_tree(tmp_path / "aiter", "new")
+    (tree / "csrc" / "cpp_itfs" / "gen_fwd.py").write_text("HINTS = 1\n" + GENERATOR)
+    (tree / "csrc" / "include" / "fmha_fwd_instance.hpp").write_text(INSTANCE_HEADER)
+    (tmp_path / "qola_manifest.toml").write_text(MANIFEST)
+    plain_checkout(tmp_path)
+    for attempt in (1, 2):
+        proc, out, _, tmp = _run_under_ckjit(tmp_path, QOLA_CACHE_DIR=str(cache))
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+        kinds = sorted(e["kind"] for e in records(tmp, "manifest.json.ndjson"))
+        assert kinds == ["api", "blob", "blob"], (attempt, kinds)
+        tally = (Path(str(out) + ".build") / "cache" / "tally").read_text().splitlines()
+        assert not [t for t in tally if t.startswith("hit")], tally
+        if attempt == 2:
+            assert tally and all("a wrapper that left stubs" in t for t in tally), tally
+    assert len(list((cache / "v1" / "w").iterdir())) == 1  # the interceptor, marked once

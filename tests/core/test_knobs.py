@@ -16,7 +16,7 @@ from support.common import REPO, run_qola
 from support.fake_nvcc import fake_nvcc, make_tree
 from support.fake_nvcc import pytestmark as needs_fake_nvcc
 
-from qola.core import settings
+from qola.core import knobs, settings
 
 MANIFEST = (
     '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
@@ -47,6 +47,9 @@ BAD: dict[str, tuple[tuple[str, ...], dict[str, str], str]] = {
     "qola_jit_compiler": ((), {"QOLA_JIT_COMPILER": "hipcc\n-fplugin=x"}, "QOLA_JIT_COMPILER"),
     "qola_jit_cache_dir": ((), {"QOLA_JIT_CACHE_DIR": "/tmp/a\nb"}, "QOLA_JIT_CACHE_DIR"),
     "qola_jit_prebuilt_dir": ((), {"QOLA_JIT_PREBUILT_DIR": "/tmp/\x1b[31m"}, "QOLA_JIT_PREBUILT_DIR"),
+    "no_cache": ((), {"QOLA_NO_CACHE": "yes please"}, "QOLA_NO_CACHE"),
+    "qola_cache_dir": ((), {"QOLA_CACHE_DIR": "/tmp/a\nb"}, "QOLA_CACHE_DIR"),
+    "qola_cache_max_gb": ((), {"QOLA_CACHE_MAX_GB": "lots"}, "QOLA_CACHE_MAX_GB"),
 }
 
 Build = Callable[..., CompletedProcess[str]]
@@ -71,7 +74,7 @@ def build(tmp_path: Path) -> Build:
 
 
 def test_every_declared_setting_has_a_bad_value_here() -> None:
-    assert {s.name for s in (*settings.ALL, *settings.KNOBS)} == set(BAD)
+    assert {s.name for s in (*settings.ALL, *knobs.KNOBS)} == set(BAD)
 
 
 @needs_fake_nvcc
@@ -94,7 +97,7 @@ def test_generator_timeout_refused_by_every_command(tmp_path: Path, value: str) 
 
 
 def test_good_knob_values_pass() -> None:
-    settings.check_environment(
+    knobs.check_environment(
         {
             "QOLA_GENERATOR_TIMEOUT": "inf",
             "QOLA_PROBE_TIMEOUT": "2.5",
@@ -138,6 +141,6 @@ def test_every_qola_variable_in_the_source_is_declared() -> None:
     names = set()
     for path in (REPO / "qola").rglob("*.py"):
         names |= set(re.findall(r"QOLA_[A-Z0-9_]+", path.read_text(encoding="utf-8")))
-    undeclared = names - settings.declared_variables() - NOT_VARIABLES
+    undeclared = names - knobs.declared_variables() - NOT_VARIABLES
     assert not undeclared, f"declare these in qola/core/settings.py (or list them here as no variable): {undeclared}"
-    assert not (settings.declared_variables() & NOT_VARIABLES)
+    assert not (knobs.declared_variables() & NOT_VARIABLES)

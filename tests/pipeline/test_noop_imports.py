@@ -42,6 +42,7 @@ NOOP_QOLA_MODULES = frozenset(
         "qola.core.errors",
         "qola.core.fsutil",
         "qola.core.inputs",
+        "qola.core.knobs",  # the QOLA_* variables checked before any work (split out of qola.core.settings)
         "qola.core.lock",
         "qola.core.owner",
         "qola.core.proc",
