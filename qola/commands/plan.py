@@ -9,6 +9,7 @@ from pathlib import Path
 
 from qola.commands.common import add_manifest_args, spec_of, warn
 from qola.core.errors import QolaError
+from qola.core.secret import shown
 from qola.pipeline.run import build_key
 from qola.pipeline.run import plan as whole_plan
 from qola.plan import genrules
@@ -43,7 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.key:
         key = build_key(spec_of(args))  # --no-isolation: the key of a build run with it
-        print(json.dumps(key.explain(), indent=2, sort_keys=True) if args.json else key.key)
+        print(json.dumps(shown(key.explain()), indent=2, sort_keys=True) if args.json else key.key)
         return 0
     spec = spec_of(args)
     prepared = whole_plan(spec, with_settings=args.json)
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         for mod, raw in zip(plan.modules, data["modules"], strict=True):
             for i, gen in enumerate(raw["generators"]):
                 gen["files"] = files.get((mod.name, i))
-        print(json.dumps(data, indent=2, sort_keys=True))
+        print(json.dumps(shown(data), indent=2, sort_keys=True))
         return 0
     print(
         f"namespace {plan.namespace}  archs {', '.join(plan.archs)}  tree {plan.tree_root}"

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from qola.commands.common import add_manifest_args, prepare, warn
+from qola.core.secret import shown
 from qola.plan import variants as V
 from qola.plan.manifest import Manifest
 from qola.plan.model import Plan
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     warn(prepared.plan.warnings)
     data = report(prepared.plan, prepared.manifest, dict(os.environ))
     if args.json:
-        print(json.dumps(data, indent=2, sort_keys=True))
+        print(json.dumps(shown(data), indent=2, sort_keys=True))
         return 0
     if not data["variants"] and not data["totals"]:
         print(

@@ -18,9 +18,10 @@ namespace qola is given (manifest, ``qola embed``/``audit``, output files, link 
 
 from __future__ import annotations
 
+import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from qola.core.errors import QolaError
 from qola.core.secret import UnsplittableURL, split_url
@@ -352,10 +353,26 @@ def dir_path_problem(path: object) -> str | None:
 _ENV_REF = re.compile(r"""(?:environ\.get|getenv|get_config_file)\(\s*\\?['"]([A-Za-z_][A-Za-z0-9_]*)""")
 
 
-def referenced_env(texts: Iterable[str]) -> list[str]:
+def referenced_env(texts: Iterable[str], modules: Collection[str] | None = None) -> list[str]:
     """Every variable an expression text of the tree reads with os.environ.get / os.getenv (or names
-    as an AITER config variable): what the no-op record, the build key and ``--reproduce`` record."""
-    return sorted({key for text in texts for key in _ENV_REF.findall(text)})
+    as an AITER config variable): what the no-op record, the build key and ``--reproduce`` record.
+    ``modules``: the modules built; a text that is the module table (a JSON object) counts only by
+    their entries (a variable a module the build leaves out names is no input, and is never
+    recorded); another text (core.py) counts whole."""
+    return sorted({key for text in texts for key in _ENV_REF.findall(_entries_of(text, modules))})
+
+
+def _entries_of(text: str, modules: Collection[str] | None) -> str:
+    """``text``, or where it is the module table and ``modules`` is given, the text of their entries."""
+    if modules is None or not text.lstrip().startswith("{"):
+        return text
+    try:
+        table = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(table, dict):
+        return text
+    return json.dumps([entry for name, entry in table.items() if name in modules])
 
 
 FIX_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}\Z")

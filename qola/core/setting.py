@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Annotated, Generic, Literal, TypeVar, cast
 
 from qola.core.errors import QolaError
+from qola.core.secret import shown
 
 T = TypeVar("T")
 
@@ -211,11 +212,12 @@ class Values:
         return self.where(setting) == setting.flag
 
     def to_json(self) -> dict[str, dict[str, object]]:
-        """name -> {"value", "from"} (``qola plan --json``'s "settings")."""
+        """name -> {"value", "from"} (``qola plan --json``'s "sources"); each value as it may be shown
+        (:func:`qola.core.secret.shown`: a URL's credentials masked)."""
         out: dict[str, dict[str, object]] = {}
         for name, got in sorted(self.chosen.items()):
             value = list(got.value) if isinstance(got.value, tuple) else got.value
-            out[name] = {"value": value, "from": got.where}
+            out[name] = {"value": shown(value), "from": got.where}
         return out
 
 

@@ -243,7 +243,7 @@ def remember(d: Derived, recipe: Recipe | None = None, run: Run | None = None) -
         written=written,
     )
     files = fastpath.input_files(graph_inputs)
-    env_keys = fastpath.env_keys_of(texts)
+    env_keys = fastpath.env_keys_of(texts, {m.name for m in plan_.modules})
     given = [d.manifest_path, r.tree_given]
     resolved = [os.path.abspath(p) for p in [*given, *(t for t in tools if t)]]
     recorded = fastpath.Recorded(

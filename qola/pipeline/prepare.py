@@ -135,10 +135,11 @@ def resolve_build(spec: BuildSpec, begun: Start) -> Resolved:
     env = begun.env
     prepared = prepare(spec, begun.given, env)
     table = table_texts(prepared.tree)
-    inputs = recorded(env, env_keys_of(table[1]))
+    keys = env_keys_of(table[1], {m.name for m in prepared.plan.modules})  # what the built modules read
+    inputs = recorded(env, keys)
     s = settings(spec, begun.given, begun.layout, env, prepared.plan.vendor)
     given = str(tree_root(begun.given.choice, spec.manifest))
-    record = settings_record(begun.asked, inputs, env_keys_of(table[1]))
+    record = settings_record(begun.asked, inputs, keys)
     return Resolved(prepared, s, table, inputs, given, record)
 
 

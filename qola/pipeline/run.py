@@ -447,7 +447,11 @@ def _material(
     from qola.store import key as buildkey  # lazy: start-up of the CLI and of the no-op path
 
     files, texts = table or table_texts(prepared.tree)
-    inputs = env if isinstance(env, RecordedEnv) else RecordedEnv.of(env, fastpath.env_keys_of(texts))
+    inputs = (
+        env
+        if isinstance(env, RecordedEnv)
+        else RecordedEnv.of(env, fastpath.env_keys_of(texts, {m.name for m in plan_.modules}))
+    )
     return buildkey.material(
         prepared.manifest, plan_, tc, inputs, isolate=isolate, table=buildkey.TableRead(files, texts)
     )

@@ -26,7 +26,7 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import qola
 from qola.compile.layout import NOOP_RECORD
 from qola.core import inputs, proc, rules
-from qola.core.secret import fingerprint, redact, redact_argv
+from qola.core.secret import fingerprint, recorded_value, redact_argv
 from qola.toolchain.identity import COMPILER_ENV, TOOLCHAIN_ENV
 
 if TYPE_CHECKING:
@@ -66,9 +66,9 @@ ENV_KEYS = tuple(
 ENV_PREFIXES = ("AITER_CONFIG_",)  # AITER's tuned-config overrides: every one set counts, by name and value
 
 
-def env_keys_of(texts: Iterable[str]) -> list[str]:
-    """The fixed keys plus :func:`qola.core.rules.referenced_env`."""
-    return sorted(set(ENV_KEYS) | set(rules.referenced_env(texts)))
+def env_keys_of(texts: Iterable[str], modules: Collection[str] | None = None) -> list[str]:
+    """The fixed keys plus :func:`qola.core.rules.referenced_env` (of the ``modules`` built)."""
+    return sorted(set(ENV_KEYS) | set(rules.referenced_env(texts, modules)))
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,9 @@ class RecordedEnv:
     are set, and every ``AITER_CONFIG_*``. Reading a variable ``names`` does not hold raises (a
     digest over a variable the view was not resolved for would compare an unset one). A URL's
     credentials in a value (``QOLA_AITER_URL=https://user:pw@host/…``) are masked here, the one place
-    the view is made: they change nothing that is built, and no record, key or digest holds them."""
+    the view is made: they change nothing that is built, and no record, key or digest holds them; a
+    variable whose name says it is a credential (``HF_TOKEN``, ``*_KEY``, …) is held as a digest
+    (:func:`qola.core.secret.recorded_value`: a change still counts, the value is never kept)."""
 
     names: frozenset[str]
     values: tuple[tuple[str, str], ...]
@@ -86,7 +88,7 @@ class RecordedEnv:
     @classmethod
     def of(cls, env: Mapping[str, str], names: Iterable[str]) -> RecordedEnv:
         keys = frozenset(names)
-        held = {k: redact(v) for k, v in env.items() if k in keys or k.startswith(ENV_PREFIXES)}
+        held = {k: recorded_value(k, v) for k, v in env.items() if k in keys or k.startswith(ENV_PREFIXES)}
         return cls(keys, tuple(sorted(held.items())))
 
     def covers(self, keys: Iterable[str]) -> bool:

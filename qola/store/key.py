@@ -352,7 +352,7 @@ def _python_part(plan: Plan) -> dict[str, Any] | None:
 def _env_part(env: RecordedEnv, table_texts: Iterable[str], plan: Plan) -> dict[str, str | None]:
     from qola.core.rules import referenced_env  # lazy: paid only by the callers that need it
 
-    keys = set(referenced_env(table_texts)) | {k for k, _ in env.prefixed()}
+    keys = set(referenced_env(table_texts, {m.name for m in plan.modules})) | {k for k, _ in env.prefixed()}
     part: dict[str, str | None] = _normalise({k: env.get(k) for k in sorted(keys)}, _rooted(_tree_roots(plan)))
     return part
 

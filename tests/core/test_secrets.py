@@ -237,3 +237,41 @@ def test_a_manifest_or_flag_url_password_reaches_no_record(tmp_path: Path, given
     assert again.returncode == 0 and "is up to date" in again.stderr, again.stderr
     said = first.stdout + first.stderr + again.stdout + again.stderr
     assert PASSWORD not in said and leaked(tmp_path) == [(str(m))] * (given == "manifest"), leaked(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"https://alice:pa#{PASSWORD}@host/x.git",  # a raw '#' ended the authority: no credentials were found
+        f"https://alice:pa?{PASSWORD}@host/x.git",  # a raw '?'
+        f"https://alice:pa {PASSWORD}@host/x.git",  # a raw space
+        f"https://tok#{PASSWORD}@host/x.git",  # a bare token with a raw '#'
+    ],
+)
+def test_a_raw_hash_query_or_space_in_a_password_is_refused_and_masked(url: str) -> None:
+    """A password holding a raw '#', '?' or space (issue 51): the old pattern found no credentials, so
+    the URL was printed whole and went on git's argv. The parse refuses it (naming no part of it),
+    the clone URL's check says how to fix it, and any text holding it shows it masked."""
+    from qola.core.rules import url_problem
+
+    with pytest.raises(UnsplittableURL):
+        split_url(url)
+    problem = url_problem(url)
+    assert problem is not None and "%23" in problem and PASSWORD not in problem
+    for text in (f"see {url} now", f'"value": "{url}"', f"--prebuilt={url}"):
+        assert PASSWORD not in redact(text) and "host/x.git" in redact(text), redact(text)
+
+
+def test_credential_like_variables_are_recorded_as_digests() -> None:
+    """A variable whose name says it is a credential (``HF_TOKEN``, ``*_KEY``, ``*PASSWORD*``) is
+    recorded as a digest of its value (a change still counts); any other keeps its value."""
+    from qola.core.secret import credential_name, recorded_value
+    from qola.store.fastpath import RecordedEnv
+
+    for name in ("HF_TOKEN", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "API_KEY", "my_api_key"):
+        assert credential_name(name), name
+    for name in ("PATH", "CUDACXX", "KEYBOARD", "QK_RMSNORM_USE_RSQRT", "MONKEY"):
+        assert not credential_name(name), name
+    view = RecordedEnv.of({"HF_TOKEN": PASSWORD, "CUDACXX": "/usr/bin/nvcc"}, ["HF_TOKEN", "CUDACXX"])
+    assert view.get("CUDACXX") == "/usr/bin/nvcc" and PASSWORD not in repr(view)
+    assert view.get("HF_TOKEN") == recorded_value("HF_TOKEN", PASSWORD) != recorded_value("HF_TOKEN", "other")
