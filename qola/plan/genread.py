@@ -32,7 +32,7 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from qola.core import inputs
+from qola.core import argfile, inputs
 from qola.core.errors import QolaError
 from qola.core.secret import fingerprint
 from qola.plan.registry import genwrap_script
@@ -54,9 +54,14 @@ def runner() -> str:
     return str(genwrap_script("record_reads.py"))
 
 
+ARGV_FILE = "--qola-argv-file="  # the recorder's: the generator's argv (a JSON list) is in this file
+
+
 def argv(python: str, record: str, rest: Sequence[str]) -> list[str]:
-    """The command running ``python rest…`` under the recorder, which writes ``record``."""
-    return [python, runner(), record, *rest]
+    """The command running ``python rest…`` under the recorder, which writes ``record``. ``rest`` past
+    :data:`qola.core.argfile.THRESHOLD` (a filter naming thousands of kernels) goes by file, beside
+    ``record`` (:func:`qola.core.argfile.passed`): the recorder reads it back before the generator runs."""
+    return [python, runner(), record, *argfile.passed(rest, record + ".argv.json", ARGV_FILE)]
 
 
 @dataclass(frozen=True)

@@ -154,9 +154,15 @@ def _write(record_path, script, exit_code):
     os.replace(tmp, record_path)
 
 
+ARGV_FILE = "--qola-argv-file="  # qola.plan.genread.ARGV_FILE
+
+
 def main():
     if len(sys.argv) < 3:
-        sys.exit("usage: record_reads.py RECORD.json GENERATOR.py [ARGS...]")
+        sys.exit("usage: record_reads.py RECORD.json GENERATOR.py [ARGS...] | RECORD.json --qola-argv-file=PATH")
+    if sys.argv[2].startswith(ARGV_FILE):  # a list past the OS's argument limits: qola wrote it to a file
+        with open(sys.argv[2][len(ARGV_FILE) :], encoding="utf-8", errors="surrogateescape") as fh:
+            sys.argv[2:] = json.load(fh)
     record_path, script = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     sys.argv = [script, *sys.argv[3:]]
     sys.path[0] = os.path.dirname(os.path.realpath(script))  # as `python GENERATOR.py` sets it
