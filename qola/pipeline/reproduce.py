@@ -32,6 +32,7 @@ from typing import Any
 from qola.core import inputs, settings
 from qola.core.errors import QolaError
 from qola.core.rules import referenced_env
+from qola.core.secret import credential_name, recorded_value
 from qola.output.record import ModuleRecord
 from qola.pipeline import run as pipeline
 from qola.pipeline.record import BuildRecord
@@ -234,6 +235,14 @@ def rebuild_env(
     out, notes = dict(env), []
     for key in sorted(set(settings.env_keys) | set(recorded)):
         value = recorded.get(key)
+        if value is not None and key in env and recorded_value(key, env[key]) == value:
+            continue  # the auditor's own value is the one recorded (a credential's only as its digest)
+        if value is not None and credential_name(key):
+            notes.append(
+                f"manifest.json records {key} as a digest (a credential is never kept); here it is "
+                f"{'unset' if key not in env else 'another value'}: set it as it was at the build to rebuild the same"
+            )
+            continue
         why = _refusal(key, value, tree_keys) if value is not None else None
         if value is not None and why is not None:
             if env.get(key) != value:

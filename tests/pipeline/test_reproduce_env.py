@@ -19,6 +19,7 @@ from support.fake_nvcc import FAKE_NVCC, make_tree
 from support.fake_nvcc import pytestmark as needs_fake_nvcc
 from support.repro import recorded_build
 
+from qola.core.secret import recorded_value
 from qola.pipeline.reproduce import rebuild_env
 
 pytestmark = needs_fake_nvcc
@@ -146,3 +147,18 @@ def test_a_manifest_or_tree_inside_out_is_never_rebuilt(built: tuple[Path, dict[
     finally:
         evil.unlink(missing_ok=True)
         (out / "manifest.json").write_text(original)
+
+
+def test_a_credential_recorded_as_its_digest_is_never_applied_as_a_value(tmp_path: Path) -> None:
+    """A credential-like variable is recorded as ``sha256:<digest>`` (qola.core.secret.recorded_value):
+    the rebuild keeps the auditor's value when it has that digest, and otherwise says so; the digest
+    itself is never set as the variable's value."""
+    tree = str(tree_reading(tmp_path, "HF_TOKEN"))
+    recorded = {"HF_TOKEN": recorded_value("HF_TOKEN", "hunter2")}
+    settings = recorded_build({"env_keys": ["HF_TOKEN"], "env": recorded})
+    env, notes = rebuild_env({}, settings, {"HF_TOKEN": "hunter2"}, tree)
+    assert env["HF_TOKEN"] == "hunter2" and not notes, notes
+    env, notes = rebuild_env({}, settings, {}, tree)
+    assert "HF_TOKEN" not in env and any("HF_TOKEN" in n and "digest" in n for n in notes), notes
+    env, notes = rebuild_env({}, settings, {"HF_TOKEN": "other"}, tree)
+    assert env["HF_TOKEN"] == "other" and any("another value" in n for n in notes), notes
