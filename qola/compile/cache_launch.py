@@ -188,9 +188,10 @@ def record(cfg: Mapping[str, Any], what: str, obj: str, why: str = "") -> None:
 
 
 def _compile(argv: Sequence[str]) -> int:
-    """The compile itself, its output where the launcher's goes (ninja's pipe), ended with the launcher."""
+    """The compile itself, its output where the launcher's goes (ninja's pipe), in the launcher's
+    process group (ended with ninja's, as a compile without the cache is) and with it."""
     streams = proc.Streams(stdin=proc.DEVNULL, stdout=None, stderr=None)
-    with proc.started(argv, streams=streams) as child:
+    with proc.started(argv, streams=streams, own_group=False) as child:
         return child.wait()
 
 

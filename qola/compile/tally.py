@@ -53,10 +53,11 @@ class Tally:
         return self
 
     def status(self, show: Show) -> Show:
-        """``show`` (ninja's progress) with where the compiles ran so far in front of its text."""
+        """``show`` (ninja's progress) with where the compiles ran so far after its text (the reporter
+        reads a module's end from the edge's description, at the text's start)."""
 
         def status(done: int, total: int, text: str) -> None:
-            show(done, total, f"[{self.update().line()}] {text}")
+            show(done, total, f"{text} [{self.update().line()}]")  # after: the reporter reads the edge first
 
         return status
 

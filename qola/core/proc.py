@@ -162,15 +162,18 @@ def popen(
     cwd: str | os.PathLike[str] | None = None,
     streams: Streams | None = None,
     death_signal: int = signal.SIGTERM,
+    own_group: bool = True,
 ) -> subprocess.Popen[Any]:
     """Start ``argv`` in a new process group with a parent-death signal and remember its group.
     Prefer :func:`run` or :func:`started`; a caller of this must call :func:`finish`. Raises
-    :class:`Interrupted` once qola was told to stop."""
+    :class:`Interrupted` once qola was told to stop. ``own_group=False``: the child stays in this
+    process's group (a compile a launcher runs under ninja: ended with ninja's group, as the compile
+    without a launcher would be)."""
     check_stop()
     streams = streams or Streams()
     text = streams.text
     kwargs: dict[str, Any] = {"errors": "replace"} if text else {}
-    if _POPEN_PROCESS_GROUP:
+    if _POPEN_PROCESS_GROUP and own_group:
         kwargs["process_group"] = 0
     proc = subprocess.Popen(
         [os.fspath(a) for a in argv],
@@ -180,7 +183,7 @@ def popen(
         stdout=streams.stdout,
         stderr=streams.stderr,
         text=text,
-        preexec_fn=_death_signal(os.getpid(), death_signal, new_group=not _POPEN_PROCESS_GROUP),
+        preexec_fn=_death_signal(os.getpid(), death_signal, new_group=own_group and not _POPEN_PROCESS_GROUP),
         **kwargs,
     )
     with _live_lock:
@@ -205,6 +208,22 @@ def finish(proc: subprocess.Popen[Any], *, ended: bool = False) -> None:
                     stream.close()
 
 
+def _leads_group(proc: subprocess.Popen[Any]) -> bool:
+    """Whether ``proc`` leads its own process group (True when it is gone: its group is what is left)."""
+    try:
+        return os.getpgid(proc.pid) == proc.pid
+    except ProcessLookupError:
+        return True
+
+
+def _signal_one(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
 def _signal_group(pgid: int, sig: int) -> bool:
     try:
         os.killpg(pgid, sig)
@@ -214,13 +233,15 @@ def _signal_group(pgid: int, sig: int) -> bool:
 
 
 def end_group(proc: subprocess.Popen[Any], grace: float = GRACE) -> None:
-    """SIGTERM to ``proc``'s group, up to ``grace`` seconds for its leader, then SIGKILL to the group."""
+    """SIGTERM to ``proc``'s group, up to ``grace`` seconds for its leader, then SIGKILL to the group
+    (a child started in this process's group, ``own_group=False``: to the child alone)."""
+    send = _signal_group if _leads_group(proc) else _signal_one
     if proc.returncode is None:
-        _signal_group(proc.pid, signal.SIGTERM)
+        send(proc.pid, signal.SIGTERM)
         with suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
     # the leader is reaped only here or by its waiter: its pid (= the group id) is not reused before
-    _signal_group(proc.pid, signal.SIGKILL)
+    send(proc.pid, signal.SIGKILL)
     with suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace)
 

@@ -67,7 +67,7 @@ def test_remote_refuses_dist_and_launchers_then_connects_once_ready(tmp_path: Pa
     (tmp_path / "remote" / "tally").write_text("remote a.o\ncached b.o\nlocal c.o: unavailable\n")
     shown: list[str] = []
     ready.status(lambda d, t, text: shown.append(text))(3, 3, "CC c.o")
-    assert shown == ["[remote 1, cached 1, local 1] CC c.o"]
+    assert shown == ["CC c.o [remote 1, cached 1, local 1]"]  # after the edge: the reporter reads a module's end there
     after = ready.watch(ChildEnv.of({}), dry_run=False)()
     assert after == (
         "--remote (http://h:1): 1 compile(s) ran on workers, 1 came from the action cache, 1 compiled locally "
