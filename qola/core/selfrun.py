@@ -12,6 +12,8 @@ Standard library only, nothing at import time.
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 
@@ -25,3 +27,13 @@ def module_argv(python: str, module: str) -> list[str]:
     (``sys.argv[1:]`` in the module, as with ``-m``)."""
     code = f"import runpy, sys; sys.path.insert(0, {root()!r}); runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
     return [python, "-c", code]
+
+
+def launcher_script(module: str, config: str) -> str:
+    """A compiler launcher's ``sh`` script (ninja puts it in front of every compile): ``python -m
+    module CONFIG -- <compiler> <args…>`` with this qola first on the path (the remote launcher, the
+    compile cache's)."""
+    return (
+        f"#!/bin/sh\nexec env PYTHONPATH={shlex.quote(root())} {shlex.quote(sys.executable)} -m {module} "
+        f'{shlex.quote(config)} -- "$@"\n'
+    )

@@ -16,20 +16,18 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import stat
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import qola
 from qola.compile import tally
 from qola.compile.cache_launch import ACTIONS, FORMAT, OBJECTS, WRAPPERS
 from qola.core import knobs
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_write, remove
+from qola.core.selfrun import launcher_script
 from qola.toolchain.identity import COMPILER_ENV
 
 if TYPE_CHECKING:
@@ -107,11 +105,7 @@ def prepare(use: CacheUse, tc: Toolchain, build_dir: Path, tree_root: str, env: 
         "work": str(work.resolve()),
     }
     atomic_write(work / "config.json", json.dumps(cfg, indent=1, sort_keys=True).encode())
-    root = str(Path(qola.__file__).resolve().parent.parent)  # the dir holding the qola package
-    script = (
-        f"#!/bin/sh\nexec env PYTHONPATH={shlex.quote(root)} {shlex.quote(sys.executable)} -m "
-        f'qola.compile.cache_launch {shlex.quote(str(work / "config.json"))} -- "$@"\n'
-    )
+    script = launcher_script("qola.compile.cache_launch", str(work / "config.json"))
     atomic_write(work / "cc", script.encode(), mode=0o755)
     (work / tally.NAME).unlink(missing_ok=True)
     return str(work / "cc")

@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import qola
 from qola.compile.executor import Connected, Service, Where
 from qola.compile.remote_launch import errors
 from qola.core import inputs, proc
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_write
 from qola.core.secret import UnsplittableURL, redact, split_url
+from qola.core.selfrun import launcher_script
 from qola.store.key import binary_sha256, digest
 from qola.toolchain import find_toolchain
 from qola.toolchain.identity import compiler_env
@@ -267,11 +267,7 @@ def prepare(
         "map_flags": tc.prefix_map_flags([("{old}", "{new}")]),
     }
     atomic_write(work / "config.json", json.dumps(cfg, indent=1, sort_keys=True).encode())
-    root = str(Path(qola.__file__).resolve().parent.parent)  # the dir holding the qola package
-    script = (
-        f"#!/bin/sh\nexec env PYTHONPATH={_sh(root)} {_sh(sys.executable)} -m qola.compile.remote_launch "
-        f'{_sh(str(work / "config.json"))} -- "$@"\n'
-    )
+    script = launcher_script("qola.compile.remote_launch", str(work / "config.json"))
     atomic_write(work / "cc", script.encode(), mode=0o755)
     (work / "tally").unlink(missing_ok=True)
     return Connected(str(work / "cc"), f"{PROPERTY}={prop}")
@@ -285,12 +281,6 @@ def service(ep: Endpoint, jobs: int, use: RemoteUse) -> Service:
         return prepare(ep, where.toolchain, where.build_dir, where.tree_root, where.env, use)
 
     return Service(ep.url, jobs, connect)
-
-
-def _sh(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
 
 
 def main(argv: list[str]) -> int:
