@@ -439,7 +439,7 @@ OTHER_OPENS = {
     "store/prebuilt.py": 7,  # the archive written (O_EXCL), packed from OUT (O_NOFOLLOW), and the download verified
     "store/download.py": 1,  # a file of a local store (checked fd); the download is written by fsutil.atomic_stream
     "toolchain/host.py": 1,  # /proc/meminfo
-    "templates/genwrap/record_reads.py": 1,  # the recorder's record (a write, in the generator's interpreter)
+    "templates/genwrap/record_reads.py": 2,  # the recorder's record (a write) and the argv file qola wrote for it (qola.core.argfile), in the generator's interpreter
 }
 _RAW_OPEN = re.compile(
     r"(?<![\w.])open\(|\.read_bytes\(|\.read_text\(|os\.open\(|\bio\.open\(|tarfile\.open\(|os\.fdopen\("
