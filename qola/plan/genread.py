@@ -6,11 +6,15 @@ args…``). The recorder installs an audit hook (:func:`sys.addaudithook`) and a
 ``os.environ`` in the generator's own interpreter, runs the script as ``python script args`` would,
 and writes, when it ends, the files it opened for reading, the module files it imported (through
 ``sys.path.insert`` from anywhere: AITER's ``mha_fwd_generate.py`` imports ``chip_info`` from
-``aiter/jit/utils/``), the directories it listed, the variables it looked up, and whether it
+``aiter/jit/utils/``), each file's size, mtime and sha256 as it was when the generator opened it (a
+file saved while the generator runs is kept as the generator read it, so the next run sees the
+change; a file another open found with other content makes the run unusable), the paths it only
+looked at (``os.stat``, ``os.path.exists``: an optional input it skipped counts when it appears), the
+directories it listed, the variables it looked up (``os.environ`` and ``os.environb``), and whether it
 started another program.
 
 :func:`collect` turns that record into :class:`Deps`: each file with its real path (a link's
-target is part of the key), size, mtime and content hash (files of the interpreter's own
+target is part of the key), size, mtime and content hash as opened (files of the interpreter's own
 ``stdlib``/``site-packages`` by size and mtime alone), each listed directory's names, each
 variable's value as a hash (absent ones too; :func:`value_hash`: no value is kept in clear), the interpreter, and each toolchain probe it ran (``hipconfig
 --version``: AITER's ``cpp_extension`` runs it at import) as its argv and the file that ran. :func:`unchanged` tells whether they still
@@ -37,8 +41,8 @@ from qola.core.errors import QolaError
 from qola.core.secret import fingerprint
 from qola.plan.registry import genwrap_script
 
-FORMAT = 2  # 2: variables by value_hash (1 kept them in clear)
-RECORD_FORMAT = 1  # what the recorder writes (templates/genwrap/record_reads.py)
+FORMAT = 3  # 3: files as opened, paths only looked at (2: hashed when the run ended; 1: variables in clear)
+RECORD_FORMAT = 2  # what the recorder writes (templates/genwrap/record_reads.py); 2: "opened", "changed", "stats"
 MAX_INPUT = 256 << 20  # one file a generator read (CK's and AITER's largest inputs: a few MiB of CSV)
 PSEUDO = ("/proc/", "/sys/", "/dev/")  # read, never inputs (their content changes by itself)
 # the caller's bookkeeping, never a generator's input, even one that reads the whole environment: the
@@ -145,7 +149,7 @@ def read_under(record: str, directory: str) -> bool:
     earlier generator wrote there); True when the record cannot be read."""
     try:
         doc = json.loads(inputs.read_record(record, what="generator's read record"))
-        names = [str(p) for k in ("reads", "dirs") for p in doc[k]]
+        names = [str(p) for k in ("reads", "dirs", "stats") for p in doc.get(k, ())]
     except (OSError, QolaError, KeyError, TypeError, ValueError):
         return True
     return any(_under(p, [directory, os.path.realpath(directory)]) for p in names)
@@ -164,9 +168,15 @@ def collect(record: str, *, env: Mapping[str, str], exclude: Sequence[str]) -> D
         if doc.get("spawned") or doc.get("broken") or doc.get("exit") != 0:
             return None
         ex = [os.path.realpath(d) for d in exclude] + list(exclude)
+        if any(not _under(str(p), ex) for p in doc["changed"]):  # another content at another open
+            return None
         system = [str(s) for s in doc["system"]]
         names = {str(p) for p in (*doc["reads"], *doc["modules"])}
-        files = [_state(p, system) for p in sorted(names) if not _under(p, ex)]
+        opened = {str(p): _opened(p, s) for p, s in dict(doc["opened"]).items()}
+        files = [opened.get(p) or _state(p, system) for p in sorted(names) if not _under(p, ex)]
+        files += [
+            _looked(str(p), s) for p, s in dict(doc["stats"]).items() if str(p) not in names and not _under(p, ex)
+        ]
         dirs = [(d, _names(d)) for d in sorted({str(d) for d in doc["dirs"]}) if not _under(d, ex)]
         looked = {str(k): value_hash(v if v is None else str(v)) for k, v in dict(doc["env"]).items()}
         python = str(doc["python"])
@@ -188,6 +198,21 @@ def collect(record: str, *, env: Mapping[str, str], exclude: Sequence[str]) -> D
         _whole(env) if doc.get("all_env") else None,
         tuple(sorted((a, p) for a, p in programs if p)),
     )
+
+
+def _opened(path: object, state: object) -> File:
+    """``path`` as the generator opened it (the recorder's [size, mtime_ns, sha256 | "" for a system file])."""
+    assert isinstance(path, str) and isinstance(state, list) and len(state) == 3
+    return (path, os.path.realpath(path), int(state[0]), int(state[1]), str(state[2]))
+
+
+def _looked(path: str, state: object) -> File:
+    """A path the generator only looked at (``os.stat``, ``os.path.exists``): what it found, as a key
+    ("-": absent, "dir", "other": neither a file nor a directory, "stat": a file by size and mtime)."""
+    if isinstance(state, list) and len(state) == 2:
+        return (path, os.path.realpath(path), int(state[0]), int(state[1]), "stat")
+    assert state in ("-", "dir", "other")
+    return (path, os.path.realpath(path), -1, -1, str(state))
 
 
 def _which(prog: str, env: Mapping[str, str]) -> str:
@@ -270,13 +295,14 @@ def _holds(f: File) -> bool:
         return digest == "-"
     except OSError:
         return False
-    if digest in ("-", "dir"):
-        return digest == "dir" and stat.S_ISDIR(st.st_mode)
+    if digest in ("-", "dir", "other"):
+        kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+        return digest == kind
     if not stat.S_ISREG(st.st_mode) or st.st_size != size:
         return False
     if st.st_mtime_ns == mtime:
         return True
-    if not digest:  # a system file: by size and mtime alone
+    if digest in ("", "stat"):  # a system file, a file only looked at: by size and mtime alone
         return False
     try:
         return inputs.sha256_checked(path, limit=MAX_INPUT, what="generator input")[0] == digest

@@ -439,7 +439,10 @@ OTHER_OPENS = {
     "store/prebuilt.py": 7,  # the archive written (O_EXCL), packed from OUT (O_NOFOLLOW), and the download verified
     "store/download.py": 1,  # a file of a local store (checked fd); the download is written by fsutil.atomic_stream
     "toolchain/host.py": 1,  # /proc/meminfo
-    "templates/genwrap/record_reads.py": 2,  # the recorder's record (a write) and the argv file qola wrote for it (qola.core.argfile), in the generator's interpreter
+    # the recorder's record (a write), the argv file qola wrote for it (qola.core.argfile) and each file the
+    # generator opens for reading, hashed as it is opened (O_NONBLOCK, fstat: a regular file only), in the
+    # generator's interpreter (standard library only: qola.core.inputs is not there)
+    "templates/genwrap/record_reads.py": 3,
 }
 _RAW_OPEN = re.compile(
     r"(?<![\w.])open\(|\.read_bytes\(|\.read_text\(|os\.open\(|\bio\.open\(|tarfile\.open\(|os\.fdopen\("

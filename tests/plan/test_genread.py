@@ -204,3 +204,58 @@ def test_the_listing_gets_the_environment_the_generation_gets(tmp_path: Path) ->
     genv = {"PATH": os.environ["PATH"], **aiter_env(("gfx942",), tree)}  # what the build's generation gets
     done = run_generators(GenJob("m", (gen,)), tmp_path / "build", env=genv)
     assert listed == {Path(s).stem for s in done.sources} == {"k_gfx942"}
+
+
+SAVED_DURING_RUN = """
+read = pathlib.Path({data!r}).read_text().split()
+names += read
+if read == ["k_d"]:  # an editor's save while the generator runs: a new file renamed over the one it read
+    pathlib.Path({tmp!r}).write_text("k_ee\\n")
+    os.replace({tmp!r}, {data!r})
+"""
+
+
+def test_an_input_saved_while_the_generator_runs_is_recorded_as_read_and_reruns_it(tmp_path: Path) -> None:
+    """The record hashed each file when the run ended: the next build and plan reused a run (and a
+    listing) that read the old content. The digest is taken when the generator opens the file."""
+    data = tmp_path / "data" / "names.txt"
+    data.parent.mkdir()
+    data.write_text("k_d\n")
+    more = SAVED_DURING_RUN.format(data=str(data), tmp=str(data.with_suffix(".tmp")))
+    fx = fixture(tmp_path, imports_from(tmp_path / "lib"), more)
+    listed = list_blobs(fx.gen, fx.env)  # read k_d, then saved k_ee
+    assert sorted(listed) == ["k_a", "k_b", "k_d"] and data.read_text() == "k_ee\n"
+    assert sorted(list_blobs(fx.gen, fx.env)) == ["k_a", "k_b", "k_ee"] and fx.runs() == (2, 0)
+    data.write_text("k_d\n")
+    first = run_generators(GenJob("m", (fx.gen,)), tmp_path / "build", env=fx.env)
+    assert sorted(Path(s).stem for s in first.sources) == ["k_a", "k_b", "k_d"]
+    assert fx.both() == (["k_a", "k_b", "k_ee"], ["k_a", "k_b", "k_ee"], False) and fx.runs() == (2, 2)
+    assert fx.both()[2] and fx.runs() == (2, 2)
+
+
+def test_a_path_looked_at_and_skipped_reruns_it_when_it_appears(tmp_path: Path) -> None:
+    """AITER's generators open an optional input only `if os.path.exists(…)`: its appearance counts,
+    as does a path `pathlib`'s `is_file()` found absent."""
+    optional, other = tmp_path / "data" / "extra.txt", tmp_path / "data" / "more.txt"
+    more = (
+        f"if os.path.exists({str(optional)!r}):\n    names += open({str(optional)!r}).read().split()\n"
+        f"if pathlib.Path({str(other)!r}).is_file():\n    names += pathlib.Path({str(other)!r}).read_text().split()\n"
+    )
+    fx = fixture(tmp_path, imports_from(tmp_path / "lib"), more)
+    assert fx.both() == (["k_a", "k_b"], ["k_a", "k_b"], False)
+    assert fx.both()[2] and fx.runs() == (1, 1)
+    optional.parent.mkdir()
+    optional.write_text("k_f\n")
+    assert fx.both() == (["k_a", "k_b", "k_f"], ["k_a", "k_b", "k_f"], False) and fx.runs() == (2, 2)
+    other.write_text("k_g\n")
+    assert fx.both() == (["k_a", "k_b", "k_f", "k_g"], ["k_a", "k_b", "k_f", "k_g"], False)
+    assert fx.both()[2] and fx.runs() == (3, 3)
+
+
+def test_a_variable_read_through_environb_reruns_it(tmp_path: Path) -> None:
+    more = 'names = [n + os.environb.get(b"GEN_B_SUFFIX", b"").decode() for n in names]\n'
+    fx = fixture(tmp_path, imports_from(tmp_path / "lib"), more)
+    assert fx.both() == (["k_a", "k_b"], ["k_a", "k_b"], False)
+    assert fx.both()[2] and fx.runs() == (1, 1)
+    assert fx.both(fx.env | {"GEN_B_SUFFIX": "_y"}) == (["k_a_y", "k_b_y"], ["k_a_y", "k_b_y"], False)
+    assert fx.runs() == (2, 2)
