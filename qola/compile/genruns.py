@@ -75,10 +75,18 @@ class RunRecord:
 
 
 def run_key(argv: Sequence[str], env: Sequence[tuple[str, str]], configs: Mapping[str, str]) -> str:
-    """One run's key: its command (``argv``, the output dir as its token), the variables qola sets
-    for it, the digests of the merged configs its command names."""
+    """One run's key: its command (``argv``, the output dir as its token), the interpreter it names
+    (``argv[0]``: :func:`qola.plan.genread.interpreter`, so a ``python3`` re-pointed from 3.11 to 3.13
+    is another run), the variables qola sets for it, the digests of the merged configs its command names."""
     named = {n: d for n, d in configs.items() if any(n in a for a in argv)}
-    payload = {"format": FORMAT, "deps": genread.FORMAT, "argv": list(argv), "env": dict(env), "configs": named}
+    payload = {
+        "format": FORMAT,
+        "deps": genread.FORMAT,
+        "argv": list(argv),
+        "python": genread.interpreter(argv[0]) if argv else None,
+        "env": dict(env),
+        "configs": named,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 

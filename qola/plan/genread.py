@@ -149,10 +149,13 @@ def read_under(record: str, directory: str) -> bool:
     earlier generator wrote there); True when the record cannot be read."""
     try:
         doc = json.loads(inputs.read_record(record, what="generator's read record"))
-        names = [str(p) for k in ("reads", "dirs", "stats") for p in doc.get(k, ())]
+        names = [str(p) for k in ("reads", "dirs") for p in doc[k]]
+        looked = [str(p) for p in doc.get("stats", ())]
     except (OSError, QolaError, KeyError, TypeError, ValueError):
         return True
-    return any(_under(p, [directory, os.path.realpath(directory)]) for p in names)
+    dirs = [directory, os.path.realpath(directory)]
+    # a path looked at inside it counts; the directory itself (``mkdir(exist_ok=True)``) does not
+    return any(_under(p, dirs) for p in names) or any(_under(p, dirs) and p not in dirs for p in looked)
 
 
 def _under(path: str, dirs: Sequence[str]) -> bool:
@@ -220,6 +223,17 @@ def _which(prog: str, env: Mapping[str, str]) -> str:
     if os.sep in prog:
         return os.path.abspath(prog) if os.path.isfile(prog) else ""
     return shutil.which(prog, path=env.get("PATH", os.defpath)) or ""
+
+
+def interpreter(python: str) -> list[str | int | None]:
+    """The identity of the interpreter ``python`` names: its real path, size and mtime (``[python,
+    None]`` when it cannot be read); a generator run's key holds it."""
+    real = os.path.realpath(python)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return [python, None]
+    return [real, st.st_size, st.st_mtime_ns]
 
 
 def _identity(real: str, version: str) -> str:

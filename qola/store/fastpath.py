@@ -2,7 +2,7 @@
 milliseconds instead of paying for the manifest schema, the resolver and the toolchain probe.
 
 After a fully successful build, :func:`record` stores a digest over everything the graph was
-derived from: the command line and working dir, the environment variables that can change it
+derived from: the command line and working dir, the interpreter (:func:`interpreter`), the environment variables that can change it
 (:data:`ENV_KEYS`, every ``AITER_CONFIG_*`` variable, what the module table reads, and every
 variable a generator looked up when it last ran, :func:`qola.compile.codegen.recorded_variables`:
 the record names those, their values enter the digest only as fingerprints), where the
@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from qola.store.key import Material
 
 RECORD = NOOP_RECORD
-FORMAT = 3  # 3: the variables the generators looked up (gen_env_keys)
+FORMAT = 4  # 4: the interpreter (3: the variables the generators looked up, gen_env_keys)
 # what planning reads, what finds and configures the toolchain, what the compilers read (one list,
 # qola.toolchain.identity, shared with the build graph's toolchain stamp)
 ENV_KEYS = tuple(
@@ -121,6 +122,13 @@ def _stat(path: str) -> list[str | int | None]:
     return [path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
+def interpreter() -> list[str]:
+    """The running interpreter's identity (its real path, version and cache tag): the generators run
+    under it and the build's Python modules are built for it, so a build under another Python is no
+    no-op (TE's CMake runs ``python -m qola.cli`` with ``PYTHONPATH=<checkout>`` under whichever Python)."""
+    return [os.path.realpath(sys.executable), sys.version, str(sys.implementation.cache_tag)]
+
+
 def digest(
     argv: Sequence[str],
     env: Mapping[str, str] | RecordedEnv,
@@ -133,6 +141,7 @@ def digest(
     payload = {
         "gen_env": dict(gen_env or {}),
         "format": FORMAT,
+        "python": interpreter(),
         "argv": redact_argv(argv),
         "cwd": os.getcwd(),
         "env": {k: view.get(k) for k in env_keys},

@@ -13,7 +13,9 @@ import os
 import sys
 from pathlib import Path
 
-from qola.compile.codegen import GenJob, GenResult, run_generators
+from support.pythons import other_python
+
+from qola.compile.codegen import GenJob, GenResult, run_generators, run_keys
 from qola.plan.model import Generator
 
 GEN = """
@@ -122,3 +124,28 @@ def test_generators_writing_one_file_rerun_together(tmp_path: Path) -> None:
     assert (blob / "a1.cpp").read_text() == "int a1 = 7;\n" and (blob / "a2.cpp").read_text() == "int a2 = 33;\n"
     runs = json.loads((blob.parent / "stamp.json").read_text())["runs"]
     assert [r["wrote"] for r in runs] == [["a1.cpp", "a2.cpp"], ["a1.cpp", "b1.cpp"]]
+
+
+def test_the_interpreter_a_python_link_names_is_part_of_each_run_key(tmp_path: Path) -> None:
+    """`python3` re-pointed from 3.11 to 3.13 (the same argv): the generators were reused, the run key
+    naming the link and the record the old interpreter's file, which had not changed."""
+    src, _, env = _fixture(tmp_path)
+    job = _job(src, ["b"])
+    link = tmp_path / "bin" / "python3"
+    link.parent.mkdir()
+    link.symlink_to(sys.executable)
+    before = run_keys(job, str(link))
+    other = other_python()
+    if other is None:  # no second interpreter here: the keys of two interpreter identities
+        fake = tmp_path / "bin" / "python3.99"
+        fake.write_text("#!/bin/sh\n")
+        link.unlink()
+        link.symlink_to(fake)
+        assert run_keys(job, str(link)) != before
+        return
+    assert not run_generators(job, tmp_path / "gen", env=env, python=str(link)).skipped
+    assert run_generators(job, tmp_path / "gen", env=env, python=str(link)).skipped and _calls(env) == ["b"]
+    link.unlink()
+    link.symlink_to(other)
+    assert run_keys(job, str(link)) != before
+    assert not run_generators(job, tmp_path / "gen", env=env, python=str(link)).skipped and _calls(env) == ["b"]

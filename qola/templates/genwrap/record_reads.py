@@ -93,15 +93,19 @@ def _opened(path):
         CHANGED.add(path)
 
 
-def _recording_stat(path, *, dir_fd=None, follow_symlinks=True):
-    """``os.stat``, noting the state of a path the generator looked at (absent ones too)."""
-    try:
-        st = _STAT(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
-    except (OSError, ValueError):
-        _stated(path, dir_fd, follow_symlinks, None)
-        raise
-    _stated(path, dir_fd, follow_symlinks, st)
-    return st
+class _RecordingStat:
+    """``os.stat``, noting the state of a path the generator looked at (absent ones too). An object,
+    not a function: Python 3.10's ``pathlib`` keeps ``os.stat`` as a class attribute, where a function
+    would be bound as a method."""
+
+    def __call__(self, path, *, dir_fd=None, follow_symlinks=True):
+        try:
+            st = _STAT(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+        except (OSError, ValueError):
+            _stated(path, dir_fd, follow_symlinks, None)
+            raise
+        _stated(path, dir_fd, follow_symlinks, st)
+        return st
 
 
 def _stated(path, dir_fd, follow, st):
@@ -274,7 +278,7 @@ def main():
     SYSTEM[:] = _system_dirs()
     os.environ.__class__ = _Environ
     os.environb.__class__ = _Environ
-    os.stat = _recording_stat
+    os.stat = _RecordingStat()
     sys.addaudithook(_hook)
     code = 0
     try:
