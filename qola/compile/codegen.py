@@ -310,6 +310,8 @@ def _generate(
                 continue
             run = (argv, os.path.join(records, f"reads-{i}.json"), keys[i])
             _note(ran, _generate_one(job, run, (staging, genv, limit), hsa_dir, ran), before, staging)
+    # each run's files as the last run left them: what the blob dir will hold, checked before a reuse
+    ran.runs[:] = [replace(r, sums=genruns.sums(staging, r.wrote)) for r in ran.runs]
     return ran
 
 

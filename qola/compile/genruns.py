@@ -8,7 +8,7 @@ those it removed there (a snapshot of the dir before and after it), the generate
 its turn (its group: whose files they are) and whether it read what the earlier runs wrote.
 
 A run is reused when a run of the last generation had its key, its depfile still holds and every
-file it wrote is still in the blob dir; then its files are linked from the blob dir into the new
+file it wrote is still in the blob dir with the bytes it wrote (their sha256, kept in the stamp); then its files are linked from the blob dir into the new
 staging dir at its turn, instead of running it, so the staging dir ends as a full run would leave it
 (a removed generator's files are in no run: the sync removes them). Two runs that wrote or removed
 the same file are reused together or not at all (the blob dir holds the last writer's bytes), and a
@@ -25,9 +25,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from qola.core import inputs
+from qola.core.errors import QolaError
 from qola.plan import genread
 
-FORMAT = 1
+FORMAT = 2  # 2: each written file's sha256 (sums)
 GENERATED_EXTS = (".cu", ".cpp")
 Snapshot = dict[str, tuple[int, int, int]]  # relative path -> (inode, size, mtime_ns)
 
@@ -46,6 +48,7 @@ class RunRecord:
     read_out: bool = False
     warnings: tuple[str, ...] = ()
     ran: bool = True
+    sums: tuple[str, ...] = ()  # the sha256 of each of ``wrote``, as the run left it
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -58,13 +61,14 @@ class RunRecord:
             "read_out": self.read_out,
             "warnings": list(self.warnings),
             "ran": self.ran,
+            "sums": list(self.sums),
         }
 
     @classmethod
     def from_json(cls, doc: object) -> RunRecord:
         if not isinstance(doc, dict):
             raise ValueError("not a run record")
-        strs = {k: tuple(str(x) for x in doc[k]) for k in ("wrote", "removed", "group", "warnings")}
+        strs = {k: tuple(str(x) for x in doc[k]) for k in ("wrote", "removed", "group", "warnings", "sums")}
         deps = genread.Deps.from_json(doc["deps"]) if doc["deps"] is not None else None
         return cls(
             str(doc["key"]), str(doc["command"]), deps, read_out=bool(doc["read_out"]), ran=bool(doc["ran"]), **strs
@@ -126,7 +130,20 @@ def reusable(prev: Sequence[RunRecord], keys: Sequence[str], blob: Path, env: Ma
 def _holds(run: RunRecord, blob: Path, env: Mapping[str, str]) -> bool:
     if run.deps is None or not genread.unchanged(run.deps, env):
         return False
-    return all((blob / f).is_file() for f in run.wrote)
+    return len(run.sums) == len(run.wrote) and sums(blob, run.wrote) == run.sums
+
+
+def sums(directory: Path, names: Sequence[str]) -> tuple[str, ...]:
+    """The sha256 of each of ``names`` under ``directory`` ("" for one that is not a regular file): a
+    run's files are checked against these before it is reused (a generated source truncated in the
+    build dir was reused for good, and the library built without its kernel)."""
+    out = []
+    for name in names:
+        try:
+            out.append(inputs.sha256_checked(directory / name, limit=genread.MAX_INPUT, what="generated file")[0])
+        except (OSError, QolaError):
+            out.append("")
+    return tuple(out)
 
 
 def snapshot(directory: Path) -> Snapshot:

@@ -149,3 +149,18 @@ def test_the_interpreter_a_python_link_names_is_part_of_each_run_key(tmp_path: P
     link.symlink_to(other)
     assert run_keys(job, str(link)) != before
     assert not run_generators(job, tmp_path / "gen", env=env, python=str(link)).skipped and _calls(env) == ["b"]
+
+
+def test_a_generated_file_truncated_in_the_build_dir_reruns_its_generator(tmp_path: Path) -> None:
+    """A generated source cut short in the build dir was reused for good: the library was built
+    without its kernel and published with rc 0. Each run's files are checked against its record."""
+    src, _, env = _fixture(tmp_path)
+    job = _job(src, ["a", "b"])
+    blob = _gen(job, tmp_path, env).blob_dir
+    assert _calls(env) == ["a", "b"]
+    with open(blob / "a2.cpp", "r+") as fh:
+        fh.truncate(3)
+    again = _gen(job, tmp_path, env)
+    assert not again.skipped and _calls(env) == ["a"]  # b's files are whole: reused
+    assert (blob / "a2.cpp").read_text() == "int a2 = 1;\n"
+    assert _gen(job, tmp_path, env).skipped and _calls(env) == []
