@@ -326,10 +326,11 @@ def check_output(out: Path) -> None:
         if not os.path.lexists(p):
             continue
         if not ours:
-            why = f"{out / MANIFEST_JSON} is not a qola build record" if published(out) else f"no {out / MANIFEST_JSON}"
+            damaged = published(out)
+            why = f"{out / MANIFEST_JSON} is not a qola build record" if damaged else f"no {out / MANIFEST_JSON}"
             raise QolaError(
                 f"output dir {out} holds {name}, which qola did not publish ({why}); a build would replace it",
-                hint=HINT_FOREIGN,
+                hint=_damaged_hint(out) if damaged else f"remove {out} or choose another --output-dir",
             )
         if p.is_symlink() and not legacy:
             raise QolaError(f"{p} is a symlink: not part of a qola output", hint=HINT_FOREIGN)
@@ -338,6 +339,14 @@ def check_output(out: Path) -> None:
             raise QolaError(
                 f"{p} is not a {'directory' if want_dir else 'file'}: not part of a qola output", hint=HINT_FOREIGN
             )
+
+
+def _damaged_hint(out: Path) -> str:
+    """How to recover an output whose manifest.json is damaged (cut short, edited by hand)."""
+    return (
+        f"if {out} is a qola output whose {MANIFEST_JSON} was damaged, remove {out} (`rm -r {out}`) and build "
+        "again (qola never replaces files it cannot tell are its own); if it is not, choose another --output-dir"
+    )
 
 
 def entry_problems(out: Path) -> list[str]:
