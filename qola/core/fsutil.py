@@ -99,9 +99,11 @@ def _publish_temp(
             os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:  # ENOSPC from write or fsync names no file
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
     if sync_dir:
         fsync_dir(path.parent)
