@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from support.ckjit_replay import archs_named, defined_functions, install, prebuild_compile, runtime_compile
-from support.ckjit_rule import SYMBOL_PREFIX, classify, compile_parts, extract_flags
+from support.ckjit_rule import SYMBOL_PREFIX, as_the_compiler_sees, classify, compile_parts, extract_flags
 from support.libdata import kernels_by_arch
 from support.te_cmake import TeBuild
 
@@ -35,7 +35,7 @@ def test_real_ck_kernels_compile_from_what_ck_jit_records(te_build: TeBuild, tmp
     ndjson.parent.mkdir()
     lines = []
     for u in json.loads(compdb.stdout):
-        argv = shlex.split(u["command"])
+        argv = as_the_compiler_sees(shlex.split(u["command"]))
         call = classify(argv, u["directory"])
         name = os.path.basename(call.source or "")
         if call.kind == "blob" and name.startswith("fmha_fwd_d") and call.output:

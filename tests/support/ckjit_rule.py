@@ -87,6 +87,16 @@ class Call:
     output: str | None = None
 
 
+def as_the_compiler_sees(argv: Sequence[str]) -> list[str]:
+    """A compile line of qola's graph as the compiler (ck-jit's interceptor) receives it: qola's compile
+    cache, in front of every local compile (``<build>/cache/cc <compiler> <args>``), runs the compiler
+    with the rest of the line unchanged."""
+    first = Path(argv[0]) if argv else None
+    if first is not None and first.name == "cc" and first.parent.name == "cache":
+        return list(argv[1:])
+    return list(argv)
+
+
 def classify(argv: Sequence[str], cwd: str | os.PathLike[str]) -> Call:
     if len(argv) == 2 and argv[1] in INFO_FLAGS:
         return Call("info")
