@@ -38,8 +38,8 @@ timed "host set" python3 -m pytest -m "not gpu and not rocm" -n "${QOLA_TEST_WOR
 # the CLI's fast tests under 3.10, 3.12, 3.13 (the main run is 3.11); venvs cached in ~/.cache/qola-test
 pythons=0
 timed "other Pythons' CLI tests" bash scripts/pythons.sh "$@" || pythons=$?
-# the `rocm` tests, `ck` ones included (real CK fMHA kernels compiled for gfx942 and gfx950: 22 min on
-# a 2-core box on 2026-12-01, docs/benchmarks.md)
+# the `rocm` tests, `ck` ones included (real CK fMHA kernels compiled for gfx942 and gfx950; their time:
+# docs/benchmarks.md, "How long the test command takes")
 rocm=0
 timed "ROCm set" bash scripts/rocm7.sh run python -m pytest -m rocm --durations=20 "$@" || rocm=$?
 echo "scripts/test.sh: what each set took (this box: $(nproc) CPUs)"
