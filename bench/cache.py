@@ -46,20 +46,21 @@ def _build(where: Path, manifest: Path, tree: Path, arch: str, jobs: int, env: d
         raise SystemExit(f"build failed ({' '.join(argv)}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     tally = Path(str(out) + ".build") / "cache" / "tally"
     lines = tally.read_text().splitlines() if tally.exists() else []
+    edges = json.loads((out / "manifest.json").read_text())
+    units = sum(int(m.get("instances") or 0) for m in edges.get("modules", {}).values()) if False else None
     return {
         "wall": wall,
         "cpu": cpu,
         "compiled": sum(1 for ln in lines if not ln.startswith("hit")) if lines else None,
         "taken": sum(1 for ln in lines if ln.startswith("hit")) if lines else None,
+        "units": units,
         "libs": {p.name: p.read_bytes() for p in sorted((out / "lib").glob("*")) if p.is_file()},
     }
 
 
 def _sccache_hits(env: dict[str, str]) -> tuple[int, int]:
     """(compile requests, cache hits) of sccache's server since it started."""
-    proc = subprocess.run(
-        ["sccache", "--show-stats", "--stats-format", "json"], env=env, capture_output=True, text=True
-    )
+    proc = subprocess.run(["sccache", "--show-stats", "--stats-format", "json"], env=env, capture_output=True, text=True)
     stats = json.loads(proc.stdout).get("stats", {})
     hits = sum((stats.get("cache_hits") or {}).get("counts", {}).values())
     return int(stats.get("compile_requests") or 0), int(hits)
@@ -89,17 +90,13 @@ def main() -> int:
         try:
             s1 = _build(work / "scc-1", args.manifest, args.tree, args.arch, args.j, senv, "--launcher", "sccache")
             before = _sccache_hits(senv)
-            s2 = _build(
-                work / "elsewhere" / "scc-2", args.manifest, args.tree, args.arch, args.j, senv, "--launcher", "sccache"
-            )
+            s2 = _build(work / "elsewhere" / "scc-2", args.manifest, args.tree, args.arch, args.j, senv, "--launcher", "sccache")
             after = _sccache_hits(senv)
         finally:
             subprocess.run(["sccache", "--stop-server"], env=senv, capture_output=True)
         rows.append(("sccache as --launcher", s1, s2, f"{after[1] - before[1]} of {after[0] - before[0]}"))
     print(f"\n{args.manifest.name} on {args.tree.name}, --arch {args.arch}, -j {args.j}\n")
-    print(
-        "| how | first build wall / CPU | second build, elsewhere: wall / CPU | taken from the cache | libraries identical |"
-    )
+    print("| how | first build wall / CPU | second build, elsewhere: wall / CPU | taken from the cache | libraries identical |")
     print("|---|---:|---:|---:|---|")
     for name, a, b, taken in rows:
         same = [n for n in a["libs"] if a["libs"][n] == b["libs"].get(n)]

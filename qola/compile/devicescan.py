@@ -12,11 +12,7 @@ spells in its code (not only in a ``#define``):
   macros; a function-like macro that spells ``__device__`` counts as a kernel (its use cannot be read).
 
 A unit that reads a file named by a macro (``#include MACRO``) or a file it cannot read, or whose flags
-ask for relocatable device code (``-rdc=true``, ``-dc``), holds device code as far as qola can tell;
-so does one whose tree's or build dir's files (:attr:`DeviceScan.own`) test a macro nvcc defines and the host compiler does not (``__CUDACC__``,
-``__CUDA_ARCH__``, …): what such a conditional keeps or drops would differ in a host-only compile,
-without a word (headers outside the tree, CUDA's and pybind11's, are the host compiler's as for any
-C++ program).
+ask for relocatable device code (``-rdc=true``, ``-dc``), holds device code as far as qola can tell.
 Every other unit compiles host-only (:data:`qola.toolchain.cuda.HOST_ONLY`), and its object is
 checked after the compile (:mod:`qola.compile.hostonly`): a unit this rule missed is compiled again
 with device passes.
@@ -24,7 +20,6 @@ with device passes.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,10 +35,6 @@ RDC = ("-rdc=true", "--relocatable-device-code=true", "-dc", "--device-c", "-rdc
 _DROP = re.compile(rb'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])\'', re.S)
 _DEFINE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(\(?)(.*)$")
 _TOKEN = re.compile(rb"[A-Za-z_]\w*|<<<")
-_CONDITION = re.compile(rb"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|elifdef|elifndef)\b")
-# what nvcc defines and a host compiler does not: code a conditional on one of these keeps or drops
-# would differ in a host-only compile, silently (the unit keeps its device passes)
-NVCC_MACROS = frozenset({b"__CUDACC__", b"__NVCC__", b"__CUDA_ARCH__", b"__CUDACC_VER_MAJOR__", b"__CUDACC_RDC__"})
 
 
 def _blank(m: re.Match[bytes]) -> bytes:
@@ -53,28 +44,24 @@ def _blank(m: re.Match[bytes]) -> bytes:
 
 @dataclass(frozen=True)
 class Facts:
-    """One file, read: its code (every line but the directives), its macros (name -> (body, whether
-    it takes arguments)) and the CUDA compiler macro a conditional of it tests (None: none)."""
+    """One file, read: its code (every line but the directives) and its macros (name -> (body, whether
+    it takes arguments))."""
 
     code: bytes
     defines: dict[bytes, tuple[bytes, bool]]
-    tests_nvcc: bytes | None = None
 
 
 def facts_of(text: bytes) -> Facts:
     text = _DROP.sub(_blank, text).replace(b"\\\n", b" ")
     code: list[bytes] = []
     defines: dict[bytes, tuple[bytes, bool]] = {}
-    tests = None
     for line in text.split(b"\n"):
         if line.lstrip().startswith(b"#"):
             if m := _DEFINE.match(line):
                 defines[m.group(1)] = (m.group(3), bool(m.group(2)))
-            elif tests is None and _CONDITION.match(line):
-                tests = next((t for t in _TOKEN.findall(line) if t in NVCC_MACROS), None)
         else:
             code.append(line)
-    return Facts(b"\n".join(code), defines, tests)
+    return Facts(b"\n".join(code), defines)
 
 
 def _aliases(defines: dict[bytes, tuple[bytes, bool]]) -> tuple[set[bytes], set[bytes]]:
@@ -115,7 +102,6 @@ def _is_variable(code: bytes, at: int) -> bool:
 class DeviceScan:
     """Reads units and their headers once per build (each file's facts kept)."""
 
-    own: tuple[str, ...] = ()  # the tree's and the build dir's roots: whose files' conditionals count
     _facts: dict[Path, Facts | None] = field(default_factory=dict)
     _scanners: dict[tuple[str, ...], HeaderScanner] = field(default_factory=dict)
 
@@ -126,11 +112,6 @@ class DeviceScan:
             except (OSError, QolaError):
                 self._facts[path] = None
         return self._facts[path]
-
-    def _owned(self, path: Path) -> bool:
-        """Whether ``path`` is the tree's or the build's (``own``; none given: every file)."""
-        real = os.path.realpath(path)
-        return not self.own or any(real == r or real.startswith(r.rstrip("/") + "/") for r in self.own)
 
     def device_code(self, src: str, flags: Sequence[str]) -> str | None:
         """Why the unit ``src`` compiled with ``flags`` holds device code (None: it holds none)."""
@@ -156,7 +137,4 @@ class DeviceScan:
                     shown = tok.decode()
                     what = shown if tok in STRONG or tok == DEVICE else f"{shown} (a macro that spells device code)"
                     return f"{path.name} holds {what}"
-        for path, facts in known.items():
-            if facts.tests_nvcc is not None and self._owned(path):
-                return f"{path.name} tests {facts.tests_nvcc.decode()}, which a host-only compile would not define"
         return None

@@ -8,7 +8,6 @@ Publishing into the output dir is :mod:`qola.output.publish`'s job; nothing here
 from __future__ import annotations
 
 import dataclasses
-import os
 import shlex
 import sys
 import time
@@ -115,11 +114,7 @@ class Stage:
     tc: Toolchain
     layout: BuildLayout
     readers: Readers | None = None  # which units of the modules qola's fixes moved read a fixed file
-    scan: DeviceScan = field(init=False, compare=False)  # CUDA: which units hold device code
-
-    def __post_init__(self) -> None:
-        roots = (self.plan.tree_root, self.plan.meta_dir, str(self.layout.root))
-        object.__setattr__(self, "scan", DeviceScan(tuple(os.path.realpath(r) for r in roots)))
+    scan: DeviceScan = field(default_factory=DeviceScan, compare=False)  # CUDA: which units hold device code
 
 
 @dataclass(frozen=True)

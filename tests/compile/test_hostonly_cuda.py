@@ -1,8 +1,7 @@
-"""CUDA units without device code compile host-only, proven by the object (issue 50 item 2): a plain
-pybind11 entry source (the example's rmsnorm entry, here reading its declarations from a header that
-tests no ``__CUDACC__``) goes to the host compiler (``-x c++``: no cudafe++, cicc or ptxas), its object
-holds no fatbin, no registration and no kernel stub, and the library loads and answers; an entry
-source that defines a kernel keeps nvcc's device passes and its kernel."""
+"""CUDA units without device code compile host-only, proven by the object (issue 50 item 2): the
+example's plain pybind11 entry source goes to the host compiler (``-x c++``: no cudafe++, cicc or
+ptxas), its object holds no fatbin, no registration and no kernel stub, and the library loads and
+answers; an entry source that defines a kernel keeps nvcc's device passes and its kernel."""
 
 from __future__ import annotations
 
@@ -22,12 +21,6 @@ from qola.pipeline.run import BuildSpec
 
 pytestmark = pytest.mark.slow
 
-HOST_TYPES = (  # what the entry takes of qk_compat.h's CUDA branch, with no conditional
-    "#include <cuda_runtime.h>\ntypedef cudaStream_t qkStream_t;\ntypedef cudaError_t qkError_t;\n"
-    "#define qkSuccess cudaSuccess\n#define qkGetErrorString cudaGetErrorString\n"
-    "inline qkStream_t qk_stream_from_int(unsigned long long s) { return reinterpret_cast<qkStream_t>(s); }"
-)
-
 KERNEL = (
     "\n__global__ void qola_entry_kernel(float* p) { p[threadIdx.x] = 1.0f; }\n"
     "void qola_entry_launch(float* p) { qola_entry_kernel<<<1, 32>>>(p); }\n"
@@ -41,13 +34,6 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(KERNELS, tree, ignore=shutil.ignore_patterns("hsa"))
     entry = tree / "csrc" / "pybind" / "softmax_pybind.cu"
     entry.write_text(entry.read_text() + KERNEL)
-    # the rmsnorm entry's declarations from a header of plain CUDA types (the example's own goes through
-    # qk_compat.h, which tests __CUDACC__: that keeps the device passes, devicescan)
-    inc = tree / "csrc" / "include"
-    decls = (inc / "rmsnorm.h").read_text().replace('#include "qk_compat.h"', HOST_TYPES)
-    (inc / "rmsnorm_host.h").write_text(decls)
-    plain = tree / "csrc" / "pybind" / "rmsnorm_pybind.cu"
-    plain.write_text(plain.read_text().replace('#include "rmsnorm.h"', '#include "rmsnorm_host.h"'))
     m = tmp / "q.toml"
     m.write_text(
         '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\n'
