@@ -13,12 +13,11 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from qola.compile import devicecode, hostonly, includes, ninja, passes
+from qola.compile import devicecode, hostonly, includes, ninja
 from qola.compile.devicecode import Writer
-from qola.compile.devicescan import DeviceScan
 from qola.compile.extras import ModuleExtra
 from qola.compile.layout import BuildLayout, object_path
 from qola.compile.overlay import Readers
@@ -43,6 +42,7 @@ from qola.plan.tree.files import read_small
 from qola.plan.variants import GeneratorEnv
 from qola.toolchain import Toolchain, identity
 from qola.toolchain.env import ToolchainEnv
+from qola.toolchain.hip import HOST_ONLY, arch_flags
 from qola.toolchain.hipconfig import generator_child
 
 
@@ -114,7 +114,6 @@ class Stage:
     tc: Toolchain
     layout: BuildLayout
     readers: Readers | None = None  # which units of the modules qola's fixes moved read a fixed file
-    scan: DeviceScan = field(default_factory=DeviceScan, compare=False)  # CUDA: which units hold device code
 
 
 @dataclass(frozen=True)
@@ -301,8 +300,7 @@ def graph_for(
             tree_flags = _module_var(tree, stage, more) + tc.prefix_map_flags(paths.compiler_maps)
             variables[var + "_tree"] = ninja.escape_flags(tree_flags)
         target = _target(mod, stage, srcs[mod.name], more, var=var, paths=paths)
-        host = [(c, d) for c in target.compiles if (d := passes.device_of(tc, c.archs)) is not None]
-        checks = [hostonly.edge(mod.name, c, device) for c, device in host]
+        checks = [hostonly.edge(mod.name, c.src, c.obj) for c in target.compiles if HOST_ONLY in c.archs]
         edges += (*more.edges, *checks)  # each host-only object proven before the link (qola.compile.hostonly)
         targets.append(dataclasses.replace(target, implicit=target.implicit + tuple(e.out for e in checks)))
     return ninja.Graph(
@@ -315,12 +313,19 @@ def graph_for(
     )
 
 
+def _every(tc: Toolchain) -> tuple[str, ...]:
+    """HIP: the device passes of every arch of the build (each compile edge names its own); else none."""
+    return tuple(arch_flags(tc.archs)) if tc.kind == "hip" else ()
+
+
 def _rules(tc: Toolchain, launcher: str | None) -> dict[str, Mapping[str, str]]:
     """The compile and link rules of every module (``launcher``: in front of each compile)."""
-    cc = passes.compile_line(tc, "$in", "$out", launcher)
+    extra = ["$flags", "$archs"] if tc.kind == "hip" else ["$flags"]
+    cc = ([launcher] if launcher else []) + tc.compile_argv("$in", "$out", extra)
     link = tc.shared_link_argv("$out.rsp", "$out", ["$ldflags"])
+    checks = {hostonly.RULE_NAME: hostonly.rule(sys.executable)} if tc.kind == "hip" else {}
     return {
-        hostonly.RULE_NAME: hostonly.rule(sys.executable, passes.compile_line(tc, "$src", "$obj", launcher)),
+        **checks,
         "cc": {
             "command": ninja.command_template(cc),
             "description": "CC $module $in",
@@ -338,15 +343,27 @@ def _rules(tc: Toolchain, launcher: str | None) -> dict[str, Mapping[str, str]]:
 
 def _module_var(mod: ModulePlan, stage: Stage, more: ModuleExtra) -> list[str]:
     """The flags every compile of ``mod`` shares (its ``flags_<module>`` variable), less the device passes."""
-    every = passes.every(stage.tc)
+    every = _every(stage.tc)
     flags = module_flags(mod, stage.tc, stage.layout.blob(mod.name), stage.layout.include) + list(more.cflags)
     return [f for f in flags if f not in every]  # each edge names its own ($archs)
 
 
 def _device_passes(tc: Toolchain, src: ModuleSources, more: ModuleExtra) -> dict[str, tuple[str, ...]]:
-    """What each source of the module compiles, in order -> its device passes (:mod:`qola.compile.passes`)."""
-    host = {*more.host_only, *src.host_only}
-    return passes.of_sources(tc, more.sources(src.all), host, _source_archs(src, tc.archs))
+    """What each source of the module compiles, in order -> its device passes (HIP; else none): a
+    generated file the archs it holds code for; every other source all the build's archs. qola's own
+    wrapper and the generated files whose generator writes no kernel (:mod:`qola.compile.devicecode`)
+    add ``--cuda-host-only``: no device pass runs (a third of the CPU, the same object; each such
+    object is checked after the build: :mod:`qola.compile.hostonly`), and the line still names the
+    archs, as tools that read them from compile lines expect (ck-jit's post-build takes the first
+    recorded line's)."""
+    sources = more.sources(src.all)
+    if tc.kind != "hip":
+        return dict.fromkeys(sources, ())
+    served, host = _source_archs(src, tc.archs), {*more.host_only, *src.host_only}
+    every = _every(tc)
+    return {
+        s: (*every, HOST_ONLY) if s in host else tuple(arch_flags(served[s])) if s in served else every for s in sources
+    }
 
 
 def _target(
@@ -355,17 +372,12 @@ def _target(
     """``mod``'s compile edges (each with its own flags and device passes) and its link."""
     tc = stage.tc
     where = _unit_paths(mod, stage, more)
-    compiles: list[ninja.Compile] = []
-    shared: dict[bool, list[str]] = {}  # CUDA: the module's flags (the tree's when the unit is the tree's)
-    for s, device in _device_passes(tc, src, more).items():
+    compiles = []
+    for s, passes in _device_passes(tc, src, more).items():
         u, m = where(s)
         flags = tuple(_split(m.flags_for(u)) + list(more.flags_for(s)) + unit_flags(tc, paths, mod.name, u))
-        if tc.kind == "cuda":  # decided by what the unit holds (qola.compile.devicescan)
-            if (m is mod) not in shared:
-                shared[m is mod] = _module_var(m, stage, more)
-            device = passes.for_cuda(stage.scan, u, [*shared[m is mod], *flags])[0]
         compiles.append(
-            ninja.Compile(u, object_path(mod.name, u, paths), var if m is mod else var + "_tree", flags, device)
+            ninja.Compile(u, object_path(mod.name, u, paths), var if m is mod else var + "_tree", flags, passes)
         )
     return ninja.Target(
         module=mod.name,
