@@ -39,18 +39,6 @@ BASE = (
 # wins, in both (they must agree: the host stub registers the device kernel by that name)
 UNIT_FLAGS = ("-Xcudafe", "--orig_src_path_name={name}", "-Xcicc", "--orig_src_path_name={name}")
 RUNTIME = ("-lcudart_static", "-ldl", "-lrt", "-lpthread")
-# What each compile edge names right before ``-c`` (its ``$archs``): a unit with device code goes
-# through nvcc's device passes (``-x cu``); one without (qola.compile.devicescan) goes to the host
-# compiler with CUDA's include dirs (``-x c++``), cuda_runtime.h included first as nvcc does for a
-# .cu, and what would declare a kernel or device data put in sections of qola's own, which the
-# object's check finds (qola.compile.hostonly: such a unit is compiled again with DEVICE_PASSES).
-DEVICE_PASSES = ("-x", "cu")
-HOST_ONLY = (
-    "-x", "c++", "-include", "cuda_runtime.h",
-    '-D__global__=__attribute__((section(".qola_cuda_global")))',
-    '-D__constant__=__attribute__((section(".qola_cuda_data")))',
-    '-D__managed__=__attribute__((section(".qola_cuda_data")))',
-)  # fmt: skip
 
 
 def locate(env: Env, compiler: str | None = None) -> str:
