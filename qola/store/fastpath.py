@@ -341,17 +341,15 @@ def input_files(given: GraphInputs) -> list[str]:
     """Everything the graph depends on that ninja does not track itself. ``data``: files generators
     read (tuned-config CSVs, absent ones too: their appearance counts); ``data_dirs``: directories
     whose every file and subdir counts (``aiter/configs``: a new per-model CSV changes a merge, the
-    embedded code objects); ``listed_dirs``: directories whose listing and every file count, with
-    their subdirs (the generated sources: a file cut short there is generated again, never compiled
-    as it is); ``written``: files qola wrote for the graph."""
+    embedded code objects); ``listed_dirs``: directories whose listing counts, with their subdirs
+    (the generated sources); ``written``: files qola wrote for the graph."""
     tools = list(given.tools)
     files = [given.manifest, *given.tree_files, *given.data, *given.written]
     from qola.compile.codegen import recorded_inputs  # lazy: read when a build is recorded, not on the no-op path
 
     for d in given.listed_dirs:
-        for top, _, names in os.walk(d):
+        for top, _, _ in os.walk(d):
             files.append(top)
-            files += [os.path.join(top, n) for n in names]  # a generated file cut or edited reruns its generator
         files += recorded_inputs(Path(d))  # what its generators read (their depfile, issue 41)
     for d in given.data_dirs:
         if os.path.isdir(d):
