@@ -39,6 +39,20 @@ def foreign_problem(st: os.stat_result, euid: int | None = None) -> str | None:
     return None
 
 
+def private_problem(st: os.stat_result, euid: int | None = None) -> tuple[str, str] | None:
+    """What keeps a directory with this stat from being a private cache dir (the JIT cache's, the compile
+    cache's: the user's alone, written by no one else), as (``"type"``, ``"owner"`` or ``"mode"``, the
+    words), or None. Stricter than :func:`foreign_problem`: root's is not the user's, group write refused."""
+    me = os.geteuid() if euid is None else euid
+    if not stat.S_ISDIR(st.st_mode):
+        return "type", "not a directory"
+    if st.st_uid != me:
+        return "owner", f"owned by uid {st.st_uid}, not by the current user (uid {me})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "mode", f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
 def check_dir(path: Path, what: str, flag: str, *, depth: int = 0, euid: int | None = None) -> None:
     """Refuse ``path`` (when it exists) or one of its subdirs down to ``depth`` levels (symlinks are
     not followed: a link is qola's to replace, not to enter) that another user can write into."""

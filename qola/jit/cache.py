@@ -27,7 +27,6 @@ import contextlib
 import ctypes
 import math
 import os
-import stat
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -38,6 +37,7 @@ from qola.core import inputs
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_write, commit, remove
 from qola.core.hashing import file_sha256
+from qola.core.owner import private_problem
 from qola.jit import format as fmt
 from qola.jit import safeio
 from qola.jit.format import HEX64, NETWORK_FS, parse_meta, render_meta
@@ -52,18 +52,16 @@ def check_private_dir(path: Path, *, follow: bool = True) -> None:
         st = os.stat(path) if follow else os.lstat(path)
     except OSError as exc:
         raise QolaError(f"cannot use JIT cache dir {path}: {exc.strerror}") from exc
-    if not stat.S_ISDIR(st.st_mode):
-        raise QolaError(f"JIT cache dir {path} is not a directory", hint=NOT_A_DIR_HINT)
-    if st.st_uid != os.geteuid():
-        raise QolaError(
-            f"refusing JIT cache dir {path}: owned by uid {st.st_uid}, not by the current user (uid {os.geteuid()})",
-            hint="set QOLA_JIT_CACHE_DIR to a directory of your own",
-        )
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise QolaError(
-            f"refusing JIT cache dir {path}: writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})",
-            hint=f"run `chmod go-w {path}` or set QOLA_JIT_CACHE_DIR",
-        )
+    problem = private_problem(st)
+    if problem is None:
+        return
+    kind, why = problem
+    if kind == "type":
+        raise QolaError(f"JIT cache dir {path} is {why}", hint=NOT_A_DIR_HINT)
+    hint = "set QOLA_JIT_CACHE_DIR to a directory of your own" if kind == "owner" else None
+    raise QolaError(
+        f"refusing JIT cache dir {path}: {why}", hint=hint or f"run `chmod go-w {path}` or set QOLA_JIT_CACHE_DIR"
+    )
 
 
 def check_subdir(path: Path) -> None:

@@ -27,6 +27,7 @@ from qola.compile.cache_launch import ACTIONS, FORMAT, OBJECTS, WRAPPERS
 from qola.core import knobs
 from qola.core.errors import QolaError
 from qola.core.fsutil import atomic_write, remove
+from qola.core.owner import private_problem
 from qola.core.selfrun import launcher_script
 from qola.toolchain.identity import COMPILER_ENV
 
@@ -62,15 +63,9 @@ def check_dir(path: Path) -> None:
         st = os.lstat(path)
     except OSError as exc:
         raise QolaError(f"cannot use the compile cache dir {path}: {exc.strerror}", hint=HINT) from None
-    why = None
-    if not stat.S_ISDIR(st.st_mode):
-        why = "it is not a directory (a link is not followed)"
-    elif st.st_uid != os.geteuid():
-        why = f"it is owned by uid {st.st_uid}, not by you (uid {os.geteuid()})"
-    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        why = f"it is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
-    if why:
-        raise QolaError(f"refusing the compile cache dir {path}: {why}", hint=HINT)
+    problem = "a link (not followed)" if stat.S_ISLNK(st.st_mode) else (private_problem(st) or ("", ""))[1]
+    if problem:
+        raise QolaError(f"refusing the compile cache dir {path}: it is {problem}", hint=HINT)
 
 
 @dataclass(frozen=True)
