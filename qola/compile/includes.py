@@ -88,6 +88,22 @@ class HeaderScanner:
             self._every[path] = (tuple(found), bool(_MACRO.search(text)))
         return self._every[path]
 
+    def every(self, source: Path) -> tuple[tuple[Path, ...], bool]:
+        """(``source`` and every file it can read, each candidate of each name followed; whether one
+        of them includes a macro's name or cannot be read: then it may read anything)."""
+        start = Path(os.path.normpath(os.path.abspath(source)))
+        seen: dict[Path, None] = {}
+        todo, opaque = [start], False
+        while todo:
+            f = todo.pop()
+            if f in seen:
+                continue
+            seen[f] = None
+            deps, macro = self._all(f)
+            opaque = opaque or macro
+            todo.extend(deps)
+        return tuple(seen), opaque
+
     def reaches(self, source: Path, targets: Collection[Path]) -> bool:
         """Whether ``source`` can read one of ``targets`` (normalised absolute paths), itself included."""
         start = Path(os.path.normpath(os.path.abspath(source)))

@@ -31,6 +31,7 @@ NINJA_LOG_KEEP = 32 << 20  # bytes of ninja's whole output kept (head and tail);
 _STATUS_RE = re.compile(r"^\[qola (\d+)/(\d+)\] (.*)$")
 _VARS = ("$in", "$out", "$out.rsp", "$flags", "$ldflags", "$launcher", "@$out.rsp")
 DEPFILE = "$dep"  # a compile rule's depfile: each edge binds it to portable.depfile_of(its output)
+COMPILE_RULE, HOST_RULE = "cc", "cc_host"  # a compile edge's rule; a host-only one's (Compile.device)
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class Compile:
     flags_var: str  # name of the file-level variable holding the module's flags
     extra_flags: tuple[str, ...] = ()  # per-source flags
     archs: tuple[str, ...] = ()  # the device passes this file needs (``--offload-arch=…``): the edge's $archs
+    # a host-only compile's: the passes it compiles with instead when the host-only compile fails (the
+    # edge's $device, rule HOST_RULE) or its object holds device code (qola.compile.hostonly); else None
+    device: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -187,14 +191,18 @@ def write(graph: Graph, path: Path) -> None:
         compiles.sort(key=lambda tc: -graph.priority.get(tc[1].obj, 0.0))
         # the compile edges (the file's bulk: 25,000 of them take ninja_syntax 0.3 s): each binds its flags,
         # its device passes (a few distinct lists, escaped once) and its module
-        passes = {a: escape_flags(a) for a in {c.archs for _, c in compiles if c.archs}}
+        lists = {c.archs for _, c in compiles if c.archs} | {c.device for _, c in compiles if c.device}
+        passes = {a: escape_flags(a) for a in lists}
         for t, c in compiles:
             bindings = {"flags": f"${c.flags_var}" + (f" {escape_flags(c.extra_flags)}" if c.extra_flags else "")}
             if c.archs:
                 bindings["archs"] = passes[c.archs]
+            if c.device is not None:
+                bindings["device"] = passes[c.device] if c.device else ""
             bindings["module"] = t.module
             bindings["dep"] = portable.depfile_of(c.obj)
-            w.build([escaped_path(c.obj)], "cc", [escaped_path(c.src)], implicit=_paths(stamp), variables=bindings)
+            kind = COMPILE_RULE if c.device is None else HOST_RULE
+            w.build([escaped_path(c.obj)], kind, [escaped_path(c.src)], implicit=_paths(stamp), variables=bindings)
         for t in graph.targets:
             objs = [c.obj for c in t.compiles]
             w.build(

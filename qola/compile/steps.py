@@ -8,16 +8,18 @@ Publishing into the output dir is :mod:`qola.output.publish`'s job; nothing here
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from qola.compile import devicecode, hostonly, includes, ninja
+from qola.compile import devicecode, hostonly, includes, ninja, passes
 from qola.compile.devicecode import Writer
+from qola.compile.devicescan import DeviceScan
 from qola.compile.extras import ModuleExtra
 from qola.compile.layout import BuildLayout, object_path
 from qola.compile.overlay import Readers
@@ -42,7 +44,6 @@ from qola.plan.tree.files import read_small
 from qola.plan.variants import GeneratorEnv
 from qola.toolchain import Toolchain, identity
 from qola.toolchain.env import ToolchainEnv
-from qola.toolchain.hip import HOST_ONLY, arch_flags
 from qola.toolchain.hipconfig import generator_child
 
 
@@ -114,6 +115,11 @@ class Stage:
     tc: Toolchain
     layout: BuildLayout
     readers: Readers | None = None  # which units of the modules qola's fixes moved read a fixed file
+    scan: DeviceScan = field(init=False, compare=False)  # CUDA: which units hold device code
+
+    def __post_init__(self) -> None:
+        roots = (self.plan.tree_root, self.plan.meta_dir, str(self.layout.root))
+        object.__setattr__(self, "scan", DeviceScan(tuple(os.path.realpath(r) for r in roots)))
 
 
 @dataclass(frozen=True)
@@ -300,7 +306,7 @@ def graph_for(
             tree_flags = _module_var(tree, stage, more) + tc.prefix_map_flags(paths.compiler_maps)
             variables[var + "_tree"] = ninja.escape_flags(tree_flags)
         target = _target(mod, stage, srcs[mod.name], more, var=var, paths=paths)
-        checks = [hostonly.edge(mod.name, c.src, c.obj) for c in target.compiles if HOST_ONLY in c.archs]
+        checks = [hostonly.edge(mod.name, c, c.device) for c in target.compiles if c.device is not None]
         edges += (*more.edges, *checks)  # each host-only object proven before the link (qola.compile.hostonly)
         targets.append(dataclasses.replace(target, implicit=target.implicit + tuple(e.out for e in checks)))
     return ninja.Graph(
@@ -313,21 +319,20 @@ def graph_for(
     )
 
 
-def _every(tc: Toolchain) -> tuple[str, ...]:
-    """HIP: the device passes of every arch of the build (each compile edge names its own); else none."""
-    return tuple(arch_flags(tc.archs)) if tc.kind == "hip" else ()
-
-
 def _rules(tc: Toolchain, launcher: str | None) -> dict[str, Mapping[str, str]]:
     """The compile and link rules of every module (``launcher``: in front of each compile)."""
-    extra = ["$flags", "$archs"] if tc.kind == "hip" else ["$flags"]
-    cc = ([launcher] if launcher else []) + tc.compile_argv("$in", "$out", extra)
+    cc = passes.compile_line(tc, "$in", "$out", launcher)
     link = tc.shared_link_argv("$out.rsp", "$out", ["$ldflags"])
-    checks = {hostonly.RULE_NAME: hostonly.rule(sys.executable)} if tc.kind == "hip" else {}
     return {
-        **checks,
-        "cc": {
+        hostonly.RULE_NAME: hostonly.rule(sys.executable, passes.compile_line(tc, "$src", "$obj", launcher)),
+        ninja.COMPILE_RULE: {
             "command": ninja.command_template(cc),
+            "description": "CC $module $in",
+            "depfile": ninja.DEPFILE,
+            "deps": "gcc",
+        },
+        ninja.HOST_RULE: {
+            "command": passes.host_only_command(tc, launcher),
             "description": "CC $module $in",
             "depfile": ninja.DEPFILE,
             "deps": "gcc",
@@ -343,27 +348,15 @@ def _rules(tc: Toolchain, launcher: str | None) -> dict[str, Mapping[str, str]]:
 
 def _module_var(mod: ModulePlan, stage: Stage, more: ModuleExtra) -> list[str]:
     """The flags every compile of ``mod`` shares (its ``flags_<module>`` variable), less the device passes."""
-    every = _every(stage.tc)
+    every = passes.every(stage.tc)
     flags = module_flags(mod, stage.tc, stage.layout.blob(mod.name), stage.layout.include) + list(more.cflags)
     return [f for f in flags if f not in every]  # each edge names its own ($archs)
 
 
 def _device_passes(tc: Toolchain, src: ModuleSources, more: ModuleExtra) -> dict[str, tuple[str, ...]]:
-    """What each source of the module compiles, in order -> its device passes (HIP; else none): a
-    generated file the archs it holds code for; every other source all the build's archs. qola's own
-    wrapper and the generated files whose generator writes no kernel (:mod:`qola.compile.devicecode`)
-    add ``--cuda-host-only``: no device pass runs (a third of the CPU, the same object; each such
-    object is checked after the build: :mod:`qola.compile.hostonly`), and the line still names the
-    archs, as tools that read them from compile lines expect (ck-jit's post-build takes the first
-    recorded line's)."""
-    sources = more.sources(src.all)
-    if tc.kind != "hip":
-        return dict.fromkeys(sources, ())
-    served, host = _source_archs(src, tc.archs), {*more.host_only, *src.host_only}
-    every = _every(tc)
-    return {
-        s: (*every, HOST_ONLY) if s in host else tuple(arch_flags(served[s])) if s in served else every for s in sources
-    }
+    """What each source of the module compiles, in order -> its device passes (:mod:`qola.compile.passes`)."""
+    host = {*more.host_only, *src.host_only}
+    return passes.of_sources(tc, more.sources(src.all), host, _source_archs(src, tc.archs))
 
 
 def _target(
@@ -372,13 +365,17 @@ def _target(
     """``mod``'s compile edges (each with its own flags and device passes) and its link."""
     tc = stage.tc
     where = _unit_paths(mod, stage, more)
-    compiles = []
-    for s, passes in _device_passes(tc, src, more).items():
+    compiles: list[ninja.Compile] = []
+    shared: dict[bool, list[str]] = {}  # CUDA: the module's flags (the tree's when the unit is the tree's)
+    for s, device in _device_passes(tc, src, more).items():
         u, m = where(s)
         flags = tuple(_split(m.flags_for(u)) + list(more.flags_for(s)) + unit_flags(tc, paths, mod.name, u))
-        compiles.append(
-            ninja.Compile(u, object_path(mod.name, u, paths), var if m is mod else var + "_tree", flags, passes)
-        )
+        if tc.kind == "cuda":  # decided by what the unit holds (qola.compile.devicescan)
+            if (m is mod) not in shared:
+                shared[m is mod] = _module_var(m, stage, more)
+            device = passes.for_cuda(tc, stage.scan, u, [*shared[m is mod], *flags])[0]
+        obj, flags_var = object_path(mod.name, u, paths), var if m is mod else var + "_tree"
+        compiles.append(ninja.Compile(u, obj, flags_var, flags, device, passes.device_of(tc, device)))
     return ninja.Target(
         module=mod.name,
         artifact=stage.layout.artifact_rel(mod.artifact_name),

@@ -85,6 +85,7 @@ class Toolchain:
     root: str = ""  # ROCm / CUDA install root
     base_flags: tuple[str, ...] = ()  # what device_flags() returns
     lang_args: tuple[str, ...] = ()  # put right before the source: -x hip / -x cu
+    host_only: tuple[str, ...] = ()  # CUDA: in lang_args' place for a unit without device code (cuda.host_only)
     link_flags: tuple[str, ...] = ()  # runtime libraries for shared_link_argv
     libs: tuple[str, ...] = ()  # what consumers link (runtime_link_libs)
     lib_dirs: tuple[str, ...] = ()  # where those live

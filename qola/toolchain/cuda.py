@@ -39,6 +39,24 @@ BASE = (
 # wins, in both (they must agree: the host stub registers the device kernel by that name)
 UNIT_FLAGS = ("-Xcudafe", "--orig_src_path_name={name}", "-Xcicc", "--orig_src_path_name={name}")
 RUNTIME = ("-lcudart_static", "-ldl", "-lrt", "-lpthread")
+# What each compile edge names right before ``-c`` (its ``$archs``): a unit with device code goes
+# through nvcc's device passes (``-x cu``); one without (qola.compile.devicescan) goes to the host
+# compiler with CUDA's include dirs (``-x c++``: :func:`host_only`).
+DEVICE_PASSES = ("-x", "cu")
+# what would declare a kernel or device data, put in sections of qola's own in a host-only object
+# (qola.compile.hostonly finds them: such a unit is compiled again with DEVICE_PASSES)
+MARKED = (
+    '-D__global__=__attribute__((section(".qola_cuda_global")))',
+    '-D__constant__=__attribute__((section(".qola_cuda_data")))',
+    '-D__managed__=__attribute__((section(".qola_cuda_data")))',
+)
+
+
+def host_only(include_dir: str) -> tuple[str, ...]:
+    """A unit's passes without device code: the host compiler (``-x c++``), the toolkit's
+    cuda_runtime.h included first as nvcc includes it for a .cu (by its absolute path: ``-include``
+    looks in the working dir first, the build dir), and :data:`MARKED`."""
+    return ("-x", "c++", "-include", os.path.join(include_dir, "cuda_runtime.h"), *MARKED)
 
 
 def locate(env: Env, compiler: str | None = None) -> str:
@@ -142,6 +160,7 @@ def find_cuda(
     for arch in archs:
         flags += cuda_gencode(arch)
     libs_at = lib_dir(layout["root"], layout.get("target_dir", ""))
+    include_dir = os.path.join(layout["root"], layout.get("target_dir", ""), "include")
     return Toolchain(
         kind="cuda",
         compiler=path,
@@ -153,7 +172,8 @@ def find_cuda(
         child_env={},
         root=layout["root"],
         base_flags=tuple(flags),
-        lang_args=("-x", "cu"),
+        lang_args=DEVICE_PASSES,
+        host_only=host_only(include_dir),
         link_flags=(f"-L{libs_at}", *RUNTIME),
         libs=("cudart",),
         lib_dirs=(libs_at,),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from support import itfs_fixture as fx
@@ -52,8 +53,8 @@ def edges(text: str) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     current: dict[str, str] | None = None
     for line in text.splitlines():
-        if line.startswith("build ") and ": cc " in line:
-            src = line.split(": cc ", 1)[1].split(" | ")[0]
+        if line.startswith("build ") and (m := re.search(r": cc(?:_host)? ", line)):  # a compile, host-only or not
+            src = line[m.end() :].split(" | ")[0]
             current = out[Path(src).name] = {}
         elif line.startswith("  ") and current is not None:
             key, _, value = line.strip().partition(" = ")

@@ -70,7 +70,7 @@ def all_instances() -> set[str]:
 def compiled_sources(build_dir: Path, module: str = "libattn_fwd") -> set[str]:
     """Stems of the sources build.ninja compiles with the device compiler for ``module``."""
     text = re.sub(r"\$\n\s*", "", (build_dir / "build.ninja").read_text())  # ninja's line continuations
-    return {Path(m).stem for m in re.findall(rf"^build obj/{module}/\S+: cc (\S+)", text, re.M)}
+    return {Path(m).stem for m in re.findall(rf"^build obj/{module}/\S+: cc(?:_host)? (\S+)", text, re.M)}
 
 
 def build(

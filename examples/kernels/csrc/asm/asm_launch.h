@@ -13,7 +13,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include "qk_compat.h"
+#include "qk_types.h"
 
 enum asm_status
 {

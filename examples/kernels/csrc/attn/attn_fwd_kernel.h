@@ -9,6 +9,7 @@
 #pragma once
 #include <cmath>
 #include "attn_fwd.h"
+#include "qk_compat.h"
 
 typedef qk_fp16_t fp16_t;
 typedef qk_bf16_t bf16_t;

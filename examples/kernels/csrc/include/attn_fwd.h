@@ -7,7 +7,7 @@
 //   reaches the instances that were generated (see the receipt/filter options).
 #pragma once
 #include <cstdint>
-#include "qk_compat.h"
+#include "qk_types.h"
 
 struct attn_fwd_traits
 {

@@ -1,38 +1,11 @@
 // SPDX-License-Identifier: MIT
-// qk_compat.h: the one place where CUDA and HIP differ for the example tree.
+// qk_compat.h: the one place where CUDA and HIP differ for the example tree's kernels.
 // Single-source kernels include this and use the qk*/QK_* names below;
-// `kernel<<<grid, block, smem, stream>>>(...)` works unchanged on both.
+// `kernel<<<grid, block, smem, stream>>>(...)` works unchanged on both. The runtime's types
+// come from qk_types.h (what host-only code includes).
 #pragma once
 
-#include <cstdint>
-
-#if defined(__HIP_PLATFORM_AMD__) || (defined(__HIP__) && !defined(__CUDACC__))
-#define QK_HIP 1
-#include <hip/hip_runtime.h>
-#include <hip/hip_fp16.h>
-#include <hip/hip_bfloat16.h>
-typedef hipStream_t qkStream_t;
-typedef hipError_t qkError_t;
-#define qkSuccess hipSuccess
-#define qkErrorInvalidValue hipErrorInvalidValue
-#define qkGetLastError hipGetLastError
-#define qkGetErrorString hipGetErrorString
-typedef __half qk_fp16_t;
-typedef hip_bfloat16 qk_bf16_t;
-#else
-#define QK_CUDA 1
-#include <cuda_runtime.h>
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-typedef cudaStream_t qkStream_t;
-typedef cudaError_t qkError_t;
-#define qkSuccess cudaSuccess
-#define qkErrorInvalidValue cudaErrorInvalidValue
-#define qkGetLastError cudaGetLastError
-#define qkGetErrorString cudaGetErrorString
-typedef __half qk_fp16_t;
-typedef __nv_bfloat16 qk_bf16_t;
-#endif
+#include "qk_types.h"
 
 #define QK_DEVICE __device__ __forceinline__
 #define QK_GLOBAL __global__
@@ -63,9 +36,3 @@ QK_DEVICE float qk_shfl_xor(float v, int lane_mask) { return __shfl_xor(v, lane_
 QK_DEVICE float qk_shfl_xor(float v, int lane_mask) { return __shfl_xor_sync(0xffffffffu, v, lane_mask); }
 #endif
 #endif // device compiler
-
-// Converts the stream handle Python passes as an int (torch's `.cuda_stream`).
-inline qkStream_t qk_stream_from_int(unsigned long long s)
-{
-    return reinterpret_cast<qkStream_t>(static_cast<uintptr_t>(s));
-}

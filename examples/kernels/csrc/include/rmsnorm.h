@@ -2,7 +2,7 @@
 // RMSNorm over the last dimension: out = x / sqrt(mean(x^2) + eps) * weight.
 #pragma once
 #include <cstdint>
-#include "qk_compat.h"
+#include "qk_types.h"
 
 // in, out: [rows, cols] contiguous, element type `dtype`; weight: [cols], same type.
 // dtype: "fp32", "fp16" or "bf16". block_size: 0 (default 256) or a power of two

@@ -2,7 +2,7 @@
 // Numerically stable softmax over the last dimension.
 #pragma once
 #include <cstdint>
-#include "qk_compat.h"
+#include "qk_types.h"
 
 // in, out: [rows, cols] contiguous, element type `dtype` ("fp32", "fp16", "bf16");
 // `scale` multiplies the logits first. Returns qkSuccess, qkErrorInvalidValue for
