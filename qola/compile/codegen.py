@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from qola.compile import genruns
+from qola.compile import genruns, gensums
 from qola.compile.layout import BLOB, CONFIGS, gen_module_dir
 from qola.core import deadlines, inputs, proc
 from qola.core.errors import FailedProcessError, QolaError
@@ -44,7 +44,7 @@ from qola.plan.tree.aiter_configs import (
 )
 from qola.plan.variants import GenEnv, GeneratorEnv
 
-STAMP = "stamp.json"
+STAMP = gensums.STAMP
 GENERATED_EXTS = genruns.GENERATED_EXTS
 # gen_root/<module>/.staging-<pid>, .blob.old-<pid> (and .old-<pid>, what qola before issue 12 left)
 STAGING_PREFIXES = (".staging-", old_prefix("blob"), ".old-")
@@ -311,7 +311,7 @@ def _generate(
             run = (argv, os.path.join(records, f"reads-{i}.json"), keys[i])
             _note(ran, _generate_one(job, run, (staging, genv, limit), hsa_dir, ran), before, staging)
     # each run's files as the last run left them: what the blob dir will hold, checked before a reuse
-    ran.runs[:] = [replace(r, sums=genruns.sums(staging, r.wrote)) for r in ran.runs]
+    ran.runs[:] = [replace(r, sums=gensums.sums(staging, r.wrote)) for r in ran.runs]
     return ran
 
 

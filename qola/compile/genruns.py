@@ -25,11 +25,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from qola.core import inputs
-from qola.core.errors import QolaError
+from qola.compile import gensums
+from qola.compile.gensums import sums
 from qola.plan import genread
 
-FORMAT = 2  # 2: each written file's sha256 (sums)
+FORMAT = gensums.FORMAT
+STAMP = gensums.STAMP
 GENERATED_EXTS = (".cu", ".cpp")
 Snapshot = dict[str, tuple[int, int, int]]  # relative path -> (inode, size, mtime_ns)
 
@@ -131,19 +132,6 @@ def _holds(run: RunRecord, blob: Path, env: Mapping[str, str]) -> bool:
     if run.deps is None or not genread.unchanged(run.deps, env):
         return False
     return len(run.sums) == len(run.wrote) and sums(blob, run.wrote) == run.sums
-
-
-def sums(directory: Path, names: Sequence[str]) -> tuple[str, ...]:
-    """The sha256 of each of ``names`` under ``directory`` ("" for one that is not a regular file): a
-    run's files are checked against these before it is reused (a generated source truncated in the
-    build dir was reused for good, and the library built without its kernel)."""
-    out = []
-    for name in names:
-        try:
-            out.append(inputs.sha256_checked(directory / name, limit=genread.MAX_INPUT, what="generated file")[0])
-        except (OSError, QolaError):
-            out.append("")
-    return tuple(out)
 
 
 def snapshot(directory: Path) -> Snapshot:

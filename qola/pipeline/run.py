@@ -198,6 +198,9 @@ def _incremental(again: Again, ui: Reporter) -> BuildReport | None:
     run, material = again.record.rebuild, again.record.key
     if run is None or material is None:
         return None
+    if changed := _altered_sources(layout, run):  # generated again by the full path, never compiled as they are
+        ui.note(f"generated sources changed since their generator wrote them ({changed}): generating again")
+        return None
     mark = ninja.log_length(layout.root)
     outcome, notes = _ninja_again(again, run, start, ui)
     if outcome.returncode == 0 and any(line.startswith("ninja: no work to do") for line in outcome.log):
@@ -219,6 +222,19 @@ def _incremental(again: Again, ui: Reporter) -> BuildReport | None:
         fastpath.forget(layout.root)
     packaged = finish.store(again.publish_to, layout, compiled)
     return published.report(layout, compiled, key.key, packaged)
+
+
+def _altered_sources(layout: BuildLayout, run: Run) -> str:
+    """The generated sources of ``run``'s modules that are no longer as their generator left them
+    (:func:`qola.compile.gensums.altered`), named for a note (the first few); "" when none."""
+    from qola.compile import gensums  # lazy: light
+
+    found = [
+        f"{module}: {name}"
+        for module in sorted(set(run.artifacts.values()))
+        for name in gensums.altered(layout.blob(module))
+    ]
+    return ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
 
 
 def _ninja_again(again: Again, run: Run, start: float, ui: Reporter) -> tuple[NinjaRun, tuple[str, ...]]:

@@ -164,3 +164,59 @@ def test_a_generated_file_truncated_in_the_build_dir_reruns_its_generator(tmp_pa
     assert not again.skipped and _calls(env) == ["a"]  # b's files are whole: reused
     assert (blob / "a2.cpp").read_text() == "int a2 = 1;\n"
     assert _gen(job, tmp_path, env).skipped and _calls(env) == []
+
+
+GEN_TABLE = {
+    "module_gen": {
+        "srcs": [],
+        "flags_extra_cc": [],
+        "flags_extra_hip": [],
+        "extra_ldflags": "None",
+        "extra_include": [],
+        "verbose": "False",
+        "torch_exclude": "True",
+        "blob_gen_cmd": "f'{AITER_CSRC_DIR}/gen.py --output_dir {{}}'",
+    }
+}
+GEN_SCRIPT = """import argparse, pathlib
+p = argparse.ArgumentParser()
+p.add_argument("--output_dir", required=True)
+out = pathlib.Path(p.parse_args().output_dir)
+out.mkdir(parents=True, exist_ok=True)
+for i in (1, 2):
+    (out / f"k{i}.cu").write_text(f'extern "C" int tg_k{i}() {{ return {i * 10}; }}\\nextern "C" int tg_k{i}b() {{ return {i}; }}\\n')
+"""
+
+
+def test_a_generated_source_cut_short_between_builds_is_generated_again(tmp_path: Path) -> None:
+    """A generated source cut short in the build dir (a full disk, a stray editor) was compiled as it was
+    by the next build's incremental path (ninja saw a newer file): the library lost a function and was
+    published with rc 0. The incremental path checks each generated file changed since its stamp
+    against the sha256 its run recorded: the build says so, generates it again, and the library is the
+    first build's, byte for byte."""
+    from support.common import run_qola
+
+    tree = tmp_path / "tree"
+    (tree / "aiter" / "jit").mkdir(parents=True)
+    (tree / "aiter" / "jit" / "optCompilerConfig.json").write_text(json.dumps(GEN_TABLE))
+    (tree / "csrc").mkdir()
+    (tree / "csrc" / "gen.py").write_text(GEN_SCRIPT)
+    m = tmp_path / "m.toml"
+    m.write_text(
+        '[qola]\nnamespace = "tg"\n[build]\narchitectures = ["sm_90"]\n'
+        '[[modules]]\nname = "module_gen"\nis_python_module = false\n'
+    )
+    out = tmp_path / "out"
+    argv = ("build", "-m", m, "-a", tree, "-o", out, "-j", "2")
+    first = run_qola(*argv)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    lib = out / "lib" / "tg_module_gen.so"
+    before = lib.read_bytes()
+    (cut,) = list(Path(str(out) + ".build").rglob("k2.cu"))
+    cut.write_text(cut.read_text().splitlines()[0] + "\n")  # its second function gone
+    again = run_qola(*argv)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "generated sources changed since their generator wrote them (module_gen: k2.cu)" in again.stderr
+    assert "tg_k2b" in cut.read_text()
+    assert lib.read_bytes() == before
+    assert "up to date" in run_qola(*argv).stderr
