@@ -37,6 +37,7 @@ from qola.core.fsutil import inside
 from qola.toolchain import identity
 
 GRAPH = "build.ninja"
+TARGETS_FILE = "qola-targets.ninja"  # beside GRAPH: a ninja run's targets past the OS's limits (qola.compile.ninja)
 GEN, BLOB, CONFIGS = "gen", "blob", "configs"
 OBJ, INCLUDE, EMBED, LINK, LIB = "obj", "include", "embed", "link", "lib"
 ITFS = "itfs"

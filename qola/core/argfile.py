@@ -7,7 +7,10 @@ variant on several archs, a file list) goes through :func:`passed`: within :data
 passed as it is; past it, written to a file (a JSON list) and replaced by one argument,
 ``<flag><path>``, that the child's wrapper reads back (qola's recorder,
 ``templates/genwrap/record_reads.py``, runs every generator and takes ``--qola-argv-file=PATH``).
-Link lines have their own response files (``@file``: :mod:`qola.compile.link`, ninja's rspfile).
+Link lines have their own response files (``@file``: :mod:`qola.compile.link`, ninja's rspfile). A
+tool that reads no list from a file decides by :func:`fits` and passes the list its own way: ninja's
+targets (one per module) past it go into a manifest naming them as one phony target
+(:func:`qola.compile.ninja.target_args`).
 
 Standard library only (and :mod:`qola.core.fsutil`)."""
 

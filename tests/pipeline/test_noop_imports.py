@@ -37,6 +37,7 @@ NOOP_QOLA_MODULES = frozenset(
         "qola.compile.rebuild",
         "qola.compile.results",  # the result types the incremental recipe reads (issue 36 item 2)
         "qola.core",
+        "qola.core.argfile",  # whether ninja's targets fit its command line (qola.compile.ninja.target_args; stdlib only)
         "qola.core.capture",  # split out of qola.core.proc (issue 36 item 4)
         "qola.core.childenv",  # split out of qola.core.proc (issue 36 item 4)
         "qola.core.deadlines",

@@ -44,3 +44,12 @@ def huge_filter(kept: str, sep: str, size: int = 10 * ONE_ARG_MAX) -> str:
     that match nothing, and ``kept``, joined by ``sep``."""
     pad = [f"k_none_{i:05d}_{'x' * 1000}*" for i in range(size // 1000 + 1)]  # few, long: fnmatch is slow per pattern
     return sep.join([*pad, kept])
+
+
+ARG_MAX = 2 * 1024 * 1024  # Linux's limit on a whole command line (argv and environment): a quarter of an 8 MiB stack
+
+
+def many_names(prefix: str, size: int = 10 * ARG_MAX, length: int = 200) -> list[str]:
+    """Distinct names of about ``length`` bytes each (within a file name's 255), ``size`` bytes or
+    more together: a list as long as 10× the whole command line's limit by default."""
+    return [f"{prefix}{i:07d}_{'x' * length}" for i in range(size // length + 1)]
