@@ -50,6 +50,7 @@ def manifest(
     extra: str = "",
     rocm: str = HIP_VERSION,
     fwd_variant: str = FWD + FWD_ONE,
+    bwd_variant: str = BWD + BWD_ONE,
 ) -> Path:
     """Transformer Engine's manifest shape (QoLA's example/te-manifest.toml), narrowed by variants.
 
@@ -79,7 +80,7 @@ def manifest(
     if fwd:
         text += f"[[mha_fwd_variants]]\n{fwd_variant}\n"
     if bwd:
-        text += f"[[mha_bwd_variants]]\n{BWD}{BWD_ONE}\n"
+        text += f"[[mha_bwd_variants]]\n{bwd_variant}\n"
     path.write_text(text + extra)
     return path
 
