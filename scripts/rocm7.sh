@@ -9,7 +9,8 @@
 #
 # The chroot lives in $QOLA_ROCM7_ROOT (default ~/.cache/qola-rocm7/sid). `run` works in a
 # private mount namespace (unshare -m): the project, qola's test cache and shared/ beside the
-# project are bind-mounted at the same absolute paths, with /proc and /dev; the mounts vanish
+# project are bind-mounted at the same absolute paths (and $QOLA_CACHE_DIR, qola's compile cache,
+# when set: named inside too), with /proc and /dev; the mounts vanish
 # with the command, even when it is killed. More directories: QOLA_ROCM7_BIND="/dir1:/dir2". Inside, a venv (/opt/qola-venv) holds qola's
 # dependencies, the test tools and AITER's generator requirements; qola itself is the
 # bind-mounted project, importable through PYTHONPATH (the checkout's root holds the package). Needs root (debootstrap, chroot, mount).
@@ -166,24 +167,30 @@ run() {
   remote_ready || remote_extras
   view_ready || rocm_view
   [ $# -gt 0 ] || die "run: give a command"
-  local shared
+  local shared cc=""
   shared=$(cd "$REPO/.." && pwd)/shared
   mkdir -p "$TEST_CACHE"
+  # qola's compile cache, when the caller names one (QOLA_CACHE_DIR: the test command's kept between
+  # runs): bound at its own path and named inside, as the host's tests use it
+  if [ -n "${QOLA_CACHE_DIR:-}" ]; then
+    mkdir -p -m 700 "$QOLA_CACHE_DIR"
+    cc=$(cd "$QOLA_CACHE_DIR" && pwd)
+  fi
   # shellcheck disable=SC2016
   exec unshare -m --propagation private bash -euo pipefail -c '
-    root=$1 repo=$2 cache=$3 shared=$4 cwd=$5; shift 5
+    root=$1 repo=$2 cache=$3 shared=$4 cwd=$5 cc=$6; shift 6
     '"$(declare -f mount_into)"'
     IFS=: read -r -a more <<<"${QOLA_ROCM7_BIND:-}"
-    mount_into "$root" "$repo" "$cache" "$shared" "${more[@]}"
+    mount_into "$root" "$repo" "$cache" "$shared" ${cc:+"$cc"} "${more[@]}"
     # Debian keeps the AMDGPU device libraries in clang'"'"'s resource dir, not under $ROCM_PATH: a ROCM_PATH
     # that points elsewhere (ck-jit'"'"'s fake ROCm home) would hide them from hipcc. Name them once here.
     devlib=$(cd "$root" && ls -d usr/lib/llvm-*/lib/clang/*/amdgcn/bitcode 2>/dev/null | sort -V | tail -n 1)
     exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
       ${devlib:+HIP_DEVICE_LIB_PATH=/$devlib} \
       PATH=/opt/qola-venv/bin:/usr/local/bin:/usr/bin:/bin QOLA_TEST_CACHE="$cache" PYTHONPATH="$repo" \
-      QOLA_ROCM7_ENV=1 ${MAX_JOBS:+MAX_JOBS=$MAX_JOBS} \
+      QOLA_ROCM7_ENV=1 ${MAX_JOBS:+MAX_JOBS=$MAX_JOBS} ${cc:+QOLA_CACHE_DIR=$cc} \
       bash -c "cd \"\$0\" && exec \"\$@\"" "$cwd" "$@"
-  ' _ "$ROOT" "$REPO" "$TEST_CACHE" "$shared" "$PWD" "$@"
+  ' _ "$ROOT" "$REPO" "$TEST_CACHE" "$shared" "$PWD" "$cc" "$@"
 }
 
 case "${1:-}" in
