@@ -46,14 +46,11 @@ def _build(where: Path, manifest: Path, tree: Path, arch: str, jobs: int, env: d
         raise SystemExit(f"build failed ({' '.join(argv)}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     tally = Path(str(out) + ".build") / "cache" / "tally"
     lines = tally.read_text().splitlines() if tally.exists() else []
-    edges = json.loads((out / "manifest.json").read_text())
-    units = sum(int(m.get("instances") or 0) for m in edges.get("modules", {}).values()) if False else None
     return {
         "wall": wall,
         "cpu": cpu,
         "compiled": sum(1 for ln in lines if not ln.startswith("hit")) if lines else None,
         "taken": sum(1 for ln in lines if ln.startswith("hit")) if lines else None,
-        "units": units,
         "libs": {p.name: p.read_bytes() for p in sorted((out / "lib").glob("*")) if p.is_file()},
     }
 
