@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from support.module_table import entry
 from support.pythons import other_python
 
 from qola.compile.codegen import GenJob, GenResult, run_generators, run_keys
@@ -166,18 +167,7 @@ def test_a_generated_file_truncated_in_the_build_dir_reruns_its_generator(tmp_pa
     assert _gen(job, tmp_path, env).skipped and _calls(env) == []
 
 
-GEN_TABLE = {
-    "module_gen": {
-        "srcs": [],
-        "flags_extra_cc": [],
-        "flags_extra_hip": [],
-        "extra_ldflags": "None",
-        "extra_include": [],
-        "verbose": "False",
-        "torch_exclude": "True",
-        "blob_gen_cmd": "f'{AITER_CSRC_DIR}/gen.py --output_dir {{}}'",
-    }
-}
+GEN_TABLE = {"module_gen": entry(blob_gen_cmd="f'{AITER_CSRC_DIR}/gen.py --output_dir {{}}'")}
 GEN_SCRIPT = """import argparse, pathlib
 p = argparse.ArgumentParser()
 p.add_argument("--output_dir", required=True)

@@ -15,6 +15,7 @@ import pytest
 from support.common import run_qola
 from support.fake_nvcc import fake_nvcc
 from support.fake_nvcc import pytestmark as needs_fake_nvcc  # g++ and a CUDA toolkit's cudart
+from support.module_table import entry
 from support.reports import fake_report
 
 from qola.core.fsutil import copy_file
@@ -147,18 +148,11 @@ for name, value in VALUES.items():
 (out / "gen_api.cu").write_text('extern "C" __attribute__((visibility("default"))) int qk_gen_api() { return 1; }\\n')
 """
 TABLE = {
-    "libgen": {
-        "srcs": [],
-        "flags_extra_cc": [],
-        "flags_extra_hip": [],
-        "extra_ldflags": "None",
-        "extra_include": [],
-        "verbose": "False",
-        "is_python_module": "False",
-        "is_standalone": "False",
-        "torch_exclude": "True",
-        "blob_gen_cmd": ["f'{AITER_CSRC_DIR}/gen/gen.py --output_dir {{}}'"],
-    }
+    "libgen": entry(
+        is_python_module="False",
+        is_standalone="False",
+        blob_gen_cmd=["f'{AITER_CSRC_DIR}/gen/gen.py --output_dir {{}}'"],
+    )
 }
 GEN_MANIFEST = (
     '[qola]\nnamespace = "qk"\n[build]\narchitectures = ["sm_90"]\nmode = "cpp_itfs"\n[[modules]]\nname = "libgen"\n'
