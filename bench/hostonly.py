@@ -21,9 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from qola.compile.passes import host_and_device
+
 REPO = Path(__file__).resolve().parent.parent
-# a cc_host edge's command: the host-only line, its output kept back, then the fallback with device passes
-_HOST_EDGE = re.compile(r"^(?P<host>.*) >/dev/null 2>&1 \|\| \{ printf .*?; (?P<device>.*); \}$")
 
 
 def _cpu() -> float:
@@ -56,12 +56,12 @@ def main() -> int:
             command = subprocess.run(
                 [ninja, "-C", str(build), "-t", "commands", "-s", obj], capture_output=True, text=True, check=True
             ).stdout.strip()
-            m = _HOST_EDGE.match(command)
-            if m is None:
+            lines = host_and_device(command)
+            if lines is None:
                 raise SystemExit(f"not a host-only edge's command: {command[:300]}")
             (build / obj).parent.mkdir(parents=True, exist_ok=True)
-            host = statistics.median(_timed(m["host"], build) for _ in range(args.repeat))
-            device = statistics.median(_timed(m["device"], build) for _ in range(args.repeat))
+            host = statistics.median(_timed(lines[0], build) for _ in range(args.repeat))
+            device = statistics.median(_timed(lines[1], build) for _ in range(args.repeat))
             unit = command.split(" -c ")[1].split()[0]
             rows.append((Path(unit).name, host, device))
     print(f"\n{args.manifest.name} on {args.tree.name}: units compiled host-only, median of {args.repeat}\n")

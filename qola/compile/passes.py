@@ -84,4 +84,17 @@ def host_only_command(tc: Toolchain, launcher: str | None) -> str:
     (:mod:`qola.compile.hostonly`)."""
     host = ninja.command_template(compile_line(tc, "$in", "$out", launcher))
     device = ninja.command_template(compile_line(tc, "$in", "$out", launcher, "$device"))
-    return f"{host} >/dev/null 2>&1 || {{ printf '{FELL_BACK}' $module $in; {device}; }}"
+    return f"{host}{_KEPT_BACK}{{ printf '{FELL_BACK}' $module $in; {device}; }}"
+
+
+_KEPT_BACK = " >/dev/null 2>&1 || "
+
+
+def host_and_device(command: str) -> tuple[str, str] | None:
+    """A host-only edge's command as ninja expands it (``ninja -t commands``, ``-t compdb``): (its
+    host-only line, the line with device passes it falls back to); None for any other command."""
+    host, sep, rest = command.partition(_KEPT_BACK)
+    if not sep or not rest.startswith("{ printf ") or not rest.endswith("; }"):
+        return None
+    device = rest[: -len("; }")].split("; ", 1)
+    return (host, device[1]) if len(device) == 2 else None

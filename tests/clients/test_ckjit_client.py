@@ -27,7 +27,7 @@ from support.ckjit_fake import fake_rocm, records
 from support.ckjit_replay import archs_named, defined_functions, install, replay_all
 from support.ckjit_rule import SYMBOL_PREFIX
 from support.cmake_clients import plain_checkout
-from support.common import run_qola
+from support.common import compile_commands, run_qola
 from support.libdata import kernels_by_arch
 
 pytestmark = [pytest.mark.hip, pytest.mark.slow]
@@ -234,10 +234,7 @@ def test_on_a_fixed_tree_the_recorded_kernels_name_the_tree_and_replay_with_the_
         ("asm-embedded-first", "applied", ["libmha_fwd"])
     ]
     build = Path(str(out) + ".build")
-    units = json.loads(
-        subprocess.run(["ninja", "-C", str(build), "-t", "compdb", "cc"], capture_output=True, text=True).stdout
-    )
-    lines = {os.path.basename(u["file"]): u["command"] for u in units}
+    lines = {os.path.basename(u["file"]): u["command"] for u in compile_commands(build)}
     staged = f"-I{build / 'fixed' / 'csrc' / 'include'}"
     assert staged in lines["mha_fwd.cu"].split(), lines["mha_fwd.cu"]  # the wrapper reads the fixed header
     assert [n for n, line in lines.items() if staged in line.split()] == ["mha_fwd.cu"], lines

@@ -15,12 +15,12 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from support.ckjit_replay import archs_named, defined_functions, install, prebuild_compile, runtime_compile
 from support.ckjit_rule import SYMBOL_PREFIX, as_the_compiler_sees, classify, compile_parts, extract_flags
+from support.common import compile_commands
 from support.libdata import kernels_by_arch
 from support.te_cmake import TeBuild
 
@@ -30,11 +30,10 @@ pytestmark = [pytest.mark.rocm, pytest.mark.aiter, pytest.mark.slow, pytest.mark
 def test_real_ck_kernels_compile_from_what_ck_jit_records(te_build: TeBuild, tmp_path: Path) -> None:
     tree = te_build.tree  # the checkout the session's build compiled (its paths are in the lines)
     build = Path(f"{te_build.out}.build")
-    compdb = subprocess.run(["ninja", "-C", str(build), "-t", "compdb", "cc"], capture_output=True, text=True)
     ndjson = tmp_path / "ck_jit_tmp" / "manifest.json.ndjson"
     ndjson.parent.mkdir()
     lines = []
-    for u in json.loads(compdb.stdout):
+    for u in compile_commands(build):
         argv = as_the_compiler_sees(shlex.split(u["command"]))
         call = classify(argv, u["directory"])
         name = os.path.basename(call.source or "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
@@ -108,3 +109,19 @@ def cmake_build(proj: Path, bld: Path, prefix: Path) -> None:
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
     made = subprocess.run(["cmake", "--build", str(bld)], capture_output=True, text=True)
     assert made.returncode == 0, made.stdout + made.stderr
+
+
+def compile_commands(build: Path) -> list[dict[str, str]]:
+    """Every compile edge of ``build``'s graph as ninja expands it (``ninja -t compdb``: directory,
+    command, file, output), a host-only edge's as its two lines, the host-only one first and the one
+    with device passes it falls back to (:func:`qola.compile.passes.host_and_device`): what a
+    compiler wrapper can be called with."""
+    from qola.compile import ninja
+    from qola.compile.passes import host_and_device
+
+    argv = ["ninja", "-C", str(build), "-t", "compdb", ninja.COMPILE_RULE, ninja.HOST_RULE]
+    units = []
+    for u in json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout):
+        lines = host_and_device(u["command"])
+        units += [{**u, "command": line} for line in lines] if lines else [u]
+    return units
