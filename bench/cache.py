@@ -5,10 +5,10 @@ copied elsewhere, new output and build dirs), through qola's compile cache and t
 Prints a markdown table: wall, CPU (the children's user + system), units compiled, and whether the
 second build's libraries are byte-identical to the first's.
 
-    python bench/cache.py [--arch sm_90] [-j N] [--work-dir DIR] [--manifest M] [--tree T]
+    python bench/cache.py [--arch sm_90] [-j N] [--work-dir DIR] [--manifest M] [--tree T] [--slice A|B|tiny]
 
-The ROCm slice (TE's narrowed manifest on the amd-aiter sdist) runs the same way inside the ROCm 7
-environment: ``scripts/rocm7.sh run python bench/cache.py --manifest M --tree T --arch "gfx942;gfx950"``.
+A slice of TE's manifest on the amd-aiter sdist (bench/_slices.py; ``B``: gfx942 + gfx950) runs inside
+the ROCm 7 environment: ``scripts/rocm7.sh run python bench/cache.py --slice B --skip-sccache``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -24,12 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from _slices import SLICES, child_cpu, slice_manifest
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 def _build(where: Path, manifest: Path, tree: Path, arch: str, jobs: int, env: dict[str, str], *extra: str) -> dict:
@@ -39,9 +35,9 @@ def _build(where: Path, manifest: Path, tree: Path, arch: str, jobs: int, env: d
     out = where / "out"
     argv = [sys.executable, "-m", "qola", "build", "-m", str(manifest), "-a", str(copy), "-o", str(out)]
     argv += ["--arch", arch, "-j", str(jobs), "--quiet", *extra]
-    cpu0, t0 = _cpu(), time.perf_counter()
+    cpu0, t0 = child_cpu(), time.perf_counter()
     proc = subprocess.run(argv, env=env, capture_output=True, text=True)
-    wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
+    wall, cpu = time.perf_counter() - t0, child_cpu() - cpu0
     if proc.returncode != 0:
         raise SystemExit(f"build failed ({' '.join(argv)}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     tally = Path(str(out) + ".build") / "cache" / "tally"
@@ -74,9 +70,15 @@ def main() -> int:
     ap.add_argument("-j", type=int, default=2)
     ap.add_argument("--work-dir", type=Path, help="keep the builds here (default: a temp dir, removed)")
     ap.add_argument("--skip-sccache", action="store_true")
+    ap.add_argument("--slice", choices=sorted(SLICES), help="a slice of TE's manifest on the amd-aiter sdist")
     args = ap.parse_args()
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="qola-bench-cache-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.slice:  # TE's manifest shape narrowed (bench/_slices.py), the sdist the tests fetch
+        args.manifest = slice_manifest(work / f"slice-{args.slice}.toml", args.slice)  # tests/ now on the path
+        from support.aiter_sdist import aiter_root
+
+        args.tree, args.arch = Path(aiter_root()), ";".join(SLICES[args.slice])
     base = {k: v for k, v in os.environ.items() if k not in ("QOLA_CACHE_DIR", "QOLA_NO_CACHE")}
     rows = []
     qenv = {**base, "QOLA_CACHE_DIR": str(work / "qola-cache")}

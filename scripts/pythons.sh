@@ -50,6 +50,7 @@ for v in $claimed; do
     touch "$venv/.ready"
   fi
   echo "scripts/pythons.sh: Python $v ($venv)" >&2
+  "$venv/bin/python" -m compileall -q -j 0 qola  # its bytecode once (scripts/test.sh says why)
   # the venv's bin first: the tests run ninja and `python -m qola` as a user would
   PATH="$venv/bin:$PATH" PYTHONPATH="$PWD" "$venv/bin/python" -m pytest -q -m cli -p no:cacheprovider --durations=5 \
     "${files[@]}" "$@" \
