@@ -6,10 +6,11 @@ serves the object from the cache or compiles it and stores it. The anchor is Baz
 action cache keyed by what decides the object's bytes, and a content-addressed store of objects.
 
 * **The action's key** (:func:`action_key`): the compiler's identity (its file's digest and its
-  ``--version``, computed once per build), the command line with the kernel tree's and the build
-  dir's roots replaced by names (``@T@``, ``@B@``: :class:`Roots`) and the compilers' environment.
-  Where the tree and the build dir lie does not enter it: the objects do not depend on it (prefix
-  maps and stable unit names: :mod:`qola.compile.pathmap`).
+  ``--version``, computed once per build), the command line with the kernel tree's, the build
+  dir's and qola's own package dir's roots replaced by names (``@T@``, ``@B@``, ``@Q@``:
+  :class:`Roots`; qola's runtime headers are on HIP lines) and the compilers' environment. Where the
+  tree, the build dir and qola lie does not enter it: the objects do not depend on it (prefix maps
+  and stable unit names: :mod:`qola.compile.pathmap`); what qola's files hold does (the inputs).
 * **The inputs**: an action has candidates, each the files a compile read (its depfile: the source
   and every header), named by root and with their sha256. A candidate is a hit when every file it
   names has that digest now, so an edited header misses and nothing stale can hit.
@@ -51,21 +52,21 @@ ACTIONS, OBJECTS, WRAPPERS = "a", "o", "w"  # under <cache>/v1/
 MAX_OBJECT = 2 << 30
 MAX_ENTRY = 16 << 20  # one candidate (its inputs' names and digests, the depfile)
 CANDIDATES = 8  # per action: the newest are tried first
-TREE, BUILD = "@T@", "@B@"
+TREE, BUILD, QOLA = "@T@", "@B@", "@Q@"
 _ESCAPED = frozenset(" \\#$:\n\t")  # a root spelled with one of these is escaped in a depfile
 
 
 @dataclass(frozen=True)
 class Roots:
-    """The tree's and the build dir's spellings (as given and resolved) and their names."""
+    """The tree's, the build dir's and qola's package dir's spellings (as given and resolved) and their
+    names."""
 
     pairs: tuple[tuple[str, str], ...]
 
     @classmethod
     def of(cls, cfg: Mapping[str, Any]) -> Roots:
-        pairs = [(p.rstrip("/") or "/", TREE) for p in cfg["tree"]] + [
-            (p.rstrip("/") or "/", BUILD) for p in cfg["build"]
-        ]
+        named = ((TREE, cfg["tree"]), (BUILD, cfg["build"]), (QOLA, cfg.get("qola", ())))
+        pairs = [(p.rstrip("/") or "/", name) for name, spellings in named for p in spellings]
         return cls(tuple(sorted(pairs, key=lambda p: -len(p[0]))))
 
     def plain(self) -> bool:

@@ -95,6 +95,7 @@ def prepare(use: CacheUse, tc: Toolchain, build_dir: Path, tree_root: str, env: 
         "dir": str(use.dir),
         "tree": _spellings(tree_root),
         "build": _spellings(build_dir),
+        "qola": _spellings(Path(__file__).resolve().parents[1]),  # qola's runtime headers on the lines
         "compiler_id": toolchain_id(tc, env),
         "env": list(COMPILER_ENV),
         "work": str(work.resolve()),

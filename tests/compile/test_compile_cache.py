@@ -206,3 +206,19 @@ def test_qola_cache_shows_and_cleans_it(tmp_path: Path, cache: Path) -> None:
     assert _objects(cache) == []
     shutil.rmtree(cache)
     assert run_qola("cache", "show", env={"QOLA_CACHE_DIR": str(cache)}).returncode == 0
+
+
+def test_the_key_names_the_tree_the_build_dir_and_qolas_own_dir_by_root() -> None:
+    """A HIP line names qola's runtime headers (``-I<qola>/runtime``): qola installed or checked out
+    elsewhere (another venv, a second worktree) is the same action, as the tree and the build dir
+    elsewhere are; a path outside those roots is not."""
+    from qola.compile.cache_launch import Roots, action_key
+
+    def key(tree: str, build: str, pkg: str, extra: str = "/opt/rocm/include") -> str:
+        roots = Roots.of({"tree": [tree], "build": [build], "qola": [pkg]})
+        argv = ["hipcc", f"-I{pkg}/runtime", f"-I{tree}/csrc/include", f"-I{extra}", "-c", f"{tree}/a.cu", "-o", "a.o"]
+        return action_key({"compiler_id": "c", "env": []}, roots, argv, build, {})
+
+    one = key("/w1/tree", "/w1/out.build", "/w1/qola/qola")
+    assert key("/w2/aiter", "/tmp/b.build", "/venv/lib/python3.11/site-packages/qola") == one
+    assert key("/w1/tree", "/w1/out.build", "/w1/qola/qola", extra="/opt/rocm-7/include") != one
