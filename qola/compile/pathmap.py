@@ -3,10 +3,11 @@
 The compilers copy those locations into what they write unless told otherwise:
 
 * ``__FILE__`` (asserts, logging) and debug info name the source's absolute path: every compile
-  gets ``-ffile-prefix-map=<tree>=/qola/tree`` (for nvcc through ``-Xcompiler``, which reaches its
-  host preprocessing of both sides). Not the build dir's: no source or header qola or a generator
-  writes there spells ``__FILE__``, and a compiler cache (sccache) keys on such a flag, so it would
-  never hit across build dirs (:attr:`PathMap.compiler_maps`);
+  gets ``-ffile-prefix-map=<tree>=/qola/tree`` and ``-ffile-prefix-map=<build>=/qola/build`` (for
+  nvcc through ``-Xcompiler``, which reaches its host preprocessing of both sides): a generated
+  source spells its own path through a macro it expands (AITER's asm fMHA v3 files, whose HIP_CALL
+  prints ``__FILE__``), and the library's bytes named the build dir (:attr:`PathMap.compiler_maps`;
+  qola's compile cache names both roots, so the flag costs it no hit);
 * nvcc names a translation unit's anonymous namespace and module id after the CRC32 of the source's
   absolute path (``_GLOBAL__N__<crc32>_<len>_<name>_<hash>``), in the host object and in the
   fat binary; clang's HIP driver derives ``__hip_cuid_<hash>`` from the input path and options.
@@ -46,8 +47,9 @@ class PathMap:
 
     @property
     def compiler_maps(self) -> tuple[tuple[str, str], ...]:
-        """The pairs given to the compilers as prefix maps: the tree's only (see the module's doc)."""
-        return tuple((old, new) for old, new in self.maps if new == TREE)
+        """The pairs given to the compilers as prefix maps: the tree's and the build dir's (see the
+        module's doc)."""
+        return self.maps
 
     def name(self, path: str | os.PathLike[str]) -> str:
         """``path`` with its root replaced by the stable name (unchanged outside both roots)."""

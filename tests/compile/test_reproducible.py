@@ -37,7 +37,7 @@ def test_names_and_ids_do_not_depend_on_the_roots(tmp_path: Path) -> None:
     names = []
     for tree, build in (("/a/kernels", "/a/out.build"), ("/somewhere/else/kernels", "/b/bld")):
         paths = PathMap.of(tree, build)
-        assert paths.compiler_maps == ((tree, TREE),)  # the build dir is not mapped on command lines
+        assert paths.compiler_maps == ((tree, TREE), (build, BUILD))  # both mapped on command lines (__FILE__)
         names.append([paths.name(f"{tree}/csrc/x.cu"), paths.name(f"{build}/gen/m/blob/i.cu"), paths.name("/usr/x.h")])
     assert names[0] == names[1] == [f"{TREE}/csrc/x.cu", f"{BUILD}/gen/m/blob/i.cu", "/usr/x.h"]
     assert PathMap.of("/a/k", "/b").name("/a/kernels/x.cu") == "/a/kernels/x.cu"  # a prefix, not a root
@@ -111,6 +111,7 @@ def check_identical(tmp: Path, arch: str) -> None:
         for where in (*trees, tmp):
             assert str(where).encode() not in data, (name, where)
     assert b"/qola/tree/csrc/tiny/tiny.cu" in first["qk_module_tiny.so"]  # __FILE__, mapped
+    assert b"/qola/build/gen/module_tiny/blob/tiny_gen.cu" in first["qk_module_tiny.so"]  # a generated one's too
 
 
 @slow

@@ -31,9 +31,18 @@ ATTN = (
 SOFTMAX = '[[modules]]\nname = "module_softmax"\n\n'
 
 
+# a generated source in the build dir that spells its own path, as AITER's asm fMHA v3 files do
+TINY_GEN = (
+    "import sys\n"
+    "out = sys.argv[sys.argv.index('--output_dir') + 1]\n"
+    "open(out + '/tiny_gen.cu', 'w').write('extern \"C\" __attribute__((visibility(\"default\"))) "
+    "const char* qk_tiny_gen_file() { return __FILE__; }\\n')\n"
+)
+
+
 TINY_MODULE = (
     '[[modules]]\nname = "module_tiny"\nmode = "cpp_itfs"\nis_python_module = false\n'
-    'srcs = ["csrc/tiny/tiny.cu"]\nflags_extra_hip = [%s]\n\n'
+    'srcs = ["csrc/tiny/tiny.cu"]\nblob_gen_cmd = ["csrc/tiny/gen.py --output_dir {}"]\nflags_extra_hip = [%s]\n\n'
 )
 
 
@@ -41,6 +50,7 @@ def tree_copy(dest: Path) -> Path:
     shutil.copytree(KERNELS, dest, ignore=shutil.ignore_patterns("hsa", "__pycache__"))
     (dest / "csrc" / "tiny").mkdir()
     (dest / "csrc" / "tiny" / "tiny.cu").write_text(TINY)
+    (dest / "csrc" / "tiny" / "gen.py").write_text(TINY_GEN)
     return dest
 
 
