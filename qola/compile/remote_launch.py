@@ -44,11 +44,11 @@ from qola.toolchain.portable import depfile_named, option, split_depfile
 STAGE = "@S@"
 DEP_ROOT = "/qola-remote"
 OUT_OBJ, OUT_DEP = ".qola-out/o", ".qola-out/o.d"  # in the action, relative to its working dir b/
-# qola gives the build dir no prefix map (docs/design-notes.md), yet a file compiled from there may
-# spell __FILE__ (AITER's generated asm_fmha_fwd_v3_<arch>.cpp does, through a tree macro): a local
-# build's object then holds the build dir's path. The action first runs without naming the client's
-# build dir (shared by every client); if the object holds the worker's staging path it exits with
-# this code, and the compile is sent again mapping the staging dir to the client's build dir.
+# A file compiled from the build dir may spell __FILE__ (AITER's generated asm_fmha_fwd_v3_<arch>.cpp
+# does, through a tree macro); the line's own prefix map of the build dir (docs/design-notes.md),
+# spelled for the staging dir, turns it into /qola/build. Should an object still hold the worker's
+# staging path (a path the maps miss), the action exits with this code, and the compile is sent
+# again mapping the staging dir to the client's build dir.
 NAMES_BUILD_DIR = 86
 SCRIPT = (
     's=${PWD%/b}; c=$1; d=$2; o=$3; shift 3; for a do shift; set -- "$@" "${a//@S@/$s}"; done; '
