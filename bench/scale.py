@@ -41,6 +41,9 @@ import textwrap
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the module-table entry helper
+from support.module_table import entry
+
 NS = "sy"
 GENERATOR = '''\
 #!/usr/bin/env python3
@@ -159,18 +162,11 @@ def make_tree(root: Path, instances: int, modules: int) -> tuple[Path, list[Path
         script.write_text(GENERATOR.format(module=f"syn{m:02d}"))
         scripts.append(script)
         count = per + (1 if m < extra else 0)
-        table[name] = {
-            "srcs": [],
-            "flags_extra_cc": [],
-            "flags_extra_hip": [],
-            "extra_ldflags": "None",
-            "extra_include": [],
-            "verbose": "False",
-            "is_python_module": "False",
-            "is_standalone": "False",
-            "torch_exclude": "True",
-            "blob_gen_cmd": [f"f'{{AITER_CSRC_DIR}}/syn/{script.name} --count {count} --output_dir {{{{}}}}'"],
-        }
+        table[name] = entry(
+            is_python_module="False",
+            is_standalone="False",
+            blob_gen_cmd=[f"f'{{AITER_CSRC_DIR}}/syn/{script.name} --count {count} --output_dir {{{{}}}}'"],
+        )
     (root / "aiter" / "jit" / "optCompilerConfig.json").write_text(json.dumps(table, indent=1))
     manifest = root.parent / "qola.toml"
     manifest.write_text(

@@ -31,13 +31,14 @@ def sums(directory: Path, names: Sequence[str]) -> tuple[str, ...]:
 
 
 def _newer(blob: Path, since: int) -> list[str]:
-    """The files under ``blob`` (relative) changed after ``since`` (ns)."""
+    """The files under ``blob`` (relative) changed at or after ``since`` (ns): file times are as coarse
+    as the kernel's tick, so a change in the stamp's own tick counts too (hashed, not trusted)."""
     found = []
     for top, _, names in os.walk(blob):
         for name in names:
             path = os.path.join(top, name)
             try:
-                if os.lstat(path).st_mtime_ns > since:
+                if os.lstat(path).st_mtime_ns >= since:
                     found.append(os.path.relpath(path, blob))
             except OSError:
                 continue
