@@ -30,11 +30,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import stat
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from qola.core import argfile, inputs
 from qola.core.errors import QolaError
@@ -59,6 +60,40 @@ def runner() -> str:
 
 
 ARGV_FILE = "--qola-argv-file="  # the recorder's: the generator's argv (a JSON list) is in this file
+
+
+TREE = "\0tree"  # the tree's root in a record that holds it by place: no path or variable's value holds a NUL
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where the tree a generator belongs to lies, for a record that holds it by place (:data:`TREE`):
+    a listing is the tree's, wherever the tree lies (a copy elsewhere, a CI job's new workspace).
+    ``root`` as the plan names it, ``real`` its real path (a file's real path is hidden by the second)."""
+
+    root: str
+    real: str
+
+    @classmethod
+    def of(cls, root: str | os.PathLike[str] | None) -> Place | None:
+        if root is None:
+            return None
+        full = os.path.abspath(os.fspath(root))
+        return cls(full.rstrip("/") or "/", os.path.realpath(full))
+
+    def hide(self, path: str, *, real: bool = False) -> str:
+        """``path`` with the root as :data:`TREE` (a path outside the tree as it is)."""
+        root = self.real if real else self.root
+        return TREE + path[len(root) :] if path == root or path.startswith(root + "/") else path
+
+    def show(self, path: str, *, real: bool = False) -> str:
+        """The path :meth:`hide` gave, under this place's root."""
+        root = self.real if real else self.root
+        return root + path[len(TREE) :] if path == TREE or path.startswith(TREE + "/") else path
+
+    def value(self, value: str) -> str:
+        """A variable's value or an argument with the root, wherever it is a path's start, as :data:`TREE`."""
+        return re.sub(rf"(?<![^\s=:;,]){re.escape(self.root)}(?=[/\s;:,]|$)", TREE, value)
 
 
 def argv(python: str, record: str, rest: Sequence[str]) -> list[str]:
@@ -104,6 +139,22 @@ class Deps:
             return cls(files, dirs, env, python, whole if isinstance(whole, str) else None, programs)
         except (AssertionError, KeyError, TypeError, ValueError):
             return None
+
+    def hidden(self, place: Place) -> Deps:
+        """These deps with ``place``'s root as :data:`TREE` (to be recorded by place)."""
+        return self._mapped(place.hide)
+
+    def shown(self, place: Place) -> Deps:
+        """Deps :meth:`hidden` gave, under ``place``'s root."""
+        return self._mapped(place.show)
+
+    def _mapped(self, how: Callable[..., str]) -> Deps:
+        return replace(
+            self,
+            files=tuple((how(f[0]), how(f[1], real=True), f[2], f[3], f[4]) for f in self.files),
+            dirs=tuple((how(d), h) for d, h in self.dirs),
+            programs=tuple((a, how(p)) for a, p in self.programs),
+        )
 
     def paths(self) -> list[str]:
         """Every file and directory these deps name (links and their targets)."""
@@ -162,9 +213,11 @@ def _under(path: str, dirs: Sequence[str]) -> bool:
     return path.startswith(PSEUDO) or any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
-def collect(record: str, *, env: Mapping[str, str], exclude: Sequence[str]) -> Deps | None:
+def collect(record: str, *, env: Mapping[str, str], exclude: Sequence[str], place: Place | None = None) -> Deps | None:
     """The deps of the run that wrote ``record`` under ``env`` (files under ``exclude``: its temp
-    dirs, not inputs); None when it cannot be reused (see the module)."""
+    dirs, not inputs); None when it cannot be reused (see the module). With ``place``, variables are
+    kept with the tree's root hidden (:meth:`Place.value`), as :func:`unchanged` then reads them."""
+    held = _held(place)
     try:
         doc = json.loads(inputs.read_record(record, what="generator's read record"))
         assert isinstance(doc, dict) and doc.get("format") == RECORD_FORMAT
@@ -181,7 +234,7 @@ def collect(record: str, *, env: Mapping[str, str], exclude: Sequence[str]) -> D
             _looked(str(p), s) for p, s in dict(doc["stats"]).items() if str(p) not in names and not _under(p, ex)
         ]
         dirs = [(d, _names(d)) for d in sorted({str(d) for d in doc["dirs"]}) if not _under(d, ex)]
-        looked = {str(k): value_hash(v if v is None else str(v)) for k, v in dict(doc["env"]).items()}
+        looked = {str(k): value_hash(v if v is None else held(str(v))) for k, v in dict(doc["env"]).items()}
         python = str(doc["python"])
         programs = [
             (shlex.join([str(prog), *map(str, argv)]), _which(str(prog), env)) for prog, argv in doc.get("programs", [])
@@ -191,7 +244,9 @@ def collect(record: str, *, env: Mapping[str, str], exclude: Sequence[str]) -> D
         return None
     if any(f is None for f in files) or any(h is None for _, h in dirs):
         return None
-    looked |= {k: value_hash(v) for k, v in env.items() if k.startswith("PYTHON")}  # what the interpreter itself read
+    looked |= {
+        k: value_hash(held(v)) for k, v in env.items() if k.startswith("PYTHON")
+    }  # what the interpreter itself read
     real = os.path.realpath(python)
     return Deps(
         tuple(f for f in files if f is not None),
@@ -281,12 +336,19 @@ def _state(path: str, system: Sequence[str]) -> File | None:
     return (path, real, st.st_size, st.st_mtime_ns, digest)
 
 
-def unchanged(deps: Deps, env: Mapping[str, str]) -> bool:
-    """Whether everything ``deps`` names is still as it was, under ``env``."""
-    if any(value_hash(env.get(k)) != v for k, v in deps.env):
+def _held(place: Place | None) -> Callable[[str], str]:
+    """How a variable's value is kept before it is hashed: with the tree's root hidden, by place."""
+    return place.value if place is not None else str
+
+
+def unchanged(deps: Deps, env: Mapping[str, str], place: Place | None = None) -> bool:
+    """Whether everything ``deps`` names is still as it was, under ``env`` (``place``: the one
+    :func:`collect` was given)."""
+    held = _held(place)
+    if any(value_hash(None if (got := env.get(k)) is None else held(got)) != v for k, v in deps.env):
         return False
     pythons = {k: v for k, v in deps.env if k.startswith("PYTHON") and v is not None}
-    if {k: value_hash(v) for k, v in env.items() if k.startswith("PYTHON")} != pythons:
+    if {k: value_hash(held(v)) for k, v in env.items() if k.startswith("PYTHON")} != pythons:
         return False
     if deps.whole_env is not None and deps.whole_env != _whole(env):
         return False

@@ -7,7 +7,10 @@ and its arguments, the filter; the temp paths left out) and the interpreter's fi
 listing and the run's depfile (:class:`qola.plan.genread.Deps`: the files, modules, directories and
 variables the generator read). :func:`load` returns the listing only while those still hold; a
 changed input is a miss: the listing runs again and the entry is rewritten. A run with no depfile
-(it started another program, :mod:`qola.plan.genread`) is not cached.
+(it started another program, :mod:`qola.plan.genread`) is not cached. The plan's tree is held by
+place (:class:`qola.plan.genread.Place`: its root hidden in the command, the files and the variables),
+so a copy of the tree elsewhere (a CI job's new workspace, a pip build's temp dir) takes the entry
+when what its generator reads there holds the same bytes (a copy's new mtimes: hashed).
 
 The cache is a directory of qola's own (``$XDG_CACHE_HOME/qola/listings``, else
 ``~/.cache/qola/listings``, :func:`cache_dir`), one JSON file per key, written atomically
@@ -36,7 +39,7 @@ from qola.plan import genread
 
 SUBDIR = ("qola", "listings")  # under $XDG_CACHE_HOME, else ~/.cache
 MAX_ENTRY = 16 << 20  # bytes of one cached listing (CK's largest, bwd: ~15,000 names, under 2 MiB)
-FORMAT = 2  # 2: entries hold the run's depfile (issue 41)
+FORMAT = 3  # 2: entries hold the run's depfile (issue 41); 3: the tree's root by place (genread.TREE)
 
 
 def cache_dir(env: Mapping[str, str]) -> str | None:
@@ -47,16 +50,17 @@ def cache_dir(env: Mapping[str, str]) -> str | None:
     return os.path.join(base, *SUBDIR) if os.path.isabs(base) else None
 
 
-def key_of(argv: Sequence[str]) -> str | None:
+def key_of(argv: Sequence[str], place: genread.Place | None = None) -> str | None:
     """The key of a listing run as ``argv`` (``[python, wrapper?, script, args…]``, temp paths as
-    placeholders); None when it cannot be told (the interpreter gone: not cached)."""
+    placeholders; ``place``: the tree's root in them hidden, so a copy of the tree elsewhere finds
+    the entry and its depfile decides); None when it cannot be told (the interpreter gone: not cached)."""
     try:
         st = os.stat(argv[0])
     except OSError:
         return None
     payload = {
         "format": FORMAT,
-        "argv": list(argv),
+        "argv": [place.value(a) for a in argv] if place is not None else list(argv),
         "python": [os.path.realpath(argv[0]), st.st_size, st.st_mtime_ns],
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
@@ -75,9 +79,10 @@ def _entry(directory: str, key: str) -> str:
     return os.path.join(directory, f"{key}.json")
 
 
-def load(directory: str, key: str, env: Mapping[str, str]) -> list[str] | None:
+def load(directory: str, key: str, env: Mapping[str, str], place: genread.Place | None = None) -> list[str] | None:
     """The cached listing of ``key`` while what it read holds under ``env`` (the environment the
-    listing runs under), or None (absent, changed, or not to be trusted: see the module)."""
+    listing runs under) and ``place`` (where the tree lies now), or None (absent, changed, or not to
+    be trusted: see the module)."""
     if not _private_dir(directory):
         return None
     try:  # the one checked open: no link followed, a regular file of ours, not g/o-writable, bounded
@@ -94,7 +99,9 @@ def load(directory: str, key: str, env: Mapping[str, str]) -> list[str] | None:
     if not isinstance(stems, list) or not all(_plain(s) for s in stems):
         return None
     deps = genread.Deps.from_json(doc.get("deps"))
-    return stems if deps is not None and genread.unchanged(deps, env) else None
+    if deps is not None and place is not None:
+        deps = deps.shown(place)
+    return stems if deps is not None and genread.unchanged(deps, env, place) else None
 
 
 _NOT_PLAIN = re.compile("[/\0\n\r]")
@@ -104,9 +111,11 @@ def _plain(stem: object) -> bool:
     return isinstance(stem, str) and bool(stem) and not _NOT_PLAIN.search(stem) and stem not in (".", "..")
 
 
-def store(directory: str, key: str, stems: Sequence[str], deps: genread.Deps) -> None:
-    """Record ``stems`` under ``key`` with what the run read (best effort: a cache that cannot be
-    written is no error)."""
+def store(
+    directory: str, key: str, stems: Sequence[str], deps: genread.Deps, place: genread.Place | None = None
+) -> None:
+    """Record ``stems`` under ``key`` with what the run read (``place``: the tree's root hidden; best
+    effort: a cache that cannot be written is no error)."""
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
     except OSError as exc:
@@ -114,7 +123,8 @@ def store(directory: str, key: str, stems: Sequence[str], deps: genread.Deps) ->
             return
     if not _private_dir(directory) or not all(_plain(s) for s in stems):
         return
-    data = json.dumps({"key": key, "stems": list(stems), "deps": deps.to_json()}).encode()
+    held = deps.hidden(place) if place is not None else deps
+    data = json.dumps({"key": key, "stems": list(stems), "deps": held.to_json()}).encode()
     try:
         atomic_write(_entry(directory, key), data, 0o600)
     except OSError:

@@ -42,11 +42,13 @@ class GeneratorEnv(runner.TimedEnv):
     KNOB = deadlines.GENERATOR
     listings: str | None = None  # where listings are cached (qola.plan.listcache); None: not cached
     given: tuple[tuple[str, str], ...] = ()  # set over ``child`` for each listing (for_plan)
+    place: genread.Place | None = None  # where the plan's tree lies (for_plan): listings kept by place
 
     def for_plan(self, plan: Plan) -> GeneratorEnv:
         """This view with the variables ``plan``'s generators get at generation (its archs, its asm
         dir): a listing sees exactly the environment its generation will."""
-        return replace(self, given=tuple(sorted(genrules.aiter_env(plan.archs, plan.meta_dir).items())))
+        given = tuple(sorted(genrules.aiter_env(plan.archs, plan.meta_dir).items()))
+        return replace(self, given=given, place=genread.Place.of(plan.tree_root))
 
     def run_env(self) -> runner.ChildEnv:
         """The environment a listing runs under."""
@@ -73,9 +75,10 @@ def list_blobs(gen: Generator, env: GenEnv, filt: str | None = None, python: str
     wrap = [str(shim())] if filt and ANY_CK in filt else []
     child = genv.run_env()
     template = [python, *wrap, *gen.argv, "--list_blobs", "<listing>", *extra]  # the key's: no temp path
-    key = listcache.key_of(template) if genv.listings else None
-    if key is not None and genv.listings and (hit := listcache.load(genv.listings, key, child.as_dict())) is not None:
-        return hit
+    key = listcache.key_of(template, genv.place) if genv.listings else None
+    found = listcache.load(genv.listings, key, child.as_dict(), genv.place) if key and genv.listings else None
+    if found is not None:
+        return found
     with pid_tempdir("qola-list-") as tmp:  # pid in the name: a killed run's is removed later
         out, record = Path(tmp) / "blobs.txt", os.path.join(tmp, "reads.json")
         argv = [a.replace(OUTPUT_DIR, str(Path(tmp) / "out")) for a in gen.argv]
@@ -98,9 +101,9 @@ def list_blobs(gen: Generator, env: GenEnv, filt: str | None = None, python: str
             )
         listing = inputs.read_checked(out, limit=inputs.MAX_RECORD, what="generator listing").decode()
         stems = [Path(line.strip()).stem for line in listing.splitlines() if line.strip()]
-        deps = genread.collect(record, env=child.as_dict(), exclude=[tmp]) if key is not None else None
+        deps = genread.collect(record, env=child.as_dict(), exclude=[tmp], place=genv.place) if key else None
     if key is not None and genv.listings and deps is not None:
-        listcache.store(genv.listings, key, stems, deps)
+        listcache.store(genv.listings, key, stems, deps, genv.place)
     return stems
 
 

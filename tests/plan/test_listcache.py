@@ -7,11 +7,14 @@ tampered with is not trusted. The CK-style generator records each invocation int
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 from support.ck_tree import CK_DIR, ck_tree, module
 from support.common import run_qola
+
+from qola.plan import genread
 
 
 def setup(tmp: Path) -> tuple[Path, Path, dict[str, str]]:
@@ -92,3 +95,32 @@ def test_an_entry_that_could_have_been_tampered_with_is_not_trusted(tmp_path: Pa
         assert ran == 3
     finally:
         directory.chmod(0o700)
+
+
+def test_a_copy_of_the_tree_elsewhere_takes_the_listings_and_an_edit_in_the_copy_runs_again(tmp_path: Path) -> None:
+    """Listings are the tree's wherever it lies (a CI job's new workspace, a pip build's temp dir):
+    the tree's root is kept by place, the files it read by content (a copy's new mtimes are hashed)."""
+    tree, m, env = setup(tmp_path)
+    first, ran = plan(tmp_path, tree, m, env)
+    assert ran == 3
+    copy = tmp_path / "elsewhere" / "tree"
+    shutil.copytree(tree, copy, copy_function=shutil.copy)  # new mtimes, as a checkout or a plain copy gives
+    moved, ran = plan(tmp_path, copy, m, env)
+    assert ran == 0 and moved == {cmd.replace(str(tree), str(copy)): f for cmd, f in first.items()}
+    gen = copy / CK_DIR / "generate.py"
+    gen.write_text(gen.read_text().replace("(64, 128)", "(64, 96, 128)"))
+    grown, ran = plan(tmp_path, copy, m, env)
+    assert ran == 3 and any("fmha_fwd_d96_fp16_gfx9" in files for files in grown.values())
+    again, ran = plan(tmp_path, tree, m, env)  # the original tree, unedited: its listings are its own again
+    assert ran == 3 and again == first
+
+
+def test_a_place_hides_the_root_only_where_a_path_starts_with_it() -> None:
+    place = genread.Place("/w/tree", "/real/tree")
+    hidden = place.hide("/w/tree/ck/generate.py")
+    assert hidden == genread.TREE + "/ck/generate.py" and place.show(hidden) == "/w/tree/ck/generate.py"
+    assert place.hide("/w/tree2/x") == "/w/tree2/x" and place.hide("/real/tree/x", real=True) == genread.TREE + "/x"
+    assert place.show(genread.TREE + "/x", real=True) == "/real/tree/x"
+    assert place.value("/w/tree/hsa/") == genread.TREE + "/hsa/"
+    assert place.value("a:/w/tree/b;/w/tree") == f"a:{genread.TREE}/b;{genread.TREE}"
+    assert place.value("/x/w/tree/b") == "/x/w/tree/b" and place.value("/w/treeish") == "/w/treeish"
