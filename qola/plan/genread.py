@@ -42,10 +42,15 @@ from qola.core.errors import QolaError
 from qola.core.secret import fingerprint
 from qola.plan.registry import genwrap_script
 
-FORMAT = 3  # 3: files as opened, paths only looked at (2: hashed when the run ended; 1: variables in clear)
+FORMAT = 4  # 4: bytecode caches no input; 3: files as opened, paths only looked at (2: hashed when the run ended)
 RECORD_FORMAT = 2  # what the recorder writes (templates/genwrap/record_reads.py); 2: "opened", "changed", "stats"
 MAX_INPUT = 256 << 20  # one file a generator read (CK's and AITER's largest inputs: a few MiB of CSV)
 PSEUDO = ("/proc/", "/sys/", "/dev/")  # read, never inputs (their content changes by itself)
+# Python's bytecode cache: written beside a module by whichever interpreter imports it with bytecode on
+# (a generator run, the ROCm 7 chroot's, a user's), derived from the module's source, which is recorded;
+# it is never an input, nor its directory one of a listed directory's names (its appearance would make
+# every listing and generation before it stale)
+BYTECODE = "__pycache__"
 # the caller's bookkeeping, never a generator's input, even one that reads the whole environment: the
 # shell's (``_``, ``OLDPWD``, ``SHLVL``) and pytest's (``PYTEST_CURRENT_TEST``: another in every test)
 VOLATILE = frozenset({"_", "OLDPWD", "SHLVL", "PYTEST_CURRENT_TEST"})
@@ -213,6 +218,11 @@ def _under(path: str, dirs: Sequence[str]) -> bool:
     return path.startswith(PSEUDO) or any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
+def _no_input(path: str, exclude: Sequence[str]) -> bool:
+    """``path`` is none of a run's inputs: under ``exclude`` (its temp dirs), a pseudo file, bytecode."""
+    return _under(path, exclude) or f"/{BYTECODE}/" in path or path.endswith(f"/{BYTECODE}")
+
+
 def collect(record: str, *, env: Mapping[str, str], exclude: Sequence[str], place: Place | None = None) -> Deps | None:
     """The deps of the run that wrote ``record`` under ``env`` (files under ``exclude``: its temp
     dirs, not inputs); None when it cannot be reused (see the module). With ``place``, variables are
@@ -224,16 +234,16 @@ def collect(record: str, *, env: Mapping[str, str], exclude: Sequence[str], plac
         if doc.get("spawned") or doc.get("broken") or doc.get("exit") != 0:
             return None
         ex = [os.path.realpath(d) for d in exclude] + list(exclude)
-        if any(not _under(str(p), ex) for p in doc["changed"]):  # another content at another open
+        if any(not _no_input(str(p), ex) for p in doc["changed"]):  # another content at another open
             return None
         system = [str(s) for s in doc["system"]]
         names = {str(p) for p in (*doc["reads"], *doc["modules"])}
         opened = {str(p): _opened(p, s) for p, s in dict(doc["opened"]).items()}
-        files = [opened.get(p) or _state(p, system) for p in sorted(names) if not _under(p, ex)]
+        files = [opened.get(p) or _state(p, system) for p in sorted(names) if not _no_input(p, ex)]
         files += [
-            _looked(str(p), s) for p, s in dict(doc["stats"]).items() if str(p) not in names and not _under(p, ex)
+            _looked(str(p), s) for p, s in dict(doc["stats"]).items() if str(p) not in names and not _no_input(p, ex)
         ]
-        dirs = [(d, _names(d)) for d in sorted({str(d) for d in doc["dirs"]}) if not _under(d, ex)]
+        dirs = [(d, _names(d)) for d in sorted({str(d) for d in doc["dirs"]}) if not _no_input(d, ex)]
         looked = {str(k): value_hash(v if v is None else held(str(v))) for k, v in dict(doc["env"]).items()}
         python = str(doc["python"])
         programs = [
@@ -306,7 +316,7 @@ def _whole(env: Mapping[str, str]) -> str:
 def _names(directory: str) -> str | None:
     """sha256 of ``directory``'s sorted names ("-": absent); None when it cannot be listed."""
     try:
-        listed = sorted(os.listdir(directory))
+        listed = sorted(n for n in os.listdir(directory) if n != BYTECODE)
     except FileNotFoundError:
         return "-"
     except OSError:

@@ -7,7 +7,10 @@ tampered with is not trusted. The CK-style generator records each invocation int
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +127,19 @@ def test_a_place_hides_the_root_only_where_a_path_starts_with_it() -> None:
     assert place.value("/w/tree/hsa/") == genread.TREE + "/hsa/"
     assert place.value("a:/w/tree/b;/w/tree") == f"a:{genread.TREE}/b;{genread.TREE}"
     assert place.value("/x/w/tree/b") == "/x/w/tree/b" and place.value("/w/treeish") == "/w/treeish"
+
+
+def test_bytecode_another_python_writes_into_the_tree_is_no_input(tmp_path: Path) -> None:
+    """An interpreter with bytecode on (the ROCm 7 chroot's, a user's) that imports the generator's
+    modules writes ``__pycache__`` beside them: derived from the sources the key already holds, so the
+    listings stay valid (each plan of the suite's trees listed again after such a write)."""
+    tree, m, env = setup(tmp_path)
+    ck = tree / CK_DIR
+    gen = ck / "generate.py"
+    gen.write_text("import codegen.ops  # as CK's does: its modules beside it\n" + gen.read_text())
+    first, ran = plan(tmp_path, tree, m, env)
+    assert ran == 3
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ck)], check=True, env={"PATH": os.environ["PATH"]})
+    assert (ck / "__pycache__").is_dir()  # beside the generator, in the directory its imports list
+    again, ran = plan(tmp_path, tree, m, env)
+    assert ran == 0 and again == first
