@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from support.te_cmake import TeBuild
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+pytest_plugins = ["support.cpu_report"]  # each test's CPU, the heaviest listed at the end
 
 
 def _has_gpu() -> bool:
