@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Install what the test suite needs (hipcc, bubblewrap for sccache-dist's build servers and redis-server
 # from Debian, qola with its test extras, ruff and mypy among them), lint (scripts/lint.sh), then run every test
-# that does not need a GPU: the host suite, then the `rocm` tests (real AITER compiled for gfx942 and
-# gfx950) inside the project's ROCm 7 environment (scripts/rocm7.sh: created once, cached), and the CLI's
-# fast tests (marker `cli`) under every other Python pyproject.toml claims (scripts/pythons.sh).
-# Extra arguments go to both pytest runs.
+# that does not need a GPU: the host suite and, beside it, the `rocm` tests (real AITER compiled for
+# gfx942 and gfx950) inside the project's ROCm 7 environment (scripts/rocm7.sh: created once, cached), then
+# the CLI's fast tests (marker `cli`) under every other Python pyproject.toml claims (scripts/pythons.sh).
+# Extra arguments go to every pytest run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 START=$SECONDS
@@ -22,33 +22,43 @@ bash scripts/lint.sh
 # without, 0.7 s with); a .pyc whose source changed is ignored by Python itself. (The ROCm 7 chroot's
 # Python runs without that variable and writes its own.)
 python3 -m compileall -q -j 0 qola
-# each set's wall and CPU (its processes' user + system, from this shell's children's times), printed
-# at the end: the budget is kept by a check, not by hope (docs/benchmarks.md has the current table)
-cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{printf "%d", ($16 + $17) / hz}' "/proc/$$/stat"; }
-timed() {
-  local name=$1 t0=$SECONDS c0 rc=0
+# each set's wall and CPU (its processes' user + system: the children's times of the subshell that ran
+# it), printed at the end: the budget is kept by a check, not by hope (docs/benchmarks.md has the current
+# table). measured NAME CMD...: runs CMD in this subshell, writes NAME's line into $SUMS.
+SUMS=$(mktemp -d)
+trap 'rm -rf "$SUMS"' EXIT
+measured() {
+  local name=$1 t0=$SECONDS rc=0 me=$BASHPID
   shift
-  c0=$(cpu_s)
   "$@" || rc=$?
-  SUMMARY+=("$(printf '%-34s %6d s wall %7d s CPU   exit %d' "$name" $((SECONDS - t0)) $(($(cpu_s) - c0)) "$rc")")
+  printf '%-34s %6d s wall %7d s CPU   exit %d\n' "$name" $((SECONDS - t0)) \
+    "$(awk -v hz="$(getconf CLK_TCK)" '{printf "%d", ($16 + $17) / hz}' "/proc/$me/stat")" "$rc" >"$SUMS/$name"
   return "$rc"
 }
-SUMMARY=("$(printf '%-34s %6d s wall %7s         exit 0' "install, ROCm 7 chroot, lint" $((SECONDS - START)) -)")
-# both sets run whatever the first one gives (a failure of the host set must not hide the ROCm set's
-# outcome); the script fails at the end when either did
+printf '%-34s %6d s wall\n' "install, ROCm 7 chroot, lint" $((SECONDS - START)) >"$SUMS/0"
+# the `rocm` tests, `ck` ones included (real CK fMHA kernels compiled for gfx942 and gfx950), beside the
+# host set: neither keeps both cores busy alone (their time: docs/benchmarks.md, "How long the test
+# command takes"); its output is kept in a file and shown when the host set and the others are done
+echo "scripts/test.sh: the ROCm set runs beside the host set; its output follows theirs"
+(measured "ROCm set" bash scripts/rocm7.sh run python -m pytest -m rocm --durations=20 "$@" >"$SUMS/rocm.log" 2>&1) &
+rocm_pid=$!
+# every set runs whatever another gives (a failure of the host set must not hide the ROCm set's outcome);
+# the script fails at the end when any did. The host set: side by side, a test file's tests on one worker
+# (pytest-xdist; module fixtures are made once); the workers default to one per core
+# (QOLA_TEST_WORKERS=N to choose; 0: one process)
 host=0
-# side by side, a test file's tests on one worker (pytest-xdist; module fixtures are made once); the
-# workers default to one per core (QOLA_TEST_WORKERS=N to choose; 0: one process, as before)
-timed "host set" python3 -m pytest -m "not gpu and not rocm" -n "${QOLA_TEST_WORKERS:-auto}" --dist loadfile --durations=20 "$@" || host=$?
+(measured "host set" python3 -m pytest -m "not gpu and not rocm" -n "${QOLA_TEST_WORKERS:-auto}" --dist loadfile \
+  --durations=20 "$@") || host=$?
 # the CLI's fast tests under 3.10, 3.12, 3.13 (the main run is 3.11); venvs cached in ~/.cache/qola-test
 pythons=0
-timed "other Pythons' CLI tests" bash scripts/pythons.sh "$@" || pythons=$?
-# the `rocm` tests, `ck` ones included (real CK fMHA kernels compiled for gfx942 and gfx950; their time:
-# docs/benchmarks.md, "How long the test command takes")
+(measured "other Pythons' CLI tests" bash scripts/pythons.sh "$@") || pythons=$?
 rocm=0
-timed "ROCm set" bash scripts/rocm7.sh run python -m pytest -m rocm --durations=20 "$@" || rocm=$?
-echo "scripts/test.sh: what each set took (this box: $(nproc) CPUs)"
-printf '  %s\n' "${SUMMARY[@]}" "$(printf '%-34s %6d s wall' "the whole command" $((SECONDS - START)))"
+wait "$rocm_pid" || rocm=$?
+echo "scripts/test.sh: the ROCm set's output"
+cat "$SUMS/rocm.log"
+echo "scripts/test.sh: what each set took (this box: $(nproc) CPUs; the ROCm set beside the others)"
+cat "$SUMS/0" "$SUMS/host set" "$SUMS/other Pythons' CLI tests" "$SUMS/ROCm set" | sed 's/^/  /'
+printf '  %-34s %6d s wall\n' "the whole command" $((SECONDS - START))
 if [ "$host" -ne 0 ] || [ "$rocm" -ne 0 ] || [ "$pythons" -ne 0 ]; then
   echo "scripts/test.sh: host tests exit $host, ROCm tests exit $rocm, other Pythons' CLI tests exit $pythons" >&2
   exit 1
