@@ -1,6 +1,7 @@
 """Compile each thing once: the example built, then built again from another directory (the tree
 copied elsewhere, new output and build dirs), through qola's compile cache and through sccache as a
-``--launcher`` (each with a cache of its own, empty at the start).
+``--launcher`` (each with a cache of its own, empty at the start: qola's compile cache and its
+listings of the tree's generators).
 
 Prints a markdown table: wall, CPU (the children's user + system), units compiled, and whether the
 second build's libraries are byte-identical to the first's.
@@ -81,7 +82,8 @@ def main() -> int:
         args.tree, args.arch = Path(aiter_root()), ";".join(SLICES[args.slice])
     base = {k: v for k, v in os.environ.items() if k not in ("QOLA_CACHE_DIR", "QOLA_NO_CACHE")}
     rows = []
-    qenv = {**base, "QOLA_CACHE_DIR": str(work / "qola-cache")}
+    # qola's caches of its own, empty at the start: compiles (QOLA_CACHE_DIR) and generator listings (XDG)
+    qenv = {**base, "QOLA_CACHE_DIR": str(work / "qola-cache"), "XDG_CACHE_HOME": str(work / "xdg")}
     first = _build(work / "qola-1", args.manifest, args.tree, args.arch, args.j, qenv)
     second = _build(work / "elsewhere" / "qola-2", args.manifest, args.tree, args.arch, args.j, qenv)
     rows.append(("qola's compile cache", first, second, f"{second['taken']} of {second['taken'] + second['compiled']}"))

@@ -50,7 +50,22 @@ def _rocm7() -> bool:
     return parsed is not None and hip_version_key(parsed[0]) >= (6, 4, 0, 0)
 
 
+def _long_files_first(items: list[pytest.Item]) -> None:
+    """Files with a test that needs the sdist (CK's listings: minutes), then those with a ``slow`` one,
+    then the rest, each group in collection order: pytest-xdist hands files out in this order
+    (``--dist loadfile``), so the run ends on short files instead of one worker's long tail. Every
+    worker orders alike (it is computed from the items alone)."""
+    rank: dict[str, int] = {}
+    for item in items:
+        file = item.nodeid.split("::", 1)[0]
+        here = 0 if "aiter" in item.keywords else 1 if "slow" in item.keywords else 2
+        rank[file] = min(rank.get(file, 2), here)
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (rank[item.nodeid.split("::", 1)[0]], order[id(item)]))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _long_files_first(items)
     gpu = _has_gpu()
     hip = _hipcc() is not None
     rocm = any("rocm" in item.keywords for item in items) and _rocm7()
