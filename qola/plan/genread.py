@@ -254,9 +254,8 @@ def collect(record: str, *, env: Mapping[str, str], exclude: Sequence[str], plac
         return None
     if any(f is None for f in files) or any(h is None for _, h in dirs):
         return None
-    looked |= {
-        k: value_hash(held(v)) for k, v in env.items() if k.startswith("PYTHON")
-    }  # what the interpreter itself read
+    # what the interpreter itself read
+    looked |= {k: value_hash(held(v)) for k, v in env.items() if k.startswith("PYTHON")}
     real = os.path.realpath(python)
     return Deps(
         tuple(f for f in files if f is not None),
