@@ -20,17 +20,23 @@ this user's that no one else may write into, and an entry is trusted only when i
 (not followed through a link) of this user's, not group- or world-writable, at most
 :data:`MAX_ENTRY` bytes, valid JSON naming its own key and holding a list of plain stems. Anything
 else is a miss (the generator runs and the entry is rewritten); the cache never fails a plan.
+
+One listing at a time per key (:func:`single_flight`): a second qola listing the same command while a
+first runs it (two builds of one manifest, test workers planning the same tree) waits for the first's
+entry instead of running the generator beside it — CK's backward generator takes a minute of CPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
+import math
 import os
 import re
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from qola.core import inputs
 from qola.core.errors import QolaError
@@ -77,6 +83,32 @@ def _private_dir(path: str) -> bool:
 
 def _entry(directory: str, key: str) -> str:
     return os.path.join(directory, f"{key}.json")
+
+
+@contextlib.contextmanager
+def single_flight(directory: str, key: str, what: str) -> Iterator[None]:
+    """Hold ``key``'s lock (``<key>.lock`` in the cache dir, an ``flock``) while its listing is looked
+    up, run and stored: another qola listing the same key waits for this one's entry, saying so
+    (:func:`qola.core.lock.wait_flock`: SIGTERM or Ctrl-C ends the wait). ``what``: the command, for
+    that message. Best effort, as the cache: no private cache dir, or a lock file that cannot be
+    opened (a link, another's), and the listing runs unlocked."""
+    from qola.core.lock import wait_flock  # lazy: only a plan that lists pays for it
+
+    fd = -1
+    if _private_dir(directory):
+        try:
+            fd = os.open(
+                os.path.join(directory, f"{key}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+            )
+        except OSError:
+            fd = -1
+    try:
+        if fd >= 0:
+            wait_flock(fd, f"the listing of `{what}` another qola is running", wait=math.inf)
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)  # closing drops the flock
 
 
 def load(directory: str, key: str, env: Mapping[str, str], place: genread.Place | None = None) -> list[str] | None:

@@ -69,20 +69,35 @@ GenEnv = Mapping[str, str] | GeneratorEnv  # a test's mapping, or the build's re
 def list_blobs(gen: Generator, env: GenEnv, filt: str | None = None, python: str = sys.executable) -> list[str]:
     """File stems the generator would write (``--list_blobs``), optionally under ``filt``. Run under
     qola's recorder (:mod:`qola.plan.genread`) and cached (:mod:`qola.plan.listcache`) by what it read
-    when ``env`` names a cache dir. ``env``: the plan's view (:meth:`GeneratorEnv.for_plan`)."""
+    when ``env`` names a cache dir, one run at a time per key (:func:`qola.plan.listcache.single_flight`).
+    ``env``: the plan's view (:meth:`GeneratorEnv.for_plan`)."""
     genv = GeneratorEnv.of(env)
     extra = ["--filter", filt] if filt else []
     wrap = [str(shim())] if filt and ANY_CK in filt else []
-    child = genv.run_env()
     template = [python, *wrap, *gen.argv, "--list_blobs", "<listing>", *extra]  # the key's: no temp path
     key = listcache.key_of(template, genv.place) if genv.listings else None
-    found = listcache.load(genv.listings, key, child.as_dict(), genv.place) if key and genv.listings else None
-    if found is not None:
-        return found
+    if key is None or genv.listings is None:
+        return _listed(gen, genv, [python, *wrap], extra)[0]
+    with listcache.single_flight(genv.listings, key, gen.command):
+        found = listcache.load(genv.listings, key, genv.run_env().as_dict(), genv.place)
+        if found is not None:
+            return found
+        stems, deps = _listed(gen, genv, [python, *wrap], extra, keep=True)
+        if deps is not None:
+            listcache.store(genv.listings, key, stems, deps, genv.place)
+        return stems
+
+
+def _listed(
+    gen: Generator, genv: GeneratorEnv, head: list[str], extra: list[str], *, keep: bool = False
+) -> tuple[list[str], genread.Deps | None]:
+    """Run the generator's listing (``head``: the interpreter and the filter shim, if any): its stems
+    and, with ``keep`` (a listing to cache), what it read (the tree held by ``genv``'s place)."""
+    child = genv.run_env()
     with pid_tempdir("qola-list-") as tmp:  # pid in the name: a killed run's is removed later
         out, record = Path(tmp) / "blobs.txt", os.path.join(tmp, "reads.json")
         argv = [a.replace(OUTPUT_DIR, str(Path(tmp) / "out")) for a in gen.argv]
-        cmd = genread.argv(python, record, [*wrap, *argv, "--list_blobs", str(out), *extra])
+        cmd = genread.argv(head[0], record, [*head[1:], *argv, "--list_blobs", str(out), *extra])
         limit = genv.timeout()
         try:  # under the generators' deadline; its output only shown: cut past proc.LOG_KEEP, never held whole
             done = runner.run(cmd, cwd=tmp, env=child, timeout=limit, out=runner.FOR_LOG)
@@ -101,10 +116,8 @@ def list_blobs(gen: Generator, env: GenEnv, filt: str | None = None, python: str
             )
         listing = inputs.read_checked(out, limit=inputs.MAX_RECORD, what="generator listing").decode()
         stems = [Path(line.strip()).stem for line in listing.splitlines() if line.strip()]
-        deps = genread.collect(record, env=child.as_dict(), exclude=[tmp], place=genv.place) if key else None
-    if key is not None and genv.listings and deps is not None:
-        listcache.store(genv.listings, key, stems, deps, genv.place)
-    return stems
+        deps = genread.collect(record, env=child.as_dict(), exclude=[tmp], place=genv.place) if keep else None
+    return stems, deps
 
 
 def is_api(stem: str) -> bool:  # CK's fmha_*_api.cpp, the example's attn_fwd_api.cu

@@ -6,6 +6,7 @@ tampered with is not trusted. The CK-style generator records each invocation int
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from support.ck_tree import CK_DIR, ck_tree, module
-from support.common import run_qola
+from support.common import qola_command, run_qola
 
 from qola.plan import genread
 
@@ -143,3 +144,45 @@ def test_bytecode_another_python_writes_into_the_tree_is_no_input(tmp_path: Path
     assert (ck / "__pycache__").is_dir()  # beside the generator, in the directory its imports list
     again, ran = plan(tmp_path, tree, m, env)
     assert ran == 0 and again == first
+
+
+def test_a_listing_another_qola_is_running_is_waited_for_not_run_again(tmp_path: Path) -> None:
+    """Two plans of one tree side by side (two builds of a manifest, test workers): the second waits
+    for the first's listing of a command (one ``flock`` per key in the cache dir) and takes its entry,
+    instead of running the generator beside it. The test plays the first: it holds the keys' locks,
+    sees the second say that it waits, stores the entries and lets go."""
+    tree, m, env = setup(tmp_path)
+    _, ran = plan(tmp_path, tree, m, env)  # the entries the first would write (their names: the keys)
+    assert ran == 3
+    made = entries(tmp_path)
+    second = tmp_path / "second" / "qola" / "listings"
+    second.mkdir(parents=True, mode=0o700)
+    locks = [os.open(second / f"{e.stem}.lock", os.O_RDWR | os.O_CREAT, 0o600) for e in made]
+    for fd in locks:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    waiter = subprocess.Popen(
+        qola_command("plan", "--json", "-m", str(m), "-a", str(tree)),
+        env={**os.environ, **env, "XDG_CACHE_HOME": str(tmp_path / "second")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        said: list[str] = []
+        while not any("waiting for the listing of" in line for line in said):
+            line = waiter.stderr.readline() if waiter.stderr else ""
+            if not line:  # it ended (or closed stderr) without waiting
+                break
+            said.append(line)
+        assert any("another qola is running" in line for line in said), "".join(said)
+        for e in made:  # the first's entries, stored as it stores them (0600, its own)
+            shutil.copy(e, second / e.name)
+            (second / e.name).chmod(0o600)
+    finally:
+        for fd in locks:
+            os.close(fd)
+        out, err = waiter.communicate(timeout=600)
+    assert waiter.returncode == 0, err
+    assert listings(tmp_path) == 3  # the second ran no generator: it took the first's listings
+    files = {g["command"]: g["files"] for g in json.loads(out)["modules"][0]["generators"]}
+    assert all(files.values())

@@ -21,6 +21,7 @@ from qola.plan import manifest as mf
 from qola.plan import receipts
 from qola.plan import variants as V
 from qola.plan.cknames import parse_options
+from qola.plan.listing import GeneratorEnv
 from qola.plan.manifest import parse
 from qola.plan.model import Generator
 
@@ -148,14 +149,6 @@ def test_build_compiles_only_the_declared_instances(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------- real AITER tree
 
 
-@pytest.fixture(scope="module")
-def te_report(aiter_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    m = te_manifest(tmp_path_factory.mktemp("te") / "te.toml", NARROW)
-    proc = run_qola("variants", "-m", str(m), "--aiter-root", str(aiter_root), "--allow-unpinned", "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout)
-
-
 def _declared(fam: str) -> list[dict[str, Any]]:
     man = parse(NARROW, "narrow.toml")
     secs = man.mha_fwd_variants if fam == "fwd" else man.mha_bwd_variants
@@ -176,14 +169,22 @@ def _in_700(name: str, fam: str) -> bool:
 
 
 @pytest.mark.aiter
-def test_te_manifest_counts_and_exact_selection(te_report: Any, aiter_root: Path) -> None:
+def test_te_manifest_counts_and_exact_selection(aiter_root: Path, tmp_path: Path) -> None:
+    m = te_manifest(tmp_path / "te.toml", NARROW)
+    proc = run_qola("variants", "-m", str(m), "--aiter-root", str(aiter_root), "--allow-unpinned", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    te_report = json.loads(proc.stdout)
     tot = te_report["totals"]
     fwd, bwd = tot["libmha_fwd"]["fwd"], tot["libmha_bwd"]["bwd"]
     assert 0 < fwd["selected"] < fwd["unfiltered"] and 0 < bwd["selected"] < bwd["unfiltered"]
     full = {}
+    # the listing under the plan's view (its archs' variables, the tree by place): the one `qola variants`
+    # ran, taken from the listing cache (a plain environment would key, and run, a listing of its own)
+    args = argparse.Namespace(manifest=str(m), aiter_root=str(aiter_root), archs=None, mode=None, allow_unpinned=True)
+    genv = GeneratorEnv.of(dict(os.environ)).for_plan(prepare(args, dict(os.environ)).plan)
     for mod, fam in (("libmha_fwd", "fwd"), ("libmha_bwd", "bwd")):
         gen = Generator(tot[mod][fam]["command"], fam)
-        full[fam] = [n for n in V.list_blobs(gen, dict(os.environ)) if not V.is_api(n)]
+        full[fam] = [n for n in V.list_blobs(gen, genv) if not V.is_api(n)]
         rows = [r for r in te_report["variants"] if r["module"] == mod]
         selected = set(itertools.chain.from_iterable(r["instances"] for r in rows))
         declared = _declared(fam)
