@@ -20,6 +20,7 @@ Standard library only (taken before the no-op fast path).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import functools
@@ -28,7 +29,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,23 @@ def _same_file(fd: int, path: Path) -> bool:
     except OSError:
         return False
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+@contextlib.contextmanager
+def holding(path: Path, what: str) -> Iterator[bool]:
+    """Hold the flock on the lock file ``path`` (created; no link followed) for the block, waiting as
+    long as it takes and saying so (:func:`wait_flock`); yields False, unlocked, where the file cannot
+    be opened (a caller that only saves work then does it unlocked)."""
+    try:
+        fd = _open(path, [])
+    except OSError:
+        yield False
+        return
+    try:
+        wait_flock(fd, what, wait=math.inf)
+        yield True
+    finally:
+        os.close(fd)  # closing drops the flock
 
 
 def _open(path: Path, created: list[Path]) -> int:

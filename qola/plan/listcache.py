@@ -32,11 +32,11 @@ import contextlib
 import errno
 import hashlib
 import json
-import math
 import os
 import re
 import stat
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 
 from qola.core import inputs
 from qola.core.errors import QolaError
@@ -87,28 +87,17 @@ def _entry(directory: str, key: str) -> str:
 
 @contextlib.contextmanager
 def single_flight(directory: str, key: str, what: str) -> Iterator[None]:
-    """Hold ``key``'s lock (``<key>.lock`` in the cache dir, an ``flock``) while its listing is looked
-    up, run and stored: another qola listing the same key waits for this one's entry, saying so
-    (:func:`qola.core.lock.wait_flock`: SIGTERM or Ctrl-C ends the wait). ``what``: the command, for
-    that message. Best effort, as the cache: no private cache dir, or a lock file that cannot be
-    opened (a link, another's), and the listing runs unlocked."""
-    from qola.core.lock import wait_flock  # lazy: only a plan that lists pays for it
+    """Hold ``key``'s lock (``<key>.lock`` in the cache dir: :func:`qola.core.lock.holding`) while its
+    listing is looked up, run and stored: another qola listing the same key waits for this one's entry,
+    saying so. ``what``: the command, for that message. Best effort, as the cache: without a private
+    cache dir, or where the lock file cannot be opened, the listing runs unlocked."""
+    from qola.core.lock import holding  # lazy: only a plan that lists pays for it
 
-    fd = -1
-    if _private_dir(directory):
-        try:
-            fd = os.open(
-                os.path.join(directory, f"{key}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
-            )
-        except OSError:
-            fd = -1
-    try:
-        if fd >= 0:
-            wait_flock(fd, f"the listing of `{what}` another qola is running", wait=math.inf)
+    if not _private_dir(directory):
         yield
-    finally:
-        if fd >= 0:
-            os.close(fd)  # closing drops the flock
+        return
+    with holding(Path(directory) / f"{key}.lock", f"the listing of `{what}` another qola is running"):
+        yield
 
 
 def load(directory: str, key: str, env: Mapping[str, str], place: genread.Place | None = None) -> list[str] | None:
